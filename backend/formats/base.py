@@ -1,0 +1,124 @@
+"""The contract between format readers and the ingestion pipeline.
+
+A reader turns one input file into a stream of `TableBatch`es: plain column arrays
+for one table, never ORM objects. The pipeline adds `trace_id`, bulk-loads the batch
+(COPY on Postgres) and folds it into the per-step summaries, so a reader only parses.
+
+Table names and their columns (all optional columns may be omitted from a batch;
+a column present in a batch has a value for every row):
+
+``samples`` one rollout response
+    step, group_idx, sample_idx (int32, required; (step, group_idx, sample_idx) unique
+    within a trace), prompt_len, response_len (int32, required), rank, dp_rank, tp_rank
+    (int32), task (str, mapped to a small id by the pipeline), truncated (bool),
+    validate (bool), reward (float64), num_turns, num_tool_calls (int32),
+    latency_s (float64, the trajectory's summed engine latency)
+``turns`` one generation request of a multi-turn trajectory
+    step, group_idx, sample_idx, turn (int32), prompt_tokens, cached_tokens,
+    completion_tokens (int32), engine_latency_s (float64), tool_call_count (int32),
+    finish_reason (str)
+``tool_calls`` one tool call of a multi-turn trajectory
+    step, group_idx, sample_idx, call_idx, turn (int32), tool_name (str),
+    latency_s (float64), response_tokens (int32), status (str)
+``rank_timings`` per step, rank and phase
+    step, rank (int32), dp_rank, tp_rank (int32), phase (str, e.g. "reward"),
+    seconds (float64), batch_size (int32), validate (bool)
+``gpu_events`` one GPU activity from a Kineto trace
+    rank, stream (int32), step (int32, -1 outside any ProfilerStep), kind (int8: see
+    `GpuKind`), name (str), start_us, dur_us (float64), launch_us (float64, the start
+    of the CPU runtime call that launched it, NaN when unknown)
+``steps`` measured per-step figures from framework logs (merged on (step))
+    step (int32), and any of the `STEP_TIMING_COLUMNS` (float64, seconds), plus
+    ``metrics``: a list of dicts with every other numeric key the log had.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import IO, Callable, Iterator
+
+import numpy as np
+
+STEP_TIMING_COLUMNS = (
+    "t_gen",
+    "t_reward",
+    "t_old_log_prob",
+    "t_ref",
+    "t_adv",
+    "t_update_actor",
+    "t_step",
+)
+
+TABLES = ("samples", "turns", "tool_calls", "rank_timings", "gpu_events", "steps")
+
+
+class GpuKind(enum.IntEnum):
+    COMPUTE = 0
+    COMMUNICATION = 1
+    MEMORY = 2
+
+
+@dataclass
+class TableBatch:
+    """Rows for one table as equal-length columns (numpy arrays, or lists for str/dict)."""
+
+    table: str
+    columns: dict[str, np.ndarray | list]
+
+    def __len__(self) -> int:
+        first = next(iter(self.columns.values()), None)
+        return 0 if first is None else len(first)
+
+
+@dataclass
+class TraceInfo:
+    """Trace-level facts a reader learned (merged over all files of an upload)."""
+
+    framework: str | None = None
+    max_response_len: int | None = None
+    metadata: dict = field(default_factory=dict)
+
+
+class InputError(ValueError):
+    """Bad input. Names the file, the 1-based line (or record) and the field at fault."""
+
+    def __init__(self, file: str, message: str, line: int | None = None, field: str | None = None):
+        self.file, self.line, self.field, self.reason = file, line, field, message
+        where = file
+        if line is not None:
+            where += f", line {line}"
+        if field is not None:
+            where += f", field '{field}'"
+        super().__init__(f"{where}: {message}")
+
+    def as_dict(self) -> dict:
+        return {"file": self.file, "line": self.line, "field": self.field, "message": str(self)}
+
+
+@dataclass
+class Source:
+    """One input file: a display name (path inside the upload) and a way to open it.
+
+    `open()` returns a binary stream, already decompressed for `.gz` names.
+    """
+
+    name: str
+    open: Callable[[], IO[bytes]]
+    size: int | None = None
+
+
+@dataclass
+class ReadResult:
+    """What a reader hands back besides its batches: notes on what it skipped."""
+
+    info: TraceInfo = field(default_factory=TraceInfo)
+    skipped: list[str] = field(default_factory=list)
+
+
+# A reader: (source, result to fill in) -> batches. Readers are generators, so memory
+# stays bounded by one batch, not by the file.
+Reader = Callable[[Source, ReadResult], Iterator[TableBatch]]
+
+# Values above this are treated as corrupt lengths, not long sequences.
+MAX_TOKENS = 10_000_000
