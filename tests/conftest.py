@@ -16,3 +16,158 @@ def shared_fixtures() -> Path:
     if not SHARED_FIXTURES.is_dir():
         pytest.skip(f"real trace fixtures not found at {SHARED_FIXTURES} (see its README)")
     return SHARED_FIXTURES
+
+
+# --- databases -------------------------------------------------------------------------
+# Storage and API tests run against both the embedded default (SQLite) and Postgres.
+# Each backend gets a fresh database for the session, created by the migrations.
+
+import os  # noqa: E402
+import uuid  # noqa: E402
+
+PG_ADMIN_URL = os.environ.get("RLVR_TEST_PG_ADMIN", "postgresql://postgres@127.0.0.1:5432/postgres")
+REDIS_URL = os.environ.get("RLVR_TEST_REDIS", "redis://127.0.0.1:6379/15")
+
+
+def _create_pg_database() -> tuple[str, str]:
+    import psycopg
+
+    name = f"rlvr_test_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    base = PG_ADMIN_URL.rsplit("/", 1)[0]
+    return name, f"{base}/{name}"
+
+
+def _drop_pg_database(name: str) -> None:
+    import psycopg
+
+    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(scope="session", params=["sqlite", "postgres"])
+def backend_env(request, tmp_path_factory) -> dict[str, str]:
+    """Environment of one deployment shape, with a freshly migrated database:
+    sqlite = the embedded default (SQLite file + filesystem Celery transport);
+    postgres = Postgres + Redis. The data folder is shared with worker processes."""
+    from backend.migrate import upgrade
+
+    data_dir = tmp_path_factory.mktemp(f"data-{request.param}")
+    if request.param == "sqlite":
+        url = f"sqlite:///{data_dir / 'test.sqlite3'}"
+        upgrade(url)
+        yield {"RLVR_DATABASE_URL": url, "RLVR_DATA_DIR": str(data_dir), "RLVR_BROKER_URL": "filesystem://"}
+        return
+    import redis
+
+    redis.Redis.from_url(REDIS_URL).flushdb()
+    name, url = _create_pg_database()
+    try:
+        upgrade(url)
+        yield {"RLVR_DATABASE_URL": url, "RLVR_DATA_DIR": str(data_dir), "RLVR_BROKER_URL": REDIS_URL}
+    finally:
+        _drop_pg_database(name)
+
+
+@pytest.fixture()
+def env(backend_env, monkeypatch):
+    """Point the settings at the test deployment."""
+    from backend.db import reset_caches
+
+    for key, value in backend_env.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.delenv("DATABASE_URL", raising=False)
+    monkeypatch.delenv("CELERY_BROKER_URL", raising=False)
+    reset_caches()
+    yield backend_env
+    reset_caches()
+
+
+@pytest.fixture()
+def team_key(env) -> str:
+    """A fresh team (so tests never see each other's traces) and its API key."""
+    from backend.auth import create_team
+    from backend.db import session_scope
+
+    with session_scope() as session:
+        _team, key = create_team(session, f"team-{uuid.uuid4().hex[:8]}")
+    return key
+
+
+@pytest.fixture()
+def client(env):
+    from fastapi.testclient import TestClient
+
+    from backend.api import create_app
+
+    with TestClient(create_app()) as c:
+        yield c
+
+
+@pytest.fixture()
+def api(client, team_key):
+    """A test client that sends the team's key."""
+    client.headers["X-API-Key"] = team_key
+    return client
+
+
+# --- real worker processes -------------------------------------------------------------
+
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+
+
+def start_worker(environment: dict[str, str], log_path: Path, concurrency: int = 1) -> subprocess.Popen:
+    """A real Celery worker process (`rlvr-explorer worker`), as deployments run it."""
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "CELERY_BROKER_URL")}
+    env.update(environment)
+    log = log_path.open("ab")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "backend.cli", "worker", f"--concurrency={concurrency}", "--loglevel=INFO"],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        cwd=ROOT,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"worker exited early:\n{log_path.read_text()[-3000:]}")
+        if b"ready." in log_path.read_bytes():
+            return proc
+        time.sleep(0.2)
+    raise RuntimeError(f"worker did not start:\n{log_path.read_text()[-3000:]}")
+
+
+def stop_worker(proc: subprocess.Popen) -> None:
+    import signal
+
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+@pytest.fixture(scope="session")
+def worker(backend_env, tmp_path_factory):
+    """One real worker per deployment shape (filesystem transport or Redis)."""
+    log_path = tmp_path_factory.mktemp("worker") / "worker.log"
+    proc = start_worker(backend_env, log_path, concurrency=2)
+    yield proc
+    stop_worker(proc)
+
+
+def wait_for_job(api, job_id: int, timeout: float = 120) -> dict:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        job = api.get(f"/api/v1/jobs/{job_id}").json()
+        if job["status"] in ("succeeded", "failed"):
+            return job
+        time.sleep(0.2)
+    raise AssertionError(f"job {job_id} did not finish in {timeout}s: {job}")

@@ -1,0 +1,45 @@
+"""The FastAPI application: REST API under /api/v1 (and the dashboard, when mounted)."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, FastAPI
+
+from backend.api.errors import install_error_handlers
+from backend.api.routes import jobs, me, trace_data, traces
+
+API_PREFIX = "/api/v1"
+
+
+def create_app(*, with_dashboard: bool = False) -> FastAPI:
+    app = FastAPI(
+        title="RLVR Explorer",
+        version="0.1.0",
+        description="Explore RLVR training traces: length distributions, GPU idle time, "
+        "DP load imbalance, reward and tool latency, and what-if replays.",
+        openapi_url=f"{API_PREFIX}/openapi.json",
+        docs_url=f"{API_PREFIX}/docs",
+    )
+    api = APIRouter(prefix=API_PREFIX)
+    for module in (me, traces, trace_data, jobs):
+        api.include_router(module.router)
+    app.include_router(api)
+    install_error_handlers(app)
+
+    @app.get(f"{API_PREFIX}/health", tags=["health"])
+    def health() -> dict:
+        return {"status": "ok"}
+
+    if with_dashboard:
+        _mount_dashboard(app)
+    return app
+
+
+def _mount_dashboard(app: FastAPI) -> None:
+    """Serve the Dash app (a Flask WSGI app, a client of this API) at the root."""
+    from a2wsgi import WSGIMiddleware
+
+    from backend.settings import get_settings
+    from dashboard.app import create_dash
+
+    dash_app = create_dash(get_settings().api_url)
+    app.mount("/", WSGIMiddleware(dash_app.server))

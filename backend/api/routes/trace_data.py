@@ -1,0 +1,164 @@
+"""A trace's data: steps, precomputed per-step summaries, samples, rank timings, GPU events.
+
+Summaries and steps cost O(steps); samples and GPU events are paged or windowed.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, HTTPException, Query, status
+from sqlalchemy import func, select
+
+from backend.api.deps import SessionDep, TraceDep
+from backend.api.errors import ERROR_RESPONSES
+from backend.api.schemas import (
+    GpuEventOut,
+    GpuEventPage,
+    RankTimingList,
+    SampleOut,
+    SamplePage,
+    StepList,
+    StepOut,
+    StepStats,
+    SummaryOut,
+)
+from backend.formats.base import GpuKind
+from backend.models import GpuEvent, GpuKernelName, RankTiming, Sample, Step, Trace, TraceStatus
+from workers.analysis.stats import LOG_BIN_EDGES
+
+router = APIRouter(prefix="/traces/{trace_id}", tags=["trace data"], responses=ERROR_RESPONSES)
+
+KIND_NAMES = {k.value: k.name.lower() for k in GpuKind}
+
+
+def require_ready(trace: Trace) -> None:
+    if trace.status != TraceStatus.READY:
+        raise HTTPException(
+            status.HTTP_409_CONFLICT,
+            detail={"message": f"trace {trace.id} is {trace.status}, not ready" + (f": {trace.error}" if trace.error else "")},
+        )
+
+
+@router.get("/steps", response_model=StepList)
+def list_steps(session: SessionDep, trace: TraceDep):
+    require_ready(trace)
+    steps = session.scalars(select(Step).where(Step.trace_id == trace.id).order_by(Step.step))
+    return StepList(items=[StepOut.model_validate(s) for s in steps])
+
+
+@router.get("/summaries", response_model=SummaryOut)
+def step_summaries(
+    session: SessionDep,
+    trace: TraceDep,
+    field: Literal["response", "prompt", "total"] = "response",
+    task: Annotated[str | None, Query(description="A task name; all samples when omitted")] = None,
+):
+    """Per-step length statistics and log-bin histograms, precomputed at ingestion."""
+    require_ready(trace)
+    if task is not None and task not in (trace.tasks or []):
+        raise HTTPException(status.HTTP_404_NOT_FOUND, detail={"message": f"no task '{task}' in trace {trace.id}", "field": "task"})
+    rows = session.execute(
+        select(Step.step, Step.validate, Step.summary).where(Step.trace_id == trace.id).order_by(Step.step)
+    )
+    items = []
+    for step, validate, summary in rows:
+        stats = (summary or {}).get(field, {}).get(task or "all")
+        if stats:
+            items.append(StepStats(step=step, validate_=validate, **stats))
+    return SummaryOut(
+        field=field,
+        task=task,
+        tasks=trace.tasks or [],
+        max_response_len=trace.max_response_len,
+        bin_edges=LOG_BIN_EDGES.tolist(),
+        steps=items,
+    )
+
+
+@router.get("/samples", response_model=SamplePage)
+def list_samples(
+    session: SessionDep,
+    trace: TraceDep,
+    step: int | None = None,
+    limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
+    offset: Annotated[int, Query(ge=0)] = 0,
+):
+    require_ready(trace)
+    where = [Sample.trace_id == trace.id]
+    if step is not None:
+        where.append(Sample.step == step)
+    total = session.scalar(select(func.count()).select_from(Sample).where(*where)) or 0
+    rows = session.scalars(
+        select(Sample)
+        .where(*where)
+        .order_by(Sample.step, Sample.group_idx, Sample.sample_idx)
+        .limit(limit)
+        .offset(offset)
+    )
+    tasks = trace.tasks or []
+    items = [
+        SampleOut(
+            **{c: getattr(r, c) for c in SampleOut.model_fields if c not in ("task", "validate_")},
+            task=tasks[r.task_id] if r.task_id is not None and 0 <= r.task_id < len(tasks) else None,
+            validate_=r.validate,
+        )
+        for r in rows
+    ]
+    return SamplePage(items=items, total=total)
+
+
+@router.get("/rank-timings", response_model=RankTimingList)
+def list_rank_timings(session: SessionDep, trace: TraceDep, step: int | None = None):
+    require_ready(trace)
+    where = [RankTiming.trace_id == trace.id]
+    if step is not None:
+        where.append(RankTiming.step == step)
+    rows = session.scalars(select(RankTiming).where(*where).order_by(RankTiming.step, RankTiming.rank))
+    return RankTimingList(items=list(rows))
+
+
+@router.get("/gpu-events", response_model=GpuEventPage)
+def list_gpu_events(
+    session: SessionDep,
+    trace: TraceDep,
+    rank: int | None = None,
+    step: int | None = None,
+    start_us: float | None = None,
+    end_us: float | None = None,
+    limit: Annotated[int, Query(ge=1, le=200_000)] = 20_000,
+):
+    """GPU events overlapping [start_us, end_us) on a rank, in time order."""
+    require_ready(trace)
+    where = [GpuEvent.trace_id == trace.id]
+    if rank is not None:
+        where.append(GpuEvent.rank == rank)
+    if step is not None:
+        where.append(GpuEvent.step == step)
+    if end_us is not None:
+        where.append(GpuEvent.start_us < end_us)
+    if start_us is not None:
+        where.append(GpuEvent.start_us + GpuEvent.dur_us > start_us)
+    rows = session.execute(
+        select(GpuEvent, GpuKernelName.name)
+        .join(
+            GpuKernelName,
+            (GpuKernelName.trace_id == GpuEvent.trace_id) & (GpuKernelName.name_id == GpuEvent.name_id),
+        )
+        .where(*where)
+        .order_by(GpuEvent.rank, GpuEvent.start_us)
+        .limit(limit + 1)
+    ).all()
+    items = [
+        GpuEventOut(
+            rank=e.rank,
+            stream=e.stream,
+            step=e.step,
+            kind=KIND_NAMES.get(e.kind, "compute"),
+            name=name,
+            start_us=e.start_us,
+            dur_us=e.dur_us,
+        )
+        for e, name in rows[:limit]
+    ]
+    return GpuEventPage(items=items, truncated=len(rows) > limit)

@@ -1,0 +1,106 @@
+"""Traces: upload, list, get, delete."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, File, Form, HTTPException, Query, Response, UploadFile, status
+from fastapi.concurrency import run_in_threadpool
+from sqlalchemy import delete, func, select
+
+from backend.api.deps import CurrentTeam, SessionDep, SettingsDep, TraceDep
+from backend.api.errors import ERROR_RESPONSES
+from backend.api.schemas import JobOut, TraceOut, TracePage, UploadAccepted
+from backend.formats import FORMATS
+from backend.ingest.service import accept_upload
+from backend.ingest.uploads import store_upload
+from backend.models import Job, Trace
+
+router = APIRouter(prefix="/traces", tags=["traces"])
+
+
+def trace_out(session, trace: Trace) -> TraceOut:  # noqa: ANN001
+    out = TraceOut.model_validate(trace)
+    out.job_id = session.scalar(
+        select(Job.id).where(Job.trace_id == trace.id, Job.kind == "ingest").order_by(Job.id.desc())
+    )
+    return out
+
+
+@router.post(
+    "",
+    status_code=status.HTTP_201_CREATED,
+    response_model=TraceOut | UploadAccepted,
+    responses={
+        200: {"model": TraceOut, "description": "The team uploaded the same content before: that trace."},
+        202: {"model": UploadAccepted, "description": "Large upload: a worker job ingests it."},
+        **ERROR_RESPONSES,
+    },
+)
+async def upload_trace(
+    session: SessionDep,
+    settings: SettingsDep,
+    team: CurrentTeam,
+    response: Response,
+    files: Annotated[list[UploadFile], File(description="Trace files, or one .zip / .tar.gz of a run folder")],
+    name: Annotated[str | None, Form()] = None,
+    format: Annotated[str | None, Form(description="Force a format instead of detecting it")] = None,
+    max_response_len: Annotated[int | None, Form(gt=0)] = None,
+):
+    """Upload trace files. Small uploads are ingested during the request (201, or a 4xx
+    naming file, line and field); large ones return 202 with the ingest job."""
+    if format is not None and format not in FORMATS:
+        raise HTTPException(
+            status.HTTP_422_UNPROCESSABLE_ENTITY,
+            detail={"message": f"unknown format '{format}'; known: {', '.join(sorted(FORMATS))}", "field": "format"},
+        )
+    stored = await run_in_threadpool(store_upload, [(f.filename or "upload", f.file) for f in files], settings)
+    outcome = await run_in_threadpool(
+        accept_upload,
+        session,
+        settings,
+        team_id=team.id,
+        stored=stored,
+        name=name,
+        forced_format=format,
+        max_response_len=max_response_len,
+    )
+    trace = trace_out(session, outcome.trace)
+    if outcome.job is not None:
+        response.status_code = status.HTTP_202_ACCEPTED
+        return UploadAccepted(trace=trace, job=JobOut.model_validate(outcome.job))
+    if not outcome.created:
+        response.status_code = status.HTTP_200_OK
+    return trace
+
+
+@router.get("", response_model=TracePage)
+def list_traces(
+    session: SessionDep,
+    team: CurrentTeam,
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+    offset: Annotated[int, Query(ge=0)] = 0,
+    status_: Annotated[str | None, Query(alias="status")] = None,
+    q: Annotated[str | None, Query(description="Substring of the name")] = None,
+):
+    where = [Trace.team_id == team.id]
+    if status_:
+        where.append(Trace.status == status_)
+    if q:
+        where.append(Trace.name.ilike(f"%{q}%"))
+    total = session.scalar(select(func.count()).select_from(Trace).where(*where)) or 0
+    traces = session.scalars(select(Trace).where(*where).order_by(Trace.id.desc()).limit(limit).offset(offset))
+    return TracePage(items=[trace_out(session, t) for t in traces], total=total)
+
+
+@router.get("/{trace_id}", response_model=TraceOut, responses=ERROR_RESPONSES)
+def get_trace(session: SessionDep, trace: TraceDep):
+    return trace_out(session, trace)
+
+
+@router.delete("/{trace_id}", status_code=status.HTTP_204_NO_CONTENT, responses=ERROR_RESPONSES)
+def delete_trace(session: SessionDep, trace: TraceDep) -> Response:
+    # Rows of every table (and the trace's jobs) go with it: ON DELETE CASCADE.
+    session.execute(delete(Trace).where(Trace.id == trace.id))
+    session.commit()
+    return Response(status_code=status.HTTP_204_NO_CONTENT)

@@ -1,0 +1,194 @@
+"""Request and response schemas of the REST API."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class ErrorDetail(BaseModel):
+    message: str
+    file: str | None = None
+    line: int | None = None
+    field: str | None = None
+
+
+class ErrorResponse(BaseModel):
+    detail: ErrorDetail
+
+
+class TeamOut(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+    id: int
+    name: str
+
+
+class MeOut(BaseModel):
+    team: TeamOut
+
+
+class TraceOut(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+    id: int
+    name: str
+    source_format: str | None
+    framework: str | None
+    status: str
+    error: str | None
+    n_steps: int
+    n_samples: int
+    n_turns: int
+    n_tool_calls: int
+    n_rank_timings: int
+    n_gpu_events: int
+    size_bytes: int
+    max_response_len: int | None
+    tasks: list[str] = []
+    metadata: dict[str, Any] = Field(default_factory=dict, validation_alias="meta")
+    created_at: datetime
+    updated_at: datetime
+    job_id: int | None = None
+
+
+class TracePage(BaseModel):
+    items: list[TraceOut]
+    total: int
+
+
+class JobOut(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+    id: int
+    kind: str
+    trace_id: int | None
+    params: dict[str, Any]
+    status: str
+    progress: float
+    message: str | None
+    error: str | None
+    result: dict[str, Any] | None
+    attempts: int
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+
+
+class JobList(BaseModel):
+    items: list[JobOut]
+
+
+class UploadAccepted(BaseModel):
+    trace: TraceOut
+    job: JobOut
+
+
+class StepOut(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+    step: int
+    validate_: bool = Field(validation_alias="validate", serialization_alias="validate")
+    n_groups: int
+    n_samples: int
+    prompt_tokens: int
+    response_tokens: int
+    t_gen: float | None
+    t_reward: float | None
+    t_old_log_prob: float | None
+    t_ref: float | None
+    t_adv: float | None
+    t_update_actor: float | None
+    t_step: float | None
+    metrics: dict[str, Any]
+
+
+class StepList(BaseModel):
+    items: list[StepOut]
+
+
+class StepStats(BaseModel):
+    step: int
+    validate_: bool = Field(serialization_alias="validate")
+    count: int
+    mean: float | None = None
+    std: float | None = None
+    cv: float | None = None
+    min: float | None = None
+    p10: float | None = None
+    p25: float | None = None
+    p50: float | None = None
+    p75: float | None = None
+    p90: float | None = None
+    p99: float | None = None
+    max: float | None = None
+    tail_ratio: float | None = None
+    skewness: float | None = None
+    truncation_rate: float | None = None
+    hist: list[int] = []
+
+
+class SummaryOut(BaseModel):
+    field: str
+    task: str | None
+    tasks: list[str]
+    max_response_len: int | None
+    bin_edges: list[int]
+    steps: list[StepStats]
+
+
+class SampleOut(BaseModel):
+    step: int
+    group_idx: int
+    sample_idx: int
+    rank: int | None
+    dp_rank: int | None
+    tp_rank: int | None
+    task: str | None
+    prompt_len: int
+    response_len: int
+    truncated: bool | None
+    validate_: bool | None = Field(serialization_alias="validate")
+    reward: float | None
+    num_turns: int | None
+    num_tool_calls: int | None
+    latency_s: float | None
+
+
+class SamplePage(BaseModel):
+    items: list[SampleOut]
+    total: int
+
+
+class RankTimingOut(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+    step: int
+    rank: int
+    dp_rank: int | None
+    tp_rank: int | None
+    phase: str
+    seconds: float | None
+    batch_size: int | None
+    validate_: bool | None = Field(validation_alias="validate", serialization_alias="validate")
+
+
+class RankTimingList(BaseModel):
+    items: list[RankTimingOut]
+
+
+class GpuEventOut(BaseModel):
+    rank: int
+    stream: int
+    step: int
+    kind: str
+    name: str
+    start_us: float
+    dur_us: float
+
+
+class GpuEventPage(BaseModel):
+    items: list[GpuEventOut]
+    truncated: bool
+
+
+class AnalysisRequest(BaseModel):
+    kind: str
+    params: dict[str, Any] = Field(default_factory=dict)

@@ -1,0 +1,415 @@
+"""PyTorch profiler (Kineto) Chrome-trace JSON -> `gpu_events` batches.
+
+One file per rank (`.json`, or `.json.gz` which `Source.open` already decompresses).
+The whole file is decoded at once (Kineto writes one JSON document, not lines) by msgspec
+into slim structs, then every column is built with a few list comprehensions and numpy.
+
+What is read:
+
+- rank: `distributedInfo.rank`; else `rank-N` / `rank_N` / `rankN` in the file name;
+  else 0.
+- GPU events: `cat` in {kernel, gpu_memcpy, gpu_memset}; device = `args.device`
+  (else `pid`), stream = `args.stream` (else an integer `tid`, else -1).
+- launch: the CPU runtime call (`cat` cuda_runtime / cuda_driver) with the same
+  `args.correlation` (falling back to `args["External id"]` for events without one);
+  `launch_us` is its start, NaN when no call matches. When several calls share an id the
+  last one in the file wins, as in Holistic Trace Analysis (HTA).
+- steps: CPU annotations named `ProfilerStep#N`. A GPU event belongs to step N when its
+  launching call starts in [ts, ts + dur) of ProfilerStep#N (HTA 0.5.0 `add_iteration`:
+  GPU events take the iteration of their correlated CPU event); -1 when it has no known
+  launch or the launch is outside every step.
+- kind (`GpuKind`): COMMUNICATION for NCCL kernels (HTA's `^nccl.*Kernel`), MEMORY for
+  gpu_memcpy / gpu_memset (or names starting Memcpy / Memset / dma), COMPUTE otherwise.
+
+Batches: table `gpu_events`, columns rank, stream, step (int32), kind (int8), name (list
+of str), start_us, dur_us, launch_us (float64), in file order.
+
+Trace metadata (merged over all files of an upload, keyed by rank as a string so files
+merge without clobbering each other) goes to ``result.info.metadata["kineto"]``::
+
+    {"ranks": [0, 1],                     # sorted
+     "world_size": 128,                   # from distributedInfo, when present
+     "files":      {"0": ["sampled_rank-0.json.gz"], ...},
+     "devices":    {"0": [0], ...},       # GPU device ids seen on that rank
+     "streams":    {"0": [7, 23], ...},
+     "gpu_events": {"0": 1204, ...},
+     "steps":      {"0": [[551, start_us, end_us], ...], ...}}   # ProfilerStep windows
+
+The step windows let analyses reproduce HTA's filtering exactly (it drops GPU events
+launched after the start of the last ProfilerStep).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import PurePosixPath
+from typing import Any, Iterator
+
+import msgspec
+import numpy as np
+
+from backend.formats.base import GpuKind, InputError, ReadResult, Source, TableBatch
+
+GPU_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
+MEMORY_CATS = frozenset({"gpu_memcpy", "gpu_memset"})
+RUNTIME_CATS = frozenset({"cuda_runtime", "cuda_driver", "Runtime"})
+# GPU-side annotations mirror CPU ones on the device timeline; steps come from the CPU.
+NOT_STEP_CATS = GPU_CATS | RUNTIME_CATS | {"gpu_user_annotation"}
+
+BATCH_ROWS = 262_144
+
+_COMM_NAME = re.compile(r"^nccl.*Kernel")  # HTA's is_comm_kernel
+_MEMORY_NAME = re.compile(r"^(Memcpy|Memset|dma)")  # HTA's is_memory_kernel
+_STEP_NAME = re.compile(r"ProfilerStep\s*#\s*(\d+)")
+_RANK_IN_NAME = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
+_DETECT_KEYS = (b'"traceEvents"', b'"schemaVersion"', b'"deviceProperties"', b'"distributedInfo"')
+
+
+def looks_like_kineto(head: bytes, name: str) -> bool:
+    """A `.json` file (after any `.gz`) whose first bytes open an object with a key
+    Kineto writes first (`schemaVersion`, `deviceProperties`, `distributedInfo`,
+    `traceEvents`)."""
+    lower = name.lower()
+    if lower.endswith(".gz"):
+        lower = lower[:-3]
+    if not lower.endswith(".json"):
+        return False
+    start = head.lstrip()
+    if start.startswith(b"\xef\xbb\xbf"):
+        start = start[3:].lstrip()
+    return start.startswith(b"{") and any(key in head for key in _DETECT_KEYS)
+
+
+def kernel_kind(name: str, memory_cat: bool = False) -> GpuKind:
+    """The `GpuKind` of one GPU event name (and whether its cat is memcpy/memset)."""
+    if memory_cat or _MEMORY_NAME.match(name):
+        return GpuKind.MEMORY
+    if _COMM_NAME.match(name):
+        return GpuKind.COMMUNICATION
+    return GpuKind.COMPUTE
+
+
+def rank_from_file_name(name: str) -> int | None:
+    """`rank-3` / `rank_3` / `rank3` in the file's base name, else None."""
+    match = _RANK_IN_NAME.search(PurePosixPath(name).name)
+    return int(match.group(1)) if match else None
+
+
+def read_kineto(source: Source, result: ReadResult) -> Iterator[TableBatch]:
+    """Yield `gpu_events` batches for one rank's Kineto trace; see the module docstring."""
+    with source.open() as fh:
+        raw = fh.read()
+    trace = _decode(source.name, raw)
+    del raw
+    events = trace.traceEvents
+    rank = _rank_of(source.name, trace.distributedInfo)
+
+    gpu, runtime, step_marks = _split_events(events)
+    columns = _gpu_columns(source.name, gpu, events)
+    launch_us = _launch_times(columns, runtime)
+    windows = _step_windows(step_marks)
+    step = assign_steps(launch_us, windows)
+
+    n = len(gpu)
+    _merge_metadata(result, source.name, rank, trace.distributedInfo, columns, windows, n)
+    if not windows:
+        result.skipped.append(f"{source.name}: no ProfilerStep#N annotations, every GPU event has step -1")
+    if n == 0:
+        result.skipped.append(f"{source.name}: no GPU events (kernel, gpu_memcpy, gpu_memset)")
+        return
+
+    rank_col = np.full(n, rank, dtype=np.int32)
+    for lo in range(0, n, BATCH_ROWS):
+        hi = min(lo + BATCH_ROWS, n)
+        yield TableBatch(
+            "gpu_events",
+            {
+                "rank": rank_col[lo:hi],
+                "stream": columns["stream"][lo:hi],
+                "step": step[lo:hi],
+                "kind": columns["kind"][lo:hi],
+                "name": columns["name"][lo:hi],
+                "start_us": columns["start_us"][lo:hi],
+                "dur_us": columns["dur_us"][lo:hi],
+                "launch_us": launch_us[lo:hi],
+            },
+        )
+
+
+def assign_steps(launch_us: np.ndarray, windows: list[tuple[int, float, float]]) -> np.ndarray:
+    """Step number of each launch time: N when inside [start, end) of ProfilerStep#N,
+    else -1 (also for NaN launches). `windows` are (N, start_us, end_us)."""
+    step = np.full(len(launch_us), -1, dtype=np.int32)
+    if not windows:
+        return step
+    win = sorted(windows, key=lambda w: w[1])
+    numbers = np.array([w[0] for w in win], dtype=np.int32)
+    starts = np.array([w[1] for w in win], dtype=np.float64)
+    ends = np.array([w[2] for w in win], dtype=np.float64)
+    known = ~np.isnan(launch_us)
+    idx = np.searchsorted(starts, launch_us[known], side="right") - 1
+    inside = idx >= 0
+    inside[inside] = launch_us[known][inside] < ends[idx[inside]]
+    out = np.full(int(known.sum()), -1, dtype=np.int32)
+    out[inside] = numbers[idx[inside]]
+    step[known] = out
+    return step
+
+
+# --- decoding ------------------------------------------------------------------------
+# msgspec decodes straight into small structs holding only the fields we use and skips the
+# rest (cpu_op input shapes, flow events' extra keys...) without building Python objects:
+# ~6x faster than a generic JSON load of the whole document. Typed first; a trace with
+# unusual value types (string ids, say) is decoded again with untyped fields and
+# converted leniently.
+
+
+class _Args(msgspec.Struct, gc=False):
+    stream: int | None = None
+    device: int | None = None
+    correlation: int | None = None
+    external_id: int | None = msgspec.field(default=None, name="External id")
+
+
+class _Event(msgspec.Struct, gc=False):
+    ph: str | None = None
+    cat: str | None = None
+    name: str | None = None
+    ts: float | None = None
+    dur: float | None = None
+    pid: int | str | None = None
+    tid: int | str | None = None
+    args: _Args | None = None
+
+
+class _Trace(msgspec.Struct):
+    traceEvents: list[_Event] | None = None
+    distributedInfo: Any = None
+
+
+class _LooseArgs(msgspec.Struct, gc=False):
+    stream: Any = None
+    device: Any = None
+    correlation: Any = None
+    external_id: Any = msgspec.field(default=None, name="External id")
+
+
+class _LooseEvent(msgspec.Struct, gc=False):
+    ph: Any = None
+    cat: Any = None
+    name: Any = None
+    ts: Any = None
+    dur: Any = None
+    pid: Any = None
+    tid: Any = None
+    args: _LooseArgs | None = None
+
+
+class _LooseTrace(msgspec.Struct):
+    traceEvents: list[_LooseEvent] | None = None
+    distributedInfo: Any = None
+
+
+_STRICT = msgspec.json.Decoder(_Trace)
+_LOOSE = msgspec.json.Decoder(_LooseTrace)
+_BYTE_POS = re.compile(r"byte (\d+)")
+_ERROR_PATH = re.compile(r"at `\$\.traceEvents\[(\d+)\](?:\.([\w.]+))?`")
+
+
+def _decode(file: str, raw: bytes) -> _Trace | _LooseTrace:
+    if raw.startswith(b"\xef\xbb\xbf"):
+        raw = raw[3:]
+    try:
+        trace = _STRICT.decode(raw)
+    except msgspec.ValidationError:
+        try:
+            trace = _LOOSE.decode(raw)
+        except msgspec.ValidationError as exc:
+            raise _validation_error(file, str(exc)) from None
+    except msgspec.DecodeError as exc:
+        match = _BYTE_POS.search(str(exc))
+        end = int(match.group(1)) if match else len(raw)  # no position: truncated input
+        line = raw.count(b"\n", 0, end) + 1
+        raise InputError(file, f"not valid JSON: {exc}", line=line) from None
+    if trace.traceEvents is None:
+        raise InputError(file, "Kineto trace: traceEvents is missing", field="traceEvents")
+    return trace
+
+
+def _validation_error(file: str, message: str) -> InputError:
+    match = _ERROR_PATH.search(message)
+    if match:  # a bad event: name its position in traceEvents (1-based) and its field
+        field_name = match.group(2) or "traceEvents"
+        if field_name == "args.external_id":
+            field_name = "args.External id"
+        return InputError(file, f"Kineto trace event: {message}", line=int(match.group(1)) + 1, field=field_name)
+    if "traceEvents" in message or message.startswith("Expected `object`, got"):
+        return InputError(file, f"Kineto trace: {message}", field="traceEvents")
+    return InputError(file, f"Kineto trace: {message}")
+
+
+def _rank_of(file: str, info: Any) -> int:
+    if isinstance(info, dict) and info.get("rank") is not None:
+        try:
+            return int(info["rank"])
+        except (TypeError, ValueError):
+            raise InputError(file, f"rank is not an integer: {info['rank']!r}", field="distributedInfo.rank") from None
+    from_name = rank_from_file_name(file)
+    return 0 if from_name is None else from_name
+
+
+def _split_events(events: list) -> tuple[list, list, list]:
+    """GPU events, runtime calls and ProfilerStep annotations, in file order."""
+    gpu: list = []
+    runtime: list = []
+    steps: list = []
+    gpu_append, rt_append, step_append = gpu.append, runtime.append, steps.append
+    for e in events:
+        cat = e.cat
+        if cat in GPU_CATS:
+            if e.ph in ("X", None):
+                gpu_append(e)
+        elif cat in RUNTIME_CATS:
+            rt_append(e)
+        elif cat not in NOT_STEP_CATS:
+            name = e.name
+            if type(name) is str and name.startswith("ProfilerStep"):
+                step_append(e)
+    return gpu, runtime, steps
+
+
+def _float_column(file: str, rows: list, key: str, all_events: list, default=None) -> np.ndarray:  # noqa: ANN001
+    values = [getattr(e, key) for e in rows]
+    if default is not None:
+        values = [default if v is None else v for v in values]
+    try:
+        column = np.asarray(values, dtype=np.float64)
+    except (TypeError, ValueError):
+        column = None
+    if column is not None and not np.isnan(column).any():  # None would convert to NaN
+        return column
+    bad = next(i for i, v in enumerate(values) if not _is_number(v) or v != v)
+    record = _record_of(all_events, rows[bad])
+    raise InputError(file, f"GPU event {key} is not a number: {values[bad]!r}", line=record, field=key)
+
+
+def _is_number(v) -> bool:  # noqa: ANN001
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _record_of(all_events: list, event) -> int:  # noqa: ANN001
+    """1-based position of `event` in traceEvents (only computed on errors)."""
+    return next(i for i, e in enumerate(all_events) if e is event) + 1
+
+
+def _as_ints(values: list, default: int = -1) -> np.ndarray:
+    """Integers (ints, integral strings/floats) as int64; anything else -> `default`."""
+    try:
+        return np.fromiter((default if v is None else v for v in values), dtype=np.int64, count=len(values))
+    except (TypeError, ValueError, OverflowError):
+        pass
+    out = []
+    for v in values:
+        try:
+            out.append(int(v))
+        except (TypeError, ValueError, OverflowError):
+            out.append(default)
+    return np.asarray(out, dtype=np.int64)
+
+
+def _arg_values(rows: list, key: str) -> list:
+    return [None if e.args is None else getattr(e.args, key) for e in rows]
+
+
+def _gpu_columns(file: str, gpu: list, all_events: list) -> dict:
+    n = len(gpu)
+    start = _float_column(file, gpu, "ts", all_events)
+    dur = _float_column(file, gpu, "dur", all_events, default=0.0)
+    stream = _arg_values(gpu, "stream")
+    stream = [e.tid if v is None else v for v, e in zip(stream, gpu)]
+    device = _arg_values(gpu, "device")
+    device = [e.pid if v is None else v for v, e in zip(device, gpu)]
+    names = [e.name for e in gpu]
+    if any(type(v) is not str for v in names):
+        names = [v if type(v) is str else ("" if v is None else str(v)) for v in names]
+
+    # Intern names so the regex classification runs once per distinct kernel name.
+    table: dict[str, int] = {}
+    codes = np.fromiter((table.setdefault(v, len(table)) for v in names), dtype=np.int64, count=n)
+    kind_of_name = np.array([kernel_kind(v) for v in table], dtype=np.int8)
+    kind = kind_of_name[codes] if n else np.zeros(0, dtype=np.int8)
+    memory_cat = np.fromiter((e.cat in MEMORY_CATS for e in gpu), dtype=bool, count=n)
+    kind[memory_cat] = GpuKind.MEMORY
+    return {
+        "start_us": start,
+        "dur_us": dur,
+        "stream": _as_ints(stream).astype(np.int32),
+        "device": _as_ints(device),
+        "correlation": _as_ints(_arg_values(gpu, "correlation")),
+        "external_id": _as_ints(_arg_values(gpu, "external_id")),
+        "name": names,
+        "kind": kind,
+    }
+
+
+def _launch_times(columns: dict, runtime: list) -> np.ndarray:
+    """Start of each GPU event's runtime call (by correlation, then External id)."""
+    n = len(columns["start_us"])
+    launch = np.full(n, np.nan)
+    if not runtime or n == 0:
+        return launch
+    rt_ts = np.asarray([e.ts if _is_number(e.ts) else np.nan for e in runtime], dtype=np.float64)
+    for key, column in (("correlation", "correlation"), ("external_id", "external_id")):
+        todo = np.isnan(launch) & (columns[column] >= 0)
+        if not todo.any():
+            continue
+        rt_keys = _as_ints(_arg_values(runtime, key))
+        idx = _last_match(rt_keys, columns[column][todo])
+        found = idx >= 0
+        values = np.full(len(idx), np.nan)
+        values[found] = rt_ts[idx[found]]
+        launch[todo] = values
+    return launch
+
+
+def _last_match(keys: np.ndarray, queries: np.ndarray) -> np.ndarray:
+    """Index of the last element of `keys` equal to each query, -1 when absent."""
+    order = np.argsort(keys, kind="stable")
+    sorted_keys = keys[order]
+    pos = np.searchsorted(sorted_keys, queries, side="right") - 1
+    hit = pos >= 0
+    hit[hit] = sorted_keys[pos[hit]] == queries[hit]
+    hit &= queries >= 0
+    out = np.full(len(queries), -1, dtype=np.int64)
+    out[hit] = order[pos[hit]]
+    return out
+
+
+def _step_windows(marks: list) -> list[tuple[int, float, float]]:
+    windows = []
+    for e in marks:
+        match = _STEP_NAME.match(e.name)
+        if match is None or not _is_number(e.ts) or not _is_number(e.dur):
+            continue
+        windows.append((int(match.group(1)), float(e.ts), float(e.ts) + float(e.dur)))
+    windows.sort(key=lambda w: w[1])
+    return windows
+
+
+def _merge_metadata(result: ReadResult, file: str, rank: int, info: Any, columns: dict, windows, n: int) -> None:  # noqa: ANN001
+    """Fold this file's facts into metadata["kineto"]; a rank may come in several files
+    (e.g. two profiling windows of one run), so per-rank entries accumulate."""
+    kineto = result.info.metadata.setdefault("kineto", {})
+    key = str(rank)
+    kineto["ranks"] = sorted(set(kineto.get("ranks", [])) | {rank})
+    if isinstance(info, dict) and info.get("world_size") is not None:
+        kineto["world_size"] = info["world_size"]
+    files = kineto.setdefault("files", {})
+    files[key] = sorted(set(files.get(key, [])) | {file})
+    for field_name, values in (("devices", columns["device"]), ("streams", columns["stream"])):
+        per_rank = kineto.setdefault(field_name, {})
+        per_rank[key] = sorted(set(per_rank.get(key, [])) | set(np.unique(values).tolist()))
+    counts = kineto.setdefault("gpu_events", {})
+    counts[key] = counts.get(key, 0) + n
+    steps = kineto.setdefault("steps", {})
+    steps[key] = sorted(steps.get(key, []) + [[s, a, b] for s, a, b in windows], key=lambda w: w[1])

@@ -1,0 +1,276 @@
+"""Ingestion: sources -> readers -> bulk load -> per-step summaries -> trace ready.
+
+All-or-nothing: on Postgres the whole load is one transaction; on SQLite (one writer
+at a time, and progress must stay writable) rows are committed per batch and deleted
+again on failure. Either way a trace is only `ready` once everything is in, and every
+run starts by clearing rows a killed earlier attempt may have left.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import IO, Callable
+
+import numpy as np
+from sqlalchemy import delete, insert, select, update
+from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.exc import IntegrityError
+
+from backend.formats import read_sources, upload_format
+from backend.formats.base import STEP_TIMING_COLUMNS, InputError, ReadResult, Source, TableBatch
+from backend.ingest.bulk import bulk_insert
+from backend.ingest.summaries import StepAccumulator, infer_response_cap
+from backend.models import (
+    GpuEvent,
+    GpuKernelName,
+    RankTiming,
+    Sample,
+    Step,
+    ToolCall,
+    Trace,
+    TraceStatus,
+    Turn,
+)
+
+TRACE_TABLES = (Sample, Turn, ToolCall, RankTiming, GpuEvent, GpuKernelName, Step)
+COUNT_COLUMN = {
+    "samples": "n_samples",
+    "turns": "n_turns",
+    "tool_calls": "n_tool_calls",
+    "rank_timings": "n_rank_timings",
+    "gpu_events": "n_gpu_events",
+}
+
+Progress = Callable[[float, str], None]
+
+
+class _CountingStream:
+    """Wraps a binary stream to count bytes read (for progress)."""
+
+    def __init__(self, raw: IO[bytes], counter: list[int]):
+        self._raw, self._counter = raw, counter
+
+    def read(self, n: int = -1) -> bytes:
+        data = self._raw.read(n)
+        self._counter[0] += len(data)
+        return data
+
+    def readline(self, n: int = -1) -> bytes:
+        data = self._raw.readline(n)
+        self._counter[0] += len(data)
+        return data
+
+    def __iter__(self):
+        return iter(self.readline, b"")
+
+    def __getattr__(self, name):  # noqa: ANN001
+        return getattr(self._raw, name)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._raw.close()
+
+
+@dataclass
+class IngestReport:
+    counts: dict[str, int] = field(default_factory=dict)
+    n_steps: int = 0
+    skipped: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+class _Loader:
+    """Folds reader batches into one trace's rows."""
+
+    def __init__(self, conn: Connection, trace_id: int):
+        self.conn, self.trace_id = conn, trace_id
+        self.counts = {t: 0 for t in COUNT_COLUMN}
+        self.steps = StepAccumulator()
+        self.measured: dict[int, dict] = {}
+        self.task_ids: dict[str, int] = {}
+        self.kernel_ids: dict[str, int] = {}
+
+    def add(self, batch: TableBatch) -> None:
+        cols = dict(batch.columns)
+        n = len(batch)
+        if n == 0:
+            return
+        if batch.table == "steps":
+            self._add_measured(cols)
+            return
+        if batch.table == "samples":
+            if "task" in cols:
+                cols["task_id"] = self._ids(cols.pop("task"), self.task_ids).astype(np.int16)
+            self.steps.add(cols)
+        elif batch.table == "gpu_events":
+            cols["name_id"] = self._kernel_ids(cols.pop("name"))
+            cols["event_idx"] = np.arange(self.counts["gpu_events"], self.counts["gpu_events"] + n, dtype=np.int64)
+        cols["trace_id"] = np.full(n, self.trace_id, dtype=np.int64)
+        self.counts[batch.table] += bulk_insert(self.conn, batch.table, cols)
+
+    def _ids(self, names: list, mapping: dict[str, int]) -> np.ndarray:
+        return np.fromiter((mapping.setdefault(str(v), len(mapping)) for v in names), np.int64, len(names))
+
+    def _kernel_ids(self, names: list) -> np.ndarray:
+        before = len(self.kernel_ids)
+        ids = self._ids(names, self.kernel_ids)
+        new = list(self.kernel_ids)[before:]
+        if new:
+            bulk_insert(
+                self.conn,
+                "gpu_kernel_names",
+                {
+                    "trace_id": np.full(len(new), self.trace_id, dtype=np.int64),
+                    "name_id": np.arange(before, before + len(new), dtype=np.int64),
+                    "name": new,
+                },
+            )
+        return ids
+
+    def _add_measured(self, cols: dict) -> None:
+        metrics = cols.get("metrics")
+        for i, step in enumerate(np.asarray(cols["step"]).tolist()):
+            row = self.measured.setdefault(int(step), {"metrics": {}})
+            for name in STEP_TIMING_COLUMNS:
+                if name in cols:
+                    value = float(cols[name][i])
+                    if value == value:  # not NaN
+                        row[name] = value
+            if metrics is not None:
+                row["metrics"].update(metrics[i])
+
+    def write_steps(self, cap: int | None) -> int:
+        task_names = list(self.task_ids)
+        rows: dict[int, dict] = {}
+        for s in self.steps.summaries(cap, task_names):
+            rows[s.step] = {
+                "step": s.step,
+                "validate": s.validate,
+                "n_groups": s.n_groups,
+                "n_samples": s.n_samples,
+                "prompt_tokens": s.prompt_tokens,
+                "response_tokens": s.response_tokens,
+                "summary": s.summary,
+                "metrics": {},
+            }
+        for step, measured in self.measured.items():
+            rows.setdefault(step, {"step": step, "summary": {}, "metrics": {}}).update(measured)
+        if rows:
+            self.conn.execute(insert(Step), [{"trace_id": self.trace_id, **r} for r in rows.values()])
+        return len(rows)
+
+
+def clear_trace_rows(conn: Connection, trace_id: int) -> None:
+    for model in TRACE_TABLES:
+        conn.execute(delete(model).where(model.trace_id == trace_id))
+
+
+def _duplicate_message(exc: IntegrityError) -> str:
+    detail = str(exc.orig).strip().splitlines()
+    return "duplicate rows in the upload (the same step/group/sample twice): " + " ".join(detail[:3])
+
+
+def ingest_trace(
+    engine: Engine,
+    trace_id: int,
+    sources: list[Source],
+    *,
+    forced_format: str | None = None,
+    max_response_len: int | None = None,
+    progress: Progress | None = None,
+) -> IngestReport:
+    """Load `sources` into trace `trace_id` and mark it ready; on any error mark it failed
+    with the reason, leave no rows behind, and re-raise."""
+    started = time.monotonic()
+    total_bytes = sum(s.size or 0 for s in sources) or 1
+    counter = [0]
+    counted = [Source(s.name, (lambda s=s: _CountingStream(s.open(), counter)), s.size) for s in sources]
+    result = ReadResult()
+    atomic = engine.dialect.name == "postgresql"
+    last_report = [0.0]
+
+    def report(message: str) -> None:
+        now = time.monotonic()
+        if progress and now - last_report[0] > 0.5:
+            last_report[0] = now
+            progress(min(counter[0] / total_bytes, 0.99), message)
+
+    set_trace_status(engine, trace_id, TraceStatus.INGESTING, None)
+    try:
+        with engine.connect() as conn:
+            clear_trace_rows(conn, trace_id)
+            conn.commit()
+            loader = _Loader(conn, trace_id)
+            try:
+                for batch in read_sources(counted, forced_format, result):
+                    loader.add(batch)
+                    if not atomic:
+                        conn.commit()
+                    report(f"loaded {sum(loader.counts.values()):,} rows")
+                cap = max_response_len or result.info.max_response_len
+                if cap is None:
+                    cap = infer_response_cap(loader.steps.max_response)
+                n_steps = loader.write_steps(cap)
+                _finish(conn, trace_id, loader, result, cap, n_steps, upload_format(sources))
+                conn.commit()
+            except BaseException:
+                conn.rollback()
+                if not atomic:
+                    clear_trace_rows(conn, trace_id)
+                    conn.commit()
+                raise
+    except IntegrityError as exc:
+        message = _duplicate_message(exc)
+        set_trace_status(engine, trace_id, TraceStatus.FAILED, message)
+        raise InputError("upload", message) from exc
+    except InputError as exc:
+        set_trace_status(engine, trace_id, TraceStatus.FAILED, str(exc))
+        raise
+    except Exception as exc:
+        set_trace_status(engine, trace_id, TraceStatus.FAILED, f"ingestion failed: {exc}")
+        raise
+    if progress:
+        progress(1.0, "ready")
+    return IngestReport(dict(loader.counts), n_steps, result.skipped, time.monotonic() - started)
+
+
+def _finish(  # noqa: PLR0913
+    conn: Connection,
+    trace_id: int,
+    loader: _Loader,
+    result: ReadResult,
+    cap: int | None,
+    n_steps: int,
+    detected_format: str,
+) -> None:
+    info = result.info
+    meta = dict(info.metadata)
+    if result.skipped:
+        meta["skipped"] = result.skipped
+    values = {COUNT_COLUMN[t]: n for t, n in loader.counts.items()}
+    trace = conn.execute(
+        select(Trace.meta, Trace.framework, Trace.source_format).where(Trace.id == trace_id)
+    ).one()
+    conn.execute(
+        update(Trace)
+        .where(Trace.id == trace_id)
+        .values(
+            **values,
+            n_steps=n_steps,
+            max_response_len=cap,
+            tasks=list(loader.task_ids),
+            framework=info.framework or trace.framework,
+            source_format=trace.source_format or detected_format,
+            meta={**(trace.meta or {}), **meta},
+            status=TraceStatus.READY,
+            error=None,
+        )
+    )
+
+
+def set_trace_status(engine: Engine, trace_id: int, status: str, error: str | None) -> None:
+    with engine.begin() as conn:
+        conn.execute(update(Trace).where(Trace.id == trace_id).values(status=status, error=error))

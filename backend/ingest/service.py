@@ -1,0 +1,117 @@
+"""From a stored upload to a trace: dedupe by content, then ingest now or hand to a worker."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlalchemy import delete, select
+from sqlalchemy.orm import Session
+
+from backend.db import get_engine
+from backend.formats.base import InputError
+from backend.ingest.pipeline import Progress, ingest_trace, set_trace_status
+from backend.ingest.uploads import StoredUpload, discard, upload_sources
+from backend.jobs import INGEST_TASK, create_job, dispatch
+from backend.models import Job, Trace, TraceStatus
+from backend.settings import Settings
+
+
+@dataclass
+class UploadOutcome:
+    trace: Trace
+    job: Job | None
+    created: bool  # False: the team had uploaded the same content before
+
+
+def _existing(session: Session, team_id: int, content_hash: str) -> Trace | None:
+    return session.scalars(
+        select(Trace).where(Trace.team_id == team_id, Trace.content_hash == content_hash)
+    ).first()
+
+
+def accept_upload(
+    session: Session,
+    settings: Settings,
+    *,
+    team_id: int,
+    stored: StoredUpload,
+    name: str | None,
+    forced_format: str | None,
+    max_response_len: int | None,
+    inline: bool | None = None,
+    progress: Progress | None = None,
+) -> UploadOutcome:
+    """Create the trace for an upload and ingest it (inline when small, else by a job).
+
+    Inline failures raise InputError and leave nothing behind: no rows, no trace.
+    """
+    existing = _existing(session, team_id, stored.content_hash)
+    if existing is not None and existing.status != TraceStatus.FAILED:
+        discard(stored.folder)
+        return UploadOutcome(existing, None, created=False)
+    if existing is not None:  # a failed earlier attempt: replace it
+        session.execute(delete(Trace).where(Trace.id == existing.id))
+    trace = Trace(
+        team_id=team_id,
+        name=name or stored.files[0].name,
+        source_format=forced_format,
+        status=TraceStatus.PENDING,
+        content_hash=stored.content_hash,
+        size_bytes=stored.size_bytes,
+        meta={},
+    )
+    session.add(trace)
+    session.flush()
+    if inline is None:
+        inline = stored.size_bytes <= settings.inline_ingest_max_bytes
+    if not inline:
+        job = create_job(
+            session,
+            team_id=team_id,
+            trace_id=trace.id,
+            kind="ingest",
+            params={
+                "folder": str(stored.folder),
+                "format": forced_format,
+                "max_response_len": max_response_len,
+            },
+        )
+        session.commit()
+        dispatch(job.id, INGEST_TASK)
+        return UploadOutcome(trace, job, created=True)
+    session.commit()
+    try:
+        ingest_stored(trace.id, stored.files, settings, forced_format, max_response_len, progress)
+    except InputError:
+        session.execute(delete(Trace).where(Trace.id == trace.id))
+        session.commit()
+        raise
+    finally:
+        discard(stored.folder)
+    session.refresh(trace)
+    return UploadOutcome(trace, None, created=True)
+
+
+def ingest_stored(
+    trace_id: int,
+    files: list,
+    settings: Settings,
+    forced_format: str | None,
+    max_response_len: int | None,
+    progress: Progress | None = None,
+) -> None:
+    """Expand the stored files (archives, .gz) and ingest them into the trace."""
+    engine = get_engine()
+    try:
+        sources = upload_sources(files, settings)
+    except InputError as exc:
+        set_trace_status(engine, trace_id, TraceStatus.FAILED, str(exc))
+        raise
+    ingest_trace(
+        engine,
+        trace_id,
+        sources,
+        forced_format=forced_format,
+        max_response_len=max_response_len,
+        progress=progress,
+    )

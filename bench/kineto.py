@@ -1,0 +1,406 @@
+"""Benchmark: our Kineto import + GPU timeline analyses versus Holistic Trace Analysis.
+
+For each Kineto fixture (../shared/fixtures/kineto; sampled_rank-0/1 form one 2-rank job)
+and a generated multi-rank trace of >= 1M GPU events, time
+
+  ours: read_kineto over every rank file (decompression included) + temporal_breakdown
+        + idle_breakdown (all ranks);
+  HTA:  TraceAnalysis(trace_dir) (parse + align + filter) + get_temporal_breakdown
+        + get_idle_time_breakdown(ranks=all), HolisticTraceAnalysis 0.5.0 in its own venv
+        (bench/out/hta-venv, created on first run), run in a subprocess that prints JSON;
+
+then print both timings, the speed ratio (target >= 10x) and, per rank, the difference in
+idle %, compute % and non-compute % (target <= 0.5 pp), plus the largest difference in
+the idle-breakdown shares (host wait / kernel wait / other, per stream).
+
+    .venv/bin/python bench/kineto.py            # fixtures + generated 1M-event trace
+    .venv/bin/python bench/kineto.py --quick    # fixtures only
+
+Generated traces go to bench/out/ (gitignored); HTA needs one folder per job, one file
+per rank, so the fixtures are symlinked into bench/out/hta-dirs/.
+
+This file is also the HTA worker: `<hta-venv python> bench/kineto.py --hta-worker DIR`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+OUT = ROOT / "bench" / "out"
+FIXTURES = ROOT.parent / "shared" / "fixtures" / "kineto"
+HTA_VENV = OUT / "hta-venv"
+HTA_PYTHON = HTA_VENV / "bin" / "python"
+HTA_REQUIREMENTS = ["HolisticTraceAnalysis==0.5.0", "pandas<3"]
+
+FIXTURE_JOBS = {
+    "sampled (2 ranks)": ["sampled_rank-0.json.gz", "sampled_rank-1.json.gz"],
+    "ns_resolution": ["ns_resolution_rank-0.json.gz"],
+    "queue_length": ["queue_length_rank-0.json.gz"],
+}
+GENERATED = {"ranks": 8, "steps": 12, "gpu_events_per_rank": 131_072, "seed": 7}
+
+
+# --- HTA side (runs inside the HTA venv) ----------------------------------------------
+
+
+def hta_worker(trace_dir: str) -> None:
+    """Run HTA on one folder and print timings and results as JSON on stdout."""
+    import logging
+
+    logging.disable(logging.WARNING)
+    from hta.trace_analysis import TraceAnalysis
+
+    t0 = time.perf_counter()
+    analyzer = TraceAnalysis(trace_dir=trace_dir)
+    t1 = time.perf_counter()
+    temporal = analyzer.get_temporal_breakdown(visualize=False)
+    t2 = time.perf_counter()
+    ranks = analyzer.t.get_ranks()
+    idle, _ = analyzer.get_idle_time_breakdown(ranks=ranks, visualize=False)
+    t3 = time.perf_counter()
+    unit = next(c for c in temporal.columns if c.startswith("kernel_time(")).split("(")[1].rstrip(")")
+    print(
+        json.dumps(
+            {
+                "seconds": {"parse": t1 - t0, "temporal": t2 - t1, "idle": t3 - t2, "total": t3 - t0},
+                "temporal": [
+                    {
+                        "rank": int(r["rank"]),
+                        "kernel_time": float(r[f"kernel_time({unit})"]),
+                        "idle_pct": float(r["idle_time_pctg"]),
+                        "compute_pct": float(r["compute_time_pctg"]),
+                        "non_compute_pct": float(r["non_compute_time_pctg"]),
+                    }
+                    for _, r in temporal.iterrows()
+                ],
+                "idle": [
+                    {
+                        "rank": int(r["rank"]),
+                        "stream": int(r["stream"]),
+                        "category": str(r["idle_category"]),
+                        "idle_time": float(r["idle_time"]),
+                        "ratio": float(r["idle_time_ratio"]),
+                    }
+                    for _, r in idle.iterrows()
+                ],
+            }
+        )
+    )
+
+
+def ensure_hta_venv() -> None:
+    if HTA_PYTHON.exists():
+        probe = subprocess.run([str(HTA_PYTHON), "-c", "import hta, pandas"], capture_output=True)
+        if probe.returncode == 0:
+            return
+    print(f"installing HolisticTraceAnalysis 0.5.0 into {HTA_VENV} ...", flush=True)
+    subprocess.run([sys.executable, "-m", "venv", str(HTA_VENV)], check=True)
+    subprocess.run([str(HTA_PYTHON), "-m", "pip", "install", "-q", *HTA_REQUIREMENTS], check=True)
+
+
+def run_hta(trace_dir: Path) -> dict:
+    proc = subprocess.run(
+        [str(HTA_PYTHON), str(Path(__file__).resolve()), "--hta-worker", str(trace_dir)],
+        capture_output=True,
+        text=True,
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(f"HTA failed on {trace_dir}:\n{proc.stderr[-4000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+# --- our side --------------------------------------------------------------------------
+
+
+def run_ours(files: list[Path]) -> dict:
+    import numpy as np
+
+    from backend.formats.base import ReadResult, Source
+    from backend.formats.kineto import read_kineto
+    from workers.analysis.gpu_timeline import idle_breakdown, temporal_breakdown
+
+    def opener(path: Path):  # noqa: ANN202
+        return (lambda: gzip.open(path, "rb")) if path.suffix == ".gz" else (lambda: open(path, "rb"))
+
+    t0 = time.perf_counter()
+    result = ReadResult()
+    parts: dict[str, list] = {}
+    for path in files:
+        for batch in read_kineto(Source(path.name, opener(path), path.stat().st_size), result):
+            for key, values in batch.columns.items():
+                parts.setdefault(key, []).append(values)
+    events = {
+        k: ([x for chunk in v for x in chunk] if k == "name" else np.concatenate(v)) for k, v in parts.items()
+    }
+    windows = result.info.metadata["kineto"]["steps"]
+    t1 = time.perf_counter()
+    temporal = temporal_breakdown(events, windows)
+    t2 = time.perf_counter()
+    idle = idle_breakdown(events, windows)
+    t3 = time.perf_counter()
+    return {
+        "seconds": {"read": t1 - t0, "temporal": t2 - t1, "idle": t3 - t2, "total": t3 - t0},
+        "n_events": int(len(events["rank"])),
+        "temporal": temporal,
+        "idle": idle,
+    }
+
+
+def compare(ours: dict, hta: dict) -> dict:
+    """Per-rank percentage differences and the largest idle-share difference (pp)."""
+    t = ours["temporal"]
+    by_rank = {int(r): i for i, r in enumerate(t["rank"])}
+    rows = []
+    for h in hta["temporal"]:
+        i = by_rank[h["rank"]]
+        rows.append(
+            {
+                "rank": h["rank"],
+                "idle_pct": (float(t["idle_pct"][i]), h["idle_pct"]),
+                "compute_pct": (float(t["compute_pct"][i]), h["compute_pct"]),
+                "non_compute_pct": (float(t["non_compute_pct"][i]), h["non_compute_pct"]),
+            }
+        )
+    idle = ours["idle"]
+    ours_ratio = {}
+    for i in range(len(idle["rank"])):
+        key = (int(idle["rank"][i]), int(idle["stream"][i]))
+        for cat in ("host_wait", "kernel_wait", "other"):
+            ours_ratio[key + (cat,)] = float(idle[f"{cat}_ratio"][i])
+    # HTA rounds its ratios to 2 decimals (1 pp steps), so shares are recomputed from its
+    # idle times (rounded to 0.01 us only).
+    hta_total: dict[tuple, float] = {}
+    for h in hta["idle"]:
+        key = (h["rank"], h["stream"])
+        hta_total[key] = hta_total.get(key, 0.0) + (h["idle_time"] if h["idle_time"] == h["idle_time"] else 0.0)
+    worst = 0.0
+    for h in hta["idle"]:
+        total = hta_total[(h["rank"], h["stream"])]
+        if not total or h["idle_time"] != h["idle_time"]:
+            continue  # a stream without gaps
+        mine = ours_ratio.get((h["rank"], h["stream"], h["category"]), 0.0)
+        worst = max(worst, abs(100 * mine - 100 * h["idle_time"] / total))
+    return {"ranks": rows, "idle_share_max_diff_pp": worst}
+
+
+# --- generated multi-rank trace --------------------------------------------------------
+
+COMPUTE_KERNELS = [
+    "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<c10::BFloat16>, at::detail::Array<char*, 3> >(int, at::native::CUDAFunctor_add<c10::BFloat16>, at::detail::Array<char*, 3>)",
+    "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_execute_segment_k_off_kernel__5x_cublas",
+    "void flash_fwd_kernel<Flash_fwd_kernel_traits<128, 128, 64, 4, false, false, cutlass::bfloat16_t> >(flash::Flash_fwd_params)",
+    "void flash_bwd_dq_dk_dv_loop_seqk_parallel_kernel<Flash_bwd_kernel_traits<128, 64, 128, 8, 2, 4, 2, false, false, cutlass::bfloat16_t> >(flash::Flash_bwd_params)",
+    "void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float, float, float, at::native::(anonymous namespace)::SoftMaxForwardEpilogue>(float*, float const*, int)",
+    "triton_red_fused__to_copy_add_mean_mul_pow_rsqrt_0",
+    "void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, at::native::func_wrapper_t<float, at::native::sum_functor<float, float, float>::operator()(at::TensorIterator&)::{lambda(float, float)#1}>, unsigned int, float, 4> >(at::native::ReduceOp<float, at::native::func_wrapper_t<float, at::native::sum_functor<float, float, float>::operator()(at::TensorIterator&)::{lambda(float, float)#1}>, unsigned int, float, 4>)",
+    "void multi_tensor_apply_kernel<TensorListMetadata<4>, AdamFunctor<float>, float, float, float, float, float, float, float, float, adamMode_t, float, int, int, int>(int, int volatile*, TensorListMetadata<4>, AdamFunctor<float>, float, float, float, float, float, float, float, float, adamMode_t, float, int, int, int)",
+]
+COMPUTE_OPS = ["aten::add", "aten::mm", "aten::_flash_attention_forward", "aten::_flash_attention_backward",
+               "aten::_softmax", "triton_red_fused", "aten::sum", "Optimizer.step#AdamW.step"]
+NCCL_KERNELS = [
+    "ncclDevKernel_AllGather_RING_LL(ncclDevComm*, unsigned long, ncclWork*)",
+    "ncclDevKernel_ReduceScatter_Sum_bf16_RING_LL(ncclDevComm*, unsigned long, ncclWork*)",
+]
+MEMCPY_NAMES = ["Memcpy HtoD (Pinned -> Device)", "Memcpy DtoH (Device -> Pinned)", "Memcpy DtoD (Device -> Device)"]
+STREAM_COMPUTE, STREAM_COPY, STREAM_NCCL = 7, 13, 20
+
+
+def generate_rank_trace(path: Path, rank: int, world: int, steps: int, n_gpu: int, seed: int) -> None:
+    """Write one rank's Kineto trace: per step a ProfilerStep#N annotation, a data-loading
+    pause, then ops that each launch one GPU event through a cuda_runtime call (correlation
+    ids), on a compute, a copy and an NCCL stream, closed by cudaDeviceSynchronize."""
+    import numpy as np
+    import orjson
+
+    rng = np.random.default_rng(seed * 1000 + rank)
+    pid, tid, device = 1000 + rank, 1000 + rank, rank % 8
+    per_step = n_gpu // steps
+    counts = [per_step + (1 if i < n_gpu - per_step * steps else 0) for i in range(steps)]
+    # Event type per launch: 0 compute, 1 memcpy, 2 memset, 3 nccl.
+    kinds = rng.choice(4, size=n_gpu, p=[0.86, 0.05, 0.01, 0.08])
+    durs = np.where(kinds == 0, rng.lognormal(2.6, 1.1, n_gpu), 0.0)
+    durs = np.where(kinds == 1, rng.lognormal(1.5, 0.8, n_gpu), durs)
+    durs = np.where(kinds == 2, rng.uniform(1, 4, n_gpu), durs)
+    durs = np.where(kinds == 3, rng.lognormal(4.2, 0.9, n_gpu), durs)
+    durs = np.maximum(1, np.round(durs)).astype(np.int64)
+    host_gap = rng.choice([4, 6, 9, 25, 120], size=n_gpu, p=[0.5, 0.3, 0.15, 0.04, 0.01])
+    which = rng.integers(0, len(COMPUTE_KERNELS), n_gpu)
+    which_nccl = rng.integers(0, len(NCCL_KERNELS), n_gpu)
+    which_copy = rng.integers(0, len(MEMCPY_NAMES), n_gpu)
+    slow_rank = 1.0 + (0.15 if rank == world - 1 else 0.0)  # one straggler rank
+
+    events: list[bytes] = [
+        orjson.dumps({"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": f"python {pid}"}}),
+        orjson.dumps({"ph": "M", "name": "process_labels", "pid": device, "tid": 0, "args": {"labels": f"GPU {device}"}}),
+        orjson.dumps({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": "thread 1 (python)"}}),
+    ]
+    dumps = orjson.dumps
+    t_cpu = 1_700_000_000_000_000 + rank * 37
+    free = {STREAM_COMPUTE: t_cpu, STREAM_COPY: t_cpu, STREAM_NCCL: t_cpu}
+    corr = 1
+    i = 0
+    for step in range(steps):
+        step_start = t_cpu
+        t_cpu += int(rng.integers(800, 3000))  # data loading: the GPU waits for the host
+        for _ in range(counts[step]):
+            kind = kinds[i]
+            t_cpu += int(host_gap[i])
+            op_dur = 14
+            if kind == 3:
+                stream, cat = STREAM_NCCL, "kernel"
+                name, op, rt = NCCL_KERNELS[which_nccl[i]], "nccl:all_gather", "cudaLaunchKernel"
+            elif kind == 1:
+                stream, cat = STREAM_COPY, "gpu_memcpy"
+                name, op, rt = MEMCPY_NAMES[which_copy[i]], "aten::copy_", "cudaMemcpyAsync"
+            elif kind == 2:
+                stream, cat = STREAM_COMPUTE, "gpu_memset"
+                name, op, rt = "Memset (Device)", "aten::zero_", "cudaMemsetAsync"
+            else:
+                stream, cat = STREAM_COMPUTE, "kernel"
+                name, op, rt = COMPUTE_KERNELS[which[i]], COMPUTE_OPS[which[i]], "cudaLaunchKernel"
+            launch = t_cpu + 3
+            dur = int(durs[i] * slow_rank) if kind == 0 else int(durs[i])
+            ready = launch + 5
+            if kind == 3:  # collectives wait for the compute stream's work so far
+                ready = max(ready, free[STREAM_COMPUTE])
+            start = max(ready, free[stream])
+            free[stream] = start + dur
+            events.append(dumps({"ph": "X", "cat": "cpu_op", "name": op, "pid": pid, "tid": tid, "ts": t_cpu,
+                                 "dur": op_dur, "args": {"External id": corr, "Sequence number": corr}}))
+            events.append(dumps({"ph": "X", "cat": "cuda_runtime", "name": rt, "pid": pid, "tid": tid,
+                                 "ts": launch, "dur": 6, "args": {"External id": corr, "cbid": 211,
+                                                                  "correlation": corr}}))
+            args = {"External id": corr, "queued": 0, "device": device, "context": 1, "stream": stream,
+                    "correlation": corr}
+            if cat == "kernel":
+                args.update({"registers per thread": 32, "shared memory": 0, "grid": [128, 1, 1],
+                             "block": [256, 1, 1]})
+            else:
+                args["bytes"] = int(dur * 4096)
+            events.append(dumps({"ph": "X", "cat": cat, "name": name, "pid": device, "tid": stream,
+                                 "ts": start, "dur": dur, "args": args}))
+            t_cpu += op_dur
+            corr += 1
+            i += 1
+        # the host blocks until the device drains, then the step ends
+        sync_start = t_cpu + 2
+        t_cpu = max(sync_start + 3, max(free.values()) + 2)
+        events.append(dumps({"ph": "X", "cat": "cuda_runtime", "name": "cudaDeviceSynchronize", "pid": pid,
+                             "tid": tid, "ts": sync_start, "dur": t_cpu - sync_start,
+                             "args": {"cbid": 165, "correlation": corr}}))
+        corr += 1
+        t_cpu += 5
+        events.append(dumps({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{100 + step}",
+                             "pid": pid, "tid": tid, "ts": step_start, "dur": t_cpu - step_start,
+                             "args": {"External id": corr}}))
+        t_cpu += 20
+    head = (
+        '{\n  "schemaVersion": 1,\n  "distributedInfo": {"backend": "nccl", "rank": %d, "world_size": %d},\n'
+        '  "deviceProperties": [{"id": %d, "name": "NVIDIA H100 80GB HBM3", "totalGlobalMem": 85045379072}],\n'
+        '  "traceEvents": [\n' % (rank, world, device)
+    ).encode()
+    tmp = path.with_suffix(".tmp")
+    with open(tmp, "wb") as fh:
+        fh.write(head)
+        fh.write(b",\n".join(events))
+        fh.write(b"\n  ],\n  \"displayTimeUnit\": \"ms\"\n}\n")
+    tmp.replace(path)
+
+
+def generated_job(spec: dict) -> Path:
+    folder = OUT / "generated_{ranks}r_{gpu_events_per_rank}".format(**spec)
+    marker = folder / "params.txt"
+    if marker.exists() and json.loads(marker.read_text()) == spec:
+        return folder
+    folder.mkdir(parents=True, exist_ok=True)
+    for rank in range(spec["ranks"]):
+        print(f"  generating rank {rank} ...", flush=True)
+        generate_rank_trace(folder / f"rank-{rank}.json", rank, spec["ranks"], spec["steps"],
+                            spec["gpu_events_per_rank"], spec["seed"])
+    marker.write_text(json.dumps(spec))
+    return folder
+
+
+def fixture_job(label: str, names: list[str]) -> Path:
+    folder = OUT / "hta-dirs" / label.split(" ")[0]
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in names:
+        link = folder / name
+        if not link.exists():
+            link.symlink_to(FIXTURES / name)
+    return folder
+
+
+# --- report ----------------------------------------------------------------------------
+
+
+def report(label: str, ours: dict, hta: dict) -> dict:
+    cmp = compare(ours, hta)
+    o, h = ours["seconds"], hta["seconds"]
+    ratio = h["total"] / o["total"] if o["total"] else float("inf")
+    print(f"\n== {label}: {ours['n_events']:,} GPU events")
+    print(f"  ours : read {o['read']:.3f}s  temporal {o['temporal']:.4f}s  idle {o['idle']:.4f}s  total {o['total']:.3f}s")
+    print(f"  HTA  : parse {h['parse']:.3f}s  temporal {h['temporal']:.4f}s  idle {h['idle']:.4f}s  total {h['total']:.3f}s")
+    print(f"  speed-up: {ratio:.1f}x")
+    worst = 0.0
+    for row in cmp["ranks"]:
+        diffs = {k: row[k][0] - row[k][1] for k in ("idle_pct", "compute_pct", "non_compute_pct")}
+        worst = max(worst, *(abs(v) for v in diffs.values()))
+        print(
+            f"  rank {row['rank']}: idle {row['idle_pct'][0]:.2f}% vs {row['idle_pct'][1]:.2f}% "
+            f"(diff {diffs['idle_pct']:+.2f} pp); compute {row['compute_pct'][0]:.2f}% vs "
+            f"{row['compute_pct'][1]:.2f}% ({diffs['compute_pct']:+.2f} pp); non-compute "
+            f"{row['non_compute_pct'][0]:.2f}% vs {row['non_compute_pct'][1]:.2f}% ({diffs['non_compute_pct']:+.2f} pp)"
+        )
+    print(f"  idle breakdown: largest share difference {cmp['idle_share_max_diff_pp']:.2f} pp")
+    return {"label": label, "ratio": ratio, "worst_pp": worst, "idle_pp": cmp["idle_share_max_diff_pp"],
+            "ours_s": o["total"], "hta_s": h["total"], "events": ours["n_events"]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="skip the generated 1M-event trace")
+    parser.add_argument("--hta-worker", metavar="DIR", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.hta_worker:
+        hta_worker(args.hta_worker)
+        return
+
+    sys.path.insert(0, str(ROOT))
+    OUT.mkdir(parents=True, exist_ok=True)
+    ensure_hta_venv()
+    jobs: list[tuple[str, Path]] = []
+    if FIXTURES.is_dir():
+        jobs += [(label, fixture_job(label, names)) for label, names in FIXTURE_JOBS.items()]
+    else:
+        print(f"fixtures not found at {FIXTURES}; only the generated trace is measured")
+    if not args.quick:
+        print("generated trace: {ranks} ranks x {gpu_events_per_rank:,} GPU events".format(**GENERATED), flush=True)
+        jobs.append((f"generated ({GENERATED['ranks']} ranks)", generated_job(GENERATED)))
+
+    summary = []
+    for label, folder in jobs:
+        files = sorted(p for p in folder.iterdir() if p.name.endswith((".json", ".json.gz")))
+        ours = min((run_ours(files) for _ in range(3 if len(files) and files[0].suffix == ".gz" else 1)),
+                   key=lambda r: r["seconds"]["total"])
+        print(f"running HTA on {label} ...", flush=True)
+        summary.append(report(label, ours, run_hta(folder)))
+
+    print("\n== summary (target: >= 10x faster, <= 0.5 pp)")
+    print(f"  {'trace':<22}{'GPU events':>12}{'ours s':>9}{'HTA s':>9}{'ratio':>8}{'max pp':>8}{'idle pp':>9}")
+    for s in summary:
+        print(f"  {s['label']:<22}{s['events']:>12,}{s['ours_s']:>9.3f}{s['hta_s']:>9.2f}{s['ratio']:>7.1f}x"
+              f"{s['worst_pp']:>8.2f}{s['idle_pp']:>9.2f}")
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONHASHSEED", "0")
+    main()

@@ -1,0 +1,92 @@
+"""The Dash app: a multi-page client of the REST API.
+
+    dash_app = create_dash("http://127.0.0.1:8000")       # API root (with or without /api/v1)
+    dash_app.server                                        # the Flask WSGI app to mount
+
+Pages live in `dashboard/pages/` (one module each, `dash.register_page`); navigation is
+generated from the page registry (see `dashboard.components`). The app never opens
+the database: every figure is built from API payloads fetched with the signed-in
+team's key (kept in Flask's session cookie, see `dashboard.session`).
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from datetime import timedelta
+from pathlib import Path
+
+import dash
+import flask
+import httpx
+from dash import dcc, html
+
+from dashboard import callbacks, components
+from dashboard.session import API_BASE_URL, API_HTTP_CLIENT
+
+HERE = Path(__file__).resolve().parent
+
+
+def _layout():
+    # A function, so each full page load renders with the current session.
+    return html.Div([
+        dcc.Location(id="nav-redirect", refresh=True),
+        html.Header(className="topbar", children=[
+            dcc.Link("RLVR Explorer", href=components.href("/traces"), className="brand"),
+            html.Nav(id="top-nav", className="top-nav"),
+            html.Div(id="team-box", className="team-box"),
+        ]),
+        html.Main(dash.page_container, className="content"),
+    ])
+
+
+def create_dash(api_base_url: str, *, requests_pathname_prefix: str = "/", server: flask.Flask | bool | None = None,
+                http_client: httpx.Client | None = None) -> dash.Dash:
+    """Build the dashboard.
+
+    api_base_url: where the REST API answers (e.g. http://127.0.0.1:8000).
+    requests_pathname_prefix: the URL prefix the browser sees when the app is mounted
+        under a path (routes are still served at "/" of the WSGI app).
+    server: an existing Flask app to attach to (default: a new one).
+    http_client: an httpx.Client for the API (tests pass one with a MockTransport).
+    """
+    flask_server = server if isinstance(server, flask.Flask) else flask.Flask("dashboard")
+    flask_server.secret_key = os.environ.get("RLVR_SECRET_KEY") or flask_server.secret_key or secrets.token_hex(32)
+    flask_server.config.update(
+        SESSION_COOKIE_NAME="rlvr_session",
+        SESSION_COOKIE_HTTPONLY=True,
+        SESSION_COOKIE_SAMESITE="Lax",
+        PERMANENT_SESSION_LIFETIME=timedelta(days=14),
+    )
+    flask_server.config[API_BASE_URL] = api_base_url
+    flask_server.config[API_HTTP_CLIENT] = http_client
+
+    prefix = requests_pathname_prefix if requests_pathname_prefix.endswith("/") else requests_pathname_prefix + "/"
+    app = dash.Dash(
+        "dashboard",
+        server=flask_server,
+        use_pages=True,
+        pages_folder=str(HERE / "pages"),
+        assets_folder=str(HERE / "assets"),
+        requests_pathname_prefix=prefix,
+        routes_pathname_prefix="/",
+        suppress_callback_exceptions=True,
+        title="RLVR Explorer",
+        update_title=None,
+    )
+    # The browser must not call plotly's version server (no internet, and no console errors).
+    app._dev_tools["disable_version_check"] = True  # noqa: SLF001 - no public setter before run()
+    app.layout = _layout
+    _most_specific_templates_first()
+    callbacks.register(app)
+    return app
+
+
+def _most_specific_templates_first() -> None:
+    """Dash matches `path_template`s in registry order with fnmatch, whose `*` also
+    matches "/", so "/traces/<trace_id>" would swallow "/traces/1/gpu". Longer
+    templates go first."""
+    registry = dash.page_registry
+    ordered = sorted(registry.items(), key=lambda kv: -(kv[1].get("path_template") or "").count("/"))
+    registry.clear()
+    registry.update(ordered)

@@ -1,0 +1,200 @@
+"""A small client of the RLVR Explorer REST API (httpx), the dashboard's only data source.
+
+Every method returns the decoded JSON payload of one endpoint under `/api/v1` or raises
+`ApiError` with the server's message (and, for bad uploads, the file/line/field it
+names). The client holds no state besides the base URL, the team key and a pooled
+`httpx.Client`, so one per request is cheap.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+import httpx
+
+API_PREFIX = "/api/v1"
+DEFAULT_TIMEOUT = httpx.Timeout(30.0, connect=5.0)
+UPLOAD_TIMEOUT = httpx.Timeout(600.0, connect=5.0)
+
+
+class ApiError(Exception):
+    """A failed API call: HTTP status (0 when the server was unreachable) and message."""
+
+    def __init__(self, status: int, message: str, *, file: str | None = None, line: int | None = None,
+                 field: str | None = None):
+        super().__init__(message)
+        self.status, self.message, self.file, self.line, self.field = status, message, file, line, field
+
+    @property
+    def unauthorized(self) -> bool:
+        return self.status in (401, 403)
+
+    @property
+    def not_found(self) -> bool:
+        return self.status == 404
+
+    @classmethod
+    def from_response(cls, resp: httpx.Response) -> "ApiError":
+        """Read `{"detail": {"message", "file", "line", "field"}}`, FastAPI's default
+        `{"detail": "..."}` or its validation list, or fall back to the status text."""
+        try:
+            body = resp.json()
+        except ValueError:
+            body = None
+        detail = body.get("detail") if isinstance(body, dict) else None
+        if isinstance(detail, dict):
+            return cls(resp.status_code, str(detail.get("message") or resp.reason_phrase),
+                       file=detail.get("file"), line=detail.get("line"), field=detail.get("field"))
+        if isinstance(detail, list) and detail:
+            parts = []
+            for d in detail:
+                loc = ".".join(str(x) for x in d.get("loc", []) if x != "body") if isinstance(d, dict) else ""
+                msg = d.get("msg", str(d)) if isinstance(d, dict) else str(d)
+                parts.append(f"{loc}: {msg}" if loc else msg)
+            return cls(resp.status_code, "; ".join(parts))
+        if isinstance(detail, str) and detail:
+            return cls(resp.status_code, detail)
+        text = (resp.text or "").strip()[:300]
+        return cls(resp.status_code, text or f"HTTP {resp.status_code} {resp.reason_phrase}")
+
+    def __str__(self) -> str:
+        return self.message
+
+
+@dataclass
+class UploadResult:
+    """What POST /traces answered: the trace, the ingest job when a worker ingests it
+    (202), and whether the team had already uploaded the same content (200)."""
+
+    trace: dict
+    job: dict | None
+    status_code: int
+
+    @property
+    def duplicate(self) -> bool:
+        return self.status_code == 200
+
+
+def api_root(base_url: str) -> str:
+    """`http://host:port`, `.../` or `.../api/v1` all mean the same API root."""
+    root = base_url.rstrip("/")
+    return root if root.endswith(API_PREFIX) else root + API_PREFIX
+
+
+_pools: dict[str, httpx.Client] = {}
+_pools_lock = threading.Lock()
+
+
+def pooled_http(base_url: str) -> httpx.Client:
+    """One keep-alive connection pool per API root, shared by all requests (thread-safe)."""
+    root = api_root(base_url)
+    with _pools_lock:
+        client = _pools.get(root)
+        if client is None:
+            client = _pools[root] = httpx.Client(base_url=root, timeout=DEFAULT_TIMEOUT)
+        return client
+
+
+class ApiClient:
+    def __init__(self, base_url: str, api_key: str | None = None, *, http: httpx.Client | None = None):
+        self.root = api_root(base_url)
+        self.api_key = api_key
+        self.http = http if http is not None else pooled_http(base_url)
+
+    # -- plumbing -------------------------------------------------------------------
+    def _url(self, path: str) -> str:
+        return self.root + path
+
+    def _request(self, method: str, path: str, *, params: dict | None = None, timeout=None, **kw) -> httpx.Response:
+        headers = {"X-API-Key": self.api_key} if self.api_key else {}
+        clean = {k: v for k, v in (params or {}).items() if v is not None and v != ""}
+        try:
+            resp = self.http.request(method, self._url(path), params=clean, headers=headers,
+                                     timeout=timeout or DEFAULT_TIMEOUT, **kw)
+        except httpx.TimeoutException as exc:
+            raise ApiError(0, f"The API at {self.root} did not answer in time ({type(exc).__name__})") from exc
+        except httpx.TransportError as exc:
+            raise ApiError(0, f"Cannot reach the API at {self.root}: {exc}") from exc
+        if resp.status_code >= 400:
+            raise ApiError.from_response(resp)
+        return resp
+
+    def _get(self, path: str, **params) -> Any:
+        return self._json(self._request("GET", path, params=params), path)
+
+    def _json(self, resp: httpx.Response, path: str) -> Any:
+        try:
+            return resp.json()
+        except ValueError as exc:
+            # e.g. a route the API doesn't have, answered by whatever is mounted at "/"
+            raise ApiError(502, f"The API answered {path} with something that is not JSON "
+                                f"(HTTP {resp.status_code}, {resp.headers.get('content-type', 'no content type')})") from exc
+
+    # -- identity -------------------------------------------------------------------
+    def me(self) -> dict:
+        """`{"team": {"id", "name"}}`; raises ApiError(401) for a wrong key."""
+        return self._get("/me")
+
+    # -- traces ---------------------------------------------------------------------
+    def list_traces(self, *, limit: int = 50, offset: int = 0, status: str | None = None, q: str | None = None) -> dict:
+        return self._get("/traces", limit=limit, offset=offset, status=status, q=q)
+
+    def get_trace(self, trace_id: str | int) -> dict:
+        return self._get(f"/traces/{trace_id}")
+
+    def delete_trace(self, trace_id: str | int) -> None:
+        self._request("DELETE", f"/traces/{trace_id}")
+
+    def upload_trace(self, files: Iterable[tuple[str, bytes]], *, name: str | None = None,
+                     format: str | None = None) -> UploadResult:
+        """POST one or more files (or one archive) as multipart `files`."""
+        parts = [("files", (fname, content, "application/octet-stream")) for fname, content in files]
+        if not parts:
+            raise ApiError(400, "No files to upload")
+        data = {k: v for k, v in (("name", name), ("format", format)) if v}
+        resp = self._request("POST", "/traces", files=parts, data=data, timeout=UPLOAD_TIMEOUT)
+        body = self._json(resp, "/traces")
+        if resp.status_code == 202 and isinstance(body, dict) and "trace" in body:
+            return UploadResult(trace=body["trace"], job=body.get("job"), status_code=202)
+        return UploadResult(trace=body, job=None, status_code=resp.status_code)
+
+    def steps(self, trace_id: str | int) -> list[dict]:
+        return self._get(f"/traces/{trace_id}/steps")["items"]
+
+    def summaries(self, trace_id: str | int, *, field: str = "response", task: str | None = None) -> dict:
+        return self._get(f"/traces/{trace_id}/summaries", field=field, task=task)
+
+    def samples(self, trace_id: str | int, *, step: int | None = None, limit: int = 100, offset: int = 0) -> dict:
+        return self._get(f"/traces/{trace_id}/samples", step=step, limit=limit, offset=offset)
+
+    def rank_timings(self, trace_id: str | int, *, step: int | None = None) -> list[dict]:
+        return self._get(f"/traces/{trace_id}/rank-timings", step=step)["items"]
+
+    def gpu_events(self, trace_id: str | int, *, rank: int | None = None, step: int | None = None,
+                   start_us: float | None = None, end_us: float | None = None, limit: int | None = None) -> dict:
+        """`{"items": [event], "truncated": bool}`: events overlapping the window."""
+        return self._get(f"/traces/{trace_id}/gpu-events", rank=rank, step=step, start_us=start_us, end_us=end_us,
+                         limit=limit)
+
+    def chrome_trace(self, trace_id: str | int, *, rank: int | None = None, step: int | None = None,
+                     start_us: float | None = None, end_us: float | None = None) -> bytes:
+        """The window as Chrome-trace JSON bytes (Perfetto / chrome://tracing open it)."""
+        params = dict(rank=rank, step=step, start_us=start_us, end_us=end_us)
+        return self._request("GET", f"/traces/{trace_id}/gpu-events/chrome-trace", params=params,
+                             timeout=UPLOAD_TIMEOUT).content
+
+    # -- analyses and jobs ----------------------------------------------------------
+    def analyses(self, trace_id: str | int) -> list[dict]:
+        return self._get(f"/traces/{trace_id}/analyses")["items"]
+
+    def run_analysis(self, trace_id: str | int, kind: str, params: dict | None = None) -> dict:
+        path = f"/traces/{trace_id}/analyses"
+        return self._json(self._request("POST", path, json={"kind": kind, "params": params or {}}), path)
+
+    def jobs(self, *, trace_id: str | int | None = None, status: str | None = None) -> list[dict]:
+        return self._get("/jobs", trace_id=trace_id, status=status)["items"]
+
+    def job(self, job_id: str | int) -> dict:
+        return self._get(f"/jobs/{job_id}")

@@ -1,0 +1,159 @@
+"""Layout pieces shared by the pages: charts with stable ids, cards, alerts, the
+sign-in guard, the navigation generated from Dash's page registry and the analysis
+panel (status, progress and re-run of one analysis kind for the page's trace).
+
+Page registry conventions (extra keywords of `dash.register_page`):
+    nav="top"      the page appears in the top navigation bar (ordered by `order`)
+    nav="trace"    the page is a view of one trace (`path_template` has `<trace_id>`)
+                   and appears in the trace's tab bar
+"""
+
+from __future__ import annotations
+
+from urllib.parse import quote
+
+import dash
+from dash import dcc, html
+
+from dashboard import session
+from dashboard.figures.common import empty_figure
+
+GRAPH_CONFIG = {"displaylogo": False, "responsive": True,
+                "toImageButtonOptions": {"format": "png", "scale": 2}}
+
+# Analysis panel ids (pattern-matching, one panel per kind on a page).
+RESULT = "analysis-result"
+STATUS = "analysis-status"
+POLL = "analysis-poll"
+RUN = "analysis-run"
+PARAMS = "analysis-params"
+PAGE_TRACE_ID = "page-trace-id"
+
+
+def href(path: str) -> str:
+    """A path of this app, with the mount prefix (requests_pathname_prefix)."""
+    return dash.get_relative_path(path)
+
+
+def graph(graph_id: str, *, height: int | None = None, message: str = "Loading…") -> dcc.Graph:
+    """A chart whose div has a stable id: browser tests read
+    `document.getElementById(id).querySelector('.js-plotly-plot').data`."""
+    fig = empty_figure(message)
+    if height:
+        fig.update_layout(height=height)
+    return dcc.Graph(id=graph_id, figure=fig, config=GRAPH_CONFIG, className="chart")
+
+
+def card(label: str, value: str, hint: str = "", card_id: str | None = None) -> html.Div:
+    kw = {"id": card_id} if card_id else {}
+    return html.Div(className="card", children=[
+        html.Div(label, className="card-label"),
+        html.Div(value, className="card-value"),
+        html.Div(hint, className="card-hint"),
+    ], **kw)
+
+
+def alert(message: str, kind: str = "error", **kw) -> html.Div:
+    return html.Div(message, className=f"alert alert-{kind}", role="alert", **kw)
+
+
+def progress(fraction: float | None, label: str = "") -> html.Div:
+    pct = max(0.0, min(1.0, float(fraction or 0.0))) * 100
+    return html.Div(className="progress", children=[
+        html.Div(className="progress-bar", style={"width": f"{pct:.0f}%"}),
+        html.Span(label or f"{pct:.0f}%", className="progress-label"),
+    ])
+
+
+def controls(*items) -> html.Div:
+    return html.Div(list(items), className="controls")
+
+
+def control(label: str, component) -> html.Label:
+    return html.Label([html.Span(label, className="control-label"), component], className="control")
+
+
+def section(title: str, *children, help_text: str = "") -> html.Section:
+    head = [html.H3(title)]
+    if help_text:
+        head.append(html.P(help_text, className="help"))
+    return html.Section(head + list(children), className="section")
+
+
+# -- sign-in guard ------------------------------------------------------------------
+REDIRECT_TARGET = "redirect-target"
+
+
+def redirect(target: str, message=None) -> html.Div:
+    """Send the browser to `target` as soon as this renders (a clientside callback in
+    `dashboard.callbacks` reads the store), with a visible link meanwhile."""
+    return html.Div([dcc.Store(id=REDIRECT_TARGET, data=target),
+                     html.P(message or dcc.Link("continue", href=target))],
+                    id="redirect", className="page narrow")
+
+
+def sign_in_required(path: str) -> html.Div:
+    """What a page shows when nobody is signed in: a redirect to the sign-in page,
+    which comes back to `path` (app-relative) afterwards."""
+    target = href("/sign-in") + "?next=" + quote(path, safe="")
+    return redirect(target, ["Sign in with your team's API key to see this page: ", dcc.Link("sign in", href=target)])
+
+
+def signed_in() -> bool:
+    return bool(session.api_key())
+
+
+# -- navigation from the page registry -----------------------------------------------
+def _pages(nav: str) -> list[dict]:
+    return sorted((p for p in dash.page_registry.values() if p.get("nav") == nav),
+                  key=lambda p: (p.get("order") or 0, p["name"]))
+
+
+def top_nav(pathname: str | None) -> list:
+    """Links to the top-level pages; the current one highlighted."""
+    links = []
+    for p in _pages("top"):
+        target = p["relative_path"]
+        active = bool(pathname) and (pathname == target or pathname.startswith(target.rstrip("/") + "/"))
+        links.append(dcc.Link(p["name"], href=target, className="nav-link active" if active else "nav-link",
+                              id=f"nav-{p['module'].split('.')[-1]}"))
+    return links
+
+
+def trace_tabs(trace_id: str, current_module: str) -> html.Nav:
+    """Tabs to every page of one trace, generated from the registry."""
+    links = []
+    for p in _pages("trace"):
+        target = href(p["path_template"].replace("<trace_id>", str(trace_id)))
+        cls = "tab-link active" if p["module"] == current_module else "tab-link"
+        links.append(dcc.Link(p["name"], href=target, className=cls))
+    return html.Nav(links, className="trace-tabs")
+
+
+def trace_header(trace: dict | None, trace_id: str, current_module: str) -> html.Div:
+    name = (trace or {}).get("name") or f"trace {trace_id}"
+    meta = []
+    if trace:
+        meta = [trace.get("source_format") or "", trace.get("framework") or "", trace.get("status") or ""]
+    return html.Div([
+        html.Div([dcc.Link("Traces", href=href("/traces")), html.Span(" / "), html.Span(name, id="trace-name")],
+                 className="breadcrumb"),
+        html.Div(" · ".join(m for m in meta if m), className="trace-meta"),
+        trace_tabs(trace_id, current_module),
+    ], className="trace-header")
+
+
+# -- analysis panel -----------------------------------------------------------------
+def analysis_panel(kind: str, label: str, params: dict | None = None) -> html.Div:
+    """Status line of analysis `kind` for the page's trace (read from the store with id
+    PAGE_TRACE_ID). The shared callback in `dashboard.callbacks` starts the analysis
+    when the trace has none, polls its progress, and puts the latest result in the
+    store {"type": RESULT, "kind": kind} as {"job_id", "result"}; figures listen to it."""
+    return html.Div(className="analysis-panel", children=[
+        dcc.Store(id={"type": RESULT, "kind": kind}),
+        dcc.Store(id={"type": PARAMS, "kind": kind}, data=params or {}),
+        dcc.Interval(id={"type": POLL, "kind": kind}, interval=1500, disabled=True),
+        html.Span(label, className="analysis-label"),
+        html.Span(id={"type": STATUS, "kind": kind}, className="analysis-status"),
+        html.Button("Re-run", id={"type": RUN, "kind": kind}, n_clicks=0, className="button small"),
+    ])

@@ -1,0 +1,208 @@
+"""Length-distribution figures, built from the `/summaries` payload only.
+
+The payload holds per-step statistics and a histogram on shared log-spaced bins
+(`bin_edges`, one more edge than histogram counts), so every figure here costs
+O(steps x bins) no matter how many samples the trace has:
+
+    {"field": "response", "task": None, "bin_edges": [1, 2, ...],
+     "steps": [{"step", "count", "mean", "p10", "p25", "p50", "p75", "p90", "p99", "max",
+                "tail_ratio", "truncation_rate", "hist": [...] , ...}], "tasks": [...]}
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import plotly.graph_objects as go
+
+from dashboard.figures.common import column, empty_figure, num, styled_figure
+from dashboard.theme import PERCENTILE_COLORS, UNITS, HEATMAP_COLORSCALE, step_color
+
+FIELD_LABELS = {"response": "response length", "prompt": "prompt length", "total": "prompt + response length"}
+
+
+def _rows(payload: dict) -> list[dict]:
+    """Steps with at least one sample, in step order."""
+    rows = [r for r in payload.get("steps", []) if (r.get("count") or 0) > 0]
+    return sorted(rows, key=lambda r: r["step"])
+
+
+def _field_label(payload: dict) -> str:
+    label = FIELD_LABELS.get(payload.get("field") or "response", str(payload.get("field")))
+    task = payload.get("task")
+    return f"{label} ({task})" if task else label
+
+
+def length_box_figure(payload: dict, *, log_y: bool = False) -> go.Figure:
+    """One box per step drawn from precomputed percentiles (box p25-p75, line p50,
+    whiskers p10-p90, dashed mean), with p99 and max as markers so the tail shows."""
+    rows = _rows(payload)
+    title = f"{_field_label(payload)} per step"
+    if not rows:
+        return empty_figure("No samples in the selected steps", title)
+    steps = [r["step"] for r in rows]
+    fig = styled_figure(title, x_title=UNITS["step"], y_title=UNITS["tokens"])
+    fig.add_trace(
+        go.Box(
+            name="p25-p75, whiskers p10-p90",
+            x=steps,
+            q1=column(rows, "p25"),
+            median=column(rows, "p50"),
+            q3=column(rows, "p75"),
+            lowerfence=column(rows, "p10"),
+            upperfence=column(rows, "p90"),
+            mean=column(rows, "mean"),
+            boxmean=True,
+            marker_color=PERCENTILE_COLORS["p90"],
+            hoverinfo="x+y",
+        )
+    )
+    for key, symbol in (("p99", "line-ew-open"), ("max", "triangle-up")):
+        fig.add_trace(
+            go.Scatter(
+                name=key, x=steps, y=column(rows, key), mode="markers",
+                marker=dict(symbol=symbol, size=7, color=PERCENTILE_COLORS[key], line=dict(width=2, color=PERCENTILE_COLORS[key])),
+                hovertemplate=f"step %{{x}}<br>{key} %{{y:,.0f}} tokens<extra></extra>",
+            )
+        )
+    if log_y:
+        fig.update_yaxes(type="log")
+    return fig
+
+
+def _hist_matrix(rows: list[dict], n_bins: int) -> np.ndarray:
+    """steps x bins counts (a missing or short hist counts as zeros)."""
+    mat = np.zeros((len(rows), n_bins), dtype=np.float64)
+    for i, r in enumerate(rows):
+        h = r.get("hist") or []
+        k = min(len(h), n_bins)
+        mat[i, :k] = h[:k]
+    return mat
+
+
+def _occupied_bins(mat: np.ndarray) -> tuple[int, int]:
+    """First and last bin that any step uses (so the y range is the data's, not 1..4M)."""
+    used = np.flatnonzero(mat.sum(axis=0) > 0)
+    return (int(used[0]), int(used[-1])) if used.size else (0, 0)
+
+
+def length_heatmap_figure(payload: dict) -> go.Figure:
+    """Step x length heatmap on the shared log bins; colour = share of the step's
+    samples in the bin (%), so steps with different sample counts compare."""
+    rows = _rows(payload)
+    edges = payload.get("bin_edges") or []
+    title = f"{_field_label(payload)}: share of samples per length bin"
+    if not rows or len(edges) < 2:
+        return empty_figure("No samples in the selected steps", title)
+    mat = _hist_matrix(rows, len(edges) - 1)
+    lo, hi = _occupied_bins(mat)
+    totals = mat.sum(axis=1, keepdims=True)
+    share = np.divide(100.0 * mat, totals, out=np.zeros_like(mat), where=totals > 0)
+    z = share[:, lo : hi + 1].T  # bins x steps
+    counts = mat[:, lo : hi + 1].T
+    y_edges = [float(e) for e in edges[lo : hi + 2]]
+    labels = [f"{int(y_edges[b])}-{int(y_edges[b + 1]) - 1}" for b in range(len(y_edges) - 1)]
+    customdata = [[[int(c), labels[b]] for c in counts[b]] for b in range(len(labels))]
+    fig = styled_figure(title, x_title=UNITS["step"], y_title=UNITS["tokens"])
+    fig.add_trace(
+        go.Heatmap(
+            x=[r["step"] for r in rows],
+            y=y_edges,
+            z=z.tolist(),
+            customdata=customdata,
+            colorscale=HEATMAP_COLORSCALE,
+            colorbar=dict(title=dict(text="% of step"), thickness=12),
+            hovertemplate="step %{x}<br>%{customdata[1]} tokens<br>%{z:.1f}% (%{customdata[0]:,.0f} samples)<extra></extra>",
+            zmin=0,
+        )
+    )
+    fig.update_yaxes(type="log")
+    return fig
+
+
+def percentile_lines_figure(payload: dict, *, keys=("p50", "p90", "p99", "max"), log_y: bool = False) -> go.Figure:
+    """p50/p90/p99/max (and mean when asked) over steps: drift and tail growth."""
+    rows = _rows(payload)
+    title = f"{_field_label(payload)} percentiles over steps"
+    if not rows:
+        return empty_figure("No samples in the selected steps", title)
+    steps = [r["step"] for r in rows]
+    fig = styled_figure(title, x_title=UNITS["step"], y_title=UNITS["tokens"], hovermode="x unified")
+    for key in keys:
+        fig.add_trace(
+            go.Scatter(
+                name=key, x=steps, y=column(rows, key), mode="lines+markers" if len(rows) <= 60 else "lines",
+                line=dict(color=PERCENTILE_COLORS.get(key), width=2, dash="dot" if key == "mean" else None),
+                hovertemplate=f"{key} %{{y:,.0f}} tokens<extra></extra>",
+            )
+        )
+    if log_y:
+        fig.update_yaxes(type="log")
+    return fig
+
+
+def tail_figure(payload: dict) -> go.Figure:
+    """Per-step tail ratio (max/mean) and, when the max length is known, the share of
+    samples truncated at it (%), on a second axis."""
+    rows = _rows(payload)
+    title = f"{_field_label(payload)}: tail ratio and truncation"
+    if not rows:
+        return empty_figure("No samples in the selected steps", title)
+    steps = [r["step"] for r in rows]
+    fig = styled_figure(title, x_title=UNITS["step"], y_title="max / mean (ratio)", hovermode="x unified")
+    fig.add_trace(
+        go.Scatter(name="max / mean", x=steps, y=column(rows, "tail_ratio"), mode="lines+markers",
+                   line=dict(color=PERCENTILE_COLORS["max"]), hovertemplate="%{y:.2f}x<extra></extra>")
+    )
+    trunc = [None if num(r.get("truncation_rate")) is None else 100.0 * num(r["truncation_rate"]) for r in rows]
+    if any(t is not None for t in trunc):
+        fig.add_trace(
+            go.Bar(name="truncated (%)", x=steps, y=trunc, yaxis="y2", opacity=0.35,
+                   marker_color=PERCENTILE_COLORS["p90"], hovertemplate="%{y:.1f}% truncated<extra></extra>")
+        )
+        fig.update_layout(yaxis2=dict(title=dict(text="truncated at max length (%)"), overlaying="y", side="right",
+                                      rangemode="tozero", showgrid=False))
+    return fig
+
+
+def cdf_points(hist: list[int], edges: list[float]) -> tuple[list[float], list[float]]:
+    """Empirical CDF from a histogram: at each bin's upper edge, the share of samples
+    shorter than it (linear between edges is the in-bin interpolation)."""
+    counts = np.asarray(hist, dtype=np.float64)
+    total = counts.sum()
+    if total <= 0:
+        return [], []
+    cum = np.cumsum(counts) / total
+    used = np.flatnonzero(counts)
+    lo, hi = int(used[0]), int(used[-1])
+    xs = [float(edges[lo])] + [float(e) for e in edges[lo + 1 : hi + 2]]
+    ys = [0.0] + [float(c) for c in cum[lo : hi + 1]]
+    return xs, ys
+
+
+def cdf_figure(payload: dict, steps: list[int]) -> go.Figure:
+    """CDFs of the chosen steps overlaid on a log length axis (early dark, late bright)."""
+    by_step = {r["step"]: r for r in _rows(payload)}
+    chosen = [s for s in steps if s in by_step]
+    title = f"{_field_label(payload)}: CDF of chosen steps"
+    if not chosen:
+        return empty_figure("Choose one or more steps", title)
+    edges = payload.get("bin_edges") or []
+    fig = styled_figure(title, x_title=UNITS["tokens"], y_title=UNITS["cdf"])
+    for i, s in enumerate(sorted(chosen)):
+        xs, ys = cdf_points(by_step[s].get("hist") or [], edges)
+        fig.add_trace(
+            go.Scatter(name=f"step {s}", x=xs, y=ys, mode="lines", line=dict(color=step_color(i, len(chosen)), width=2),
+                       hovertemplate=f"step {s}<br>< %{{x:,.0f}} tokens: %{{y:.1%}}<extra></extra>")
+        )
+    fig.update_xaxes(type="log")
+    fig.update_yaxes(range=[0, 1.02], tickformat=".0%")
+    return fig
+
+
+def default_cdf_steps(payload: dict, n: int = 4) -> list[int]:
+    """Evenly spread steps (first, ..., last) as the CDF page's initial choice."""
+    steps = [r["step"] for r in _rows(payload)]
+    if len(steps) <= n:
+        return steps
+    idx = np.unique(np.linspace(0, len(steps) - 1, n).round().astype(int))
+    return [steps[i] for i in idx]

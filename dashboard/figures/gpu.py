@@ -1,0 +1,185 @@
+"""GPU-timeline figures: a kernel Gantt from the `/gpu-events` payload.
+
+Event rows: `{rank, stream, step, kind ("compute"|"communication"|"memory"), name,
+start_us, dur_us}`. The server bounds how many it returns (`truncated` says when it
+cut), so the browser never receives a whole trace.
+
+The Gantt draws each event as a thick WebGL line segment (thousands of events stay
+smooth to zoom), one row per (rank, stream), plus one row per rank marking the gaps
+where no stream of that rank was busy (idle).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import plotly.graph_objects as go
+
+from dashboard.figures.common import empty_figure, rows_height, styled_figure
+from dashboard.theme import GPU_KIND_COLORS, GPU_KINDS, IDLE_CAUSE_COLORS, UNITS
+
+
+def idle_gaps(starts: np.ndarray, ends: np.ndarray, *, min_gap: float = 0.0) -> list[tuple[float, float]]:
+    """Gaps longer than `min_gap` inside [first start, last end] not covered by any
+    interval (the complement of the union of the intervals)."""
+    if len(starts) == 0:
+        return []
+    order = np.argsort(starts, kind="stable")
+    s = np.asarray(starts, dtype=np.float64)[order]
+    e = np.asarray(ends, dtype=np.float64)[order]
+    covered_until = np.maximum.accumulate(e)
+    # A gap opens before event i when it starts after everything before it has ended.
+    gap_start = covered_until[:-1]
+    gap_end = s[1:]
+    keep = gap_end - gap_start > min_gap
+    return [(float(a), float(b)) for a, b in zip(gap_start[keep], gap_end[keep])]
+
+
+def _segments(x0: np.ndarray, x1: np.ndarray, y: float | np.ndarray) -> tuple[list, list]:
+    """x/y arrays of disconnected horizontal segments (None breaks the line)."""
+    n = len(x0)
+    xs = np.empty(3 * n, dtype=object)
+    xs[0::3], xs[1::3], xs[2::3] = x0, x1, None
+    ys = np.empty(3 * n, dtype=object)
+    ys[0::3] = y
+    ys[1::3] = y
+    ys[2::3] = None
+    return xs.tolist(), ys.tolist()
+
+
+def kernel_gantt_figure(events: list[dict], *, truncated: bool = False, origin_us: float | None = None,
+                        title: str = "GPU kernels per rank and stream") -> go.Figure:
+    """Gantt of GPU events; x = ms from `origin_us` (default: the first event)."""
+    if not events:
+        return empty_figure("No GPU events in this window", title)
+    rank = np.array([e["rank"] for e in events], dtype=np.int64)
+    stream = np.array([e["stream"] for e in events], dtype=np.int64)
+    start = np.array([e["start_us"] for e in events], dtype=np.float64)
+    end = start + np.array([e["dur_us"] for e in events], dtype=np.float64)
+    kind = np.array([e.get("kind") for e in events], dtype=object)
+    names = [e.get("name") or "" for e in events]
+    origin = float(start.min()) if origin_us is None else float(origin_us)
+
+    # Rows top to bottom: per rank an idle row, then its streams.
+    labels: list[str] = []
+    row_of: dict[tuple[int, int], int] = {}
+    idle_row: dict[int, int] = {}
+    for r in np.unique(rank):
+        idle_row[int(r)] = len(labels)
+        labels.append(f"rank {r} idle")
+        for s in np.unique(stream[rank == r]):
+            row_of[(int(r), int(s))] = len(labels)
+            labels.append(f"rank {r} stream {s}")
+    row = np.array([row_of[(int(r), int(s))] for r, s in zip(rank, stream)], dtype=np.float64)
+
+    suffix = " (first events only: narrow the window)" if truncated else ""
+    fig = styled_figure(title + suffix, x_title=f"{UNITS['ms']} from {origin / 1000:,.3f} ms",
+                        y_title="", height=rows_height(len(labels), per_row=24), hovermode="closest")
+    width = max(3, min(14, int(400 / max(len(labels), 1))))
+    to_ms = lambda us: (us - origin) / 1000.0  # noqa: E731
+    for k in GPU_KINDS:
+        sel = np.flatnonzero(kind == k)
+        if sel.size == 0:
+            continue
+        xs, ys = _segments(to_ms(start[sel]), to_ms(end[sel]), row[sel])
+        text = []
+        for i in sel:
+            label = f"{names[i]}<br>{(end[i] - start[i]):,.1f} us"
+            text.extend([label, label, None])
+        fig.add_trace(go.Scattergl(
+            name=k, x=xs, y=ys, mode="lines", line=dict(color=GPU_KIND_COLORS[k], width=width),
+            text=text, hovertemplate="%{text}<br>at %{x:.3f} ms<extra>" + k + "</extra>",
+        ))
+    gx0, gx1, gy = [], [], []
+    for r, y in idle_row.items():
+        m = rank == r
+        for a, b in idle_gaps(start[m], end[m]):
+            gx0.append(to_ms(a))
+            gx1.append(to_ms(b))
+            gy.append(y)
+    if gx0:
+        xs, ys = _segments(np.array(gx0), np.array(gx1), np.array(gy, dtype=np.float64))
+        fig.add_trace(go.Scattergl(
+            name="idle (no stream busy)", x=xs, y=ys, mode="lines",
+            line=dict(color=GPU_KIND_COLORS["idle"], width=width),
+            hovertemplate="idle until %{x:.3f} ms<extra></extra>",
+        ))
+    fig.update_yaxes(tickmode="array", tickvals=list(range(len(labels))), ticktext=labels, autorange="reversed",
+                     showgrid=False, zeroline=False)
+    return fig
+
+
+# -- breakdowns from the "gpu_timeline" analysis (column tables, one row per rank) ----
+def find_table(result: dict | None, *columns: str) -> dict | None:
+    """The first column table (dict of equal-length lists) in `result`, searched
+    breadth-first, that has all `columns` (the analysis nests its tables by name)."""
+    queue = [result] if isinstance(result, dict) else []
+    while queue:
+        node = queue.pop(0)
+        if all(isinstance(node.get(c), list) for c in columns):
+            return node
+        queue.extend(v for v in node.values() if isinstance(v, dict))
+    return None
+
+
+def temporal_breakdown_figure(table: dict | None) -> go.Figure:
+    """Per rank: share of the GPU's kernel time spent computing, in other GPU activity
+    (communication, memory) and idle (HTA's temporal breakdown, %)."""
+    title = "Temporal breakdown per rank"
+    if not table or not table.get("rank"):
+        return empty_figure("No GPU events", title)
+    ranks = [f"rank {r}" for r in table["rank"]]
+    fig = styled_figure(title, x_title="share of kernel time (%)", y_title=UNITS["rank"], barmode="stack",
+                        height=rows_height(len(ranks), per_row=26, minimum=220, maximum=900))
+    for key, label, color in (("compute_pct", "compute", GPU_KIND_COLORS["compute"]),
+                              ("non_compute_pct", "communication / memory", GPU_KIND_COLORS["non_compute"]),
+                              ("idle_pct", "idle", GPU_KIND_COLORS["idle"])):
+        us = table.get(key.replace("_pct", "_us")) or [None] * len(ranks)
+        fig.add_trace(go.Bar(name=label, y=ranks, x=table.get(key), orientation="h", marker_color=color,
+                             customdata=[None if u is None else u / 1000 for u in us],
+                             hovertemplate=f"%{{y}} {label}: %{{x:.1f}}% (%{{customdata:,.1f}} ms)<extra></extra>"))
+    fig.update_yaxes(autorange="reversed", type="category")
+    fig.update_xaxes(range=[0, 100])
+    return fig
+
+
+def idle_breakdown_figure(table: dict | None) -> go.Figure:
+    """Per rank (streams summed): idle time by cause, in ms: host wait (the CPU did not
+    enqueue work in time), kernel wait (launch gaps between back-to-back kernels), other."""
+    title = "Idle time by cause per rank"
+    if not table or not table.get("rank"):
+        return empty_figure("No GPU events", title)
+    ranks = sorted(set(table["rank"]))
+    totals = {k: {r: 0.0 for r in ranks} for k in ("host_wait_us", "kernel_wait_us", "other_us")}
+    for i, r in enumerate(table["rank"]):
+        for k in totals:
+            v = (table.get(k) or [None] * len(table["rank"]))[i]
+            totals[k][r] += float(v or 0.0)
+    fig = styled_figure(title, x_title=UNITS["ms"] + " (summed over streams)", y_title=UNITS["rank"], barmode="stack",
+                        height=rows_height(len(ranks), per_row=26, minimum=220, maximum=900))
+    for key, label in (("host_wait_us", "host wait"), ("kernel_wait_us", "kernel wait"), ("other_us", "other")):
+        cause = key.replace("_us", "")
+        fig.add_trace(go.Bar(name=label, y=[f"rank {r}" for r in ranks], x=[totals[key][r] / 1000 for r in ranks],
+                             orientation="h", marker_color=IDLE_CAUSE_COLORS[cause],
+                             hovertemplate=f"%{{y}} {label}: %{{x:,.1f}} ms<extra></extra>"))
+    fig.update_yaxes(autorange="reversed", type="category")
+    return fig
+
+
+def kernel_kind_figure(table: dict | None) -> go.Figure:
+    """Per rank: busy time of each kernel kind (union of its intervals), in ms."""
+    title = "GPU busy time by kernel kind"
+    if not table or not table.get("rank"):
+        return empty_figure("No GPU events", title)
+    ranks = sorted(set(table["rank"]))
+    fig = styled_figure(title, x_title=UNITS["ms"], y_title=UNITS["rank"], barmode="group",
+                        height=rows_height(len(ranks), per_row=40, minimum=220, maximum=900))
+    for k in GPU_KINDS:
+        rows = [i for i, kk in enumerate(table.get("kind") or []) if kk == k]
+        if not rows:
+            continue
+        fig.add_trace(go.Bar(name=k, y=[f"rank {table['rank'][i]}" for i in rows],
+                             x=[(table.get("busy_us") or [0] * len(table["rank"]))[i] / 1000 for i in rows],
+                             orientation="h", marker_color=GPU_KIND_COLORS[k],
+                             hovertemplate=f"%{{y}} {k}: %{{x:,.1f}} ms<extra></extra>"))
+    fig.update_yaxes(autorange="reversed", type="category")
+    return fig

@@ -1,0 +1,102 @@
+"""DP load-imbalance figures from the "imbalance" analysis result
+(workers/analysis/imbalance.py): per step and load ("tokens" or "cost"), the recorded
+load per dp rank, max/mean and max/min, and the same after Karmarkar-Karp (kk) and LPT
+repartitioning, with the saving 1 - balanced max / recorded max.
+"""
+
+from __future__ import annotations
+
+import plotly.graph_objects as go
+
+from dashboard.figures.common import empty_figure, num, rows_height, styled_figure
+from dashboard.theme import POLICY_COLORS, UNITS
+
+LOAD_LABELS = {"tokens": "tokens (prompt + response)", "cost": "training cost 24576·s + s²"}
+POLICY_LABELS = {"recorded": "recorded", "kk": "Karmarkar-Karp", "lpt": "LPT"}
+
+
+def _steps(result: dict, load: str) -> list[dict]:
+    return [s for s in sorted(result.get("steps") or [], key=lambda s: s["step"]) if isinstance(s.get(load), dict)]
+
+
+def load_heatmap_figure(result: dict, load: str = "tokens") -> go.Figure:
+    """Step x DP rank, colour = the rank's load relative to the step mean (1 = fair
+    share); hover gives the absolute load."""
+    steps = _steps(result, load)
+    title = f"Load per DP rank relative to the step mean ({LOAD_LABELS.get(load, load)})"
+    if not steps:
+        return empty_figure("No per-rank loads (the trace has no dp_rank per sample)", title)
+    n_ranks = max(len(s[load].get("recorded") or []) for s in steps)
+    z, raw = [], []
+    for r in range(n_ranks):
+        zr, rr = [], []
+        for s in steps:
+            rec = s[load].get("recorded") or []
+            mean = num(s[load].get("mean"))
+            v = num(rec[r]) if r < len(rec) else None
+            rr.append(v)
+            zr.append(v / mean if v is not None and mean else None)
+        z.append(zr)
+        raw.append(rr)
+    fig = styled_figure(title, x_title=UNITS["step"], y_title=UNITS["dp_rank"],
+                        height=rows_height(n_ranks, per_row=16 if n_ranks <= 64 else 3, minimum=320, maximum=900))
+    zmax = max((v for row in z for v in row if v is not None), default=2.0)
+    fig.add_trace(go.Heatmap(
+        x=[s["step"] for s in steps], y=list(range(n_ranks)), z=z, customdata=raw,
+        colorscale="RdBu_r", zmid=1.0, zmin=max(0.0, 2.0 - zmax), zmax=zmax,
+        colorbar=dict(title=dict(text="load / mean"), thickness=12),
+        hovertemplate="step %{x}, DP rank %{y}<br>%{customdata:,.0f} (%{z:.2f}x mean)<extra></extra>",
+    ))
+    fig.update_yaxes(autorange="reversed")
+    return fig
+
+
+def imbalance_ratio_figure(result: dict, load: str = "tokens", metric: str = "max_over_mean") -> go.Figure:
+    """max/mean (or max/min) per step: recorded, and after KK and LPT balancing."""
+    steps = _steps(result, load)
+    label = "max / mean" if metric == "max_over_mean" else "max / min"
+    title = f"DP imbalance ({label}, {LOAD_LABELS.get(load, load)})"
+    if not steps:
+        return empty_figure("No per-rank loads", title)
+    x = [s["step"] for s in steps]
+    fig = styled_figure(title, x_title=UNITS["step"], y_title=f"{label} (ratio)", hovermode="x unified")
+    for policy, key in (("recorded", metric), ("kk", f"kk_{metric}"), ("lpt", f"lpt_{metric}")):
+        fig.add_trace(go.Scatter(
+            name=POLICY_LABELS[policy], x=x, y=[num(s[load].get(key)) for s in steps],
+            mode="lines+markers" if len(x) <= 60 else "lines",
+            line=dict(color=POLICY_COLORS["measured" if policy == "recorded" else policy], width=2,
+                      dash=None if policy == "recorded" else "dash"),
+            hovertemplate=f"{POLICY_LABELS[policy]} %{{y:.3f}}<extra></extra>",
+        ))
+    fig.add_hline(y=1.0, line=dict(color="#999", width=1, dash="dot"))
+    return fig
+
+
+def saving_figure(result: dict, load: str = "tokens") -> go.Figure:
+    """Share of the slowest rank's time that KK / LPT balancing saves, per step (%)."""
+    steps = _steps(result, load)
+    title = "Time balancing would save (slowest rank, %)"
+    if not steps:
+        return empty_figure("No per-rank loads", title)
+    x = [s["step"] for s in steps]
+    fig = styled_figure(title, x_title=UNITS["step"], y_title="saving (% of slowest rank's time)", barmode="group",
+                        hovermode="x unified")
+    for policy in ("kk", "lpt"):
+        ys = [num(s[load].get(f"{policy}_saving")) for s in steps]
+        fig.add_trace(go.Bar(name=POLICY_LABELS[policy], x=x, y=[None if y is None else 100 * y for y in ys],
+                             marker_color=POLICY_COLORS[policy],
+                             hovertemplate=f"{POLICY_LABELS[policy]} %{{y:.1f}}%<extra></extra>"))
+    return fig
+
+
+def saving_summary(result: dict, load: str = "tokens") -> dict:
+    """Whole-run figures for the page's cards: mean recorded max/mean, and the time
+    saved by KK and LPT (1 - sum of balanced maxima / sum of recorded maxima)."""
+    s = (result.get("summary") or {}).get(load) or {}
+    return {
+        "max_over_mean": num((s.get("max_over_mean") or {}).get("mean")),
+        "max_over_min": num((s.get("max_over_min") or {}).get("mean")),
+        "kk_time_saved": num(s.get("kk_time_saved")),
+        "lpt_time_saved": num(s.get("lpt_time_saved")),
+        "dp_size": result.get("dp_size"),
+    }

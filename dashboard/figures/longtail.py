@@ -1,0 +1,93 @@
+"""Rollout long-tail figures from the "longtail" analysis result
+(workers/analysis/longtail.py): per step the engine-time account in token-time units
+(`engine_time`, `idle_within_engines` = each engine's own tail, `idle_waiting` =
+finished engines waiting for the slowest), `tail_time_share` (share of the rollout the
+last `tail_fraction` of samples take), `tail_sample_share`, and per engine
+(`engine` column dict) the idle fraction.
+"""
+
+from __future__ import annotations
+
+import plotly.graph_objects as go
+
+from dashboard.figures.common import empty_figure, num, rows_height, styled_figure
+from dashboard.theme import GPU_KIND_COLORS, PERCENTILE_COLORS, STAGE_COLORS, UNITS
+
+
+def _steps(result: dict) -> list[dict]:
+    return sorted(result.get("steps") or [], key=lambda s: s["step"])
+
+
+def _pct(part, whole) -> float | None:
+    part, whole = num(part), num(whole)
+    return None if part is None or not whole else 100.0 * part / whole
+
+
+def longtail_idle_figure(result: dict) -> go.Figure:
+    """Stacked per step: % of rollout engine-time idle inside an engine (its own tail)
+    and waiting for the slowest engine; their sum is the step's idle share."""
+    steps = _steps(result)
+    title = "Rollout slot-time left idle by the long tail"
+    if not steps:
+        return empty_figure("No training samples", title)
+    x = [s["step"] for s in steps]
+    fig = styled_figure(title, x_title=UNITS["step"], y_title="idle share of rollout slot-time (%)", barmode="stack",
+                        hovermode="x unified")
+    fig.add_trace(go.Bar(name="inside an engine (its own tail)", x=x,
+                         y=[_pct(s.get("idle_within_engines"), s.get("engine_time")) for s in steps],
+                         marker_color=STAGE_COLORS["gen"], hovertemplate="%{y:.1f}%<extra>own tail</extra>"))
+    fig.add_trace(go.Bar(name="engine waiting for the slowest", x=x,
+                         y=[_pct(s.get("idle_waiting"), s.get("engine_time")) for s in steps],
+                         marker_color=GPU_KIND_COLORS["idle"], hovertemplate="%{y:.1f}%<extra>waiting</extra>"))
+    fig.update_yaxes(range=[0, 100])
+    return fig
+
+
+def longtail_finish_figure(result: dict) -> go.Figure:
+    """Per step: share of rollout time taken by the last `tail_fraction` of samples,
+    and share of samples still decoding in the last `tail_fraction` of the time."""
+    steps = _steps(result)
+    f = num(result.get("tail_fraction")) or 0.1
+    title = f"How long the last {100 * f:.0f}% of samples take"
+    if not steps:
+        return empty_figure("No training samples", title)
+    x = [s["step"] for s in steps]
+    fig = styled_figure(title, x_title=UNITS["step"], y_title="share (%)", hovermode="x unified")
+    tail_secs = [num(s.get("tail_seconds")) for s in steps]
+    fig.add_trace(go.Scatter(
+        name=f"rollout time taken by the last {100 * f:.0f}% of samples", x=x,
+        y=[None if num(s.get("tail_time_share")) is None else 100 * num(s["tail_time_share"]) for s in steps],
+        customdata=[t if t is not None else float("nan") for t in tail_secs],
+        mode="lines+markers", line=dict(color=PERCENTILE_COLORS["p99"], width=2),
+        hovertemplate="%{y:.1f}% of rollout time" + (" (%{customdata:.1f} s)" if any(tail_secs) else "") + "<extra></extra>",
+    ))
+    fig.add_trace(go.Scatter(
+        name=f"samples still decoding in the last {100 * f:.0f}% of the time", x=x,
+        y=[None if num(s.get("tail_sample_share")) is None else 100 * num(s["tail_sample_share"]) for s in steps],
+        mode="lines+markers", line=dict(color=PERCENTILE_COLORS["p50"], width=2, dash="dash"),
+        hovertemplate="%{y:.1f}% of samples<extra></extra>",
+    ))
+    fig.update_yaxes(rangemode="tozero")
+    return fig
+
+
+def longtail_engine_figure(result: dict) -> go.Figure:
+    """Step x engine heatmap of each engine's idle fraction 1 - sum(len)/(n x max len)."""
+    steps = [s for s in _steps(result) if isinstance(s.get("engine"), dict)]
+    key = result.get("engine_key") or "engine"
+    title = f"Idle share per engine ({key})"
+    if not steps:
+        return empty_figure("No per-engine figures", title)
+    engines = sorted({e for s in steps for e in s["engine"].get("engine", [])})
+    pos = {e: i for i, e in enumerate(engines)}
+    z = [[None] * len(steps) for _ in engines]
+    for j, s in enumerate(steps):
+        for e, v in zip(s["engine"].get("engine", []), s["engine"].get("idle_fraction", [])):
+            z[pos[e]][j] = None if num(v) is None else 100 * num(v)
+    fig = styled_figure(title, x_title=UNITS["step"], y_title=key.replace("_", " "),
+                        height=rows_height(len(engines), per_row=16 if len(engines) <= 64 else 3, minimum=320, maximum=900))
+    fig.add_trace(go.Heatmap(x=[s["step"] for s in steps], y=engines, z=z, colorscale="Oranges", zmin=0,
+                             colorbar=dict(title=dict(text="idle %"), thickness=12),
+                             hovertemplate="step %{x}, engine %{y}<br>%{z:.1f}% idle<extra></extra>"))
+    fig.update_yaxes(autorange="reversed")
+    return fig

@@ -1,0 +1,110 @@
+"""Headline figures of one trace (pure): which analyses apply, and the overview cards.
+
+Cards: steps, samples, tokens (prompt + response), tail ratio (median over steps of
+the response max/mean), imbalance (mean over steps of the max/mean DP token load, from
+the "imbalance" analysis), idle share (rollout idle share from the "longtail"
+analysis, else the GPU idle share from "gpu_timeline").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from dashboard.payloads import human_count, human_ratio, human_share, median
+
+
+@dataclass
+class Card:
+    key: str
+    label: str
+    value: str
+    hint: str = ""
+
+
+def applicable_analyses(trace: dict) -> list[str]:
+    """The analysis kinds this trace has data for (by its row counts)."""
+    kinds = []
+    if trace.get("n_samples"):
+        kinds += ["lengths", "longtail", "imbalance"]
+    if trace.get("n_rank_timings") or trace.get("n_tool_calls") or trace.get("n_turns"):
+        kinds.append("latency")
+    if trace.get("n_turns"):
+        kinds.append("multiturn")
+    if trace.get("n_gpu_events"):
+        kinds.append("gpu_timeline")
+    return kinds
+
+
+def dig(obj, *path, default=None):
+    """obj[path[0]][path[1]]... or `default` when any level is missing."""
+    for key in path:
+        if isinstance(obj, dict) and key in obj:
+            obj = obj[key]
+        elif isinstance(obj, list) and isinstance(key, int) and -len(obj) <= key < len(obj):
+            obj = obj[key]
+        else:
+            return default
+    return obj
+
+
+def _mean(values) -> float | None:
+    vals = [float(v) for v in values or [] if v is not None]
+    return sum(vals) / len(vals) if vals else None
+
+
+def imbalance_headline(result: dict | None) -> tuple[float | None, float | None]:
+    """(mean max/mean token load over steps, whole-run KK time saved)."""
+    if not result:
+        return None, None
+    return (dig(result, "summary", "tokens", "max_over_mean", "mean"),
+            dig(result, "summary", "tokens", "kk_time_saved"))
+
+
+def rollout_idle_share(result: dict | None) -> float | None:
+    """Mean rollout idle fraction over steps from a "longtail" result."""
+    if not result:
+        return None
+    for path in (("summary", "idle_fraction", "mean"), ("summary", "idle_fraction"), ("summary", "idle_share")):
+        v = dig(result, *path)
+        if isinstance(v, (int, float)):
+            return float(v)
+    return _mean([s.get("idle_fraction") for s in result.get("steps", []) if isinstance(s, dict)])
+
+
+def gpu_idle_share(result: dict | None) -> float | None:
+    """Mean over ranks of the GPU idle share (0..1) from a "gpu_timeline" result."""
+    pct = dig(result, "temporal", "idle_pct")
+    m = _mean(pct) if isinstance(pct, list) else None
+    return None if m is None else m / 100.0
+
+
+def overview_cards(trace: dict, steps: list[dict], response_summary: dict | None, results: dict[str, dict]) -> list[Card]:
+    tokens = sum((s.get("prompt_tokens") or 0) + (s.get("response_tokens") or 0) for s in steps)
+    prompt = sum(s.get("prompt_tokens") or 0 for s in steps)
+    rows = [r for r in (response_summary or {}).get("steps", []) if r.get("count")]
+    tails = [r.get("tail_ratio") for r in rows]
+    worst = max(rows, key=lambda r: r.get("tail_ratio") or 0) if rows else None
+    cards = [
+        Card("steps", "Steps", human_count(trace.get("n_steps") if trace.get("n_steps") is not None else len(steps)),
+             f"{sum(1 for s in steps if s.get('validate'))} validation" if any(s.get("validate") for s in steps) else ""),
+        Card("samples", "Samples", human_count(trace.get("n_samples")),
+             f"{human_count(trace.get('n_turns'))} turns" if trace.get("n_turns") else ""),
+        Card("tokens", "Tokens", human_count(tokens) if steps else "—",
+             f"{human_count(prompt)} prompt + {human_count(tokens - prompt)} response" if tokens else ""),
+        Card("tail", "Tail ratio", human_ratio(median(tails)),
+             f"median response max/mean; worst {human_ratio(worst.get('tail_ratio'))} at step {worst['step']}" if worst else
+             "no samples"),
+    ]
+    imb, saved = imbalance_headline(results.get("imbalance"))
+    cards.append(Card("imbalance", "DP imbalance", human_ratio(imb),
+                      f"max/mean token load; KK balancing saves {human_share(saved)}" if saved is not None else
+                      ("max/mean token load per step" if imb is not None else "imbalance analysis not available")))
+    rollout = rollout_idle_share(results.get("longtail"))
+    gpu = gpu_idle_share(results.get("gpu_timeline"))
+    if rollout is not None:
+        cards.append(Card("idle", "Idle share", human_share(rollout), "rollout slots idle while the longest sample runs"))
+    elif gpu is not None:
+        cards.append(Card("idle", "Idle share", human_share(gpu), "GPU idle, mean over ranks (HTA definition)"))
+    else:
+        cards.append(Card("idle", "Idle share", "—", "long-tail / GPU timeline analysis not available"))
+    return cards

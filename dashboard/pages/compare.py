@@ -1,0 +1,114 @@
+"""Two traces side by side: length percentiles over steps, pooled CDFs and stage times.
+
+Query: /compare?a=<trace id>&b=<trace id>. Ids: cmp-a, cmp-b, cmp-field, cmp-keys;
+charts cmp-lengths, cmp-cdf, cmp-stages-a, cmp-stages-b.
+"""
+
+from __future__ import annotations
+
+import dash
+from dash import Input, Output, dcc, html
+
+from dashboard import session
+from dashboard.client import ApiError
+from dashboard.components import alert, control, controls, graph, section, sign_in_required, signed_in
+from dashboard.figures.common import empty_figure
+from dashboard.figures.compare import compare_cdf_figure, compare_percentiles_figure
+from dashboard.figures.stages import stage_time_figure
+
+dash.register_page(__name__, path="/compare", name="Compare", title="Compare · RLVR Explorer", nav="top", order=3)
+
+
+def _int(x):
+    try:
+        return int(x)
+    except (TypeError, ValueError):
+        return None
+
+
+def layout(a: str | None = None, b: str | None = None, **_):
+    if not signed_in():
+        return sign_in_required("/compare")
+    try:
+        traces = session.api().list_traces(limit=500, status="ready").get("items", [])
+    except ApiError as exc:
+        return alert(exc.message)
+    options = [{"label": f"{t['name']} (#{t['id']})", "value": t["id"]} for t in traces]
+    ids = [t["id"] for t in traces]
+    a, b = _int(a), _int(b)
+    a = a if a in ids else (ids[1] if len(ids) > 1 else (ids[0] if ids else None))
+    b = b if b in ids else (ids[0] if ids else None)
+    return html.Div([
+        html.H2("Compare two traces"),
+        controls(
+            control("Trace A", dcc.Dropdown(id="cmp-a", options=options, value=a, clearable=False,
+                                            style={"minWidth": "280px"})),
+            control("Trace B", dcc.Dropdown(id="cmp-b", options=options, value=b, clearable=False,
+                                            style={"minWidth": "280px"})),
+            control("Length", dcc.RadioItems(id="cmp-field", value="response", inline=True,
+                                             options=["response", "prompt", "total"])),
+            control("Percentiles", dcc.Checklist(id="cmp-keys", value=["p50", "p99"], inline=True,
+                                                 options=["mean", "p50", "p90", "p99", "max"])),
+        ),
+        html.Div(id="cmp-message"),
+        html.Div(className="grid-2", children=[
+            section("Lengths over steps", graph("cmp-lengths")),
+            section("Distribution over all steps", graph("cmp-cdf")),
+        ]),
+        html.Div(className="grid-2", children=[
+            section("Stage time, trace A", graph("cmp-stages-a")),
+            section("Stage time, trace B", graph("cmp-stages-b")),
+        ]),
+    ])
+
+
+def _load(api, trace_id, field):
+    """(trace, summaries or None, steps) of a ready trace."""
+    trace = api.get_trace(trace_id)
+    summary = api.summaries(trace_id, field=field) if trace.get("n_samples") else None
+    return trace, summary, api.steps(trace_id)
+
+
+@dash.callback(
+    Output("cmp-lengths", "figure"),
+    Output("cmp-cdf", "figure"),
+    Output("cmp-stages-a", "figure"),
+    Output("cmp-stages-b", "figure"),
+    Output("cmp-message", "children"),
+    Input("cmp-a", "value"),
+    Input("cmp-b", "value"),
+    Input("cmp-field", "value"),
+    Input("cmp-keys", "value"),
+)
+def fill(a, b, field, keys):
+    if a is None or b is None:
+        fig = empty_figure("Upload at least two traces to compare")
+        return fig, fig, fig, fig, None
+    api = session.api()
+    try:
+        ta, sa, steps_a = _load(api, a, field or "response")
+        tb, sb, steps_b = _load(api, b, field or "response")
+    except ApiError as exc:
+        fig = empty_figure(exc.message)
+        return fig, fig, fig, fig, alert(exc.message)
+    names = (f"A: {ta['name']}", f"B: {tb['name']}")
+    fig_a = stage_time_figure(steps_a, title=f"Stage time per step, {names[0]}")
+    fig_b = stage_time_figure(steps_b, title=f"Stage time per step, {names[1]}")
+    # One y scale for both stage charts, so equal heights mean equal seconds.
+    top = max(_stack_top(fig_a), _stack_top(fig_b))
+    if top > 0:
+        for fig in (fig_a, fig_b):
+            fig.update_yaxes(range=[0, top * 1.05])
+    return (compare_percentiles_figure(sa, sb, names, tuple(keys or ["p50"])), compare_cdf_figure(sa, sb, names),
+            fig_a, fig_b, None)
+
+
+def _stack_top(fig) -> float:
+    """Tallest stacked bar of a stage-time figure (seconds)."""
+    totals: dict = {}
+    for tr in fig.data:
+        if tr.type != "bar":
+            continue
+        for x, y in zip(tr.x or [], tr.y or []):
+            totals[x] = totals.get(x, 0.0) + (y or 0.0)
+    return max(totals.values(), default=0.0)

@@ -1,0 +1,129 @@
+"""Length distributions of one trace, from the precomputed per-step summaries.
+
+Filters: dist-field (response / prompt / total), dist-task, dist-phase (training /
+validation / all steps), dist-log (log length axis), dist-cdf-steps (steps to overlay).
+Charts: dist-box (per-step boxes), dist-heatmap (step x length), dist-percentiles
+(p50/p90/p99/max), dist-tail (max/mean and truncation), dist-cdf (CDFs of chosen steps),
+and the long-tail analysis figures longtail-idle, longtail-finish, longtail-engines.
+"""
+
+from __future__ import annotations
+
+import dash
+from dash import Input, Output, State, dcc, html, no_update
+
+from dashboard import session
+from dashboard.client import ApiError
+from dashboard.components import PAGE_TRACE_ID, RESULT, alert, analysis_panel, control, controls, graph, section
+from dashboard.figures.common import empty_figure
+from dashboard.figures.distributions import (cdf_figure, default_cdf_steps, length_box_figure, length_heatmap_figure,
+                                             percentile_lines_figure, tail_figure)
+from dashboard.figures.longtail import longtail_engine_figure, longtail_finish_figure, longtail_idle_figure
+from dashboard.payloads import PHASES, filter_phase
+from dashboard.trace_frame import trace_page
+
+dash.register_page(__name__, path_template="/traces/<trace_id>/distributions", name="Distributions",
+                   title="Distributions · RLVR Explorer", nav="trace", order=1)
+
+
+def body(trace: dict) -> html.Div:
+    tasks = trace.get("tasks") or []
+    if not trace.get("n_samples"):
+        return alert("This trace has no samples (it may be a GPU-timeline or metric-log trace).", "info")
+    return html.Div([
+        controls(
+            control("Length", dcc.RadioItems(id="dist-field", value="response", inline=True, options=[
+                {"label": "response", "value": "response"}, {"label": "prompt", "value": "prompt"},
+                {"label": "total", "value": "total"}])),
+            control("Task", dcc.Dropdown(id="dist-task", options=[{"label": t, "value": t} for t in tasks],
+                                         placeholder="all tasks", clearable=True, disabled=not tasks,
+                                         style={"minWidth": "180px"})),
+            control("Steps", dcc.RadioItems(id="dist-phase", value="train", inline=True,
+                                            options=[{"label": v, "value": k} for k, v in PHASES.items()])),
+            control("Axis", dcc.Checklist(id="dist-log", options=[{"label": "log lengths", "value": "log"}], value=[],
+                                          inline=True)),
+        ),
+        html.Div(id="dist-message"),
+        dcc.Store(id="dist-summary"),
+        section("Per step", graph("dist-box"),
+                help_text="Box = p25-p75 with the median; whiskers p10-p90; dashed line = mean; markers: p99 and max."),
+        html.Div(className="grid-2", children=[
+            section("Where the samples fall", graph("dist-heatmap")),
+            section("Percentiles over steps", graph("dist-percentiles")),
+        ]),
+        html.Div(className="grid-2", children=[
+            section("Tail and truncation", graph("dist-tail")),
+            section("CDF of chosen steps",
+                    control("Steps", dcc.Dropdown(id="dist-cdf-steps", multi=True, placeholder="choose steps")),
+                    graph("dist-cdf")),
+        ]),
+        section("Rollout long tail",
+                analysis_panel("longtail", "long-tail analysis"),
+                html.Div(className="grid-2", children=[graph("longtail-idle"), graph("longtail-finish")]),
+                graph("longtail-engines"),
+                help_text="With one decoding slot per sample, an engine is busy until its longest sample ends: "
+                          "idle share = 1 - sum(len) / (n x max len)."),
+    ])
+
+
+def layout(trace_id: str | None = None, **_):
+    return trace_page(trace_id, __name__, "/distributions", body)
+
+
+@dash.callback(
+    Output("dist-summary", "data"),
+    Output("dist-box", "figure"),
+    Output("dist-heatmap", "figure"),
+    Output("dist-percentiles", "figure"),
+    Output("dist-tail", "figure"),
+    Output("dist-cdf-steps", "options"),
+    Output("dist-cdf-steps", "value"),
+    Output("dist-message", "children"),
+    Input(PAGE_TRACE_ID, "data"),
+    Input("dist-field", "value"),
+    Input("dist-task", "value"),
+    Input("dist-phase", "value"),
+    Input("dist-log", "value"),
+    State("dist-cdf-steps", "value"),
+)
+def fill(trace_id, field, task, phase, log, chosen):
+    try:
+        summary = session.api().summaries(trace_id, field=field or "response", task=task or None)
+    except ApiError as exc:
+        fig = empty_figure(exc.message)
+        return None, fig, fig, fig, fig, [], [], alert(exc.message)
+    shown = filter_phase(summary, None, phase or "all")
+    message = None
+    if not shown["steps"] and summary.get("steps"):
+        message = alert(f"No {PHASES.get(phase, phase)} in this trace; choose 'all steps'.", "info")
+    log_y = "log" in (log or [])
+    steps = [r["step"] for r in shown["steps"] if r.get("count")]
+    options = [{"label": f"step {s}", "value": s} for s in steps]
+    keep = [s for s in (chosen or []) if s in steps] or default_cdf_steps(shown)
+    return (shown, length_box_figure(shown, log_y=log_y), length_heatmap_figure(shown),
+            percentile_lines_figure(shown, log_y=log_y), tail_figure(shown), options, keep, message)
+
+
+@dash.callback(
+    Output("dist-cdf", "figure"),
+    Input("dist-summary", "data"),
+    Input("dist-cdf-steps", "value"),
+)
+def fill_cdf(summary, chosen):
+    if not summary:
+        return no_update
+    return cdf_figure(summary, chosen or [])
+
+
+@dash.callback(
+    Output("longtail-idle", "figure"),
+    Output("longtail-finish", "figure"),
+    Output("longtail-engines", "figure"),
+    Input({"type": RESULT, "kind": "longtail"}, "data"),
+)
+def fill_longtail(data):
+    result = (data or {}).get("result")
+    if result is None:
+        fig = empty_figure("Waiting for the long-tail analysis")
+        return fig, fig, fig
+    return longtail_idle_figure(result), longtail_finish_figure(result), longtail_engine_figure(result)

@@ -1,0 +1,201 @@
+"""GPU timeline of one trace: stage Gantt per rank, kernel Gantt per rank and stream for a
+step and time window, HTA-style breakdowns, and the window as Chrome-trace JSON.
+
+Controls: gpu-step, gpu-ranks, gpu-zoom-load (fetch full detail for the zoomed range),
+gpu-zoom-reset, gpu-download (+ gpu-download-file, a dcc.Download).
+Charts: gpu-stage-gantt, gpu-kernel-gantt, gpu-temporal, gpu-idle, gpu-kinds.
+"""
+
+from __future__ import annotations
+
+import dash
+from dash import Input, Output, State, ctx, dcc, html, no_update
+
+from dashboard import session
+from dashboard.client import ApiError
+from dashboard.components import (PAGE_TRACE_ID, RESULT, alert, analysis_panel, control, controls, graph, section)
+from dashboard.figures.common import empty_figure
+from dashboard.figures.gpu import (find_table, idle_breakdown_figure, kernel_gantt_figure, kernel_kind_figure,
+                                   temporal_breakdown_figure)
+from dashboard.figures.stages import stage_gantt_figure
+from dashboard.payloads import kineto_ranks, kineto_steps, step_window, zoom_range
+from dashboard.trace_frame import trace_page
+
+dash.register_page(__name__, path_template="/traces/<trace_id>/gpu", name="GPU timeline",
+                   title="GPU timeline · RLVR Explorer", nav="trace", order=2)
+
+EVENT_BUDGET = 20_000  # GPU events shipped to the browser per view, over all ranks
+DEFAULT_RANKS = 4
+
+
+def body(trace: dict) -> html.Div:
+    try:
+        steps = session.api().steps(trace["id"])
+    except ApiError:
+        steps = []
+    has_gpu = bool(trace.get("n_gpu_events"))
+    step_ids = sorted(set(kineto_steps(trace)) | {s["step"] for s in steps})
+    if not step_ids and not has_gpu:
+        return alert("This trace has no GPU events, stage timings or per-rank timings.", "info")
+    ranks = kineto_ranks(trace)
+    first = kineto_steps(trace)[0] if kineto_steps(trace) else (step_ids[0] if step_ids else None)
+    parts = [
+        controls(
+            control("Step", dcc.Dropdown(id="gpu-step", options=[{"label": f"step {s}", "value": s} for s in step_ids],
+                                         value=first, clearable=False, style={"minWidth": "160px"})),
+            control("Ranks", dcc.Dropdown(id="gpu-ranks", multi=True, value=ranks[:DEFAULT_RANKS],
+                                          options=[{"label": f"rank {r}", "value": r} for r in ranks],
+                                          placeholder="ranks", style={"minWidth": "260px"}, disabled=not has_gpu)),
+        ),
+        dcc.Store(id="gpu-steps", data=steps),
+        section("Stages per rank", graph("gpu-stage-gantt"),
+                help_text="Each stage starts when the slowest rank finished the previous one; grey = waiting."),
+    ]
+    if has_gpu:
+        parts += [
+            dcc.Store(id="gpu-window"),
+            dcc.Store(id="gpu-origin"),
+            section(
+                "GPU kernels",
+                controls(
+                    html.Button("Load detail for the zoomed range", id="gpu-zoom-load", n_clicks=0, className="button small"),
+                    html.Button("Whole step", id="gpu-zoom-reset", n_clicks=0, className="button small secondary"),
+                    html.Button("Download window (Chrome trace JSON)", id="gpu-download", n_clicks=0,
+                                className="button small secondary"),
+                    dcc.Download(id="gpu-download-file"),
+                ),
+                html.Div(id="gpu-window-info", className="muted"),
+                graph("gpu-kernel-gantt"),
+                help_text="Zoom with the mouse; a grey bar on a rank's 'idle' row is time when none of its streams ran. "
+                          "The download opens in Perfetto (ui.perfetto.dev) or chrome://tracing.",
+            ),
+            section("Where GPU time goes (HTA definitions)",
+                    analysis_panel("gpu_timeline", "GPU timeline analysis"),
+                    html.Div(className="grid-2", children=[graph("gpu-temporal"), graph("gpu-idle")]),
+                    graph("gpu-kinds")),
+        ]
+    return html.Div(parts)
+
+
+def layout(trace_id: str | None = None, **_):
+    return trace_page(trace_id, __name__, "/gpu", body)
+
+
+@dash.callback(
+    Output("gpu-stage-gantt", "figure"),
+    Input("gpu-step", "value"),
+    State("gpu-steps", "data"),
+    State(PAGE_TRACE_ID, "data"),
+)
+def fill_stage_gantt(step, steps, trace_id):
+    if step is None:
+        return empty_figure("Choose a step")
+    row = next((s for s in steps or [] if s["step"] == step), None)
+    try:
+        timings = session.api().rank_timings(trace_id, step=step)
+    except ApiError as exc:
+        return empty_figure(exc.message)
+    return stage_gantt_figure(row, timings, step_no=step)
+
+
+@dash.callback(
+    Output("gpu-window", "data"),
+    Input("gpu-zoom-load", "n_clicks"),
+    Input("gpu-zoom-reset", "n_clicks"),
+    Input("gpu-step", "value"),
+    State("gpu-kernel-gantt", "relayoutData"),
+    State("gpu-origin", "data"),
+    prevent_initial_call=True,
+)
+def set_window(_load, _reset, _step, relayout, origin):
+    if ctx.triggered_id != "gpu-zoom-load":
+        return None
+    rng = zoom_range(relayout)
+    if rng is None or origin is None:
+        return no_update
+    return {"start_us": origin + rng[0] * 1000.0, "end_us": origin + rng[1] * 1000.0}
+
+
+def _fetch_events(trace_id, ranks, step, window) -> tuple[list[dict], bool]:
+    api = session.api()
+    per_rank = max(EVENT_BUDGET // max(len(ranks), 1), 500)
+    events, truncated = [], False
+    for r in ranks or [None]:
+        kw = dict(rank=r, limit=per_rank)
+        if window:
+            kw.update(start_us=window["start_us"], end_us=window["end_us"])
+        else:
+            kw.update(step=step)
+        page = api.gpu_events(trace_id, **kw)
+        events += page.get("items", [])
+        truncated |= bool(page.get("truncated"))
+    return events, truncated
+
+
+@dash.callback(
+    Output("gpu-kernel-gantt", "figure"),
+    Output("gpu-origin", "data"),
+    Output("gpu-window-info", "children"),
+    Input("gpu-step", "value"),
+    Input("gpu-ranks", "value"),
+    Input("gpu-window", "data"),
+    State(PAGE_TRACE_ID, "data"),
+)
+def fill_kernel_gantt(step, ranks, window, trace_id):
+    try:
+        trace = session.api().get_trace(trace_id)
+        events, truncated = _fetch_events(trace_id, ranks, step, window)
+    except ApiError as exc:
+        return empty_figure(exc.message), no_update, alert(exc.message)
+    if window:
+        origin = window["start_us"]
+    else:
+        sw = step_window(trace, step, ranks) if step is not None else None
+        origin = min([e["start_us"] for e in events] + ([sw[0]] if sw else [])) if (events or sw) else None
+    fig = kernel_gantt_figure(events, truncated=truncated, origin_us=origin,
+                              title=f"GPU kernels, step {step}" if not window else "GPU kernels, zoomed window")
+    what = (f"window {(window['end_us'] - window['start_us']) / 1000:,.2f} ms" if window else f"step {step}")
+    info = f"{len(events):,} GPU events, {what}" + (" — only the first ones: zoom in and load detail" if truncated else "")
+    return fig, origin, info
+
+
+@dash.callback(
+    Output("gpu-download-file", "data"),
+    Input("gpu-download", "n_clicks"),
+    State("gpu-step", "value"),
+    State("gpu-ranks", "value"),
+    State("gpu-window", "data"),
+    State(PAGE_TRACE_ID, "data"),
+    prevent_initial_call=True,
+)
+def download(n, step, ranks, window, trace_id):
+    if not n:
+        return no_update
+    kw = {"rank": ranks[0] if ranks and len(ranks) == 1 else None}
+    if window:
+        kw.update(start_us=window["start_us"], end_us=window["end_us"])
+    else:
+        kw.update(step=step)
+    try:
+        content = session.api().chrome_trace(trace_id, **kw)
+    except ApiError:
+        return no_update
+    suffix = f"step{step}" if not window else f"{window['start_us']:.0f}-{window['end_us']:.0f}us"
+    rank = f"rank{kw['rank']}_" if kw["rank"] is not None else ""
+    return dcc.send_bytes(content, f"trace{trace_id}_{rank}{suffix}.json")
+
+
+@dash.callback(
+    Output("gpu-temporal", "figure"),
+    Output("gpu-idle", "figure"),
+    Output("gpu-kinds", "figure"),
+    Input({"type": RESULT, "kind": "gpu_timeline"}, "data"),
+)
+def fill_breakdowns(data):
+    result = (data or {}).get("result")
+    if result is None:
+        fig = empty_figure("Waiting for the GPU timeline analysis")
+        return fig, fig, fig
+    return (temporal_breakdown_figure(find_table(result, "rank", "idle_pct", "compute_pct")),
+            idle_breakdown_figure(find_table(result, "rank", "host_wait_us", "kernel_wait_us")),
+            kernel_kind_figure(find_table(result, "rank", "kind", "busy_us")))

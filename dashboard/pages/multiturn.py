@@ -1,0 +1,82 @@
+"""Multi-turn rollouts, reward and tool latency of one trace (the "multiturn" and
+"latency" analyses).
+
+Charts: mt-counts (turns / tool calls per trajectory), mt-steps (over steps), mt-cache
+(prefix-cache hit rate), mt-context (context growth by turn), mt-latency (engine latency
+against tokens), lat-reward (reward seconds per step over ranks), lat-reward-ranks,
+lat-tools (tool-call latency per step).
+"""
+
+from __future__ import annotations
+
+import dash
+from dash import Input, Output, html
+
+from dashboard.components import RESULT, alert, analysis_panel, graph, section
+from dashboard.figures.common import empty_figure
+from dashboard.figures.multiturn import (cache_hit_figure, context_growth_figure, counts_hist_figure,
+                                         latency_vs_tokens_figure, reward_latency_figure, reward_ranks_figure,
+                                         tool_latency_figure, turns_over_steps_figure)
+from dashboard.overview import applicable_analyses
+from dashboard.trace_frame import trace_page
+
+dash.register_page(__name__, path_template="/traces/<trace_id>/multiturn", name="Multi-turn & reward",
+                   title="Multi-turn & reward · RLVR Explorer", nav="trace", order=4)
+
+
+def body(trace: dict) -> html.Div:
+    kinds = applicable_analyses(trace)
+    parts = []
+    if "multiturn" in kinds:
+        parts.append(section(
+            "Multi-turn rollouts",
+            analysis_panel("multiturn", "multi-turn analysis"),
+            html.Div(className="grid-2", children=[graph("mt-counts"), graph("mt-steps")]),
+            html.Div(className="grid-2", children=[graph("mt-cache"), graph("mt-context")]),
+            graph("mt-latency"),
+        ))
+    if "latency" in kinds:
+        parts.append(section(
+            "Reward and tool latency",
+            analysis_panel("latency", "latency analysis"),
+            html.Div(className="grid-2", children=[graph("lat-reward"), graph("lat-tools")]),
+            graph("lat-reward-ranks"),
+        ))
+    if not parts:
+        return alert("This trace has no turns, tool calls or reward timings.", "info")
+    return html.Div(parts)
+
+
+def layout(trace_id: str | None = None, **_):
+    return trace_page(trace_id, __name__, "/multiturn", body)
+
+
+@dash.callback(
+    Output("mt-counts", "figure"),
+    Output("mt-steps", "figure"),
+    Output("mt-cache", "figure"),
+    Output("mt-context", "figure"),
+    Output("mt-latency", "figure"),
+    Input({"type": RESULT, "kind": "multiturn"}, "data"),
+)
+def fill_multiturn(data):
+    result = (data or {}).get("result")
+    if result is None:
+        fig = empty_figure("Waiting for the multi-turn analysis")
+        return (fig,) * 5
+    return (counts_hist_figure(result), turns_over_steps_figure(result), cache_hit_figure(result),
+            context_growth_figure(result), latency_vs_tokens_figure(result))
+
+
+@dash.callback(
+    Output("lat-reward", "figure"),
+    Output("lat-tools", "figure"),
+    Output("lat-reward-ranks", "figure"),
+    Input({"type": RESULT, "kind": "latency"}, "data"),
+)
+def fill_latency(data):
+    result = (data or {}).get("result")
+    if result is None:
+        fig = empty_figure("Waiting for the latency analysis")
+        return fig, fig, fig
+    return reward_latency_figure(result), tool_latency_figure(result), reward_ranks_figure(result)

@@ -1,0 +1,66 @@
+"""Overview of one trace: headline cards and stage time per step.
+
+Ids: overview-cards (one .card per figure, ids card-steps, card-samples, card-tokens,
+card-tail, card-imbalance, card-idle), overview-stage-time (stacked bars),
+overview-lengths (response p50/p90/p99/max over steps), trace-status.
+"""
+
+from __future__ import annotations
+
+import dash
+from dash import ALL, Input, Output, ctx, html
+
+from dashboard import session
+from dashboard.client import ApiError
+from dashboard.components import PAGE_TRACE_ID, RESULT, alert, analysis_panel, card, graph, section
+from dashboard.figures.common import empty_figure
+from dashboard.figures.distributions import percentile_lines_figure
+from dashboard.figures.stages import stage_time_figure
+from dashboard.overview import applicable_analyses, overview_cards
+from dashboard.trace_frame import trace_page
+
+dash.register_page(__name__, path_template="/traces/<trace_id>", name="Overview", title="Trace · RLVR Explorer",
+                   nav="trace", order=0)
+
+CARD_KINDS = ("longtail", "imbalance", "gpu_timeline")
+
+
+def body(trace: dict) -> html.Div:
+    kinds = [k for k in applicable_analyses(trace) if k in CARD_KINDS]
+    return html.Div([
+        html.Div(id="overview-cards", className="cards"),
+        html.Div([analysis_panel(k, f"{k} analysis") for k in kinds]),
+        section("Stage time per step", graph("overview-stage-time"),
+                help_text="Measured seconds per stage from the framework's metric log; 'other' is the rest of "
+                          "the step time."),
+        section("Response length over steps", graph("overview-lengths")),
+    ])
+
+
+def layout(trace_id: str | None = None, **_):
+    return trace_page(trace_id, __name__, "", body)
+
+
+@dash.callback(
+    Output("overview-cards", "children"),
+    Output("overview-stage-time", "figure"),
+    Output("overview-lengths", "figure"),
+    Input(PAGE_TRACE_ID, "data"),
+    Input({"type": RESULT, "kind": ALL}, "data"),
+)
+def fill(trace_id, _results):
+    results = {}
+    for item in ctx.inputs_list[1]:
+        data = item.get("value") or {}
+        if data.get("result") is not None:
+            results[item["id"]["kind"]] = data["result"]
+    api = session.api()
+    try:
+        trace = api.get_trace(trace_id)
+        steps = api.steps(trace_id)
+        summary = api.summaries(trace_id, field="response") if trace.get("n_samples") else None
+    except ApiError as exc:
+        return alert(exc.message), empty_figure(exc.message), empty_figure(exc.message)
+    cards = [card(c.label, c.value, c.hint, card_id=f"card-{c.key}") for c in overview_cards(trace, steps, summary, results)]
+    lengths = percentile_lines_figure(summary) if summary else empty_figure("This trace has no samples")
+    return cards, stage_time_figure(steps), lengths

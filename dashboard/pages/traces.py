@@ -1,0 +1,319 @@
+"""Traces: the team's traces, upload by drag and drop, delete with confirmation.
+
+Ids: trace-upload (dcc.Upload; its <input type=file> takes several files, a folder
+or one archive), upload-status (one row per file, the server's error next to the file
+it names), traces-table (one <tr data-trace-id> per trace), traces-q, traces-status,
+delete-confirm.
+"""
+
+from __future__ import annotations
+
+import base64
+import posixpath
+
+import dash
+from dash import ALL, Input, Output, State, ctx, dcc, html, no_update
+
+from dashboard import session
+from dashboard.client import ApiError
+from dashboard.components import alert, control, controls, href, progress, section, sign_in_required, signed_in
+from dashboard.payloads import human_bytes, human_count, human_time, job_active
+
+dash.register_page(__name__, path="/traces", name="Traces", title="Traces · RLVR Explorer",
+                   nav="top", order=1)
+
+PAGE_SIZE = 25
+STATUSES = ("pending", "ingesting", "ready", "failed")
+
+
+def layout(**_):
+    if not signed_in():
+        return sign_in_required("/traces")
+    return html.Div([
+        html.H2("Traces"),
+        section(
+            "Upload",
+            dcc.Upload(
+                id="trace-upload", multiple=True, className="upload-zone", className_active="upload-zone active",
+                className_disabled="upload-zone disabled",
+                children=html.Div([
+                    html.Strong("Drop trace files here"), " — several files, a run folder, or one .zip / .tar.gz",
+                    html.Br(), html.Span("or click to choose", className="muted"),
+                ]),
+            ),
+            controls(
+                control("Name (optional)", dcc.Input(id="trace-upload-name", type="text", placeholder="from the files",
+                                                     className="input")),
+                control("Format (optional)", dcc.Input(id="trace-upload-format", type="text",
+                                                       placeholder="auto-detect", className="input")),
+            ),
+            html.Div(id="upload-busy", className="muted"),
+            html.Div(id="upload-status"),
+            dcc.Store(id="upload-state"),
+            dcc.Interval(id="upload-poll", interval=1000, disabled=True),
+            help_text="PolyTrace per-step JSONL, verl metric logs, PyTorch-profiler (Kineto) traces, or the "
+                      "native CSV/JSONL/Parquet format. Large uploads are ingested in the background.",
+        ),
+        section(
+            "Your traces",
+            controls(
+                control("Search", dcc.Input(id="traces-q", type="search", placeholder="name contains…",
+                                            debounce=True, className="input")),
+                control("Status", dcc.Dropdown(id="traces-status", options=[{"label": s, "value": s} for s in STATUSES],
+                                               placeholder="any", clearable=True, style={"minWidth": "160px"})),
+            ),
+            html.Div(id="traces-message"),
+            html.Div(id="traces-table"),
+            html.Div(className="pager", children=[
+                html.Button("← Newer", id="traces-prev", n_clicks=0, className="button small secondary"),
+                html.Span(id="traces-range", className="muted"),
+                html.Button("Older →", id="traces-next", n_clicks=0, className="button small secondary"),
+            ]),
+            dcc.Store(id="traces-offset", data=0),
+            dcc.Store(id="traces-refresh", data=0),
+            dcc.Interval(id="traces-poll", interval=2000, disabled=True),
+            dcc.Store(id="delete-target"),
+            dcc.ConfirmDialog(id="delete-confirm"),
+        ),
+    ])
+
+
+# -- upload -------------------------------------------------------------------------
+def _decode(contents: str) -> bytes:
+    """dcc.Upload's `data:<mime>;base64,<payload>` -> bytes."""
+    return base64.b64decode(contents.split(",", 1)[1] if "," in contents else contents)
+
+
+def _as_list(x) -> list:
+    return [] if x is None else x if isinstance(x, list) else [x]
+
+
+dash.clientside_callback(
+    """
+    function(contents, names) {
+        if (!contents) { return ""; }
+        var list = Array.isArray(contents) ? contents : [contents];
+        var bytes = 0;
+        list.forEach(function(c) { bytes += Math.floor((c.length - c.indexOf(",") - 1) * 3 / 4); });
+        return "Uploading " + list.length + " file" + (list.length === 1 ? "" : "s") + " (" +
+               (bytes / 1048576).toFixed(1) + " MB) to the server…";
+    }
+    """,
+    Output("upload-busy", "children"),
+    Input("trace-upload", "contents"),
+    State("trace-upload", "filename"),
+)
+
+
+@dash.callback(
+    Output("upload-state", "data"),
+    Output("upload-busy", "children", allow_duplicate=True),
+    Output("traces-refresh", "data", allow_duplicate=True),
+    Input("trace-upload", "contents"),
+    State("trace-upload", "filename"),
+    State("trace-upload-name", "value"),
+    State("trace-upload-format", "value"),
+    State("traces-refresh", "data"),
+    running=[(Output("trace-upload", "disabled"), True, False)],
+    prevent_initial_call=True,
+)
+def upload(contents, filenames, name, fmt, refresh):
+    contents, filenames = _as_list(contents), _as_list(filenames)
+    if not contents:
+        return no_update, no_update, no_update
+    files = [(fname, _decode(c)) for fname, c in zip(filenames, contents)]
+    state = {"files": [{"name": f, "size": len(b)} for f, b in files], "status": "uploading"}
+    try:
+        result = session.api().upload_trace(files, name=(name or "").strip() or None, format=(fmt or "").strip() or None)
+    except ApiError as exc:
+        state.update(status="failed", error={"message": exc.message, "file": exc.file, "line": exc.line,
+                                              "field": exc.field, "status": exc.status})
+        return state, "", no_update
+    state.update(trace=result.trace, job=result.job, http=result.status_code,
+                 status="ingesting" if result.job else ("duplicate" if result.duplicate else "done"))
+    return state, "", (refresh or 0) + 1
+
+
+@dash.callback(
+    Output("upload-state", "data", allow_duplicate=True),
+    Output("traces-refresh", "data", allow_duplicate=True),
+    Input("upload-poll", "n_intervals"),
+    State("upload-state", "data"),
+    State("traces-refresh", "data"),
+    prevent_initial_call=True,
+)
+def poll_upload(_n, state, refresh):
+    job = (state or {}).get("job")
+    if not job or state.get("status") != "ingesting":
+        return no_update, no_update
+    api = session.api()
+    try:
+        job = api.job(job["id"])
+        state = {**state, "job": job}
+        if not job_active(job):
+            state["trace"] = api.get_trace(state["trace"]["id"])
+            state["status"] = "done" if job.get("status") == "succeeded" else "failed"
+            if state["status"] == "failed":
+                state["error"] = {"message": job.get("error") or state["trace"].get("error") or "ingestion failed"}
+            return state, (refresh or 0) + 1
+    except ApiError as exc:
+        return {**state, "status": "failed", "error": {"message": exc.message}}, no_update
+    return state, no_update
+
+
+def _error_matches(error: dict, fname: str, n_files: int) -> bool:
+    """Does the server's error name this uploaded file? Errors inside an archive name
+    the member path, so a single upload takes any file-named error."""
+    where = error.get("file")
+    if not where:
+        return False
+    if where == fname or posixpath.basename(where) == posixpath.basename(fname) or where.startswith(fname + "/"):
+        return True
+    return n_files == 1
+
+
+def _trace_link(trace: dict) -> dcc.Link:
+    return dcc.Link(trace.get("name") or f"trace {trace['id']}", href=href(f"/traces/{trace['id']}"))
+
+
+@dash.callback(
+    Output("upload-status", "children"),
+    Output("upload-poll", "disabled"),
+    Input("upload-state", "data"),
+    prevent_initial_call=True,
+)
+def render_upload(state):
+    if not state:
+        return None, True
+    files = state.get("files", [])
+    error = state.get("error") or {}
+    status = state.get("status")
+    rows, placed = [], False
+    for f in files:
+        if status == "failed" and not placed and _error_matches(error, f["name"], len(files)):
+            cell, placed = html.Span(error["message"], className="file-error"), True
+        elif status == "failed":
+            cell = html.Span("not ingested", className="muted")
+        elif status == "uploading":
+            cell = html.Span("uploading…", className="muted")
+        else:
+            cell = html.Span("✓ received", className="muted")
+        rows.append(html.Li([html.Span(f["name"]), html.Span(human_bytes(f["size"]), className="muted"), cell],
+                            **{"data-file": f["name"]}))
+    extra = []
+    trace, job = state.get("trace"), state.get("job")
+    if status == "failed" and not placed:
+        extra.append(alert(error.get("message") or "Upload failed", id="upload-error"))
+    elif status == "failed":
+        extra.append(alert("Upload rejected: nothing was stored.", id="upload-error"))
+    elif status == "ingesting" and job:
+        extra.append(html.Div([html.Span("Ingesting in the background: "),
+                               progress(job.get("progress"), job.get("message") or job.get("status"))]))
+    elif status == "duplicate" and trace:
+        extra.append(alert(["Your team already uploaded these files: ", _trace_link(trace)], "info", id="upload-ok"))
+    elif status == "done" and trace:
+        extra.append(alert(["Ingested ", _trace_link(trace), f": {human_count(trace.get('n_steps'))} steps, "
+                            f"{human_count(trace.get('n_samples'))} samples."], "ok", id="upload-ok"))
+    return [html.Ul(rows, className="file-list"), *extra], status != "ingesting"
+
+
+# -- list and delete ----------------------------------------------------------------
+def _status_cell(trace: dict):
+    st = trace.get("status") or "?"
+    badge = html.Span(st, className=f"badge badge-{st}", title=trace.get("error") or "")
+    return [badge, html.Div(trace["error"], className="file-error")] if st == "failed" and trace.get("error") else badge
+
+
+def traces_table(items: list[dict]) -> html.Table | html.P:
+    if not items:
+        return html.P("No traces yet: drop files above to upload one.", className="muted")
+    head = html.Tr([html.Th("Name"), html.Th("Format"), html.Th("Status"), html.Th("Steps", className="num"),
+                    html.Th("Samples", className="num"), html.Th("Size", className="num"), html.Th("Created"), html.Th("")])
+    body = []
+    for t in items:
+        body.append(html.Tr([
+            html.Td(_trace_link(t)),
+            html.Td(" / ".join(x for x in (t.get("source_format"), t.get("framework")) if x) or "—"),
+            html.Td(_status_cell(t)),
+            html.Td(human_count(t.get("n_steps")), className="num"),
+            html.Td(human_count(t.get("n_samples")), className="num"),
+            html.Td(human_bytes(t.get("size_bytes")), className="num"),
+            html.Td(human_time(t.get("created_at"))),
+            html.Td(html.Button("Delete", id={"type": "trace-delete", "index": t["id"]}, n_clicks=0,
+                                className="button small danger")),
+        ], **{"data-trace-id": str(t["id"]), "data-status": t.get("status") or ""}))
+    return html.Table([html.Thead(head), html.Tbody(body)], className="table", id="traces-table-el")
+
+
+@dash.callback(
+    Output("traces-offset", "data"),
+    Input("traces-prev", "n_clicks"),
+    Input("traces-next", "n_clicks"),
+    Input("traces-q", "value"),
+    Input("traces-status", "value"),
+    State("traces-offset", "data"),
+    prevent_initial_call=True,
+)
+def page(_prev, _next, _q, _status, offset):
+    if ctx.triggered_id == "traces-next":
+        return (offset or 0) + PAGE_SIZE
+    if ctx.triggered_id == "traces-prev":
+        return max((offset or 0) - PAGE_SIZE, 0)
+    return 0
+
+
+@dash.callback(
+    Output("traces-table", "children"),
+    Output("traces-range", "children"),
+    Output("traces-poll", "disabled"),
+    Output("traces-prev", "disabled"),
+    Output("traces-next", "disabled"),
+    Output("traces-message", "children"),
+    Input("traces-offset", "data"),
+    Input("traces-refresh", "data"),
+    Input("traces-poll", "n_intervals"),
+    State("traces-q", "value"),
+    State("traces-status", "value"),
+)
+def list_traces(offset, _refresh, _poll, q, status):
+    offset = offset or 0
+    try:
+        page_ = session.api().list_traces(limit=PAGE_SIZE, offset=offset, status=status, q=(q or "").strip() or None)
+    except ApiError as exc:
+        return no_update, "", True, True, True, alert(exc.message)
+    items, total = page_.get("items", []), int(page_.get("total") or 0)
+    busy = any(t.get("status") in ("pending", "ingesting") for t in items)
+    shown = f"{offset + 1}–{offset + len(items)} of {total}" if items else f"0 of {total}"
+    return traces_table(items), shown, not busy, offset <= 0, offset + len(items) >= total, None
+
+
+@dash.callback(
+    Output("delete-target", "data"),
+    Output("delete-confirm", "displayed"),
+    Output("delete-confirm", "message"),
+    Input({"type": "trace-delete", "index": ALL}, "n_clicks"),
+    prevent_initial_call=True,
+)
+def ask_delete(clicks):
+    trig = ctx.triggered_id
+    if not isinstance(trig, dict) or not any(clicks or []) or not (ctx.triggered and ctx.triggered[0]["value"]):
+        return no_update, False, no_update
+    return trig["index"], True, f"Delete trace {trig['index']} and everything computed from it? This cannot be undone."
+
+
+@dash.callback(
+    Output("traces-refresh", "data", allow_duplicate=True),
+    Output("traces-message", "children", allow_duplicate=True),
+    Input("delete-confirm", "submit_n_clicks"),
+    State("delete-target", "data"),
+    State("traces-refresh", "data"),
+    prevent_initial_call=True,
+)
+def do_delete(submitted, trace_id, refresh):
+    if not submitted or trace_id is None:
+        return no_update, no_update
+    try:
+        session.api().delete_trace(trace_id)
+    except ApiError as exc:
+        return no_update, alert(f"Could not delete trace {trace_id}: {exc.message}")
+    return (refresh or 0) + 1, alert(f"Deleted trace {trace_id}.", "ok")

@@ -1,0 +1,109 @@
+"""The dashboard's one visual language: fixed colours, labels and units.
+
+A stage, a GPU activity kind, a percentile or a rank keeps the same colour on every
+page, so a reader who learnt "orange = reward" on the overview reads the GPU timeline
+without a legend hunt.
+"""
+
+from __future__ import annotations
+
+from plotly.colors import sample_colorscale
+
+# Training-step stages in execution order (verl's timing_s/* keys, t_* columns of Step).
+STAGES = ("gen", "reward", "old_log_prob", "ref", "adv", "update_actor")
+STAGE_COLORS = {
+    "gen": "#4E79A7",
+    "reward": "#F28E2B",
+    "old_log_prob": "#59A14F",
+    "ref": "#B07AA1",
+    "adv": "#EDC948",
+    "update_actor": "#E15759",
+    "other": "#BAB0AC",  # t_step minus the named stages
+    "wait": "#E4E4E4",  # a rank waiting at a barrier for the slowest rank
+}
+STAGE_LABELS = {
+    "gen": "generation",
+    "reward": "reward",
+    "old_log_prob": "old log-prob",
+    "ref": "reference",
+    "adv": "advantage",
+    "update_actor": "actor update",
+    "other": "other",
+    "wait": "waiting for slowest rank",
+}
+
+# GPU activity kinds of Kineto events (backend.formats.base.GpuKind order).
+GPU_KINDS = ("compute", "communication", "memory")
+GPU_KIND_COLORS = {
+    "compute": "#76B7B2",
+    "communication": "#FF9DA7",
+    "memory": "#9C755F",
+    "idle": "#D0D0D0",
+    "non_compute": "#FF9DA7",
+}
+IDLE_CAUSE_COLORS = {"host_wait": "#8CD17D", "kernel_wait": "#B6992D", "other": "#D0D0D0"}
+
+# Percentile lines: one hue, darker = further into the tail.
+PERCENTILE_COLORS = {
+    "mean": "#7F7F7F",
+    "p50": "#9ECAE1",
+    "p90": "#4292C6",
+    "p99": "#08519C",
+    "max": "#08306B",
+}
+
+# Two traces side by side on the compare page.
+TRACE_COLORS = ("#2F4B7C", "#D45087")
+
+# Counterfactual balancing policies on the imbalance page.
+POLICY_COLORS = {"measured": "#E15759", "kk": "#59A14F", "lpt": "#4E79A7"}
+
+RANK_COLORSCALE = "Viridis"
+STEP_COLORSCALE = "Plasma"  # early -> late steps, e.g. overlaid CDFs
+HEATMAP_COLORSCALE = "Blues"
+
+FONT = dict(family="Inter, system-ui, -apple-system, Segoe UI, sans-serif", size=12, color="#222")
+
+# Axis titles, always with units.
+UNITS = {
+    "step": "training step",
+    "tokens": "length (tokens)",
+    "seconds": "time (s)",
+    "ms": "time (ms)",
+    "share": "share of samples (%)",
+    "cdf": "cumulative share of samples",
+    "rank": "rank",
+    "dp_rank": "DP rank",
+}
+
+
+def stage_color(stage: str) -> str:
+    return STAGE_COLORS.get(stage, STAGE_COLORS["other"])
+
+
+def rank_color(rank: int, n_ranks: int) -> str:
+    """Ranks on a sequential scale, so 256 ranks read as a gradient, not 256 hues."""
+    if n_ranks <= 1:
+        return sample_colorscale(RANK_COLORSCALE, [0.0])[0]
+    return sample_colorscale(RANK_COLORSCALE, [min(max(rank / (n_ranks - 1), 0.0), 1.0)])[0]
+
+
+def step_color(index: int, n: int) -> str:
+    """The i-th of n chosen steps on the step colour scale (early dark, late bright)."""
+    pos = 0.0 if n <= 1 else index / (n - 1)
+    return sample_colorscale(STEP_COLORSCALE, [0.85 * pos])[0]
+
+
+def base_layout(**overrides) -> dict:
+    """Layout defaults shared by every figure (white background, compact margins)."""
+    layout = dict(
+        template="plotly_white",
+        font=FONT,
+        margin=dict(l=64, r=24, t=76, b=52),
+        # Title on the first line of the top margin, the legend on the second.
+        legend=dict(orientation="h", yanchor="bottom", y=1.0, xanchor="left", x=0, font=dict(size=11)),
+        hovermode="closest",
+        title=dict(font=dict(size=14), x=0.01, xanchor="left", y=0.985, yanchor="top", yref="container"),
+    )
+    layout.update(overrides)
+    return layout

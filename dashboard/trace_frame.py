@@ -1,0 +1,50 @@
+"""The frame shared by every per-trace page: sign-in guard, the trace fetched once,
+header with the trace's tabs, the PAGE_TRACE_ID store, and for a trace that is not
+ready yet its error or ingest progress instead of the page body.
+
+Ids: trace-error (unknown trace), trace-status, trace-failed, trace-progress.
+The polling callback lives in `dashboard.callbacks` (registered once per app).
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from dash import dcc, html
+
+from dashboard import session
+from dashboard.client import ApiError
+from dashboard.components import PAGE_TRACE_ID, alert, sign_in_required, signed_in, trace_header
+
+
+def trace_page(trace_id: str | None, module: str, path_suffix: str, body_fn: Callable[[dict], object]):
+    """Layout of a per-trace page; `body_fn(trace)` builds the body of a ready trace."""
+    path = f"/traces/{trace_id}{path_suffix}"
+    if not signed_in():
+        return sign_in_required(path)
+    if trace_id is None or not str(trace_id).isdigit():
+        return alert(f"No trace '{trace_id}'.", id="trace-error")
+    try:
+        trace = session.api().get_trace(trace_id)
+    except ApiError as exc:
+        if exc.unauthorized:
+            return sign_in_required(path)
+        msg = f"Trace {trace_id} not found." if exc.not_found else exc.message
+        return html.Div([trace_header(None, trace_id, module), alert(msg, id="trace-error")])
+    head = [trace_header(trace, trace_id, module), dcc.Store(id=PAGE_TRACE_ID, data=trace["id"])]
+    if trace.get("status") != "ready":
+        return html.Div(head + [trace_status(trace)])
+    return html.Div(head + [body_fn(trace)])
+
+
+def trace_status(trace: dict) -> html.Div:
+    """A trace that is not ready: its error, or its ingest progress (polled)."""
+    if trace.get("status") == "failed":
+        body = alert(f"Ingestion failed: {trace.get('error') or 'unknown error'}", id="trace-failed")
+    else:
+        body = html.Div([html.P(f"This trace is {trace.get('status')}; the page opens when it is ready."),
+                         html.Div(id="trace-progress"),
+                         dcc.Interval(id="trace-status-poll", interval=1500),
+                         dcc.Store(id="trace-status-job", data=trace.get("job_id")),
+                         dcc.Location(id="trace-status-reload", refresh=True)])
+    return html.Div(body, id="trace-status", className="section")

@@ -1,0 +1,46 @@
+"""Alembic environment: the URL comes from the project's settings (or the Config)."""
+
+from __future__ import annotations
+
+from alembic import context
+
+from backend.models import Base
+from backend.settings import get_settings
+
+config = context.config
+url = config.get_main_option("sqlalchemy.url") or get_settings().db_url
+
+
+def run_migrations_offline() -> None:
+    context.configure(url=url, target_metadata=Base.metadata, literal_binds=True)
+    with context.begin_transaction():
+        context.run_migrations()
+
+
+def run_migrations_online() -> None:
+    from backend.db import make_engine
+
+    connectable = config.attributes.get("connection")
+    if connectable is None:
+        engine = make_engine(url)
+        with engine.connect() as connection:
+            _run(connection)
+        engine.dispose()
+    else:
+        _run(connectable)
+
+
+def _run(connection) -> None:  # noqa: ANN001
+    context.configure(
+        connection=connection,
+        target_metadata=Base.metadata,
+        render_as_batch=connection.dialect.name == "sqlite",
+    )
+    with context.begin_transaction():
+        context.run_migrations()
+
+
+if context.is_offline_mode():
+    run_migrations_offline()
+else:
+    run_migrations_online()

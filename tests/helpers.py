@@ -1,0 +1,40 @@
+"""Small traces written by the project's own code, for tests that must always run."""
+
+from __future__ import annotations
+
+import io
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import orjson
+
+from workers.workload.synthetic import packed_length_rows
+
+
+def synthetic_rows(steps: int = 4, groups: int = 16, n: int = 4, seed: int = 1) -> list[list[dict]]:
+    return list(packed_length_rows(steps, groups, n, dp_size=4, seed=seed, max_response_len=4096))
+
+
+def jsonl(rows: list[dict]) -> bytes:
+    return b"".join(orjson.dumps(r) + b"\n" for r in rows)
+
+
+def write_packed_dir(folder: Path, per_step: list[list[dict]]) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    for rows in per_step:
+        (folder / f"packed_lengths_step_{rows[0]['step']}.jsonl").write_bytes(jsonl(rows))
+    return folder
+
+
+def zip_folder(folder: Path) -> bytes:
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
+        for f in sorted(folder.rglob("*")):
+            if f.is_file():
+                zf.write(f, f"{folder.name}/{f.relative_to(folder)}")
+    return buf.getvalue()
+
+
+def responses_of(per_step: list[list[dict]], step: int) -> np.ndarray:
+    return np.array([o for r in per_step[step] for o in r["output"]])

@@ -1,0 +1,120 @@
+"""DP imbalance on hand-made traces: recorded loads by plain loops, balanced loads
+against the partition functions, savings by the stated formula."""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+
+import numpy as np
+import pytest
+
+from workers.analysis.balancing import karmarkar_karp, lpt
+from workers.analysis.data import TraceData
+from workers.analysis.imbalance import analyze_imbalance, reduce_imbalance
+
+# step, group, sample, prompt, response, dp_rank, validate
+ROWS = [
+    (0, 0, 0, 100, 900, 0, False), (0, 0, 1, 100, 100, 0, False),
+    (0, 1, 0, 50, 50, 0, False), (0, 1, 1, 50, 30, 0, False),
+    (0, 2, 0, 20, 4000, 1, False), (0, 2, 1, 20, 3000, 1, False),
+    (0, 3, 0, 10, 10, 1, False), (0, 3, 1, 10, 20, 1, False),
+    (0, 9, 0, 10, 99999, 1, True),
+    (1, 0, 0, 5, 10, 0, False), (1, 0, 1, 5, 10, 0, False),
+    (1, 1, 0, 5, 10, 1, False), (1, 1, 1, 5, 10, 1, False),
+]
+
+
+def make(rows=ROWS) -> TraceData:
+    c = list(zip(*rows))
+    return TraceData.from_tables({"samples": {
+        "step": np.array(c[0]), "group_idx": np.array(c[1]), "sample_idx": np.array(c[2]),
+        "prompt_len": np.array(c[3]), "response_len": np.array(c[4]), "dp_rank": np.array(c[5]),
+        "validate": np.array(c[6])}})
+
+
+def cost(s):
+    return 24576 * s + s * s
+
+
+def test_recorded_loads_by_rank():
+    res = analyze_imbalance(make())
+    assert res["dp_size"] == 2 and res["item"] == "group"
+    for entry in res["steps"]:
+        tokens, costs = defaultdict(int), defaultdict(int)
+        for r in ROWS:
+            if r[0] == entry["step"] and not r[6]:
+                tokens[r[5]] += r[3] + r[4]
+                costs[r[5]] += cost(r[3] + r[4])
+        assert entry["tokens"]["recorded"] == [tokens[0], tokens[1]]
+        assert entry["cost"]["recorded"] == [costs[0], costs[1]]
+        t = entry["tokens"]
+        assert t["max_over_min"] == pytest.approx(max(tokens.values()) / min(tokens.values()))
+        assert t["max_over_mean"] == pytest.approx(max(tokens.values()) / (sum(tokens.values()) / 2))
+    assert res["steps"][0]["samples"] == 8  # the validation sample is left out
+
+
+def test_balanced_loads_keep_groups_whole():
+    res = analyze_imbalance(make())
+    entry = res["steps"][0]
+    group_tokens, group_cost = defaultdict(int), defaultdict(int)
+    for r in ROWS:
+        if r[0] == 0 and not r[6]:
+            group_tokens[r[1]] += r[3] + r[4]
+            group_cost[r[1]] += cost(r[3] + r[4])
+    assert entry["items"] == 4
+    for name, groups in (("tokens", group_tokens), ("cost", group_cost)):
+        w = [groups[g] for g in sorted(groups)]
+        kk = [sum(w[i] for i in p) for p in karmarkar_karp(w, 2, equal_size=True)]
+        lp = [sum(w[i] for i in p) for p in lpt(w, 2)]
+        fig = entry[name]
+        assert fig["kk_max"] == max(kk) and fig["kk_min"] == min(kk)
+        assert fig["lpt_max"] == max(lp)
+        assert fig["largest_item"] == max(w)
+        assert fig["kk_saving"] == pytest.approx(1 - max(kk) / fig["recorded_max"])
+        assert fig["lpt_saving"] == pytest.approx(1 - max(lp) / fig["recorded_max"])
+    # tokens per group: 1200, 180, 7040, 50 -> best split keeps 7040 alone
+    assert entry["tokens"]["lpt_max"] == 7040
+    assert entry["tokens"]["recorded_max"] == 7090
+
+
+def test_samples_as_items():
+    res = analyze_imbalance(make(), keep_groups=False)
+    assert res["item"] == "sample"
+    assert res["steps"][0]["items"] == 8
+    # single samples can split the 4000/3000 group; LPT by hand: heaviest first to the
+    # lighter rank (ties to the rank holding fewer items)
+    loads, counts = [0, 0], [0, 0]
+    for x in sorted((r[3] + r[4] for r in ROWS if r[0] == 0 and not r[6]), reverse=True):
+        j = min((0, 1), key=lambda j: (loads[j], counts[j], j))
+        loads[j] += x
+        counts[j] += 1
+    assert res["steps"][0]["tokens"]["lpt_max"] == max(loads) == 4240
+
+
+def test_empty_rank_gives_no_max_over_min():
+    res = analyze_imbalance(make(), dp_size=3)
+    f = res["steps"][0]["tokens"]
+    assert len(f["recorded"]) == 3 and f["recorded"][2] == 0
+    assert f["max_over_min"] is None
+    assert f["kk_max_over_min"] is not None  # balancing spreads 4 groups over 3 ranks
+    json.dumps(res, allow_nan=False)
+
+
+def test_summary_and_reduce():
+    data = make()
+    res = analyze_imbalance(data)
+    steps = res["steps"]
+    mm = [e["tokens"]["max_over_min"] for e in steps]
+    assert res["summary"]["tokens"]["max_over_min"]["max"] == pytest.approx(max(mm))
+    assert res["summary"]["cost"]["kk_time_saved"] == pytest.approx(
+        1 - sum(e["cost"]["kk_max"] for e in steps) / sum(e["cost"]["recorded_max"] for e in steps))
+    merged = reduce_imbalance([analyze_imbalance(data.select_steps(1, 2), dp_size=2),
+                               analyze_imbalance(data.select_steps(0, 1), dp_size=2)])
+    assert merged == res
+
+
+def test_no_dp_rank_column_gives_no_steps():
+    data = make()
+    data.samples.dp_rank = None
+    assert analyze_imbalance(data)["steps"] == []

@@ -1,0 +1,153 @@
+"""Format detection, the registry and the upload-level read loop."""
+
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+
+import orjson
+import pytest
+
+from backend.formats import FORMATS, detect_format, read_sources, upload_format
+from backend.formats.archive import expand_upload
+from backend.formats.base import InputError, ReadResult, Source
+
+PACKED = {
+    "step": 0,
+    "rank": 0,
+    "dp_rank": 0,
+    "tp_rank": 0,
+    "local_index": 0,
+    "input": 5,
+    "output": [1, 2],
+    "n_sampling": 2,
+    "validate": False,
+}
+REWARD = {"step": 0, "rank": 0, "tp_rank": 0, "dp_rank": 0, "batch_size": 2, "reward_time_s": 1.5}
+MULTI = {
+    "step": 0,
+    "prompt_len": 5,
+    "prompt_group_id": 0,
+    "sample_id": 0,
+    "final_response_len": 3,
+    "turns": [],
+    "tool_calls": [],
+}
+NATIVE = {"step": 0, "group_idx": 0, "sample_idx": 0, "prompt_len": 5, "response_len": 3}
+
+
+def write(path: Path, data: bytes | str) -> Source:
+    path.write_bytes(data.encode() if isinstance(data, str) else data)
+    return Source(path.name, lambda: path.open("rb"), path.stat().st_size)
+
+
+def line(obj: dict) -> bytes:
+    return orjson.dumps(obj) + b"\n"
+
+
+def test_registry_names():
+    assert set(FORMATS) == {
+        "polytrace-packed",
+        "polytrace-reward",
+        "polytrace-multiturn",
+        "polytrace-compact",
+        "verl-jsonl",
+        "verl-console",
+        "native-csv",
+        "native-jsonl",
+        "native-parquet",
+        "kineto",
+    }
+
+
+@pytest.mark.parametrize(
+    "name, fmt",
+    [
+        ("packed_lengths_step_3.jsonl", "polytrace-packed"),
+        ("packed_lengths_step_3_rank_4.jsonl.gz", "polytrace-packed"),
+        ("reward_timings_step_0.jsonl", "polytrace-reward"),
+        ("multiturn_workload_step_12.jsonl", "polytrace-multiturn"),
+        ("samples.parquet", "native-parquet"),
+        ("SAMPLES.CSV", "native-csv"),
+    ],
+)
+def test_detect_by_name(tmp_path, name, fmt):
+    # The content is deliberately not of the format: the name decides.
+    assert detect_format(write(tmp_path / name, b"x")) == fmt
+
+
+@pytest.mark.parametrize(
+    "name, content, fmt",
+    [
+        ("rollout.jsonl", line(PACKED), "polytrace-packed"),
+        ("rollout.jsonl", line(REWARD), "polytrace-reward"),
+        ("rollout.jsonl", line(MULTI), "polytrace-multiturn"),
+        ("rollout.jsonl", line(NATIVE) * 2, "native-jsonl"),
+        ("metrics.jsonl", line({"step": 4, "data": {"timing_s/gen": 3.0}}), "verl-jsonl"),
+        ("stdout", b"(TaskRunner pid=1) step:1 - timing_s/gen:3.000 - actor/entropy:0.500\n", "verl-console"),
+        ("run.json", b'{"0": {"input": [1], "output": [2]}}', "polytrace-compact"),
+        ("run.json", b'\n  {\n  "12": [{"input": [1], "output": [2]}]}', "polytrace-compact"),
+        ("trace.json", b'{"schemaVersion": 1, "traceEvents": []}', "kineto"),
+        ("filter.jsonl", line({"workload_step": 0, "kept_prompt_indices": [1]}), None),
+        ("dapo_filter_indices.jsonl", line(PACKED), None),
+        ("notes.txt", b"hello\n", None),
+        ("rollout.jsonl", b"", None),
+    ],
+)
+def test_detect_by_content(tmp_path, name, content, fmt):
+    assert detect_format(write(tmp_path / name, content)) == fmt
+
+
+def test_detect_inside_gzip_and_real_kineto(tmp_path, shared_fixtures):
+    gz = tmp_path / "mystery.jsonl.gz"
+    gz.write_bytes(gzip.compress(line(PACKED)))
+    (src,) = expand_upload(gz, gz.name)
+    assert detect_format(src) == "polytrace-packed"
+    trace = shared_fixtures / "kineto" / "sampled_rank-0.json.gz"
+    (src,) = expand_upload(trace, trace.name)
+    assert detect_format(src) == "kineto"
+
+
+def test_forced_format_reads_an_undetectable_name(tmp_path):
+    src = write(tmp_path / "lengths.txt", "step,group_idx,sample_idx,prompt_len,response_len\n0,0,0,5,1\n0,0,1,5,2\n")
+    assert detect_format(src) is None
+    result = ReadResult()
+    with pytest.raises(InputError, match="no readable trace files"):
+        list(read_sources([src], None, result))
+    assert result.skipped == ["skipped lengths.txt: unknown file format"]
+    batches = list(read_sources([src], "native-csv", ReadResult()))
+    assert [b.columns["response_len"].tolist() for b in batches] == [[1, 2]]
+
+
+def test_unknown_forced_format(tmp_path):
+    src = write(tmp_path / "a.jsonl", line(PACKED))
+    with pytest.raises(InputError) as err:
+        list(read_sources([src], "polytrace-v9", ReadResult()))
+    assert err.value.field == "format" and "polytrace-packed" in str(err.value)
+
+
+def test_nothing_readable_names_the_upload_and_the_skipped_files(tmp_path):
+    folder = tmp_path / "run"
+    folder.mkdir()
+    write(folder / "README", "about this run\n")
+    write(folder / "empty.jsonl", b"")
+    with pytest.raises(InputError) as err:
+        list(read_sources(expand_upload(folder, "run"), None, ReadResult()))
+    message = str(err.value)
+    assert err.value.file == "run"
+    assert "no readable trace files" in message and "run/README" in message and "run/empty.jsonl: empty file" in message
+
+
+def test_sources_are_read_in_natural_order(tmp_path):
+    sources = [write(tmp_path / f"packed_lengths_step_{s}.jsonl", line({**PACKED, "step": s})) for s in (10, 2, 1)]
+    steps = [int(b.columns["step"][0]) for b in read_sources(sources, None, ReadResult())]
+    assert steps == [1, 2, 10]
+
+
+def test_upload_format_is_the_dominant_one(tmp_path):
+    sources = [write(tmp_path / f"packed_lengths_step_{s}.jsonl", line(PACKED)) for s in range(3)]
+    sources += [write(tmp_path / "reward_timings_step_0.jsonl", line(REWARD)), write(tmp_path / "x.txt", "?")]
+    assert upload_format(sources) == "polytrace-packed"
+    assert upload_format(sources[3:]) == "polytrace-reward"
+    assert upload_format(sources[4:]) == "unknown"
+    assert upload_format(sources, "native-csv") == "native-csv"

@@ -1,0 +1,173 @@
+"""DP-rank load imbalance per training step, recorded and after rebalancing.
+
+`analyze_imbalance(data, ...)` reads the `samples` columns step, group_idx, prompt_len,
+response_len, dp_rank (and validate). Two loads per sample, s = prompt + response:
+
+- ``tokens``: s (what verl logs as global_seqlen),
+- ``cost``: 24576*s + s^2, verl's `calculate_workload` training-cost proxy (linear
+  FLOPs of a 7B dense model plus quadratic attention; only ratios matter).
+
+For each step and load: the recorded per-rank loads (summed over the samples the rank
+held), and the loads after repartitioning the step's items over the same `dp_size` ranks
+with `balancing.karmarkar_karp(..., equal_size=True)` (each rank gets the same number of
+items, as verl does) and with `balancing.lpt`. Items are prompt groups by default (a
+group's samples stay on one rank, as GRPO needs them together for the advantage); with
+`keep_groups=False` they are single samples.
+
+Result fields:
+
+``dp_size``, ``item`` ("group" or "sample"), ``cost_linear`` (24576)
+``steps``: one entry per training step with ``step``, ``samples``, ``items`` and, for
+    each load in {``tokens``, ``cost``}:
+    ``recorded`` (load per dp rank 0..dp_size-1), ``mean``, ``recorded_max``,
+    ``recorded_min``, ``max_over_mean``, ``max_over_min`` (None when a rank got
+    nothing), ``largest_item``; ``kk_max``, ``kk_min``, ``kk_max_over_mean``,
+    ``kk_max_over_min``, ``lpt_max``, ``lpt_min``, ``lpt_max_over_mean``,
+    ``lpt_max_over_min``; ``kk_saving`` = 1 - kk_max / recorded_max and ``lpt_saving``
+    likewise: the share of the slowest rank's time (training time, which every rank
+    waits for) that balancing would save; negative when the heuristic did worse than the
+    recorded assignment, which can happen (see balancing.py), and is reported as is.
+``summary``: per load: ``max_over_min`` and ``max_over_mean`` {mean, max} over steps,
+    the same for kk and lpt, ``kk_saving`` / ``lpt_saving`` {mean, min, max}, and
+    ``kk_time_saved`` / ``lpt_time_saved`` = 1 - sum of balanced maxima / sum of
+    recorded maxima (the whole-run saving if step time follows the slowest rank).
+
+Bound stated in balancing.py and tested: the balanced max never exceeds
+mean + largest item, so balancing never loses whenever recorded_max >= mean + largest_item.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from workers.analysis.balancing import karmarkar_karp, lpt, partition_loads
+from workers.analysis.data import TraceData, composite_key, group_rows, json_safe, ratio, training_mask
+
+COST_LINEAR = 24576
+LOADS = ("tokens", "cost")
+
+
+def analyze_imbalance(
+    data: TraceData,
+    dp_size: int | None = None,
+    keep_groups: bool = True,
+    include_validation: bool = False,
+    cost_linear: int = COST_LINEAR,
+) -> dict:
+    """Recorded vs KK/LPT-balanced DP loads per step (see module docstring)."""
+    return finish_imbalance(per_step_imbalance(data, dp_size, keep_groups, include_validation, cost_linear))
+
+
+def per_step_imbalance(data, dp_size=None, keep_groups=True, include_validation=False, cost_linear=COST_LINEAR):
+    s = data.samples
+    out = {"kind": "imbalance", "dp_size": dp_size, "item": "group" if keep_groups else "sample",
+           "cost_linear": cost_linear, "steps": []}
+    if s is None or s.dp_rank is None or len(s) == 0:
+        return out
+    keep = training_mask(s.validate, len(s), include_validation)
+    step = np.asarray(s.step, dtype=np.int64)[keep]
+    rank = np.asarray(s.dp_rank, dtype=np.int64)[keep]
+    if len(step) == 0:
+        return out
+    seq = np.asarray(s.prompt_len, dtype=np.int64)[keep] + np.asarray(s.response_len, dtype=np.int64)[keep]
+    loads = {"tokens": seq, "cost": cost_linear * seq + seq * seq}
+    k = max(int(dp_size or 0), int(rank.max()) + 1)
+    out["dp_size"] = k
+
+    # recorded loads: one sorted pass over (step, rank), exact integer sums
+    by_rank = group_rows(composite_key(step, rank))
+    rstep, rrank = by_rank.sort(step)[by_rank.starts], by_rank.sort(rank)[by_rank.starts]
+    rsums = {name: by_rank.sum(v) for name, v in loads.items()}
+
+    # items: prompt groups (or single samples), each with its summed loads
+    if keep_groups:
+        items = group_rows(composite_key(step, np.asarray(s.group_idx, dtype=np.int64)[keep]))
+        istep = items.sort(step)[items.starts]
+        isums = {name: items.sum(v) for name, v in loads.items()}
+    else:
+        order = np.argsort(step, kind="stable")
+        istep = step[order]
+        isums = {name: v[order] for name, v in loads.items()}
+    count_by_step = group_rows(step)
+
+    r_bounds = np.searchsorted(rstep, count_by_step.keys, side="left"), np.searchsorted(rstep, count_by_step.keys, side="right")
+    i_bounds = np.searchsorted(istep, count_by_step.keys, side="left"), np.searchsorted(istep, count_by_step.keys, side="right")
+    for g, st in enumerate(count_by_step.keys.tolist()):
+        r0, r1 = int(r_bounds[0][g]), int(r_bounds[1][g])
+        i0, i1 = int(i_bounds[0][g]), int(i_bounds[1][g])
+        entry = {"step": st, "samples": int(count_by_step.counts[g]), "items": i1 - i0}
+        for name in LOADS:
+            recorded = np.zeros(k, dtype=np.int64)
+            recorded[rrank[r0:r1]] = rsums[name][r0:r1]
+            entry[name] = load_figures(recorded.tolist(), isums[name][i0:i1], k)
+        out["steps"].append(entry)
+    return out
+
+
+def load_figures(recorded: list[int], item_loads, k: int) -> dict:
+    """Recorded vs KK- and LPT-balanced per-rank loads for one step and one load kind."""
+    weights = np.asarray(item_loads)
+    total = sum(recorded)
+    mean = total / len(recorded) if recorded else 0.0
+    rmax, rmin = max(recorded, default=0), min(recorded, default=0)
+    fig = {
+        "recorded": recorded,
+        "mean": mean,
+        "recorded_max": rmax,
+        "recorded_min": rmin,
+        "max_over_mean": ratio(rmax, mean),
+        "max_over_min": ratio(rmax, rmin),
+        "largest_item": weights.max().item() if len(weights) else 0,
+    }
+    for name, parts in (("kk", karmarkar_karp(weights, k, equal_size=True)), ("lpt", lpt(weights, k))):
+        balanced = partition_loads(weights, parts)
+        bmax, bmin = max(balanced), min(balanced)
+        bmean = sum(balanced) / k
+        fig.update({
+            f"{name}_max": bmax,
+            f"{name}_min": bmin,
+            f"{name}_max_over_mean": ratio(bmax, bmean),
+            f"{name}_max_over_min": ratio(bmax, bmin),
+            f"{name}_saving": None if rmax == 0 else 1.0 - bmax / rmax,
+        })
+    return fig
+
+
+def finish_imbalance(partial: dict) -> dict:
+    res = dict(partial)
+    steps = res["steps"]
+    summary = {"steps": len(steps)}
+    for name in LOADS:
+        figs = [e[name] for e in steps]
+        part = {}
+        for key in ("max_over_min", "max_over_mean", "kk_max_over_min", "kk_max_over_mean",
+                    "lpt_max_over_min", "lpt_max_over_mean"):
+            vals = [f[key] for f in figs if f[key] is not None]
+            part[key] = {"mean": sum(vals) / len(vals), "max": max(vals)} if vals else None
+        for algo in ("kk", "lpt"):
+            vals = [f[f"{algo}_saving"] for f in figs if f[f"{algo}_saving"] is not None]
+            part[f"{algo}_saving"] = (
+                {"mean": sum(vals) / len(vals), "min": min(vals), "max": max(vals)} if vals else None
+            )
+            part[f"{algo}_time_saved"] = (
+                1.0 - sum(f[f"{algo}_max"] for f in figs) / sum(f["recorded_max"] for f in figs)
+                if figs and sum(f["recorded_max"] for f in figs) > 0 else None
+            )
+        summary[name] = part
+    res["summary"] = summary
+    return json_safe(res)
+
+
+def reduce_imbalance(partials: list[dict]) -> dict:
+    """Merge results over disjoint step ranges."""
+    if not partials:
+        raise ValueError("nothing to reduce")
+    sizes = [p["dp_size"] for p in partials if p["dp_size"]]
+    merged = {
+        "kind": "imbalance",
+        "dp_size": max(sizes) if sizes else None,
+        "item": partials[0]["item"],
+        "cost_linear": partials[0]["cost_linear"],
+        "steps": sorted((e for p in partials for e in p["steps"]), key=lambda e: e["step"]),
+    }
+    return finish_imbalance(merged)

@@ -1,0 +1,64 @@
+"""Celery tasks: thin wrappers that load a job, call pure code, and store the outcome.
+
+The Job row carries status, progress and the result; a task only receives its id.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from sqlalchemy import select
+from sqlalchemy.exc import OperationalError
+
+from backend.db import get_engine, new_session
+from backend.formats.base import InputError
+from backend.jobs import mark_failed, mark_running, mark_succeeded, set_progress
+from backend.models import Job, JobStatus
+from backend.settings import get_settings
+from workers.celery_app import celery_app
+
+log = logging.getLogger(__name__)
+
+# Transient database trouble (a restart, a dropped connection) is retried.
+RETRY = {"autoretry_for": (OperationalError,), "retry_backoff": 2, "max_retries": 5}
+
+
+def _load_job(job_id: int) -> Job | None:
+    with new_session() as session:
+        return session.scalars(select(Job).where(Job.id == job_id)).first()
+
+
+@celery_app.task(name="workers.tasks.ingest_upload", **RETRY)
+def ingest_upload(job_id: int) -> None:
+    from backend.ingest.service import ingest_stored
+    from backend.ingest.uploads import discard
+
+    job = _load_job(job_id)
+    if job is None or job.status == JobStatus.SUCCEEDED:
+        return
+    engine = get_engine()
+    mark_running(engine, job_id)
+    folder = Path(job.params["folder"])
+    try:
+        ingest_stored(
+            job.trace_id,
+            sorted(p for p in folder.iterdir() if p.is_file()),
+            get_settings(),
+            job.params.get("format"),
+            job.params.get("max_response_len"),
+            progress=lambda fraction, message: set_progress(engine, job_id, fraction, message),
+        )
+    except InputError as exc:
+        mark_failed(engine, job_id, str(exc))
+        discard(folder)
+        return
+    except OperationalError:
+        raise
+    except Exception as exc:  # a crash: the job says why instead of hanging
+        log.exception("ingest job %s failed", job_id)
+        mark_failed(engine, job_id, f"{type(exc).__name__}: {exc}")
+        discard(folder)
+        return
+    discard(folder)
+    mark_succeeded(engine, job_id, {"trace_id": job.trace_id}, "ready")
