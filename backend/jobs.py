@@ -15,7 +15,7 @@ from backend.models import Job, JobStatus, utcnow
 
 # Celery task name per job kind; analyses share one task.
 INGEST_TASK = "workers.tasks.ingest_upload"
-ANALYSIS_TASK = "workers.tasks.run_analysis_job"
+ANALYSIS_TASK = "workers.tasks.run_analyses"
 
 
 def params_key(kind: str, params: dict[str, Any]) -> str:
@@ -55,10 +55,10 @@ def find_reusable(session: Session, trace_id: int, kind: str, params: dict) -> J
     ).first()
 
 
-def dispatch(job_id: int, task_name: str) -> None:
+def dispatch(job_ids: int | list[int], task_name: str) -> None:
     from workers.celery_app import producer
 
-    producer().send_task(task_name, args=[job_id])
+    producer().send_task(task_name, args=[job_ids])
 
 
 def _set(engine: Engine, job_id: int, **values: Any) -> None:

@@ -214,6 +214,21 @@ class Job(Base):
     error: Mapped[str | None] = mapped_column(Text)
     result: Mapped[dict | None] = mapped_column(JSON)
     attempts: Mapped[int] = mapped_column(Integer, default=0)
+    # Big traces are analysed in step-range parts; the part that completes the count reduces.
+    parts_total: Mapped[int] = mapped_column(Integer, default=1)
+    parts_done: Mapped[int] = mapped_column(Integer, default=0)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class JobPart(Base):
+    """The partial result of one step range [step_lo, step_hi) of a chunked job."""
+
+    __tablename__ = "job_parts"
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True)
+    idx: Mapped[int] = mapped_column(Integer, primary_key=True)
+    step_lo: Mapped[int] = mapped_column(Integer)
+    step_hi: Mapped[int] = mapped_column(Integer)
+    done: Mapped[bool] = mapped_column(Boolean, default=False)
+    result: Mapped[dict | None] = mapped_column(JSON)

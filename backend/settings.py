@@ -31,6 +31,8 @@ class Settings(BaseSettings):
     max_uncompressed_bytes: int = 32 * 1024**3
     max_archive_files: int = 100_000
     max_compression_ratio: float = 200.0
+    # Analyses of traces with more samples than this run in step-range parts in parallel.
+    analysis_part_samples: int = 4_000_000
     # Redis broker: seconds before a job a dead worker held is handed to another worker.
     visibility_timeout_s: int = 3600
     api_url: str = "http://127.0.0.1:8000"

@@ -47,30 +47,32 @@ def register(app: dash.Dash) -> None:
 
     @app.callback(
         Output({"type": c.RESULT, "kind": MATCH}, "data"),
+        Output({"type": c.SHOWN, "kind": MATCH}, "data"),
         Output({"type": c.STATUS, "kind": MATCH}, "children"),
         Output({"type": c.POLL, "kind": MATCH}, "disabled"),
         Input({"type": c.POLL, "kind": MATCH}, "n_intervals"),
-        Input({"type": c.RUN, "kind": MATCH}, "n_clicks"),
         State({"type": c.PARAMS, "kind": MATCH}, "data"),
-        State({"type": c.RESULT, "kind": MATCH}, "data"),
+        State({"type": c.SHOWN, "kind": MATCH}, "data"),
         State(c.PAGE_TRACE_ID, "data"),
     )
-    def analysis_status(_n, _clicks, params, current, trace_id):
+    def analysis_status(_n, params, shown, trace_id):
         kind = dash.ctx.outputs_list[0]["id"]["kind"]
         if not trace_id:
-            return no_update, "", True
+            return no_update, no_update, "", True
         api = session.api()
         try:
-            rerun = isinstance(dash.ctx.triggered_id, dict) and dash.ctx.triggered_id.get("type") == c.RUN
-            jobs = [] if rerun else api.analyses(trace_id)
-            job = None if rerun else latest_job(jobs, kind)
+            jobs = api.analyses(trace_id)
+            job = latest_job(jobs, kind)
             if job is None:
-                # No analysis of this kind yet (or the user asked again): start one.
+                # No analysis of this kind yet: start one (the API dedupes identical requests).
                 job = api.run_analysis(trace_id, kind, params or {})
                 jobs = [*jobs, job]
         except ApiError as exc:
-            return no_update, c.alert(exc.message), True
-        return _panel_state(job, jobs, kind, current)
+            state = {"job_id": None, "note": f"{kind} analysis unavailable: {exc.message}"}
+            return _if_changed(state, shown, None) + (c.alert(exc.message), True)
+        best = _best_result(jobs, kind)
+        state = {"job_id": (best or {}).get("id"), "note": None if best else _note(job, kind)}
+        return _if_changed(state, shown, best) + (_status_line(job), not job_active(job))
 
     _trace_status_callback(app)
 
@@ -101,19 +103,35 @@ def _trace_status_callback(app: dash.Dash) -> None:
         return html.Span(trace.get("status"), className="muted"), no_update, False
 
 
-def _panel_state(job: dict, jobs: list[dict], kind: str, current: dict | None):
-    """(store data, status children, polling disabled) for the latest job."""
+def _best_result(jobs: list[dict], kind: str) -> dict | None:
+    """The latest succeeded job of `kind` that has a result (kept on screen while a
+    re-run is going)."""
     done = [j for j in jobs if j.get("kind") == kind and j.get("status") == "succeeded" and j.get("result") is not None]
-    best = max(done, key=lambda j: (str(j.get("created_at") or ""), str(j.get("id")))) if done else None
-    data = no_update
-    if best is not None and (current or {}).get("job_id") != best.get("id"):
-        data = {"job_id": best.get("id"), "result": best["result"]}
+    return max(done, key=lambda j: (str(j.get("created_at") or ""), str(j.get("id")))) if done else None
+
+
+def _note(job: dict, kind: str) -> str:
+    """What a figure waiting for this job says."""
+    if job_active(job):
+        return f"The {kind} analysis is running…"
+    if job.get("status") == "failed":
+        return f"The {kind} analysis failed: {job.get('error') or job.get('message') or 'unknown error'}"
+    return f"The {kind} analysis has no result"
+
+
+def _if_changed(state: dict, shown: dict | None, best: dict | None) -> tuple:
+    """(result store, shown store): only sent when what is shown changes, so polling
+    does not redraw the figures (nor ship the result) every second."""
+    if state == shown:
+        return no_update, no_update
+    return {"job_id": state["job_id"], "result": (best or {}).get("result"), "note": state["note"]}, state
+
+
+def _status_line(job: dict):
     status = job.get("status")
     if job_active(job):
         text = job.get("message") or status
-        children = c.progress(job.get("progress"), f"{text} {100 * float(job.get('progress') or 0):.0f}%")
-    elif status == "failed":
-        children = c.alert(f"failed: {job.get('error') or job.get('message') or 'unknown error'}")
-    else:
-        children = html.Span(f"done {str(job.get('finished_at') or '')[:19].replace('T', ' ')}", className="muted")
-    return data, children, not job_active(job)
+        return c.progress(job.get("progress"), f"{text} {100 * float(job.get('progress') or 0):.0f}%")
+    if status == "failed":
+        return c.alert(f"failed: {job.get('error') or job.get('message') or 'unknown error'}")
+    return html.Span(f"done {str(job.get('finished_at') or '')[:19].replace('T', ' ')}", className="muted")

@@ -193,8 +193,9 @@ class ApiClient:
         path = f"/traces/{trace_id}/analyses"
         return self._json(self._request("POST", path, json={"kind": kind, "params": params or {}}), path)
 
-    def jobs(self, *, trace_id: str | int | None = None, status: str | None = None) -> list[dict]:
-        return self._get("/jobs", trace_id=trace_id, status=status)["items"]
+    def jobs(self, *, trace_id: str | int | None = None, status: str | None = None, kind: str | None = None,
+             limit: int | None = None) -> list[dict]:
+        return self._get("/jobs", trace_id=trace_id, status=status, kind=kind, limit=limit)["items"]
 
     def job(self, job_id: str | int) -> dict:
         return self._get(f"/jobs/{job_id}")

@@ -72,9 +72,11 @@ def rollout_idle_share(result: dict | None) -> float | None:
 
 
 def gpu_idle_share(result: dict | None) -> float | None:
-    """Mean over ranks of the GPU idle share (0..1) from a "gpu_timeline" result."""
-    pct = dig(result, "temporal", "idle_pct")
-    m = _mean(pct) if isinstance(pct, list) else None
+    """Mean over ranks of the GPU idle share (0..1) from a "gpu_timeline" result
+    (`temporal`: one row per rank with idle_pct)."""
+    rows = dig(result, "temporal")
+    pct = [r.get("idle_pct") for r in rows if isinstance(r, dict)] if isinstance(rows, list) else None
+    m = _mean(pct) if pct else None
     return None if m is None else m / 100.0
 
 

@@ -154,11 +154,15 @@ def stop_worker(proc: subprocess.Popen) -> None:
             proc.wait()
 
 
+WORKER_PART_SAMPLES = 300
+
+
 @pytest.fixture(scope="session")
 def worker(backend_env, tmp_path_factory):
     """One real worker per deployment shape (filesystem transport or Redis)."""
     log_path = tmp_path_factory.mktemp("worker") / "worker.log"
-    proc = start_worker(backend_env, log_path, concurrency=2)
+    # Tiny parts, so analyses of test-sized traces take the chunked (Celery group) path.
+    proc = start_worker({**backend_env, "RLVR_ANALYSIS_PART_SAMPLES": str(WORKER_PART_SAMPLES)}, log_path, concurrency=2)
     yield proc
     stop_worker(proc)
 

@@ -122,3 +122,14 @@ def test_nothing_to_read():
     res = analyze_latency(TraceData())
     assert res["reward"] == [] and res["tools"] == []
     assert res["summary"]["tools"]["calls"] == 0 and res["summary"]["reward"]["max"] is None
+
+
+def test_unknown_times_are_skipped():
+    data = TraceData.from_tables({
+        "rank_timings": {"step": [0, 0], "rank": [0, 1], "phase": np.array(["reward", "reward"]),
+                         "seconds": [4.0, float("nan")]},
+        "tool_calls": {"step": [0, 0], "group_idx": [0, 0], "sample_idx": [0, 1], "latency_s": [float("nan"), 2.0]},
+    })
+    res = analyze_latency(data)
+    assert res["reward"][0]["ranks"] == 1 and res["reward"][0]["max"] == 4.0
+    assert res["tools"][0]["calls"] == 1 and res["tools"][0]["p50"] == 2.0

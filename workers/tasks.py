@@ -62,3 +62,23 @@ def ingest_upload(job_id: int) -> None:
         return
     discard(folder)
     mark_succeeded(engine, job_id, {"trace_id": job.trace_id}, "ready")
+
+
+@celery_app.task(name="workers.tasks.run_analyses", **RETRY)
+def run_analyses(job_ids: list[int]) -> None:
+    """Analysis jobs of one trace; big traces fan out into `analysis_part` tasks."""
+    from celery import group
+
+    from workers.analysis_runner import plan_and_run
+
+    def send_parts(ids: list[int], n_parts: int, shared: dict) -> None:
+        group(analysis_part.s(ids, i, shared) for i in range(n_parts)).apply_async()
+
+    plan_and_run(list(job_ids) if isinstance(job_ids, list) else [job_ids], send_parts)
+
+
+@celery_app.task(name="workers.tasks.analysis_part", **RETRY)
+def analysis_part(job_ids: list[int], idx: int, shared: dict) -> None:
+    from workers.analysis_runner import run_part
+
+    run_part(job_ids, idx, shared)

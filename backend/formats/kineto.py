@@ -9,10 +9,10 @@ What is read:
 - rank: `distributedInfo.rank`; else `rank-N` / `rank_N` / `rankN` in the file name;
   else 0.
 - GPU events: `cat` in {kernel, gpu_memcpy, gpu_memset}; device = `args.device`
-  (else `pid`), stream = `args.stream` (else an integer `tid`, else -1).
+  (else `pid`), stream = `args.stream` (else `tid`; -1 when not an integer).
 - launch: the CPU runtime call (`cat` cuda_runtime / cuda_driver) with the same
-  `args.correlation` (falling back to `args["External id"]` for events without one);
-  `launch_us` is its start, NaN when no call matches. When several calls share an id the
+  `args.correlation` (falling back to `args["External id"]` for GPU events no call matches
+  by correlation, as in old traces); `launch_us` is its start, NaN when nothing matches. When several calls share an id the
   last one in the file wins, as in Holistic Trace Analysis (HTA).
 - steps: CPU annotations named `ProfilerStep#N`. A GPU event belongs to step N when its
   launching call starts in [ts, ts + dur) of ProfilerStep#N (HTA 0.5.0 `add_iteration`:
@@ -41,6 +41,7 @@ launched after the start of the last ProfilerStep).
 
 from __future__ import annotations
 
+import operator
 import re
 from pathlib import PurePosixPath
 from typing import Any, Iterator
@@ -100,18 +101,17 @@ def read_kineto(source: Source, result: ReadResult) -> Iterator[TableBatch]:
     with source.open() as fh:
         raw = fh.read()
     trace = _decode(source.name, raw)
+    try:
+        rank, gpu, runtime, step_marks, columns, launch_us = _extract(source.name, trace)
+    except _NeedsLooseDecode:
+        trace = _decode(source.name, raw, loose=True)
+        rank, gpu, runtime, step_marks, columns, launch_us = _extract(source.name, trace)
     del raw
-    events = trace.traceEvents
-    rank = _rank_of(source.name, trace.distributedInfo)
-
-    gpu, runtime, step_marks = _split_events(events)
-    columns = _gpu_columns(source.name, gpu, events)
-    launch_us = _launch_times(columns, runtime)
     windows = _step_windows(step_marks)
     step = assign_steps(launch_us, windows)
-
     n = len(gpu)
     _merge_metadata(result, source.name, rank, trace.distributedInfo, columns, windows, n)
+    del trace, gpu, runtime, step_marks  # the decoded events are no longer needed
     if not windows:
         result.skipped.append(f"{source.name}: no ProfilerStep#N annotations, every GPU event has step -1")
     if n == 0:
@@ -160,8 +160,9 @@ def assign_steps(launch_us: np.ndarray, windows: list[tuple[int, float, float]])
 # msgspec decodes straight into small structs holding only the fields we use and skips the
 # rest (cpu_op input shapes, flow events' extra keys...) without building Python objects:
 # ~6x faster than a generic JSON load of the whole document. Typed first; a trace with
-# unusual value types (string ids, say) is decoded again with untyped fields and
-# converted leniently.
+# unusual value types (string ids, say) or GPU events without args.stream / args.device
+# is decoded again with untyped fields (plus pid / tid as fallbacks) and converted
+# leniently.
 
 
 class _Args(msgspec.Struct, gc=False):
@@ -172,13 +173,10 @@ class _Args(msgspec.Struct, gc=False):
 
 
 class _Event(msgspec.Struct, gc=False):
-    ph: str | None = None
     cat: str | None = None
     name: str | None = None
     ts: float | None = None
     dur: float | None = None
-    pid: int | str | None = None
-    tid: int | str | None = None
     args: _Args | None = None
 
 
@@ -195,13 +193,12 @@ class _LooseArgs(msgspec.Struct, gc=False):
 
 
 class _LooseEvent(msgspec.Struct, gc=False):
-    ph: Any = None
     cat: Any = None
     name: Any = None
     ts: Any = None
     dur: Any = None
-    pid: Any = None
-    tid: Any = None
+    pid: Any = None  # device fallback
+    tid: Any = None  # stream fallback
     args: _LooseArgs | None = None
 
 
@@ -216,16 +213,19 @@ _BYTE_POS = re.compile(r"byte (\d+)")
 _ERROR_PATH = re.compile(r"at `\$\.traceEvents\[(\d+)\](?:\.([\w.]+))?`")
 
 
-def _decode(file: str, raw: bytes) -> _Trace | _LooseTrace:
+class _NeedsLooseDecode(Exception):
+    """The typed fast path met a trace it cannot take; decode again leniently."""
+
+
+def _decode(file: str, raw: bytes, loose: bool = False) -> _Trace | _LooseTrace:
     if raw.startswith(b"\xef\xbb\xbf"):
         raw = raw[3:]
     try:
-        trace = _STRICT.decode(raw)
-    except msgspec.ValidationError:
-        try:
-            trace = _LOOSE.decode(raw)
-        except msgspec.ValidationError as exc:
+        trace = (_LOOSE if loose else _STRICT).decode(raw)
+    except msgspec.ValidationError as exc:
+        if loose:
             raise _validation_error(file, str(exc)) from None
+        return _decode(file, raw, loose=True)
     except msgspec.DecodeError as exc:
         match = _BYTE_POS.search(str(exc))
         end = int(match.group(1)) if match else len(raw)  # no position: truncated input
@@ -234,6 +234,15 @@ def _decode(file: str, raw: bytes) -> _Trace | _LooseTrace:
     if trace.traceEvents is None:
         raise InputError(file, "Kineto trace: traceEvents is missing", field="traceEvents")
     return trace
+
+
+def _extract(file: str, trace):  # noqa: ANN001, ANN202
+    events = trace.traceEvents
+    rank = _rank_of(file, trace.distributedInfo)
+    gpu, runtime, step_marks = _split_events(events)
+    columns = _gpu_columns(file, gpu, events, loose=isinstance(trace, _LooseTrace))
+    launch_us = _launch_times(columns, gpu, runtime)
+    return rank, gpu, runtime, step_marks, columns, launch_us
 
 
 def _validation_error(file: str, message: str) -> InputError:
@@ -258,23 +267,34 @@ def _rank_of(file: str, info: Any) -> int:
     return 0 if from_name is None else from_name
 
 
+_get_cat = operator.attrgetter("cat")
+_get_name = operator.attrgetter("name")
+_get_ts = operator.attrgetter("ts")
+_get_dur = operator.attrgetter("dur")
+_get_args = operator.attrgetter("args")
+_get_stream = operator.attrgetter("stream")
+_get_device = operator.attrgetter("device")
+_get_correlation = operator.attrgetter("correlation")
+
+
+def _pick(items: list, idx: np.ndarray) -> list:
+    return [items[i] for i in idx.tolist()]
+
+
 def _split_events(events: list) -> tuple[list, list, list]:
     """GPU events, runtime calls and ProfilerStep annotations, in file order."""
-    gpu: list = []
-    runtime: list = []
-    steps: list = []
-    gpu_append, rt_append, step_append = gpu.append, runtime.append, steps.append
-    for e in events:
-        cat = e.cat
-        if cat in GPU_CATS:
-            if e.ph in ("X", None):
-                gpu_append(e)
-        elif cat in RUNTIME_CATS:
-            rt_append(e)
-        elif cat not in NOT_STEP_CATS:
-            name = e.name
-            if type(name) is str and name.startswith("ProfilerStep"):
-                step_append(e)
+    cats = list(map(_get_cat, events))
+    distinct = list(dict.fromkeys(cats))
+    code_of = {c: i for i, c in enumerate(distinct)}
+    codes = np.fromiter(map(code_of.__getitem__, cats), dtype=np.int32, count=len(cats))
+
+    def where(test) -> np.ndarray:  # noqa: ANN001
+        return np.flatnonzero(np.array([test(c) for c in distinct], dtype=bool)[codes]) if len(codes) else codes
+
+    gpu = _pick(events, where(lambda c: c in GPU_CATS))
+    runtime = _pick(events, where(lambda c: c in RUNTIME_CATS))
+    others = _pick(events, where(lambda c: c not in NOT_STEP_CATS))
+    steps = [e for e, n in zip(others, map(_get_name, others)) if type(n) is str and n.startswith("ProfilerStep")]
     return gpu, runtime, steps
 
 
@@ -317,58 +337,90 @@ def _as_ints(values: list, default: int = -1) -> np.ndarray:
     return np.asarray(out, dtype=np.int64)
 
 
-def _arg_values(rows: list, key: str) -> list:
-    return [None if e.args is None else getattr(e.args, key) for e in rows]
+def _fast_floats(rows: list, getter) -> np.ndarray | None:  # noqa: ANN001
+    """The values as float64 when all are numbers, else None (numpy turns None into NaN)."""
+    try:
+        column = np.fromiter(map(getter, rows), dtype=np.float64, count=len(rows))
+    except (TypeError, ValueError):
+        return None
+    return None if np.isnan(column).any() else column
 
 
-def _gpu_columns(file: str, gpu: list, all_events: list) -> dict:
+def _int_column(values: list) -> np.ndarray:
+    try:
+        return np.fromiter(values, dtype=np.int64, count=len(values))
+    except (TypeError, ValueError, OverflowError):
+        return _as_ints(values)
+
+
+def _args_of(rows: list) -> list:
+    """Each event's args struct, an empty one where the event has none."""
+    args = list(map(_get_args, rows))
+    if None in args:
+        args = [_NO_ARGS if a is None else a for a in args]
+    return args
+
+
+_NO_ARGS = _LooseArgs()
+
+
+def _gpu_columns(file: str, gpu: list, all_events: list, loose: bool) -> dict:
     n = len(gpu)
-    start = _float_column(file, gpu, "ts", all_events)
-    dur = _float_column(file, gpu, "dur", all_events, default=0.0)
-    stream = _arg_values(gpu, "stream")
-    stream = [e.tid if v is None else v for v, e in zip(stream, gpu)]
-    device = _arg_values(gpu, "device")
-    device = [e.pid if v is None else v for v, e in zip(device, gpu)]
-    names = [e.name for e in gpu]
-    if any(type(v) is not str for v in names):
+    names = list(map(_get_name, gpu))
+    if set(map(type, names)) - {str}:
         names = [v if type(v) is str else ("" if v is None else str(v)) for v in names]
-
     # Intern names so the regex classification runs once per distinct kernel name.
-    table: dict[str, int] = {}
-    codes = np.fromiter((table.setdefault(v, len(table)) for v in names), dtype=np.int64, count=n)
-    kind_of_name = np.array([kernel_kind(v) for v in table], dtype=np.int8)
-    kind = kind_of_name[codes] if n else np.zeros(0, dtype=np.int8)
-    memory_cat = np.fromiter((e.cat in MEMORY_CATS for e in gpu), dtype=bool, count=n)
-    kind[memory_cat] = GpuKind.MEMORY
+    index = {v: i for i, v in enumerate(dict.fromkeys(names))}
+    codes = np.fromiter(map(index.__getitem__, names), dtype=np.int64, count=n)
+    kind = np.array([kernel_kind(v) for v in index], dtype=np.int8)[codes] if n else np.zeros(0, np.int8)
+    kind[np.fromiter(map(MEMORY_CATS.__contains__, map(_get_cat, gpu)), dtype=bool, count=n)] = GpuKind.MEMORY
+
+    args = _args_of(gpu)
+    stream = list(map(_get_stream, args))
+    device = list(map(_get_device, args))
+    if None in stream or None in device:
+        if not loose:
+            raise _NeedsLooseDecode  # fall back to tid / pid, which only the loose decode keeps
+        stream = [e.tid if v is None else v for v, e in zip(stream, gpu)]
+        device = [e.pid if v is None else v for v, e in zip(device, gpu)]
+    start = _fast_floats(gpu, _get_ts)
+    if start is None:
+        start = _float_column(file, gpu, "ts", all_events)
+    dur = _fast_floats(gpu, _get_dur)
+    if dur is None:
+        dur = _float_column(file, gpu, "dur", all_events, default=0.0)
     return {
-        "start_us": start,
-        "dur_us": dur,
-        "stream": _as_ints(stream).astype(np.int32),
-        "device": _as_ints(device),
-        "correlation": _as_ints(_arg_values(gpu, "correlation")),
-        "external_id": _as_ints(_arg_values(gpu, "external_id")),
         "name": names,
         "kind": kind,
+        "start_us": start,
+        "dur_us": dur,
+        "stream": _int_column(stream).astype(np.int32),
+        "device": _int_column(device),
+        "correlation": _int_column(list(map(_get_correlation, args))),
     }
 
 
-def _launch_times(columns: dict, runtime: list) -> np.ndarray:
-    """Start of each GPU event's runtime call (by correlation, then External id)."""
-    n = len(columns["start_us"])
+def _launch_times(columns: dict, gpu: list, runtime: list) -> np.ndarray:
+    """Start of each GPU event's runtime call: by correlation id, else by External id."""
+    n = len(gpu)
     launch = np.full(n, np.nan)
     if not runtime or n == 0:
         return launch
-    rt_ts = np.asarray([e.ts if _is_number(e.ts) else np.nan for e in runtime], dtype=np.float64)
-    for key, column in (("correlation", "correlation"), ("external_id", "external_id")):
-        todo = np.isnan(launch) & (columns[column] >= 0)
-        if not todo.any():
-            continue
-        rt_keys = _as_ints(_arg_values(runtime, key))
-        idx = _last_match(rt_keys, columns[column][todo])
-        found = idx >= 0
-        values = np.full(len(idx), np.nan)
-        values[found] = rt_ts[idx[found]]
-        launch[todo] = values
+    try:
+        rt_ts = np.fromiter(map(_get_ts, runtime), dtype=np.float64, count=len(runtime))
+    except (TypeError, ValueError):
+        rt_ts = np.asarray([e.ts if _is_number(e.ts) else np.nan for e in runtime], dtype=np.float64)
+    rt_args = _args_of(runtime)
+    todo = columns["correlation"] >= 0
+    if todo.any():
+        idx = _last_match(_int_column(list(map(_get_correlation, rt_args))), columns["correlation"][todo])
+        launch[todo] = np.where(idx >= 0, rt_ts[idx], np.nan)
+    todo = np.flatnonzero(np.isnan(launch))
+    if len(todo):  # older traces link kernels to launches by External id only
+        get_ext = operator.attrgetter("external_id")
+        ext = _int_column(list(map(get_ext, _args_of(_pick(gpu, todo)))))
+        idx = _last_match(_int_column(list(map(get_ext, rt_args))), ext)
+        launch[todo] = np.where(idx >= 0, rt_ts[idx], np.nan)
     return launch
 
 

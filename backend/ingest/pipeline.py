@@ -92,12 +92,15 @@ class _Loader:
         self.measured: dict[int, dict] = {}
         self.task_ids: dict[str, int] = {}
         self.kernel_ids: dict[str, int] = {}
+        # Columns each table actually received: analyses read only those.
+        self.columns: dict[str, set[str]] = {}
 
     def add(self, batch: TableBatch) -> None:
         cols = dict(batch.columns)
         n = len(batch)
         if n == 0:
             return
+        self.columns.setdefault(batch.table, set()).update(c for c in cols if c != "metrics")
         if batch.table == "steps":
             self._add_measured(cols)
             return
@@ -248,6 +251,10 @@ def _finish(  # noqa: PLR0913
 ) -> None:
     info = result.info
     meta = dict(info.metadata)
+    columns = {t: set(c) for t, c in loader.columns.items()}
+    if "task" in columns.get("samples", set()):
+        columns["samples"] = (columns["samples"] - {"task"}) | {"task_id"}
+    meta["columns"] = {t: sorted(c) for t, c in columns.items()}
     if result.skipped:
         meta["skipped"] = result.skipped
     values = {COUNT_COLUMN[t]: n for t, n in loader.counts.items()}

@@ -23,6 +23,7 @@ def empty_figure(message: str, title: str = "") -> go.Figure:
     fig = go.Figure()
     fig.update_layout(
         **base_layout(title=dict(text=title)),
+        height=280,
         xaxis=dict(visible=False),
         yaxis=dict(visible=False),
         annotations=[
@@ -52,3 +53,24 @@ def column(rows: list[dict], key: str) -> list:
 def rows_height(n_rows: int, *, per_row: int = 22, minimum: int = 260, maximum: int = 1400) -> int:
     """Figure height for a chart with one row per rank/stream, clamped so 256 ranks fit."""
     return int(min(max(minimum, 120 + per_row * n_rows), maximum))
+
+
+def token_label(n: float) -> str:
+    """1024 -> '1k', 16384 -> '16k', 1048576 -> '1M', 512 -> '512'."""
+    n = int(round(n))
+    if n >= 1 << 20 and n % (1 << 20) == 0:
+        return f"{n >> 20}M"
+    if n >= 1024 and n % 1024 == 0:
+        return f"{n >> 10}k"
+    return str(n)
+
+
+def log_token_axis(fig: go.Figure, axis: str, lo: float, hi: float) -> None:
+    """A log axis for token counts with ticks at powers of two (1k = 1024 tokens):
+    the lengths RL configs use (max_response_length 8192, 16384, ...)."""
+    lo, hi = max(float(lo), 1.0), max(float(hi), 2.0)
+    first, last = math.floor(math.log2(lo)), math.ceil(math.log2(hi))
+    step = max(1, math.ceil((last - first + 1) / 10))  # at most ~10 labels
+    vals = [2.0**e for e in range(first, last + 1, step)]
+    update = fig.update_xaxes if axis == "x" else fig.update_yaxes
+    update(type="log", tickmode="array", tickvals=vals, ticktext=[token_label(v) for v in vals])

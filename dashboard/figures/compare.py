@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import plotly.graph_objects as go
 
-from dashboard.figures.common import column, empty_figure, styled_figure
+from dashboard.figures.common import column, empty_figure, log_token_axis, styled_figure
 from dashboard.figures.distributions import FIELD_LABELS, cdf_points
 from dashboard.theme import TRACE_COLORS, UNITS
 
@@ -59,6 +59,7 @@ def compare_cdf_figure(a: dict | None, b: dict | None, names: tuple[str, str]) -
                                      hovertemplate=f"{name}: < %{{x:,.0f}} tokens %{{y:.1%}}<extra></extra>"))
     if not drawn:
         return empty_figure("Choose two traces with samples", title)
-    fig.update_xaxes(type="log")
+    xs_all = [x for tr in fig.data for x in tr.x]
+    log_token_axis(fig, "x", min(xs_all), max(xs_all))
     fig.update_yaxes(range=[0, 1.02], tickformat=".0%")
     return fig

@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 import plotly.graph_objects as go
 
-from dashboard.figures.common import column, empty_figure, num, styled_figure
+from dashboard.figures.common import column, empty_figure, log_token_axis, num, styled_figure
 from dashboard.theme import PERCENTILE_COLORS, UNITS, HEATMAP_COLORSCALE, step_color
 
 FIELD_LABELS = {"response": "response length", "prompt": "prompt length", "total": "prompt + response length"}
@@ -65,8 +65,14 @@ def length_box_figure(payload: dict, *, log_y: bool = False) -> go.Figure:
             )
         )
     if log_y:
-        fig.update_yaxes(type="log")
+        _log_y(fig, rows, ("p10", "max"))
     return fig
+
+
+def _log_y(fig: go.Figure, rows: list[dict], keys: tuple[str, ...]) -> None:
+    values = [v for k in keys for v in column(rows, k) if v]
+    if values:
+        log_token_axis(fig, "y", min(values), max(values))
 
 
 def _hist_matrix(rows: list[dict], n_bins: int) -> np.ndarray:
@@ -115,7 +121,7 @@ def length_heatmap_figure(payload: dict) -> go.Figure:
             zmin=0,
         )
     )
-    fig.update_yaxes(type="log")
+    log_token_axis(fig, "y", y_edges[0], y_edges[-1])
     return fig
 
 
@@ -136,7 +142,7 @@ def percentile_lines_figure(payload: dict, *, keys=("p50", "p90", "p99", "max"),
             )
         )
     if log_y:
-        fig.update_yaxes(type="log")
+        _log_y(fig, rows, keys)
     return fig
 
 
@@ -160,7 +166,7 @@ def tail_figure(payload: dict) -> go.Figure:
                    marker_color=PERCENTILE_COLORS["p90"], hovertemplate="%{y:.1f}% truncated<extra></extra>")
         )
         fig.update_layout(yaxis2=dict(title=dict(text="truncated at max length (%)"), overlaying="y", side="right",
-                                      rangemode="tozero", showgrid=False))
+                                      rangemode="tozero", showgrid=False, tickformat=".2~f"))
     return fig
 
 
@@ -194,7 +200,8 @@ def cdf_figure(payload: dict, steps: list[int]) -> go.Figure:
             go.Scatter(name=f"step {s}", x=xs, y=ys, mode="lines", line=dict(color=step_color(i, len(chosen)), width=2),
                        hovertemplate=f"step {s}<br>< %{{x:,.0f}} tokens: %{{y:.1%}}<extra></extra>")
         )
-    fig.update_xaxes(type="log")
+    xs_all = [x for tr in fig.data for x in tr.x]
+    log_token_axis(fig, "x", min(xs_all), max(xs_all))
     fig.update_yaxes(range=[0, 1.02], tickformat=".0%")
     return fig
 

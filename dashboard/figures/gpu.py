@@ -108,22 +108,23 @@ def kernel_gantt_figure(events: list[dict], *, truncated: bool = False, origin_u
     return fig
 
 
-# -- breakdowns from the "gpu_timeline" analysis (column tables, one row per rank) ----
-def find_table(result: dict | None, *columns: str) -> dict | None:
-    """The first column table (dict of equal-length lists) in `result`, searched
-    breadth-first, that has all `columns` (the analysis nests its tables by name)."""
-    queue = [result] if isinstance(result, dict) else []
-    while queue:
-        node = queue.pop(0)
-        if all(isinstance(node.get(c), list) for c in columns):
-            return node
-        queue.extend(v for v in node.values() if isinstance(v, dict))
+# -- breakdowns from the "gpu_timeline" analysis (workers/analysis/gpu_report.py:
+# `temporal`, `idle`, `kernel_types.by_kind`, `stragglers.per_rank`; tables as rows) ---
+def as_columns(table) -> dict | None:
+    """A result table as a column dict, whether it came as rows (list of dicts, as the
+    gpu_timeline analysis stores them) or already as columns."""
+    if isinstance(table, dict):
+        return table
+    if isinstance(table, list) and table and all(isinstance(r, dict) for r in table):
+        keys = list(dict.fromkeys(k for r in table for k in r))
+        return {k: [r.get(k) for r in table] for k in keys}
     return None
 
 
-def temporal_breakdown_figure(table: dict | None) -> go.Figure:
+def temporal_breakdown_figure(table) -> go.Figure:
     """Per rank: share of the GPU's kernel time spent computing, in other GPU activity
     (communication, memory) and idle (HTA's temporal breakdown, %)."""
+    table = as_columns(table)
     title = "Temporal breakdown per rank"
     if not table or not table.get("rank"):
         return empty_figure("No GPU events", title)
@@ -142,9 +143,10 @@ def temporal_breakdown_figure(table: dict | None) -> go.Figure:
     return fig
 
 
-def idle_breakdown_figure(table: dict | None) -> go.Figure:
+def idle_breakdown_figure(table) -> go.Figure:
     """Per rank (streams summed): idle time by cause, in ms: host wait (the CPU did not
     enqueue work in time), kernel wait (launch gaps between back-to-back kernels), other."""
+    table = as_columns(table)
     title = "Idle time by cause per rank"
     if not table or not table.get("rank"):
         return empty_figure("No GPU events", title)
@@ -165,8 +167,9 @@ def idle_breakdown_figure(table: dict | None) -> go.Figure:
     return fig
 
 
-def kernel_kind_figure(table: dict | None) -> go.Figure:
+def kernel_kind_figure(table) -> go.Figure:
     """Per rank: busy time of each kernel kind (union of its intervals), in ms."""
+    table = as_columns(table)
     title = "GPU busy time by kernel kind"
     if not table or not table.get("rank"):
         return empty_figure("No GPU events", title)
@@ -183,3 +186,40 @@ def kernel_kind_figure(table: dict | None) -> go.Figure:
                              hovertemplate=f"%{{y}} {k}: %{{x:,.1f}} ms<extra></extra>"))
     fig.update_yaxes(autorange="reversed", type="category")
     return fig
+
+
+def straggler_figure(table) -> go.Figure:
+    """Per step and rank: compute time relative to the step's median rank (1 = typical);
+    ranks the analysis flags as stragglers are drawn as red diamonds."""
+    table = as_columns(table)
+    title = "Stragglers: compute time vs the median rank"
+    if not table or not table.get("rank"):
+        return empty_figure("No per-rank step figures", title)
+    fig = styled_figure(title, x_title=UNITS["rank"], y_title="compute / median rank (ratio)")
+    flag = [bool(x) for x in table.get("is_straggler") or [False] * len(table["rank"])]
+    for is_strag, label, color, symbol in ((False, "rank", GPU_KIND_COLORS["compute"], "circle"),
+                                           (True, "straggler", "#E15759", "diamond")):
+        idx = [i for i, f in enumerate(flag) if f == is_strag]
+        if not idx:
+            continue
+        fig.add_trace(go.Scatter(
+            name=label, x=[table["rank"][i] for i in idx], y=[table["compute_vs_median"][i] for i in idx],
+            customdata=[table.get("step", [None] * len(flag))[i] for i in idx], mode="markers",
+            marker=dict(color=color, symbol=symbol, size=10),
+            hovertemplate="rank %{x}, step %{customdata}: %{y:.3f}x median<extra></extra>"))
+    fig.add_hline(y=1.0, line=dict(color="#999", width=1, dash="dot"))
+    fig.update_xaxes(dtick=1 if len(set(table["rank"])) <= 32 else None)
+    return fig
+
+
+def top_kernels_rows(table, limit: int = 30) -> list[dict]:
+    """Top kernels (kind, name, count, total ms, share of its kind) for a table."""
+    cols = as_columns(table)
+    if not cols:
+        return []
+    out = []
+    for i in range(len(cols.get("name") or [])):
+        out.append({"kind": cols["kind"][i], "name": cols["name"][i], "count": cols.get("count", [None] * 999)[i],
+                    "sum_ms": (cols.get("sum_us") or [0] * 999)[i] / 1000.0,
+                    "pct_of_kind": (cols.get("pct_of_kind") or [None] * 999)[i]})
+    return sorted(out, key=lambda r: -r["sum_ms"])[:limit]

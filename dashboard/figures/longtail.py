@@ -48,21 +48,21 @@ def longtail_finish_figure(result: dict) -> go.Figure:
     and share of samples still decoding in the last `tail_fraction` of the time."""
     steps = _steps(result)
     f = num(result.get("tail_fraction")) or 0.1
-    title = f"How long the last {100 * f:.0f}% of samples take"
+    title = f"Rollout time of the last {100 * f:.0f}% of samples"
     if not steps:
         return empty_figure("No training samples", title)
     x = [s["step"] for s in steps]
     fig = styled_figure(title, x_title=UNITS["step"], y_title="share (%)", hovermode="x unified")
     tail_secs = [num(s.get("tail_seconds")) for s in steps]
     fig.add_trace(go.Scatter(
-        name=f"rollout time taken by the last {100 * f:.0f}% of samples", x=x,
+        name=f"time taken by the last {100 * f:.0f}% of samples", x=x,
         y=[None if num(s.get("tail_time_share")) is None else 100 * num(s["tail_time_share"]) for s in steps],
         customdata=[t if t is not None else float("nan") for t in tail_secs],
         mode="lines+markers", line=dict(color=PERCENTILE_COLORS["p99"], width=2),
         hovertemplate="%{y:.1f}% of rollout time" + (" (%{customdata:.1f} s)" if any(tail_secs) else "") + "<extra></extra>",
     ))
     fig.add_trace(go.Scatter(
-        name=f"samples still decoding in the last {100 * f:.0f}% of the time", x=x,
+        name=f"samples running in the last {100 * f:.0f}% of time", x=x,
         y=[None if num(s.get("tail_sample_share")) is None else 100 * num(s["tail_sample_share"]) for s in steps],
         mode="lines+markers", line=dict(color=PERCENTILE_COLORS["p50"], width=2, dash="dash"),
         hovertemplate="%{y:.1f}% of samples<extra></extra>",

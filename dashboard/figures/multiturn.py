@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from dashboard.figures.common import column, empty_figure, num, rows_height, styled_figure
+from dashboard.figures.common import column, empty_figure, log_token_axis, num, rows_height, styled_figure
 from dashboard.theme import PERCENTILE_COLORS, STAGE_COLORS, UNITS
 
 PCTS = ("p50", "p90", "p99", "max")
@@ -111,7 +111,8 @@ def latency_vs_tokens_figure(result: dict) -> go.Figure:
                                  hovertemplate="~%{x:,.0f} tokens: %{y:.2f} s (%{customdata:,} requests)<extra></extra>"))
     if not any_data:
         return empty_figure("No engine latencies", "Engine latency against tokens")
-    fig.update_xaxes(type="log")
+    xs_all = [x for tr in fig.data for x in tr.x]
+    log_token_axis(fig, "x", min(xs_all), max(xs_all))
     return fig
 
 

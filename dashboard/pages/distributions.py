@@ -14,7 +14,7 @@ from dash import Input, Output, State, dcc, html, no_update
 
 from dashboard import session
 from dashboard.client import ApiError
-from dashboard.components import PAGE_TRACE_ID, RESULT, alert, analysis_panel, control, controls, graph, section
+from dashboard.components import PAGE_TRACE_ID, RESULT, unpack_result, alert, analysis_panel, control, controls, graph, section
 from dashboard.figures.common import empty_figure
 from dashboard.figures.distributions import (cdf_figure, default_cdf_steps, length_box_figure, length_heatmap_figure,
                                              percentile_lines_figure, tail_figure)
@@ -58,7 +58,7 @@ def body(trace: dict) -> html.Div:
                     graph("dist-cdf")),
         ]),
         section("Rollout long tail",
-                analysis_panel("longtail", "long-tail analysis"),
+                analysis_panel("longtail", "long-tail analysis", trace["id"]),
                 html.Div(className="grid-2", children=[graph("longtail-idle"), graph("longtail-finish")]),
                 graph("longtail-engines"),
                 help_text="With one decoding slot per sample, an engine is busy until its longest sample ends: "
@@ -122,8 +122,8 @@ def fill_cdf(summary, chosen):
     Input({"type": RESULT, "kind": "longtail"}, "data"),
 )
 def fill_longtail(data):
-    result = (data or {}).get("result")
+    result, note = unpack_result(data, "long-tail")
     if result is None:
-        fig = empty_figure("Waiting for the long-tail analysis")
+        fig = empty_figure(note)
         return fig, fig, fig
     return longtail_idle_figure(result), longtail_finish_figure(result), longtail_engine_figure(result)

@@ -13,7 +13,7 @@ from dash import Input, Output, State, ctx, dcc, html, no_update
 
 from dashboard import session
 from dashboard.client import ApiError
-from dashboard.components import (PAGE_TRACE_ID, RESULT, alert, analysis_panel, control, controls, graph, section)
+from dashboard.components import (PAGE_TRACE_ID, RESULT, unpack_result, alert, analysis_panel, control, controls, graph, section)
 from dashboard.figures.common import empty_figure
 from dashboard.figures.gpu import (find_table, idle_breakdown_figure, kernel_gantt_figure, kernel_kind_figure,
                                    temporal_breakdown_figure)
@@ -70,7 +70,7 @@ def body(trace: dict) -> html.Div:
                           "The download opens in Perfetto (ui.perfetto.dev) or chrome://tracing.",
             ),
             section("Where GPU time goes (HTA definitions)",
-                    analysis_panel("gpu_timeline", "GPU timeline analysis"),
+                    analysis_panel("gpu_timeline", "GPU timeline analysis", trace["id"]),
                     html.Div(className="grid-2", children=[graph("gpu-temporal"), graph("gpu-idle")]),
                     graph("gpu-kinds")),
         ]
@@ -192,9 +192,9 @@ def download(n, step, ranks, window, trace_id):
     Input({"type": RESULT, "kind": "gpu_timeline"}, "data"),
 )
 def fill_breakdowns(data):
-    result = (data or {}).get("result")
+    result, note = unpack_result(data, "GPU timeline")
     if result is None:
-        fig = empty_figure("Waiting for the GPU timeline analysis")
+        fig = empty_figure(note)
         return fig, fig, fig
     return (temporal_breakdown_figure(find_table(result, "rank", "idle_pct", "compute_pct")),
             idle_breakdown_figure(find_table(result, "rank", "host_wait_us", "kernel_wait_us")),

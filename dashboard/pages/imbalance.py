@@ -10,7 +10,7 @@ from __future__ import annotations
 import dash
 from dash import Input, Output, dcc, html
 
-from dashboard.components import RESULT, alert, analysis_panel, card, control, controls, graph, section
+from dashboard.components import RESULT, unpack_result, alert, analysis_panel, card, control, controls, graph, section
 from dashboard.figures.common import empty_figure
 from dashboard.figures.imbalance import (LOAD_LABELS, imbalance_ratio_figure, load_heatmap_figure, saving_figure,
                                          saving_summary)
@@ -25,7 +25,7 @@ def body(trace: dict) -> html.Div:
     if not trace.get("n_samples"):
         return alert("This trace has no samples, so no per-rank token loads.", "info")
     return html.Div([
-        analysis_panel("imbalance", "imbalance analysis"),
+        analysis_panel("imbalance", "imbalance analysis", trace["id"]),
         controls(
             control("Load", dcc.RadioItems(id="imb-load", value="tokens", inline=True,
                                            options=[{"label": v, "value": k} for k, v in LOAD_LABELS.items()])),
@@ -58,9 +58,9 @@ def layout(trace_id: str | None = None, **_):
     Input("imb-metric", "value"),
 )
 def fill(data, load, metric):
-    result = (data or {}).get("result")
+    result, note = unpack_result(data, "imbalance")
     if result is None:
-        fig = empty_figure("Waiting for the imbalance analysis")
+        fig = empty_figure(note)
         return [], fig, fig, fig
     load = load or "tokens"
     s = saving_summary(result, load)

@@ -23,9 +23,18 @@ ANALYSIS_KINDS = ("lengths", "longtail", "imbalance", "latency", "multiturn", "g
 JOB_STATUSES = ("queued", "running", "succeeded", "failed")
 
 
-def layout(trace_id: str | None = None, **_):
+def _int(x):
+    try:
+        return int(x)
+    except (TypeError, ValueError):
+        return None
+
+
+def layout(trace_id: str | None = None, kind: str | None = None, **_):
     if not signed_in():
         return sign_in_required("/jobs")
+    trace_id = _int(trace_id)
+    kind = kind if kind in ANALYSIS_KINDS else None
     return html.Div([
         html.H2("Jobs"),
         section(
@@ -34,7 +43,7 @@ def layout(trace_id: str | None = None, **_):
                 control("Status", dcc.Dropdown(id="jobs-status", options=list(JOB_STATUSES), placeholder="any",
                                                style={"minWidth": "160px"})),
                 control("Kind", dcc.Dropdown(id="jobs-kind", options=["ingest", *ANALYSIS_KINDS], placeholder="any",
-                                             style={"minWidth": "160px"})),
+                                             value=kind, style={"minWidth": "160px"})),
                 control("Trace id", dcc.Input(id="jobs-trace", type="number", value=trace_id, debounce=True,
                                               className="input", placeholder="any")),
             ),
@@ -46,14 +55,14 @@ def layout(trace_id: str | None = None, **_):
         section(
             "Run an analysis",
             controls(
-                control("Analysis", dcc.Dropdown(id="rerun-kind", options=list(ANALYSIS_KINDS), value="lengths",
+                control("Analysis", dcc.Dropdown(id="rerun-kind", options=list(ANALYSIS_KINDS), value=kind or "lengths",
                                                  clearable=False, style={"minWidth": "180px"})),
                 control("Trace id", dcc.Input(id="rerun-trace", type="number", className="input", value=trace_id)),
             ),
             control("Parameters (JSON)", dcc.Textarea(id="rerun-params", value="{}", className="params")),
             html.Button("Run", id="rerun-submit", n_clicks=0, className="button"),
             html.Div(id="rerun-message"),
-            help_text="'Re-run' on a job below copies its analysis, trace and parameters here to edit.",
+            help_text="'Re-run' on a job above copies its analysis, trace and parameters here to edit.",
         ),
     ])
 
@@ -100,11 +109,9 @@ def jobs_table(jobs: list[dict]) -> html.Table | html.P:
 )
 def list_jobs(_n, status, kind, trace_id, previous):
     try:
-        jobs = session.api().jobs(trace_id=trace_id, status=status)
+        jobs = session.api().jobs(trace_id=trace_id, status=status, kind=kind)
     except ApiError as exc:
         return no_update, 10_000, alert(exc.message), no_update
-    if kind:
-        jobs = [j for j in jobs if j.get("kind") == kind]
     # Re-render only on change, so a poll doesn't reset the page while nothing moves.
     fingerprint = json.dumps([(j["id"], j.get("status"), j.get("progress"), j.get("message")) for j in jobs])
     active = any(job_active(j) for j in jobs)

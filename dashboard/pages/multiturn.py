@@ -12,7 +12,7 @@ from __future__ import annotations
 import dash
 from dash import Input, Output, html
 
-from dashboard.components import RESULT, alert, analysis_panel, graph, section
+from dashboard.components import RESULT, unpack_result, alert, analysis_panel, graph, section
 from dashboard.figures.common import empty_figure
 from dashboard.figures.multiturn import (cache_hit_figure, context_growth_figure, counts_hist_figure,
                                          latency_vs_tokens_figure, reward_latency_figure, reward_ranks_figure,
@@ -30,7 +30,7 @@ def body(trace: dict) -> html.Div:
     if "multiturn" in kinds:
         parts.append(section(
             "Multi-turn rollouts",
-            analysis_panel("multiturn", "multi-turn analysis"),
+            analysis_panel("multiturn", "multi-turn analysis", trace["id"]),
             html.Div(className="grid-2", children=[graph("mt-counts"), graph("mt-steps")]),
             html.Div(className="grid-2", children=[graph("mt-cache"), graph("mt-context")]),
             graph("mt-latency"),
@@ -38,7 +38,7 @@ def body(trace: dict) -> html.Div:
     if "latency" in kinds:
         parts.append(section(
             "Reward and tool latency",
-            analysis_panel("latency", "latency analysis"),
+            analysis_panel("latency", "latency analysis", trace["id"]),
             html.Div(className="grid-2", children=[graph("lat-reward"), graph("lat-tools")]),
             graph("lat-reward-ranks"),
         ))
@@ -60,9 +60,9 @@ def layout(trace_id: str | None = None, **_):
     Input({"type": RESULT, "kind": "multiturn"}, "data"),
 )
 def fill_multiturn(data):
-    result = (data or {}).get("result")
+    result, note = unpack_result(data, "multi-turn")
     if result is None:
-        fig = empty_figure("Waiting for the multi-turn analysis")
+        fig = empty_figure(note)
         return (fig,) * 5
     return (counts_hist_figure(result), turns_over_steps_figure(result), cache_hit_figure(result),
             context_growth_figure(result), latency_vs_tokens_figure(result))
@@ -75,8 +75,8 @@ def fill_multiturn(data):
     Input({"type": RESULT, "kind": "latency"}, "data"),
 )
 def fill_latency(data):
-    result = (data or {}).get("result")
+    result, note = unpack_result(data, "latency")
     if result is None:
-        fig = empty_figure("Waiting for the latency analysis")
+        fig = empty_figure(note)
         return fig, fig, fig
     return reward_latency_figure(result), tool_latency_figure(result), reward_ranks_figure(result)

@@ -29,7 +29,7 @@ def body(trace: dict) -> html.Div:
     kinds = [k for k in applicable_analyses(trace) if k in CARD_KINDS]
     return html.Div([
         html.Div(id="overview-cards", className="cards"),
-        html.Div([analysis_panel(k, f"{k} analysis") for k in kinds]),
+        html.Div([analysis_panel(k, f"{k} analysis", trace["id"]) for k in kinds]),
         section("Stage time per step", graph("overview-stage-time"),
                 help_text="Measured seconds per stage from the framework's metric log; 'other' is the rest of "
                           "the step time."),

@@ -2,7 +2,7 @@
 
 Revision ID: 0001
 Revises: 
-Create Date: 2026-11-29 13:59:59.675115
+Create Date: 2026-11-29 14:12:00.415365
 """
 from alembic import op
 import sqlalchemy as sa
@@ -89,6 +89,8 @@ def upgrade() -> None:
     sa.Column('error', sa.Text(), nullable=True),
     sa.Column('result', sa.JSON(), nullable=True),
     sa.Column('attempts', sa.Integer(), nullable=False),
+    sa.Column('parts_total', sa.Integer(), nullable=False),
+    sa.Column('parts_done', sa.Integer(), nullable=False),
     sa.Column('created_at', sa.DateTime(timezone=True), nullable=False),
     sa.Column('started_at', sa.DateTime(timezone=True), nullable=True),
     sa.Column('finished_at', sa.DateTime(timezone=True), nullable=True),
@@ -182,9 +184,20 @@ def upgrade() -> None:
     sa.ForeignKeyConstraint(['trace_id'], ['traces.id'], ondelete='CASCADE'),
     sa.PrimaryKeyConstraint('trace_id', 'step', 'group_idx', 'sample_idx', 'turn')
     )
+    op.create_table('job_parts',
+    sa.Column('job_id', sa.Integer(), nullable=False),
+    sa.Column('idx', sa.Integer(), nullable=False),
+    sa.Column('step_lo', sa.Integer(), nullable=False),
+    sa.Column('step_hi', sa.Integer(), nullable=False),
+    sa.Column('done', sa.Boolean(), nullable=False),
+    sa.Column('result', sa.JSON(), nullable=True),
+    sa.ForeignKeyConstraint(['job_id'], ['jobs.id'], ondelete='CASCADE'),
+    sa.PrimaryKeyConstraint('job_id', 'idx')
+    )
 
 
 def downgrade() -> None:
+    op.drop_table('job_parts')
     op.drop_table('turns')
     op.drop_table('tool_calls')
     op.drop_table('steps')

@@ -308,7 +308,17 @@ def order_within_groups(group_key: np.ndarray, values: np.ndarray) -> np.ndarray
         if gspan * (hi - lo + 1) < 2**62:
             packed = (group_key - group_key.min()) * (hi - lo + 1) + (values.astype(np.int64) - lo)
             return np.argsort(packed, kind="stable")
-    return np.lexsort((values, group_key))
+    groups = group_rows(group_key)
+    if len(groups) * 64 > len(values):
+        return np.lexsort((values, group_key))
+    # few large groups (e.g. one per step): sorting each group's slice is several times
+    # faster than a two-key lexsort
+    by_key = np.arange(len(values)) if groups.order is None else groups.order
+    out = np.empty(len(values), dtype=np.int64)
+    for _, sl in groups.slices():
+        rows = by_key[sl]
+        out[sl] = rows[np.argsort(values[rows], kind="stable")]
+    return out
 
 
 def group_percentiles(sorted_values: np.ndarray, starts: np.ndarray, counts: np.ndarray,

@@ -34,7 +34,8 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from backend.formats.base import GpuKind
-from workers.analysis.gpu_intervals import dense_codes, merge_by_group, union_by_group
+from backend.formats.kineto import kernel_kind
+from workers.analysis.gpu_intervals import dense_codes, group_order, merge_by_group, union_by_group
 
 Events = Mapping[str, "np.ndarray | list"]
 StepWindows = Mapping  # {rank (int or str): [[step, start_us, end_us], ...]}
@@ -63,9 +64,9 @@ def event_names(events: Events, names: Sequence[str] | Mapping[int, str] | None 
 
 def intern(values: Sequence[str]) -> tuple[np.ndarray, list[str]]:
     """(codes, distinct values in first-seen order) for a list of strings."""
-    table: dict[str, int] = {}
-    codes = np.fromiter((table.setdefault(v, len(table)) for v in values), dtype=np.int64, count=len(values))
-    return codes, list(table)
+    index = {v: i for i, v in enumerate(dict.fromkeys(values))}
+    codes = np.fromiter(map(index.__getitem__, values), dtype=np.int64, count=len(values))
+    return codes, list(index)
 
 
 def hta_compute_mask(kind: np.ndarray, names: Sequence[str] | None = None) -> np.ndarray:
@@ -73,10 +74,13 @@ def hta_compute_mask(kind: np.ndarray, names: Sequence[str] | None = None) -> np
     compute = np.asarray(kind) == GpuKind.COMPUTE
     if names is None or not compute.any():
         return compute
-    idx = np.flatnonzero(compute)
-    codes, distinct = intern([names[i] for i in idx])
-    not_compute = np.array([_HTA_NOT_COMPUTE.match(n) is not None for n in distinct], dtype=bool)
-    compute[idx[not_compute[codes]]] = False
+    # Names the reader already classed as communication / memory need no second look;
+    # only "compute" names HTA would not call compute (…Sync…, …Memcpy… inside) matter.
+    not_compute = {
+        n for n in dict.fromkeys(names) if _HTA_NOT_COMPUTE.match(n) and kernel_kind(n) == GpuKind.COMPUTE
+    }
+    if not_compute:
+        compute &= ~np.fromiter(map(not_compute.__contains__, names), dtype=bool, count=len(names))
     return compute
 
 
@@ -107,12 +111,9 @@ def hta_window_mask(events: Events, step_windows: StepWindows | None = None) -> 
     return keep
 
 
-def _subset(events: Events, mask: np.ndarray, names: list[str] | None) -> tuple[dict, list[str] | None]:
-    out = {k: np.asarray(v)[mask] for k, v in events.items() if k != "name"}
-    if names is not None:
-        idx = np.flatnonzero(mask).tolist()
-        names = [names[i] for i in idx]
-    return out, names
+def _subset(events: Events, mask: np.ndarray) -> dict:
+    """The numeric columns of the events under `mask` (names are not needed after)."""
+    return {k: np.asarray(v)[mask] for k, v in events.items() if k not in ("name", "name_id")}
 
 
 def _times(events: Events, hta_compat: bool) -> tuple[np.ndarray, np.ndarray]:
@@ -148,14 +149,14 @@ def temporal_breakdown(
     and overlap not covered by compute); idle_pct, compute_pct, non_compute_pct (of
     kernel_time, unrounded); n_events (GPU events considered).
     """
-    all_names = _names_or_none(events, names)
+    compute = hta_compute_mask(_col(events, "kind", np.int8), _names_or_none(events, names))
     if hta_compat:
-        events, all_names = _subset(events, hta_window_mask(events, step_windows), all_names)
+        keep = hta_window_mask(events, step_windows)
+        events, compute = _subset(events, keep), compute[keep]
     rank = _col(events, "rank", np.int64)
     codes, (ranks,) = dense_codes(rank)
     start, end = _times(events, hta_compat)
     everything = union_by_group(codes, start, end, len(ranks))
-    compute = hta_compute_mask(_col(events, "kind", np.int8), all_names)
     comp = union_by_group(codes[compute], start[compute], end[compute], len(ranks))
 
     kernel_time = everything.span
@@ -202,7 +203,7 @@ def idle_breakdown(
     negative gap (overlap on one stream) is summed as is.
     """
     if hta_compat:
-        events, _ = _subset(events, hta_window_mask(events, step_windows), None)
+        events = _subset(events, hta_window_mask(events, step_windows))
     rank = _col(events, "rank", np.int64)
     stream = _col(events, "stream", np.int64)
     codes, (ranks, streams) = dense_codes(rank, stream)
@@ -212,7 +213,7 @@ def idle_breakdown(
     if hta_compat:
         launch = np.ceil(launch)
 
-    order = np.lexsort((start, codes))
+    order = group_order(codes, start)
     g, s, e, lch = codes[order], start[order], end[order], launch[order]
     has_prev = np.r_[False, g[1:] == g[:-1]]
     prev_end = np.r_[np.nan, e[:-1]]

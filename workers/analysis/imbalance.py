@@ -88,14 +88,17 @@ def per_step_imbalance(data, dp_size=None, keep_groups=True, include_validation=
         order = np.argsort(step, kind="stable")
         istep = step[order]
         isums = {name: v[order] for name, v in loads.items()}
-    count_by_step = group_rows(step)
+    by_step = group_rows(step)
 
-    r_bounds = np.searchsorted(rstep, count_by_step.keys, side="left"), np.searchsorted(rstep, count_by_step.keys, side="right")
-    i_bounds = np.searchsorted(istep, count_by_step.keys, side="left"), np.searchsorted(istep, count_by_step.keys, side="right")
-    for g, st in enumerate(count_by_step.keys.tolist()):
+    def bounds(sorted_steps):
+        return (np.searchsorted(sorted_steps, by_step.keys, side="left"),
+                np.searchsorted(sorted_steps, by_step.keys, side="right"))
+
+    r_bounds, i_bounds = bounds(rstep), bounds(istep)
+    for g, st in enumerate(by_step.keys.tolist()):
         r0, r1 = int(r_bounds[0][g]), int(r_bounds[1][g])
         i0, i1 = int(i_bounds[0][g]), int(i_bounds[1][g])
-        entry = {"step": st, "samples": int(count_by_step.counts[g]), "items": i1 - i0}
+        entry = {"step": st, "samples": int(by_step.counts[g]), "items": i1 - i0}
         for name in LOADS:
             recorded = np.zeros(k, dtype=np.int64)
             recorded[rrank[r0:r1]] = rsums[name][r0:r1]

@@ -73,6 +73,7 @@ def _reward_steps(data: TraceData, phase: str, include_validation: bool) -> list
     entries: dict[int, dict] = {}
     if rt is not None and len(rt):
         keep = (np.asarray(rt.phase).astype(str) == phase) & training_mask(rt.validate, len(rt), include_validation)
+        keep &= np.isfinite(np.asarray(rt.seconds, dtype=np.float64))  # unknown times say nothing
         step = np.asarray(rt.step, dtype=np.int64)[keep]
         rank = np.asarray(rt.rank, dtype=np.int64)[keep]
         secs = np.asarray(rt.seconds, dtype=np.float64)[keep]
@@ -129,6 +130,7 @@ def _tool_steps(data: TraceData, include_validation: bool) -> list[dict]:
     keep = np.ones(len(tc), dtype=bool)
     if not include_validation:
         keep = validation_trajectory_filter(data, tc.step, tc.group_idx, tc.sample_idx)
+    keep &= np.isfinite(np.asarray(tc.latency_s, dtype=np.float64))
     step = np.asarray(tc.step, dtype=np.int64)[keep]
     lat = np.asarray(tc.latency_s, dtype=np.float64)[keep]
     if len(step) == 0:
@@ -192,7 +194,8 @@ def finish_latency(partial: dict) -> dict:
             cur["calls"] += bt["calls"][j]
             cur["sum"] += bt["sum"][j]
             cur["max"] = max(cur["max"], bt["max"][j])
-            cur["errors"] = None if (cur["errors"] is None or bt["errors"][j] is None) else cur["errors"] + bt["errors"][j]
+            known = cur["errors"] is not None and bt["errors"][j] is not None
+            cur["errors"] = cur["errors"] + bt["errors"][j] if known else None
     for cur in by_tool.values():
         cur["mean"] = cur["sum"] / cur["calls"] if cur["calls"] else None
     calls = sum(e["calls"] for e in tools)

@@ -122,7 +122,8 @@ def _no_truncation(st: dict) -> dict:
 
 def _step_entries(step, prompt, response, truncated, cap) -> list[dict]:
     g = group_rows(np.asarray(step, dtype=np.int64))
-    p, r = g.sort(prompt), g.sort(response)
+    # float64 once: distribution_stats would convert every slice again
+    p, r = g.sort(prompt).astype(np.float64), g.sort(response).astype(np.float64)
     t = p + r
     tr = None if truncated is None else g.sort(truncated)
     entries = []
@@ -140,12 +141,14 @@ def _step_entries(step, prompt, response, truncated, cap) -> list[dict]:
 def _task_entries(task, step, prompt, response, truncated, cap, names) -> list[dict]:
     task = np.asarray(task, dtype=np.int64)
     g = group_rows(composite_key(task, np.asarray(step, dtype=np.int64)))
-    tk, st, p, r = g.sort(task), g.sort(step), g.sort(prompt), g.sort(response)
+    tk, st = g.sort(task), g.sort(step)
+    p, r = g.sort(prompt).astype(np.float64), g.sort(response).astype(np.float64)
     tr = None if truncated is None else g.sort(truncated)
     tasks: dict[int, dict] = {}
     for i, sl in g.slices():
         tid = int(tk[sl.start])
-        entry = tasks.setdefault(tid, {"task_id": tid, "task": names.get(tid), "steps": [], "_rows": [sl.start, sl.stop]})
+        entry = tasks.setdefault(
+            tid, {"task_id": tid, "task": names.get(tid), "steps": [], "_rows": [sl.start, sl.stop]})
         entry["_rows"][1] = sl.stop  # rows of one task are contiguous after the sort
         entry["steps"].append({
             "step": int(st[sl.start]),

@@ -3,8 +3,9 @@
 Model (the design's "one decoding slot per sample, equal per-token speed"): every sample
 of a step starts decoding at time 0 and emits one token per time unit, so a sample of
 response length L finishes at time L. An engine (the rollout replica that held the
-sample: `engine_key` = "dp_rank" by default, or "rank", or None for one engine per step)
-is busy until its longest sample ends; the step's rollout ends when the slowest engine
+sample: `engine_key` = "dp_rank" by default, or "rank", or None for one engine per step;
+a missing column also means one engine per step, and the result's ``engine_key`` says
+which was used) is busy until its longest sample ends; the step's rollout ends when the slowest engine
 does, at T = the step's longest response. Time is in token-time units (one decode
 iteration); with the measured rollout time t_gen of the step, one unit is t_gen / T
 seconds. Validation samples are left out unless `include_validation`.

@@ -63,14 +63,26 @@ def _bin(values: np.ndarray) -> np.ndarray:
 
 def fit_sums(prompt, completion, latency) -> dict:
     """Normal-equation sums for latency ~ a + b*prompt + c*completion (features / 1000)."""
+    return fit_sums_by_group(np.zeros(len(prompt), dtype=np.int64), 1, prompt, completion, latency)[0]
+
+
+def fit_sums_by_group(code, n_groups, prompt, completion, latency) -> list[dict]:
+    """`fit_sums` for each group code 0..n_groups-1, in one vectorised pass."""
     p = np.asarray(prompt, dtype=np.float64) / KTOK
     c = np.asarray(completion, dtype=np.float64) / KTOK
     y = np.asarray(latency, dtype=np.float64)
     ok = np.isfinite(p) & np.isfinite(c) & np.isfinite(y)
-    X = np.stack([np.ones(int(ok.sum())), p[ok], c[ok]], axis=1)
-    y = y[ok]
-    return {"n": int(len(y)), "xtx": (X.T @ X).tolist(), "xty": (X.T @ y).tolist(),
-            "y_sum": float(y.sum()), "yy": float(y @ y)}
+    code, p, c, y = np.asarray(code)[ok], p[ok], c[ok], y[ok]
+
+    def total(w=None):
+        return np.bincount(code, weights=w, minlength=n_groups)
+
+    n, sp, sc, spp, scc, spc = total(), total(p), total(c), total(p * p), total(c * c), total(p * c)
+    sy, spy, scy, syy = total(y), total(p * y), total(c * y), total(y * y)
+    return [{"n": int(n[g]),
+             "xtx": [[n[g], sp[g], sc[g]], [sp[g], spp[g], spc[g]], [sc[g], spc[g], scc[g]]],
+             "xty": [sy[g], spy[g], scy[g]], "y_sum": sy[g], "yy": syy[g]}
+            for g in range(n_groups)]
 
 
 def add_fit_sums(a: dict, b: dict) -> dict:
@@ -220,12 +232,10 @@ def _from_turns(data: TraceData, include_validation: bool, out: dict) -> None:
     ptot, ctot = psum.sum(axis=1), csum.sum(axis=1)
 
     # latency fit per step, and binned latency over all turns
-    order = np.argsort(step_code, kind="stable")
-    bounds = np.searchsorted(step_code[order], np.arange(len(sg) + 1))
+    step_fits = fit_sums_by_group(step_code, len(sg), prompt, completion, latency)
     total_fit = fit_sums([], [], [])
     for i, e in enumerate(entries):
-        rows = order[bounds[i]:bounds[i + 1]]
-        fs = fit_sums(prompt[rows], completion[rows], latency[rows])
+        fs = step_fits[i]
         total_fit = add_fit_sums(total_fit, fs)
         turns_here = np.flatnonzero(cnt[i])
         last = int(turns_here[-1]) + 1 if len(turns_here) else 0
@@ -286,8 +296,8 @@ def finish_multiturn(partial: dict) -> dict:
                             if has_tools else None),
         "tool_calls_hist": (_add_padded([e["tool_calls_hist"] for e in steps]).astype(np.int64).tolist()
                             if has_tools else None),
-        "cache_hit_rate": (ratio(sum(e["cached_tokens"] for e in turns_rows), sum(e["prompt_tokens"] for e in turns_rows))
-                           if turns_rows else None),
+        "cache_hit_rate": (ratio(sum(e["cached_tokens"] for e in turns_rows),
+                                 sum(e["prompt_tokens"] for e in turns_rows)) if turns_rows else None),
         "by_turn": None,
         "latency_fit": solve_fit(res["totals"]["fit_sums"]),
         "latency_by_prompt": _bins(res["totals"]["latency_by_prompt"]),

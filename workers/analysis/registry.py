@@ -55,12 +55,14 @@ class AnalysisSpec:
 
 
 SAMPLE_KEY = ("step", "group_idx", "sample_idx")
+# the columns every `samples` read includes (SampleColumns' required fields)
+SAMPLE_BASE = SAMPLE_KEY + ("prompt_len", "response_len")
 
 ANALYSES: dict[str, AnalysisSpec] = {
     "lengths": AnalysisSpec(
         kind="lengths",
         title="Length distributions",
-        tables={"samples": SAMPLE_KEY + ("prompt_len", "response_len", "validate", "truncated", "task_id")},
+        tables={"samples": SAMPLE_BASE + ("validate", "truncated", "task_id")},
         required={"samples": ("step", "prompt_len", "response_len")},
         defaults={"max_response_len": None, "by_task": True, "infer_cap_min_hits": 2},
         run=lengths.analyze_lengths,
@@ -70,7 +72,7 @@ ANALYSES: dict[str, AnalysisSpec] = {
     "longtail": AnalysisSpec(
         kind="longtail",
         title="Rollout long tail",
-        tables={"samples": SAMPLE_KEY + ("response_len", "dp_rank", "rank", "validate"),
+        tables={"samples": SAMPLE_BASE + ("dp_rank", "rank", "validate"),
                 "steps": ("step", "t_gen")},
         required={"samples": ("step", "response_len")},
         defaults={"engine_key": "dp_rank", "tail_fraction": 0.1, "include_validation": False},
@@ -80,7 +82,7 @@ ANALYSES: dict[str, AnalysisSpec] = {
     "imbalance": AnalysisSpec(
         kind="imbalance",
         title="DP load imbalance",
-        tables={"samples": SAMPLE_KEY + ("prompt_len", "response_len", "dp_rank", "validate")},
+        tables={"samples": SAMPLE_BASE + ("dp_rank", "validate")},
         required={"samples": ("step", "group_idx", "prompt_len", "response_len", "dp_rank")},
         defaults={"dp_size": None, "keep_groups": True, "include_validation": False,
                   "cost_linear": imbalance.COST_LINEAR},
@@ -93,7 +95,7 @@ ANALYSES: dict[str, AnalysisSpec] = {
         tables={"rank_timings": ("step", "rank", "phase", "seconds", "dp_rank", "batch_size", "validate"),
                 "tool_calls": SAMPLE_KEY + ("latency_s", "tool_name", "status"),
                 "steps": ("step", "t_reward", "t_step", "validate"),
-                "samples": SAMPLE_KEY + ("prompt_len", "response_len", "validate")},
+                "samples": SAMPLE_BASE + ("validate",)},
         required={},
         any_of=({"rank_timings": ("step", "rank", "phase", "seconds")},
                 {"tool_calls": SAMPLE_KEY + ("latency_s",)},
@@ -108,7 +110,7 @@ ANALYSES: dict[str, AnalysisSpec] = {
         tables={"turns": SAMPLE_KEY + ("turn", "prompt_tokens", "cached_tokens", "completion_tokens",
                                        "engine_latency_s", "tool_call_count"),
                 "tool_calls": SAMPLE_KEY + ("latency_s",),
-                "samples": SAMPLE_KEY + ("prompt_len", "response_len", "validate", "num_turns", "num_tool_calls")},
+                "samples": SAMPLE_BASE + ("validate", "num_turns", "num_tool_calls")},
         required={},
         any_of=({"turns": SAMPLE_KEY + ("turn", "prompt_tokens")},
                 {"samples": ("step", "num_turns")}),

@@ -57,6 +57,7 @@ class RolloutOutcome:
     completion: np.ndarray  # per sample, seconds from the rollout start
     replica_busy: list[list[list[float]]]
     stats: dict
+    store: object = None  # the RequestStore, when asked for
 
 
 def group_replicas(env: Env, w: StepWorkload) -> np.ndarray:
@@ -66,17 +67,20 @@ def group_replicas(env: Env, w: StepWorkload) -> np.ndarray:
     return assign_groups(env.policy.dispatch, env.cluster.rollout_replicas, prompt, total)
 
 
-def rollout_batch(env: Env, w: StepWorkload) -> RolloutOutcome:
-    """All of a step's groups submitted together to fresh replicas (time 0 = start)."""
+def rollout_batch(env: Env, w: StepWorkload, *, keep_store: bool = False) -> RolloutOutcome:
+    """All of a step's groups submitted together to fresh replicas (time 0 = start).
+
+    A trajectory completes when its last turn ends plus any tool latency after it."""
     rc = env.new_cluster()
     _, first, last = rc.add_step(w, np.arange(w.n_samples))
     replica = group_replicas(env, w)[w.group]
     rc.submit(first, replica, 0.0)
     rc.run_all()
     end = np.asarray(rc.store.end)
-    completion = end[last]
+    completion = end[last] + np.asarray(rc.store.gap)[last]
     duration = float(completion.max()) if completion.size else 0.0
-    return RolloutOutcome(duration, completion, rc.busy_intervals(0.0, duration), _rollout_stats(rc, completion, duration))
+    return RolloutOutcome(duration, completion, rc.busy_intervals(0.0, duration), _rollout_stats(rc, completion, duration),
+                          rc.store if keep_store else None)
 
 
 def _rollout_stats(rc: RolloutCluster, completion: np.ndarray, duration: float) -> dict:

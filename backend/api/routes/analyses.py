@@ -1,0 +1,59 @@
+"""Analyses of a trace: request one (202 + job), list them, fetch the latest of a kind."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, HTTPException, Response, status
+from sqlalchemy import select
+
+from backend.analysis_jobs import ANALYSIS_KINDS, request_analysis, resolved_params
+from backend.api.deps import SessionDep, TraceDep
+from backend.api.errors import ERROR_RESPONSES
+from backend.api.routes.trace_data import require_ready
+from backend.api.schemas import AnalysisRequest, JobList, JobOut
+from backend.jobs import params_key
+from backend.models import Job, JobStatus
+
+router = APIRouter(prefix="/traces/{trace_id}/analyses", tags=["analyses"], responses=ERROR_RESPONSES)
+
+
+@router.post(
+    "",
+    status_code=status.HTTP_202_ACCEPTED,
+    response_model=JobOut,
+    responses={200: {"model": JobOut, "description": "An identical analysis exists: that job."}},
+)
+def create_analysis(body: AnalysisRequest, session: SessionDep, trace: TraceDep, response: Response):
+    """Queue an analysis (kinds: lengths, longtail, imbalance, latency, multiturn,
+    gpu_timeline). The same kind and parameters return the existing job (200)."""
+    require_ready(trace)
+    try:
+        job, created = request_analysis(session, trace, body.kind, body.params)
+    except ValueError as exc:
+        raise HTTPException(
+            status.HTTP_422_UNPROCESSABLE_ENTITY, detail={"message": str(exc), "field": "kind" if "analysis" in str(exc) else "params"}
+        ) from exc
+    if not created:
+        response.status_code = status.HTTP_200_OK
+    return job
+
+
+@router.get("", response_model=JobList)
+def list_analyses(session: SessionDep, trace: TraceDep):
+    jobs = session.scalars(
+        select(Job).where(Job.trace_id == trace.id, Job.kind.in_(ANALYSIS_KINDS)).order_by(Job.id.desc())
+    )
+    return JobList(items=list(jobs))
+
+
+@router.get("/{kind}", response_model=JobOut)
+def latest_analysis(kind: str, session: SessionDep, trace: TraceDep):
+    """The newest job of this kind with default parameters (else any parameters),
+    preferring a finished one."""
+    if kind not in ANALYSIS_KINDS:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, detail={"message": f"unknown analysis '{kind}'"})
+    jobs = list(session.scalars(select(Job).where(Job.trace_id == trace.id, Job.kind == kind).order_by(Job.id.desc())))
+    if not jobs:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, detail={"message": f"no '{kind}' analysis for trace {trace.id}"})
+    default_key = params_key(kind, resolved_params(kind, {}))
+    jobs.sort(key=lambda j: (j.params_key != default_key, j.status != JobStatus.SUCCEEDED))
+    return jobs[0]

@@ -1,0 +1,80 @@
+"""Load a stored trace's columns into the analyses' `TraceData` (the I/O half of a job)."""
+
+from __future__ import annotations
+
+import numpy as np
+from sqlalchemy import select
+from sqlalchemy.engine import Connection
+
+from backend.columns import read_columns
+from backend.formats.base import STEP_TIMING_COLUMNS
+from backend.models import Step, Trace
+from workers.analysis.data import TraceData
+
+COUNTS = {
+    "samples": "n_samples",
+    "turns": "n_turns",
+    "tool_calls": "n_tool_calls",
+    "rank_timings": "n_rank_timings",
+    "gpu_events": "n_gpu_events",
+}
+KEYS = {
+    "samples": ("trace_id", "step", "group_idx", "sample_idx"),
+    "turns": ("trace_id", "step", "group_idx", "sample_idx", "turn"),
+    "tool_calls": ("trace_id", "step", "group_idx", "sample_idx", "call_idx"),
+    "rank_timings": ("trace_id", "step", "rank", "phase"),
+}
+
+
+def available_columns(trace: Trace) -> dict[str, set[str]]:
+    """{table: columns with data} for the trace's non-empty tables."""
+    recorded = (trace.meta or {}).get("columns", {})
+    out = {}
+    for table, count_attr in COUNTS.items():
+        if getattr(trace, count_attr):
+            out[table] = set(recorded.get(table, ())) | set(KEYS.get(table, ())[1:])
+    if trace.n_steps:
+        out["steps"] = {"step", "validate"} | (set(recorded.get("steps", ())) & set(STEP_TIMING_COLUMNS))
+    return out
+
+
+def load_trace_data(
+    conn: Connection,
+    trace: Trace,
+    tables: dict[str, tuple[str, ...]],
+    step_range: tuple[int, int] | None = None,
+) -> TraceData:
+    """Read just the requested columns that the trace has, ordered by the table's key."""
+    available = available_columns(trace)
+    loaded: dict[str, dict] = {}
+    for table, wanted in tables.items():
+        if table not in available:
+            continue
+        columns = [c for c in dict.fromkeys(wanted) if c in available[table]]
+        if table == "steps":
+            loaded["steps"] = _steps(conn, trace.id, columns, step_range)
+        elif columns:
+            order = ", ".join(KEYS[table][1:]) if table in KEYS else None
+            loaded[table] = read_columns(conn, table, trace.id, columns, step_range=step_range, order_by=order)
+    tasks = trace.tasks or []
+    return TraceData.from_tables(
+        loaded, max_response_len=trace.max_response_len, task_names=dict(enumerate(tasks))
+    )
+
+
+def _steps(conn: Connection, trace_id: int, columns: list[str], step_range) -> dict:  # noqa: ANN001
+    cols = [getattr(Step, c) for c in columns]
+    query = select(*cols).where(Step.trace_id == trace_id).order_by(Step.step)
+    if step_range is not None:
+        query = query.where(Step.step >= step_range[0], Step.step < step_range[1])
+    rows = conn.execute(query).all()
+    out = {}
+    for i, name in enumerate(columns):
+        values = [r[i] for r in rows]
+        if name == "step":
+            out[name] = np.array(values, dtype=np.int64)
+        elif name == "validate":
+            out[name] = np.array([bool(v) for v in values], dtype=bool)
+        else:
+            out[name] = np.array([np.nan if v is None else v for v in values], dtype=np.float64)
+    return out

@@ -1,0 +1,124 @@
+"""Ingestion benchmark: our end-to-end path versus a raw COPY of the same rows.
+
+Generates a PolyTrace packed-lengths run (default 500 steps x 1,280 groups x 8 = 5.12M
+samples), ingests it into Postgres with `rlvr-explorer ingest` (parse, validate,
+binary COPY, per-step summaries), then loads the same sample rows with a plain
+`COPY samples FROM STDIN (FORMAT csv)` from a CSV file. Prints samples/s, the ingest
+process's peak memory, and the ratio ours / raw COPY (target: <= 2.0, < 500 MB).
+
+    python bench/ingest.py [--steps 500 --groups 1280 --n 8] [--pg postgresql://postgres@127.0.0.1:5432/postgres]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import numpy as np
+import orjson
+import psycopg
+from tqdm import tqdm
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from backend.migrate import upgrade  # noqa: E402
+from workers.workload.synthetic import packed_length_rows  # noqa: E402
+
+COLUMNS = ("trace_id", "step", "group_idx", "sample_idx", "rank", "dp_rank", "tp_rank", "prompt_len", "response_len", "validate")
+
+
+def generate(folder: Path, steps: int, groups: int, n: int, csv_path: Path, trace_id: int) -> int:
+    """Write the run as JSONL files and the same sample rows as CSV for `trace_id`."""
+    total = 0
+    with csv_path.open("w") as csv:
+        for rows in tqdm(packed_length_rows(steps, groups, n), total=steps, desc="generate", unit="step"):
+            step = rows[0]["step"]
+            (folder / f"packed_lengths_step_{step}.jsonl").write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rows))
+            out = np.array([r["output"] for r in rows])
+            g = np.repeat(np.arange(groups), n)
+            i = np.tile(np.arange(n), groups)
+            prompt = np.repeat([r["input"] for r in rows], n)
+            dp = np.repeat([r["dp_rank"] for r in rows], n)
+            block = np.column_stack([np.full(g.size, step), g, i, dp, dp, np.zeros(g.size, int), prompt, out.ravel()])
+            lines = "\n".join(f"{trace_id}," + ",".join(map(str, row)) + ",f" for row in block.tolist())
+            csv.write(lines + "\n")
+            total += g.size
+    return total
+
+
+def _baseline_trace(url: str) -> int:
+    """A trace row (of its own team) for the raw COPY to load into."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        team = conn.execute(
+            "INSERT INTO teams (name, api_key_hash, created_at) VALUES ('baseline', 'x', now()) RETURNING id"
+        ).fetchone()[0]
+        return conn.execute(
+            "INSERT INTO traces (team_id, name, status, content_hash, size_bytes, n_steps, n_samples, n_turns,"
+            " n_tool_calls, n_rank_timings, n_gpu_events, tasks, meta, created_at, updated_at)"
+            " VALUES (%s, 'raw-copy', 'ready', 'raw', 0, 0, 0, 0, 0, 0, 0, '[]', '{}', now(), now()) RETURNING id",
+            (team,),
+        ).fetchone()[0]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--steps", type=int, default=500)
+    ap.add_argument("--groups", type=int, default=1280)
+    ap.add_argument("--n", type=int, default=8)
+    ap.add_argument("--pg", default="postgresql://postgres@127.0.0.1:5432/postgres", help="admin URL")
+    args = ap.parse_args()
+
+    db = f"rlvr_bench_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(args.pg, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{db}"')
+    url = args.pg.rsplit("/", 1)[0] + "/" + db
+    try:
+        upgrade(url)
+        with tempfile.TemporaryDirectory() as tmp:
+            tmp = Path(tmp)
+            run = tmp / "run"
+            run.mkdir()
+            csv_path = tmp / "samples.csv"
+            raw_trace = _baseline_trace(url)
+            n_samples = generate(run, args.steps, args.groups, args.n, csv_path, raw_trace)
+            size_mb = sum(f.stat().st_size for f in run.iterdir()) / 1e6
+            print(f"trace: {args.steps} steps x {args.groups} groups x {args.n} = {n_samples:,} samples, {size_mb:.0f} MB JSONL")
+
+            env = {**os.environ, "RLVR_DATABASE_URL": url, "RLVR_DATA_DIR": str(tmp / "data")}
+            t0 = time.perf_counter()
+            subprocess.run(
+                [sys.executable, "-m", "backend.cli", "ingest", str(run), "--name", "bench"],
+                env=env, cwd=ROOT, check=True, stdout=subprocess.DEVNULL,
+            )
+            ours = time.perf_counter() - t0
+            peak_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+
+            with psycopg.connect(url, autocommit=True) as conn:
+                t0 = time.perf_counter()
+                with conn.transaction(), conn.cursor().copy(
+                    f"COPY samples ({', '.join(COLUMNS)}) FROM STDIN (FORMAT csv)"
+                ) as cp, csv_path.open("rb") as f:
+                    while chunk := f.read(8 << 20):
+                        cp.write(chunk)
+                raw = time.perf_counter() - t0
+                stored = conn.execute("SELECT count(*) FROM samples WHERE trace_id <> %s", (raw_trace,)).fetchone()[0]
+            assert stored == n_samples, (stored, n_samples)
+    finally:
+        with psycopg.connect(args.pg, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
+
+    print(f"ours (rlvr-explorer ingest, end to end): {ours:7.2f} s  {n_samples / ours:12,.0f} samples/s  peak RSS {peak_mb:.0f} MB")
+    print(f"raw COPY of the same rows from CSV:     {raw:7.2f} s  {n_samples / raw:12,.0f} samples/s")
+    print(f"ratio ours / raw COPY: {ours / raw:.2f}  (target <= 2.0; peak memory target < 500 MB)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,251 @@
+"""The dashboard's API client against a stub API (httpx.MockTransport), and the Dash
+app's server side (sign-in, page routing, a figure callback) against the same stub."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import pytest
+
+from dashboard.client import ApiClient, ApiError, api_root
+
+KEY = "team-key-123"
+TRACE = {"id": 7, "name": "run A", "source_format": "polytrace-packed", "framework": "verl", "status": "ready",
+         "error": None, "n_steps": 2, "n_samples": 4, "n_turns": 0, "n_tool_calls": 0, "n_gpu_events": 0,
+         "n_rank_timings": 0, "size_bytes": 1234, "max_response_len": 4096, "tasks": [], "metadata": {},
+         "created_at": "2026-01-01T00:00:00", "updated_at": "2026-01-01T00:00:00", "job_id": None}
+
+
+class StubApi:
+    """A minimal API: records requests, answers from a route table."""
+
+    def __init__(self):
+        self.requests: list[httpx.Request] = []
+        self.routes: dict[tuple[str, str], httpx.Response | callable] = {}
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        self.requests.append(request)
+        if request.headers.get("X-API-Key") != KEY:
+            return httpx.Response(401, json={"detail": {"message": "invalid API key"}})
+        answer = self.routes.get((request.method, request.url.path))
+        if answer is None:
+            return httpx.Response(404, json={"detail": "Not Found"})
+        return answer(request) if callable(answer) else answer
+
+    def client(self, key: str | None = KEY) -> ApiClient:
+        return ApiClient("http://api.test", key, http=httpx.Client(transport=httpx.MockTransport(self)))
+
+
+@pytest.fixture
+def stub():
+    s = StubApi()
+    s.routes[("GET", "/api/v1/me")] = httpx.Response(200, json={"team": {"id": 1, "name": "infra"}})
+    s.routes[("GET", "/api/v1/traces")] = lambda r: httpx.Response(200, json={"items": [TRACE], "total": 1})
+    s.routes[("GET", "/api/v1/traces/7")] = httpx.Response(200, json=TRACE)
+    return s
+
+
+def test_api_root_normalises_base_url():
+    assert api_root("http://h:8000") == "http://h:8000/api/v1"
+    assert api_root("http://h:8000/") == "http://h:8000/api/v1"
+    assert api_root("http://h:8000/api/v1/") == "http://h:8000/api/v1"
+
+
+def test_key_header_and_me(stub):
+    assert stub.client().me() == {"team": {"id": 1, "name": "infra"}}
+    req = stub.requests[-1]
+    assert req.headers["X-API-Key"] == KEY
+    assert str(req.url) == "http://api.test/api/v1/me"
+
+
+def test_wrong_key_is_unauthorized(stub):
+    with pytest.raises(ApiError) as err:
+        stub.client("nope").me()
+    assert err.value.status == 401 and err.value.unauthorized
+    assert err.value.message == "invalid API key"
+
+
+def test_list_traces_drops_empty_params(stub):
+    page = stub.client().list_traces(limit=10, offset=20, status=None, q="")
+    assert page["total"] == 1
+    params = dict(stub.requests[-1].url.params)
+    assert params == {"limit": "10", "offset": "20"}
+
+
+def test_fastapi_default_and_validation_errors(stub):
+    with pytest.raises(ApiError) as err:
+        stub.client().get_trace(99)
+    assert err.value.not_found and err.value.message == "Not Found"
+    stub.routes[("GET", "/api/v1/traces/7/summaries")] = httpx.Response(422, json={"detail": [
+        {"loc": ["query", "field"], "msg": "Input should be 'response', 'prompt' or 'total'", "type": "literal_error"}]})
+    with pytest.raises(ApiError) as err:
+        stub.client().summaries(7, field="bogus")
+    assert err.value.status == 422
+    assert err.value.message == "query.field: Input should be 'response', 'prompt' or 'total'"
+
+
+def test_upload_sends_multipart_and_reads_the_three_answers(stub):
+    seen = {}
+
+    def created(request: httpx.Request):
+        body = request.read()
+        seen["body"] = body
+        seen["ctype"] = request.headers["content-type"]
+        return httpx.Response(201, json=TRACE)
+
+    stub.routes[("POST", "/api/v1/traces")] = created
+    res = stub.client().upload_trace([("a/step_0.jsonl", b'{"x": 1}\n'), ("a/step_1.jsonl", b"{}\n")], name="my run")
+    assert res.status_code == 201 and res.trace["id"] == 7 and res.job is None and not res.duplicate
+    assert seen["ctype"].startswith("multipart/form-data")
+    body = seen["body"]
+    assert body.count(b'name="files"') == 2
+    assert b'filename="a/step_0.jsonl"' in body and b'{"x": 1}' in body
+    assert b'name="name"' in body and b"my run" in body
+    assert b'name="format"' not in body  # not sent when not given
+
+    job = {"id": 3, "kind": "ingest", "status": "queued", "progress": 0.0}
+    stub.routes[("POST", "/api/v1/traces")] = httpx.Response(202, json={"trace": {**TRACE, "status": "pending"}, "job": job})
+    res = stub.client().upload_trace([("big.zip", b"PK")])
+    assert res.status_code == 202 and res.job["id"] == 3 and res.trace["status"] == "pending"
+
+    stub.routes[("POST", "/api/v1/traces")] = httpx.Response(200, json=TRACE)
+    assert stub.client().upload_trace([("a.jsonl", b"{}")]).duplicate
+
+
+def test_upload_error_names_file_line_field(stub):
+    stub.routes[("POST", "/api/v1/traces")] = httpx.Response(400, json={"detail": {
+        "message": "file step_3.jsonl, line 12, field 'output': expected a list of ints",
+        "file": "step_3.jsonl", "line": 12, "field": "output"}})
+    with pytest.raises(ApiError) as err:
+        stub.client().upload_trace([("step_3.jsonl", b"{}")])
+    e = err.value
+    assert (e.status, e.file, e.line, e.field) == (400, "step_3.jsonl", 12, "output")
+    assert "line 12" in e.message
+
+
+def test_upload_needs_files(stub):
+    with pytest.raises(ApiError):
+        stub.client().upload_trace([])
+
+
+def test_non_json_answer_is_an_api_error(stub):
+    stub.routes[("GET", "/api/v1/traces/7/analyses")] = httpx.Response(
+        200, text="<html>dash index</html>", headers={"content-type": "text/html"})
+    with pytest.raises(ApiError) as err:
+        stub.client().analyses(7)
+    assert err.value.status == 502 and "not JSON" in err.value.message
+
+
+def test_unreachable_api_is_an_api_error():
+    def refuse(request):
+        raise httpx.ConnectError("connection refused", request=request)
+
+    client = ApiClient("http://down.test", KEY, http=httpx.Client(transport=httpx.MockTransport(refuse)))
+    with pytest.raises(ApiError) as err:
+        client.me()
+    assert err.value.status == 0 and "Cannot reach the API" in err.value.message
+
+
+def test_analysis_jobs_and_downloads(stub):
+    job = {"id": 11, "kind": "imbalance", "status": "queued", "params": {"keep_groups": False}}
+
+    def post(request):
+        return httpx.Response(202, json={**job, "params": json.loads(request.read())["params"]})
+
+    stub.routes[("POST", "/api/v1/traces/7/analyses")] = post
+    stub.routes[("GET", "/api/v1/jobs")] = httpx.Response(200, json={"items": [job]})
+    stub.routes[("GET", "/api/v1/jobs/11")] = httpx.Response(200, json=job)
+    stub.routes[("GET", "/api/v1/traces/7/gpu-events/chrome-trace")] = httpx.Response(200, content=b'{"traceEvents": []}')
+    c = stub.client()
+    assert c.run_analysis(7, "imbalance", {"keep_groups": False})["params"] == {"keep_groups": False}
+    assert json.loads(stub.requests[-1].read()) == {"kind": "imbalance", "params": {"keep_groups": False}}
+    assert c.jobs(trace_id=7, status="running")[0]["id"] == 11
+    assert dict(stub.requests[-1].url.params) == {"trace_id": "7", "status": "running"}
+    assert c.job(11)["kind"] == "imbalance"
+    assert c.chrome_trace(7, rank=0, start_us=10.0, end_us=20.5) == b'{"traceEvents": []}'
+    assert dict(stub.requests[-1].url.params) == {"rank": "0", "start_us": "10.0", "end_us": "20.5"}
+
+
+def test_delete(stub):
+    stub.routes[("DELETE", "/api/v1/traces/7")] = httpx.Response(204)
+    assert stub.client().delete_trace(7) is None
+    assert stub.requests[-1].method == "DELETE"
+
+
+# -- the Dash app's server side against the stub --------------------------------------
+@pytest.fixture
+def app(stub):
+    from dashboard.app import create_dash
+
+    stub.routes[("GET", "/api/v1/traces/7/steps")] = httpx.Response(200, json={"items": [
+        {"step": 0, "validate": False, "prompt_tokens": 10, "response_tokens": 30, "t_gen": 5.0, "t_step": 8.0},
+        {"step": 1, "validate": False, "prompt_tokens": 12, "response_tokens": 40, "t_gen": 6.0, "t_step": 9.0}]})
+    stub.routes[("GET", "/api/v1/traces/7/summaries")] = httpx.Response(200, json={
+        "field": "response", "task": None, "tasks": [], "bin_edges": [1, 2, 4, 8, 16, 32],
+        "steps": [{"step": s, "count": 2, "mean": 10.0 + s, "p50": 10.0 + s, "p90": 14.0, "p99": 15.0, "max": 16.0,
+                   "tail_ratio": 1.6, "hist": [0, 0, 0, 2, 0]} for s in (0, 1)]})
+    return create_dash("http://api.test", http_client=httpx.Client(transport=httpx.MockTransport(stub)))
+
+
+def _callback(client, output: str, inputs: list[dict], state: list[dict] | None = None, changed: list[str] | None = None):
+    """POST one Dash callback request the way the renderer does."""
+    outputs = [{"id": o.split(".")[0], "property": o.split(".")[1]} for o in output.strip(".").split("...")]
+    body = {"output": output, "outputs": outputs if len(outputs) > 1 else outputs[0], "inputs": inputs,
+            "state": state or [], "changedPropIds": changed or []}
+    return client.post("/_dash-update-component", json=body)
+
+
+def test_app_routes_sign_in_and_renders_a_trace(app):
+    client = app.server.test_client()
+    assert client.get("/traces").status_code == 200
+    assert client.get("/_dash-layout").status_code == 200
+
+    # wrong key: message, no redirect
+    r = _callback(client, "..sign-in-message.children...sign-in-redirect.href..",
+                  [{"id": "sign-in-submit", "property": "n_clicks", "value": 1},
+                   {"id": "sign-in-key", "property": "n_submit", "value": 0}],
+                  [{"id": "sign-in-key", "property": "value", "value": "bad"},
+                   {"id": "sign-in-next", "property": "data", "value": "/traces/7"}], ["sign-in-submit.n_clicks"])
+    resp = r.get_json()["response"]
+    assert "not valid" in json.dumps(resp["sign-in-message"])
+    assert "sign-in-redirect" not in resp
+
+    # right key: the session cookie is set and we go back where we came from
+    r = _callback(client, "..sign-in-message.children...sign-in-redirect.href..",
+                  [{"id": "sign-in-submit", "property": "n_clicks", "value": 2},
+                   {"id": "sign-in-key", "property": "n_submit", "value": 0}],
+                  [{"id": "sign-in-key", "property": "value", "value": KEY},
+                   {"id": "sign-in-next", "property": "data", "value": "/traces/7"}], ["sign-in-submit.n_clicks"])
+    resp = r.get_json()["response"]
+    assert resp["sign-in-redirect"]["href"] == "/traces/7"
+    assert "rlvr_session" in r.headers.get("Set-Cookie", "")
+
+    # the router renders the overview of trace 7 (not swallowed by a shorter template)
+    r = _callback(client, ".._pages_content.children..._pages_store.data..",
+                  [{"id": "_pages_location", "property": "pathname", "value": "/traces/7/distributions"},
+                   {"id": "_pages_location", "property": "search", "value": ""}], changed=["_pages_location.pathname"])
+    page = json.dumps(r.get_json()["response"]["_pages_content"]["children"])
+    assert '"dist-box"' in page and '"run A"' in page
+
+    # a figure callback: stage-time bars of trace 7 from the stub's steps
+    r = _callback(client, "..overview-cards.children...overview-stage-time.figure...overview-lengths.figure..",
+                  [{"id": "page-trace-id", "property": "data", "value": 7},
+                   [] ], changed=["page-trace-id.data"])
+    # the ALL input is an empty list here (no analysis panels rendered)
+    out = r.get_json()["response"]
+    gen = next(t for t in out["overview-stage-time"]["figure"]["data"] if t["name"] == "generation")
+    assert gen["y"] == [5.0, 6.0]
+    p50 = next(t for t in out["overview-lengths"]["figure"]["data"] if t["name"] == "p50")
+    assert p50["y"] == [10.0, 11.0]
+    cards = json.dumps(out["overview-cards"]["children"])
+    assert "92" in cards  # tokens: 10 + 30 + 12 + 40
+
+
+def test_pages_need_a_signed_in_team(app):
+    client = app.server.test_client()
+    r = _callback(client, ".._pages_content.children..._pages_store.data..",
+                  [{"id": "_pages_location", "property": "pathname", "value": "/traces/7"},
+                   {"id": "_pages_location", "property": "search", "value": ""}], changed=["_pages_location.pathname"])
+    page = json.dumps(r.get_json()["response"]["_pages_content"]["children"])
+    assert "/sign-in?next=%2Ftraces%2F7" in page

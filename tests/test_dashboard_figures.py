@@ -1,0 +1,374 @@
+"""Figure builders of the dashboard on hand-made API payloads.
+
+Expected values are computed here from raw numbers (numpy), independently of the
+builders: a figure that draws the wrong percentile, step or rank fails.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from dashboard import theme
+from dashboard.figures.common import log_token_axis, styled_figure, token_label
+from dashboard.figures.compare import compare_cdf_figure, compare_percentiles_figure, pooled_hist
+from dashboard.figures.distributions import (cdf_figure, cdf_points, default_cdf_steps, length_box_figure,
+                                             length_heatmap_figure, percentile_lines_figure, tail_figure)
+from dashboard.figures.gpu import (find_table, idle_breakdown_figure, idle_gaps, kernel_gantt_figure,
+                                   kernel_kind_figure, temporal_breakdown_figure)
+from dashboard.figures.imbalance import imbalance_ratio_figure, load_heatmap_figure, saving_figure, saving_summary
+from dashboard.figures.longtail import longtail_engine_figure, longtail_finish_figure, longtail_idle_figure
+from dashboard.figures.multiturn import (cache_hit_figure, context_growth_figure, counts_hist_figure,
+                                         latency_vs_tokens_figure, reward_latency_figure, reward_ranks_figure,
+                                         tool_latency_figure)
+from dashboard.figures.stages import stage_gantt_figure, stage_segments, stage_time_figure
+from dashboard.overview import applicable_analyses, overview_cards
+from dashboard.payloads import filter_phase, kineto_steps, latest_job, latest_result, step_window, zoom_range
+
+EDGES = [int(e) for e in np.unique(np.round(2.0 ** np.arange(0, 22 + 1e-9, 1 / 4)).astype(np.int64))]
+PCTS = (10, 25, 50, 75, 90, 99)
+
+
+def step_row(step: int, values: np.ndarray, validate: bool = False) -> dict:
+    """A /summaries step row computed from raw lengths (what ingestion stores)."""
+    v = np.asarray(values, dtype=np.float64)
+    idx = np.clip(np.searchsorted(EDGES, np.maximum(v, 1), side="right") - 1, 0, len(EDGES) - 2)
+    row = {"step": step, "validate": validate, "count": int(v.size), "mean": float(v.mean()),
+           "min": float(v.min()), "max": float(v.max()), "tail_ratio": float(v.max() / v.mean()),
+           "truncation_rate": float((v >= 4096).mean()),
+           "hist": np.bincount(idx, minlength=len(EDGES) - 1).tolist()}
+    row.update({f"p{p}": float(x) for p, x in zip(PCTS, np.percentile(v, PCTS))})
+    return row
+
+
+@pytest.fixture
+def lengths():
+    rng = np.random.default_rng(7)
+    return {s: np.minimum(rng.lognormal(6.0 + 0.1 * s, 0.8, size=400).round() + 1, 4096) for s in range(5)}
+
+
+@pytest.fixture
+def summary(lengths):
+    return {"field": "response", "task": None, "bin_edges": EDGES, "tasks": [],
+            "steps": [step_row(s, v, validate=(s == 4)) for s, v in lengths.items()]}
+
+
+# -- distributions ------------------------------------------------------------------
+def test_box_figure_draws_each_steps_percentiles(summary, lengths):
+    fig = length_box_figure(summary)
+    box = fig.data[0]
+    assert box.type == "box"
+    assert list(box.x) == [0, 1, 2, 3, 4]
+    for i, s in enumerate(range(5)):
+        p10, p25, p50, p75, p90 = np.percentile(lengths[s], [10, 25, 50, 75, 90])
+        assert box.q1[i] == pytest.approx(p25)
+        assert box.median[i] == pytest.approx(p50)
+        assert box.q3[i] == pytest.approx(p75)
+        assert box.lowerfence[i] == pytest.approx(p10)
+        assert box.upperfence[i] == pytest.approx(p90)
+    p99 = next(t for t in fig.data if t.name == "p99")
+    assert p99.y[3] == pytest.approx(np.percentile(lengths[3], 99))
+    mx = next(t for t in fig.data if t.name == "max")
+    assert list(mx.y) == [pytest.approx(lengths[s].max()) for s in range(5)]
+    assert fig.layout.yaxis.title.text == theme.UNITS["tokens"]
+    assert fig.layout.xaxis.title.text == theme.UNITS["step"]
+
+
+def test_box_figure_reads_500_steps_in_one_trace():
+    rows = [{"step": s, "count": 10, "p10": 1, "p25": 2, "p50": 3, "p75": 4, "p90": 5, "p99": 6, "max": 7 + s,
+             "mean": 3} for s in range(500)]
+    fig = length_box_figure({"steps": rows, "bin_edges": EDGES})
+    assert len(fig.data[0].x) == 500  # one box trace, not 500 traces
+    assert fig.data[2].y[-1] == 506
+
+
+def test_box_figure_log_axis_has_power_of_two_ticks(summary):
+    fig = length_box_figure(summary, log_y=True)
+    assert fig.layout.yaxis.type == "log"
+    assert all(np.log2(v) == int(np.log2(v)) for v in fig.layout.yaxis.tickvals)
+
+
+def test_heatmap_is_share_of_each_steps_samples_on_trimmed_log_bins(summary, lengths):
+    fig = length_heatmap_figure(summary)
+    hm = fig.data[0]
+    z = np.array(hm.z, dtype=float)  # bins x steps
+    assert z.shape[1] == 5
+    assert np.allclose(z.sum(axis=0), 100.0)
+    # y are bin edges (one more than rows), covering exactly the occupied range
+    all_v = np.concatenate(list(lengths.values()))
+    assert len(hm.y) == z.shape[0] + 1
+    assert hm.y[0] <= all_v.min() < hm.y[1]
+    assert hm.y[-2] <= all_v.max() < hm.y[-1]
+    # a known cell: share of step 2 samples in the bin holding 500 tokens
+    b = int(np.searchsorted(hm.y, 500, side="right") - 1)
+    lo, hi = hm.y[b], hm.y[b + 1]
+    expected = 100.0 * ((lengths[2] >= lo) & (lengths[2] < hi)).mean()
+    assert z[b, 2] == pytest.approx(expected)
+    assert fig.layout.yaxis.type == "log"
+
+
+def test_percentile_lines_and_tail(summary, lengths):
+    fig = percentile_lines_figure(summary)
+    assert [t.name for t in fig.data] == ["p50", "p90", "p99", "max"]
+    p90 = fig.data[1]
+    assert p90.y[1] == pytest.approx(np.percentile(lengths[1], 90))
+    tail = tail_figure(summary)
+    ratio = tail.data[0]
+    assert ratio.y[0] == pytest.approx(lengths[0].max() / lengths[0].mean())
+    trunc = tail.data[1]
+    assert trunc.y[4] == pytest.approx(100.0 * (lengths[4] >= 4096).mean())
+
+
+def test_cdf_points_from_histogram():
+    xs, ys = cdf_points([0, 2, 2, 0], [1, 2, 4, 8, 16])
+    assert xs == [2.0, 4.0, 8.0]
+    assert ys == [0.0, 0.5, 1.0]
+    assert cdf_points([0, 0], [1, 2, 4]) == ([], [])
+
+
+def test_cdf_figure_overlays_only_chosen_steps(summary, lengths):
+    fig = cdf_figure(summary, [3, 1, 99])
+    assert [t.name for t in fig.data] == ["step 1", "step 3"]
+    # CDF at an edge = share of samples below it
+    t = fig.data[1]
+    i = len(t.x) // 2
+    assert t.y[i] == pytest.approx((lengths[3] < t.x[i]).mean())
+    assert t.y[-1] == pytest.approx(1.0)
+    assert fig.layout.xaxis.type == "log"
+
+
+def test_default_cdf_steps_spread():
+    rows = [{"step": s, "count": 1} for s in range(0, 100, 10)]
+    assert default_cdf_steps({"steps": rows}, 4) == [0, 30, 60, 90]
+
+
+def test_filter_phase_uses_validate_flags(summary):
+    assert [r["step"] for r in filter_phase(summary, None, "train")["steps"]] == [0, 1, 2, 3]
+    assert [r["step"] for r in filter_phase(summary, None, "validate")["steps"]] == [4]
+    rows = [{"step": 0, "count": 1}, {"step": 1, "count": 1}]
+    steps = [{"step": 0, "validate": True}]
+    assert [r["step"] for r in filter_phase({"steps": rows}, steps, "train")["steps"]] == [1]
+
+
+def test_empty_payloads_give_titled_empty_figures():
+    fig = length_box_figure({"steps": [], "bin_edges": EDGES})
+    assert len(fig.data) == 0 and fig.layout.annotations[0].text.startswith("No samples")
+
+
+# -- stages ---------------------------------------------------------------------------
+def test_stage_time_bars_stack_named_stages_and_other():
+    steps = [{"step": 1, "t_gen": 10.0, "t_reward": 2.0, "t_update_actor": 5.0, "t_step": 20.0},
+             {"step": 2, "t_gen": 12.0, "t_reward": None, "t_update_actor": 6.0, "t_step": 18.0}]
+    fig = stage_time_figure(steps)
+    names = [t.name for t in fig.data]
+    assert names == ["generation", "reward", "actor update", "other"]
+    other = fig.data[-1]
+    assert list(other.y) == [pytest.approx(3.0), pytest.approx(0.0)]
+    assert fig.data[0].marker.color == theme.STAGE_COLORS["gen"]
+    assert fig.layout.barmode == "stack"
+    assert fig.layout.yaxis.title.text == theme.UNITS["seconds"]
+
+
+def test_stage_time_without_timings_says_so():
+    fig = stage_time_figure([{"step": 0}])
+    assert not fig.data and "no per-step stage timings" in fig.layout.annotations[0].text
+
+
+def test_stage_segments_wait_for_slowest_rank():
+    step = {"step": 3, "t_gen": 10.0, "t_update_actor": 4.0}
+    timings = [{"step": 3, "rank": 0, "phase": "reward", "seconds": 2.0},
+               {"step": 3, "rank": 1, "phase": "reward", "seconds": 5.0}]
+    segs = {(s["rank"], s["stage"]): (s["start"], s["end"]) for s in stage_segments(step, timings)}
+    assert segs[(0, "gen")] == (0.0, 10.0) and segs[(1, "gen")] == (0.0, 10.0)
+    assert segs[(0, "reward")] == (10.0, 12.0)
+    assert segs[(1, "reward")] == (10.0, 15.0)
+    assert segs[(0, "wait")] == (12.0, 15.0)
+    assert (1, "wait") not in segs
+    assert segs[(0, "update_actor")] == (15.0, 19.0)
+
+
+def test_stage_gantt_fits_256_ranks():
+    timings = [{"step": 0, "rank": r, "phase": "reward", "seconds": 1.0 + r % 7} for r in range(256)]
+    fig = stage_gantt_figure(None, timings, step_no=0)
+    reward = next(t for t in fig.data if t.name == "reward")
+    assert len(reward.y) == 256
+    wait = next(t for t in fig.data if t.name == theme.STAGE_LABELS["wait"])
+    assert max(b + x for b, x in zip(wait.base, wait.x)) == pytest.approx(7.0)
+    assert fig.layout.height <= 1400
+
+
+# -- GPU ------------------------------------------------------------------------------
+def test_idle_gaps_complement_the_union():
+    gaps = idle_gaps(np.array([0.0, 5.0, 20.0, 31.0]), np.array([10.0, 12.0, 30.0, 35.0]))
+    assert gaps == [(12.0, 20.0), (30.0, 31.0)]
+    assert idle_gaps(np.array([0.0, 5.0]), np.array([10.0, 8.0])) == []
+
+
+def test_kernel_gantt_rows_kinds_and_ms_axis():
+    events = [
+        {"rank": 0, "stream": 7, "step": 1, "kind": "compute", "name": "gemm", "start_us": 1000.0, "dur_us": 500.0},
+        {"rank": 0, "stream": 9, "step": 1, "kind": "communication", "name": "ncclKernel_AllReduce",
+         "start_us": 1200.0, "dur_us": 300.0},
+        {"rank": 0, "stream": 7, "step": 1, "kind": "compute", "name": "gemm", "start_us": 3000.0, "dur_us": 1000.0},
+        {"rank": 1, "stream": 7, "step": 1, "kind": "memory", "name": "Memcpy HtoD", "start_us": 1000.0, "dur_us": 100.0},
+    ]
+    fig = kernel_gantt_figure(events, origin_us=1000.0)
+    by_name = {t.name: t for t in fig.data}
+    comp = by_name["compute"]
+    assert [x for x in comp.x if x is not None] == [0.0, 0.5, 2.0, 3.0]  # ms from the origin
+    assert list(fig.layout.yaxis.ticktext) == ["rank 0 idle", "rank 0 stream 7", "rank 0 stream 9",
+                                                "rank 1 idle", "rank 1 stream 7"]
+    idle = by_name["idle (no stream busy)"]
+    assert [x for x in idle.x if x is not None] == [0.5, 2.0]  # rank 0 idle from 1.5 ms to 3 ms
+    assert comp.type == "scattergl"
+    assert "ms" in fig.layout.xaxis.title.text
+
+
+def test_gpu_breakdowns_from_nested_result():
+    result = {"kind": "gpu_timeline",
+              "temporal": {"rank": [0, 1], "kernel_time_us": [1000.0, 2000.0], "idle_us": [500.0, 200.0],
+                           "compute_us": [300.0, 1600.0], "non_compute_us": [200.0, 200.0],
+                           "idle_pct": [50.0, 10.0], "compute_pct": [30.0, 80.0], "non_compute_pct": [20.0, 10.0]},
+              "idle": {"rank": [0, 0, 1], "stream": [7, 9, 7], "host_wait_us": [100.0, 50.0, 10.0],
+                       "kernel_wait_us": [20.0, 0.0, 5.0], "other_us": [0.0, 30.0, 0.0]},
+              "kernels": {"by_kind": {"rank": [0, 0, 0], "kind": ["compute", "communication", "memory"],
+                                      "busy_us": [300.0, 150.0, 50.0]}}}
+    temporal = temporal_breakdown_figure(find_table(result, "rank", "idle_pct", "compute_pct"))
+    idle_bar = next(t for t in temporal.data if t.name == "idle")
+    assert list(idle_bar.x) == [50.0, 10.0]
+    idle = idle_breakdown_figure(find_table(result, "rank", "host_wait_us", "kernel_wait_us"))
+    host = next(t for t in idle.data if t.name == "host wait")
+    assert list(host.x) == [pytest.approx(0.15), pytest.approx(0.01)]  # ms, streams summed
+    kinds = kernel_kind_figure(find_table(result, "rank", "kind", "busy_us"))
+    assert next(t for t in kinds.data if t.name == "communication").x[0] == pytest.approx(0.15)
+
+
+# -- imbalance, long tail, multi-turn -------------------------------------------------
+@pytest.fixture
+def imbalance_result():
+    def load(recorded, kk, lpt):
+        mean = sum(recorded) / len(recorded)
+        return {"recorded": recorded, "mean": mean, "recorded_max": max(recorded), "max_over_mean": max(recorded) / mean,
+                "max_over_min": max(recorded) / min(recorded), "kk_max_over_mean": kk / mean, "lpt_max_over_mean": lpt / mean,
+                "kk_saving": 1 - kk / max(recorded), "lpt_saving": 1 - lpt / max(recorded)}
+    return {"dp_size": 2, "steps": [{"step": 0, "tokens": load([300, 100], 210, 220)},
+                                    {"step": 1, "tokens": load([100, 100], 100, 100)}],
+            "summary": {"tokens": {"max_over_mean": {"mean": 1.25, "max": 1.5}, "max_over_min": {"mean": 2.0},
+                                   "kk_time_saved": 0.2625, "lpt_time_saved": 0.25}}}
+
+
+def test_imbalance_figures(imbalance_result):
+    hm = load_heatmap_figure(imbalance_result).data[0]
+    assert np.allclose(np.array(hm.z, dtype=float), [[1.5, 1.0], [0.5, 1.0]])  # ranks x steps, load / mean
+    assert hm.customdata[0][0] == 300
+    ratio = imbalance_ratio_figure(imbalance_result)
+    assert [t.name for t in ratio.data] == ["recorded", "Karmarkar-Karp", "LPT"]
+    assert list(ratio.data[1].y) == [pytest.approx(1.05), pytest.approx(1.0)]
+    saving = saving_figure(imbalance_result)
+    assert saving.data[0].y[0] == pytest.approx(30.0)  # 1 - 210/300
+    s = saving_summary(imbalance_result)
+    assert s["kk_time_saved"] == pytest.approx(0.2625) and s["max_over_mean"] == pytest.approx(1.25)
+
+
+def test_longtail_figures():
+    result = {"tail_fraction": 0.1, "engine_key": "dp_rank", "steps": [
+        {"step": 0, "engine_time": 200.0, "idle_within_engines": 50.0, "idle_waiting": 30.0,
+         "tail_time_share": 0.4, "tail_sample_share": 0.05, "tail_seconds": 12.0,
+         "engine": {"engine": [0, 1], "idle_fraction": [0.25, 0.5]}}]}
+    idle = longtail_idle_figure(result)
+    assert idle.data[0].y[0] == pytest.approx(25.0) and idle.data[1].y[0] == pytest.approx(15.0)
+    finish = longtail_finish_figure(result)
+    assert finish.data[0].y[0] == pytest.approx(40.0)
+    eng = longtail_engine_figure(result)
+    assert [row[0] for row in eng.data[0].z] == [pytest.approx(25.0), pytest.approx(50.0)]
+
+
+def test_multiturn_and_latency_figures():
+    mt = {"steps": [{"step": 0, "turns_mean": 2.5, "turns_max": 4, "tool_calls_mean": 1.5, "tool_calls_max": 3,
+                     "cache_hit_rate": 0.6}],
+          "summary": {"turns_hist": [0, 3, 5, 2], "tool_calls_hist": [1, 4, 5],
+                      "by_turn": {"turn": [0, 1], "prompt_mean": [500.0, 900.0], "cached_mean": [0.0, 450.0],
+                                  "completion_mean": [100.0, 120.0]},
+                      "latency_fit": {"a": 0.5, "b": 0.1, "c": 2.0, "r2": 0.9},
+                      "latency_by_prompt": {"bin_lo": [256, 512], "bin_hi": [304, 609], "count": [10, 5],
+                                            "latency_mean": [1.0, 1.5]}}}
+    counts = counts_hist_figure(mt)
+    assert list(counts.data[0].y) == [0, 3, 5, 2] and list(counts.data[1].y) == [1, 4, 5]
+    assert cache_hit_figure(mt).data[0].y[0] == pytest.approx(60.0)
+    assert list(context_growth_figure(mt).data[0].y) == [500.0, 900.0]
+    lat = latency_vs_tokens_figure(mt)
+    assert lat.data[0].x[0] == pytest.approx((256 * 304) ** 0.5) and "R² 0.90" in lat.layout.title.text
+    latency = {"reward": [{"step": 0, "rank": [0, 1, 2], "seconds": [1.0, 2.0, 6.0], "p50": 2.0, "p90": 5.2,
+                           "p99": 5.92, "max": 6.0, "t_reward": 6.5}],
+               "tools": [{"step": 0, "p50": 0.2, "p90": 0.9, "p99": 1.9, "max": 2.0}]}
+    rw = reward_latency_figure(latency)
+    assert [t.name for t in rw.data] == ["p50", "p90", "p99", "max", "measured t_reward"]
+    assert rw.data[3].y[0] == 6.0
+    assert [row[0] for row in reward_ranks_figure(latency).data[0].z] == [1.0, 2.0, 6.0]
+    assert tool_latency_figure(latency).data[2].y[0] == 1.9
+
+
+# -- overview, compare, payload helpers -----------------------------------------------
+def test_overview_cards(summary, lengths, imbalance_result):
+    trace = {"n_steps": 5, "n_samples": 2000, "n_turns": 0}
+    steps = [{"step": s, "prompt_tokens": 100, "response_tokens": int(v.sum()), "validate": s == 4}
+             for s, v in lengths.items()]
+    longtail = {"summary": {"idle_fraction": {"mean": 0.42, "max": 0.6}}}
+    cards = {c.key: c for c in overview_cards(trace, steps, summary, {"imbalance": imbalance_result,
+                                                                        "longtail": longtail})}
+    total = 500 + int(sum(v.sum() for v in lengths.values()))
+    assert cards["tokens"].value.replace(",", "") == str(total)
+    tails = sorted(v.max() / v.mean() for v in lengths.values())
+    assert cards["tail"].value == f"{tails[2]:.2f}x"
+    assert cards["imbalance"].value == "1.25x" and "26.2%" in cards["imbalance"].hint
+    assert cards["idle"].value == "42.0%"
+    assert cards["steps"].hint == "1 validation"
+
+
+def test_applicable_analyses():
+    assert applicable_analyses({"n_samples": 10}) == ["lengths", "longtail", "imbalance"]
+    assert applicable_analyses({"n_gpu_events": 5}) == ["gpu_timeline"]
+    assert "multiturn" in applicable_analyses({"n_samples": 1, "n_turns": 3})
+
+
+def test_compare_figures(summary, lengths):
+    other = {**summary, "steps": summary["steps"][:2]}
+    fig = compare_percentiles_figure(summary, other, ("A", "B"), ("p50", "p99"))
+    assert [t.name for t in fig.data] == ["A p50", "A p99", "B p50", "B p99"]
+    assert fig.data[0].line.color == theme.TRACE_COLORS[0] and fig.data[2].line.color == theme.TRACE_COLORS[1]
+    pooled = pooled_hist(summary)
+    assert sum(pooled) == sum(len(v) for v in lengths.values())
+    cdf = compare_cdf_figure(summary, other, ("A", "B"))
+    all_v = np.concatenate(list(lengths.values()))
+    i = len(cdf.data[0].x) // 2
+    assert cdf.data[0].y[i] == pytest.approx((all_v < cdf.data[0].x[i]).mean())
+
+
+def test_jobs_lookup():
+    jobs = [{"id": 1, "kind": "imbalance", "status": "succeeded", "result": {"v": 1}, "created_at": "2026-01-01T00:00"},
+            {"id": 2, "kind": "imbalance", "status": "running", "result": None, "created_at": "2026-01-02T00:00"},
+            {"id": 3, "kind": "longtail", "status": "failed", "created_at": "2026-01-03T00:00"}]
+    assert latest_job(jobs, "imbalance")["id"] == 2
+    assert latest_result(jobs, "imbalance") == {"v": 1}
+    assert latest_result(jobs, "longtail") is None and latest_job(jobs, "multiturn") is None
+
+
+def test_kineto_metadata_helpers():
+    trace = {"metadata": {"kineto": {"ranks": [0, 1], "steps": {"0": [[5, 100.0, 200.0], [6, 200.0, 300.0]],
+                                                                 "1": [[5, 90.0, 210.0]]}}}}
+    assert kineto_steps(trace) == [5, 6]
+    assert step_window(trace, 5) == (90.0, 210.0)
+    assert step_window(trace, 5, [0]) == (100.0, 200.0)
+    assert step_window(trace, 7) is None
+    assert zoom_range({"xaxis.range[0]": 1.5, "xaxis.range[1]": 2.5}) == (1.5, 2.5)
+    assert zoom_range({"xaxis.autorange": True}) is None
+
+
+def test_theme_is_one_language():
+    colors = [theme.STAGE_COLORS[s] for s in theme.STAGES]
+    assert len(set(colors)) == len(colors)
+    assert theme.rank_color(0, 256) != theme.rank_color(255, 256)
+    assert token_label(16384) == "16k" and token_label(1 << 20) == "1M" and token_label(300) == "300"
+    fig = styled_figure("t", x_title="a", y_title="b")
+    log_token_axis(fig, "x", 100, 9000)
+    assert list(fig.layout.xaxis.tickvals) == [2.0**e for e in range(6, 15)]

@@ -1,0 +1,192 @@
+"""Running analysis jobs: read a trace's columns once, call the pure analyses, store results.
+
+A trace with more samples than `analysis_part_samples` is split into step ranges that
+run as a Celery group, one task per range; each part stores its partial results in
+`job_parts`, and the part that completes the count reduces them into the job result
+(no result backend needed, and a redelivered part never counts twice).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+
+from sqlalchemy import func, select, update
+
+from backend.analysis_jobs import GPU_KIND
+from backend.columns import read_columns
+from backend.db import get_engine, new_session
+from backend.jobs import mark_failed, mark_running, mark_succeeded, set_progress
+from backend.models import GpuKernelName, Job, JobPart, JobStatus, Sample, Step, Trace, TraceStatus
+from backend.settings import get_settings
+from backend.trace_data import load_trace_data
+from workers.analysis.data import TraceData, json_safe, step_ranges
+from workers.analysis.gpu_report import gpu_timeline_report
+from workers.analysis.registry import ANALYSES, reduce_results, run_analysis
+
+log = logging.getLogger(__name__)
+
+
+def _jobs_and_trace(job_ids: list[int]) -> tuple[list[Job], Trace | None]:
+    with new_session() as session:
+        jobs = list(session.scalars(select(Job).where(Job.id.in_(job_ids)).order_by(Job.id)))
+        jobs = [j for j in jobs if j.status != JobStatus.SUCCEEDED]
+        trace = session.get(Trace, jobs[0].trace_id) if jobs else None
+        return jobs, trace
+
+
+def union_tables(kinds: list[str]) -> dict[str, tuple[str, ...]]:
+    tables: dict[str, tuple[str, ...]] = {}
+    for kind in kinds:
+        for table, cols in ANALYSES[kind].tables.items():
+            tables[table] = tuple(dict.fromkeys(tables.get(table, ()) + cols))
+    return tables
+
+
+def _fail_all(jobs: list[Job], message: str) -> None:
+    for job in jobs:
+        mark_failed(get_engine(), job.id, message)
+
+
+def plan_and_run(job_ids: list[int], send_part) -> None:  # noqa: ANN001
+    """Entry of the `run_analyses` task: run small traces here, fan big ones out."""
+    engine = get_engine()
+    jobs, trace = _jobs_and_trace(job_ids)
+    if not jobs:
+        return
+    if trace is None or trace.status != TraceStatus.READY:
+        _fail_all(jobs, "the trace is not ready (deleted, failed or still ingesting)")
+        return
+    for job in jobs:
+        mark_running(engine, job.id)
+    gpu_jobs = [j for j in jobs if j.kind == GPU_KIND]
+    step_jobs = [j for j in jobs if j.kind != GPU_KIND]
+    for job in gpu_jobs:
+        _run_gpu(job, trace)
+    if not step_jobs:
+        return
+    n_parts = max(1, math.ceil(trace.n_samples / get_settings().analysis_part_samples))
+    if n_parts == 1:
+        _run_whole(step_jobs, trace)
+        return
+    with new_session() as session:
+        steps = list(session.scalars(select(Step.step).where(Step.trace_id == trace.id).order_by(Step.step)))
+        max_dp = session.scalar(select(func.max(Sample.dp_rank)).where(Sample.trace_id == trace.id))
+        ranges = step_ranges(steps, n_parts)
+        for job in step_jobs:
+            session.execute(JobPart.__table__.delete().where(JobPart.job_id == job.id))
+            session.add_all(
+                JobPart(job_id=job.id, idx=i, step_lo=lo, step_hi=hi, done=False) for i, (lo, hi) in enumerate(ranges)
+            )
+            session.execute(update(Job).where(Job.id == job.id).values(parts_total=len(ranges), parts_done=0))
+        session.commit()
+    shared = {}
+    for job in step_jobs:
+        params = dict(job.params)
+        if job.kind == "imbalance" and not params.get("dp_size") and max_dp is not None and max_dp >= 0:
+            params["dp_size"] = int(max_dp) + 1
+        shared[str(job.id)] = params
+    send_part([j.id for j in step_jobs], len(ranges), shared)
+
+
+def _run_whole(jobs: list[Job], trace: Trace) -> None:
+    engine = get_engine()
+    try:
+        with engine.connect() as conn:
+            data = load_trace_data(conn, trace, union_tables([j.kind for j in jobs]))
+    except Exception as exc:  # noqa: BLE001 - reported on the jobs
+        log.exception("loading trace %s failed", trace.id)
+        _fail_all(jobs, f"could not read the trace: {exc}")
+        return
+    for i, job in enumerate(jobs):
+        set_progress(engine, job.id, 0.1 + 0.8 * i / len(jobs), f"running {job.kind}")
+        try:
+            result = json_safe(run_analysis(job.kind, data, job.params))
+        except Exception as exc:  # noqa: BLE001
+            log.exception("analysis job %s (%s) failed", job.id, job.kind)
+            mark_failed(engine, job.id, f"{job.kind} failed: {type(exc).__name__}: {exc}")
+            continue
+        mark_succeeded(engine, job.id, result, "done")
+
+
+def run_part(job_ids: list[int], idx: int, shared: dict) -> None:
+    """Entry of the `analysis_part` task: one step range for every job of the run."""
+    engine = get_engine()
+    jobs, trace = _jobs_and_trace(job_ids)
+    if not jobs or trace is None:
+        return
+    with new_session() as session:
+        part = session.get(JobPart, (jobs[0].id, idx))
+        step_range = (part.step_lo, part.step_hi)
+    with engine.connect() as conn:
+        data = load_trace_data(conn, trace, union_tables([j.kind for j in jobs]), step_range)
+    for job in jobs:
+        try:
+            partial = json_safe(run_analysis(job.kind, data, shared[str(job.id)]))
+        except Exception as exc:  # noqa: BLE001
+            log.exception("analysis job %s part %s failed", job.id, idx)
+            mark_failed(engine, job.id, f"{job.kind} failed on steps {step_range}: {type(exc).__name__}: {exc}")
+            continue
+        _complete_part(job, idx, partial, shared[str(job.id)])
+
+
+def _complete_part(job: Job, idx: int, partial: dict, params: dict) -> None:
+    engine = get_engine()
+    with engine.begin() as conn:
+        first_time = conn.execute(
+            update(JobPart)
+            .where(JobPart.job_id == job.id, JobPart.idx == idx, JobPart.done.is_(False))
+            .values(done=True, result=partial)
+        ).rowcount
+        if not first_time:
+            return
+        done, total = conn.execute(
+            update(Job)
+            .where(Job.id == job.id)
+            .values(parts_done=Job.parts_done + 1, progress=(Job.parts_done + 1) * 1.0 / Job.parts_total)
+            .returning(Job.parts_done, Job.parts_total)
+        ).one()
+    if done < total:
+        return
+    with new_session() as session:
+        partials = list(session.scalars(select(JobPart.result).where(JobPart.job_id == job.id).order_by(JobPart.idx)))
+        status = session.scalar(select(Job.status).where(Job.id == job.id))
+    if status == JobStatus.FAILED:
+        return
+    try:
+        result = json_safe(reduce_results(job.kind, partials, params))
+    except Exception as exc:  # noqa: BLE001
+        mark_failed(engine, job.id, f"{job.kind} failed while merging parts: {type(exc).__name__}: {exc}")
+        return
+    result["parts"] = total
+    mark_succeeded(engine, job.id, result, f"done in {total} parts")
+
+
+def _run_gpu(job: Job, trace: Trace) -> None:
+    engine = get_engine()
+    try:
+        with engine.connect() as conn:
+            events = read_columns(
+                conn,
+                "gpu_events",
+                trace.id,
+                ["rank", "stream", "step", "kind", "name_id", "start_us", "dur_us", "launch_us"],
+                order_by="event_idx",
+            )
+            names = dict(
+                conn.execute(
+                    select(GpuKernelName.name_id, GpuKernelName.name).where(GpuKernelName.trace_id == trace.id)
+                ).all()
+            )
+        set_progress(engine, job.id, 0.3, "computing breakdowns")
+        windows = ((trace.meta or {}).get("kineto") or {}).get("steps")
+        name_list = [names.get(i, "") for i in range(max(names, default=-1) + 1)]
+        result = gpu_timeline_report(events, name_list, windows, **job.params)
+    except Exception as exc:  # noqa: BLE001
+        log.exception("gpu_timeline job %s failed", job.id)
+        mark_failed(engine, job.id, f"gpu_timeline failed: {type(exc).__name__}: {exc}")
+        return
+    mark_succeeded(engine, job.id, result, "done")
+
+
+__all__ = ["plan_and_run", "run_part", "TraceData"]
