@@ -45,7 +45,7 @@ FIXTURE_JOBS = {
     "ns_resolution": ["ns_resolution_rank-0.json.gz"],
     "queue_length": ["queue_length_rank-0.json.gz"],
 }
-GENERATED = {"ranks": 8, "steps": 12, "gpu_events_per_rank": 131_072, "seed": 7}
+GENERATED = {"ranks": 8, "steps": 12, "gpu_events_per_rank": 131_072, "seed": 7, "format": 2}
 
 
 # --- HTA side (runs inside the HTA venv) ----------------------------------------------
@@ -233,8 +233,10 @@ STREAM_COMPUTE, STREAM_COPY, STREAM_NCCL = 7, 13, 20
 
 def generate_rank_trace(path: Path, rank: int, world: int, steps: int, n_gpu: int, seed: int) -> None:
     """Write one rank's Kineto trace: per step a ProfilerStep#N annotation, a data-loading
-    pause, then ops that each launch one GPU event through a cuda_runtime call (correlation
-    ids), on a compute, a copy and an NCCL stream, closed by cudaDeviceSynchronize."""
+    pause, then ops (cpu_op with record_shapes args) that each launch one GPU event through
+    a cuda_runtime call (correlation ids, ac2g flow arrows), on a compute, a copy and an
+    NCCL stream (collectives wait for the compute stream), closed by cudaDeviceSynchronize;
+    the last rank's compute kernels run 15 % longer (a straggler)."""
     import numpy as np
     import orjson
 
@@ -291,11 +293,16 @@ def generate_rank_trace(path: Path, rank: int, world: int, steps: int, n_gpu: in
                 ready = max(ready, free[STREAM_COMPUTE])
             start = max(ready, free[stream])
             free[stream] = start + dur
+            # record_shapes-style op args and ac2g flow arrows, as real profiler traces have
             events.append(dumps({"ph": "X", "cat": "cpu_op", "name": op, "pid": pid, "tid": tid, "ts": t_cpu,
-                                 "dur": op_dur, "args": {"External id": corr, "Sequence number": corr}}))
+                                 "dur": op_dur, "args": {"External id": corr, "Ev Idx": corr - 1,
+                                                         "Input Dims": [[8, 4096, 1024], [1024, 1024], []],
+                                                         "Input type": ["c10::BFloat16", "c10::BFloat16", "Scalar"]}}))
             events.append(dumps({"ph": "X", "cat": "cuda_runtime", "name": rt, "pid": pid, "tid": tid,
                                  "ts": launch, "dur": 6, "args": {"External id": corr, "cbid": 211,
                                                                   "correlation": corr}}))
+            events.append(dumps({"ph": "s", "id": corr, "pid": pid, "tid": tid, "ts": launch, "cat": "ac2g",
+                                 "name": "ac2g"}))
             args = {"External id": corr, "queued": 0, "device": device, "context": 1, "stream": stream,
                     "correlation": corr}
             if cat == "kernel":
@@ -305,6 +312,8 @@ def generate_rank_trace(path: Path, rank: int, world: int, steps: int, n_gpu: in
                 args["bytes"] = int(dur * 4096)
             events.append(dumps({"ph": "X", "cat": cat, "name": name, "pid": device, "tid": stream,
                                  "ts": start, "dur": dur, "args": args}))
+            events.append(dumps({"ph": "f", "id": corr, "pid": device, "tid": stream, "ts": start, "cat": "ac2g",
+                                 "name": "ac2g", "bp": "e"}))
             t_cpu += op_dur
             corr += 1
             i += 1

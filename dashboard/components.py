@@ -18,8 +18,9 @@ from dash import dcc, html
 from dashboard import session
 from dashboard.figures.common import empty_figure
 
-GRAPH_CONFIG = {"displaylogo": False, "responsive": True,
-                "toImageButtonOptions": {"format": "png", "scale": 2}}
+# Figures carry their own height (rows of ranks need room), so graphs are not
+# "responsive" (that would force the container's height); width follows the container.
+GRAPH_CONFIG = {"displaylogo": False, "toImageButtonOptions": {"format": "png", "scale": 2}}
 
 # Analysis panel ids (pattern-matching, one panel per kind on a page).
 RESULT = "analysis-result"

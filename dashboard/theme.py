@@ -98,6 +98,7 @@ def base_layout(**overrides) -> dict:
     """Layout defaults shared by every figure (white background, compact margins)."""
     layout = dict(
         template="plotly_white",
+        height=400,
         font=FONT,
         margin=dict(l=64, r=24, t=76, b=52),
         # Title on the first line of the top margin, the legend on the second.

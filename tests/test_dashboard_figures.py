@@ -14,8 +14,8 @@ from dashboard.figures.common import log_token_axis, styled_figure, token_label
 from dashboard.figures.compare import compare_cdf_figure, compare_percentiles_figure, pooled_hist
 from dashboard.figures.distributions import (cdf_figure, cdf_points, default_cdf_steps, length_box_figure,
                                              length_heatmap_figure, percentile_lines_figure, tail_figure)
-from dashboard.figures.gpu import (find_table, idle_breakdown_figure, idle_gaps, kernel_gantt_figure,
-                                   kernel_kind_figure, temporal_breakdown_figure)
+from dashboard.figures.gpu import (as_columns, idle_breakdown_figure, idle_gaps, kernel_gantt_figure,
+                                   kernel_kind_figure, straggler_figure, temporal_breakdown_figure, top_kernels_rows)
 from dashboard.figures.imbalance import imbalance_ratio_figure, load_heatmap_figure, saving_figure, saving_summary
 from dashboard.figures.longtail import longtail_engine_figure, longtail_finish_figure, longtail_idle_figure
 from dashboard.figures.multiturn import (cache_hit_figure, context_growth_figure, counts_hist_figure,
@@ -212,7 +212,7 @@ def test_kernel_gantt_rows_kinds_and_ms_axis():
         {"rank": 0, "stream": 7, "step": 1, "kind": "compute", "name": "gemm", "start_us": 3000.0, "dur_us": 1000.0},
         {"rank": 1, "stream": 7, "step": 1, "kind": "memory", "name": "Memcpy HtoD", "start_us": 1000.0, "dur_us": 100.0},
     ]
-    fig = kernel_gantt_figure(events, origin_us=1000.0)
+    fig = kernel_gantt_figure(events, origin_us=1000.0, origin_label="the step start")
     by_name = {t.name: t for t in fig.data}
     comp = by_name["compute"]
     assert [x for x in comp.x if x is not None] == [0.0, 0.5, 2.0, 3.0]  # ms from the origin
@@ -221,26 +221,41 @@ def test_kernel_gantt_rows_kinds_and_ms_axis():
     idle = by_name["idle (no stream busy)"]
     assert [x for x in idle.x if x is not None] == [0.5, 2.0]  # rank 0 idle from 1.5 ms to 3 ms
     assert comp.type == "scattergl"
-    assert "ms" in fig.layout.xaxis.title.text
+    assert fig.layout.xaxis.title.text == "time (ms) from the step start"
 
 
-def test_gpu_breakdowns_from_nested_result():
-    result = {"kind": "gpu_timeline",
-              "temporal": {"rank": [0, 1], "kernel_time_us": [1000.0, 2000.0], "idle_us": [500.0, 200.0],
-                           "compute_us": [300.0, 1600.0], "non_compute_us": [200.0, 200.0],
-                           "idle_pct": [50.0, 10.0], "compute_pct": [30.0, 80.0], "non_compute_pct": [20.0, 10.0]},
-              "idle": {"rank": [0, 0, 1], "stream": [7, 9, 7], "host_wait_us": [100.0, 50.0, 10.0],
-                       "kernel_wait_us": [20.0, 0.0, 5.0], "other_us": [0.0, 30.0, 0.0]},
-              "kernels": {"by_kind": {"rank": [0, 0, 0], "kind": ["compute", "communication", "memory"],
-                                      "busy_us": [300.0, 150.0, 50.0]}}}
-    temporal = temporal_breakdown_figure(find_table(result, "rank", "idle_pct", "compute_pct"))
+def test_gpu_breakdowns_from_report_rows():
+    # the gpu_timeline result stores tables as lists of row dicts (workers/analysis/gpu_report.py)
+    result = {"ranks": [0, 1],
+              "temporal": [{"rank": 0, "kernel_time_us": 1000.0, "idle_us": 500.0, "compute_us": 300.0,
+                            "non_compute_us": 200.0, "idle_pct": 50.0, "compute_pct": 30.0, "non_compute_pct": 20.0},
+                           {"rank": 1, "kernel_time_us": 2000.0, "idle_us": 200.0, "compute_us": 1600.0,
+                            "non_compute_us": 200.0, "idle_pct": 10.0, "compute_pct": 80.0, "non_compute_pct": 10.0}],
+              "idle": [{"rank": 0, "stream": 7, "host_wait_us": 100.0, "kernel_wait_us": 20.0, "other_us": 0.0},
+                       {"rank": 0, "stream": 9, "host_wait_us": 50.0, "kernel_wait_us": 0.0, "other_us": 30.0},
+                       {"rank": 1, "stream": 7, "host_wait_us": 10.0, "kernel_wait_us": 5.0, "other_us": 0.0}],
+              "kernel_types": {
+                  "by_kind": [{"rank": 0, "kind": "compute", "busy_us": 300.0},
+                              {"rank": 0, "kind": "communication", "busy_us": 150.0},
+                              {"rank": 0, "kind": "memory", "busy_us": 50.0}],
+                  "top_kernels": [{"kind": "compute", "name": "gemm", "count": 3, "sum_us": 200.0, "pct_of_kind": 66.7},
+                                  {"kind": "communication", "name": "nccl", "count": 1, "sum_us": 900.0,
+                                   "pct_of_kind": 100.0}]},
+              "stragglers": {"per_rank": [{"step": 5, "rank": 0, "compute_vs_median": 0.9, "is_straggler": False},
+                                          {"step": 5, "rank": 1, "compute_vs_median": 1.3, "is_straggler": True}]}}
+    assert as_columns(result["temporal"])["idle_pct"] == [50.0, 10.0]
+    temporal = temporal_breakdown_figure(result["temporal"])
     idle_bar = next(t for t in temporal.data if t.name == "idle")
     assert list(idle_bar.x) == [50.0, 10.0]
-    idle = idle_breakdown_figure(find_table(result, "rank", "host_wait_us", "kernel_wait_us"))
+    idle = idle_breakdown_figure(result["idle"])
     host = next(t for t in idle.data if t.name == "host wait")
     assert list(host.x) == [pytest.approx(0.15), pytest.approx(0.01)]  # ms, streams summed
-    kinds = kernel_kind_figure(find_table(result, "rank", "kind", "busy_us"))
+    kinds = kernel_kind_figure(result["kernel_types"]["by_kind"])
     assert next(t for t in kinds.data if t.name == "communication").x[0] == pytest.approx(0.15)
+    strag = straggler_figure(result["stragglers"]["per_rank"])
+    assert [list(t.x) for t in strag.data] == [[0], [1]] and strag.data[1].name == "straggler"
+    top = top_kernels_rows(result["kernel_types"]["top_kernels"])
+    assert [r["name"] for r in top] == ["nccl", "gemm"] and top[0]["sum_ms"] == pytest.approx(0.9)
 
 
 # -- imbalance, long tail, multi-turn -------------------------------------------------

@@ -22,8 +22,7 @@ def empty_figure(message: str, title: str = "") -> go.Figure:
     """A blank figure that says why it is blank (no data, analysis not run, ...)."""
     fig = go.Figure()
     fig.update_layout(
-        **base_layout(title=dict(text=title)),
-        height=280,
+        **base_layout(title=dict(text=title), height=280),
         xaxis=dict(visible=False),
         yaxis=dict(visible=False),
         annotations=[

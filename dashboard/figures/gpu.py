@@ -47,8 +47,10 @@ def _segments(x0: np.ndarray, x1: np.ndarray, y: float | np.ndarray) -> tuple[li
 
 
 def kernel_gantt_figure(events: list[dict], *, truncated: bool = False, origin_us: float | None = None,
+                        origin_label: str = "the first event",
                         title: str = "GPU kernels per rank and stream") -> go.Figure:
-    """Gantt of GPU events; x = ms from `origin_us` (default: the first event)."""
+    """Gantt of GPU events; x = ms from `origin_us` (default: the first event), which
+    the axis title names with `origin_label` (e.g. "the step start")."""
     if not events:
         return empty_figure("No GPU events in this window", title)
     rank = np.array([e["rank"] for e in events], dtype=np.int64)
@@ -72,7 +74,9 @@ def kernel_gantt_figure(events: list[dict], *, truncated: bool = False, origin_u
     row = np.array([row_of[(int(r), int(s))] for r, s in zip(rank, stream)], dtype=np.float64)
 
     suffix = " (first events only: narrow the window)" if truncated else ""
-    fig = styled_figure(title + suffix, x_title=f"{UNITS['ms']} from {origin / 1000:,.3f} ms",
+    if origin_us is None:
+        origin_label = "the first event"
+    fig = styled_figure(title + suffix, x_title=f"{UNITS['ms']} from {origin_label}",
                         y_title="", height=rows_height(len(labels), per_row=24), hovermode="closest")
     width = max(3, min(14, int(400 / max(len(labels), 1))))
     to_ms = lambda us: (us - origin) / 1000.0  # noqa: E731

@@ -26,6 +26,7 @@ def counts_hist_figure(result: dict) -> go.Figure:
     turns, tools = s.get("turns_hist") or [], s.get("tool_calls_hist") or []
     if not any(turns) and not any(tools):
         return empty_figure("No multi-turn trajectories", title)
+    turns, tools = _trim(turns), _trim(tools)
     fig = styled_figure(title, x_title="count per trajectory", y_title="trajectories", barmode="group")
     if any(turns):
         fig.add_trace(go.Bar(name="turns", x=list(range(len(turns))), y=turns, marker_color=STAGE_COLORS["gen"],
@@ -33,8 +34,16 @@ def counts_hist_figure(result: dict) -> go.Figure:
     if any(tools):
         fig.add_trace(go.Bar(name="tool calls", x=list(range(len(tools))), y=tools, marker_color=STAGE_COLORS["reward"],
                              hovertemplate="%{y:,} trajectories with %{x} tool calls<extra></extra>"))
-    fig.update_xaxes(dtick=1)
+    fig.update_xaxes(dtick=1 if max(len(turns), len(tools)) <= 20 else None)
     return fig
+
+
+def _trim(hist: list) -> list:
+    """A histogram without its trailing empty bins."""
+    end = len(hist)
+    while end and not hist[end - 1]:
+        end -= 1
+    return list(hist[:end])
 
 
 def turns_over_steps_figure(result: dict) -> go.Figure:

@@ -3,7 +3,8 @@ step and time window, HTA-style breakdowns, and the window as Chrome-trace JSON.
 
 Controls: gpu-step, gpu-ranks, gpu-zoom-load (fetch full detail for the zoomed range),
 gpu-zoom-reset, gpu-download (+ gpu-download-file, a dcc.Download).
-Charts: gpu-stage-gantt, gpu-kernel-gantt, gpu-temporal, gpu-idle, gpu-kinds.
+Charts: gpu-stage-gantt, gpu-kernel-gantt, gpu-temporal, gpu-idle, gpu-kinds,
+gpu-stragglers; table gpu-top-kernels.
 """
 
 from __future__ import annotations
@@ -15,8 +16,9 @@ from dashboard import session
 from dashboard.client import ApiError
 from dashboard.components import (PAGE_TRACE_ID, RESULT, unpack_result, alert, analysis_panel, control, controls, graph, section)
 from dashboard.figures.common import empty_figure
-from dashboard.figures.gpu import (find_table, idle_breakdown_figure, kernel_gantt_figure, kernel_kind_figure,
-                                   temporal_breakdown_figure)
+from dashboard.figures.gpu import (idle_breakdown_figure, kernel_gantt_figure, kernel_kind_figure, straggler_figure,
+                                   temporal_breakdown_figure, top_kernels_rows)
+from dashboard.figures.stages import has_stage_timings
 from dashboard.figures.stages import stage_gantt_figure
 from dashboard.payloads import kineto_ranks, kineto_steps, step_window, zoom_range
 from dashboard.trace_frame import trace_page
@@ -39,6 +41,7 @@ def body(trace: dict) -> html.Div:
         return alert("This trace has no GPU events, stage timings or per-rank timings.", "info")
     ranks = kineto_ranks(trace)
     first = kineto_steps(trace)[0] if kineto_steps(trace) else (step_ids[0] if step_ids else None)
+    has_stages = has_stage_timings(steps) or bool(trace.get("n_rank_timings"))
     parts = [
         controls(
             control("Step", dcc.Dropdown(id="gpu-step", options=[{"label": f"step {s}", "value": s} for s in step_ids],
@@ -48,9 +51,11 @@ def body(trace: dict) -> html.Div:
                                           placeholder="ranks", style={"minWidth": "260px"}, disabled=not has_gpu)),
         ),
         dcc.Store(id="gpu-steps", data=steps),
-        section("Stages per rank", graph("gpu-stage-gantt"),
-                help_text="Each stage starts when the slowest rank finished the previous one; grey = waiting."),
     ]
+    if has_stages:
+        parts.append(section("Stages per rank", graph("gpu-stage-gantt"),
+                             help_text="Each stage starts when the slowest rank finished the previous one; "
+                                       "grey = waiting."))
     if has_gpu:
         parts += [
             dcc.Store(id="gpu-window"),
@@ -72,7 +77,9 @@ def body(trace: dict) -> html.Div:
             section("Where GPU time goes (HTA definitions)",
                     analysis_panel("gpu_timeline", "GPU timeline analysis", trace["id"]),
                     html.Div(className="grid-2", children=[graph("gpu-temporal"), graph("gpu-idle")]),
-                    graph("gpu-kinds")),
+                    html.Div(className="grid-2", children=[graph("gpu-kinds"), graph("gpu-stragglers")]),
+                    html.H4("Top kernels"),
+                    html.Div(id="gpu-top-kernels")),
         ]
     return html.Div(parts)
 
@@ -148,11 +155,14 @@ def fill_kernel_gantt(step, ranks, window, trace_id):
     except ApiError as exc:
         return empty_figure(exc.message), no_update, alert(exc.message)
     if window:
-        origin = window["start_us"]
+        origin, label = window["start_us"], "the window start"
     else:
         sw = step_window(trace, step, ranks) if step is not None else None
-        origin = min([e["start_us"] for e in events] + ([sw[0]] if sw else [])) if (events or sw) else None
-    fig = kernel_gantt_figure(events, truncated=truncated, origin_us=origin,
+        origin, label = (sw[0], f"the start of step {step}") if sw else (None, "the first event")
+        if origin is not None and events:
+            origin = min(origin, min(e["start_us"] for e in events))
+            label = f"the start of step {step}" if origin == sw[0] else "the first GPU event of the step"
+    fig = kernel_gantt_figure(events, truncated=truncated, origin_us=origin, origin_label=label,
                               title=f"GPU kernels, step {step}" if not window else "GPU kernels, zoomed window")
     what = (f"window {(window['end_us'] - window['start_us']) / 1000:,.2f} ms" if window else f"step {step}")
     info = f"{len(events):,} GPU events, {what}" + (" — only the first ones: zoom in and load detail" if truncated else "")
@@ -185,17 +195,34 @@ def download(n, step, ranks, window, trace_id):
     return dcc.send_bytes(content, f"trace{trace_id}_{rank}{suffix}.json")
 
 
+def top_kernels_table(rows: list[dict]):
+    if not rows:
+        return html.P("No kernels.", className="muted")
+    head = html.Tr([html.Th("Kind"), html.Th("Kernel"), html.Th("Calls", className="num"),
+                    html.Th("Total (ms)", className="num"), html.Th("Share of kind", className="num")])
+    body = [html.Tr([html.Td(r["kind"]), html.Td(r["name"][:140], title=r["name"]),
+                     html.Td(f"{r['count']:,}" if r["count"] is not None else "—", className="num"),
+                     html.Td(f"{r['sum_ms']:,.2f}", className="num"),
+                     html.Td(f"{r['pct_of_kind']:.1f}%" if r["pct_of_kind"] is not None else "—", className="num")])
+            for r in rows]
+    return html.Table([html.Thead(head), html.Tbody(body)], className="table")
+
+
 @dash.callback(
     Output("gpu-temporal", "figure"),
     Output("gpu-idle", "figure"),
     Output("gpu-kinds", "figure"),
+    Output("gpu-stragglers", "figure"),
+    Output("gpu-top-kernels", "children"),
     Input({"type": RESULT, "kind": "gpu_timeline"}, "data"),
 )
 def fill_breakdowns(data):
     result, note = unpack_result(data, "GPU timeline")
     if result is None:
         fig = empty_figure(note)
-        return fig, fig, fig
-    return (temporal_breakdown_figure(find_table(result, "rank", "idle_pct", "compute_pct")),
-            idle_breakdown_figure(find_table(result, "rank", "host_wait_us", "kernel_wait_us")),
-            kernel_kind_figure(find_table(result, "rank", "kind", "busy_us")))
+        return fig, fig, fig, fig, html.P(note, className="muted")
+    kernels = result.get("kernel_types") or {}
+    return (temporal_breakdown_figure(result.get("temporal")), idle_breakdown_figure(result.get("idle")),
+            kernel_kind_figure(kernels.get("by_kind")),
+            straggler_figure((result.get("stragglers") or {}).get("per_rank")),
+            top_kernels_table(top_kernels_rows(kernels.get("top_kernels"))))

@@ -232,6 +232,7 @@ def idle_breakdown(
 
     def share(part: np.ndarray) -> np.ndarray:
         return np.divide(part, idle, out=np.full(n_groups, np.nan), where=idle != 0)
+
     return {
         "rank": ranks.astype(np.int64),
         "stream": streams.astype(np.int64),
@@ -337,10 +338,10 @@ def _top_kernels(kind: np.ndarray, dur: np.ndarray, names: list[str], top_n: int
     uniq, inv = np.unique(key, return_inverse=True)
     count = np.bincount(inv, minlength=len(uniq))
     sums = np.bincount(inv, weights=dur, minlength=len(uniq))
-    mins = np.full(len(uniq), np.inf)
-    maxs = np.full(len(uniq), -np.inf)
-    np.minimum.at(mins, inv, dur)
-    np.maximum.at(maxs, inv, dur)
+    by_key = np.argsort(inv, kind="stable")
+    heads = np.r_[0, np.cumsum(count)[:-1]]
+    mins = np.minimum.reduceat(dur[by_key], heads) if len(dur) else np.zeros(0)
+    maxs = np.maximum.reduceat(dur[by_key], heads) if len(dur) else np.zeros(0)
     row_kind = uniq % len(KIND_NAMES)
     row_name = uniq // len(KIND_NAMES)
     kind_total = np.bincount(row_kind, weights=sums, minlength=len(KIND_NAMES))

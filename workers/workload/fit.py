@@ -286,8 +286,8 @@ def fit_multiturn(turns: dict, tool_calls: dict | None) -> MultiTurnModel:
         cturn = np.asarray(tool_calls["turn"], np.int64)
         k2 = ckey * 64 + np.minimum(cturn, 63)
         t2 = key * 64 + np.minimum(tn[order], 63)
-        _, per_call = np.unique(k2, return_counts=True)
-        counts = np.searchsorted(np.sort(k2), t2[~last], side="right") - np.searchsorted(np.sort(k2), t2[~last], side="left")
+        k2s = np.sort(k2)
+        counts = np.searchsorted(k2s, t2[~last], side="right") - np.searchsorted(k2s, t2[~last], side="left")
         calls_hist = {int(k): int(v) for k, v in zip(*np.unique(counts, return_counts=True))}
         resp_tok = np.asarray(tool_calls.get("response_tokens", np.zeros(ckey.size)), np.float64)
         if (resp_tok > 0).sum() >= 2:

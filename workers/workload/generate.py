@@ -13,10 +13,10 @@ Per step s (observed steps use their fitted parameters, later ones the linear tr
    the model's mean for that step (moment matching: it removes sampling noise from the
    per-step trend without changing the shape).
 
-Multi-turn models also draw each trajectory's turns: the number of turns, completion
-tokens per turn (the sample's response length split over its turns in proportion to
-lognormal draws), tool calls after every non-final turn with their response tokens and
-latency.
+Multi-turn models also draw each trajectory's turns: the number of turns, tool calls
+after every non-final turn with their response tokens and latency, and completion tokens
+per turn (what is left of the sample's response length after the appended tool tokens,
+split over the turns in proportion to lognormal draws).
 
 `GeneratedStep` fields: step, prompt (per group), responses (list of arrays, one per
 group), turns (multi-turn: per group, per sample, a dict with lists ``input`` (new
@@ -164,14 +164,16 @@ def _draw_turns(model: TaskLengthModel, prompt: np.ndarray, responses: list[np.n
         grp = []
         for total in resp.tolist():
             k = int(rng.choice(counts, p=p / p.sum()))
-            share = mt.completion.sample(k, rng)
-            comp = np.maximum(np.round(total * share / share.sum()), 1).astype(np.int64)
             inputs, lat = [int(prompt[g])], []
             for i in range(k - 1):
                 c = int(rng.choice(calls, p=pc / pc.sum()))
                 tok = mt.tool_tokens.sample(c, rng).sum() if (mt.tool_tokens and c) else 0.0
                 inputs.append(int(round(tok + mt.template_tokens)))
                 lat.append(float(mt.tool_latency.sample(c, rng).sum()) if (mt.tool_latency and c) else 0.0)
+            # the response length covers generated and appended tool tokens
+            budget = max(k, total - sum(inputs[1:]))
+            share = mt.completion.sample(k, rng)
+            comp = np.maximum(np.round(budget * share / share.sum()), 1).astype(np.int64)
             grp.append({"input": inputs, "output": comp.tolist(), "tool_latency_s": lat})
         out.append(grp)
     return out
