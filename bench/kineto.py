@@ -48,6 +48,12 @@ FIXTURE_JOBS = {
 GENERATED = {"ranks": 8, "steps": 12, "gpu_events_per_rank": 131_072, "seed": 7, "format": 2}
 
 
+def cpu_seconds() -> float:
+    """CPU time of this process and its reaped children (worker pools), user + system."""
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
+
+
 # --- HTA side (runs inside the HTA venv) ----------------------------------------------
 
 
@@ -58,19 +64,20 @@ def hta_worker(trace_dir: str) -> None:
     logging.disable(logging.WARNING)
     from hta.trace_analysis import TraceAnalysis
 
-    t0 = time.perf_counter()
+    c0, t0 = cpu_seconds(), time.perf_counter()
     analyzer = TraceAnalysis(trace_dir=trace_dir)
     t1 = time.perf_counter()
     temporal = analyzer.get_temporal_breakdown(visualize=False)
     t2 = time.perf_counter()
     ranks = analyzer.t.get_ranks()
     idle, _ = analyzer.get_idle_time_breakdown(ranks=ranks, visualize=False)
-    t3 = time.perf_counter()
+    t3, c3 = time.perf_counter(), cpu_seconds()
     unit = next(c for c in temporal.columns if c.startswith("kernel_time(")).split("(")[1].rstrip(")")
     print(
         json.dumps(
             {
-                "seconds": {"parse": t1 - t0, "temporal": t2 - t1, "idle": t3 - t2, "total": t3 - t0},
+                "seconds": {"parse": t1 - t0, "temporal": t2 - t1, "idle": t3 - t2, "total": t3 - t0,
+                            "cpu": c3 - c0},
                 "temporal": [
                     {
                         "rank": int(r["rank"]),
@@ -141,7 +148,7 @@ def run_ours(files: list[Path], processes: int = 1) -> dict:
 
     from workers.analysis.gpu_timeline import idle_breakdown, temporal_breakdown
 
-    t0 = time.perf_counter()
+    c0, t0 = cpu_seconds(), time.perf_counter()
     if processes > 1 and len(files) > 1:
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor
@@ -163,9 +170,9 @@ def run_ours(files: list[Path], processes: int = 1) -> dict:
     temporal = temporal_breakdown(events, windows)
     t2 = time.perf_counter()
     idle = idle_breakdown(events, windows)
-    t3 = time.perf_counter()
+    t3, c3 = time.perf_counter(), cpu_seconds()
     return {
-        "seconds": {"read": t1 - t0, "temporal": t2 - t1, "idle": t3 - t2, "total": t3 - t0},
+        "seconds": {"read": t1 - t0, "temporal": t2 - t1, "idle": t3 - t2, "total": t3 - t0, "cpu": c3 - c0},
         "n_events": int(len(events["rank"])),
         "temporal": temporal,
         "idle": idle,
@@ -374,13 +381,16 @@ def report(label: str, ours: dict, ours_parallel: dict | None, hta: dict) -> dic
     o, h = ours["seconds"], hta["seconds"]
     ratio = h["total"] / o["total"]
     print(f"\n== {label}: {ours['n_events']:,} GPU events")
-    print(f"  ours : read {o['read']:.3f}s  temporal {o['temporal']:.4f}s  idle {o['idle']:.4f}s  total {o['total']:.3f}s  (1 process)")
+    print(f"  ours : read {o['read']:.3f}s  temporal {o['temporal']:.4f}s  idle {o['idle']:.4f}s  total {o['total']:.3f}s"
+          f"  cpu {o['cpu']:.2f}s  (1 process)")
     ratio_par = None
     if ours_parallel is not None:
         p = ours_parallel["seconds"]
         ratio_par = h["total"] / p["total"]
-        print(f"  ours : read {p['read']:.3f}s  temporal {p['temporal']:.4f}s  idle {p['idle']:.4f}s  total {p['total']:.3f}s  (2 processes)")
-    print(f"  HTA  : parse {h['parse']:.3f}s  temporal {h['temporal']:.4f}s  idle {h['idle']:.4f}s  total {h['total']:.3f}s")
+        print(f"  ours : read {p['read']:.3f}s  temporal {p['temporal']:.4f}s  idle {p['idle']:.4f}s  total {p['total']:.3f}s"
+              f"  cpu {p['cpu']:.2f}s  (2 processes)")
+    print(f"  HTA  : parse {h['parse']:.3f}s  temporal {h['temporal']:.4f}s  idle {h['idle']:.4f}s  total {h['total']:.3f}s"
+          f"  cpu {h['cpu']:.2f}s")
     print(f"  speed-up: {ratio:.1f}x" + (f" (1 process), {ratio_par:.1f}x (2 processes)" if ratio_par else ""))
     worst = 0.0
     for row in cmp["ranks"]:
@@ -393,7 +403,9 @@ def report(label: str, ours: dict, ours_parallel: dict | None, hta: dict) -> dic
             f"{row['non_compute_pct'][0]:.2f}% vs {row['non_compute_pct'][1]:.2f}% ({diffs['non_compute_pct']:+.2f} pp)"
         )
     print(f"  idle breakdown: largest share difference {cmp['idle_share_max_diff_pp']:.2f} pp")
-    return {"label": label, "ratio": ratio, "ratio_par": ratio_par, "worst_pp": worst,
+    cpu_ratio = h["cpu"] / o["cpu"] if o["cpu"] else float("inf")
+    print(f"  CPU-time ratio (robust to other load on the machine): {cpu_ratio:.1f}x")
+    return {"label": label, "ratio": ratio, "ratio_par": ratio_par, "cpu_ratio": cpu_ratio, "worst_pp": worst,
             "idle_pp": cmp["idle_share_max_diff_pp"], "ours_s": o["total"],
             "ours_par_s": ours_parallel["seconds"]["total"] if ours_parallel else None,
             "hta_s": h["total"], "events": ours["n_events"]}
@@ -433,12 +445,12 @@ def main() -> None:
 
     print("\n== summary (targets: >= 10x faster, <= 0.5 pp; HTA parses ranks in parallel, 2 processes here)")
     print(f"  {'trace':<22}{'GPU events':>12}{'ours 1p s':>11}{'ours 2p s':>11}{'HTA s':>9}{'ratio 1p':>10}"
-          f"{'ratio 2p':>10}{'max pp':>8}{'idle pp':>9}")
+          f"{'ratio 2p':>10}{'cpu ratio':>11}{'max pp':>8}{'idle pp':>9}")
     for s in summary:
         par_s = f"{s['ours_par_s']:>11.3f}" if s["ours_par_s"] is not None else f"{'-':>11}"
         par_r = f"{s['ratio_par']:>9.1f}x" if s["ratio_par"] is not None else f"{'-':>10}"
         print(f"  {s['label']:<22}{s['events']:>12,}{s['ours_s']:>11.3f}{par_s}{s['hta_s']:>9.2f}"
-              f"{s['ratio']:>9.1f}x{par_r}{s['worst_pp']:>8.2f}{s['idle_pp']:>9.2f}")
+              f"{s['ratio']:>9.1f}x{par_r}{s['cpu_ratio']:>10.1f}x{s['worst_pp']:>8.2f}{s['idle_pp']:>9.2f}")
 
 
 if __name__ == "__main__":

@@ -109,7 +109,7 @@ class ApiClient:
 
     def _request(self, method: str, path: str, *, params: dict | None = None, timeout=None, **kw) -> httpx.Response:
         headers = {"X-API-Key": self.api_key} if self.api_key else {}
-        clean = {k: v for k, v in (params or {}).items() if v is not None and v != ""}
+        clean = {k: v for k, v in (params or {}).items() if v is not None and v != "" and v != []}
         try:
             resp = self.http.request(method, self._url(path), params=clean, headers=headers,
                                      timeout=timeout or DEFAULT_TIMEOUT, **kw)
@@ -178,9 +178,10 @@ class ApiClient:
         return self._get(f"/traces/{trace_id}/gpu-events", rank=rank, step=step, start_us=start_us, end_us=end_us,
                          limit=limit)
 
-    def chrome_trace(self, trace_id: str | int, *, rank: int | None = None, step: int | None = None,
+    def chrome_trace(self, trace_id: str | int, *, rank: int | list[int] | None = None, step: int | None = None,
                      start_us: float | None = None, end_us: float | None = None) -> bytes:
-        """The window as Chrome-trace JSON bytes (Perfetto / chrome://tracing open it)."""
+        """The window as Chrome-trace JSON bytes (Perfetto / chrome://tracing open it);
+        `rank` may list several ranks (sent as repeated query keys)."""
         params = dict(rank=rank, step=step, start_us=start_us, end_us=end_us)
         return self._request("GET", f"/traces/{trace_id}/gpu-events/chrome-trace", params=params,
                              timeout=UPLOAD_TIMEOUT).content

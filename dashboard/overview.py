@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dashboard.payloads import human_count, human_ratio, human_share, median
+from dashboard.payloads import human_count, human_ratio, human_share, kineto_steps, median
 
 
 @dataclass
@@ -86,11 +86,14 @@ def overview_cards(trace: dict, steps: list[dict], response_summary: dict | None
     rows = [r for r in (response_summary or {}).get("steps", []) if r.get("count")]
     tails = [r.get("tail_ratio") for r in rows]
     worst = max(rows, key=lambda r: r.get("tail_ratio") or 0) if rows else None
+    kineto = kineto_steps(trace)
+    n_steps = trace.get("n_steps") or len(steps) or len(kineto)
     cards = [
-        Card("steps", "Steps", human_count(trace.get("n_steps") if trace.get("n_steps") is not None else len(steps)),
+        Card("steps", "Steps", human_count(n_steps),
              f"{sum(1 for s in steps if s.get('validate'))} validation" if any(s.get("validate") for s in steps) else ""),
         Card("samples", "Samples", human_count(trace.get("n_samples")),
-             f"{human_count(trace.get('n_turns'))} turns" if trace.get("n_turns") else ""),
+             f"{human_count(trace.get('n_turns'))} turns" if trace.get("n_turns") else
+             (f"{human_count(trace.get('n_gpu_events'))} GPU events" if trace.get("n_gpu_events") else "")),
         Card("tokens", "Tokens", human_count(tokens) if steps else "—",
              f"{human_count(prompt)} prompt + {human_count(tokens - prompt)} response" if tokens else ""),
         Card("tail", "Tail ratio", human_ratio(median(tails)),

@@ -163,8 +163,9 @@ def test_analysis_jobs_and_downloads(stub):
     assert c.jobs(trace_id=7, status="running")[0]["id"] == 11
     assert dict(stub.requests[-1].url.params) == {"trace_id": "7", "status": "running"}
     assert c.job(11)["kind"] == "imbalance"
-    assert c.chrome_trace(7, rank=0, start_us=10.0, end_us=20.5) == b'{"traceEvents": []}'
-    assert dict(stub.requests[-1].url.params) == {"rank": "0", "start_us": "10.0", "end_us": "20.5"}
+    assert c.chrome_trace(7, rank=[0, 3], start_us=10.0, end_us=20.5) == b'{"traceEvents": []}'
+    assert stub.requests[-1].url.params.get_list("rank") == ["0", "3"]
+    assert stub.requests[-1].url.params["end_us"] == "20.5"
 
 
 def test_delete(stub):
@@ -229,7 +230,8 @@ def test_app_routes_sign_in_and_renders_a_trace(app):
     assert '"dist-box"' in page and '"run A"' in page
 
     # a figure callback: stage-time bars of trace 7 from the stub's steps
-    r = _callback(client, "..overview-cards.children...overview-stage-time.figure...overview-lengths.figure..",
+    r = _callback(client, "..overview-cards.children...overview-stage-time.figure...overview-lengths.figure..."
+                          "overview-gpu.figure..",
                   [{"id": "page-trace-id", "property": "data", "value": 7},
                    [] ], changed=["page-trace-id.data"])
     # the ALL input is an empty list here (no analysis panels rendered)

@@ -340,6 +340,17 @@ def test_overview_cards(summary, lengths, imbalance_result):
     assert cards["steps"].hint == "1 validation"
 
 
+def test_overview_cards_of_a_gpu_trace():
+    trace = {"n_steps": 0, "n_samples": 0, "n_gpu_events": 2358,
+             "metadata": {"kineto": {"steps": {"0": [[551, 0.0, 1.0], [552, 1.0, 2.0]], "1": [[551, 0.0, 1.0]]}}}}
+    gpu = {"temporal": [{"rank": 0, "idle_pct": 53.56}, {"rank": 1, "idle_pct": 54.72}]}
+    cards = {c.key: c for c in overview_cards(trace, [], None, {"gpu_timeline": gpu})}
+    assert cards["steps"].value == "2"
+    assert cards["samples"].hint == "2,358 GPU events"
+    assert cards["idle"].value == "54.1%" and "GPU idle" in cards["idle"].hint
+    assert cards["tail"].value == "—" and cards["imbalance"].value == "—"
+
+
 def test_applicable_analyses():
     assert applicable_analyses({"n_samples": 10}) == ["lengths", "longtail", "imbalance"]
     assert applicable_analyses({"n_gpu_events": 5}) == ["gpu_timeline"]

@@ -20,8 +20,6 @@ KILL_TEST_REDIS = REDIS_URL.rsplit("/", 1)[0] + "/14"
 
 @pytest.fixture()
 def kill_env(env, monkeypatch, tmp_path):
-    if not env["RLVR_DATABASE_URL"].startswith("postgresql"):
-        pytest.skip("redelivery after a worker dies is a Redis-broker guarantee (tested on the Postgres + Redis shape)")
     from backend.db import reset_caches
     from backend.settings import get_settings
 
@@ -32,6 +30,7 @@ def kill_env(env, monkeypatch, tmp_path):
     return {**env, "RLVR_BROKER_URL": KILL_TEST_REDIS, "RLVR_VISIBILITY_TIMEOUT_S": "3"}
 
 
+@pytest.mark.parametrize("backend_env", ["postgres"], indirect=True)
 def test_killed_worker_job_is_finished_by_another(api, kill_env, tmp_path):
     per_step = synthetic_rows(steps=40, groups=640, n=8)  # 204,800 samples: a few seconds of work
     archive = zip_folder(write_packed_dir(tmp_path / "run", per_step))

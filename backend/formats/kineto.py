@@ -54,8 +54,10 @@ from backend.formats.base import GpuKind, InputError, ReadResult, Source, TableB
 GPU_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
 MEMORY_CATS = frozenset({"gpu_memcpy", "gpu_memset"})
 RUNTIME_CATS = frozenset({"cuda_runtime", "cuda_driver", "Runtime"})
-# GPU-side annotations mirror CPU ones on the device timeline; steps come from the CPU.
-NOT_STEP_CATS = GPU_CATS | RUNTIME_CATS | {"gpu_user_annotation"}
+# Where ProfilerStep#N annotations are not looked for: GPU-side annotations mirror the CPU
+# ones on the device timeline (steps come from the CPU), flow arrows and metadata events
+# (no cat) never carry them, and HTA skips python_function events altogether.
+NOT_STEP_CATS = GPU_CATS | RUNTIME_CATS | {"gpu_user_annotation", "ac2g", "fwdbwd", "python_function", None}
 
 BATCH_ROWS = 262_144
 

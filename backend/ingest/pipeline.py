@@ -20,7 +20,8 @@ from sqlalchemy.exc import IntegrityError
 from backend.formats import read_sources, upload_format
 from backend.formats.base import STEP_TIMING_COLUMNS, InputError, ReadResult, Source, TableBatch
 from backend.ingest.bulk import bulk_insert
-from backend.ingest.summaries import StepAccumulator, infer_response_cap
+from backend.columns import read_columns
+from backend.ingest.summaries import SUMMARY_COLUMNS, StepCounter, summarize_steps
 from backend.models import (
     GpuEvent,
     GpuKernelName,
@@ -43,6 +44,9 @@ COUNT_COLUMN = {
 }
 
 Progress = Callable[[float, str], None]
+
+# Samples read back per query when computing the per-step summaries (bounds memory).
+SUMMARY_RANGE_SAMPLES = 2_000_000
 
 
 class _CountingStream:
@@ -88,7 +92,7 @@ class _Loader:
     def __init__(self, conn: Connection, trace_id: int):
         self.conn, self.trace_id = conn, trace_id
         self.counts = {t: 0 for t in COUNT_COLUMN}
-        self.steps = StepAccumulator()
+        self.steps = StepCounter()
         self.measured: dict[int, dict] = {}
         self.task_ids: dict[str, int] = {}
         self.kernel_ids: dict[str, int] = {}
@@ -100,17 +104,18 @@ class _Loader:
         n = len(batch)
         if n == 0:
             return
-        self.columns.setdefault(batch.table, set()).update(c for c in cols if c != "metrics")
         if batch.table == "steps":
+            self.columns.setdefault("steps", set()).update(c for c in cols if c != "metrics")
             self._add_measured(cols)
             return
         if batch.table == "samples":
             if "task" in cols:
                 cols["task_id"] = self._ids(cols.pop("task"), self.task_ids).astype(np.int16)
-            self.steps.add(cols)
+            self.steps.add(cols["step"], cols["response_len"])
         elif batch.table == "gpu_events":
             cols["name_id"] = self._kernel_ids(cols.pop("name"))
             cols["event_idx"] = np.arange(self.counts["gpu_events"], self.counts["gpu_events"] + n, dtype=np.int64)
+        self.columns.setdefault(batch.table, set()).update(cols)
         cols["trace_id"] = np.full(n, self.trace_id, dtype=np.int64)
         self.counts[batch.table] += bulk_insert(self.conn, batch.table, cols)
 
@@ -145,10 +150,16 @@ class _Loader:
             if metrics is not None:
                 row["metrics"].update(metrics[i])
 
+    def _summaries(self, cap: int | None):  # noqa: ANN202
+        """Read the loaded samples back a bounded step range at a time and summarise."""
+        columns = [c for c in SUMMARY_COLUMNS if c in self.columns.get("samples", ())]
+        for lo, hi in self.steps.step_ranges(SUMMARY_RANGE_SAMPLES):
+            cols = read_columns(self.conn, "samples", self.trace_id, columns, step_range=(lo, hi))
+            yield from summarize_steps(cols, cap, list(self.task_ids))
+
     def write_steps(self, cap: int | None) -> int:
-        task_names = list(self.task_ids)
         rows: dict[int, dict] = {}
-        for s in self.steps.summaries(cap, task_names):
+        for s in self._summaries(cap):
             rows[s.step] = {
                 "step": s.step,
                 "validate": s.validate,
@@ -215,7 +226,7 @@ def ingest_trace(
                     report(f"loaded {sum(loader.counts.values()):,} rows")
                 cap = max_response_len or result.info.max_response_len
                 if cap is None:
-                    cap = infer_response_cap(loader.steps.max_response)
+                    cap = loader.steps.inferred_cap()
                 n_steps = loader.write_steps(cap)
                 _finish(conn, trace_id, loader, result, cap, n_steps, upload_format(sources))
                 conn.commit()
@@ -251,10 +262,7 @@ def _finish(  # noqa: PLR0913
 ) -> None:
     info = result.info
     meta = dict(info.metadata)
-    columns = {t: set(c) for t, c in loader.columns.items()}
-    if "task" in columns.get("samples", set()):
-        columns["samples"] = (columns["samples"] - {"task"}) | {"task_id"}
-    meta["columns"] = {t: sorted(c) for t, c in columns.items()}
+    meta["columns"] = {t: sorted(c - {"trace_id", "event_idx"}) for t, c in loader.columns.items()}
     if result.skipped:
         meta["skipped"] = result.skipped
     values = {COUNT_COLUMN[t]: n for t, n in loader.counts.items()}

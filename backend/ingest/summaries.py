@@ -1,9 +1,11 @@
-"""Per-step summaries computed once at the end of ingestion (pure numpy).
+"""Per-step summaries computed once at the end of ingestion.
 
-`StepAccumulator` keeps only the few int32 columns a summary needs while batches stream
-past (about 17 bytes per sample), then `summaries()` computes, per step: counts, token
-sums and, for prompt/response/total lengths (all samples and per task), the statistics
-of `distribution_stats` plus a histogram on the shared `LOG_BIN_EDGES`.
+While batches stream past, `StepCounter` keeps only per-step sample counts and the
+running maximum response length (for the cap inference). Afterwards the pipeline reads
+the just-loaded samples back in step ranges of bounded size and `summarize_steps` (pure
+numpy) computes, per step: counts, token sums and, for prompt/response/total lengths
+(all samples and per task), the statistics of `distribution_stats` plus a histogram on
+the shared `LOG_BIN_EDGES`. Memory stays bounded whatever the size of the upload.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import numpy as np
 
 from workers.analysis.stats import distribution_stats, log_histogram
 
-LENGTH_FIELDS = ("prompt", "response", "total")
+SUMMARY_COLUMNS = ["step", "group_idx", "prompt_len", "response_len", "task_id", "validate"]
 
 
 def length_summary(values: np.ndarray, cap: int | None) -> dict:
@@ -33,67 +35,78 @@ class StepSummary:
 
 
 @dataclass
-class StepAccumulator:
-    _parts: dict[str, list[np.ndarray]] = field(
-        default_factory=lambda: {k: [] for k in ("step", "group", "prompt", "response", "task", "validate")}
-    )
+class StepCounter:
+    """Samples per step and the longest response (with how many samples reached it)."""
 
-    def add(self, columns: dict) -> None:
-        n = len(columns["step"])
-        p = self._parts
-        p["step"].append(np.asarray(columns["step"], dtype=np.int32))
-        p["group"].append(np.asarray(columns["group_idx"], dtype=np.int32))
-        p["prompt"].append(np.asarray(columns["prompt_len"], dtype=np.int32))
-        p["response"].append(np.asarray(columns["response_len"], dtype=np.int32))
-        task = columns.get("task_id")
-        p["task"].append(np.asarray(task, dtype=np.int16) if task is not None else np.full(n, -1, np.int16))
-        val = columns.get("validate")
-        p["validate"].append(np.asarray(val, dtype=bool) if val is not None else np.zeros(n, bool))
+    counts: dict[int, int] = field(default_factory=dict)
+    max_response: int = -1
+    n_at_max: int = 0
 
-    @property
-    def max_response(self) -> np.ndarray:
-        return np.concatenate(self._parts["response"]) if self._parts["response"] else np.empty(0, np.int32)
+    def add(self, step: np.ndarray, response_len: np.ndarray) -> None:
+        steps, n = np.unique(np.asarray(step), return_counts=True)
+        for s, c in zip(steps.tolist(), n.tolist()):
+            self.counts[s] = self.counts.get(s, 0) + c
+        if len(response_len):
+            top = int(np.max(response_len))
+            hits = int(np.count_nonzero(response_len == top))
+            if top > self.max_response:
+                self.max_response, self.n_at_max = top, hits
+            elif top == self.max_response:
+                self.n_at_max += hits
 
-    def summaries(self, cap: int | None, task_names: list[str]) -> list[StepSummary]:
-        if not self._parts["step"]:
-            return []
-        cols = {k: np.concatenate(v) for k, v in self._parts.items()}
-        order = np.argsort(cols["step"], kind="stable")
-        cols = {k: v[order] for k, v in cols.items()}
-        steps, starts = np.unique(cols["step"], return_index=True)
-        bounds = list(starts) + [len(order)]
-        out = []
-        for i, step in enumerate(steps):
-            sl = slice(bounds[i], bounds[i + 1])
-            prompt = cols["prompt"][sl].astype(np.int64)
-            response = cols["response"][sl].astype(np.int64)
-            task = cols["task"][sl]
-            by_field = {"prompt": prompt, "response": response, "total": prompt + response}
-            summary: dict = {}
-            for name, values in by_field.items():
-                field_cap = cap if name == "response" else None
-                entry = {"all": length_summary(values, field_cap)}
-                for t_id in np.unique(task[task >= 0]):
-                    entry[task_names[t_id]] = length_summary(values[task == t_id], field_cap)
-                summary[name] = entry
-            out.append(
-                StepSummary(
-                    step=int(step),
-                    validate=bool(cols["validate"][sl].all()),
-                    n_groups=int(np.unique(cols["group"][sl]).size),
-                    n_samples=int(sl.stop - sl.start),
-                    prompt_tokens=int(prompt.sum()),
-                    response_tokens=int(response.sum()),
-                    summary=summary,
-                )
+    def inferred_cap(self) -> int | None:
+        """The max response length when the data shows a cap: the maximum reached by at
+        least two samples (sampling stops there). A single longest sample proves nothing."""
+        return self.max_response if self.n_at_max >= 2 else None
+
+    def step_ranges(self, max_samples: int) -> list[tuple[int, int]]:
+        """Half-open step ranges holding at most `max_samples` samples each (or one step)."""
+        ranges, lo, size = [], None, 0
+        steps = sorted(self.counts)
+        for s in steps:
+            if lo is not None and size + self.counts[s] > max_samples:
+                ranges.append((lo, s))
+                lo, size = None, 0
+            if lo is None:
+                lo = s
+            size += self.counts[s]
+        if lo is not None:
+            ranges.append((lo, steps[-1] + 1))
+        return ranges
+
+
+def summarize_steps(cols: dict[str, np.ndarray], cap: int | None, task_names: list[str]) -> list[StepSummary]:
+    """Summaries of every step present in `cols` (the SUMMARY_COLUMNS of some samples)."""
+    if len(cols["step"]) == 0:
+        return []
+    order = np.argsort(cols["step"], kind="stable")
+    cols = {k: np.asarray(v)[order] for k, v in cols.items()}
+    steps, starts = np.unique(cols["step"], return_index=True)
+    bounds = list(starts) + [len(order)]
+    has_task = "task_id" in cols
+    out = []
+    for i, step in enumerate(steps):
+        sl = slice(bounds[i], bounds[i + 1])
+        prompt = cols["prompt_len"][sl].astype(np.int64)
+        response = cols["response_len"][sl].astype(np.int64)
+        task = cols["task_id"][sl] if has_task else np.full(len(prompt), -1)
+        summary: dict = {}
+        for name, values in (("prompt", prompt), ("response", response), ("total", prompt + response)):
+            field_cap = cap if name == "response" else None
+            entry = {"all": length_summary(values, field_cap)}
+            for t_id in np.unique(task[task >= 0]):
+                entry[task_names[t_id]] = length_summary(values[task == t_id], field_cap)
+            summary[name] = entry
+        validate = cols["validate"][sl] if "validate" in cols else np.zeros(1, bool)
+        out.append(
+            StepSummary(
+                step=int(step),
+                validate=bool(np.all(validate == 1)),
+                n_groups=int(np.unique(cols["group_idx"][sl]).size),
+                n_samples=int(sl.stop - sl.start),
+                prompt_tokens=int(prompt.sum()),
+                response_tokens=int(response.sum()),
+                summary=summary,
             )
-        return out
-
-
-def infer_response_cap(response_lengths: np.ndarray) -> int | None:
-    """The max response length when the data shows a cap: the maximum reached by at
-    least two samples (sampling stops there). A single longest sample proves nothing."""
-    if response_lengths.size == 0:
-        return None
-    top = int(response_lengths.max())
-    return top if int((response_lengths == top).sum()) >= 2 else None
+        )
+    return out

@@ -73,3 +73,12 @@ def log_token_axis(fig: go.Figure, axis: str, lo: float, hi: float) -> None:
     vals = [2.0**e for e in range(first, last + 1, step)]
     update = fig.update_xaxes if axis == "x" else fig.update_yaxes
     update(type="log", tickmode="array", tickvals=vals, ticktext=[token_label(v) for v in vals])
+
+
+def integer_ticks(fig: go.Figure, axis: str = "x", max_span: int = 12) -> go.Figure:
+    """Whole-number ticks (steps, ranks, turns) when the axis spans few values, so 6
+    steps are not labelled 0, 0.5, 1, ..."""
+    values = [v for tr in fig.data for v in (getattr(tr, axis) or []) if isinstance(v, (int, float))]
+    if values and max(values) - min(values) <= max_span:
+        (fig.update_xaxes if axis == "x" else fig.update_yaxes)(dtick=1, tick0=0)
+    return fig

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import plotly.graph_objects as go
 
-from dashboard.figures.common import column, empty_figure, log_token_axis, styled_figure
+from dashboard.figures.common import column, empty_figure, integer_ticks, log_token_axis, styled_figure
 from dashboard.figures.distributions import FIELD_LABELS, cdf_points
 from dashboard.theme import TRACE_COLORS, UNITS
 
@@ -31,7 +31,7 @@ def compare_percentiles_figure(a: dict | None, b: dict | None, names: tuple[str,
                                      mode="lines+markers" if len(rows) <= 60 else "lines",
                                      line=dict(color=color, dash=DASHES.get(key)),
                                      hovertemplate=f"{name} {key} %{{y:,.0f}}<extra></extra>"))
-    return fig
+    return integer_ticks(fig)
 
 
 def pooled_hist(payload: dict | None) -> list[int]:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 import plotly.graph_objects as go
 
-from dashboard.figures.common import column, empty_figure, log_token_axis, num, styled_figure
+from dashboard.figures.common import column, empty_figure, integer_ticks, log_token_axis, num, styled_figure
 from dashboard.theme import PERCENTILE_COLORS, UNITS, HEATMAP_COLORSCALE, step_color
 
 FIELD_LABELS = {"response": "response length", "prompt": "prompt length", "total": "prompt + response length"}
@@ -66,7 +66,7 @@ def length_box_figure(payload: dict, *, log_y: bool = False) -> go.Figure:
         )
     if log_y:
         _log_y(fig, rows, ("p10", "max"))
-    return fig
+    return integer_ticks(fig)
 
 
 def _log_y(fig: go.Figure, rows: list[dict], keys: tuple[str, ...]) -> None:
@@ -122,7 +122,7 @@ def length_heatmap_figure(payload: dict) -> go.Figure:
         )
     )
     log_token_axis(fig, "y", y_edges[0], y_edges[-1])
-    return fig
+    return integer_ticks(fig)
 
 
 def percentile_lines_figure(payload: dict, *, keys=("p50", "p90", "p99", "max"), log_y: bool = False) -> go.Figure:
@@ -143,7 +143,7 @@ def percentile_lines_figure(payload: dict, *, keys=("p50", "p90", "p99", "max"),
         )
     if log_y:
         _log_y(fig, rows, keys)
-    return fig
+    return integer_ticks(fig)
 
 
 def tail_figure(payload: dict) -> go.Figure:
@@ -167,7 +167,7 @@ def tail_figure(payload: dict) -> go.Figure:
         )
         fig.update_layout(yaxis2=dict(title=dict(text="truncated at max length (%)"), overlaying="y", side="right",
                                       rangemode="tozero", showgrid=False, tickformat=".2~f"))
-    return fig
+    return integer_ticks(fig)
 
 
 def cdf_points(hist: list[int], edges: list[float]) -> tuple[list[float], list[float]]:

@@ -143,6 +143,7 @@ def temporal_breakdown_figure(table) -> go.Figure:
                              customdata=[None if u is None else u / 1000 for u in us],
                              hovertemplate=f"%{{y}} {label}: %{{x:.1f}}% (%{{customdata:,.1f}} ms)<extra></extra>"))
     fig.update_yaxes(autorange="reversed", type="category")
+    fig.update_layout(legend_traceorder="normal")
     fig.update_xaxes(range=[0, 100])
     return fig
 
@@ -168,6 +169,7 @@ def idle_breakdown_figure(table) -> go.Figure:
                              orientation="h", marker_color=IDLE_CAUSE_COLORS[cause],
                              hovertemplate=f"%{{y}} {label}: %{{x:,.1f}} ms<extra></extra>"))
     fig.update_yaxes(autorange="reversed", type="category")
+    fig.update_layout(legend_traceorder="normal")
     return fig
 
 
@@ -189,6 +191,7 @@ def kernel_kind_figure(table) -> go.Figure:
                              orientation="h", marker_color=GPU_KIND_COLORS[k],
                              hovertemplate=f"%{{y}} {k}: %{{x:,.1f}} ms<extra></extra>"))
     fig.update_yaxes(autorange="reversed", type="category")
+    fig.update_layout(legend_traceorder="normal")
     return fig
 
 

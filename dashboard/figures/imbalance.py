@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from dashboard.figures.common import empty_figure, num, rows_height, styled_figure
+from dashboard.figures.common import empty_figure, integer_ticks, num, rows_height, styled_figure
 from dashboard.theme import POLICY_COLORS, UNITS
 
 LOAD_LABELS = {"tokens": "tokens (prompt + response)", "cost": "training cost 24576·s + s²"}
@@ -48,7 +48,7 @@ def load_heatmap_figure(result: dict, load: str = "tokens") -> go.Figure:
         hovertemplate="step %{x}, DP rank %{y}<br>%{customdata:,.0f} (%{z:.2f}x mean)<extra></extra>",
     ))
     fig.update_yaxes(autorange="reversed")
-    return fig
+    return integer_ticks(fig)
 
 
 def imbalance_ratio_figure(result: dict, load: str = "tokens", metric: str = "max_over_mean") -> go.Figure:
@@ -69,7 +69,7 @@ def imbalance_ratio_figure(result: dict, load: str = "tokens", metric: str = "ma
             hovertemplate=f"{POLICY_LABELS[policy]} %{{y:.3f}}<extra></extra>",
         ))
     fig.add_hline(y=1.0, line=dict(color="#999", width=1, dash="dot"))
-    return fig
+    return integer_ticks(fig)
 
 
 def saving_figure(result: dict, load: str = "tokens") -> go.Figure:
@@ -86,7 +86,7 @@ def saving_figure(result: dict, load: str = "tokens") -> go.Figure:
         fig.add_trace(go.Bar(name=POLICY_LABELS[policy], x=x, y=[None if y is None else 100 * y for y in ys],
                              marker_color=POLICY_COLORS[policy],
                              hovertemplate=f"{POLICY_LABELS[policy]} %{{y:.1f}}%<extra></extra>"))
-    return fig
+    return integer_ticks(fig)
 
 
 def saving_summary(result: dict, load: str = "tokens") -> dict:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from dashboard.figures.common import empty_figure, num, rows_height, styled_figure
+from dashboard.figures.common import empty_figure, integer_ticks, num, rows_height, styled_figure
 from dashboard.theme import GPU_KIND_COLORS, PERCENTILE_COLORS, STAGE_COLORS, UNITS
 
 
@@ -40,7 +40,7 @@ def longtail_idle_figure(result: dict) -> go.Figure:
                          y=[_pct(s.get("idle_waiting"), s.get("engine_time")) for s in steps],
                          marker_color=GPU_KIND_COLORS["idle"], hovertemplate="%{y:.1f}%<extra>waiting</extra>"))
     fig.update_yaxes(range=[0, 100])
-    return fig
+    return integer_ticks(fig)
 
 
 def longtail_finish_figure(result: dict) -> go.Figure:
@@ -68,7 +68,7 @@ def longtail_finish_figure(result: dict) -> go.Figure:
         hovertemplate="%{y:.1f}% of samples<extra></extra>",
     ))
     fig.update_yaxes(rangemode="tozero")
-    return fig
+    return integer_ticks(fig)
 
 
 def longtail_engine_figure(result: dict) -> go.Figure:
@@ -86,8 +86,8 @@ def longtail_engine_figure(result: dict) -> go.Figure:
             z[pos[e]][j] = None if num(v) is None else 100 * num(v)
     fig = styled_figure(title, x_title=UNITS["step"], y_title=key.replace("_", " "),
                         height=rows_height(len(engines), per_row=16 if len(engines) <= 64 else 3, minimum=320, maximum=900))
-    fig.add_trace(go.Heatmap(x=[s["step"] for s in steps], y=engines, z=z, colorscale="Oranges", zmin=0,
-                             colorbar=dict(title=dict(text="idle %"), thickness=12),
+    fig.add_trace(go.Heatmap(x=[s["step"] for s in steps], y=[str(e) for e in engines], z=z, colorscale="Oranges",
+                             zmin=0, colorbar=dict(title=dict(text="idle %"), thickness=12),
                              hovertemplate="step %{x}, engine %{y}<br>%{z:.1f}% idle<extra></extra>"))
-    fig.update_yaxes(autorange="reversed")
-    return fig
+    fig.update_yaxes(autorange="reversed", type="category")
+    return integer_ticks(fig)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from dashboard.figures.common import column, empty_figure, log_token_axis, num, rows_height, styled_figure
+from dashboard.figures.common import column, empty_figure, integer_ticks, log_token_axis, num, rows_height, styled_figure
 from dashboard.theme import PERCENTILE_COLORS, STAGE_COLORS, UNITS
 
 PCTS = ("p50", "p90", "p99", "max")
@@ -62,7 +62,7 @@ def turns_over_steps_figure(result: dict) -> go.Figure:
         if all(y is None for y in ys):
             continue
         fig.add_trace(go.Scatter(name=label, x=x, y=ys, mode="lines+markers", line=dict(color=color, dash=dash)))
-    return fig
+    return integer_ticks(fig)
 
 
 def cache_hit_figure(result: dict) -> go.Figure:
@@ -77,7 +77,7 @@ def cache_hit_figure(result: dict) -> go.Figure:
                              line=dict(color=STAGE_COLORS["old_log_prob"], width=2),
                              hovertemplate="step %{x}: %{y:.1f}% cached<extra></extra>"))
     fig.update_yaxes(range=[0, 100])
-    return fig
+    return integer_ticks(fig)
 
 
 def context_growth_figure(result: dict) -> go.Figure:
@@ -140,7 +140,7 @@ def reward_latency_figure(result: dict) -> go.Figure:
     if any(e.get("t_reward") is not None for e in steps):
         fig.add_trace(go.Scatter(name="measured t_reward", x=x, y=column(steps, "t_reward"), mode="lines",
                                  line=dict(color=STAGE_COLORS["reward"], dash="dash")))
-    return fig
+    return integer_ticks(fig)
 
 
 def reward_ranks_figure(result: dict) -> go.Figure:
@@ -157,11 +157,12 @@ def reward_ranks_figure(result: dict) -> go.Figure:
             z[pos[r]][j] = num(sec)
     fig = styled_figure(title, x_title=UNITS["step"], y_title=UNITS["rank"],
                         height=rows_height(len(ranks), per_row=14 if len(ranks) <= 64 else 3, minimum=320, maximum=900))
-    fig.add_trace(go.Heatmap(x=[e["step"] for e in steps], y=ranks, z=z, colorscale="Oranges",
+    fig.add_trace(go.Heatmap(x=[e["step"] for e in steps], y=[f"rank {r}" for r in ranks], z=z, colorscale="Oranges",
                              colorbar=dict(title=dict(text="s"), thickness=12),
-                             hovertemplate="step %{x}, rank %{y}: %{z:.2f} s<extra></extra>"))
-    fig.update_yaxes(autorange="reversed")
-    return fig
+                             hovertemplate="step %{x}, %{y}: %{z:.2f} s<extra></extra>"))
+    # Categories: the ranks that score (e.g. 0 and 4, one per engine) sit next to each other.
+    fig.update_yaxes(autorange="reversed", type="category")
+    return integer_ticks(fig)
 
 
 def tool_latency_figure(result: dict) -> go.Figure:
@@ -175,4 +176,4 @@ def tool_latency_figure(result: dict) -> go.Figure:
     for key in PCTS:
         fig.add_trace(go.Scatter(name=key, x=x, y=column(steps, key), mode="lines+markers",
                                  line=dict(color=PERCENTILE_COLORS[key]), hovertemplate=f"{key} %{{y:.2f}} s<extra></extra>"))
-    return fig
+    return integer_ticks(fig)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from dashboard.figures.common import empty_figure, num, rows_height, styled_figure
+from dashboard.figures.common import empty_figure, integer_ticks, num, rows_height, styled_figure
 from dashboard.theme import STAGE_LABELS, STAGES, UNITS, stage_color
 
 
@@ -42,7 +42,7 @@ def stage_time_figure(steps: list[dict], *, title: str = "Stage time per step") 
     if any(o for o in other):
         fig.add_trace(go.Bar(name=STAGE_LABELS["other"], x=x, y=other, marker_color=stage_color("other"),
                              hovertemplate="other %{y:.2f} s<extra></extra>"))
-    return fig
+    return integer_ticks(fig)
 
 
 def stage_segments(step: dict | None, rank_timings: list[dict]) -> list[dict]:
@@ -99,10 +99,12 @@ def stage_gantt_figure(step: dict | None, rank_timings: list[dict], *, step_no: 
         label = STAGE_LABELS.get(stage, stage)
         fig.add_trace(
             go.Bar(
-                name=label, orientation="h", y=[s["rank"] for s in part], base=[s["start"] for s in part],
+                name=label, orientation="h", y=[f"rank {s['rank']}" for s in part], base=[s["start"] for s in part],
                 x=[s["end"] - s["start"] for s in part], marker_color=stage_color(stage),
-                hovertemplate=f"rank %{{y}}<br>{label}: %{{x:.2f}} s (from %{{base:.2f}} s)<extra></extra>",
+                hovertemplate=f"%{{y}}<br>{label}: %{{x:.2f}} s (from %{{base:.2f}} s)<extra></extra>",
             )
         )
-    fig.update_yaxes(autorange="reversed", dtick=1 if len(ranks) <= 32 else None)
+    # Categories (not numbers): ranks 0 and 4 of a 2-engine run sit next to each other.
+    fig.update_yaxes(autorange="reversed", type="category", categoryorder="array",
+                     categoryarray=[f"rank {r}" for r in ranks])
     return fig

@@ -91,9 +91,10 @@ def fill(a, b, field, keys):
     except ApiError as exc:
         fig = empty_figure(exc.message)
         return fig, fig, fig, fig, alert(exc.message)
-    names = (f"A: {ta['name']}", f"B: {tb['name']}")
-    fig_a = stage_time_figure(steps_a, title=f"Stage time per step, {names[0]}")
-    fig_b = stage_time_figure(steps_b, title=f"Stage time per step, {names[1]}")
+    # Short legend names (the dropdowns above say which trace is A and which is B).
+    names = ("A", "B")
+    fig_a = stage_time_figure(steps_a, title=f"Stage time per step, A: {ta['name']}")
+    fig_b = stage_time_figure(steps_b, title=f"Stage time per step, B: {tb['name']}")
     # One y scale for both stage charts, so equal heights mean equal seconds.
     top = max(_stack_top(fig_a), _stack_top(fig_b))
     if top > 0:

@@ -37,18 +37,18 @@ def body(trace: dict) -> html.Div:
         steps = []
     has_gpu = bool(trace.get("n_gpu_events"))
     step_ids = sorted(set(kineto_steps(trace)) | {s["step"] for s in steps})
-    if not step_ids and not has_gpu:
+    has_stages = has_stage_timings(steps) or bool(trace.get("n_rank_timings"))
+    if not has_gpu and not has_stages:
         return alert("This trace has no GPU events, stage timings or per-rank timings.", "info")
     ranks = kineto_ranks(trace)
     first = kineto_steps(trace)[0] if kineto_steps(trace) else (step_ids[0] if step_ids else None)
-    has_stages = has_stage_timings(steps) or bool(trace.get("n_rank_timings"))
     parts = [
         controls(
             control("Step", dcc.Dropdown(id="gpu-step", options=[{"label": f"step {s}", "value": s} for s in step_ids],
                                          value=first, clearable=False, style={"minWidth": "160px"})),
             control("Ranks", dcc.Dropdown(id="gpu-ranks", multi=True, value=ranks[:DEFAULT_RANKS],
                                           options=[{"label": f"rank {r}", "value": r} for r in ranks],
-                                          placeholder="ranks", style={"minWidth": "260px"}, disabled=not has_gpu)),
+                                          placeholder="ranks", style={"minWidth": "260px"})) if has_gpu else None,
         ),
         dcc.Store(id="gpu-steps", data=steps),
     ]
@@ -69,6 +69,7 @@ def body(trace: dict) -> html.Div:
                                 className="button small secondary"),
                     dcc.Download(id="gpu-download-file"),
                 ),
+                html.Div(id="gpu-download-message"),
                 html.Div(id="gpu-window-info", className="muted"),
                 graph("gpu-kernel-gantt"),
                 help_text="Zoom with the mouse; a grey bar on a rank's 'idle' row is time when none of its streams ran. "
@@ -171,6 +172,7 @@ def fill_kernel_gantt(step, ranks, window, trace_id):
 
 @dash.callback(
     Output("gpu-download-file", "data"),
+    Output("gpu-download-message", "children"),
     Input("gpu-download", "n_clicks"),
     State("gpu-step", "value"),
     State("gpu-ranks", "value"),
@@ -180,19 +182,19 @@ def fill_kernel_gantt(step, ranks, window, trace_id):
 )
 def download(n, step, ranks, window, trace_id):
     if not n:
-        return no_update
-    kw = {"rank": ranks[0] if ranks and len(ranks) == 1 else None}
+        return no_update, no_update
+    kw = {"rank": list(ranks) if ranks else None}
     if window:
         kw.update(start_us=window["start_us"], end_us=window["end_us"])
     else:
         kw.update(step=step)
     try:
         content = session.api().chrome_trace(trace_id, **kw)
-    except ApiError:
-        return no_update
+    except ApiError as exc:
+        return no_update, alert(f"Download failed: {exc.message}")
     suffix = f"step{step}" if not window else f"{window['start_us']:.0f}-{window['end_us']:.0f}us"
-    rank = f"rank{kw['rank']}_" if kw["rank"] is not None else ""
-    return dcc.send_bytes(content, f"trace{trace_id}_{rank}{suffix}.json")
+    rank = "ranks" + "-".join(str(r) for r in ranks) + "_" if ranks else ""
+    return dcc.send_bytes(content, f"trace{trace_id}_{rank}{suffix}.json"), None
 
 
 def top_kernels_table(rows: list[dict]):

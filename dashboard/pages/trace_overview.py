@@ -2,7 +2,8 @@
 
 Ids: overview-cards (one .card per figure, ids card-steps, card-samples, card-tokens,
 card-tail, card-imbalance, card-idle), overview-stage-time (stacked bars),
-overview-lengths (response p50/p90/p99/max over steps), trace-status.
+overview-lengths (response p50/p90/p99/max over steps), overview-gpu (temporal breakdown
+per rank, for traces with GPU events), trace-status.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from dashboard.client import ApiError
 from dashboard.components import PAGE_TRACE_ID, RESULT, alert, analysis_panel, card, graph, section
 from dashboard.figures.common import empty_figure
 from dashboard.figures.distributions import percentile_lines_figure
+from dashboard.figures.gpu import temporal_breakdown_figure
 from dashboard.figures.stages import stage_time_figure
 from dashboard.overview import applicable_analyses, overview_cards
 from dashboard.trace_frame import trace_page
@@ -25,15 +27,23 @@ dash.register_page(__name__, path_template="/traces/<trace_id>", name="Overview"
 CARD_KINDS = ("longtail", "imbalance", "gpu_timeline")
 
 
+def _shown(flag) -> dict:
+    # Sections a trace has no data for stay in the layout (the callback fills every
+    # chart) but are not displayed.
+    return {} if flag else {"display": "none"}
+
+
 def body(trace: dict) -> html.Div:
     kinds = [k for k in applicable_analyses(trace) if k in CARD_KINDS]
     return html.Div([
         html.Div(id="overview-cards", className="cards"),
         html.Div([analysis_panel(k, f"{k} analysis", trace["id"]) for k in kinds]),
-        section("Stage time per step", graph("overview-stage-time"),
-                help_text="Measured seconds per stage from the framework's metric log; 'other' is the rest of "
-                          "the step time."),
-        section("Response length over steps", graph("overview-lengths")),
+        html.Div(section("Stage time per step", graph("overview-stage-time"),
+                         help_text="Measured seconds per stage from the framework's metric log; 'other' is the rest "
+                                   "of the step time."), style=_shown(trace.get("n_steps"))),
+        html.Div(section("Response length over steps", graph("overview-lengths")), style=_shown(trace.get("n_samples"))),
+        html.Div(section("GPU time per rank (HTA temporal breakdown)", graph("overview-gpu")),
+                 style=_shown(trace.get("n_gpu_events"))),
     ])
 
 
@@ -45,6 +55,7 @@ def layout(trace_id: str | None = None, **_):
     Output("overview-cards", "children"),
     Output("overview-stage-time", "figure"),
     Output("overview-lengths", "figure"),
+    Output("overview-gpu", "figure"),
     Input(PAGE_TRACE_ID, "data"),
     Input({"type": RESULT, "kind": ALL}, "data"),
 )
@@ -60,7 +71,14 @@ def fill(trace_id, _results):
         steps = api.steps(trace_id)
         summary = api.summaries(trace_id, field="response") if trace.get("n_samples") else None
     except ApiError as exc:
-        return alert(exc.message), empty_figure(exc.message), empty_figure(exc.message)
+        fig = empty_figure(exc.message)
+        return alert(exc.message), fig, fig, fig
     cards = [card(c.label, c.value, c.hint, card_id=f"card-{c.key}") for c in overview_cards(trace, steps, summary, results)]
     lengths = percentile_lines_figure(summary) if summary else empty_figure("This trace has no samples")
-    return cards, stage_time_figure(steps), lengths
+    if not trace.get("n_gpu_events"):
+        gpu = empty_figure("This trace has no GPU events")
+    elif results.get("gpu_timeline"):
+        gpu = temporal_breakdown_figure(results["gpu_timeline"].get("temporal"))
+    else:
+        gpu = empty_figure("Waiting for the GPU timeline analysis…")
+    return cards, stage_time_figure(steps), lengths, gpu

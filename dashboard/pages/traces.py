@@ -228,7 +228,8 @@ def traces_table(items: list[dict]) -> html.Table | html.P:
     if not items:
         return html.P("No traces yet: drop files above to upload one.", className="muted")
     head = html.Tr([html.Th("Name"), html.Th("Format"), html.Th("Status"), html.Th("Steps", className="num"),
-                    html.Th("Samples", className="num"), html.Th("Size", className="num"), html.Th("Created"), html.Th("")])
+                    html.Th("Samples", className="num"), html.Th("GPU events", className="num"),
+                    html.Th("Size", className="num"), html.Th("Created"), html.Th("")])
     body = []
     for t in items:
         body.append(html.Tr([
@@ -237,6 +238,7 @@ def traces_table(items: list[dict]) -> html.Table | html.P:
             html.Td(_status_cell(t)),
             html.Td(human_count(t.get("n_steps")), className="num"),
             html.Td(human_count(t.get("n_samples")), className="num"),
+            html.Td(human_count(t.get("n_gpu_events")), className="num"),
             html.Td(human_bytes(t.get("size_bytes")), className="num"),
             html.Td(human_time(t.get("created_at"))),
             html.Td(html.Button("Delete", id={"type": "trace-delete", "index": t["id"]}, n_clicks=0,

@@ -110,7 +110,7 @@ def union_by_group(codes: np.ndarray, start: np.ndarray, end: np.ndarray, n_grou
     last_end = np.full(n_groups, np.nan)
     counts = np.bincount(np.asarray(codes, dtype=np.int64), minlength=n_groups)
     block_code, block_start, block_end = merge_by_group(codes, start, end)
-    busy = np.bincount(block_code, weights=block_end - block_start, minlength=n_groups)
+    busy = np.bincount(block_code, weights=block_end - block_start, minlength=n_groups).astype(np.float64)
     if len(block_code):
         first = np.r_[True, block_code[1:] != block_code[:-1]]
         last = np.r_[block_code[1:] != block_code[:-1], True]

@@ -215,8 +215,10 @@ def idle_breakdown(
 
     order = group_order(codes, start)
     g, s, e, lch = codes[order], start[order], end[order], launch[order]
-    has_prev = np.r_[False, g[1:] == g[:-1]]
-    prev_end = np.r_[np.nan, e[:-1]]
+    has_prev = np.zeros(len(g), dtype=bool)
+    has_prev[1:] = g[1:] == g[:-1]
+    prev_end = np.full(len(g), np.nan)
+    prev_end[1:] = e[:-1]
     gap = s - prev_end
     with np.errstate(invalid="ignore"):
         host = has_prev & (lch > prev_end)
@@ -284,7 +286,7 @@ def kernel_type_breakdown(
     rk = rank_codes * n_kinds + kind
     per = union_by_group(rk, start, end, n_ranks * n_kinds)
     total = union_by_group(rank_codes, start, end, n_ranks)
-    sums = np.bincount(rk, weights=dur, minlength=n_ranks * n_kinds)
+    sums = np.bincount(rk, weights=dur, minlength=n_ranks * n_kinds).astype(np.float64)
     with np.errstate(invalid="ignore", divide="ignore"):
         busy_pct = 100.0 * per.busy / np.repeat(total.busy, n_kinds)
     by_kind = {
@@ -321,7 +323,7 @@ def _kind_overlap(rank_codes, ranks, kind, start, end, busy_per_rank) -> dict:  
     active = running > 0
     key = rr[active] * (1 << n_kinds) + running[active]
     uniq, inv = np.unique(key, return_inverse=True)
-    time_us = np.bincount(inv, weights=length[active], minlength=len(uniq))
+    time_us = np.bincount(inv, weights=length[active], minlength=len(uniq)).astype(np.float64)
     keep = time_us > 0
     uniq, time_us = uniq[keep], time_us[keep]
     out_rank = uniq >> n_kinds

@@ -52,8 +52,8 @@ class Calibration:
     cluster: ClusterConfig
     fit_steps: list[int]
     method: str  # "turn_latency" | "t_gen_scale" | "roofline"
-    cost: float | None = None
-    evaluations: int = 0
+    cost: float | None = None  # 0.5 · Σ relative error² at the fit
+    evaluations: int = 0  # replays of the fit steps run while fitting
     candidates: list[dict] = field(default_factory=list)
     train_mfu: float | None = None
 
@@ -61,8 +61,7 @@ class Calibration:
         return {
             "coefficients": self.coefficients.to_dict(),
             "limits": dataclasses.asdict(self.limits),
-            "rollout_replicas": self.cluster.rollout_replicas,
-            "rollout_tp": self.cluster.rollout_tp,
+            "cluster": {**dataclasses.asdict(self.cluster), "gpu": dataclasses.asdict(self.cluster.gpu)},
             "train_mfu": self.train_mfu,
             "fit_steps": list(self.fit_steps),
             "method": self.method,
@@ -70,6 +69,18 @@ class Calibration:
             "evaluations": self.evaluations,
             "candidates": self.candidates,
         }
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Calibration":
+        """Inverse of `to_dict` (e.g. a stored calibration reused for later replays)."""
+        return cls(
+            coefficients=EngineCoefficients.from_dict(d["coefficients"]),
+            limits=EngineLimits.from_dict(d["limits"]),
+            cluster=ClusterConfig.from_dict(d["cluster"]),
+            fit_steps=[int(s) for s in d["fit_steps"]], method=str(d["method"]), cost=d.get("cost"),
+            evaluations=int(d.get("evaluations", 0)), candidates=list(d.get("candidates", [])),
+            train_mfu=d.get("train_mfu"),
+        )
 
 
 def _select(steps: list[StepWorkload], ids: list[int] | None) -> list[StepWorkload]:
@@ -139,23 +150,33 @@ def _fit_turn_latency(fit, cluster, model, limits, start, candidates, max_evalua
         candidates = [limits, dataclasses.replace(limits, max_running_seqs=max(every, limits.max_running_seqs), kv_cache_tokens=UNBOUNDED_KV)]
     meas = np.concatenate([w.turn_engine_latency_s for w in fit])
     x0 = np.clip(np.log([max(getattr(start, f), 1e-12) for f in COEFFICIENT_FIELDS]), _LOG_LO, _LOG_HI)
-    best = None
-    tried = []
-    for lim in candidates:
-        kv = lim.kv_capacity(cluster, model)
+    simulations = [0]
 
+    def residual_fn(lim: EngineLimits, kv: float):
         def residual(x: np.ndarray) -> np.ndarray:
+            simulations[0] += 1
             env = _env(cluster, model, lim, EngineCoefficients(*map(float, np.exp(x))), kv)
             lat = np.concatenate([_request_latency(env, w)[0] for w in fit])
             return (lat - meas) / np.maximum(meas, 1e-3)
+        return residual
 
-        sol = least_squares(residual, x0, bounds=(_LOG_LO, _LOG_HI), method="trf", diff_step=1e-3, max_nfev=max_evaluations)
-        tried.append({"max_running_seqs": lim.max_running_seqs, "kv_cache_tokens": int(kv),
-                      "cost": float(sol.cost), "evaluations": int(sol.nfev)})
-        if best is None or sol.cost < best[0]:
-            best = (float(sol.cost), EngineCoefficients(*map(float, np.exp(sol.x))), dataclasses.replace(lim, kv_cache_tokens=int(kv)))
-    cost, coeffs, lim_out = best
-    return Calibration(coeffs, lim_out, cluster, ids, "turn_latency", cost, sum(t["evaluations"] for t in tried), tried, train_mfu)
+    def solve(lim: EngineLimits, x_start: np.ndarray, tol: float):
+        kv = lim.kv_capacity(cluster, model)
+        sol = least_squares(residual_fn(lim, kv), x_start, bounds=(_LOG_LO, _LOG_HI), method="trf", diff_step=1e-3,
+                            ftol=tol, xtol=tol, gtol=tol, max_nfev=max_evaluations)
+        return sol, kv
+
+    # screen every candidate with a loose tolerance, then refine the best one
+    tried, best = [], None
+    for lim in candidates:
+        sol, kv = solve(lim, x0, 1e-3)
+        tried.append({"max_running_seqs": lim.max_running_seqs, "kv_cache_tokens": int(kv), "cost": float(sol.cost)})
+        if best is None or sol.cost < best[0].cost:
+            best = (sol, lim)
+    sol, kv = solve(best[1], best[0].x, 1e-6)
+    coeffs = EngineCoefficients(*map(float, np.exp(sol.x)))
+    lim_out = dataclasses.replace(best[1], kv_cache_tokens=int(kv))
+    return Calibration(coeffs, lim_out, cluster, ids, "turn_latency", float(sol.cost), simulations[0], tried, train_mfu)
 
 
 

@@ -212,32 +212,47 @@ class ReplicaEngine:
 
     def _decode(self, m: int, tau: float) -> list[int]:
         self._mark_busy()
-        if not self.waiting and self.B < self._peak:
+        B = self.B
+        if not self.waiting and B < self._peak:
             # nothing left to admit: the free slots are the rollout tail
-            self._tail += tau * (1.0 - self.B / self._peak)
+            self._tail += tau * (1.0 - B / self._peak)
         self.t += tau
         self.G += m
-        self.decoded_tokens += self.B * m
+        self.decoded_tokens += B * m
         G = self.G
         heap = self._heap
         st = self.store
-        seqs, end, g0s, kv0, nxt = st.seq, st.end, st.g0, st.kv0, st.next
+        seqs, end, g0s, kv0, nxt, gen = st.seq, st.end, st.g0, st.kv0, st.next, st.generated
+        pop = heapq.heappop
         done = []
         t = self.t
+        S = self.S
         while heap and heap[0][0] < G:
-            _, seq, r = heapq.heappop(heap)
+            _, seq, r = pop(heap)
             if seqs[r] != seq:
                 continue
             seqs[r] = -1
-            self.B -= 1
-            self.S -= kv0[r] - g0s[r]
-            st.generated[r] += 1 + G - g0s[r]
+            B -= 1
+            g0 = g0s[r]
+            S -= kv0[r] - g0
+            gen[r] += 1 + G - g0
             end[r] = t
             done.append(r)
             n = nxt[r]
             if n >= 0:
-                self.submit(n, t + st.gap[r])
+                self._next_turn(n, t + st.gap[r])
+        self.B = B
+        self.S = S
         return done
+
+    def _next_turn(self, rid: int, time: float) -> None:
+        """A trajectory's next turn arrives after its tool call (at once when gap 0)."""
+        self.store.arrive[rid] = time
+        if time <= self.t:
+            self.waiting.append(rid)
+        else:
+            self._n_arrivals += 1
+            heapq.heappush(self._arrivals, (time, self._n_arrivals, rid))
 
     def _prefill(self, k: int, tau: float, sp: int) -> list[int]:
         self._mark_busy()
@@ -245,32 +260,40 @@ class ReplicaEngine:
         seqs, left, context, g0s, kv0, admit = st.seq, st.left, st.context, st.g0, st.kv0, st.admit
         G = self.G
         start = self.t
-        self.t += tau
+        t = self.t = start + tau
         self.prefilled_tokens += sp
         done = []
+        waiting = self.waiting
+        heap, stack = self._heap, self._stack
+        push = heapq.heappush
+        seq = self._seq
+        B, S = self.B, self.S
         for _ in range(k):
-            r = self.waiting.popleft()
+            r = waiting.popleft()
             if admit[r] != admit[r]:  # NaN: first admission
                 admit[r] = start
-            if left[r] == 1:
+            n_left = left[r]
+            if n_left == 1:
                 st.generated[r] += 1
-                st.end[r] = self.t
+                st.end[r] = t
                 done.append(r)
                 n = st.next[r]
                 if n >= 0:
-                    self.submit(n, self.t + st.gap[r])
+                    self._next_turn(n, t + st.gap[r])
                 continue
-            self._seq += 1
-            seq = self._seq
+            seq += 1
             seqs[r] = seq
             g0s[r] = G
-            kv0[r] = context[r] + 1
-            self.S += context[r] + 1 - G
-            self.B += 1
-            heapq.heappush(self._heap, (G + left[r] - 2, seq, r))
-            self._stack.append((r, seq))
-        if self.B > self._peak:
-            self._peak = self.B
+            kv = context[r] + 1
+            kv0[r] = kv
+            S += kv - G
+            B += 1
+            push(heap, (G + n_left - 2, seq, r))
+            stack.append((r, seq))
+        self._seq = seq
+        self.B, self.S = B, S
+        if B > self._peak:
+            self._peak = B
         return done
 
     def _preempt(self) -> None:

@@ -163,8 +163,9 @@ def workload_from_columns(
     samples needs step, group_idx, sample_idx, prompt_len, response_len (optional
     dp_rank, validate, latency_s). turns (step, group_idx, sample_idx, turn,
     prompt_tokens, cached_tokens, completion_tokens, engine_latency_s) makes the step
-    multi-turn; tool_calls (step, group_idx, sample_idx, turn, latency_s) adds tool
-    latency after each turn. rank_timings rows with phase "reward" give per-rank reward
+    multi-turn (without cached_tokens, a turn is assumed to find the previous turn's
+    context in the prefix cache); tool_calls (step, group_idx, sample_idx, turn,
+    latency_s) adds tool latency after each turn. rank_timings rows with phase "reward" give per-rank reward
     time; steps carries t_* timings. Validation rows are dropped unless asked for.
     """
     _require(samples, "samples", ("step", "group_idx", "sample_idx", "prompt_len", "response_len"))
@@ -228,10 +229,19 @@ def _turn_rows(turns: dict, tool_calls: dict | None, sample_key: np.ndarray) -> 
     order = np.lexsort((tnum, row))
     order = order[found[order]]
     prompt = _col(turns, "prompt_tokens", np.int64)
+    completion = _col(turns, "completion_tokens", np.int64)
     cached = _col(turns, "cached_tokens", np.int64)
     if cached is None:
-        cached = np.zeros_like(prompt)
-    cached = np.maximum(cached, 0)
+        cached = np.full(prompt.size, -1, np.int64)
+    unknown = cached < 0  # absent, or NULL read back as -1
+    if unknown.any():
+        # assume the prefix cache kept the previous turn's context
+        o = order
+        same = np.r_[False, row[o][1:] == row[o][:-1]]
+        prev_ctx = np.r_[0, (prompt[o] + completion[o])[:-1]]
+        guess = np.zeros(prompt.size, np.int64)
+        guess[o] = np.where(same, np.minimum(prev_ctx, prompt[o]), 0)
+        cached = np.where(unknown, guess, cached)
     lat = _col(turns, "engine_latency_s", np.float64)
     tool = np.zeros(prompt.size)
     if tool_calls is not None and len(tool_calls.get("step", [])):
@@ -249,7 +259,7 @@ def _turn_rows(turns: dict, tool_calls: dict | None, sample_key: np.ndarray) -> 
         np.add.at(tool, srt[posc[hit]], clat[hit])
     return {
         "row": row[order], "prompt": prompt[order], "cached": cached[order],
-        "completion": _col(turns, "completion_tokens", np.int64)[order], "tool": tool[order],
+        "completion": completion[order], "tool": tool[order],
         "latency": None if lat is None else lat[order],
     }
 

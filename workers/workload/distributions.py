@@ -30,7 +30,12 @@ class MarginalFit:
 
     @property
     def dist(self):
-        return DISTRIBUTIONS[self.kind](*self.params)
+        # frozen scipy distributions are slow to build: keep one
+        cached = self.__dict__.get("_dist")
+        if cached is None or cached[0] != (self.kind, self.params):
+            cached = ((self.kind, self.params), DISTRIBUTIONS[self.kind](*self.params))
+            self.__dict__["_dist"] = cached
+        return cached[1]
 
     def cdf(self, x):
         return self.dist.cdf(x)

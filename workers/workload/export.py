@@ -8,9 +8,12 @@
 - `multiturn_rows(step)`: ``multiturn_workload_step_N.jsonl`` rows for multi-turn steps
   (turns with prompt/cached/completion tokens, tool calls with latency), the subset of
   fields the simulator and the analyses read.
-- `compact_json(steps)`: the whole-run compact format keyed by step. Single-turn:
-  ``{"0": {"input": [prompt per group], "output": [response per sample, group-major]}}``;
-  multi-turn: ``{"0": [{"input": [new tokens per turn], "output": [completion per turn]}, ...]}``.
+- `compact_json(steps)`: the whole-run compact format keyed by step, as the project's
+  reader (backend/formats/polytrace.py) and PolyTrace's loader take it. Single-turn:
+  ``{"0": {"input": [prompt per group], "output": [[responses of group 0], ...]}}``;
+  multi-turn: ``{"0": [{"input": [prompt tokens of each turn], "output": [completion
+  tokens of each turn]}, ...]}`` — a turn's prompt is the whole context at that turn
+  (previous prompt + completion + appended tool tokens).
 - `write_packed_jsonl(directory, steps)`, `write_multiturn_jsonl(directory, steps)`,
   `write_compact_json(path, steps)`: write them (orjson), returning the paths.
 """
@@ -76,9 +79,10 @@ def compact_json(steps: list[GeneratedStep]) -> dict:
     for s in steps:
         if s.turns is None:
             out[str(s.step)] = {"input": [int(x) for x in s.prompt],
-                                "output": [int(x) for r in s.responses for x in r]}
+                                "output": [[int(x) for x in r] for r in s.responses]}
         else:
-            out[str(s.step)] = [{"input": [int(x) for x in t["input"]], "output": [int(x) for x in t["output"]]}
+            out[str(s.step)] = [{"input": np.cumsum(np.r_[0, t["input"]][1:] + np.r_[0, t["output"][:-1]]).astype(int).tolist(),
+                                 "output": [int(x) for x in t["output"]]}
                                 for grp in s.turns for t in grp]
     return out
 

@@ -155,25 +155,44 @@ def _draw_step(model: TaskLengthModel, par: dict, sizes: np.ndarray, rng, match_
 
 def _draw_turns(model: TaskLengthModel, prompt: np.ndarray, responses: list[np.ndarray], rng) -> list[list[dict]]:
     mt = model.multiturn
+    sizes = np.array([r.size for r in responses], np.int64)
+    total = np.concatenate(responses) if responses else np.zeros(0, np.int64)
+    n = total.size
     counts = np.array(sorted(mt.turns), np.int64)
     p = np.array([mt.turns[c] for c in counts], float)
+    k = rng.choice(counts, size=n, p=p / p.sum())
+    # tool calls after every non-final turn, their response tokens and latency
+    n_tool_turns = int((k - 1).sum())
     calls = np.array(sorted(mt.calls_per_turn), np.int64) if mt.calls_per_turn else np.array([1])
     pc = np.array([mt.calls_per_turn[c] for c in calls], float) if mt.calls_per_turn else np.array([1.0])
-    out = []
-    for g, resp in enumerate(responses):
+    per_turn = rng.choice(calls, size=n_tool_turns, p=pc / pc.sum())
+    n_calls = int(per_turn.sum())
+    starts = np.r_[0, np.cumsum(per_turn)[:-1]] if n_tool_turns else np.zeros(0, np.int64)
+
+    def per_turn_sum(fit) -> np.ndarray:
+        if fit is None or n_calls == 0:
+            return np.zeros(n_tool_turns)
+        v = fit.sample(n_calls, rng)
+        out = np.add.reduceat(v, starts) if n_tool_turns else np.zeros(0)
+        return np.where(per_turn > 0, out, 0.0)
+
+    tool_tok = np.round(per_turn_sum(mt.tool_tokens) + mt.template_tokens).astype(np.int64)
+    tool_lat = per_turn_sum(mt.tool_latency)
+    share = mt.completion.sample(int(k.sum()), rng)
+    out, i, t_pos, s_pos = [], 0, 0, 0
+    for g, size in enumerate(sizes.tolist()):
         grp = []
-        for total in resp.tolist():
-            k = int(rng.choice(counts, p=p / p.sum()))
-            inputs, lat = [int(prompt[g])], []
-            for i in range(k - 1):
-                c = int(rng.choice(calls, p=pc / pc.sum()))
-                tok = mt.tool_tokens.sample(c, rng).sum() if (mt.tool_tokens and c) else 0.0
-                inputs.append(int(round(tok + mt.template_tokens)))
-                lat.append(float(mt.tool_latency.sample(c, rng).sum()) if (mt.tool_latency and c) else 0.0)
+        for _ in range(size):
+            kk = int(k[i])
+            tok = tool_tok[t_pos:t_pos + kk - 1]
             # the response length covers generated and appended tool tokens
-            budget = max(k, total - sum(inputs[1:]))
-            share = mt.completion.sample(k, rng)
-            comp = np.maximum(np.round(budget * share / share.sum()), 1).astype(np.int64)
-            grp.append({"input": inputs, "output": comp.tolist(), "tool_latency_s": lat})
+            budget = max(kk, int(total[i]) - int(tok.sum()))
+            sh = share[s_pos:s_pos + kk]
+            comp = np.maximum(np.round(budget * sh / sh.sum()), 1).astype(np.int64)
+            grp.append({"input": [int(prompt[g])] + tok.tolist(), "output": comp.tolist(),
+                        "tool_latency_s": tool_lat[t_pos:t_pos + kk - 1].tolist()})
+            i += 1
+            t_pos += kk - 1
+            s_pos += kk
         out.append(grp)
     return out

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.special import logsumexp, ndtr
+from scipy.special import ndtr
 
 
 @dataclass
@@ -38,9 +38,9 @@ class GaussianMixture:
         out = np.empty((X.shape[0], self.k))
         for j in range(self.k):
             L = np.linalg.cholesky(self.covariances[j])
-            z = np.linalg.solve(L, (X - self.means[j]).T)
+            z = (X - self.means[j]) @ np.linalg.inv(L).T
             logdet = 2.0 * np.log(np.diag(L)).sum()
-            out[:, j] = np.log(self.weights[j]) - 0.5 * (np.sum(z * z, axis=0) + logdet + self.d * np.log(2 * np.pi))
+            out[:, j] = np.log(self.weights[j]) - 0.5 * (np.einsum("ij,ij->i", z, z) + logdet + self.d * np.log(2 * np.pi))
         return out
 
     def score(self, X: np.ndarray) -> float:
@@ -105,6 +105,12 @@ class GaussianMixture:
         w = np.asarray(d["weights"], dtype=np.float64)
         return cls(w / w.sum(), np.asarray(d["means"], dtype=np.float64), np.asarray(d["covariances"], dtype=np.float64),
                    float(d.get("log_likelihood", float("nan"))))
+
+
+def logsumexp(a: np.ndarray, axis: int = 1, keepdims: bool = False) -> np.ndarray:
+    m = a.max(axis=axis, keepdims=True)
+    out = m + np.log(np.exp(a - m).sum(axis=axis, keepdims=True))
+    return out if keepdims else np.squeeze(out, axis=axis)
 
 
 def _kmeans_pp(X: np.ndarray, k: int, rng: np.random.Generator) -> np.ndarray:

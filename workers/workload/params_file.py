@@ -161,9 +161,10 @@ def sample_tool_sessions(
 ) -> list[tuple[np.ndarray, np.ndarray]]:
     """n sessions: per session (inputs per call, outputs per call). The number of
     calls follows the file's histogram, or is fixed to `calls`."""
-    if calls is not None and calls not in p.sequences:
-        raise ValueError(f"calls: no sequence model for {calls} calls")
-    counts = np.full(n, calls, np.int64) if calls is not None else sample_call_counts(p, n, rng)
+    if calls is not None:
+        draws = sample_tool_matrix(p, calls, n, rng, max_len=max_len)
+        return [(d[:calls], d[calls:]) for d in draws]
+    counts = sample_call_counts(p, n, rng)
     out: list = [None] * n
     for c in np.unique(counts):
         idx = np.flatnonzero(counts == c)
@@ -173,6 +174,14 @@ def sample_tool_sessions(
         for j, i in enumerate(idx):
             out[i] = (draws[j, :c], draws[j, c:])
     return out
+
+
+def sample_tool_matrix(p: TaskParameters, calls: int, n: int, rng: np.random.Generator, *, max_len: int = DEFAULT_MAX_LEN) -> np.ndarray:
+    """(n, 2·calls) draws of input_1..c, output_1..c for sessions with `calls` calls."""
+    if calls not in p.sequences:
+        raise ValueError(f"calls: no sequence model for {calls} calls")
+    m = p.sequences[calls]
+    return _finish(rng.multivariate_normal(m.mean, m.cov, size=n, method="eigh"), max_len)
 
 
 def tool_cdfs(p: TaskParameters, calls: int):

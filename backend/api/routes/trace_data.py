@@ -7,8 +7,11 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, HTTPException, Query, status
+import orjson
+from fastapi import APIRouter, HTTPException, Query, Response, status
 from sqlalchemy import func, select
+
+from backend.columns import read_columns
 
 from backend.api.deps import SessionDep, TraceDep
 from backend.api.errors import ERROR_RESPONSES
@@ -25,6 +28,7 @@ from backend.api.schemas import (
 )
 from backend.formats.base import GpuKind
 from backend.models import GpuEvent, GpuKernelName, RankTiming, Sample, Step, Trace, TraceStatus
+from workers.analysis.gpu_export import chrome_trace_export
 from workers.analysis.stats import LOG_BIN_EDGES
 
 router = APIRouter(prefix="/traces/{trace_id}", tags=["trace data"], responses=ERROR_RESPONSES)
@@ -162,3 +166,38 @@ def list_gpu_events(
         for e, name in rows[:limit]
     ]
     return GpuEventPage(items=items, truncated=len(rows) > limit)
+
+
+@router.get(
+    "/gpu-events/chrome-trace",
+    responses={200: {"description": "Chrome trace-event JSON (opens in Perfetto / chrome://tracing)"}},
+)
+def export_chrome_trace(
+    session: SessionDep,
+    trace: TraceDep,
+    rank: Annotated[list[int] | None, Query()] = None,
+    step: int | None = None,
+    start_us: float | None = None,
+    end_us: float | None = None,
+):
+    """The GPU events of a rank/step/time window as a downloadable Chrome trace."""
+    require_ready(trace)
+    conn = session.connection()
+    events = read_columns(
+        conn, "gpu_events", trace.id, ["rank", "stream", "step", "kind", "name_id", "start_us", "dur_us"], order_by="event_idx"
+    )
+    names = dict(
+        session.execute(
+            select(GpuKernelName.name_id, GpuKernelName.name).where(GpuKernelName.trace_id == trace.id)
+        ).all()
+    )
+    window = None
+    if start_us is not None or end_us is not None:
+        window = (start_us if start_us is not None else float("-inf"), end_us if end_us is not None else float("inf"))
+    body = chrome_trace_export(events, ranks=rank, step=step, window_us=window, names=names)
+    filename = f"trace-{trace.id}" + (f"-step{step}" if step is not None else "") + ".json"
+    return Response(
+        orjson.dumps(body, option=orjson.OPT_SERIALIZE_NUMPY),
+        media_type="application/json",
+        headers={"Content-Disposition": f'attachment; filename="{filename}"'},
+    )

@@ -1,0 +1,398 @@
+"""The dashboard in a real browser: headless Chromium (Debian's, never downloaded)
+driving the real server (`rlvr-explorer serve`, with its worker) in a subprocess.
+
+Each test reads what the charts hold from the DOM (`.js-plotly-plot`.data of the chart
+with a stable id) and compares it with values computed here from the uploaded rows,
+and fails on any SEVERE entry in the browser console.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+
+from tests.conftest import ROOT
+from tests.helpers import synthetic_rows, write_packed_dir
+
+pytestmark = pytest.mark.browser
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMEDRIVER = "/usr/bin/chromedriver"
+TIMEOUT = 60
+
+
+# -- the server ---------------------------------------------------------------------
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    def __init__(self, base: str, key: str, env: dict, log: Path):
+        self.base, self.key, self.env, self.log = base, key, env, log
+        self.api = httpx.Client(base_url=base + "/api/v1", headers={"X-API-Key": key}, timeout=60)
+
+    def upload(self, files: list[Path], name: str) -> dict:
+        parts = [("files", (f.name, f.read_bytes(), "application/octet-stream")) for f in files]
+        r = self.api.post("/traces", files=parts, data={"name": name})
+        assert r.status_code in (200, 201, 202), r.text
+        body = r.json()
+        trace = body["trace"] if r.status_code == 202 else body
+        self.wait_ready(trace["id"])
+        return trace
+
+    def wait_ready(self, trace_id: int) -> dict:
+        deadline = time.monotonic() + TIMEOUT
+        while time.monotonic() < deadline:
+            t = self.api.get(f"/traces/{trace_id}").json()
+            if t["status"] in ("ready", "failed"):
+                assert t["status"] == "ready", t
+                return t
+            time.sleep(0.3)
+        raise AssertionError(f"trace {trace_id} not ready")
+
+    def other_team_key(self) -> str:
+        out = subprocess.run([sys.executable, "-m", "backend.cli", "create-team", "other team"], env=self.env,
+                             cwd=ROOT, capture_output=True, text=True, timeout=60, check=True)
+        return out.stdout.strip().splitlines()[-1]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    for path in (CHROMIUM, CHROMEDRIVER):
+        assert Path(path).exists(), f"{path} is missing (apt-get install chromium chromium-driver)"
+    data = tmp_path_factory.mktemp("server")
+    port = _free_port()
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "CELERY_BROKER_URL")}
+    env.update(RLVR_DATA_DIR=str(data), RLVR_SECRET_KEY="browser-test-secret", PYTHONUNBUFFERED="1")
+    log = data / "serve.log"
+    proc = subprocess.Popen([sys.executable, "-m", "backend.cli", "serve", "--no-demo", "--port", str(port),
+                             "--concurrency", "1"], cwd=ROOT, env=env, stdout=log.open("wb"),
+                            stderr=subprocess.STDOUT, start_new_session=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"server exited:\n{log.read_text()[-3000:]}")
+            try:
+                if httpx.get(base + "/api/v1/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"server did not start:\n{log.read_text()[-3000:]}")
+            time.sleep(0.5)
+        yield Server(base, (data / "local_team_key").read_text().strip(), env, log)
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)  # serve stops its worker on the way out
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+
+
+# -- the browser ----------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def downloads(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("downloads")
+
+
+@pytest.fixture(scope="module")
+def browser(server, downloads):
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = CHROMIUM
+    for arg in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                "--disable-component-update", "--disable-sync", "--window-size=1400,1800"):
+        opts.add_argument(arg)
+    opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    opts.add_experimental_option("prefs", {"download.default_directory": str(downloads),
+                                           "download.prompt_for_download": False})
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=opts)
+    driver.execute_cdp_cmd("Page.setDownloadBehavior", {"behavior": "allow", "downloadPath": str(downloads)})
+    try:
+        yield Browser(driver, server)
+    finally:
+        driver.quit()
+
+
+class Browser:
+    def __init__(self, driver, server: Server):
+        self.d, self.server = driver, server
+
+    # navigation and waiting
+    def open(self, path: str) -> None:
+        self.d.get(self.server.base + path)
+
+    def wait(self, predicate, what: str, timeout: float = TIMEOUT):
+        deadline = time.monotonic() + timeout
+        last = None
+        while time.monotonic() < deadline:
+            try:
+                last = predicate()
+                if last:
+                    return last
+            except Exception as exc:  # noqa: BLE001 - the DOM is still changing
+                last = exc
+            time.sleep(0.25)
+        self.assert_console_clean()
+        raise AssertionError(f"timed out waiting for {what} (last: {last!r})")
+
+    def css(self, selector: str):
+        from selenium.webdriver.common.by import By
+
+        return self.d.find_elements(By.CSS_SELECTOR, selector)
+
+    def text(self, element_id: str) -> str:
+        return self.d.execute_script(f"var e = document.getElementById({json.dumps(element_id)}); "
+                                     "return e ? e.innerText : null;")
+
+    def chart(self, chart_id: str) -> list[dict] | None:
+        """The plotly traces drawn in the chart with this id (None before it drew)."""
+        return self.d.execute_script(
+            f"var g = document.getElementById({json.dumps(chart_id)});"
+            "var p = g && g.querySelector('.js-plotly-plot');"
+            "return p && p.data ? JSON.parse(JSON.stringify(p.data)) : null;")
+
+    def wait_chart(self, chart_id: str, *names: str) -> dict[str, dict]:
+        """Wait until the chart shows traces (with these names, when given); by name."""
+        def ready():
+            data = self.chart(chart_id)
+            if not data:
+                return None
+            by_name = {t.get("name"): t for t in data}
+            return by_name if all(n in by_name for n in names) else None
+        return self.wait(ready, f"chart {chart_id} with {names or 'data'}")
+
+    def sign_in(self, key: str) -> None:
+        from selenium.webdriver.common.by import By
+
+        self.open("/sign-in")
+        box = self.wait(lambda: self.d.find_element(By.ID, "sign-in-key"), "the sign-in form")
+        box.clear()
+        box.send_keys(key)
+        self.d.find_element(By.ID, "sign-in-submit").click()
+
+    def assert_console_clean(self) -> None:
+        severe = [e for e in self.d.get_log("browser") if e["level"] == "SEVERE"]
+        assert not severe, "browser console errors:\n" + "\n".join(e["message"][:500] for e in severe)
+
+
+# -- expected values, computed from the uploaded rows -----------------------------------
+def responses(rows: list[dict]) -> np.ndarray:
+    return np.array([o for r in rows for o in r["output"]], dtype=np.float64)
+
+
+def dp_token_loads(rows: list[dict]) -> dict[int, float]:
+    loads: dict[int, float] = {}
+    for r in rows:
+        loads[r["dp_rank"]] = loads.get(r["dp_rank"], 0.0) + sum(r["input"] + o for o in r["output"])
+    return loads
+
+
+def rollout_idle_share(rows: list[dict]) -> float:
+    """1 - sum(len) / (engines x longest), engines = dp ranks (longtail's definition)."""
+    by_engine: dict[int, list[int]] = {}
+    for r in rows:
+        by_engine.setdefault(r["dp_rank"], []).extend(r["output"])
+    longest = max(max(v) for v in by_engine.values())
+    return sum(longest - np.mean(v) for v in by_engine.values()) / (len(by_engine) * longest)
+
+
+STEPS = 5
+
+
+@pytest.fixture(scope="module")
+def per_step():
+    return synthetic_rows(steps=STEPS, groups=16, n=4, seed=3)
+
+
+# -- the tests --------------------------------------------------------------------------
+def test_sign_in_upload_and_every_trace_page(browser, server, per_step, tmp_path):
+    b = browser
+    # a page needs a team: the browser is sent to sign in, and comes back afterwards
+    b.open("/traces")
+    b.wait(lambda: "/sign-in" in b.d.current_url and b.css("#sign-in-key"), "redirect to sign-in")
+    b.sign_in("not-a-key")
+    b.wait(lambda: "not valid" in (b.text("sign-in-message") or ""), "the wrong-key message")
+    b.sign_in(server.key)
+    b.wait(lambda: b.d.current_url.endswith("/traces") and b.text("team-name") == "local", "signed in on /traces")
+
+    # upload a run folder's files by drag-and-drop input; the trace appears, ready
+    folder = write_packed_dir(tmp_path / "run", per_step)
+    files = sorted(folder.iterdir())
+    b.css("#trace-upload input[type=file]")[0].send_keys("\n".join(str(f) for f in files))
+    ok = b.wait(lambda: b.text("upload-ok"), "the upload confirmation")
+    assert f"{STEPS} steps" in ok and f"{STEPS * 16 * 4:,} samples" in ok
+    assert [li.get_attribute("data-file") for li in b.css("#upload-status li")] == [f.name for f in files]
+    row = b.wait(lambda: [r for r in b.css("#traces-table tr[data-trace-id]") if r.get_attribute("data-status") == "ready"],
+                 "the ready trace in the table")[0]
+    trace_id = int(row.get_attribute("data-trace-id"))
+    b.assert_console_clean()
+
+    # overview: cards and the response percentiles over steps
+    b.open(f"/traces/{trace_id}")
+    b.wait(lambda: (b.text("card-steps") or "").split("\n")[1:2] == [str(STEPS)], "the steps card")
+    lines = b.wait_chart("overview-lengths", "p50", "p99")
+    assert lines["p50"]["y"] == pytest.approx([np.percentile(responses(r), 50) for r in per_step])
+    tokens = sum(r["input"] * len(r["output"]) + sum(r["output"]) for rows in per_step for r in rows)
+    assert f"{tokens:,}" in b.text("card-tokens")
+    b.wait(lambda: "x" in (b.text("card-imbalance") or "").split("\n")[1], "the imbalance card from its analysis")
+    b.assert_console_clean()
+
+    # distributions: one box per step from the stored percentiles; the heatmap shares
+    b.open(f"/traces/{trace_id}/distributions")
+    box = b.wait_chart("dist-box", "p25-p75, whiskers p10-p90")["p25-p75, whiskers p10-p90"]
+    assert box["x"] == list(range(STEPS))
+    assert box["q1"] == pytest.approx([np.percentile(responses(r), 25) for r in per_step])
+    assert box["upperfence"] == pytest.approx([np.percentile(responses(r), 90) for r in per_step])
+    heat = next(iter(b.wait_chart("dist-heatmap").values()))
+    assert np.allclose(np.nansum(np.array(heat["z"], dtype=float), axis=0), 100.0)
+    cdf = b.wait_chart("dist-cdf")
+    assert len(cdf) == min(4, STEPS) and all(t["y"][-1] == pytest.approx(1.0) for t in cdf.values())
+    idle = b.wait_chart("longtail-idle")
+    total = np.sum([t["y"] for t in idle.values()], axis=0)
+    assert total == pytest.approx([100 * rollout_idle_share(r) for r in per_step])
+    b.assert_console_clean()
+
+    # imbalance: recorded max/mean of the DP token loads, and KK/LPT never above it here
+    b.open(f"/traces/{trace_id}/imbalance")
+    ratio = b.wait_chart("imb-ratio", "recorded", "Karmarkar-Karp", "LPT")
+    expected = [max(v) / np.mean(v) for v in (list(dp_token_loads(r).values()) for r in per_step)]
+    assert ratio["recorded"]["y"] == pytest.approx(expected)
+    assert all(k <= r + 1e-9 for k, r in zip(ratio["Karmarkar-Karp"]["y"], ratio["recorded"]["y"]))
+    heat = next(iter(b.wait_chart("imb-heatmap").values()))
+    assert np.array(heat["z"], dtype=float).shape == (4, STEPS)  # dp ranks x steps
+    assert "%" in b.text("imb-kk-saved")
+    b.assert_console_clean()
+
+    # the GPU timeline and multi-turn pages say what this trace lacks
+    b.open(f"/traces/{trace_id}/gpu")
+    b.wait(lambda: "no GPU events" in (b.text("_pages_content") or ""), "the no-GPU message")
+    b.open(f"/traces/{trace_id}/multiturn")
+    b.wait(lambda: "no turns" in (b.text("_pages_content") or ""), "the no-turns message")
+
+    # jobs: the analyses the pages started, finished
+    b.open("/jobs")
+    b.wait(lambda: {r.get_attribute("data-kind") for r in b.css("#jobs-table tr[data-status=succeeded]")}
+           >= {"longtail", "imbalance"}, "succeeded analysis jobs")
+    b.assert_console_clean()
+
+
+def test_upload_error_is_shown_next_to_its_file(browser, server, per_step, tmp_path):
+    b = browser
+    b.sign_in(server.key)
+    b.wait(lambda: b.css("#trace-upload input[type=file]"), "the traces page")
+    good = write_packed_dir(tmp_path / "bad", per_step[:1])
+    bad = good / "packed_lengths_step_1.jsonl"
+    rows = [dict(r) for r in per_step[1]]
+    rows[2]["output"] = "many"  # line 3 is broken
+    bad.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    b.css("#trace-upload input[type=file]")[0].send_keys(f"{good / 'packed_lengths_step_0.jsonl'}\n{bad}")
+    err = b.wait(lambda: b.css("#upload-status li[data-file='packed_lengths_step_1.jsonl'] .file-error"),
+                 "the error next to the bad file")[0].text
+    assert "line 3" in err and "output" in err
+    assert not b.css("#upload-status li[data-file='packed_lengths_step_0.jsonl'] .file-error")
+    assert "nothing was stored" in b.text("upload-error")
+    b.assert_console_clean()
+
+
+def test_compare_delete_sign_out_and_other_team(browser, server, per_step, tmp_path):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as EC
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    b = browser
+    a = server.upload(sorted(write_packed_dir(tmp_path / "a", per_step[:3]).iterdir()), "compare A")
+    other = synthetic_rows(steps=3, groups=8, n=4, seed=11)
+    c = server.upload(sorted(write_packed_dir(tmp_path / "c", other).iterdir()), "compare C")
+    b.sign_in(server.key)
+    b.wait(lambda: b.css("#traces-table tr[data-trace-id]"), "the traces page")
+
+    b.open(f"/compare?a={a['id']}&b={c['id']}")
+    lines = b.wait_chart("cmp-lengths", "A p50", "B p99")
+    assert lines["B p99"]["y"] == pytest.approx([np.percentile(responses(r), 99) for r in other])
+    assert len(b.wait_chart("cmp-cdf")) == 2
+    b.assert_console_clean()
+
+    # delete C with confirmation
+    b.open("/traces")
+    button = b.wait(lambda: b.d.find_element(By.CSS_SELECTOR, f"tr[data-trace-id='{c['id']}'] button"), "C's row")
+    button.click()
+    WebDriverWait(b.d, 10).until(EC.alert_is_present())
+    b.d.switch_to.alert.accept()
+    b.wait(lambda: not b.css(f"tr[data-trace-id='{c['id']}']"), "C gone from the table")
+    assert server.api.get(f"/traces/{c['id']}").status_code == 404
+
+    # sign out: pages send the browser to sign in again
+    b.d.find_element(By.ID, "sign-out").click()
+    b.wait(lambda: "/sign-in" in b.d.current_url, "the sign-in page after signing out")
+    b.open(f"/traces/{a['id']}")
+    b.wait(lambda: "/sign-in" in b.d.current_url, "sign-in required again")
+
+    # another team does not see this team's trace
+    b.sign_in(server.other_team_key())
+    b.wait(lambda: b.text("team-name") == "other team", "signed in as the other team")
+    b.open(f"/traces/{a['id']}")
+    b.wait(lambda: "not found" in (b.text("trace-error") or ""), "not found for the other team")
+    b.assert_console_clean()
+
+
+def test_gpu_timeline_page_on_kineto_traces(browser, server, shared_fixtures, downloads):
+    b = browser
+    kineto = shared_fixtures / "kineto"
+    trace = server.upload([kineto / "sampled_rank-0.json.gz", kineto / "sampled_rank-1.json.gz"], "kineto sampled")
+    b.sign_in(server.key)
+    b.wait(lambda: b.css("#traces-table tr[data-trace-id]"), "the traces page")
+    b.open(f"/traces/{trace['id']}/gpu")
+    gantt = b.wait_chart("gpu-kernel-gantt", "compute", "communication")
+    assert gantt["compute"]["type"] == "scattergl"
+    temporal = b.wait_chart("gpu-temporal", "idle", "compute")
+    # Holistic Trace Analysis's reference figures for these ranks (fixtures README)
+    assert temporal["idle"]["x"] == pytest.approx([53.56, 54.72], abs=0.01)
+    assert temporal["compute"]["x"] == pytest.approx([17.71, 22.57], abs=0.01)
+    assert len(b.wait(lambda: b.css("#gpu-top-kernels tbody tr"), "the top-kernels table")) >= 2
+
+    # the window downloads as Chrome-trace JSON
+    before = set(downloads.iterdir())
+    b.d.find_element("id", "gpu-download").click()
+    path = b.wait(lambda: [p for p in set(downloads.iterdir()) - before if p.suffix == ".json"], "the download")[0]
+    body = json.loads(b.wait(lambda: path.read_text() or None, "the downloaded file"))
+    assert body["traceEvents"]
+    b.assert_console_clean()
+
+
+def test_multiturn_page_on_search_r1(browser, server, shared_fixtures):
+    b = browser
+    trace = server.upload([shared_fixtures / "polytrace" / "search_r1_qwen2_5_7b" / "multiturn_workload_step_5.jsonl"],
+                          "search-r1 step 5")
+    rows = [json.loads(line) for line in
+            (shared_fixtures / "polytrace" / "search_r1_qwen2_5_7b" / "multiturn_workload_step_5.jsonl").open()]
+    train = [r for r in rows if not r.get("validate")]
+    b.sign_in(server.key)
+    b.wait(lambda: b.css("#traces-table tr[data-trace-id]"), "the traces page")
+    b.open(f"/traces/{trace['id']}/multiturn")
+    counts = b.wait_chart("mt-counts", "turns")
+    turns = np.bincount([r["turn_count"] for r in train])
+    assert counts["turns"]["y"] == list(np.trim_zeros(turns, "b"))
+    cache = b.wait_chart("mt-cache", "cache hit rate")
+    prompt = sum(t["prompt_tokens"] for r in train for t in r["turns"])
+    cached = sum(t["cached_tokens"] for r in train for t in r["turns"])
+    assert cache["cache hit rate"]["y"] == pytest.approx([100 * cached / prompt])
+    b.assert_console_clean()
