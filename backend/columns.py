@@ -64,8 +64,15 @@ def read_columns(
 def _value_expr(table, name: str, dt: np.dtype) -> str:  # noqa: ANN001
     if not table.c[name].nullable:
         return f'"{name}"'
-    sentinel = "'NaN'::float8" if dt.kind == "f" else ("false" if dt.kind == "b" else "-1")
+    # typed sentinels: COALESCE(smallint, -1) would widen to integer and break the layout
+    if dt.kind in "fb":
+        sentinel = "'NaN'::float8" if dt.kind == "f" else "false"
+    else:
+        sentinel = f"(-1)::{_PG_INT[dt.itemsize]}"
     return f'COALESCE("{name}", {sentinel})'
+
+
+_PG_INT = {2: "smallint", 4: "integer", 8: "bigint"}
 
 
 def _copy_out(conn, sql: str, params: dict) -> bytearray:  # noqa: ANN001

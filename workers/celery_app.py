@@ -40,8 +40,14 @@ def make_celery() -> Celery:
         (settings.queue_dir / "control").mkdir(parents=True, exist_ok=True)
         app.conf.worker_enable_remote_control = False
     else:
-        # Redis: an unacknowledged job is redelivered after this long.
-        app.conf.broker_transport_options = {"visibility_timeout": settings.visibility_timeout_s}
+        # Redis: a job a dead worker held (unacknowledged) goes back to the queue once
+        # it is older than the visibility timeout; workers look for such jobs this often.
+        timeout = settings.visibility_timeout_s
+        app.conf.broker_transport_options = {
+            "visibility_timeout": timeout,
+            "unacked_restore_interval": min(10, max(1, timeout // 2)),
+            "unacked_restore_throttle": 1,
+        }
     return app
 
 
