@@ -3,7 +3,7 @@
 1. Figures (always): each figure builder on a synthetic payload of the size the API
    sends for a big run -- 500 steps of summaries on the shared log bins, an imbalance and
    a long-tail result for 256 DP ranks x 500 steps, a stage Gantt of 256 ranks, a kernel
-   Gantt of 20,000 GPU events (the page's event budget). Reported: build time (best of
+   Gantt of 10,000 GPU events (the page's event budget). Reported: build time (best of
    `--repeat`) and the JSON size the browser receives (what Dash serialises).
 2. Pages (`--pages`): the real server (`rlvr-explorer serve`, embedded) in a throwaway
    folder, a synthetic run of `--steps` x `--groups` x 8 samples on `--dp-size` DP ranks
@@ -88,7 +88,7 @@ def bench_figures(repeat: int) -> list[tuple[str, str, float, int]]:
     steps = [{"step": s, **{f"t_{st}": float(rng.uniform(5, 50)) for st in STAGES}, "t_step": 400.0}
              for s in range(500)]
     timings = [{"step": 0, "rank": r, "phase": "reward", "seconds": float(rng.uniform(10, 30))} for r in range(256)]
-    events = gpu_events(20_000, 4, rng)
+    events = gpu_events(10_000, 4, rng)
     cases = [
         ("length boxes", "500 steps", lambda: length_box_figure(summary)),
         ("length heatmap", "500 steps x log bins", lambda: length_heatmap_figure(summary)),
@@ -102,7 +102,7 @@ def bench_figures(repeat: int) -> list[tuple[str, str, float, int]]:
         ("balancing saving", "500 steps", lambda: saving_figure(imb)),
         ("long-tail idle", "500 steps", lambda: longtail_idle_figure(lt)),
         ("engine idle heatmap", "256 engines x 500 steps", lambda: longtail_engine_figure(lt)),
-        ("kernel Gantt", "20,000 events, 4 ranks", lambda: kernel_gantt_figure(events)),
+        ("kernel Gantt", "10,000 events, 4 ranks", lambda: kernel_gantt_figure(events)),
     ]
     rows = []
     for name, size, build in cases:

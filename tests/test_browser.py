@@ -168,7 +168,9 @@ class Browser:
         return self.d.execute_script(
             f"var g = document.getElementById({json.dumps(chart_id)});"
             "var p = g && g.querySelector('.js-plotly-plot');"
-            "return p && p.data ? JSON.parse(JSON.stringify(p.data)) : null;")
+            # numpy arrays arrive as typed arrays: turn them into plain lists
+            "var plain = function (k, v) { return ArrayBuffer.isView(v) ? Array.from(v) : v; };"
+            "return p && p.data ? JSON.parse(JSON.stringify(p.data, plain)) : null;")
 
     def wait_chart(self, chart_id: str, *names: str) -> dict[str, dict]:
         """Wait until the chart shows traces (with these names, when given); by name."""

@@ -15,7 +15,8 @@ from dashboard.figures.compare import compare_cdf_figure, compare_percentiles_fi
 from dashboard.figures.distributions import (cdf_figure, cdf_points, default_cdf_steps, length_box_figure,
                                              length_heatmap_figure, percentile_lines_figure, tail_figure)
 from dashboard.figures.gpu import (as_columns, idle_breakdown_figure, idle_gaps, kernel_gantt_figure,
-                                   kernel_kind_figure, straggler_figure, temporal_breakdown_figure, top_kernels_rows)
+                                   kernel_kind_figure, short_kernel_name, straggler_figure,
+                                   temporal_breakdown_figure, top_kernels_rows)
 from dashboard.figures.imbalance import imbalance_ratio_figure, load_heatmap_figure, saving_figure, saving_summary
 from dashboard.figures.longtail import longtail_engine_figure, longtail_finish_figure, longtail_idle_figure
 from dashboard.figures.multiturn import (cache_hit_figure, context_growth_figure, counts_hist_figure,
@@ -215,13 +216,21 @@ def test_kernel_gantt_rows_kinds_and_ms_axis():
     fig = kernel_gantt_figure(events, origin_us=1000.0, origin_label="the step start")
     by_name = {t.name: t for t in fig.data}
     comp = by_name["compute"]
-    assert [x for x in comp.x if x is not None] == [0.0, 0.5, 2.0, 3.0]  # ms from the origin
+    assert [x for x in comp.x if x == x] == [0.0, 0.5, 2.0, 3.0]  # ms from the origin; NaN breaks segments
     assert list(fig.layout.yaxis.ticktext) == ["rank 0 idle", "rank 0 stream 7", "rank 0 stream 9",
                                                 "rank 1 idle", "rank 1 stream 7"]
     idle = by_name["idle (no stream busy)"]
-    assert [x for x in idle.x if x is not None] == [0.5, 2.0]  # rank 0 idle from 1.5 ms to 3 ms
+    assert [x for x in idle.x if x == x] == [0.5, 2.0]  # rank 0 idle from 0.5 ms to 2 ms
+    assert comp.text[0].startswith("gemm") and comp.text[1] == ""
     assert comp.type == "scattergl"
     assert fig.layout.xaxis.title.text == "time (ms) from the step start"
+
+
+def test_short_kernel_names():
+    assert short_kernel_name("void at::native::vectorized_elementwise_kernel<4, float>(int, float*)") == \
+        "at::native::vectorized_elementwise_kernel"
+    assert short_kernel_name("ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*)") == "ncclKernel_AllReduce_RING_LL_Sum_float"
+    assert len(short_kernel_name("k" * 200)) == 60
 
 
 def test_gpu_breakdowns_from_report_rows():

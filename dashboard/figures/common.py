@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 import plotly.graph_objects as go
 
 from dashboard.theme import base_layout
@@ -78,7 +80,13 @@ def log_token_axis(fig: go.Figure, axis: str, lo: float, hi: float) -> None:
 def integer_ticks(fig: go.Figure, axis: str = "x", max_span: int = 12) -> go.Figure:
     """Whole-number ticks (steps, ranks, turns) when the axis spans few values, so 6
     steps are not labelled 0, 0.5, 1, ..."""
-    values = [v for tr in fig.data for v in (getattr(tr, axis) or []) if isinstance(v, (int, float))]
+    values = []
+    for tr in fig.data:
+        vals = getattr(tr, axis, None)
+        if vals is None:
+            continue
+        arr = np.asarray(vals, dtype=object).ravel()
+        values += [float(v) for v in arr if isinstance(v, (int, float, np.integer, np.floating)) and v == v]
     if values and max(values) - min(values) <= max_span:
         (fig.update_xaxes if axis == "x" else fig.update_yaxes)(dtick=1, tick0=0)
     return fig

@@ -34,16 +34,26 @@ def idle_gaps(starts: np.ndarray, ends: np.ndarray, *, min_gap: float = 0.0) -> 
     return [(float(a), float(b)) for a, b in zip(gap_start[keep], gap_end[keep])]
 
 
-def _segments(x0: np.ndarray, x1: np.ndarray, y: float | np.ndarray) -> tuple[list, list]:
-    """x/y arrays of disconnected horizontal segments (None breaks the line)."""
+def _segments(x0: np.ndarray, x1: np.ndarray, y: float | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """x/y arrays of disconnected horizontal segments: start, end, NaN (a NaN breaks the
+    line). float arrays travel to the browser as compact typed arrays."""
     n = len(x0)
-    xs = np.empty(3 * n, dtype=object)
-    xs[0::3], xs[1::3], xs[2::3] = x0, x1, None
-    ys = np.empty(3 * n, dtype=object)
+    xs = np.empty(3 * n, dtype=np.float64)
+    xs[0::3], xs[1::3], xs[2::3] = x0, x1, np.nan
+    ys = np.empty(3 * n, dtype=np.float32)
     ys[0::3] = y
     ys[1::3] = y
-    ys[2::3] = None
-    return xs.tolist(), ys.tolist()
+    ys[2::3] = np.nan
+    return xs, ys
+
+
+def short_kernel_name(name: str, width: int = 60) -> str:
+    """A kernel name for a hover label: no return type, no template or call arguments."""
+    name = name.removeprefix("void ")
+    for sep in ("<", "("):
+        if sep in name[1:]:
+            name = name[: name.index(sep, 1)]
+    return name if len(name) <= width else name[: width - 1] + "…"
 
 
 def kernel_gantt_figure(events: list[dict], *, truncated: bool = False, origin_us: float | None = None,
@@ -85,13 +95,12 @@ def kernel_gantt_figure(events: list[dict], *, truncated: bool = False, origin_u
         if sel.size == 0:
             continue
         xs, ys = _segments(to_ms(start[sel]), to_ms(end[sel]), row[sel])
-        text = []
-        for i in sel:
-            label = f"{names[i]}<br>{(end[i] - start[i]):,.1f} us"
-            text.extend([label, label, None])
+        # hover text on each segment's start vertex only (kernel names are long)
+        text = np.full(3 * sel.size, "", dtype=object)
+        text[0::3] = [f"{short_kernel_name(names[i])}<br>{(end[i] - start[i]):,.1f} us" for i in sel]
         fig.add_trace(go.Scattergl(
             name=k, x=xs, y=ys, mode="lines", line=dict(color=GPU_KIND_COLORS[k], width=width),
-            text=text, hovertemplate="%{text}<br>at %{x:.3f} ms<extra>" + k + "</extra>",
+            text=text.tolist(), hovertemplate="%{text}<br>at %{x:.3f} ms<extra>" + k + "</extra>",
         ))
     gx0, gx1, gy = [], [], []
     for r, y in idle_row.items():
@@ -101,7 +110,7 @@ def kernel_gantt_figure(events: list[dict], *, truncated: bool = False, origin_u
             gx1.append(to_ms(b))
             gy.append(y)
     if gx0:
-        xs, ys = _segments(np.array(gx0), np.array(gx1), np.array(gy, dtype=np.float64))
+        xs, ys = _segments(np.array(gx0), np.array(gx1), np.array(gy, dtype=np.float32))
         fig.add_trace(go.Scattergl(
             name="idle (no stream busy)", x=xs, y=ys, mode="lines",
             line=dict(color=GPU_KIND_COLORS["idle"], width=width),

@@ -6,6 +6,7 @@ repartitioning, with the saving 1 - balanced max / recorded max.
 
 from __future__ import annotations
 
+import numpy as np
 import plotly.graph_objects as go
 
 from dashboard.figures.common import empty_figure, integer_ticks, num, rows_height, styled_figure
@@ -27,22 +28,20 @@ def load_heatmap_figure(result: dict, load: str = "tokens") -> go.Figure:
     if not steps:
         return empty_figure("No per-rank loads (the trace has no dp_rank per sample)", title)
     n_ranks = max(len(s[load].get("recorded") or []) for s in steps)
-    z, raw = [], []
-    for r in range(n_ranks):
-        zr, rr = [], []
-        for s in steps:
-            rec = s[load].get("recorded") or []
-            mean = num(s[load].get("mean"))
-            v = num(rec[r]) if r < len(rec) else None
-            rr.append(v)
-            zr.append(v / mean if v is not None and mean else None)
-        z.append(zr)
-        raw.append(rr)
+    raw = np.full((n_ranks, len(steps)), np.nan)
+    for j, s in enumerate(steps):
+        rec = [np.nan if num(v) is None else num(v) for v in s[load].get("recorded") or []]
+        raw[: len(rec), j] = rec
+    mean = np.array([num(s[load].get("mean")) or np.nan for s in steps])
+    with np.errstate(invalid="ignore", divide="ignore"):
+        z = raw / mean[None, :]
     fig = styled_figure(title, x_title=UNITS["step"], y_title=UNITS["dp_rank"],
                         height=rows_height(n_ranks, per_row=16 if n_ranks <= 64 else 3, minimum=320, maximum=900))
-    zmax = max((v for row in z for v in row if v is not None), default=2.0)
+    zmax = float(np.nanmax(z)) if np.isfinite(z).any() else 2.0
     fig.add_trace(go.Heatmap(
-        x=[s["step"] for s in steps], y=list(range(n_ranks)), z=z, customdata=raw,
+        # float32 typed arrays: 256 ranks x 500 steps is ~0.7 MB each instead of ~2.5 MB of JSON text
+        x=np.array([s["step"] for s in steps], dtype=np.int32), y=np.arange(n_ranks, dtype=np.int32),
+        z=z.astype(np.float32), customdata=raw.astype(np.float32),
         colorscale="RdBu_r", zmid=1.0, zmin=max(0.0, 2.0 - zmax), zmax=zmax,
         colorbar=dict(title=dict(text="load / mean"), thickness=12),
         hovertemplate="step %{x}, DP rank %{y}<br>%{customdata:,.0f} (%{z:.2f}x mean)<extra></extra>",

@@ -8,6 +8,7 @@ last `tail_fraction` of samples take), `tail_sample_share`, and per engine
 
 from __future__ import annotations
 
+import numpy as np
 import plotly.graph_objects as go
 
 from dashboard.figures.common import empty_figure, integer_ticks, num, rows_height, styled_figure
@@ -80,14 +81,15 @@ def longtail_engine_figure(result: dict) -> go.Figure:
         return empty_figure("No per-engine figures", title)
     engines = sorted({e for s in steps for e in s["engine"].get("engine", [])})
     pos = {e: i for i, e in enumerate(engines)}
-    z = [[None] * len(steps) for _ in engines]
+    z = np.full((len(engines), len(steps)), np.nan, dtype=np.float32)
     for j, s in enumerate(steps):
         for e, v in zip(s["engine"].get("engine", []), s["engine"].get("idle_fraction", [])):
-            z[pos[e]][j] = None if num(v) is None else 100 * num(v)
+            if num(v) is not None:
+                z[pos[e], j] = 100 * num(v)
     fig = styled_figure(title, x_title=UNITS["step"], y_title=key.replace("_", " "),
                         height=rows_height(len(engines), per_row=16 if len(engines) <= 64 else 3, minimum=320, maximum=900))
-    fig.add_trace(go.Heatmap(x=[s["step"] for s in steps], y=[str(e) for e in engines], z=z, colorscale="Oranges",
-                             zmin=0, colorbar=dict(title=dict(text="idle %"), thickness=12),
+    fig.add_trace(go.Heatmap(x=np.array([s["step"] for s in steps], dtype=np.int32), y=[str(e) for e in engines], z=z,
+                             colorscale="Oranges", zmin=0, colorbar=dict(title=dict(text="idle %"), thickness=12),
                              hovertemplate="step %{x}, engine %{y}<br>%{z:.1f}% idle<extra></extra>"))
     fig.update_yaxes(autorange="reversed", type="category")
     return integer_ticks(fig)

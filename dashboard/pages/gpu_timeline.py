@@ -26,7 +26,7 @@ from dashboard.trace_frame import trace_page
 dash.register_page(__name__, path_template="/traces/<trace_id>/gpu", name="GPU timeline",
                    title="GPU timeline · RLVR Explorer", nav="trace", order=2)
 
-EVENT_BUDGET = 20_000  # GPU events shipped to the browser per view, over all ranks
+EVENT_BUDGET = 10_000  # GPU events drawn per view, over all ranks (~1.5 MB of figure JSON)
 DEFAULT_RANKS = 4
 
 

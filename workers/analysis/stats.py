@@ -45,3 +45,106 @@ def distribution_stats(values: np.ndarray, cap: int | None = None) -> dict:
     }
     out["truncation_rate"] = float((v >= cap).mean()) if cap else None
     return out
+
+
+# --------------------------------------------------------------------------- grouped
+
+
+def grouped_distribution_stats(
+    sorted_values: np.ndarray, starts: np.ndarray, counts: np.ndarray, cap: int | None = None
+) -> list[dict]:
+    """`distribution_stats` of every group in one vectorised pass.
+
+    Group i is ``sorted_values[starts[i] : starts[i] + counts[i]]``, sorted ascending
+    (e.g. by `data.sort_within_groups`). Returns one dict per group with the same fields
+    and values as `distribution_stats` on that slice: percentiles by numpy's 'linear'
+    method exactly as `np.percentile` computes them (same index, gamma and lerp), min and
+    max from the ends of the sorted slice; sums and moments agree to rounding (exactly
+    for integer-valued data, whose float64 sums are exact). Empty groups give {"count": 0}.
+    """
+    v, starts, counts = _tiled(np.asarray(sorted_values, dtype=np.float64), starts, counts)
+    n_groups = len(counts)
+    out: list[dict] = [{"count": 0} for _ in range(n_groups)]
+    full = np.flatnonzero(counts > 0)
+    if len(full) == 0:
+        return out
+    st, n = starts[full], counts[full]
+    if len(full) < n_groups:  # reduceat needs the empty groups gone from the tiling
+        v, st, n = _tiled(v, st, n)
+    nf = n.astype(np.float64)
+    total = np.add.reduceat(v, st)
+    mean = total / nf
+    dev = v - np.repeat(mean, n)
+    sq = dev * dev
+    std = np.sqrt(np.add.reduceat(sq, st) / nf)
+    m3 = np.add.reduceat(sq * dev, st) / nf
+    del dev, sq
+    lo, hi = v[st], v[st + n - 1]
+    pct = _sorted_percentiles(v, st, n, PERCENTILES)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        skew = np.where(std > 0, m3 / std**3, 0.0)
+        cv = np.where(mean != 0, std / mean, 0.0)
+        tail = np.where(mean != 0, hi / mean, 0.0)
+    trunc = (np.add.reduceat((v >= cap).astype(np.int64), st) / nf).tolist() if cap else [None] * len(full)
+    cols = [x.tolist() for x in (n, total, mean, std, cv, lo, *pct.T, hi, tail, skew)]
+    names = ["count", "sum", "mean", "std", "cv", "min", *(f"p{p}" for p in PERCENTILES), "max", "tail_ratio",
+             "skewness"]
+    for j, g in enumerate(full.tolist()):
+        entry = {name: col[j] for name, col in zip(names, cols)}
+        entry["truncation_rate"] = trunc[j]
+        out[g] = entry
+    return out
+
+
+def _tiled(v: np.ndarray, starts, counts) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(values, starts, counts) with the groups back to back from row 0 (a copy only when
+    the groups do not already tile `v`)."""
+    starts = np.asarray(starts, dtype=np.int64)
+    counts = np.asarray(counts, dtype=np.int64)
+    new_starts = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64) if len(counts) else counts
+    if np.array_equal(starts, new_starts) and int(counts.sum()) == len(v):
+        return v, starts, counts
+    rows = np.repeat(starts - new_starts, counts) + np.arange(int(counts.sum()))
+    return v[rows], new_starts, counts
+
+
+def _sorted_percentiles(v: np.ndarray, starts: np.ndarray, counts: np.ndarray, qs) -> np.ndarray:
+    """(groups, len(qs)) percentiles of non-empty sorted groups, as np.percentile does:
+    virtual index (n-1)*q, neighbours floor/floor+1 (both the last at or past the end),
+    and its lerp a + (b-a)*g, or b - (b-a)*(1-g) when g >= 0.5."""
+    q = np.true_divide(np.asarray(qs, dtype=np.float64), 100)
+    last = (counts - 1)[:, None]
+    virtual = last * q[None, :]
+    prev = np.floor(virtual)
+    above = virtual >= last
+    prev_i = np.where(above, last, prev.astype(np.int64))
+    next_i = np.where(above, last, prev_i + 1)
+    gamma = virtual - np.where(above, -1.0, prev)  # numpy's gamma uses index -1 past the end
+    a = v[starts[:, None] + prev_i]
+    b = v[starts[:, None] + next_i]
+    diff = b - a
+    res = a + diff * gamma
+    high = gamma >= 0.5
+    res[high] = (b - diff * (1 - gamma))[high]
+    return res
+
+
+def grouped_log_histogram(sorted_values: np.ndarray, starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """`log_histogram` of every group of values sorted within groups: (groups, bins) int64."""
+    v = np.asarray(sorted_values)
+    starts = np.asarray(starts, dtype=np.int64)
+    counts = np.asarray(counts, dtype=np.int64)
+    n_bins = len(LOG_BIN_EDGES) - 1
+    out = np.zeros((len(counts), n_bins), dtype=np.int64)
+    # bin i holds [e_i, e_(i+1)); below 1 goes to the first bin, past the end to the last
+    inner = LOG_BIN_EDGES[1:-1]
+    if len(counts) * 64 <= len(v):
+        # large groups: binary-search the inner edges in each sorted group
+        for i, (s, c) in enumerate(zip(starts.tolist(), counts.tolist())):
+            cut = np.searchsorted(v[s : s + c], inner, side="left")
+            out[i] = np.diff(np.concatenate([[0], cut, [c]]))
+        return out
+    code = np.repeat(np.arange(len(counts)), counts)
+    rows = np.repeat(starts, counts) + (np.arange(len(code)) - np.repeat(np.cumsum(counts) - counts, counts))
+    idx = np.searchsorted(inner, v[rows], side="right")
+    return np.bincount(code * n_bins + idx, minlength=len(counts) * n_bins).reshape(len(counts), n_bins)
