@@ -133,9 +133,9 @@ def _restore_order(cols: dict[str, np.ndarray], keys: list[str]) -> None:
     bad = np.zeros(len(cols[keys[0]]) - 1, dtype=bool)
     tie = np.ones_like(bad)
     for k in keys:
-        d = np.diff(cols[k])
-        bad |= tie & (d < 0)
-        tie &= d == 0
+        c = cols[k]
+        bad |= tie & (c[1:] < c[:-1])
+        tie &= c[1:] == c[:-1]
     if bad.any():
         order = np.lexsort([cols[k] for k in reversed(keys)])
         for name in cols:

@@ -168,8 +168,12 @@ class Browser:
         return self.d.execute_script(
             f"var g = document.getElementById({json.dumps(chart_id)});"
             "var p = g && g.querySelector('.js-plotly-plot');"
-            # numpy arrays arrive as typed arrays: turn them into plain lists
-            "var plain = function (k, v) { return ArrayBuffer.isView(v) ? Array.from(v) : v; };"
+            # numpy arrays travel as {dtype, bdata, shape} (plotly keeps the decoded typed
+            # arrays in _inputArray): turn them into plain lists
+            "var plain = function (k, v) {"
+            "  if (v && typeof v === 'object' && v.bdata !== undefined && v._inputArray !== undefined) {"
+            "    v = v._inputArray; }"
+            "  return ArrayBuffer.isView(v) ? Array.from(v) : v; };"
             "return p && p.data ? JSON.parse(JSON.stringify(p.data, plain)) : null;")
 
     def wait_chart(self, chart_id: str, *names: str) -> dict[str, dict]:
@@ -227,6 +231,8 @@ def per_step():
 
 # -- the tests --------------------------------------------------------------------------
 def test_sign_in_upload_and_every_trace_page(browser, server, per_step, tmp_path):
+    from selenium.webdriver.common.keys import Keys
+
     b = browser
     # a page needs a team: the browser is sent to sign in, and comes back afterwards
     b.open("/traces")
@@ -290,10 +296,23 @@ def test_sign_in_upload_and_every_trace_page(browser, server, per_step, tmp_path
     b.open(f"/traces/{trace_id}/multiturn")
     b.wait(lambda: "no turns" in (b.text("_pages_content") or ""), "the no-turns message")
 
-    # jobs: the analyses the pages started, finished
+    # jobs: the analyses the pages started, finished; re-run one with other parameters
     b.open("/jobs")
     b.wait(lambda: {r.get_attribute("data-kind") for r in b.css("#jobs-table tr[data-status=succeeded]")}
            >= {"longtail", "imbalance"}, "succeeded analysis jobs")
+    b.css("#jobs-table tr[data-kind=longtail] button")[0].click()
+    params = b.wait(lambda: b.d.find_element("id", "rerun-params") if '"tail_fraction"' in
+                    b.d.find_element("id", "rerun-params").get_attribute("value") else None, "the copied parameters")
+    edited = json.loads(params.get_attribute("value")) | {"tail_fraction": 0.2}
+    params.send_keys(Keys.CONTROL, "a")  # (clear() bypasses React: the old text would stay)
+    params.send_keys(Keys.DELETE)
+    params.send_keys(json.dumps(edited))
+    b.d.find_element("id", "rerun-submit").click()
+    started = b.wait(lambda: b.text("rerun-message"), "the re-run message")
+    assert "Started job" in started, started
+    job_id = int(started.split()[2])
+    job = server.api.get(f"/jobs/{job_id}").json()
+    assert job["kind"] == "longtail" and job["trace_id"] == trace_id and job["params"]["tail_fraction"] == 0.2
     b.assert_console_clean()
 
 
@@ -370,6 +389,19 @@ def test_gpu_timeline_page_on_kineto_traces(browser, server, shared_fixtures, do
     assert temporal["idle"]["x"] == pytest.approx([53.56, 54.72], abs=0.01)
     assert temporal["compute"]["x"] == pytest.approx([17.71, 22.57], abs=0.01)
     assert len(b.wait(lambda: b.css("#gpu-top-kernels tbody tr"), "the top-kernels table")) >= 2
+
+    # zoom into the first 50 ms and load every event of that window from the server
+    b.d.execute_script("var p = document.getElementById('gpu-kernel-gantt').querySelector('.js-plotly-plot');"
+                       "Plotly.relayout(p, {'xaxis.range[0]': 0, 'xaxis.range[1]': 50});")
+    b.d.find_element("id", "gpu-zoom-load").click()
+    info = b.wait(lambda: b.text("gpu-window-info") if "window 50.00 ms" in (b.text("gpu-window-info") or "") else None,
+                  "the zoomed window")
+    zoomed = b.wait_chart("gpu-kernel-gantt", "compute")
+    # every event drawn overlaps the window [0, 50] ms (segments are start, end, gap)
+    segs = [(t["x"][i], t["x"][i + 1]) for t in zoomed.values() if t["name"] != "idle (no stream busy)"
+            for i in range(0, len(t["x"]), 3)]
+    assert segs and all(s0 <= 50.0 + 1e-6 and s1 >= -1e-6 for s0, s1 in segs)
+    assert int(info.split()[0].replace(",", "")) == len(segs) < 1179
 
     # the window downloads as Chrome-trace JSON
     before = set(downloads.iterdir())

@@ -82,3 +82,19 @@ def analysis_part(job_ids: list[int], idx: int, shared: dict) -> None:
     from workers.analysis_runner import run_part
 
     run_part(job_ids, idx, shared)
+
+
+@celery_app.task(name="workers.tasks.run_simulation", **RETRY)
+def run_simulation(job_id: int) -> None:
+    """A simulator replay of a trace (or a synthetic workload) under one or two policies."""
+    from workers.sim_runner import run_simulation_job
+
+    run_simulation_job(job_id[0] if isinstance(job_id, list) else job_id)
+
+
+@celery_app.task(name="workers.tasks.run_workload", **RETRY)
+def run_workload(job_id: int) -> None:
+    """Fit a trace's length model and/or generate a synthetic workload, ingested as a trace."""
+    from workers.workload_runner import run_workload_job
+
+    run_workload_job(job_id[0] if isinstance(job_id, list) else job_id)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, FastAPI
 
 from backend.api.errors import install_error_handlers
-from backend.api.routes import analyses, jobs, me, trace_data, traces
+from backend.api.routes import analyses, jobs, me, simulations, trace_data, traces, workloads
 
 API_PREFIX = "/api/v1"
 
@@ -20,7 +20,7 @@ def create_app(*, with_dashboard: bool = False) -> FastAPI:
         docs_url=f"{API_PREFIX}/docs",
     )
     api = APIRouter(prefix=API_PREFIX)
-    for module in (me, traces, trace_data, analyses, jobs):
+    for module in (me, traces, trace_data, analyses, jobs, simulations, workloads):
         api.include_router(module.router)
     app.include_router(api)
     install_error_handlers(app)

@@ -114,6 +114,8 @@ class ReadResult:
 
     info: TraceInfo = field(default_factory=TraceInfo)
     skipped: list[str] = field(default_factory=list)
+    # Readers' state shared across the files of one upload (e.g. PolyTrace group ordinals).
+    state: dict = field(default_factory=dict)
 
 
 # A reader: (source, result to fill in) -> batches. Readers are generators, so memory

@@ -117,11 +117,7 @@ class GroupOrdinals:
 
 def group_ordinals(result: ReadResult) -> GroupOrdinals:
     """The upload's group ordinal registry, kept on the ReadResult (one per upload)."""
-    registry = result.__dict__.get("_polytrace_groups")
-    if registry is None:
-        registry = GroupOrdinals()
-        result.__dict__["_polytrace_groups"] = registry
-    return registry
+    return result.state.setdefault("polytrace_groups", GroupOrdinals())
 
 
 # --------------------------------------------------------------------------- helpers

@@ -38,10 +38,20 @@ mean + largest item, so balancing never loses whenever recorded_max >= mean + la
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 
 from workers.analysis.balancing import karmarkar_karp, lpt, partition_loads
-from workers.analysis.data import TraceData, composite_key, group_rows, json_safe, ratio, training_mask
+from workers.analysis.data import (
+    TraceData,
+    composite_key,
+    group_rows,
+    json_safe,
+    ratio,
+    sorted_run_starts,
+    training_mask,
+)
 
 COST_LINEAR = 24576
 LOADS = ("tokens", "cost")
@@ -65,45 +75,73 @@ def per_step_imbalance(data, dp_size=None, keep_groups=True, include_validation=
     if s is None or s.dp_rank is None or len(s) == 0:
         return out
     keep = training_mask(s.validate, len(s), include_validation)
-    step = np.asarray(s.step, dtype=np.int64)[keep]
-    rank = np.asarray(s.dp_rank, dtype=np.int64)[keep]
+    every = bool(keep.all())  # no copies when every row is kept
+
+    def rows(col):
+        return np.asarray(col) if every else np.asarray(col)[keep]
+
+    step, rank = rows(s.step), rows(s.dp_rank)
     if len(step) == 0:
         return out
-    seq = np.asarray(s.prompt_len, dtype=np.int64)[keep] + np.asarray(s.response_len, dtype=np.int64)[keep]
+    seq = np.add(rows(s.prompt_len), rows(s.response_len), dtype=np.int64)
     loads = {"tokens": seq, "cost": cost_linear * seq + seq * seq}
     k = max(int(dp_size or 0), int(rank.max()) + 1)
     out["dp_size"] = k
-
-    # recorded loads: one sorted pass over (step, rank), exact integer sums
-    by_rank = group_rows(composite_key(step, rank))
-    rstep, rrank = by_rank.sort(step)[by_rank.starts], by_rank.sort(rank)[by_rank.starts]
-    rsums = {name: by_rank.sum(v) for name, v in loads.items()}
+    by_step = group_rows(step)
+    recorded = _recorded_loads(step, rank, loads, by_step, k)
 
     # items: prompt groups (or single samples), each with its summed loads
     if keep_groups:
-        items = group_rows(composite_key(step, np.asarray(s.group_idx, dtype=np.int64)[keep]))
-        istep = items.sort(step)[items.starts]
-        isums = {name: items.sum(v) for name, v in loads.items()}
+        group = rows(s.group_idx)
+        starts = sorted_run_starts(step, group)  # rows from the database are in key order
+        if starts is not None:
+            istep = step[starts]
+            isums = {name: np.add.reduceat(v, starts) for name, v in loads.items()}
+        else:
+            items = group_rows(composite_key(step, group))
+            istep = items.sort(step)[items.starts]
+            isums = {name: items.sum(v) for name, v in loads.items()}
     else:
-        order = np.argsort(step, kind="stable")
-        istep = step[order]
-        isums = {name: v[order] for name, v in loads.items()}
-    by_step = group_rows(step)
+        order = None if by_step.order is None else np.argsort(step, kind="stable")
+        istep = step if order is None else step[order]
+        isums = {name: v if order is None else v[order] for name, v in loads.items()}
 
-    def bounds(sorted_steps):
-        return (np.searchsorted(sorted_steps, by_step.keys, side="left"),
-                np.searchsorted(sorted_steps, by_step.keys, side="right"))
-
-    r_bounds, i_bounds = bounds(rstep), bounds(istep)
+    lo = np.searchsorted(istep, by_step.keys, side="left").tolist()
+    hi = np.searchsorted(istep, by_step.keys, side="right").tolist()
     for g, st in enumerate(by_step.keys.tolist()):
-        r0, r1 = int(r_bounds[0][g]), int(r_bounds[1][g])
-        i0, i1 = int(i_bounds[0][g]), int(i_bounds[1][g])
+        i0, i1 = lo[g], hi[g]
         entry = {"step": st, "samples": int(by_step.counts[g]), "items": i1 - i0}
         for name in LOADS:
-            recorded = np.zeros(k, dtype=np.int64)
-            recorded[rrank[r0:r1]] = rsums[name][r0:r1]
-            entry[name] = load_figures(recorded.tolist(), isums[name][i0:i1], k)
+            entry[name] = load_figures(recorded[name][g].tolist(), isums[name][i0:i1], k)
         out["steps"].append(entry)
+    return out
+
+
+def _recorded_loads(step, rank, loads: dict, by_step, k: int) -> dict[str, np.ndarray]:
+    """{load: (steps, k) int64 summed load per step (as in `by_step`) and dp rank}."""
+    n_steps = len(by_step)
+    rank = np.asarray(rank)
+    if int(rank.min()) >= 0 and all(int(v.min()) >= 0 and v.sum(dtype=np.float64) < 2**53 for v in loads.values()):
+        # one bincount per load: float64 sums of non-negative integers stay exact below 2^53
+        if by_step.order is None:
+            code = by_step.code()
+        else:
+            code = np.searchsorted(by_step.keys, step)
+        cell = code * k + rank
+        return {name: np.bincount(cell, weights=v, minlength=n_steps * k).astype(np.int64).reshape(n_steps, k)
+                for name, v in loads.items()}
+    # otherwise one sorted pass over (step, rank) with integer sums
+    by_rank = group_rows(composite_key(step, rank))
+    rstep, rrank = by_rank.sort(step)[by_rank.starts], by_rank.sort(rank)[by_rank.starts]
+    r0 = np.searchsorted(rstep, by_step.keys, side="left")
+    r1 = np.searchsorted(rstep, by_step.keys, side="right")
+    out = {}
+    for name, v in loads.items():
+        sums = by_rank.sum(v)
+        table = np.zeros((n_steps, k), dtype=np.int64)
+        for g in range(n_steps):
+            table[g][rrank[r0[g] : r1[g]]] = sums[r0[g] : r1[g]]
+        out[name] = table
     return out
 
 
@@ -123,7 +161,7 @@ def load_figures(recorded: list[int], item_loads, k: int) -> dict:
         "largest_item": weights.max().item() if len(weights) else 0,
     }
     for name, parts in (("kk", karmarkar_karp(weights, k, equal_size=True)), ("lpt", lpt(weights, k))):
-        balanced = partition_loads(weights, parts)
+        balanced = _part_loads(weights, parts)
         bmax, bmin = max(balanced), min(balanced)
         bmean = sum(balanced) / k
         fig.update({
@@ -134,6 +172,15 @@ def load_figures(recorded: list[int], item_loads, k: int) -> dict:
             f"{name}_saving": None if rmax == 0 else 1.0 - bmax / rmax,
         })
     return fig
+
+
+def _part_loads(weights: np.ndarray, parts: list[list[int]]) -> list:
+    """`balancing.partition_loads` in one reduceat (same values: exact integer sums)."""
+    sizes = np.fromiter((len(p) for p in parts), dtype=np.int64, count=len(parts))
+    if weights.dtype.kind not in "iu" or not sizes.all():
+        return partition_loads(weights, parts)
+    flat = np.fromiter(itertools.chain.from_iterable(parts), dtype=np.int64, count=int(sizes.sum()))
+    return np.add.reduceat(weights[flat], np.cumsum(sizes) - sizes).tolist()
 
 
 def finish_imbalance(partial: dict) -> dict:

@@ -45,13 +45,21 @@ import math
 import numpy as np
 
 from workers.analysis.data import (
+    Groups,
     TraceData,
     composite_key,
     group_rows,
     json_safe,
+    sort_within_groups,
     trend,
 )
-from workers.analysis.stats import LOG_BIN_EDGES, PERCENTILES, distribution_stats, log_histogram
+from workers.analysis.stats import (
+    LOG_BIN_EDGES,
+    PERCENTILES,
+    count_at_least,
+    grouped_distribution_stats,
+    grouped_log_histogram,
+)
 
 QUANTITIES = ("prompt", "response", "total")
 DRIFT_METRICS = ("mean", "p99", "tail_ratio")
@@ -89,75 +97,99 @@ def per_step_lengths(data: TraceData, max_response_len: int | None = None, by_ta
     }
     if s is None or len(s) == 0:
         return out
-    prompt = np.asarray(s.prompt_len, dtype=np.int64)
-    response = np.asarray(s.response_len, dtype=np.int64)
+    prompt, response = _lengths(s.prompt_len), _lengths(s.response_len)
     validate = np.zeros(len(s), dtype=bool) if s.validate is None else np.asarray(s.validate, dtype=bool)
+    truncated = None if s.truncated is None else np.asarray(s.truncated, dtype=bool)
     for name, mask in (("steps", ~validate), ("validation_steps", validate)):
         if mask.any():
             out[name] = _step_entries(
-                s.step[mask], prompt[mask], response[mask],
-                None if s.truncated is None else np.asarray(s.truncated, dtype=bool)[mask], cap,
+                _rows(s.step, mask), _rows(prompt, mask), _rows(response, mask), _rows(truncated, mask), cap
             )
     if by_task and s.task_id is not None:
         train = ~validate
         out["tasks"] = _task_entries(
-            s.task_id[train], s.step[train], prompt[train], response[train],
-            None if s.truncated is None else np.asarray(s.truncated, dtype=bool)[train], cap, data.task_names,
+            _rows(s.task_id, train), _rows(s.step, train), _rows(prompt, train), _rows(response, train),
+            _rows(truncated, train), cap, data.task_names,
         )
     return out
 
 
-def _response_stats(r: np.ndarray, cap: int | None, truncated: np.ndarray | None) -> dict:
-    st = distribution_stats(r, cap)
-    st["n_at_max"] = int(np.count_nonzero(r == r.max()))
+def _lengths(col) -> np.ndarray:
+    # integer columns stay in their width (sorting int32 is faster than int64)
+    a = np.asarray(col)
+    return a if np.issubdtype(a.dtype, np.integer) else a.astype(np.int64)
+
+
+def _rows(col, mask):
+    """col[mask], without the copy when every row is kept (the common no-validation case)."""
+    if col is None:
+        return None
+    return col if mask.all() else col[mask]
+
+
+def _total(prompt: np.ndarray, response: np.ndarray) -> np.ndarray:
+    if len(prompt) and int(prompt.max()) + int(response.max()) <= np.iinfo(np.int32).max:
+        return np.add(prompt, response, dtype=np.result_type(prompt, response, np.int32))
+    return np.add(prompt, response, dtype=np.int64)
+
+
+def _group_stats(g: Groups, prompt, response, truncated, cap, with_total: bool) -> dict:
+    """Per group of `g`: the stats dicts and log histograms of prompt, response (and total)."""
+    starts, counts = g.starts, g.counts
+    p, r = g.sort(prompt), g.sort(response)
+    values = {"prompt": p, "response": r}
+    if with_total:
+        values["total"] = _total(p, r)
+    stats, hists = {}, {}
+    for name, v in values.items():
+        v = sort_within_groups(v, starts, counts)
+        stats[name] = grouped_distribution_stats(v, starts, counts, cap if name == "response" else None)
+        hists[name] = grouped_log_histogram(v, starts, counts)
+        if name == "response":
+            n_at_max = count_at_least(v, starts, counts, v[starts + counts - 1])
+    rates = None
     if truncated is not None:
-        st["truncation_rate"] = float(truncated.mean())
-    return st
-
-
-def _no_truncation(st: dict) -> dict:
-    st["truncation_rate"] = None
-    return st
+        rates = (np.add.reduceat(g.sort(truncated).astype(np.int64), starts) / counts).tolist()
+    for i, st in enumerate(stats["response"]):
+        st["n_at_max"] = int(n_at_max[i])
+        if rates is not None:
+            st["truncation_rate"] = rates[i]
+    return {"stats": stats, "hists": hists}
 
 
 def _step_entries(step, prompt, response, truncated, cap) -> list[dict]:
     g = group_rows(np.asarray(step, dtype=np.int64))
-    # float64 once: distribution_stats would convert every slice again
-    p, r = g.sort(prompt).astype(np.float64), g.sort(response).astype(np.float64)
-    t = p + r
-    tr = None if truncated is None else g.sort(truncated)
-    entries = []
-    for i, sl in g.slices():
-        entries.append({
-            "step": int(g.keys[i]),
-            "prompt": _no_truncation(distribution_stats(p[sl])),
-            "response": _response_stats(r[sl], cap, None if tr is None else tr[sl]),
-            "total": _no_truncation(distribution_stats(t[sl])),
-            "hist": {"prompt": log_histogram(p[sl]), "response": log_histogram(r[sl]), "total": log_histogram(t[sl])},
-        })
-    return entries
+    res = _group_stats(g, prompt, response, truncated, cap, with_total=True)
+    stats, hists = res["stats"], {k: h.tolist() for k, h in res["hists"].items()}
+    return [
+        {
+            "step": step_value,
+            "prompt": stats["prompt"][i],
+            "response": stats["response"][i],
+            "total": stats["total"][i],
+            "hist": {"prompt": hists["prompt"][i], "response": hists["response"][i], "total": hists["total"][i]},
+        }
+        for i, step_value in enumerate(g.keys.tolist())
+    ]
 
 
 def _task_entries(task, step, prompt, response, truncated, cap, names) -> list[dict]:
     task = np.asarray(task, dtype=np.int64)
-    g = group_rows(composite_key(task, np.asarray(step, dtype=np.int64)))
-    tk, st = g.sort(task), g.sort(step)
-    p, r = g.sort(prompt).astype(np.float64), g.sort(response).astype(np.float64)
-    tr = None if truncated is None else g.sort(truncated)
+    step = np.asarray(step, dtype=np.int64)
+    g = group_rows(composite_key(task, step))
+    task_of, step_of = g.sort(task)[g.starts].tolist(), g.sort(step)[g.starts].tolist()
+    res = _group_stats(g, prompt, response, truncated, cap, with_total=False)
+    stats, hists = res["stats"], res["hists"]
     tasks: dict[int, dict] = {}
-    for i, sl in g.slices():
-        tid = int(tk[sl.start])
-        entry = tasks.setdefault(
-            tid, {"task_id": tid, "task": names.get(tid), "steps": [], "_rows": [sl.start, sl.stop]})
-        entry["_rows"][1] = sl.stop  # rows of one task are contiguous after the sort
-        entry["steps"].append({
-            "step": int(st[sl.start]),
-            "prompt": _no_truncation(distribution_stats(p[sl])),
-            "response": _response_stats(r[sl], cap, None if tr is None else tr[sl]),
-        })
+    for i, (tid, st) in enumerate(zip(task_of, step_of)):
+        # groups are ordered by (task, step): a task's groups are contiguous
+        entry = tasks.setdefault(tid, {"task_id": tid, "task": names.get(tid), "steps": [], "_groups": [i, i + 1]})
+        entry["_groups"][1] = i + 1
+        entry["steps"].append({"step": st, "prompt": stats["prompt"][i], "response": stats["response"][i]})
     for entry in tasks.values():
-        lo, hi = entry.pop("_rows")
-        entry["hist"] = {"prompt": log_histogram(p[lo:hi]), "response": log_histogram(r[lo:hi])}
+        lo, hi = entry.pop("_groups")
+        # the task's histogram over all its samples is the sum of its per-step ones
+        entry["hist"] = {q: hists[q][lo:hi].sum(axis=0).tolist() for q in ("prompt", "response")}
     return [tasks[k] for k in sorted(tasks)]
 
 

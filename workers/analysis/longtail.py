@@ -47,12 +47,12 @@ import numpy as np
 
 from workers.analysis.data import (
     TraceData,
-    composite_key,
     group_rows,
     json_safe,
-    order_within_groups,
+    sort_within_groups,
     training_mask,
 )
+from workers.analysis.stats import count_at_least
 
 
 def analyze_longtail(
@@ -66,17 +66,19 @@ def analyze_longtail(
 
 
 def tail_figures(lengths_sorted: np.ndarray, starts: np.ndarray, counts: np.ndarray, f: float) -> dict:
-    """Long-tail figures per group of lengths sorted ascending within each group."""
-    v = np.asarray(lengths_sorted, dtype=np.float64)
+    """Long-tail figures per group of lengths sorted ascending within each group
+    (the groups back to back: starts[i + 1] = starts[i] + counts[i])."""
+    v = np.asarray(lengths_sorted)
+    starts = np.asarray(starts, dtype=np.int64)
     counts = np.asarray(counts, dtype=np.int64)
     ends = starts + counts - 1
-    total = np.add.reduceat(v, starts)
-    longest = v[ends]
+    # exact integer sums for integer lengths (what a float64 sum of them gives too)
+    total = np.add.reduceat(v, starts, dtype=np.int64 if v.dtype.kind in "iub" else np.float64).astype(np.float64)
+    longest = v[ends].astype(np.float64)
     k = np.maximum(np.ceil((1.0 - f) * counts - 1e-9).astype(np.int64), 1)
-    tail_len = v[starts + k - 1]
-    code = np.repeat(np.arange(len(starts)), counts)
-    still_running = v > (1.0 - f) * longest[code]
-    running = np.add.reduceat(still_running.astype(np.int64), starts)
+    tail_len = v[starts + k - 1].astype(np.float64)
+    # samples longer than (1 - f) * longest: the group's rows past that value
+    running = count_at_least(v, starts, counts, np.nextafter((1.0 - f) * longest, np.inf))
     with np.errstate(divide="ignore", invalid="ignore"):
         idle = np.where(longest > 0, 1.0 - total / (counts * longest), 0.0)
         tail_share = np.where(longest > 0, (longest - tail_len) / longest, 0.0)
@@ -95,65 +97,105 @@ def per_step_longtail(data, engine_key="dp_rank", tail_fraction=0.1, include_val
     if s is None or len(s) == 0:
         return out
     keep = training_mask(s.validate, len(s), include_validation)
-    step = np.asarray(s.step, dtype=np.int64)[keep]
-    length = np.asarray(s.response_len, dtype=np.int64)[keep]
+    every = bool(keep.all())  # no copies when every row is kept
+    step = np.asarray(s.step) if every else np.asarray(s.step)[keep]
+    length = np.asarray(s.response_len) if every else np.asarray(s.response_len)[keep]
     if len(step) == 0:
         return out
-    engine = np.zeros(len(step), dtype=np.int64) if col is None else np.asarray(col, dtype=np.int64)[keep]
+    if not np.issubdtype(length.dtype, np.number):
+        length = length.astype(np.int64)
+    if col is None:
+        engine = np.zeros(len(step), dtype=np.int64)
+    else:
+        engine = np.asarray(col) if every else np.asarray(col)[keep]
 
-    # whole-step figures: sort by (step, length)
-    order = order_within_groups(step, length)
-    st_sorted = step[order]
-    sg = group_rows(st_sorted)
-    step_fig = tail_figures(length[order], sg.starts, sg.counts, tail_fraction)
+    # whole-step figures: lengths sorted within each step
+    sg = group_rows(step)
+    by_step = sg.sort(length)
+    step_fig = tail_figures(sort_within_groups(by_step, sg.starts, sg.counts), sg.starts, sg.counts, tail_fraction)
 
-    # per-engine figures: sort by (step, engine, length)
-    ekey = composite_key(step, engine)
-    order = order_within_groups(ekey, length)
-    eg = group_rows(ekey[order])
-    eng_fig = tail_figures(length[order], eg.starts, eg.counts, tail_fraction)
-    eng_step, eng_id = step[order][eg.starts], engine[order][eg.starts]
-    lo = np.searchsorted(eng_step, sg.keys, side="left")
-    hi = np.searchsorted(eng_step, sg.keys, side="right")
+    # per-engine figures: within each step, rows sorted by (engine, length)
+    eng_sorted, len_sorted = _sort_by_engine_within_steps(sg.sort(engine), by_step, sg)
+    step_code = sg.code()
+    new_group = np.ones(len(step_code), dtype=bool)
+    new_group[1:] = (step_code[1:] != step_code[:-1]) | (eng_sorted[1:] != eng_sorted[:-1])
+    e_starts = np.flatnonzero(new_group)
+    e_counts = np.diff(np.append(e_starts, len(step_code)))
+    eng_fig = tail_figures(len_sorted, e_starts, e_counts, tail_fraction)
+    eng_step_code, eng_id = step_code[e_starts], eng_sorted[e_starts]
+    lo = np.searchsorted(eng_step_code, np.arange(len(sg)), side="left")
+    n_eng = np.diff(np.append(lo, len(e_starts)))
+
+    # per-step sums over engines, one reduceat each (T: the step's longest response)
+    T = step_fig["max_len"]
+    T_e = np.repeat(T, n_eng)
+    m, M = eng_fig["mean_len"], eng_fig["max_len"]
+    idle_time = np.add.reduceat(T_e - m, lo)
+    within = np.add.reduceat(M - m, lo)
+    waiting = np.add.reduceat(T_e - M, lo)
+    engine_time = n_eng * T
+    eng_idle = eng_fig["idle_fraction"]
+    eng_idle_mean = np.add.reduceat(eng_idle, lo) / n_eng
+    eng_idle_max = np.maximum.reduceat(eng_idle, lo)
 
     t_gen = data.steps.timing("t_gen", sg.keys) if data.steps is not None else np.full(len(sg.keys), np.nan)
-    for i, st in enumerate(sg.keys.tolist()):
-        e0, e1 = int(lo[i]), int(hi[i])
-        T = float(step_fig["max_len"][i])
-        m = eng_fig["mean_len"][e0:e1]
-        M = eng_fig["max_len"][e0:e1]
-        n_eng = e1 - e0
-        idle_time = float((T - m).sum())
-        engine_time = n_eng * T
-        tg = float(t_gen[i]) if math.isfinite(t_gen[i]) else None
-        tail_share = float(step_fig["tail_time_share"][i])
+    per_engine = {"engine": eng_id.tolist(), **{k: eng_fig[k].tolist() for k in (
+        "samples", "tokens", "max_len", "mean_len", "idle_fraction", "tail_time_share", "tail_sample_share")}}
+    bounds = np.append(lo, len(e_starts)).tolist()
+    cols = {k: np.asarray(v).tolist() for k, v in (
+        ("step", sg.keys), ("samples", step_fig["samples"]), ("T", T), ("tokens", step_fig["tokens"]),
+        ("tail_len", step_fig["tail_len"]), ("tail_share", step_fig["tail_time_share"]),
+        ("tail_samples", step_fig["tail_sample_share"]), ("engine_time", engine_time), ("idle", idle_time),
+        ("within", within), ("waiting", waiting), ("eng_idle_mean", eng_idle_mean),
+        ("eng_idle_max", eng_idle_max), ("n_eng", n_eng), ("t_gen", t_gen))}
+    for i, st in enumerate(cols["step"]):
+        e0, e1 = bounds[i], bounds[i + 1]
+        T_i, idle_i, engine_time_i = cols["T"][i], cols["idle"][i], cols["engine_time"][i]
+        tg = cols["t_gen"][i] if math.isfinite(cols["t_gen"][i]) else None
+        tail_share = cols["tail_share"][i]
         out["steps"].append({
             "step": st,
-            "samples": int(step_fig["samples"][i]),
-            "engines": n_eng,
-            "rollout_len": T,
-            "tokens": float(step_fig["tokens"][i]),
-            "tail_len": float(step_fig["tail_len"][i]),
+            "samples": cols["samples"][i],
+            "engines": cols["n_eng"][i],
+            "rollout_len": T_i,
+            "tokens": cols["tokens"][i],
+            "tail_len": cols["tail_len"][i],
             "tail_time_share": tail_share,
-            "tail_sample_share": float(step_fig["tail_sample_share"][i]),
-            "engine_time": engine_time,
-            "idle_token_time": idle_time,
-            "idle_within_engines": float((M - m).sum()),
-            "idle_waiting": float((T - M).sum()),
-            "idle_fraction": idle_time / engine_time if engine_time > 0 else 0.0,
-            "engine_idle_fraction_mean": float(eng_fig["idle_fraction"][e0:e1].mean()),
-            "engine_idle_fraction_max": float(eng_fig["idle_fraction"][e0:e1].max()),
+            "tail_sample_share": cols["tail_samples"][i],
+            "engine_time": engine_time_i,
+            "idle_token_time": idle_i,
+            "idle_within_engines": cols["within"][i],
+            "idle_waiting": cols["waiting"][i],
+            "idle_fraction": idle_i / engine_time_i if engine_time_i > 0 else 0.0,
+            "engine_idle_fraction_mean": cols["eng_idle_mean"][i],
+            "engine_idle_fraction_max": cols["eng_idle_max"][i],
             "t_gen": tg,
-            "idle_engine_seconds": idle_time * tg / T if (tg is not None and T > 0) else None,
+            "idle_engine_seconds": idle_i * tg / T_i if (tg is not None and T_i > 0) else None,
             "tail_seconds": tail_share * tg if tg is not None else None,
-            "engine": {
-                "engine": eng_id[e0:e1].tolist(),
-                **{k: eng_fig[k][e0:e1].tolist() for k in (
-                    "samples", "tokens", "max_len", "mean_len", "idle_fraction",
-                    "tail_time_share", "tail_sample_share")},
-            },
+            "engine": {k: v[e0:e1] for k, v in per_engine.items()},
         })
     return out
+
+
+def _sort_by_engine_within_steps(engine: np.ndarray, length: np.ndarray, sg) -> tuple[np.ndarray, np.ndarray]:
+    """(engine, length) of the rows (grouped by step as in `sg`) sorted by (engine, length)
+    inside each step: one packed integer per row, sorted slice by slice."""
+    e = np.asarray(engine).astype(np.int64, copy=False)
+    v = np.asarray(length)
+    if len(e) and np.issubdtype(v.dtype, np.integer):
+        e_lo, v_lo = int(e.min()), int(v.min())
+        width = int(v.max()) - v_lo + 1
+        span = (int(e.max()) - e_lo + 1) * width
+        if span < 2**62:
+            packed = (e - e_lo) * width + (v.astype(np.int64) - v_lo)
+            if span < 2**31:
+                packed = packed.astype(np.int32)  # half the bytes: a faster sort
+            packed = sort_within_groups(packed, sg.starts, sg.counts).astype(np.int64, copy=False)
+            eng, val = np.divmod(packed, width)
+            return eng + e_lo, (val + v_lo).astype(v.dtype, copy=False)
+    # wide or non-integer values: a lexsort by (step, engine, length)
+    order = np.lexsort((v, e, sg.code()))
+    return e[order], v[order]
 
 
 def _mean_max(values) -> dict | None:

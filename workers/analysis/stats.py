@@ -74,10 +74,12 @@ def grouped_distribution_stats(
     nf = n.astype(np.float64)
     total = np.add.reduceat(v, st)
     mean = total / nf
-    dev = v - np.repeat(mean, n)
+    dev = np.repeat(mean, n)
+    np.subtract(v, dev, out=dev)
     sq = dev * dev
     std = np.sqrt(np.add.reduceat(sq, st) / nf)
-    m3 = np.add.reduceat(sq * dev, st) / nf
+    np.multiply(sq, dev, out=sq)
+    m3 = np.add.reduceat(sq, st) / nf
     del dev, sq
     lo, hi = v[st], v[st + n - 1]
     pct = _sorted_percentiles(v, st, n, PERCENTILES)
@@ -85,7 +87,7 @@ def grouped_distribution_stats(
         skew = np.where(std > 0, m3 / std**3, 0.0)
         cv = np.where(mean != 0, std / mean, 0.0)
         tail = np.where(mean != 0, hi / mean, 0.0)
-    trunc = (np.add.reduceat((v >= cap).astype(np.int64), st) / nf).tolist() if cap else [None] * len(full)
+    trunc = (count_at_least(v, st, n, cap) / nf).tolist() if cap else [None] * len(full)
     cols = [x.tolist() for x in (n, total, mean, std, cv, lo, *pct.T, hi, tail, skew)]
     names = ["count", "sum", "mean", "std", "cv", "min", *(f"p{p}" for p in PERCENTILES), "max", "tail_ratio",
              "skewness"]
@@ -94,6 +96,21 @@ def grouped_distribution_stats(
         entry["truncation_rate"] = trunc[j]
         out[g] = entry
     return out
+
+
+def count_at_least(sorted_values: np.ndarray, starts: np.ndarray, counts: np.ndarray, threshold) -> np.ndarray:
+    """Per group of values sorted within groups: how many are >= `threshold` (a scalar or
+    one value per group)."""
+    v = np.asarray(sorted_values)
+    starts = np.asarray(starts, dtype=np.int64)
+    counts = np.asarray(counts, dtype=np.int64)
+    th = np.broadcast_to(np.asarray(threshold), counts.shape)
+    if len(counts) * 64 <= len(v):  # large groups: a binary search in each
+        return np.array([c - np.searchsorted(v[s : s + c], t, side="left")
+                         for s, c, t in zip(starts.tolist(), counts.tolist(), th.tolist())], dtype=np.int64)
+    code = np.repeat(np.arange(len(counts)), counts)
+    rows = np.repeat(starts, counts) + (np.arange(len(code)) - np.repeat(np.cumsum(counts) - counts, counts))
+    return np.bincount(code[v[rows] >= th[code]], minlength=len(counts)).astype(np.int64)
 
 
 def _tiled(v: np.ndarray, starts, counts) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
