@@ -132,12 +132,18 @@ return [graphs.length, pending.length, busy];
 """
 
 
-def wait_for_charts(driver, timeout: float = 120, settle: float = 0.5) -> float:
+def wait_for_charts(driver, timeout: float = 120, settle: float = 0.5, ready_selector: str | None = None) -> float:
     """Seconds until every chart on the page has drawn its data (no placeholder left);
-    a page without charts counts as drawn once nothing is loading for a second."""
+    a page without charts counts as drawn when `ready_selector` matches, or else once
+    nothing is loading for a second."""
     t0 = time.monotonic()
     idle_since = None
     while time.monotonic() - t0 < timeout:
+        if ready_selector:
+            if driver.execute_script("return document.querySelectorAll(arguments[0]).length", ready_selector):
+                return time.monotonic() - t0
+            time.sleep(0.05)
+            continue
         n, pending, busy = driver.execute_script(CHARTS_STATE)
         if n and not pending and not busy:
             took = time.monotonic() - t0

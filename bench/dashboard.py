@@ -139,17 +139,19 @@ def bench_pages(steps: int, groups: int, dp_size: int) -> list[tuple[str, float]
             driver = b.chromium(1400, 1000)
             try:
                 b.sign_in(driver, base, key)
-                pages = [("traces", "/traces"), ("overview", f"/traces/{trace['id']}"),
-                         ("distributions", f"/traces/{trace['id']}/distributions"),
-                         ("imbalance", f"/traces/{trace['id']}/imbalance"), ("jobs", "/jobs")]
-                for _, path in pages:  # start the analyses
+                pages = [("traces", "/traces", "#traces-table tr[data-trace-id]"),
+                         ("overview", f"/traces/{trace['id']}", None),
+                         ("distributions", f"/traces/{trace['id']}/distributions", None),
+                         ("imbalance", f"/traces/{trace['id']}/imbalance", None),
+                         ("jobs", "/jobs", "#jobs-table tr[data-job-id]")]
+                for _, path, _sel in pages:  # start the analyses
                     driver.get(base + path)
                     time.sleep(1)
                 b.wait_analyses(api, trace["id"], timeout=1800)
                 out = []
-                for name, path in pages:
+                for name, path, selector in pages:
                     driver.get(base + path)
-                    out.append((name, b.wait_for_charts(driver, timeout=300, settle=0)))
+                    out.append((name, b.wait_for_charts(driver, timeout=300, settle=0, ready_selector=selector)))
                 errors = b.console_errors(driver)
             finally:
                 driver.quit()

@@ -1,10 +1,12 @@
 """Screenshots of every dashboard page, for the docs (docs/img/*.png).
 
 Starts the real server in a throwaway folder with the synthetic demo trace (the
-project's own generator), uploads the real fixtures from ../shared/fixtures when they
-are there (Kineto GPU traces, Search-R1 multi-turn, rllm reward timings), waits for the
-analyses, and captures each page full-length in headless Chromium once its charts have
-drawn. Fails if the browser console logged an error.
+project's own generator), uploads a synthetic run with a verl metric log (stage timings
+derived from its lengths, so the stage charts have something to show; its name says it
+is synthetic) and the real fixtures from ../shared/fixtures when they are there (Kineto
+GPU traces, Search-R1 multi-turn, rllm reward timings), waits for the analyses, and
+captures each page full-length in headless Chromium once its charts have drawn. Fails
+if the browser console logged an error.
 
     python bench/screenshots.py [--out docs/img] [--width 1400]
 """
@@ -25,6 +27,32 @@ from _browser import (ROOT, api_client, chromium, console_errors, full_page_png,
 FIXTURES = ROOT.parent / "shared" / "fixtures"
 
 
+def synthetic_run_with_timings(folder: Path, steps: int = 40, groups: int = 64, n: int = 8) -> list[Path]:
+    """PolyTrace packed-lengths files plus a verl file-logger JSONL whose stage times
+    follow the lengths (generation waits for the longest response, training scales with
+    the tokens)."""
+    import numpy as np
+    import orjson
+
+    from workers.workload.synthetic import packed_length_rows
+
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(5)
+    lines = []
+    for rows in packed_length_rows(steps, groups, n, dp_size=8, seed=5):
+        step = rows[0]["step"]
+        (folder / f"packed_lengths_step_{step}.jsonl").write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rows))
+        longest = max(max(r["output"]) for r in rows)
+        tokens = sum(r["input"] * n + sum(r["output"]) for r in rows)
+        t = {"timing_s/gen": 0.012 * longest + rng.normal(3, 0.5), "timing_s/reward": rng.uniform(4, 9),
+             "timing_s/old_log_prob": tokens / 90_000, "timing_s/ref": tokens / 95_000, "timing_s/adv": 0.4,
+             "timing_s/update_actor": tokens / 30_000}
+        t["timing_s/step"] = sum(t.values()) + rng.uniform(2, 4)
+        lines.append(orjson.dumps({"step": step, "data": t}))
+    (folder / "verl_metrics.jsonl").write_bytes(b"\n".join(lines) + b"\n")
+    return sorted(folder.iterdir())
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, default=ROOT / "docs" / "img")
@@ -33,8 +61,9 @@ def main() -> int:
 
     with tempfile.TemporaryDirectory(prefix="rlvr-shots-") as tmp, running_server(Path(tmp), demo=True) as (base, key):
         api = api_client(base, key)
-        demo = api.get("/traces", params={"q": "demo"}).json()["items"][0]
-        traces = {"demo": demo}
+        traces = {"cli-demo": api.get("/traces", params={"q": "demo"}).json()["items"][0]}
+        demo = traces["demo"] = upload(api, synthetic_run_with_timings(Path(tmp) / "synthetic"),
+                                       "synthetic GRPO run + verl stage timings")
         if FIXTURES.is_dir():
             kineto = FIXTURES / "kineto"
             traces["kineto"] = upload(api, [kineto / "sampled_rank-0.json.gz", kineto / "sampled_rank-1.json.gz"],

@@ -47,21 +47,21 @@ def register(app: dash.Dash) -> None:
 
     @app.callback(
         Output({"type": c.RESULT, "kind": MATCH}, "data"),
-        Output({"type": c.SHOWN, "kind": MATCH}, "data"),
         Output({"type": c.STATUS, "kind": MATCH}, "children"),
         Output({"type": c.POLL, "kind": MATCH}, "disabled"),
         Input({"type": c.POLL, "kind": MATCH}, "n_intervals"),
         State({"type": c.PARAMS, "kind": MATCH}, "data"),
-        State({"type": c.SHOWN, "kind": MATCH}, "data"),
+        State({"type": c.RESULT, "kind": MATCH}, "data"),
         State(c.PAGE_TRACE_ID, "data"),
     )
     def analysis_status(_n, params, shown, trace_id):
         kind = dash.ctx.outputs_list[0]["id"]["kind"]
         if not trace_id:
-            return no_update, no_update, "", True
+            return no_update, "", True
         api = session.api()
         try:
-            jobs = api.analyses(trace_id)
+            # only this kind's jobs: a trace's full analysis list carries every result
+            jobs = api.jobs(trace_id=trace_id, kind=kind, limit=10)
             job = latest_job(jobs, kind)
             if job is None:
                 # No analysis of this kind yet: start one (the API dedupes identical requests).
@@ -69,10 +69,10 @@ def register(app: dash.Dash) -> None:
                 jobs = [*jobs, job]
         except ApiError as exc:
             state = {"job_id": None, "note": f"{kind} analysis unavailable: {exc.message}"}
-            return _if_changed(state, shown, None) + (c.alert(exc.message), True)
+            return _if_changed(state, shown), c.alert(exc.message), True
         best = _best_result(jobs, kind)
         state = {"job_id": (best or {}).get("id"), "note": None if best else _note(job, kind)}
-        return _if_changed(state, shown, best) + (_status_line(job), not job_active(job))
+        return _if_changed(state, shown), _status_line(job), not job_active(job)
 
     _trace_status_callback(app)
 
@@ -119,12 +119,10 @@ def _note(job: dict, kind: str) -> str:
     return f"The {kind} analysis has no result"
 
 
-def _if_changed(state: dict, shown: dict | None, best: dict | None) -> tuple:
-    """(result store, shown store): only sent when what is shown changes, so polling
-    does not redraw the figures (nor ship the result) every second."""
-    if state == shown:
-        return no_update, no_update
-    return {"job_id": state["job_id"], "result": (best or {}).get("result"), "note": state["note"]}, state
+def _if_changed(state: dict, shown: dict | None):
+    """The store's new value, or no_update when what is shown did not change (so a poll
+    does not redraw the figures every second)."""
+    return no_update if state == shown else state
 
 
 def _status_line(job: dict):

@@ -27,7 +27,6 @@ RESULT = "analysis-result"
 STATUS = "analysis-status"
 POLL = "analysis-poll"
 PARAMS = "analysis-params"
-SHOWN = "analysis-shown"
 PAGE_TRACE_ID = "page-trace-id"
 
 
@@ -149,11 +148,11 @@ def analysis_panel(kind: str, label: str, trace_id, params: dict | None = None) 
     """Status line of analysis `kind` for the page's trace (read from the store with id
     PAGE_TRACE_ID). The shared callback in `dashboard.callbacks` starts the analysis
     (with `params`) when the trace has none, polls its progress, and puts the latest result in the
-    store {"type": RESULT, "kind": kind} as {"job_id", "result", "note"} (note: why
-    there is no result yet); figures listen to it and read it with `unpack_result`."""
+    store {"type": RESULT, "kind": kind} as {"job_id", "note"} (note: why there is no
+    result yet); figures listen to it and fetch the result server-side with
+    `dashboard.results.analysis_result` (the browser never holds the result)."""
     return html.Div(className="analysis-panel", children=[
         dcc.Store(id={"type": RESULT, "kind": kind}),
-        dcc.Store(id={"type": SHOWN, "kind": kind}),
         dcc.Store(id={"type": PARAMS, "kind": kind}, data=params or {}),
         dcc.Interval(id={"type": POLL, "kind": kind}, interval=1500, disabled=True),
         html.Span(label, className="analysis-label"),
@@ -161,8 +160,3 @@ def analysis_panel(kind: str, label: str, trace_id, params: dict | None = None) 
         dcc.Link("other parameters…", href=href(f"/jobs?trace_id={trace_id}&kind={kind}"), className="muted"),
     ])
 
-
-def unpack_result(data: dict | None, what: str) -> tuple[dict | None, str]:
-    """(result, message for empty figures) from an analysis panel's result store."""
-    data = data or {}
-    return data.get("result"), data.get("note") or f"Waiting for the {what} analysis…"

@@ -65,14 +65,14 @@ def human_bytes(n) -> str:
 
 
 def human_count(n) -> str:
-    """1234 -> 1,234; 12_345_678 -> 12.3 M."""
+    """1234 -> 1,234; 3_197_704 -> 3.20 M; 12_345_678 -> 12.3 M."""
     if n is None or (isinstance(n, float) and math.isnan(n)):
         return "—"
     n = float(n)
     if abs(n) >= 1e9:
         return f"{n / 1e9:.2f} B"
-    if abs(n) >= 1e7:
-        return f"{n / 1e6:.1f} M"
+    if abs(n) >= 1e6:
+        return f"{n / 1e6:.2f} M" if abs(n) < 1e7 else f"{n / 1e6:.1f} M"
     if n == int(n):
         return f"{int(n):,}"
     return f"{n:,.2f}"

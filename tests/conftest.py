@@ -146,7 +146,8 @@ def stop_worker(proc: subprocess.Popen) -> None:
     import signal
 
     if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGTERM)
+        # A warm shutdown is asked of the main process; it stops its own pool.
+        proc.send_signal(signal.SIGTERM)
         try:
             proc.wait(timeout=20)
         except subprocess.TimeoutExpired:

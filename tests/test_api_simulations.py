@@ -3,10 +3,8 @@ trace download, calibration accuracy on a real multi-turn trace, 422s and team s
 
 from __future__ import annotations
 
-import gzip
 import uuid
 
-import numpy as np
 import orjson
 import pytest
 
@@ -165,7 +163,7 @@ def test_presets_describe_the_form(api):
 
 
 @pytest.mark.parametrize("backend_env", ["sqlite"], indirect=True)
-def test_calibrated_replay_of_search_r1_predicts_the_next_step(api, worker, shared_fixtures, tmp_path):
+def test_calibrated_replay_of_search_r1_predicts_the_next_step(api, worker, shared_fixtures):
     folder = shared_fixtures / "polytrace" / "search_r1_qwen2_5_7b"
     trace = upload(api, folder, "search_r1.zip")
     assert trace["n_turns"] > 0
@@ -195,6 +193,8 @@ def test_calibrated_replay_of_search_r1_predicts_the_next_step(api, worker, shar
     # the replay uses the calibrated engine: its step-1 rollout is the prediction
     assert res["a"]["steps"][1]["stages"]["rollout"] == pytest.approx(roll["predicted"], rel=1e-6)
     assert res["a"]["config"]["coefficients"] == res["calibration"]["coefficients"]
+    # done: drop the trace so the worker skips its queued default analyses
+    assert api.delete(f"/api/v1/traces/{trace['id']}").status_code == 204
 
 
 @pytest.mark.parametrize("backend_env", ["sqlite"], indirect=True)
@@ -211,3 +211,18 @@ def test_replay_of_a_synthetic_workload_from_the_parameter_file(api, worker, sha
     assert len(job["result"]["compare"]["per_step"]) == 2
     bad = api.post(URL, json={"workload": {"parameters": params, "task": "vision"}})
     assert bad.status_code == 422 and bad.json()["detail"]["field"] == "workload.task"
+
+
+def test_stored_timeline_keeps_whole_first_steps_when_too_long():
+    from workers.sim_runner import sim_dict
+
+    steps = workload_from_columns(packed_rows_to_columns([r for rows in synthetic_rows(steps=5, groups=8, n=2) for r in rows]))
+    result = simulate(steps, ClusterConfig(n_gpus=16), MODEL_PRESETS["Qwen2.5-7B"], EngineLimits(), Policy())
+    every = [iv for lane in result.lanes for iv in lane.intervals]
+    per_step = {s: sum(1 for iv in every if iv[4] == s) for s in range(5)}
+    cap = per_step[0] + per_step[1] + per_step[2] // 2  # room for steps 0 and 1, not all of 2
+    d = sim_dict(result, max_intervals=cap)
+    kept = [iv for lane in d["timeline"] for iv in lane["intervals"]]
+    assert d["timeline_truncated"] == {"last_step": 1, "intervals_total": len(every)}
+    assert len(kept) == per_step[0] + per_step[1] and all(iv[4] <= 1 for iv in kept)
+    assert sim_dict(result, max_intervals=len(every))["timeline_truncated"] is None

@@ -251,3 +251,45 @@ def test_pages_need_a_signed_in_team(app):
                    {"id": "_pages_location", "property": "search", "value": ""}], changed=["_pages_location.pathname"])
     page = json.dumps(r.get_json()["response"]["_pages_content"]["children"])
     assert "/sign-in?next=%2Ftraces%2F7" in page
+
+
+def test_mounted_under_a_prefix(stub):
+    from dashboard.app import create_dash
+
+    app = create_dash("http://api.test", requests_pathname_prefix="/ui",
+                      http_client=httpx.Client(transport=httpx.MockTransport(stub)))
+    client = app.server.test_client()
+    index = client.get("/traces").get_data(as_text=True)
+    assert '"requests_pathname_prefix":"\\u002fui\\u002f"' in index  # the browser calls /ui/_dash-*
+    r = _callback(client, ".._pages_content.children..._pages_store.data..",
+                  [{"id": "_pages_location", "property": "pathname", "value": "/ui/traces/7/imbalance"},
+                   {"id": "_pages_location", "property": "search", "value": ""}], changed=["_pages_location.pathname"])
+    page = json.dumps(r.get_json()["response"]["_pages_content"]["children"])
+    assert "/ui/sign-in?next=%2Ftraces%2F7%2Fimbalance" in page
+
+
+def test_analysis_results_stay_on_the_server_and_are_cached_per_team(app, stub):
+    import flask
+
+    from dashboard import results
+
+    results._cache.clear()
+    stub.routes[("GET", "/api/v1/jobs/21")] = httpx.Response(200, json={
+        "id": 21, "kind": "imbalance", "status": "succeeded", "result": {"dp_size": 4}})
+    stub.routes[("GET", "/api/v1/jobs/22")] = httpx.Response(200, json={
+        "id": 22, "kind": "longtail", "status": "running", "result": None})
+    with app.server.test_request_context():
+        flask.session["api_key"] = KEY
+        assert results.analysis_result({"job_id": 21, "note": None}, "imbalance") == ({"dp_size": 4},
+                                                                                     "Waiting for the imbalance analysis…")
+        n = len(stub.requests)
+        assert results.job_result(21) == {"dp_size": 4}
+        assert len(stub.requests) == n  # served from the cache
+        assert results.job_result(22) is None and results.job_result(22) is None
+        assert len(stub.requests) == n + 2  # unfinished jobs are not cached
+        assert results.analysis_result({"job_id": None, "note": "The longtail analysis is running…"}, "long-tail") == (
+            None, "The longtail analysis is running…")
+    with app.server.test_request_context():
+        flask.session["api_key"] = "another team"
+        result, note = results.analysis_result({"job_id": 21}, "imbalance")
+        assert result is None and "invalid API key" in note  # the cache does not answer for another key

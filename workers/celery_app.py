@@ -36,6 +36,8 @@ def make_celery() -> Celery:
             "data_folder_in": queue,
             "data_folder_out": queue,
             "control_folder": str(settings.queue_dir / "control"),
+            # The folder is polled; a short interval keeps job pickup prompt.
+            "polling_interval": 0.1,
         }
         (settings.queue_dir / "control").mkdir(parents=True, exist_ok=True)
         app.conf.worker_enable_remote_control = False

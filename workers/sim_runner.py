@@ -55,13 +55,14 @@ from backend.models import Job, JobStatus, Step, Trace, TraceStatus
 from backend.settings import get_settings
 from backend.simulation_jobs import configs_of
 from backend.trace_data import KEYS, available_columns
+from workers.analysis.data import json_safe
 from workers.simulator import Calibration, SimResult, StepWorkload, accuracy_report, calibrate, chrome_trace, compare, simulate
 from workers.simulator.result import Lane
 from workers.simulator.workload import workload_from_columns
 
 log = logging.getLogger(__name__)
 
-TIMELINE_MAX_INTERVALS = 20_000
+TIMELINE_MAX_INTERVALS = 10_000
 Progress = Callable[[float, str], None]
 
 # The columns the simulator's workload builder and the workload fit read, per table.
@@ -202,7 +203,7 @@ def _json(x):  # noqa: ANN001, ANN202 - numpy scalars / NaN to plain JSON values
 
 
 def result_dict(r: Replay, max_intervals: int = TIMELINE_MAX_INTERVALS) -> dict:
-    return {
+    return json_safe({
         "a": sim_dict(r.a, max_intervals),
         "b": sim_dict(r.b, max_intervals) if r.b is not None else None,
         "compare": compare(r.a, r.b) if r.b is not None else None,
@@ -215,7 +216,7 @@ def result_dict(r: Replay, max_intervals: int = TIMELINE_MAX_INTERVALS) -> dict:
             "samples": int(sum(w.n_samples for w in r.steps)),
             "multiturn": any(w.is_multiturn for w in r.steps),
         },
-    }
+    })
 
 
 # --------------------------------------------------------------------------- Chrome trace

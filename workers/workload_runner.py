@@ -36,7 +36,7 @@ from sqlalchemy.exc import OperationalError
 
 from backend.db import get_engine, new_session
 from backend.formats.base import InputError
-from backend.ingest.service import accept_upload
+from backend.ingest.service import accept_upload, ingest_stored
 from backend.ingest.uploads import local_files
 from backend.jobs import mark_failed, mark_running, mark_succeeded, set_progress
 from backend.models import Job, JobStatus, Trace, TraceStatus
@@ -218,5 +218,9 @@ def ingest_generated(team_id: int, files: list[Path], name: str, progress: Progr
             session, get_settings(), team_id=team_id, stored=local_files(files), name=name,
             forced_format=None, max_response_len=None, inline=True, progress=progress,
         )
+        if outcome.trace.status != TraceStatus.READY:
+            # identical content whose ingest an earlier, killed attempt left unfinished:
+            # ingest again (the pipeline first clears what that attempt wrote)
+            ingest_stored(outcome.trace.id, files, get_settings(), None, None, progress)
         return {"trace_id": outcome.trace.id, "trace_created": outcome.created,
                 "ingested_files": [p.name for p in files]}

@@ -14,7 +14,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from workers.analysis.stats import distribution_stats, log_histogram
+from workers.analysis.data import composite_key, group_rows, sort_within_groups, sorted_run_starts
+from workers.analysis.stats import (
+    distribution_stats,
+    grouped_distribution_stats,
+    grouped_log_histogram,
+    log_histogram,
+)
 
 SUMMARY_COLUMNS = ["step", "group_idx", "prompt_len", "response_len", "task_id", "validate"]
 
@@ -76,37 +82,74 @@ class StepCounter:
 
 
 def summarize_steps(cols: dict[str, np.ndarray], cap: int | None, task_names: list[str]) -> list[StepSummary]:
-    """Summaries of every step present in `cols` (the SUMMARY_COLUMNS of some samples)."""
+    """Summaries of every step present in `cols` (the SUMMARY_COLUMNS of some samples).
+
+    Vectorised over steps (and over (step, task) pairs): one grouping, one sort of each
+    length within its group, then `grouped_distribution_stats` / `grouped_log_histogram`.
+    """
     if len(cols["step"]) == 0:
         return []
-    order = np.argsort(cols["step"], kind="stable")
-    cols = {k: np.asarray(v)[order] for k, v in cols.items()}
-    steps, starts = np.unique(cols["step"], return_index=True)
-    bounds = list(starts) + [len(order)]
-    has_task = "task_id" in cols
+    by_step = group_rows(np.asarray(cols["step"]))
+    prompt = by_step.sort(np.asarray(cols["prompt_len"]))
+    response = by_step.sort(np.asarray(cols["response_len"]))
+    values = {"prompt": prompt, "response": response, "total": np.add(prompt, response, dtype=np.int64)}
+    caps = {"prompt": None, "response": cap, "total": None}
+    per_step = {name: _length_summaries(v, by_step.starts, by_step.counts, caps[name]) for name, v in values.items()}
+
+    # per task: the rows of each (step, task) pair with a task, grouped the same way
+    per_task: dict[str, list[list[tuple[int, dict]]]] = {name: [[] for _ in by_step.keys] for name in values}
+    if "task_id" in cols:
+        task = by_step.sort(np.asarray(cols["task_id"]))
+        tasked = np.flatnonzero(task >= 0)
+        if len(tasked):
+            code = by_step.code()[tasked]
+            pairs = group_rows(composite_key(code, task[tasked]))
+            pair_step = pairs.sort(code)[pairs.starts].tolist()
+            pair_task = pairs.sort(task[tasked])[pairs.starts].tolist()
+            for name, v in values.items():
+                stats = _length_summaries(pairs.sort(v[tasked]), pairs.starts, pairs.counts, caps[name])
+                for g, t_id, st in zip(pair_step, pair_task, stats):
+                    per_task[name][g].append((t_id, st))
+
+    validate = by_step.sort(np.asarray(cols["validate"])) == 1 if "validate" in cols else None
+    all_validate = (np.logical_and.reduceat(validate, by_step.starts).tolist() if validate is not None
+                    else [False] * len(by_step))
+    n_groups = _distinct_per_step(by_step, by_step.sort(np.asarray(cols["group_idx"])))
+    prompt_tokens = np.add.reduceat(prompt, by_step.starts, dtype=np.int64).tolist()
+    response_tokens = np.add.reduceat(response, by_step.starts, dtype=np.int64).tolist()
     out = []
-    for i, step in enumerate(steps):
-        sl = slice(bounds[i], bounds[i + 1])
-        prompt = cols["prompt_len"][sl].astype(np.int64)
-        response = cols["response_len"][sl].astype(np.int64)
-        task = cols["task_id"][sl] if has_task else np.full(len(prompt), -1)
-        summary: dict = {}
-        for name, values in (("prompt", prompt), ("response", response), ("total", prompt + response)):
-            field_cap = cap if name == "response" else None
-            entry = {"all": length_summary(values, field_cap)}
-            for t_id in np.unique(task[task >= 0]):
-                entry[task_names[t_id]] = length_summary(values[task == t_id], field_cap)
+    for i, step in enumerate(by_step.keys.tolist()):
+        summary = {}
+        for name in values:
+            entry = {"all": per_step[name][i]}
+            for t_id, st in per_task[name][i]:  # ascending task id, as the pairs are sorted
+                entry[task_names[t_id]] = st
             summary[name] = entry
-        validate = cols["validate"][sl] if "validate" in cols else np.zeros(1, bool)
         out.append(
             StepSummary(
                 step=int(step),
-                validate=bool(np.all(validate == 1)),
-                n_groups=int(np.unique(cols["group_idx"][sl]).size),
-                n_samples=int(sl.stop - sl.start),
-                prompt_tokens=int(prompt.sum()),
-                response_tokens=int(response.sum()),
+                validate=bool(all_validate[i]),
+                n_groups=n_groups[i],
+                n_samples=int(by_step.counts[i]),
+                prompt_tokens=prompt_tokens[i],
+                response_tokens=response_tokens[i],
                 summary=summary,
             )
         )
     return out
+
+
+def _length_summaries(values: np.ndarray, starts: np.ndarray, counts: np.ndarray, cap: int | None) -> list[dict]:
+    """`length_summary` of every group (rows back to back, in any order within a group)."""
+    v = sort_within_groups(values, starts, counts)
+    stats = grouped_distribution_stats(v, starts, counts, cap)
+    hists = grouped_log_histogram(v, starts, counts).tolist()
+    return [{**st, "hist": h} for st, h in zip(stats, hists)]
+
+
+def _distinct_per_step(by_step, group: np.ndarray) -> list[int]:
+    """Distinct group_idx values in each step (rows grouped by step)."""
+    starts = sorted_run_starts(by_step.code(), group)
+    if starts is None:  # groups not in order within steps: sort them first
+        starts = sorted_run_starts(by_step.code(), sort_within_groups(group, by_step.starts, by_step.counts))
+    return np.bincount(by_step.code()[starts], minlength=len(by_step)).tolist()

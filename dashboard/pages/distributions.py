@@ -14,12 +14,13 @@ from dash import Input, Output, State, dcc, html, no_update
 
 from dashboard import session
 from dashboard.client import ApiError
-from dashboard.components import PAGE_TRACE_ID, RESULT, unpack_result, alert, analysis_panel, control, controls, graph, section
+from dashboard.components import PAGE_TRACE_ID, RESULT, alert, analysis_panel, control, controls, graph, section
 from dashboard.figures.common import empty_figure
 from dashboard.figures.distributions import (cdf_figure, default_cdf_steps, length_box_figure, length_heatmap_figure,
                                              percentile_lines_figure, tail_figure)
 from dashboard.figures.longtail import longtail_engine_figure, longtail_finish_figure, longtail_idle_figure
 from dashboard.payloads import PHASES, filter_phase
+from dashboard.results import analysis_result
 from dashboard.trace_frame import trace_page
 
 dash.register_page(__name__, path_template="/traces/<trace_id>/distributions", name="Distributions",
@@ -122,7 +123,7 @@ def fill_cdf(summary, chosen):
     Input({"type": RESULT, "kind": "longtail"}, "data"),
 )
 def fill_longtail(data):
-    result, note = unpack_result(data, "long-tail")
+    result, note = analysis_result(data, "long-tail")
     if result is None:
         fig = empty_figure(note)
         return fig, fig, fig

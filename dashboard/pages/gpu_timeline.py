@@ -14,13 +14,14 @@ from dash import Input, Output, State, ctx, dcc, html, no_update
 
 from dashboard import session
 from dashboard.client import ApiError
-from dashboard.components import (PAGE_TRACE_ID, RESULT, unpack_result, alert, analysis_panel, control, controls, graph, section)
+from dashboard.components import (PAGE_TRACE_ID, RESULT, alert, analysis_panel, control, controls, graph, section)
 from dashboard.figures.common import empty_figure
 from dashboard.figures.gpu import (idle_breakdown_figure, kernel_gantt_figure, kernel_kind_figure, straggler_figure,
                                    temporal_breakdown_figure, top_kernels_rows)
 from dashboard.figures.stages import has_stage_timings
 from dashboard.figures.stages import stage_gantt_figure
 from dashboard.payloads import kineto_ranks, kineto_steps, step_window, zoom_range
+from dashboard.results import analysis_result
 from dashboard.trace_frame import trace_page
 
 dash.register_page(__name__, path_template="/traces/<trace_id>/gpu", name="GPU timeline",
@@ -219,7 +220,7 @@ def top_kernels_table(rows: list[dict]):
     Input({"type": RESULT, "kind": "gpu_timeline"}, "data"),
 )
 def fill_breakdowns(data):
-    result, note = unpack_result(data, "GPU timeline")
+    result, note = analysis_result(data, "GPU timeline")
     if result is None:
         fig = empty_figure(note)
         return fig, fig, fig, fig, html.P(note, className="muted")

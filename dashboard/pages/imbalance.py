@@ -10,11 +10,12 @@ from __future__ import annotations
 import dash
 from dash import Input, Output, dcc, html
 
-from dashboard.components import RESULT, unpack_result, alert, analysis_panel, card, control, controls, graph, section
+from dashboard.components import RESULT, alert, analysis_panel, card, control, controls, graph, section
 from dashboard.figures.common import empty_figure
 from dashboard.figures.imbalance import (LOAD_LABELS, imbalance_ratio_figure, load_heatmap_figure, saving_figure,
                                          saving_summary)
 from dashboard.payloads import human_ratio, human_share
+from dashboard.results import analysis_result
 from dashboard.trace_frame import trace_page
 
 dash.register_page(__name__, path_template="/traces/<trace_id>/imbalance", name="Imbalance",
@@ -58,7 +59,7 @@ def layout(trace_id: str | None = None, **_):
     Input("imb-metric", "value"),
 )
 def fill(data, load, metric):
-    result, note = unpack_result(data, "imbalance")
+    result, note = analysis_result(data, "imbalance")
     if result is None:
         fig = empty_figure(note)
         return [], fig, fig, fig

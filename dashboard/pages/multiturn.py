@@ -12,12 +12,13 @@ from __future__ import annotations
 import dash
 from dash import Input, Output, html
 
-from dashboard.components import RESULT, unpack_result, alert, analysis_panel, graph, section
+from dashboard.components import RESULT, alert, analysis_panel, graph, section
 from dashboard.figures.common import empty_figure
 from dashboard.figures.multiturn import (cache_hit_figure, context_growth_figure, counts_hist_figure,
                                          latency_vs_tokens_figure, reward_latency_figure, reward_ranks_figure,
                                          tool_latency_figure, turns_over_steps_figure)
 from dashboard.overview import applicable_analyses
+from dashboard.results import analysis_result
 from dashboard.trace_frame import trace_page
 
 dash.register_page(__name__, path_template="/traces/<trace_id>/multiturn", name="Multi-turn & reward",
@@ -60,7 +61,7 @@ def layout(trace_id: str | None = None, **_):
     Input({"type": RESULT, "kind": "multiturn"}, "data"),
 )
 def fill_multiturn(data):
-    result, note = unpack_result(data, "multi-turn")
+    result, note = analysis_result(data, "multi-turn")
     if result is None:
         fig = empty_figure(note)
         return (fig,) * 5
@@ -75,7 +76,7 @@ def fill_multiturn(data):
     Input({"type": RESULT, "kind": "latency"}, "data"),
 )
 def fill_latency(data):
-    result, note = unpack_result(data, "latency")
+    result, note = analysis_result(data, "latency")
     if result is None:
         fig = empty_figure(note)
         return fig, fig, fig

@@ -19,6 +19,7 @@ from dashboard.figures.distributions import percentile_lines_figure
 from dashboard.figures.gpu import temporal_breakdown_figure
 from dashboard.figures.stages import stage_time_figure
 from dashboard.overview import applicable_analyses, overview_cards
+from dashboard.results import analysis_result
 from dashboard.trace_frame import trace_page
 
 dash.register_page(__name__, path_template="/traces/<trace_id>", name="Overview", title="Trace · RLVR Explorer",
@@ -62,9 +63,9 @@ def layout(trace_id: str | None = None, **_):
 def fill(trace_id, _results):
     results = {}
     for item in ctx.inputs_list[1]:
-        data = item.get("value") or {}
-        if data.get("result") is not None:
-            results[item["id"]["kind"]] = data["result"]
+        result, _note = analysis_result(item.get("value"), item["id"]["kind"])
+        if result is not None:
+            results[item["id"]["kind"]] = result
     api = session.api()
     try:
         trace = api.get_trace(trace_id)

@@ -342,9 +342,10 @@ def order_within_groups(group_key: np.ndarray, values: np.ndarray) -> np.ndarray
 def sort_within_groups(values: np.ndarray, starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
     """A copy of `values` with each group (rows starts[i] : starts[i] + counts[i], back to
     back) sorted ascending -- the values only, no permutation, which is several times
-    cheaper than an argsort. Few large groups (steps) are sorted slice by slice; many
-    small ones in one sort of (group, value) packed into int64 when the values are
-    integers, else by a lexsort."""
+    cheaper than an argsort. Few large groups (steps) are sorted slice by slice, by
+    counting when they are integers of a narrow range (lengths); many small groups in
+    one sort of (group, value) packed into int64 when the values are integers, else by
+    a lexsort. The groups must cover the rows back to back from row 0."""
     values = np.asarray(values)
     starts = np.asarray(starts, dtype=np.int64)
     counts = np.asarray(counts, dtype=np.int64)
@@ -353,12 +354,21 @@ def sort_within_groups(values: np.ndarray, starts: np.ndarray, counts: np.ndarra
     out = np.empty_like(values)
     if len(values) == 0:
         return out
+    integer = np.issubdtype(values.dtype, np.integer)
     if len(counts) * 256 <= len(values):
+        lo = int(values.min()) if integer else 0
+        span = int(values.max()) - lo + 1 if integer else 0
+        if np.issubdtype(values.dtype, np.signedinteger) and span <= min(4 * len(values) // len(counts), 1 << 24):
+            # lengths span a few thousand values: a counting sort per group is ~10x faster
+            levels = np.arange(lo, lo + span).astype(values.dtype)
+            for s, c in zip(starts.tolist(), counts.tolist()):
+                out[s : s + c] = np.repeat(levels, np.bincount(values[s : s + c] - lo, minlength=span))
+            return out
         for s, c in zip(starts.tolist(), counts.tolist()):
             out[s : s + c] = np.sort(values[s : s + c])
         return out
     code = np.repeat(np.arange(len(counts), dtype=np.int64), counts)
-    if np.issubdtype(values.dtype, np.integer):
+    if integer:
         lo, hi = int(values.min()), int(values.max())
         if len(counts) * (hi - lo + 1) < 2**62:
             packed = code * (hi - lo + 1) + (values.astype(np.int64) - lo)

@@ -53,7 +53,7 @@ def distribution_stats(values: np.ndarray, cap: int | None = None) -> dict:
 def grouped_distribution_stats(
     sorted_values: np.ndarray, starts: np.ndarray, counts: np.ndarray, cap: int | None = None
 ) -> list[dict]:
-    """`distribution_stats` of every group in one vectorised pass.
+    """`distribution_stats` of every group, vectorised over the groups.
 
     Group i is ``sorted_values[starts[i] : starts[i] + counts[i]]``, sorted ascending
     (e.g. by `data.sort_within_groups`). Returns one dict per group with the same fields
@@ -62,15 +62,45 @@ def grouped_distribution_stats(
     max from the ends of the sorted slice; sums and moments agree to rounding (exactly
     for integer-valued data, whose float64 sums are exact). Empty groups give {"count": 0}.
     """
-    v, starts, counts = _tiled(np.asarray(sorted_values, dtype=np.float64), starts, counts)
-    n_groups = len(counts)
-    out: list[dict] = [{"count": 0} for _ in range(n_groups)]
+    v, starts, counts = _tiled(np.asarray(sorted_values), starts, counts)
+    out: list[dict] = [{"count": 0} for _ in range(len(counts))]
     full = np.flatnonzero(counts > 0)
     if len(full) == 0:
         return out
-    st, n = starts[full], counts[full]
-    if len(full) < n_groups:  # reduceat needs the empty groups gone from the tiling
-        v, st, n = _tiled(v, st, n)
+    if len(full) < len(counts):  # reduceat needs the empty groups gone from the tiling
+        v, st, n = _tiled(v, starts[full], counts[full])
+    else:
+        st, n = starts, counts
+    # blocks of about a million rows: the float64 temporaries stay small and are reused
+    # instead of faulting in fresh pages for every 10M-row array
+    stats = [_stats_block(v[st[a]:st[b - 1] + n[b - 1]], st[a:b] - st[a], n[a:b], cap)
+             for a, b in _blocks(n, _BLOCK_ROWS)]
+    names = ["count", "sum", "mean", "std", "cv", "min", *(f"p{p}" for p in PERCENTILES), "max", "tail_ratio",
+             "skewness", "truncation_rate"]
+    cols = [sum((blk[j] for blk in stats), []) for j in range(len(names))]
+    for j, g in enumerate(full.tolist()):
+        out[g] = {name: col[j] for name, col in zip(names, cols)}
+    return out
+
+
+_BLOCK_ROWS = 1 << 20
+
+
+def _blocks(counts: np.ndarray, rows: int):
+    """[a, b) ranges of consecutive groups holding about `rows` rows (at least one group)."""
+    ends = np.cumsum(counts)
+    a = 0
+    while a < len(counts):
+        base = ends[a - 1] if a else 0
+        b = max(int(np.searchsorted(ends, base + rows, side="right")), a + 1)
+        yield a, b
+        a = b
+
+
+def _stats_block(values: np.ndarray, st: np.ndarray, n: np.ndarray, cap) -> list[list]:
+    """The distribution_stats fields (as lists, one value per group) of tiled, non-empty,
+    sorted groups."""
+    v = values.astype(np.float64)
     nf = n.astype(np.float64)
     total = np.add.reduceat(v, st)
     mean = total / nf
@@ -87,15 +117,8 @@ def grouped_distribution_stats(
         skew = np.where(std > 0, m3 / std**3, 0.0)
         cv = np.where(mean != 0, std / mean, 0.0)
         tail = np.where(mean != 0, hi / mean, 0.0)
-    trunc = (count_at_least(v, st, n, cap) / nf).tolist() if cap else [None] * len(full)
-    cols = [x.tolist() for x in (n, total, mean, std, cv, lo, *pct.T, hi, tail, skew)]
-    names = ["count", "sum", "mean", "std", "cv", "min", *(f"p{p}" for p in PERCENTILES), "max", "tail_ratio",
-             "skewness"]
-    for j, g in enumerate(full.tolist()):
-        entry = {name: col[j] for name, col in zip(names, cols)}
-        entry["truncation_rate"] = trunc[j]
-        out[g] = entry
-    return out
+    trunc = (count_at_least(v, st, n, cap) / nf).tolist() if cap else [None] * len(n)
+    return [x.tolist() for x in (n, total, mean, std, cv, lo, *pct.T, hi, tail, skew)] + [trunc]
 
 
 def count_at_least(sorted_values: np.ndarray, starts: np.ndarray, counts: np.ndarray, threshold) -> np.ndarray:

@@ -15,7 +15,7 @@ from backend.api.deps import CurrentTeam, SessionDep, trace_of_team
 from backend.api.errors import ERROR_RESPONSES
 from backend.api.routes.trace_data import require_ready
 from backend.api.schemas import JobList, JobOut
-from backend.models import Job, JobStatus, Team
+from backend.models import Job, JobStatus, Team, Trace
 from backend.simulation_jobs import SIMULATION_KIND, error_field, presets, queue_simulation, simulation_params
 
 router = APIRouter(prefix="/simulations", tags=["simulations"], responses=ERROR_RESPONSES)
@@ -37,7 +37,7 @@ class SimulationRequest(BaseModel):
 
 
 def _unprocessable(exc: ValueError) -> HTTPException:
-    return HTTPException(status.HTTP_422_UNPROCESSABLE_ENTITY, detail={"message": str(exc), "field": error_field(exc)})
+    return HTTPException(422, detail={"message": str(exc), "field": error_field(exc)})
 
 
 def job_of_team(session, team: Team, job_id: int, kind: str) -> Job:  # noqa: ANN001
@@ -52,6 +52,14 @@ def require_succeeded(job: Job) -> None:
     if job.status != JobStatus.SUCCEEDED:
         detail = f"{job.kind} {job.id} is {job.status}" + (f": {job.error}" if job.error else "")
         raise HTTPException(status.HTTP_409_CONFLICT, detail={"message": detail})
+
+
+def require_replayable(trace: Trace) -> None:
+    """Ready (else 409) and with samples (else 422: e.g. a GPU-profile-only trace)."""
+    require_ready(trace)
+    if not trace.n_samples:
+        raise HTTPException(422, detail={"message": f"trace_id: trace {trace.id} has no samples (rollout lengths) "
+                                                    "to replay or fit", "field": "trace_id"})
 
 
 @router.get("/presets")
@@ -75,7 +83,7 @@ def create_simulation(body: SimulationRequest, session: SessionDep, team: Curren
     except ValueError as exc:
         raise _unprocessable(exc) from exc
     if params.get("trace_id") is not None:
-        require_ready(trace_of_team(session, team, params["trace_id"]))
+        require_replayable(trace_of_team(session, team, params["trace_id"]))
     job, created = queue_simulation(session, team.id, params)
     if not created:
         response.status_code = status.HTTP_200_OK

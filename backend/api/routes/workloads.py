@@ -12,8 +12,7 @@ from sqlalchemy import select
 
 from backend.api.deps import CurrentTeam, SessionDep, trace_of_team
 from backend.api.errors import ERROR_RESPONSES
-from backend.api.routes.simulations import _unprocessable, job_of_team, require_succeeded
-from backend.api.routes.trace_data import require_ready
+from backend.api.routes.simulations import _unprocessable, job_of_team, require_replayable, require_succeeded
 from backend.api.schemas import JobList, JobOut
 from backend.models import Job
 from backend.simulation_jobs import WORKLOAD_KIND, queue_workload, workload_params
@@ -46,7 +45,7 @@ def create_workload(body: WorkloadRequest, session: SessionDep, team: CurrentTea
     multiturn = False
     if raw.get("trace_id") is not None and isinstance(raw["trace_id"], int) and not isinstance(raw["trace_id"], bool):
         trace = trace_of_team(session, team, raw["trace_id"])
-        require_ready(trace)
+        require_replayable(trace)
         multiturn = bool(trace.n_turns)
     try:
         params = workload_params(raw, multiturn_trace=multiturn)

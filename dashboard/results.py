@@ -1,0 +1,57 @@
+"""Analysis results, fetched server-side by job id and cached.
+
+The browser only holds which job an analysis panel shows (`{"job_id", "note"}`); the
+result itself (megabytes for 500 steps x 256 ranks) stays on the server: a figure
+callback asks for it here. A finished job's result never changes, so a small LRU keyed
+by (API root, team key, job id) serves page reloads and filter changes without asking
+the API again; the key is part of the cache key, so a team only ever reads its own.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from collections import OrderedDict
+
+from dashboard import session
+from dashboard.client import ApiError
+
+CACHE_SIZE = 32
+_cache: OrderedDict[tuple, dict] = OrderedDict()
+_lock = threading.Lock()
+
+
+def _cache_key(root: str, api_key: str | None, job_id) -> tuple:
+    digest = hashlib.sha256((api_key or "").encode()).hexdigest()
+    return root, digest, str(job_id)
+
+
+def job_result(job_id) -> dict | None:
+    """The result of a succeeded job of the signed-in team (None if it has none)."""
+    api = session.api()
+    key = _cache_key(api.root, api.api_key, job_id)
+    with _lock:
+        if key in _cache:
+            _cache.move_to_end(key)
+            return _cache[key]
+    job = api.job(job_id)
+    result = job.get("result") if job.get("status") == "succeeded" else None
+    if result is not None:
+        with _lock:
+            _cache[key] = result
+            while len(_cache) > CACHE_SIZE:
+                _cache.popitem(last=False)
+    return result
+
+
+def analysis_result(data: dict | None, what: str) -> tuple[dict | None, str]:
+    """(result, message for empty figures) for an analysis panel's store
+    (`components.analysis_panel`)."""
+    data = data or {}
+    waiting = data.get("note") or f"Waiting for the {what} analysis…"
+    if data.get("job_id") is None:
+        return None, waiting
+    try:
+        return job_result(data["job_id"]), waiting
+    except ApiError as exc:
+        return None, f"The {what} analysis could not be read: {exc.message}"

@@ -1,0 +1,102 @@
+"""`rlvr-explorer simulate` and `generate`: the pure code run in-process on a stored trace."""
+
+from __future__ import annotations
+
+import uuid
+
+import orjson
+import pytest
+from typer.testing import CliRunner
+
+from backend.cli import app
+from tests.helpers import synthetic_rows, write_packed_dir
+from workers.simulator import MODEL_PRESETS, ClusterConfig, EngineLimits, Policy, simulate, workload_from_columns
+from workers.workload.polytrace_rows import packed_rows_to_columns
+
+pytestmark = pytest.mark.parametrize("backend_env", ["sqlite"], indirect=True)
+runner = CliRunner()
+
+
+def invoke(*args: str):
+    return runner.invoke(app, [str(a) for a in args], catch_exceptions=False)
+
+
+@pytest.fixture()
+def stored(team_key, tmp_path):
+    per_step = synthetic_rows(steps=3, groups=8, n=4)
+    r = invoke("ingest", write_packed_dir(tmp_path / "run", per_step), "--api-key", team_key)
+    assert r.exit_code == 0, r.output
+    return orjson.loads(r.stdout.strip().splitlines()[-1])["id"], per_step
+
+
+def test_simulate_prints_the_replay(team_key, stored):
+    trace_id, per_step = stored
+    args = ("simulate", trace_id, "--gpus", 16, "--replicas", 2, "--tp", 4, "--model", "qwen2.5-7b",
+            "--compare", "one_step_off", "--api-key", team_key)
+    r = invoke(*args, "--json")
+    assert r.exit_code == 0, r.output
+    res = orjson.loads(r.stdout)
+    steps = workload_from_columns(packed_rows_to_columns([row for rows in per_step for row in rows]))
+    cluster, model = ClusterConfig(n_gpus=16), MODEL_PRESETS["Qwen2.5-7B"]
+    a = simulate(steps, cluster, model, EngineLimits(), Policy(kind="sync"))
+    b = simulate(steps, cluster, model, EngineLimits(), Policy(kind="one_step_off"))
+    assert [s["step_time"] for s in res["a"]["steps"]] == pytest.approx([s.step_time for s in a.steps], rel=1e-9)
+    assert res["compare"]["total"]["speedup"] == pytest.approx(a.makespan / b.makespan, rel=1e-9)
+    assert "timeline" not in res["a"]
+
+    text = invoke(*args)
+    assert text.exit_code == 0
+    assert f"speedup of one_step_off over sync: {a.makespan / b.makespan:.3f}x" in text.stdout
+    for s_a, s_b in zip(a.steps, b.steps):  # one row per step: step, rollout, A, B, speedup
+        assert f"{s_a.step_time:.2f}" in text.stdout and f"{s_a.step_time / s_b.step_time:.3f}" in text.stdout
+
+
+def test_simulate_rejects_bad_options_and_other_teams(team_key, stored):
+    trace_id, _ = stored
+    r = runner.invoke(app, ["simulate", str(trace_id), "--tp", "0", "--api-key", team_key])
+    assert r.exit_code == 2 and "cluster.rollout_tp" in r.output
+    r = runner.invoke(app, ["simulate", str(trace_id), "--policy", "one_step_off", "--api-key", team_key])
+    assert r.exit_code == 2 and "cluster.n_gpus" in r.output  # 8 rollout + 8 training GPUs > 8
+    from backend.auth import create_team
+    from backend.db import session_scope
+
+    with session_scope() as session:
+        other = create_team(session, f"cli-other-{uuid.uuid4().hex[:8]}")[1]
+    r = runner.invoke(app, ["simulate", str(trace_id), "--api-key", other])
+    assert r.exit_code == 2 and "not found" in r.output
+
+
+def test_generate_from_a_trace_and_ingest(team_key, stored, tmp_path):
+    trace_id, _ = stored
+    out = tmp_path / "gen"
+    r = invoke("generate", "--from-trace", trace_id, "--steps", 2, "--groups", 3, "--n", 2, "--out", out,
+               "--format", "packed", "--ingest", "--name", "cli twin", "--api-key", team_key)
+    assert r.exit_code == 0, r.output
+    res = orjson.loads(r.stdout)
+    files = sorted(p.name for p in out.iterdir())
+    assert files == ["packed_lengths_step_0.jsonl", "packed_lengths_step_1.jsonl", "workload_model.json"]
+    rows = [orjson.loads(line) for f in files[:2] for line in (out / f).read_bytes().splitlines()]
+    assert len(rows) == 2 * 3 and all(len(row["output"]) == 2 for row in rows)
+    assert res["samples"] == 12 and res["fit"]["default"]["n_samples"] == 3 * 8 * 4
+
+    from backend.db import session_scope
+    from backend.models import Trace
+
+    with session_scope() as session:
+        trace = session.get(Trace, res["trace_id"])
+        assert (trace.name, trace.status, trace.n_steps, trace.n_samples) == ("cli twin", "ready", 2, 12)
+
+
+def test_generate_math_from_the_parameter_file(env, shared_fixtures, tmp_path):
+    params = shared_fixtures / "polytrace" / "enhanced_task_distribution_parameters.json"
+    out = tmp_path / "math"
+    r = invoke("generate", "--params", params, "--task", "math", "--steps", 3, "--groups", 4, "--n", 5,
+               "--format", "compact", "--out", out, "--seed", 2)
+    assert r.exit_code == 0, r.output
+    compact = orjson.loads((out / "workload_compact.json").read_bytes())
+    assert sorted(compact, key=int) == ["0", "1", "2"]
+    for step in compact.values():
+        assert len(step["input"]) == 4 and [len(o) for o in step["output"]] == [5] * 4
+        assert all(1 <= x <= 32000 for o in step["output"] for x in o)
+    r = runner.invoke(app, ["generate", "--params", str(params), "--task", "vision", "--out", str(out)])
+    assert r.exit_code == 2 and "task" in r.output
