@@ -161,8 +161,9 @@ def demo(
     api_key: Annotated[Optional[str], typer.Option(envvar="RLVR_API_KEY")] = None,
 ) -> None:
     """Ingest a synthetic long-tailed trace made by the project's own generator."""
-    path = write_demo_trace(Path(tempfile.mkdtemp(prefix="rlvr-demo-")), steps, groups, n_sampling)
-    ingest([path], name="demo: synthetic long-tailed GRPO run", format=None, max_response_len=8192, api_key=api_key)
+    with tempfile.TemporaryDirectory(prefix="rlvr-demo-") as tmp:
+        path = write_demo_trace(Path(tmp), steps, groups, n_sampling)
+        ingest([path], name="demo: synthetic long-tailed GRPO run", format=None, max_response_len=8192, api_key=api_key)
 
 
 def write_demo_trace(folder: Path, steps: int, groups: int, n_sampling: int) -> Path:

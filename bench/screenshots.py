@@ -96,9 +96,11 @@ def main() -> int:
                 time.sleep(2)
             for t in traces.values():
                 wait_analyses(api, t["id"])
+            tables = {"traces": "#traces-table tr[data-trace-id]", "jobs": "#jobs-table tr[data-job-id]"}
             for name, path in pages:
                 driver.get(base + path)
-                took = wait_for_charts(driver)
+                took = wait_for_charts(driver, ready_selector=tables.get(name))
+                time.sleep(0.5)
                 out = args.out / f"{name}.png"
                 full_page_png(driver, out, args.width)
                 print(f"{out}  ({took:.1f} s to draw)")

@@ -8,7 +8,7 @@ import dash
 from dash import MATCH, Input, Output, State, html, no_update
 
 from dashboard import components as c
-from dashboard import session
+from dashboard import results, session
 from dashboard.client import ApiError
 from dashboard.payloads import job_active, latest_job
 
@@ -71,6 +71,8 @@ def register(app: dash.Dash) -> None:
             state = {"job_id": None, "note": f"{kind} analysis unavailable: {exc.message}"}
             return _if_changed(state, shown), c.alert(exc.message), True
         best = _best_result(jobs, kind)
+        if best is not None:
+            results.remember(best)
         state = {"job_id": (best or {}).get("id"), "note": None if best else _note(job, kind)}
         return _if_changed(state, shown), _status_line(job), not job_active(job)
 

@@ -44,6 +44,18 @@ def job_result(job_id) -> dict | None:
     return result
 
 
+def remember(job: dict) -> None:
+    """Keep a succeeded job's result that the caller already fetched (the analysis
+    panel lists its kind's jobs with their results), so figures need not ask again."""
+    if job.get("status") != "succeeded" or job.get("result") is None:
+        return
+    api = session.api()
+    with _lock:
+        _cache[_cache_key(api.root, api.api_key, job["id"])] = job["result"]
+        while len(_cache) > CACHE_SIZE:
+            _cache.popitem(last=False)
+
+
 def analysis_result(data: dict | None, what: str) -> tuple[dict | None, str]:
     """(result, message for empty figures) for an analysis panel's store
     (`components.analysis_panel`)."""

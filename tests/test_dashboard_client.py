@@ -293,3 +293,28 @@ def test_analysis_results_stay_on_the_server_and_are_cached_per_team(app, stub):
         flask.session["api_key"] = "another team"
         result, note = results.analysis_result({"job_id": 21}, "imbalance")
         assert result is None and "invalid API key" in note  # the cache does not answer for another key
+
+
+def test_cdf_redraws_only_for_new_steps(app, stub):
+    client = app.server.test_client()
+    with client.session_transaction() as sess:
+        sess["api_key"] = KEY
+    state = [{"id": "dist-cdf-drawn", "property": "data",
+              "value": {"steps": [0, 1], "field": "response", "task": None, "phase": "all"}},
+             {"id": "page-trace-id", "property": "data", "value": 7},
+             {"id": "dist-field", "property": "value", "value": "response"},
+             {"id": "dist-task", "property": "value", "value": None},
+             {"id": "dist-phase", "property": "value", "value": "all"}]
+    client.get("/_dash-layout")  # the app registers its callbacks on the first request
+    # an allow_duplicate output is keyed with a hash suffix
+    out = next(k for k in app.callback_map if k.startswith("dist-cdf.figure@"))
+    same = _callback(client, out, [{"id": "dist-cdf-steps", "property": "value", "value": [0, 1]}], state,
+                     ["dist-cdf-steps.value"])
+    # already drawn by the page's main callback: nothing sent back
+    assert same.status_code == 204 or same.get_json()["response"] == {}
+    n = len(stub.requests)
+    new = _callback(client, out, [{"id": "dist-cdf-steps", "property": "value", "value": [1]}], state,
+                    ["dist-cdf-steps.value"])
+    fig = new.get_json()["response"]["dist-cdf"]["figure"]
+    assert [t["name"] for t in fig["data"]] == ["step 1"]
+    assert len(stub.requests) == n + 1  # the summaries, fetched on the server

@@ -45,7 +45,7 @@ def body(trace: dict) -> html.Div:
                                           inline=True)),
         ),
         html.Div(id="dist-message"),
-        dcc.Store(id="dist-summary"),
+        dcc.Store(id="dist-cdf-drawn"),
         section("Per step", graph("dist-box"),
                 help_text="Box = p25-p75 with the median; whiskers p10-p90; dashed line = mean; markers: p99 and max."),
         html.Div(className="grid-2", children=[
@@ -71,14 +71,21 @@ def layout(trace_id: str | None = None, **_):
     return trace_page(trace_id, __name__, "/distributions", body)
 
 
+def _summaries(trace_id, field, task, phase) -> tuple[dict, dict]:
+    """(all steps, the steps of the chosen phase) of the summaries payload."""
+    summary = session.api().summaries(trace_id, field=field or "response", task=task or None)
+    return summary, filter_phase(summary, None, phase or "all")
+
+
 @dash.callback(
-    Output("dist-summary", "data"),
     Output("dist-box", "figure"),
     Output("dist-heatmap", "figure"),
     Output("dist-percentiles", "figure"),
     Output("dist-tail", "figure"),
+    Output("dist-cdf", "figure"),
     Output("dist-cdf-steps", "options"),
     Output("dist-cdf-steps", "value"),
+    Output("dist-cdf-drawn", "data"),
     Output("dist-message", "children"),
     Input(PAGE_TRACE_ID, "data"),
     Input("dist-field", "value"),
@@ -89,11 +96,10 @@ def layout(trace_id: str | None = None, **_):
 )
 def fill(trace_id, field, task, phase, log, chosen):
     try:
-        summary = session.api().summaries(trace_id, field=field or "response", task=task or None)
+        summary, shown = _summaries(trace_id, field, task, phase)
     except ApiError as exc:
         fig = empty_figure(exc.message)
-        return None, fig, fig, fig, fig, [], [], alert(exc.message)
-    shown = filter_phase(summary, None, phase or "all")
+        return fig, fig, fig, fig, fig, [], [], None, alert(exc.message)
     message = None
     if not shown["steps"] and summary.get("steps"):
         message = alert(f"No {PHASES.get(phase, phase)} in this trace; choose 'all steps'.", "info")
@@ -101,19 +107,32 @@ def fill(trace_id, field, task, phase, log, chosen):
     steps = [r["step"] for r in shown["steps"] if r.get("count")]
     options = [{"label": f"step {s}", "value": s} for s in steps]
     keep = [s for s in (chosen or []) if s in steps] or default_cdf_steps(shown)
-    return (shown, length_box_figure(shown, log_y=log_y), length_heatmap_figure(shown),
-            percentile_lines_figure(shown, log_y=log_y), tail_figure(shown), options, keep, message)
+    # The CDF is drawn here too, so the page needs one round trip; `dist-cdf-drawn`
+    # tells fill_cdf that the steps it is triggered with are already drawn.
+    return (length_box_figure(shown, log_y=log_y), length_heatmap_figure(shown),
+            percentile_lines_figure(shown, log_y=log_y), tail_figure(shown), cdf_figure(shown, keep),
+            options, keep, {"steps": keep, "field": field, "task": task, "phase": phase}, message)
 
 
 @dash.callback(
-    Output("dist-cdf", "figure"),
-    Input("dist-summary", "data"),
+    Output("dist-cdf", "figure", allow_duplicate=True),
     Input("dist-cdf-steps", "value"),
+    State("dist-cdf-drawn", "data"),
+    State(PAGE_TRACE_ID, "data"),
+    State("dist-field", "value"),
+    State("dist-task", "value"),
+    State("dist-phase", "value"),
+    prevent_initial_call=True,
 )
-def fill_cdf(summary, chosen):
-    if not summary:
+def fill_cdf(chosen, drawn, trace_id, field, task, phase):
+    if drawn and drawn.get("steps") == (chosen or []) and drawn.get("field") == field and drawn.get("task") == task \
+            and drawn.get("phase") == phase:
         return no_update
-    return cdf_figure(summary, chosen or [])
+    try:
+        _summary, shown = _summaries(trace_id, field, task, phase)
+    except ApiError as exc:
+        return empty_figure(exc.message)
+    return cdf_figure(shown, chosen or [])
 
 
 @dash.callback(

@@ -52,7 +52,9 @@ def layout(**_):
             dcc.Store(id="upload-state"),
             dcc.Interval(id="upload-poll", interval=1000, disabled=True),
             help_text="PolyTrace per-step JSONL, verl metric logs, PyTorch-profiler (Kineto) traces, or the "
-                      "native CSV/JSONL/Parquet format. Large uploads are ingested in the background.",
+                      "native CSV/JSONL/Parquet format. Large uploads are ingested in the background; the browser "
+                      "holds the files in memory while sending them, so for several GB use `rlvr-explorer ingest` "
+                      "or the REST API.",
         ),
         section(
             "Your traces",

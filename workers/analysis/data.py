@@ -11,6 +11,11 @@ Grouping is done the numpy way: rows are put in key order once (`group_rows`, a 
 argsort skipped when the rows already arrive sorted, as they do from the database) and
 per-group reductions use `np.add.reduceat` / `np.maximum.reduceat` on the sorted
 columns, so an analysis costs about one sort of its columns, whatever the step count.
+`sorted_run_starts` finds groups without any sort when the rows are already in key
+order; `sort_within_groups` orders the values inside each group (for order statistics)
+without an argsort, by counting for narrow integer ranges such as lengths; and
+`group_blocks` cuts big arrays into ~1M-row runs of whole groups so temporaries stay
+cache-sized.
 
 `json_safe` turns a result into plain JSON values: numpy scalars become Python
 numbers, NaN and infinities become None.
@@ -294,6 +299,19 @@ def group_rows(key: np.ndarray) -> Groups:
     starts = np.concatenate([[0], boundary]).astype(np.int64)
     counts = np.diff(np.concatenate([starts, [len(key)]])).astype(np.int64)
     return Groups(order, key[starts], starts, counts)
+
+
+def group_blocks(counts: np.ndarray, rows: int = 1 << 20):
+    """[a, b) ranges of consecutive groups holding about `rows` rows each (at least one
+    group): for working through big arrays in cache-sized blocks, so temporaries stay
+    small and are reused instead of faulting in fresh pages for every full-size array."""
+    ends = np.cumsum(np.asarray(counts, dtype=np.int64))
+    a = 0
+    while a < len(ends):
+        base = int(ends[a - 1]) if a else 0
+        b = max(int(np.searchsorted(ends, base + rows, side="right")), a + 1)
+        yield a, b
+        a = b
 
 
 def sorted_run_starts(*cols: np.ndarray) -> np.ndarray | None:

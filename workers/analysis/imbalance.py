@@ -84,7 +84,9 @@ def per_step_imbalance(data, dp_size=None, keep_groups=True, include_validation=
     if len(step) == 0:
         return out
     seq = np.add(rows(s.prompt_len), rows(s.response_len), dtype=np.int64)
-    loads = {"tokens": seq, "cost": cost_linear * seq + seq * seq}
+    cost = seq + cost_linear
+    cost *= seq  # cost_linear * s + s^2, without a third temporary
+    loads = {"tokens": seq, "cost": cost}
     k = max(int(dp_size or 0), int(rank.max()) + 1)
     out["dp_size"] = k
     by_step = group_rows(step)

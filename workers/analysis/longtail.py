@@ -47,6 +47,7 @@ import numpy as np
 
 from workers.analysis.data import (
     TraceData,
+    group_blocks,
     group_rows,
     json_safe,
     sort_within_groups,
@@ -115,15 +116,10 @@ def per_step_longtail(data, engine_key="dp_rank", tail_fraction=0.1, include_val
     step_fig = tail_figures(sort_within_groups(by_step, sg.starts, sg.counts), sg.starts, sg.counts, tail_fraction)
 
     # per-engine figures: within each step, rows sorted by (engine, length)
-    eng_sorted, len_sorted = _sort_by_engine_within_steps(sg.sort(engine), by_step, sg)
-    step_code = sg.code()
-    new_group = np.ones(len(step_code), dtype=bool)
-    new_group[1:] = (step_code[1:] != step_code[:-1]) | (eng_sorted[1:] != eng_sorted[:-1])
-    e_starts = np.flatnonzero(new_group)
-    e_counts = np.diff(np.append(e_starts, len(step_code)))
+    len_sorted, e_starts, e_step, eng_id = _engine_groups(sg.sort(engine), by_step, sg)
+    e_counts = np.diff(np.append(e_starts, len(len_sorted)))
     eng_fig = tail_figures(len_sorted, e_starts, e_counts, tail_fraction)
-    eng_step_code, eng_id = step_code[e_starts], eng_sorted[e_starts]
-    lo = np.searchsorted(eng_step_code, np.arange(len(sg)), side="left")
+    lo = np.searchsorted(e_step, np.arange(len(sg)), side="left")
     n_eng = np.diff(np.append(lo, len(e_starts)))
 
     # per-step sums over engines, one reduceat each (T: the step's longest response)
@@ -177,25 +173,44 @@ def per_step_longtail(data, engine_key="dp_rank", tail_fraction=0.1, include_val
     return out
 
 
-def _sort_by_engine_within_steps(engine: np.ndarray, length: np.ndarray, sg) -> tuple[np.ndarray, np.ndarray]:
-    """(engine, length) of the rows (grouped by step as in `sg`) sorted by (engine, length)
-    inside each step: one packed integer per row, sorted slice by slice."""
-    e = np.asarray(engine).astype(np.int64, copy=False)
-    v = np.asarray(length)
-    if len(e) and np.issubdtype(v.dtype, np.integer):
+def _engine_groups(engine: np.ndarray, length: np.ndarray, sg) -> tuple[np.ndarray, ...]:
+    """The rows (grouped by step as in `sg`) regrouped by (step, engine), lengths sorted
+    within each group: (sorted lengths, group starts, step index and engine of each group).
+
+    Integers: (engine, length) packed into one int32 (int64 when wide) per row and sorted
+    step by step, in blocks of about a million rows so the temporaries stay small."""
+    e, v = np.asarray(engine), np.asarray(length)
+    if len(e) and np.issubdtype(e.dtype, np.integer) and np.issubdtype(v.dtype, np.integer):
         e_lo, v_lo = int(e.min()), int(v.min())
         width = int(v.max()) - v_lo + 1
         span = (int(e.max()) - e_lo + 1) * width
         if span < 2**62:
-            packed = (e - e_lo) * width + (v.astype(np.int64) - v_lo)
-            if span < 2**31:
-                packed = packed.astype(np.int32)  # half the bytes: a faster sort
-            packed = sort_within_groups(packed, sg.starts, sg.counts).astype(np.int64, copy=False)
-            eng, val = np.divmod(packed, width)
-            return eng + e_lo, (val + v_lo).astype(v.dtype, copy=False)
+            packed_type = np.int32 if span < 2**31 else np.int64
+            lengths = np.empty(len(v), dtype=v.dtype)
+            starts, steps, engines = [], [], []
+            for a, b in group_blocks(sg.counts):
+                r0, r1 = int(sg.starts[a]), int(sg.starts[b - 1] + sg.counts[b - 1])
+                counts = sg.counts[a:b]
+                packed = (e[r0:r1] - e_lo).astype(packed_type) * width + (v[r0:r1] - v_lo).astype(packed_type)
+                packed = sort_within_groups(packed, sg.starts[a:b] - r0, counts)
+                eng, val = np.divmod(packed, width)
+                lengths[r0:r1] = val + v_lo
+                code = np.repeat(np.arange(a, b), counts)
+                first = np.ones(r1 - r0, dtype=bool)
+                first[1:] = (code[1:] != code[:-1]) | (eng[1:] != eng[:-1])
+                at = np.flatnonzero(first)
+                starts.append(at + r0)
+                steps.append(code[at])
+                engines.append(eng[at].astype(np.int64) + e_lo)
+            return lengths, np.concatenate(starts), np.concatenate(steps), np.concatenate(engines)
     # wide or non-integer values: a lexsort by (step, engine, length)
-    order = np.lexsort((v, e, sg.code()))
-    return e[order], v[order]
+    code = sg.code()
+    order = np.lexsort((v, e, code))
+    e, v, code = e[order], v[order], code[order]
+    first = np.ones(len(v), dtype=bool)
+    first[1:] = (code[1:] != code[:-1]) | (e[1:] != e[:-1])
+    at = np.flatnonzero(first)
+    return v, at, code[at], e[at]
 
 
 def _mean_max(values) -> dict | None:

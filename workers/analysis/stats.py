@@ -1,11 +1,18 @@
 """Distribution statistics shared by ingestion summaries and the length analyses.
 
-Pure numpy: arrays in, plain dicts out.
+`distribution_stats` / `log_histogram` describe one array; `grouped_distribution_stats`
+/ `grouped_log_histogram` give the same figures for every group of a grouped, sorted
+array at once (per step, per (task, step)), vectorised over the groups instead of one
+call per group. Pure numpy: arrays in, plain dicts out.
 """
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
+
+from workers.analysis.data import group_blocks
 
 # Fixed log-spaced bins shared by every trace and step, so heatmaps line up across
 # steps and across traces: 1 token .. 2^22 tokens, 4 bins per octave.
@@ -74,27 +81,16 @@ def grouped_distribution_stats(
     # blocks of about a million rows: the float64 temporaries stay small and are reused
     # instead of faulting in fresh pages for every 10M-row array
     stats = [_stats_block(v[st[a]:st[b - 1] + n[b - 1]], st[a:b] - st[a], n[a:b], cap)
-             for a, b in _blocks(n, _BLOCK_ROWS)]
+             for a, b in group_blocks(n, _BLOCK_ROWS)]
     names = ["count", "sum", "mean", "std", "cv", "min", *(f"p{p}" for p in PERCENTILES), "max", "tail_ratio",
              "skewness", "truncation_rate"]
-    cols = [sum((blk[j] for blk in stats), []) for j in range(len(names))]
+    cols = [list(itertools.chain.from_iterable(blk[j] for blk in stats)) for j in range(len(names))]
     for j, g in enumerate(full.tolist()):
         out[g] = {name: col[j] for name, col in zip(names, cols)}
     return out
 
 
 _BLOCK_ROWS = 1 << 20
-
-
-def _blocks(counts: np.ndarray, rows: int):
-    """[a, b) ranges of consecutive groups holding about `rows` rows (at least one group)."""
-    ends = np.cumsum(counts)
-    a = 0
-    while a < len(counts):
-        base = ends[a - 1] if a else 0
-        b = max(int(np.searchsorted(ends, base + rows, side="right")), a + 1)
-        yield a, b
-        a = b
 
 
 def _stats_block(values: np.ndarray, st: np.ndarray, n: np.ndarray, cap) -> list[list]:
@@ -131,9 +127,15 @@ def count_at_least(sorted_values: np.ndarray, starts: np.ndarray, counts: np.nda
     if len(counts) * 64 <= len(v):  # large groups: a binary search in each
         return np.array([c - np.searchsorted(v[s : s + c], t, side="left")
                          for s, c, t in zip(starts.tolist(), counts.tolist(), th.tolist())], dtype=np.int64)
+    code, rows = _group_rows(starts, counts)
+    return np.bincount(code[v[rows] >= th[code]], minlength=len(counts)).astype(np.int64)
+
+
+def _group_rows(starts: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(group number, row index) of every row of the groups, group after group."""
     code = np.repeat(np.arange(len(counts)), counts)
     rows = np.repeat(starts, counts) + (np.arange(len(code)) - np.repeat(np.cumsum(counts) - counts, counts))
-    return np.bincount(code[v[rows] >= th[code]], minlength=len(counts)).astype(np.int64)
+    return code, rows
 
 
 def _tiled(v: np.ndarray, starts, counts) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -175,16 +177,15 @@ def grouped_log_histogram(sorted_values: np.ndarray, starts: np.ndarray, counts:
     starts = np.asarray(starts, dtype=np.int64)
     counts = np.asarray(counts, dtype=np.int64)
     n_bins = len(LOG_BIN_EDGES) - 1
-    out = np.zeros((len(counts), n_bins), dtype=np.int64)
     # bin i holds [e_i, e_(i+1)); below 1 goes to the first bin, past the end to the last
     inner = LOG_BIN_EDGES[1:-1]
     if len(counts) * 64 <= len(v):
         # large groups: binary-search the inner edges in each sorted group
+        cuts = np.zeros((len(counts), n_bins + 1), dtype=np.int64)
+        cuts[:, -1] = counts
         for i, (s, c) in enumerate(zip(starts.tolist(), counts.tolist())):
-            cut = np.searchsorted(v[s : s + c], inner, side="left")
-            out[i] = np.diff(np.concatenate([[0], cut, [c]]))
-        return out
-    code = np.repeat(np.arange(len(counts)), counts)
-    rows = np.repeat(starts, counts) + (np.arange(len(code)) - np.repeat(np.cumsum(counts) - counts, counts))
+            cuts[i, 1:-1] = np.searchsorted(v[s : s + c], inner, side="left")
+        return np.diff(cuts, axis=1)
+    code, rows = _group_rows(starts, counts)
     idx = np.searchsorted(inner, v[rows], side="right")
     return np.bincount(code * n_bins + idx, minlength=len(counts) * n_bins).reshape(len(counts), n_bins)
