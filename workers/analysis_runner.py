@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import math
+from concurrent.futures import ThreadPoolExecutor
 
 from sqlalchemy import func, select, update
 
@@ -25,6 +26,10 @@ from workers.analysis.gpu_report import gpu_timeline_report
 from workers.analysis.registry import ANALYSES, reduce_results, run_analysis
 
 log = logging.getLogger(__name__)
+
+# A job run in one task reads the trace in step ranges of about this many samples,
+# overlapping each read with the analysis of the previous range.
+PIPELINE_CHUNK_SAMPLES = 1_000_000
 
 
 def _jobs_and_trace(job_ids: list[int]) -> tuple[list[Job], Trace | None]:
@@ -65,14 +70,13 @@ def plan_and_run(job_ids: list[int], send_part) -> None:  # noqa: ANN001
         _run_gpu(job, trace)
     if not step_jobs:
         return
+    steps, shared = _steps_and_shared_params(step_jobs, trace)
     n_parts = max(1, math.ceil(trace.n_samples / get_settings().analysis_part_samples))
     if n_parts == 1:
-        _run_whole(step_jobs, trace)
+        _run_here(step_jobs, trace, steps, shared)
         return
+    ranges = step_ranges(steps, n_parts)
     with new_session() as session:
-        steps = list(session.scalars(select(Step.step).where(Step.trace_id == trace.id).order_by(Step.step)))
-        max_dp = session.scalar(select(func.max(Sample.dp_rank)).where(Sample.trace_id == trace.id))
-        ranges = step_ranges(steps, n_parts)
         for job in step_jobs:
             session.execute(JobPart.__table__.delete().where(JobPart.job_id == job.id))
             session.add_all(
@@ -80,31 +84,64 @@ def plan_and_run(job_ids: list[int], send_part) -> None:  # noqa: ANN001
             )
             session.execute(update(Job).where(Job.id == job.id).values(parts_total=len(ranges), parts_done=0))
         session.commit()
+    send_part([j.id for j in step_jobs], len(ranges), shared)
+
+
+def _steps_and_shared_params(jobs: list[Job], trace: Trace) -> tuple[list[int], dict[str, dict]]:
+    """The trace's steps, and each job's parameters with what every step range must
+    share fixed from the whole trace (imbalance: dp_size = highest dp_rank + 1)."""
+    with new_session() as session:
+        steps = list(session.scalars(select(Step.step).where(Step.trace_id == trace.id).order_by(Step.step)))
+        max_dp = session.scalar(select(func.max(Sample.dp_rank)).where(Sample.trace_id == trace.id))
     shared = {}
-    for job in step_jobs:
+    for job in jobs:
         params = dict(job.params)
         if job.kind == "imbalance" and not params.get("dp_size") and max_dp is not None and max_dp >= 0:
             params["dp_size"] = int(max_dp) + 1
         shared[str(job.id)] = params
-    send_part([j.id for j in step_jobs], len(ranges), shared)
+    return steps, shared
 
 
-def _run_whole(jobs: list[Job], trace: Trace) -> None:
+def _run_here(jobs: list[Job], trace: Trace, steps: list[int], shared: dict[str, dict]) -> None:
+    """Run the jobs in this task, reading step-range chunks in a background thread while
+    the previous chunk is analysed (so the job costs about one read), then reduce."""
     engine = get_engine()
-    try:
+    tables = union_tables([j.kind for j in jobs])
+    ranges = step_ranges(steps, max(1, math.ceil(trace.n_samples / PIPELINE_CHUNK_SAMPLES)))
+
+    def read(step_range: tuple[int, int]) -> TraceData:
         with engine.connect() as conn:
-            data = load_trace_data(conn, trace, union_tables([j.kind for j in jobs]))
-    except Exception as exc:  # noqa: BLE001 - reported on the jobs
-        log.exception("loading trace %s failed", trace.id)
-        _fail_all(jobs, f"could not read the trace: {exc}")
-        return
-    for i, job in enumerate(jobs):
-        set_progress(engine, job.id, 0.1 + 0.8 * i / len(jobs), f"running {job.kind}")
+            return load_trace_data(conn, trace, tables, step_range)
+
+    partials: dict[int, list[dict]] = {j.id: [] for j in jobs}
+    failed: set[int] = set()
+    with ThreadPoolExecutor(1) as reader:
+        pending = reader.submit(read, ranges[0]) if ranges else None
+        for i in range(len(ranges)):
+            try:
+                data = pending.result()
+            except Exception as exc:  # noqa: BLE001 - reported on the jobs
+                log.exception("reading trace %s failed", trace.id)
+                _fail_all([j for j in jobs if j.id not in failed], f"could not read the trace: {exc}")
+                return
+            pending = reader.submit(read, ranges[i + 1]) if i + 1 < len(ranges) else None
+            for job in jobs:
+                if job.id in failed:
+                    continue
+                try:
+                    partials[job.id].append(json_safe(run_analysis(job.kind, data, shared[str(job.id)])))
+                except Exception as exc:  # noqa: BLE001
+                    log.exception("analysis job %s (%s) failed", job.id, job.kind)
+                    mark_failed(engine, job.id, f"{job.kind} failed: {type(exc).__name__}: {exc}")
+                    failed.add(job.id)
+                set_progress(engine, job.id, 0.05 + 0.9 * (i + 1) / len(ranges), f"{job.kind}: steps {ranges[i][0]}..{ranges[i][1] - 1}")
+    for job in jobs:
+        if job.id in failed:
+            continue
         try:
-            result = json_safe(run_analysis(job.kind, data, job.params))
+            result = json_safe(reduce_results(job.kind, partials[job.id], shared[str(job.id)]))
         except Exception as exc:  # noqa: BLE001
-            log.exception("analysis job %s (%s) failed", job.id, job.kind)
-            mark_failed(engine, job.id, f"{job.kind} failed: {type(exc).__name__}: {exc}")
+            mark_failed(engine, job.id, f"{job.kind} failed while merging: {type(exc).__name__}: {exc}")
             continue
         mark_succeeded(engine, job.id, result, "done")
 

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, FastAPI
+from fastapi import APIRouter, FastAPI, HTTPException, Request
+from starlette.routing import Match
 
 from backend.api.errors import install_error_handlers
 from backend.api.routes import analyses, jobs, me, simulations, trace_data, traces, workloads
@@ -29,9 +30,24 @@ def create_app(*, with_dashboard: bool = False) -> FastAPI:
     def health() -> dict:
         return {"status": "ok"}
 
+    _api_not_found(app)
     if with_dashboard:
         _mount_dashboard(app)
     return app
+
+
+def _api_not_found(app: FastAPI) -> None:
+    """Any other /api/... path is a 404 JSON answer, not the dashboard's HTML page
+    (registered after every API route and before the dashboard mount)."""
+
+    @app.api_route("/api/{path:path}", methods=["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"],
+                   include_in_schema=False)
+    def api_not_found(path: str, request: Request) -> None:
+        # a known path asked with another method stays a 405
+        if any(getattr(r, "endpoint", None) is not api_not_found and r.matches(request.scope)[0] == Match.PARTIAL
+               for r in app.router.routes):
+            raise HTTPException(405, detail={"message": f"{request.method} is not allowed on /api/{path}"})
+        raise HTTPException(404, detail={"message": f"no API route /api/{path} (see {API_PREFIX}/docs)"})
 
 
 def _mount_dashboard(app: FastAPI) -> None:

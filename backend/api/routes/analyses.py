@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from fastapi import APIRouter, HTTPException, Response, status
 from sqlalchemy import select
+from sqlalchemy.orm import defer
 
 from backend.analysis_jobs import ANALYSIS_KINDS, request_analysis, resolved_params
 from backend.api.deps import SessionDep, TraceDep
 from backend.api.errors import ERROR_RESPONSES
+from backend.api.routes.jobs import IncludeResult, job_list, job_list_query
 from backend.api.routes.trace_data import require_ready
 from backend.api.schemas import AnalysisRequest, JobList, JobOut
 from backend.jobs import params_key
@@ -38,11 +40,10 @@ def create_analysis(body: AnalysisRequest, session: SessionDep, trace: TraceDep,
 
 
 @router.get("", response_model=JobList)
-def list_analyses(session: SessionDep, trace: TraceDep):
-    jobs = session.scalars(
-        select(Job).where(Job.trace_id == trace.id, Job.kind.in_(ANALYSIS_KINDS)).order_by(Job.id.desc())
-    )
-    return JobList(items=list(jobs))
+def list_analyses(session: SessionDep, trace: TraceDep, include_result: IncludeResult = False):
+    """The trace's analysis jobs, newest first (results only with `include_result=true`)."""
+    query = job_list_query(Job.trace_id == trace.id, Job.kind.in_(ANALYSIS_KINDS), include_result=include_result)
+    return job_list(session.scalars(query), include_result)
 
 
 @router.get("/{kind}", response_model=JobOut)
@@ -51,7 +52,9 @@ def latest_analysis(kind: str, session: SessionDep, trace: TraceDep):
     preferring a finished one."""
     if kind not in ANALYSIS_KINDS:
         raise HTTPException(status.HTTP_404_NOT_FOUND, detail={"message": f"unknown analysis '{kind}'"})
-    jobs = list(session.scalars(select(Job).where(Job.trace_id == trace.id, Job.kind == kind).order_by(Job.id.desc())))
+    # results deferred: only the chosen job's result is read
+    query = select(Job).where(Job.trace_id == trace.id, Job.kind == kind).order_by(Job.id.desc())
+    jobs = list(session.scalars(query.options(defer(Job.result))))
     if not jobs:
         raise HTTPException(status.HTTP_404_NOT_FOUND, detail={"message": f"no '{kind}' analysis for trace {trace.id}"})
     default_key = params_key(kind, resolved_params(kind, {}))

@@ -1,11 +1,17 @@
-"""Jobs (ingestion, analyses, replays): status, progress, errors and results."""
+"""Jobs (ingestion, analyses, replays): status, progress, errors and results.
+
+Lists leave `result` out (null) unless asked with `include_result=true`: an analysis or
+replay result can be megabytes, and a list is mostly read for status and progress.
+Fetch one job (`GET /jobs/{id}`) for its result. Without results the column is not
+even read from the database (`job_list_query`)."""
 
 from __future__ import annotations
 
 from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Query, status
-from sqlalchemy import select
+from sqlalchemy import Select, select
+from sqlalchemy.orm import defer
 
 from backend.api.deps import CurrentTeam, SessionDep
 from backend.api.errors import ERROR_RESPONSES
@@ -13,6 +19,22 @@ from backend.api.schemas import JobList, JobOut
 from backend.models import Job
 
 router = APIRouter(prefix="/jobs", tags=["jobs"], responses=ERROR_RESPONSES)
+
+IncludeResult = Annotated[bool, Query(description="Include each job's result (can be megabytes per job)")]
+_SUMMARY_FIELDS = tuple(f for f in JobOut.model_fields if f != "result")
+
+
+def job_list_query(*where, include_result: bool) -> Select:
+    """Jobs matching `where`, newest first; the result column is loaded only when asked."""
+    query = select(Job).where(*where).order_by(Job.id.desc())
+    return query if include_result else query.options(defer(Job.result, raiseload=True))
+
+
+def job_list(jobs, include_result: bool) -> JobList:  # noqa: ANN001 - an iterable of Job rows
+    """The list payload; without results each item's `result` is null."""
+    if include_result:
+        return JobList(items=[JobOut.model_validate(j) for j in jobs])
+    return JobList(items=[JobOut(**{f: getattr(j, f) for f in _SUMMARY_FIELDS}, result=None) for j in jobs])
 
 
 @router.get("", response_model=JobList)
@@ -23,7 +45,9 @@ def list_jobs(
     status_: Annotated[str | None, Query(alias="status")] = None,
     kind: str | None = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 100,
+    include_result: IncludeResult = False,
 ):
+    """The team's jobs, newest first (results only with `include_result=true`)."""
     where = [Job.team_id == team.id]
     if trace_id is not None:
         where.append(Job.trace_id == trace_id)
@@ -31,8 +55,8 @@ def list_jobs(
         where.append(Job.status == status_)
     if kind:
         where.append(Job.kind == kind)
-    jobs = session.scalars(select(Job).where(*where).order_by(Job.id.desc()).limit(limit))
-    return JobList(items=list(jobs))
+    jobs = session.scalars(job_list_query(*where, include_result=include_result).limit(limit))
+    return job_list(jobs, include_result)
 
 
 @router.get("/{job_id}", response_model=JobOut)

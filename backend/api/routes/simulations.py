@@ -13,6 +13,7 @@ from sqlalchemy import select
 
 from backend.api.deps import CurrentTeam, SessionDep, trace_of_team
 from backend.api.errors import ERROR_RESPONSES
+from backend.api.routes.jobs import IncludeResult, job_list, job_list_query
 from backend.api.routes.trace_data import require_ready
 from backend.api.schemas import JobList, JobOut
 from backend.models import Job, JobStatus, Team, Trace
@@ -96,11 +97,14 @@ def list_simulations(
     team: CurrentTeam,
     trace_id: int | None = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 100,
+    include_result: IncludeResult = False,
 ):
+    """The team's replays, newest first (results only with `include_result=true`)."""
     where = [Job.team_id == team.id, Job.kind == SIMULATION_KIND]
     if trace_id is not None:
         where.append(Job.trace_id == trace_id)
-    return JobList(items=list(session.scalars(select(Job).where(*where).order_by(Job.id.desc()).limit(limit))))
+    jobs = session.scalars(job_list_query(*where, include_result=include_result).limit(limit))
+    return job_list(jobs, include_result)
 
 
 @router.get("/{job_id}", response_model=JobOut)

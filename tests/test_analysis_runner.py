@@ -1,0 +1,56 @@
+"""The in-worker path of analysis jobs: step-range chunks read in a background thread,
+analysed as they arrive and reduced, give the result of one whole-trace run."""
+
+from __future__ import annotations
+
+import pytest
+from sqlalchemy import select
+
+from backend.db import get_engine, new_session, session_scope
+from backend.ingest.service import accept_upload
+from backend.ingest.uploads import local_files
+from backend.jobs import create_job
+from backend.models import Job, Team, Trace
+from backend.settings import get_settings
+from backend.trace_data import load_trace_data
+from tests.helpers import synthetic_rows, write_packed_dir
+from workers import analysis_runner
+from workers.analysis.data import json_safe
+from workers.analysis.registry import ANALYSES, resolve_params, run_analysis
+
+
+@pytest.fixture()
+def trace(team_key, tmp_path) -> Trace:
+    from backend.auth import hash_key
+
+    folder = write_packed_dir(tmp_path / "run", synthetic_rows(steps=7, groups=12, n=4))
+    with session_scope() as session:
+        team_id = session.scalar(select(Team.id).where(Team.api_key_hash == hash_key(team_key)))
+        outcome = accept_upload(
+            session, get_settings(), team_id=team_id, stored=local_files([folder]),
+            name="runner", forced_format=None, max_response_len=None, inline=True,
+        )
+        session.expunge(outcome.trace)
+    return outcome.trace
+
+
+def test_chunked_run_in_one_worker_equals_whole_run(trace, monkeypatch):
+    kinds = ["lengths", "longtail", "imbalance"]
+    with session_scope() as session:
+        jobs = [create_job(session, team_id=trace.team_id, trace_id=trace.id, kind=k, params=resolve_params(k, {})) for k in kinds]
+        for job in jobs:
+            session.expunge(job)
+    # 7 steps x 48 samples in chunks of ~100 samples: several reads overlapped with analyses.
+    monkeypatch.setattr(analysis_runner, "PIPELINE_CHUNK_SAMPLES", 100)
+    steps, shared = analysis_runner._steps_and_shared_params(jobs, trace)
+    analysis_runner._run_here(jobs, trace, steps, shared)
+    with new_session() as session:
+        stored = {j.kind: j for j in session.scalars(select(Job).where(Job.id.in_([j.id for j in jobs])))}
+    for kind in kinds:
+        job = stored[kind]
+        assert job.status == "succeeded", job.error
+        assert job.progress == 1.0
+        with get_engine().connect() as conn:
+            data = load_trace_data(conn, trace, ANALYSES[kind].tables)
+        direct = json_safe(run_analysis(kind, data, shared[str(job.id)]))
+        assert job.result == direct, kind
