@@ -29,11 +29,14 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def running_server(data_dir: Path, *, demo: bool = False, port: int | None = None):
-    """Yield (base URL, team key) of a server with its worker; stopped on exit."""
+def running_server(data_dir: Path, *, demo: bool = False, port: int | None = None, database_url: str | None = None):
+    """Yield (base URL, team key) of a server with its worker; stopped on exit.
+    The database is SQLite in `data_dir` unless `database_url` names another."""
     port = port or free_port()
     env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "CELERY_BROKER_URL")}
     env.update(RLVR_DATA_DIR=str(data_dir), RLVR_SECRET_KEY="bench-secret", PYTHONUNBUFFERED="1")
+    if database_url:
+        env["RLVR_DATABASE_URL"] = database_url
     data_dir.mkdir(parents=True, exist_ok=True)
     log = data_dir / "serve.log"
     proc = subprocess.Popen([sys.executable, "-m", "backend.cli", "serve", "--port", str(port),
@@ -94,7 +97,9 @@ def wait_analyses(api: httpx.Client, trace_id: int, timeout: float = 600) -> lis
     raise RuntimeError(f"analyses of trace {trace_id} still running after {timeout} s")
 
 
-def chromium(width: int = 1400, height: int = 1000):
+def chromium(width: int = 1400, height: int = 1000, *, network_log: bool = False):
+    """Headless Chromium; with `network_log` its DevTools network events are kept for
+    `timed_page_load` to count the bytes transferred."""
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
@@ -104,7 +109,7 @@ def chromium(width: int = 1400, height: int = 1000):
                 "--disable-component-update", "--disable-sync", f"--window-size={width},{height}",
                 "--hide-scrollbars"):
         opts.add_argument(arg)
-    opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    opts.set_capability("goog:loggingPrefs", {"browser": "ALL", **({"performance": "ALL"} if network_log else {})})
     return webdriver.Chrome(service=Service(CHROMEDRIVER), options=opts)
 
 
@@ -132,7 +137,8 @@ return [graphs.length, pending.length, busy];
 """
 
 
-def wait_for_charts(driver, timeout: float = 120, settle: float = 0.5, ready_selector: str | None = None) -> float:
+def wait_for_charts(driver, timeout: float = 120, settle: float = 0.5, ready_selector: str | None = None,
+                    poll: float = 0.1) -> float:
     """Seconds until every chart on the page has drawn its data (no placeholder left);
     a page without charts counts as drawn when `ready_selector` matches, or else once
     nothing is loading for a second."""
@@ -142,7 +148,7 @@ def wait_for_charts(driver, timeout: float = 120, settle: float = 0.5, ready_sel
         if ready_selector:
             if driver.execute_script("return document.querySelectorAll(arguments[0]).length", ready_selector):
                 return time.monotonic() - t0
-            time.sleep(0.05)
+            time.sleep(poll / 2)
             continue
         n, pending, busy = driver.execute_script(CHARTS_STATE)
         if n and not pending and not busy:
@@ -155,8 +161,37 @@ def wait_for_charts(driver, timeout: float = 120, settle: float = 0.5, ready_sel
                 return idle_since - t0
         else:
             idle_since = None
-        time.sleep(0.1)
+        time.sleep(poll)
     raise TimeoutError(f"charts still pending after {timeout} s on {driver.current_url}")
+
+
+def network_transfer(driver) -> tuple[int, int]:
+    """(bytes, requests) received over the network since the last call: the
+    encodedDataLength (body as sent, compressed, plus headers) of every finished
+    request; responses served from the browser cache count 0."""
+    import json
+
+    total = requests = 0
+    for entry in driver.get_log("performance"):
+        msg = json.loads(entry["message"])["message"]
+        if msg.get("method") == "Network.loadingFinished":
+            total += int(msg["params"].get("encodedDataLength") or 0)
+            requests += 1
+    return total, requests
+
+
+def timed_page_load(driver, url: str, *, ready_selector: str | None = None, timeout: float = 120) -> tuple[float, int, int]:
+    """(seconds from navigation until every chart drew, bytes transferred, requests)
+    for one page load; the driver must come from `chromium(network_log=True)`."""
+    driver.get("about:blank")
+    network_transfer(driver)  # forget what came before
+    t0 = time.monotonic()
+    driver.get(url)
+    loaded = time.monotonic() - t0
+    took = loaded + wait_for_charts(driver, timeout=timeout, settle=0, ready_selector=ready_selector, poll=0.03)
+    time.sleep(0.3)  # let the last responses' loadingFinished events arrive
+    nbytes, requests = network_transfer(driver)
+    return took, nbytes, requests
 
 
 def full_page_png(driver, path: Path, width: int = 1400) -> None:

@@ -1,5 +1,5 @@
 """Callbacks shared by every page, registered on each app by `register(app)`:
-the navigation bar, sign-out, and the analysis panels of `components.analysis_panel`.
+the navigation bar, sign-out, and the analysis panels of `dashboard.panels`.
 """
 
 from __future__ import annotations
@@ -8,9 +8,10 @@ import dash
 from dash import MATCH, Input, Output, State, html, no_update
 
 from dashboard import components as c
-from dashboard import results, session
+from dashboard import session
 from dashboard.client import ApiError
-from dashboard.payloads import job_active, latest_job
+from dashboard.panels import panel_jobs, panel_state, status_line
+from dashboard.payloads import job_active
 
 
 def register(app: dash.Dash) -> None:
@@ -53,6 +54,7 @@ def register(app: dash.Dash) -> None:
         State({"type": c.PARAMS, "kind": MATCH}, "data"),
         State({"type": c.RESULT, "kind": MATCH}, "data"),
         State(c.PAGE_TRACE_ID, "data"),
+        prevent_initial_call=True,  # the layout filled the panel (dashboard.panels); this keeps it current
     )
     def analysis_status(_n, params, shown, trace_id):
         kind = dash.ctx.outputs_list[0]["id"]["kind"]
@@ -60,21 +62,12 @@ def register(app: dash.Dash) -> None:
             return no_update, "", True
         api = session.api()
         try:
-            # only this kind's jobs: a trace's full analysis list carries every result
-            jobs = api.jobs(trace_id=trace_id, kind=kind, limit=10)
-            job = latest_job(jobs, kind)
-            if job is None:
-                # No analysis of this kind yet: start one (the API dedupes identical requests).
-                job = api.run_analysis(trace_id, kind, params or {})
-                jobs = [*jobs, job]
+            job, best = panel_jobs(api, trace_id, kind, params)
         except ApiError as exc:
             state = {"job_id": None, "note": f"{kind} analysis unavailable: {exc.message}"}
             return _if_changed(state, shown), c.alert(exc.message), True
-        best = _best_result(jobs, kind)
-        if best is not None:
-            results.remember(best)
-        state = {"job_id": (best or {}).get("id"), "note": None if best else _note(job, kind)}
-        return _if_changed(state, shown), _status_line(job), not job_active(job)
+        state = panel_state(job, best, kind)
+        return _if_changed(state, shown), status_line(job), not job_active(job)
 
     _trace_status_callback(app)
 
@@ -105,33 +98,7 @@ def _trace_status_callback(app: dash.Dash) -> None:
         return html.Span(trace.get("status"), className="muted"), no_update, False
 
 
-def _best_result(jobs: list[dict], kind: str) -> dict | None:
-    """The latest succeeded job of `kind` that has a result (kept on screen while a
-    re-run is going)."""
-    done = [j for j in jobs if j.get("kind") == kind and j.get("status") == "succeeded" and j.get("result") is not None]
-    return max(done, key=lambda j: (str(j.get("created_at") or ""), str(j.get("id")))) if done else None
-
-
-def _note(job: dict, kind: str) -> str:
-    """What a figure waiting for this job says."""
-    if job_active(job):
-        return f"The {kind} analysis is running…"
-    if job.get("status") == "failed":
-        return f"The {kind} analysis failed: {job.get('error') or job.get('message') or 'unknown error'}"
-    return f"The {kind} analysis has no result"
-
-
 def _if_changed(state: dict, shown: dict | None):
     """The store's new value, or no_update when what is shown did not change (so a poll
     does not redraw the figures every second)."""
     return no_update if state == shown else state
-
-
-def _status_line(job: dict):
-    status = job.get("status")
-    if job_active(job):
-        text = job.get("message") or status
-        return c.progress(job.get("progress"), f"{text} {100 * float(job.get('progress') or 0):.0f}%")
-    if status == "failed":
-        return c.alert(f"failed: {job.get('error') or job.get('message') or 'unknown error'}")
-    return html.Span(f"done {str(job.get('finished_at') or '')[:19].replace('T', ' ')}", className="muted")

@@ -8,9 +8,10 @@ names). The client holds no state besides the base URL, the team key and a poole
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 import httpx
 
@@ -187,16 +188,71 @@ class ApiClient:
                              timeout=UPLOAD_TIMEOUT).content
 
     # -- analyses and jobs ----------------------------------------------------------
-    def analyses(self, trace_id: str | int) -> list[dict]:
-        return self._get(f"/traces/{trace_id}/analyses")["items"]
+    # Lists carry no results unless `include_result` (a result can be megabytes): read
+    # one job's result with `job(id)`.
+    def analyses(self, trace_id: str | int, *, include_result: bool = False) -> list[dict]:
+        return self._get(f"/traces/{trace_id}/analyses", include_result=_flag(include_result))["items"]
 
     def run_analysis(self, trace_id: str | int, kind: str, params: dict | None = None) -> dict:
         path = f"/traces/{trace_id}/analyses"
         return self._json(self._request("POST", path, json={"kind": kind, "params": params or {}}), path)
 
     def jobs(self, *, trace_id: str | int | None = None, status: str | None = None, kind: str | None = None,
-             limit: int | None = None) -> list[dict]:
-        return self._get("/jobs", trace_id=trace_id, status=status, kind=kind, limit=limit)["items"]
+             limit: int | None = None, include_result: bool = False) -> list[dict]:
+        return self._get("/jobs", trace_id=trace_id, status=status, kind=kind, limit=limit,
+                         include_result=_flag(include_result))["items"]
 
     def job(self, job_id: str | int) -> dict:
+        """One job with its result."""
         return self._get(f"/jobs/{job_id}")
+
+    # -- simulator replays and synthetic workloads ------------------------------------
+    def simulation_presets(self) -> dict:
+        """GPU/model presets, policy kinds, balancing/dispatch modes and every default."""
+        return self._get("/simulations/presets")
+
+    def simulate(self, body: dict) -> dict:
+        """Queue a replay (202, or 200 with the identical earlier replay): the job."""
+        return self._json(self._request("POST", "/simulations", json=body), "/simulations")
+
+    def simulations(self, *, trace_id: str | int | None = None, limit: int | None = None) -> list[dict]:
+        """The team's replays (of one trace), newest first, without results."""
+        return self._get("/simulations", trace_id=trace_id, limit=limit)["items"]
+
+    def simulation(self, job_id: str | int) -> dict:
+        return self._get(f"/simulations/{job_id}")
+
+    def simulation_chrome_trace(self, job_id: str | int, policy: str = "a"):
+        """The replay's GPU timeline as Chrome-trace JSON: a context manager yielding the
+        streamed response (gzip-encoded when the API sends it so; `iter_raw` passes it on)."""
+        return self.stream(f"/simulations/{job_id}/chrome-trace", params={"policy": policy})
+
+    def create_workload(self, body: dict) -> dict:
+        """Queue a fit (steps 0) and/or generation of a synthetic workload: the job."""
+        return self._json(self._request("POST", "/workloads", json=body), "/workloads")
+
+    def workload(self, job_id: str | int) -> dict:
+        return self._get(f"/workloads/{job_id}")
+
+    def workload_zip(self, job_id: str | int):
+        """The generated files as a .zip: a context manager yielding the streamed response."""
+        return self.stream(f"/workloads/{job_id}/download")
+
+    @contextlib.contextmanager
+    def stream(self, path: str, *, params: dict | None = None) -> Iterator[httpx.Response]:
+        """GET a download without holding it in memory; ApiError when the API refuses."""
+        headers = {"X-API-Key": self.api_key} if self.api_key else {}
+        try:
+            with self.http.stream("GET", self._url(path), params=params, headers=headers,
+                                  timeout=UPLOAD_TIMEOUT) as resp:
+                if resp.status_code >= 400:
+                    resp.read()
+                    raise ApiError.from_response(resp)
+                yield resp
+        except httpx.TransportError as exc:
+            raise ApiError(0, f"Cannot reach the API at {self.root}: {exc}") from exc
+
+
+def _flag(value: bool) -> str | None:
+    """A boolean query parameter, sent only when true (false is every list's default)."""
+    return "true" if value else None

@@ -144,19 +144,22 @@ def trace_header(trace: dict | None, trace_id: str, current_module: str) -> html
 
 
 # -- analysis panel -----------------------------------------------------------------
-def analysis_panel(kind: str, label: str, trace_id, params: dict | None = None) -> html.Div:
+def analysis_panel(kind: str, label: str, trace_id, params: dict | None = None, *, state: dict | None = None,
+                   status=None, polling: bool = False) -> html.Div:
     """Status line of analysis `kind` for the page's trace (read from the store with id
     PAGE_TRACE_ID). The shared callback in `dashboard.callbacks` starts the analysis
     (with `params`) when the trace has none, polls its progress, and puts the latest result in the
     store {"type": RESULT, "kind": kind} as {"job_id", "note"} (note: why there is no
     result yet); figures listen to it and fetch the result server-side with
-    `dashboard.results.analysis_result` (the browser never holds the result)."""
+    `dashboard.results.analysis_result` (the browser never holds the result).
+    `state`, `status`, `polling`: the store's first value, status line and whether to
+    poll, when the layout already knows them (`dashboard.panels.analysis_panel`)."""
     return html.Div(className="analysis-panel", children=[
-        dcc.Store(id={"type": RESULT, "kind": kind}),
+        dcc.Store(id={"type": RESULT, "kind": kind}, data=state),
         dcc.Store(id={"type": PARAMS, "kind": kind}, data=params or {}),
-        dcc.Interval(id={"type": POLL, "kind": kind}, interval=1500, disabled=True),
+        dcc.Interval(id={"type": POLL, "kind": kind}, interval=1500, disabled=not polling),
         html.Span(label, className="analysis-label"),
-        html.Span(id={"type": STATUS, "kind": kind}, className="analysis-status"),
+        html.Span(status, id={"type": STATUS, "kind": kind}, className="analysis-status"),
         dcc.Link("other parameters…", href=href(f"/jobs?trace_id={trace_id}&kind={kind}"), className="muted"),
     ])
 

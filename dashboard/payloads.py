@@ -42,6 +42,13 @@ def latest_job(jobs: list[dict], kind: str) -> dict | None:
     return max(mine, key=lambda j: (_created(j), str(j.get("id")))) if mine else None
 
 
+def latest_succeeded(jobs: list[dict], kind: str) -> dict | None:
+    """The most recently created succeeded job of `kind` (lists carry no results: its
+    result is fetched by id)."""
+    done = [j for j in jobs if j.get("kind") == kind and j.get("status") == "succeeded"]
+    return max(done, key=lambda j: (_created(j), str(j.get("id")))) if done else None
+
+
 def latest_result(jobs: list[dict], kind: str) -> dict | None:
     """The result of the most recent succeeded job of `kind` (shown while a re-run is
     still going)."""

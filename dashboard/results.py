@@ -26,39 +26,33 @@ def _cache_key(root: str, api_key: str | None, job_id) -> tuple:
     return root, digest, str(job_id)
 
 
-def job_result(job_id) -> dict | None:
-    """The result of a succeeded job of the signed-in team (None if it has none)."""
+def job(job_id) -> dict:
+    """A job of the signed-in team with its result: from the cache once it has
+    succeeded (a finished job never changes), else asked of the API."""
     api = session.api()
     key = _cache_key(api.root, api.api_key, job_id)
     with _lock:
         if key in _cache:
             _cache.move_to_end(key)
             return _cache[key]
-    job = api.job(job_id)
-    result = job.get("result") if job.get("status") == "succeeded" else None
-    if result is not None:
+    found = api.job(job_id)
+    if found.get("status") == "succeeded" and found.get("result") is not None:
         with _lock:
-            _cache[key] = result
+            _cache[key] = found
             while len(_cache) > CACHE_SIZE:
                 _cache.popitem(last=False)
-    return result
+    return found
 
 
-def remember(job: dict) -> None:
-    """Keep a succeeded job's result that the caller already fetched (the analysis
-    panel lists its kind's jobs with their results), so figures need not ask again."""
-    if job.get("status") != "succeeded" or job.get("result") is None:
-        return
-    api = session.api()
-    with _lock:
-        _cache[_cache_key(api.root, api.api_key, job["id"])] = job["result"]
-        while len(_cache) > CACHE_SIZE:
-            _cache.popitem(last=False)
+def job_result(job_id) -> dict | None:
+    """The result of a succeeded job of the signed-in team (None if it has none)."""
+    found = job(job_id)
+    return found.get("result") if found.get("status") == "succeeded" else None
 
 
 def analysis_result(data: dict | None, what: str) -> tuple[dict | None, str]:
     """(result, message for empty figures) for an analysis panel's store
-    (`components.analysis_panel`)."""
+    (`dashboard.panels`)."""
     data = data or {}
     waiting = data.get("note") or f"Waiting for the {what} analysis…"
     if data.get("job_id") is None:

@@ -43,6 +43,37 @@ GPU_KIND_COLORS = {
 }
 IDLE_CAUSE_COLORS = {"host_wait": "#8CD17D", "kernel_wait": "#B6992D", "other": "#D0D0D0"}
 
+# Simulator replays: busy stages of the simulated GPU timeline (the rollout is the
+# generation stage) and the causes its idle GPU time is split by
+# (workers/simulator/result.py IDLE_CAUSES): light tones, so busy time stands out.
+SIM_STAGE_COLORS = {
+    "rollout": STAGE_COLORS["gen"],
+    "reward": STAGE_COLORS["reward"],
+    "old_log_prob": STAGE_COLORS["old_log_prob"],
+    "ref": STAGE_COLORS["ref"],
+    "adv": STAGE_COLORS["adv"],
+    "update_actor": STAGE_COLORS["update_actor"],
+    "weight_sync": "#FF9DA7",
+}
+SIM_STAGE_LABELS = {**STAGE_LABELS, "rollout": "rollout", "weight_sync": "weight sync"}
+SIM_IDLE_CAUSES = ("rollout_tail", "tool_wait", "reward_wait", "dp_imbalance", "stage_serialisation", "unused")
+SIM_IDLE_COLORS = {
+    "rollout_tail": "#A0CBE8",
+    "tool_wait": "#D7B5A6",
+    "reward_wait": "#FFBE7D",
+    "dp_imbalance": "#FF9D9A",
+    "stage_serialisation": "#D4A6C8",
+    "unused": "#E4E4E4",
+}
+SIM_IDLE_LABELS = {
+    "rollout_tail": "rollout tail (waiting for the longest samples)",
+    "tool_wait": "waiting for tools",
+    "reward_wait": "waiting for reward",
+    "dp_imbalance": "DP imbalance",
+    "stage_serialisation": "waiting for the other pool or a host stage",
+    "unused": "not used by the policy",
+}
+
 # Percentile lines: one hue, darker = further into the tail.
 PERCENTILE_COLORS = {
     "mean": "#7F7F7F",
@@ -57,6 +88,8 @@ TRACE_COLORS = ("#2F4B7C", "#D45087")
 
 # Counterfactual balancing policies on the imbalance page.
 POLICY_COLORS = {"measured": "#E15759", "kk": "#59A14F", "lpt": "#4E79A7"}
+# Replays: policy A and B, and what was measured / the naive predictor.
+REPLAY_COLORS = {"a": "#4E79A7", "b": "#F28E2B", "measured": "#222222", "naive": "#9D9D9D"}
 
 RANK_COLORSCALE = "Viridis"
 STEP_COLORSCALE = "Plasma"  # early -> late steps, e.g. overlaid CDFs

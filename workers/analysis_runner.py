@@ -29,7 +29,7 @@ log = logging.getLogger(__name__)
 
 # A job run in one task reads the trace in step ranges of about this many samples,
 # overlapping each read with the analysis of the previous range.
-PIPELINE_CHUNK_SAMPLES = 1_000_000
+PIPELINE_CHUNK_SAMPLES = 500_000
 
 
 def _jobs_and_trace(job_ids: list[int]) -> tuple[list[Job], Trace | None]:

@@ -14,8 +14,9 @@ from dash import Input, Output, State, dcc, html, no_update
 
 from dashboard import session
 from dashboard.client import ApiError
-from dashboard.components import PAGE_TRACE_ID, RESULT, alert, analysis_panel, control, controls, graph, section
+from dashboard.components import PAGE_TRACE_ID, RESULT, alert, control, controls, graph, section
 from dashboard.figures.common import empty_figure
+from dashboard.panels import analysis_panel
 from dashboard.figures.distributions import (cdf_figure, default_cdf_steps, length_box_figure, length_heatmap_figure,
                                              percentile_lines_figure, tail_figure)
 from dashboard.figures.longtail import longtail_engine_figure, longtail_finish_figure, longtail_idle_figure

@@ -14,8 +14,9 @@ from dash import Input, Output, State, ctx, dcc, html, no_update
 
 from dashboard import session
 from dashboard.client import ApiError
-from dashboard.components import (PAGE_TRACE_ID, RESULT, alert, analysis_panel, control, controls, graph, section)
+from dashboard.components import (PAGE_TRACE_ID, RESULT, alert, control, controls, graph, section)
 from dashboard.figures.common import empty_figure
+from dashboard.panels import analysis_panel
 from dashboard.figures.gpu import (idle_breakdown_figure, kernel_gantt_figure, kernel_kind_figure, straggler_figure,
                                    temporal_breakdown_figure, top_kernels_rows)
 from dashboard.figures.stages import has_stage_timings

@@ -10,8 +10,9 @@ from __future__ import annotations
 import dash
 from dash import Input, Output, dcc, html
 
-from dashboard.components import RESULT, alert, analysis_panel, card, control, controls, graph, section
+from dashboard.components import RESULT, alert, card, control, controls, graph, section
 from dashboard.figures.common import empty_figure
+from dashboard.panels import analysis_panel
 from dashboard.figures.imbalance import (LOAD_LABELS, imbalance_ratio_figure, load_heatmap_figure, saving_figure,
                                          saving_summary)
 from dashboard.payloads import human_ratio, human_share

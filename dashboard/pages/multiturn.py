@@ -12,8 +12,9 @@ from __future__ import annotations
 import dash
 from dash import Input, Output, html
 
-from dashboard.components import RESULT, alert, analysis_panel, graph, section
+from dashboard.components import RESULT, alert, graph, section
 from dashboard.figures.common import empty_figure
+from dashboard.panels import analysis_panel
 from dashboard.figures.multiturn import (cache_hit_figure, context_growth_figure, counts_hist_figure,
                                          latency_vs_tokens_figure, reward_latency_figure, reward_ranks_figure,
                                          tool_latency_figure, turns_over_steps_figure)

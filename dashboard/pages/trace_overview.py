@@ -13,8 +13,9 @@ from dash import ALL, Input, Output, ctx, html
 
 from dashboard import session
 from dashboard.client import ApiError
-from dashboard.components import PAGE_TRACE_ID, RESULT, alert, analysis_panel, card, graph, section
+from dashboard.components import PAGE_TRACE_ID, RESULT, alert, card, graph, section
 from dashboard.figures.common import empty_figure
+from dashboard.panels import analysis_panel
 from dashboard.figures.distributions import percentile_lines_figure
 from dashboard.figures.gpu import temporal_breakdown_figure
 from dashboard.figures.stages import stage_time_figure

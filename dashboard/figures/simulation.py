@@ -1,0 +1,325 @@
+"""Simulator-replay figures from a simulation job (workers/sim_runner.py result):
+
+  result["a"], result["b"]   per policy: makespan_s, n_gpus, idle_fraction, idle_gpu_s
+                             {cause: GPU-seconds}, steps [{step, step_time, stages
+                             {rollout, ...}, idle_gpu_s {cause: s}, rollout {time_s, ...}}],
+                             timeline [{name, gpus, intervals [[start, end, state,
+                             label, step]]}], timeline_truncated {last_step, intervals_total}
+  result["compare"]          total {speedup, saved_s, makespan_a_s, makespan_b_s},
+                             per_step [{step, time_a_s, time_b_s, speedup, saved_s}]
+  result["accuracy"]         fit_steps, steps [{step, rollout_s | p50_traj_s | p90_traj_s:
+                             {measured, predicted, naive, accuracy, naive_accuracy}}],
+                             mean {rollout_s_accuracy, rollout_s_naive_accuracy, ...}
+
+and the job's `params` (policy, compare_policy). Measured step timings come from the
+trace's `/steps` rows (t_gen, t_step), where the framework logged them.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from dashboard.figures.common import empty_figure, integer_ticks, num, rows_height, styled_figure
+from dashboard.theme import (REPLAY_COLORS, SIM_IDLE_CAUSES, SIM_IDLE_COLORS, SIM_IDLE_LABELS, SIM_STAGE_COLORS,
+                             SIM_STAGE_LABELS, UNITS, base_layout)
+
+ACCURACY_METRICS = {"rollout_s": "rollout time", "p50_traj_s": "median trajectory time",
+                    "p90_traj_s": "p90 trajectory time"}
+TIMELINE_MAX_LANES = 64
+TIMELINE_MAX_INTERVALS = 12_000
+
+
+def policy_names(job: dict) -> tuple[str, str | None]:
+    """(policy A's kind, policy B's kind or None) of a simulation job."""
+    params = job.get("params") or {}
+    a = (params.get("policy") or {}).get("kind") or "A"
+    b = (params.get("compare_policy") or {}).get("kind") if params.get("compare_policy") else None
+    if b == a:
+        a, b = f"{a} (A)", f"{b} (B)"
+    return a, b
+
+
+def _steps(sim: dict | None) -> list[dict]:
+    return sorted((sim or {}).get("steps") or [], key=lambda s: s["step"])
+
+
+def _lines_mode(n: int) -> str:
+    return "lines+markers" if n <= 60 else "lines"
+
+
+# -- predicted versus measured --------------------------------------------------------
+def measured_rollout(result: dict, trace_steps: list[dict] | None = None) -> dict[int, float]:
+    """Measured rollout seconds per step: the accuracy report's (the steps not used for
+    fitting, from engine latencies or t_gen), else the trace's logged t_gen."""
+    out = {int(s["step"]): num(s.get("t_gen")) for s in trace_steps or [] if num(s.get("t_gen")) is not None}
+    for row in ((result.get("accuracy") or {}).get("steps") or []):
+        m = num((row.get("rollout_s") or {}).get("measured"))
+        if m is not None:
+            out[int(row["step"])] = m
+    return out
+
+
+def predicted_vs_measured_figure(job: dict, trace_steps: list[dict] | None = None) -> go.Figure:
+    """Per step: predicted rollout time (policy A) against the measured one, the naive
+    predictor (mean of the fitted steps), and predicted step time of A and B against
+    the measured step time where the trace logged it."""
+    result = job.get("result") or job
+    a_name, b_name = policy_names(job)
+    title = "Predicted versus measured time per step"
+    a_steps = _steps(result.get("a"))
+    if not a_steps:
+        return empty_figure("This replay has no steps", title)
+    x = [s["step"] for s in a_steps]
+    mode = _lines_mode(len(x))
+    fig = styled_figure(title, x_title=UNITS["step"], y_title=UNITS["seconds"], hovermode="x unified")
+    measured = measured_rollout(result, trace_steps)
+    if measured:
+        ms = sorted(measured)
+        fig.add_trace(go.Scatter(name="measured rollout", x=ms, y=[measured[s] for s in ms], mode="markers",
+                                 marker=dict(color=REPLAY_COLORS["measured"], size=7, symbol="circle-open"),
+                                 hovertemplate="measured rollout %{y:.1f} s<extra></extra>"))
+    fig.add_trace(go.Scatter(name="predicted rollout", x=x, y=[num((s.get("stages") or {}).get("rollout")) for s in a_steps],
+                             mode=mode, line=dict(color=REPLAY_COLORS["a"], width=2),
+                             hovertemplate="predicted rollout %{y:.1f} s<extra></extra>"))
+    acc_rows = (result.get("accuracy") or {}).get("steps") or []
+    naive = [(r["step"], num((r.get("rollout_s") or {}).get("naive"))) for r in acc_rows]
+    naive = [(s, v) for s, v in naive if v is not None]
+    if naive:
+        fig.add_trace(go.Scatter(name="naive rollout (mean of fitted steps)", x=[s for s, _ in naive],
+                                 y=[v for _, v in naive], mode=mode,
+                                 line=dict(color=REPLAY_COLORS["naive"], width=1, dash="dot"),
+                                 hovertemplate="naive %{y:.1f} s<extra></extra>"))
+    t_step = {int(s["step"]): num(s.get("t_step")) for s in trace_steps or [] if num(s.get("t_step")) is not None}
+    if t_step:
+        ts = [s for s in sorted(t_step) if s in set(x)]
+        fig.add_trace(go.Scatter(name="measured step", x=ts, y=[t_step[s] for s in ts], mode="markers",
+                                 marker=dict(color=REPLAY_COLORS["measured"], size=7, symbol="square-open"),
+                                 hovertemplate="measured step %{y:.1f} s<extra></extra>"))
+    for key, name in (("a", a_name), ("b", b_name)):
+        steps = _steps(result.get(key)) if name else []
+        if steps:
+            fig.add_trace(go.Scatter(name=f"predicted step ({name})", x=[s["step"] for s in steps],
+                                     y=[num(s.get("step_time")) for s in steps], mode=mode,
+                                     line=dict(color=REPLAY_COLORS[key], width=2, dash="dash"),
+                                     hovertemplate=f"{name} step %{{y:.1f}} s<extra></extra>"))
+    fit = (result.get("accuracy") or {}).get("fit_steps") or ((result.get("calibration") or {}).get("fit_steps") or [])
+    for s in fit[:20]:  # the steps calibration saw: shaded, they are not a test of accuracy
+        fig.add_vrect(x0=s - 0.5, x1=s + 0.5, fillcolor="#EEEEEE", line_width=0, layer="below")
+    return integer_ticks(fig)
+
+
+def accuracy_rows(result: dict) -> list[dict]:
+    """Mean accuracy (1 − |predicted − measured| / measured) over the steps not used for
+    fitting, calibrated and naive, per metric: [{metric, label, calibrated, naive,
+    steps}]; empty without an accuracy report."""
+    acc = result.get("accuracy") or {}
+    mean = acc.get("mean") or {}
+    rows = []
+    for key, label in ACCURACY_METRICS.items():
+        n = sum(1 for r in acc.get("steps") or [] if num((r.get(key) or {}).get("accuracy")) is not None)
+        cal, naive = num(mean.get(f"{key}_accuracy")), num(mean.get(f"{key}_naive_accuracy"))
+        if cal is None and naive is None:
+            continue
+        rows.append({"metric": key, "label": label, "calibrated": cal, "naive": naive, "steps": n})
+    return rows
+
+
+# -- speedup and idle causes ---------------------------------------------------------
+def speedup_figure(job: dict) -> go.Figure:
+    """Per step: speedup of policy B over A (A's step time / B's); the dashed line is the
+    whole run's (makespan A / makespan B)."""
+    result = job.get("result") or job
+    a_name, b_name = policy_names(job)
+    cmp = result.get("compare") or {}
+    rows = sorted(cmp.get("per_step") or [], key=lambda r: r["step"])
+    if not b_name or not rows:
+        return empty_figure("Choose a policy B to compare with A", "Speedup of B over A")
+    total = num((cmp.get("total") or {}).get("speedup"))
+    title = f"Speedup of {b_name} over {a_name}" + (f": {total:.3f}x overall" if total is not None else "")
+    fig = styled_figure(title, x_title=UNITS["step"], y_title="speedup (A time / B time, x)", hovermode="x unified")
+    ys = [num(r.get("speedup")) for r in rows]
+    colors = [REPLAY_COLORS["b"] if (y or 0) >= 1 else REPLAY_COLORS["measured"] for y in ys]
+    fig.add_trace(go.Bar(name="per step", x=[r["step"] for r in rows], y=ys, marker_color=colors,
+                         customdata=[num(r.get("saved_s")) for r in rows],
+                         hovertemplate="%{y:.3f}x, saved %{customdata:.1f} s<extra></extra>"))
+    if total is not None:
+        fig.add_hline(y=total, line=dict(color=REPLAY_COLORS["b"], width=2, dash="dash"),
+                      annotation_text=f"overall {total:.3f}x", annotation_position="top left")
+    fig.add_hline(y=1.0, line=dict(color="#999", width=1, dash="dot"))
+    lo = min([y for y in ys if y is not None] + [1.0])
+    fig.update_yaxes(range=[min(0.9, lo * 0.95), None] if lo > 0.5 else None)
+    return integer_ticks(fig)
+
+
+def idle_cause_figure(job: dict) -> go.Figure:
+    """Idle GPU-seconds per step split by cause, stacked; one panel per policy."""
+    result = job.get("result") or job
+    names = [(k, n) for k, n in zip(("a", "b"), policy_names(job)) if n and _steps(result.get(k))]
+    title = "Idle GPU time by cause"
+    if not names:
+        return empty_figure("This replay has no steps", title)
+    fig = make_subplots(rows=len(names), cols=1, shared_xaxes=True, vertical_spacing=0.12,
+                        subplot_titles=[f"{n}: {100 * (num(result[k].get('idle_fraction')) or 0):.1f}% of GPU time idle"
+                                        for k, n in names])
+    fig.update_layout(**base_layout(title=dict(text=title), barmode="stack", bargap=0.1, hovermode="x unified",
+                                    height=260 + 200 * len(names)))
+    for row, (key, _name) in enumerate(names, start=1):
+        steps = _steps(result[key])
+        x = [s["step"] for s in steps]
+        for cause in SIM_IDLE_CAUSES:
+            ys = [num((s.get("idle_gpu_s") or {}).get(cause)) or 0.0 for s in steps]
+            if not any(ys):
+                continue
+            fig.add_trace(go.Bar(name=SIM_IDLE_LABELS[cause], x=x, y=ys, marker_color=SIM_IDLE_COLORS[cause],
+                                 legendgroup=cause, showlegend=row == 1 or cause not in _causes(result, "a"),
+                                 hovertemplate=f"{SIM_IDLE_LABELS[cause]} %{{y:,.0f}} GPU-s<extra></extra>"),
+                          row=row, col=1)
+        fig.update_yaxes(title_text="idle GPU-seconds", row=row, col=1)
+    fig.update_xaxes(title_text=UNITS["step"], row=len(names), col=1)
+    return integer_ticks(fig)
+
+
+def _causes(result: dict, key: str) -> set[str]:
+    return {c for s in _steps(result.get(key)) for c, v in (s.get("idle_gpu_s") or {}).items() if v}
+
+
+# -- simulated GPU timeline ------------------------------------------------------------
+def timeline_arrays(sim: dict, *, max_lanes: int = TIMELINE_MAX_LANES,
+                    max_intervals: int = TIMELINE_MAX_INTERVALS) -> dict:
+    """The timeline as columns, downsampled for drawing: at most `max_lanes` lanes
+    (evenly spaced) and `max_intervals` intervals (the longest ones: shorter ones are
+    below a pixel at full view). Returns {lanes: [name], lane, start, end, category
+    (busy stage or idle cause, idle ones prefixed "idle:"), step, shown_lanes,
+    total_lanes, shown_intervals, total_intervals}."""
+    lanes = sim.get("timeline") or []
+    total_lanes = len(lanes)
+    if total_lanes > max_lanes:
+        keep = np.unique(np.linspace(0, total_lanes - 1, max_lanes).round().astype(int))
+        lanes = [lanes[i] for i in keep]
+    names, lane_idx, start, end, cat, step = [], [], [], [], [], []
+    for i, lane in enumerate(lanes):
+        names.append(f"{lane.get('name')} (GPU {_gpu_span(lane.get('gpus') or [])})")
+        for iv in lane.get("intervals") or []:
+            lane_idx.append(i)
+            start.append(iv[0])
+            end.append(iv[1])
+            cat.append(iv[3] if iv[2] == "busy" else f"idle:{iv[3]}")
+            step.append(iv[4])
+    start_a, end_a = np.asarray(start, dtype=np.float64), np.asarray(end, dtype=np.float64)
+    total = start_a.size
+    keep_idx = np.arange(total)
+    if total > max_intervals:
+        keep_idx = np.sort(np.argpartition(-(end_a - start_a), max_intervals - 1)[:max_intervals])
+    return {
+        "lanes": names,
+        "lane": np.asarray(lane_idx, dtype=np.int64)[keep_idx],
+        "start": start_a[keep_idx], "end": end_a[keep_idx],
+        "category": np.asarray(cat, dtype=object)[keep_idx],
+        "step": np.asarray(step, dtype=np.int64)[keep_idx],
+        "shown_lanes": len(lanes), "total_lanes": total_lanes,
+        "shown_intervals": int(keep_idx.size), "total_intervals": int(total),
+    }
+
+
+def _gpu_span(gpus: list[int]) -> str:
+    if not gpus:
+        return "-"
+    if len(gpus) > 1 and gpus == list(range(gpus[0], gpus[-1] + 1)):
+        return f"{gpus[0]}-{gpus[-1]}"
+    return ",".join(map(str, gpus))
+
+
+def timeline_figure(sim: dict | None, *, policy: str = "", max_lanes: int = TIMELINE_MAX_LANES,
+                    max_intervals: int = TIMELINE_MAX_INTERVALS) -> go.Figure:
+    """Gantt of the simulated GPUs: one row per lane (GPUs that do the same thing),
+    busy stages in their stage colours, idle time in light tones by cause."""
+    title = "Simulated GPU timeline" + (f" ({policy})" if policy else "")
+    if not sim or not sim.get("timeline"):
+        return empty_figure("This replay stored no timeline", title)
+    t = timeline_arrays(sim, max_lanes=max_lanes, max_intervals=max_intervals)
+    notes = []
+    if t["shown_lanes"] < t["total_lanes"]:
+        notes.append(f"{t['shown_lanes']} of {t['total_lanes']} lanes")
+    if t["shown_intervals"] < t["total_intervals"]:
+        notes.append(f"the {t['shown_intervals']:,} longest of {t['total_intervals']:,} intervals")
+    cut = sim.get("timeline_truncated")
+    if cut:
+        notes.append(f"steps up to {cut.get('last_step')} (download the Chrome trace for all)")
+    if notes:
+        title += " — " + ", ".join(notes)
+    n = len(t["lanes"])
+    fig = styled_figure(title, x_title="simulated time (s)", y_title="", height=rows_height(n, per_row=18, maximum=1100),
+                        hovermode="closest")
+    width = max(3, min(14, int(400 / max(n, 1))))
+    categories = [c for c in SIM_STAGE_COLORS if c in set(t["category"])]
+    categories += [f"idle:{c}" for c in SIM_IDLE_CAUSES if f"idle:{c}" in set(t["category"])]
+    categories += sorted(set(t["category"]) - set(categories))
+    for cat in categories:
+        sel = np.flatnonzero(t["category"] == cat)
+        idle = cat.startswith("idle:")
+        key = cat[5:] if idle else cat
+        name = ("idle: " + SIM_IDLE_LABELS.get(key, key)) if idle else SIM_STAGE_LABELS.get(key, key)
+        color = SIM_IDLE_COLORS.get(key, "#D0D0D0") if idle else SIM_STAGE_COLORS.get(key, "#BAB0AC")
+        m = sel.size
+        # segments start, end, NaN; float32 typed arrays keep the payload small
+        xs = np.empty(3 * m, dtype=np.float32)
+        xs[0::3], xs[1::3], xs[2::3] = t["start"][sel], t["end"][sel], np.nan
+        ys = np.repeat(t["lane"][sel].astype(np.float32), 3)
+        ys[2::3] = np.nan
+        steps = np.repeat(t["step"][sel].astype(np.int32), 3)
+        fig.add_trace(go.Scattergl(name=name, x=xs, y=ys, mode="lines", line=dict(color=color, width=width),
+                                   customdata=steps, hovertemplate=f"{name}<br>step %{{customdata}}, "
+                                                                   f"at %{{x:.1f}} s<extra></extra>"))
+    fig.update_yaxes(tickmode="array", tickvals=list(range(n)), ticktext=t["lanes"], autorange="reversed",
+                     showgrid=False, zeroline=False)
+    return fig
+
+
+# -- headline cards -------------------------------------------------------------------
+def summary_cards(job: dict) -> list[dict]:
+    """The replay's headline figures: [{key, label, value, hint}] (speedup as the API
+    reports it, to 3 decimals; accuracy as a percentage)."""
+    result = job.get("result") or {}
+    a_name, b_name = policy_names(job)
+    a, b = result.get("a") or {}, result.get("b") or {}
+    cards = []
+    total = (result.get("compare") or {}).get("total") or {}
+    speedup = num(total.get("speedup"))
+    if b_name:
+        cards.append({"key": "speedup", "label": f"Speedup of {b_name}",
+                      "value": "—" if speedup is None else f"{speedup:.3f}x",
+                      "hint": f"over {a_name}; saves {num(total.get('saved_s')) or 0:,.1f} s of {_dur(a.get('makespan_s'))}"})
+    cards.append({"key": "makespan-a", "label": f"Time, {a_name}", "value": _dur(a.get("makespan_s")),
+                  "hint": f"{_share(a.get('idle_fraction'))} of GPU time idle on {a.get('n_gpus') or '—'} GPUs"})
+    if b_name:
+        cards.append({"key": "makespan-b", "label": f"Time, {b_name}", "value": _dur(b.get("makespan_s")),
+                      "hint": f"{_share(b.get('idle_fraction'))} of GPU time idle"})
+    rows = {r["metric"]: r for r in accuracy_rows(result)}
+    if "rollout_s" in rows:
+        r = rows["rollout_s"]
+        cards.append({"key": "accuracy-rollout", "label": "Rollout accuracy", "value": _share(r["calibrated"]),
+                      "hint": f"calibrated, on {r['steps']} step(s) not fitted; naive {_share(r['naive'])}"})
+    else:
+        cal = result.get("calibration")
+        cards.append({"key": "accuracy-rollout", "label": "Rollout accuracy", "value": "—",
+                      "hint": "calibrated on every replayed step: nothing left to test" if cal else
+                              "not calibrated (the trace has no measured timings)"})
+    return cards
+
+
+def _dur(seconds) -> str:
+    s = num(seconds)
+    if s is None:
+        return "—"
+    if s >= 3600:
+        return f"{s / 3600:.2f} h"
+    if s >= 120:
+        return f"{s / 60:.1f} min"
+    return f"{s:.1f} s"
+
+
+def _share(x) -> str:
+    x = num(x)
+    return "—" if x is None else f"{100 * x:.1f}%"

@@ -1,0 +1,109 @@
+"""Pure shaping of the replay and workload forms: defaults from the API's presets and a
+trace, and the request bodies of POST /simulations and POST /workloads.
+
+No Dash, no HTTP: values in, dicts out (the API validates; its 422 names the field).
+"""
+
+from __future__ import annotations
+
+import re
+
+CALIBRATION_MODES = {"auto": "when measured", "on": "on", "off": "off"}
+
+
+def form_defaults(presets: dict, step_ids: list[int] | None = None) -> dict:
+    """Initial form values: the presets' defaults, enough GPUs for a disaggregated
+    policy B (rollout + training pools side by side), sync against one_step_off, and
+    the trace's whole step range [first, last + 1)."""
+    d = presets.get("defaults") or {}
+    cluster, limits = d.get("cluster") or {}, d.get("limits") or {}
+    replicas, tp, dp = cluster.get("rollout_replicas", 2), cluster.get("rollout_tp", 4), cluster.get("train_dp", 8)
+    policies = presets.get("policies") or ["sync"]
+    step_ids = sorted(step_ids or [])
+    return {
+        "gpu": cluster.get("gpu", "H100"),
+        "model": d.get("model"),
+        "n_gpus": max(int(cluster.get("n_gpus", 8)), replicas * tp + dp * cluster.get("train_tp", 1)),
+        "replicas": replicas, "tp": tp, "train_dp": dp,
+        "max_running_seqs": limits.get("max_running_seqs"),
+        "kv_cache_tokens": limits.get("kv_cache_tokens"),
+        "policy_a": "sync" if "sync" in policies else policies[0],
+        "policy_b": "one_step_off" if "one_step_off" in policies else None,
+        "balancing": (d.get("policy") or {}).get("balancing", "none"),
+        "calibrate": "auto",
+        "fit_steps": "",
+        "step_from": step_ids[0] if step_ids else None,
+        "step_to": step_ids[-1] + 1 if step_ids else None,
+    }
+
+
+def parse_steps(text: str | None) -> list[int]:
+    """'0, 2 5' -> [0, 2, 5]; ValueError names what is not a step number."""
+    out = []
+    for part in re.split(r"[\s,;]+", (text or "").strip()):
+        if not part:
+            continue
+        if not part.isdigit():
+            raise ValueError(f"fit steps: '{part}' is not a step number")
+        out.append(int(part))
+    return out
+
+
+def _int_or_none(value) -> int | None:
+    if value in (None, ""):
+        return None
+    return int(value)
+
+
+def simulation_body(trace_id: int, values: dict) -> dict:
+    """The POST /simulations body for the form's `values` (keys as in `form_defaults`);
+    empty optional fields are left to the API's defaults."""
+    cluster = {"gpu": values.get("gpu")}
+    for key, field in (("n_gpus", "n_gpus"), ("replicas", "rollout_replicas"), ("tp", "rollout_tp"),
+                       ("train_dp", "train_dp")):
+        v = _int_or_none(values.get(key))
+        if v is not None:
+            cluster[field] = v
+    limits = {}
+    for key in ("max_running_seqs", "kv_cache_tokens"):
+        v = _int_or_none(values.get(key))
+        if v is not None:
+            limits[key] = v
+    balancing = values.get("balancing") or "none"
+    body: dict = {"trace_id": int(trace_id), "cluster": {k: v for k, v in cluster.items() if v is not None},
+                  "policy": {"kind": values.get("policy_a") or "sync", "balancing": balancing}}
+    if values.get("model"):
+        body["model"] = values["model"]
+    if limits:
+        body["limits"] = limits
+    if values.get("policy_b"):
+        body["compare_policy"] = {"kind": values["policy_b"], "balancing": balancing}
+    mode = values.get("calibrate") or "auto"
+    if mode == "off":
+        body["calibrate"] = False
+    elif mode == "on":
+        body["calibrate"] = {"fit_steps": parse_steps(values.get("fit_steps"))}
+    lo, hi = _int_or_none(values.get("step_from")), _int_or_none(values.get("step_to"))
+    if lo is not None or hi is not None:
+        body["steps"] = [lo or 0, hi if hi is not None else 1 << 30]
+    return body
+
+
+def workload_body(trace_id: int, values: dict, *, fit_only: bool = False) -> dict:
+    """The POST /workloads body: fit the trace, and unless `fit_only` generate
+    steps x groups x samples_per_group (empty: as fitted) and ingest them as a trace."""
+    if fit_only:
+        return {"trace_id": int(trace_id), "steps": 0, "ingest": False}
+    body: dict = {"trace_id": int(trace_id), "steps": _int_or_none(values.get("steps")) or 1,
+                  "seed": _int_or_none(values.get("seed")) or 0, "ingest": bool(values.get("ingest", True))}
+    for key in ("groups", "samples_per_group", "dp_size"):
+        v = _int_or_none(values.get(key))
+        if v is not None:
+            body[key] = v
+    if values.get("formats"):
+        body["formats"] = list(values["formats"])
+    if values.get("task"):
+        body["task"] = values["task"]
+    if values.get("name"):
+        body["name"] = str(values["name"])
+    return body
