@@ -31,6 +31,8 @@ class Settings(BaseSettings):
     max_uncompressed_bytes: int = 32 * 1024**3
     max_archive_files: int = 100_000
     max_compression_ratio: float = 200.0
+    # The Celery queue jobs go to (separate deployments sharing one broker use their own).
+    queue_name: str = "rlvr"
     # Analyses of traces with more samples than this run in step-range parts in parallel.
     analysis_part_samples: int = 4_000_000
     # Redis broker: seconds before a job a dead worker held is handed to another worker.

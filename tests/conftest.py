@@ -59,13 +59,16 @@ def backend_env(request, tmp_path_factory) -> dict[str, str]:
         upgrade(url)
         yield {"RLVR_DATABASE_URL": url, "RLVR_DATA_DIR": str(data_dir), "RLVR_BROKER_URL": "filesystem://"}
         return
-    import redis
-
-    redis.Redis.from_url(REDIS_URL).flushdb()
     name, url = _create_pg_database()
     try:
         upgrade(url)
-        yield {"RLVR_DATABASE_URL": url, "RLVR_DATA_DIR": str(data_dir), "RLVR_BROKER_URL": REDIS_URL}
+        # A queue of this session's own: test sessions may share the Redis server.
+        yield {
+            "RLVR_DATABASE_URL": url,
+            "RLVR_DATA_DIR": str(data_dir),
+            "RLVR_BROKER_URL": REDIS_URL,
+            "RLVR_QUEUE_NAME": name,
+        }
     finally:
         _drop_pg_database(name)
 

@@ -10,12 +10,9 @@ import signal
 import time
 
 import pytest
-import redis
 
-from tests.conftest import REDIS_URL, start_worker, stop_worker, wait_for_job
+from tests.conftest import start_worker, stop_worker, wait_for_job
 from tests.helpers import synthetic_rows, write_packed_dir, zip_folder
-
-KILL_TEST_REDIS = REDIS_URL.rsplit("/", 1)[0] + "/14"
 
 
 @pytest.fixture()
@@ -23,11 +20,12 @@ def kill_env(env, monkeypatch, tmp_path):
     from backend.db import reset_caches
     from backend.settings import get_settings
 
-    redis.Redis.from_url(KILL_TEST_REDIS).flushdb()
-    monkeypatch.setenv("RLVR_BROKER_URL", KILL_TEST_REDIS)
+    # A queue of its own, so only the two workers started here take the job.
+    queue = env["RLVR_QUEUE_NAME"] + "-kill"
+    monkeypatch.setenv("RLVR_QUEUE_NAME", queue)
     reset_caches()
     monkeypatch.setattr(get_settings(), "inline_ingest_max_bytes", 0)
-    return {**env, "RLVR_BROKER_URL": KILL_TEST_REDIS, "RLVR_VISIBILITY_TIMEOUT_S": "3"}
+    return {**env, "RLVR_QUEUE_NAME": queue, "RLVR_VISIBILITY_TIMEOUT_S": "3"}
 
 
 @pytest.mark.parametrize("backend_env", ["postgres"], indirect=True)

@@ -17,6 +17,7 @@ def make_celery() -> Celery:
     settings = get_settings()
     app = Celery("rlvr_explorer", broker=settings.celery_broker, include=["workers.tasks"])
     app.conf.update(
+        task_default_queue=settings.queue_name,
         task_ignore_result=True,
         task_serializer="json",
         accept_content=["json"],
@@ -63,8 +64,13 @@ def producer() -> Celery:
     """A Celery app for sending jobs with the current settings (tests switch brokers
     within one process; a deployment always gets `celery_app` itself)."""
     settings = get_settings()
-    key = (settings.celery_broker, str(settings.queue_dir))
-    if key == (celery_app.conf.broker_url, celery_app.conf.broker_transport_options.get("data_folder_in", key[1])):
+    key = (settings.celery_broker, str(settings.queue_dir), settings.queue_name)
+    current = (
+        celery_app.conf.broker_url,
+        celery_app.conf.broker_transport_options.get("data_folder_in", key[1]),
+        celery_app.conf.task_default_queue,
+    )
+    if key == current:
         return celery_app
     if key not in _producers:
         _producers[key] = make_celery()
