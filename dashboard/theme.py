@@ -63,7 +63,7 @@ SIM_IDLE_COLORS = {
     "reward_wait": "#FFBE7D",
     "dp_imbalance": "#FF9D9A",
     "stage_serialisation": "#D4A6C8",
-    "unused": "#E4E4E4",
+    "unused": "#C9C9C9",
 }
 SIM_IDLE_LABELS = {
     "rollout_tail": "rollout tail (waiting for the longest samples)",

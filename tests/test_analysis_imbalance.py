@@ -1,5 +1,7 @@
 """DP imbalance on hand-made traces: recorded loads by plain loops, balanced loads
-against the partition functions, savings by the stated formula."""
+against the partition functions, savings by the stated formula; and the batched
+balancing path (the default) against the scalar reference path, field for field, on
+synthetic traces and on the real fixtures."""
 
 from __future__ import annotations
 
@@ -9,9 +11,10 @@ from collections import defaultdict
 import numpy as np
 import pytest
 
+from workers.analysis import imbalance
 from workers.analysis.balancing import karmarkar_karp, lpt
 from workers.analysis.data import TraceData
-from workers.analysis.imbalance import analyze_imbalance, reduce_imbalance
+from workers.analysis.imbalance import analyze_imbalance, finish_imbalance, per_step_imbalance, reduce_imbalance
 
 # step, group, sample, prompt, response, dp_rank, validate
 ROWS = [
@@ -118,3 +121,78 @@ def test_no_dp_rank_column_gives_no_steps():
     data = make()
     data.samples.dp_rank = None
     assert analyze_imbalance(data)["steps"] == []
+
+
+# ----------------------------------------------------------- batched vs scalar balancing
+
+def scalar_result(data, **kw):
+    """The reference: one scalar karmarkar_karp / lpt call per step and load."""
+    return finish_imbalance(per_step_imbalance(data, batched=False, **kw))
+
+
+def synthetic(seed, steps, groups_per_step, n, dp, shuffle=False, max_len=8192):
+    rng = np.random.default_rng(seed)
+    cols = defaultdict(list)
+    for st in range(steps):
+        groups = groups_per_step[st % len(groups_per_step)]
+        prompt = rng.integers(16, 600, groups)
+        resp = np.clip(rng.lognormal(6.4, 1.0, (groups, n)), 1, max_len).astype(np.int64)
+        resp[rng.random((groups, n)) < 0.05] = 1  # many equal lengths: ties
+        for g in range(groups):
+            for i in range(n):
+                cols["step"].append(st)
+                cols["group_idx"].append(g)
+                cols["sample_idx"].append(i)
+                cols["prompt_len"].append(int(prompt[g]))
+                cols["response_len"].append(int(resp[g, i]))
+                cols["dp_rank"].append(g * dp // groups)
+                cols["validate"].append(bool(rng.random() < 0.02))
+    arrays = {k: np.asarray(v) for k, v in cols.items()}
+    if shuffle:  # rows out of key order: the sorting paths
+        order = rng.permutation(len(arrays["step"]))
+        arrays = {k: v[order] for k, v in arrays.items()}
+    return TraceData.from_tables({"samples": arrays})
+
+
+@pytest.mark.parametrize("case", [
+    dict(seed=1, steps=6, groups_per_step=[40], n=4, dp=8),
+    dict(seed=2, steps=7, groups_per_step=[40, 37, 40, 5], n=3, dp=8),  # several item counts
+    dict(seed=3, steps=4, groups_per_step=[3, 6], n=2, dp=8),  # fewer items than ranks
+    dict(seed=4, steps=5, groups_per_step=[30, 31], n=4, dp=6, shuffle=True),
+    dict(seed=5, steps=3, groups_per_step=[25], n=5, dp=4, max_len=40),  # short lengths: many ties
+])
+@pytest.mark.parametrize("kw", [{}, {"keep_groups": False}, {"include_validation": True, "dp_size": 10}])
+def test_batched_balancing_equals_scalar_path(case, kw):
+    data = synthetic(**case)
+    expected = scalar_result(data, **kw)
+    assert expected["steps"] and all(e["tokens"]["kk_max"] > 0 for e in expected["steps"])
+    assert analyze_imbalance(data, **kw) == expected
+
+
+def test_batched_balancing_in_blocks(monkeypatch):
+    data = synthetic(seed=6, steps=9, groups_per_step=[33, 20], n=2, dp=4)
+    expected = scalar_result(data)
+    monkeypatch.setattr(imbalance, "BATCH_WEIGHTS", 70)  # one or two steps per block
+    assert analyze_imbalance(data) == expected
+
+
+def fixture_trace(folder) -> TraceData:
+    cols = defaultdict(list)
+    for path in sorted(folder.glob("packed_lengths_step_*.jsonl")):
+        for g, line in enumerate(x for x in path.read_text().splitlines() if x.strip()):
+            r = json.loads(line)
+            for i, out in enumerate(r["output"]):
+                for key, v in (("step", r["step"]), ("group_idx", g), ("sample_idx", i),
+                               ("prompt_len", r["input"]), ("response_len", out),
+                               ("dp_rank", r["dp_rank"]), ("validate", r["validate"])):
+                    cols[key].append(v)
+    return TraceData.from_tables({"samples": {k: np.asarray(v) for k, v in cols.items()}})
+
+
+@pytest.mark.parametrize("name", ["verl_video_qwen2_5_vl_7b", "verl_dapo_qwen2_5_32b", "rllm_deepcoder_14b_16k"])
+def test_batched_balancing_equals_scalar_path_on_fixtures(shared_fixtures, name):
+    data = fixture_trace(shared_fixtures / "polytrace" / name)
+    for kw in ({}, {"keep_groups": False}):
+        expected = scalar_result(data, **kw)
+        assert len(expected["steps"]) >= 3
+        assert analyze_imbalance(data, **kw) == expected

@@ -437,3 +437,121 @@ def test_multiturn_page_on_search_r1(browser, server, shared_fixtures):
     cached = sum(t["cached_tokens"] for r in train for t in r["turns"])
     assert cache["cache hit rate"]["y"] == pytest.approx([100 * cached / prompt])
     b.assert_console_clean()
+
+
+# -- replays and synthetic workloads ------------------------------------------------------
+def _number_input(b, element_id: str, value) -> None:
+    from selenium.webdriver.common.keys import Keys
+
+    box = b.d.find_element("id", element_id)
+    box.send_keys(Keys.CONTROL, "a")  # (clear() bypasses React)
+    box.send_keys(Keys.DELETE)
+    box.send_keys(str(value))
+
+
+def _card_value(b, card_id: str) -> str | None:
+    text = b.text(card_id)
+    return text.split("\n")[1] if text and "\n" in text else None
+
+
+def _latest_simulation(server, trace_id: int) -> dict:
+    items = server.api.get("/simulations", params={"trace_id": trace_id}).json()["items"]
+    return server.api.get(f"/simulations/{items[0]['id']}").json()
+
+
+def test_simulate_page_replays_sync_against_one_step_off(browser, server, per_step, tmp_path, downloads):
+    b = browser
+    trace = server.upload(sorted(write_packed_dir(tmp_path / "sim", per_step).iterdir()), "replay me")
+    b.sign_in(server.key)
+    b.wait(lambda: b.css("#traces-table tr[data-trace-id]"), "the traces page")
+    b.open(f"/traces/{trace['id']}/simulate")
+    b.wait(lambda: "None yet" in (b.text("sim-history") or ""), "the empty replay list")
+    # the form starts from the presets: sync against one_step_off on enough GPUs for both pools
+    assert b.d.find_element("id", "sim-gpus").get_attribute("value") == "16"
+    _number_input(b, "sim-max-seqs", 64)
+    b.d.find_element("id", "sim-submit").click()
+    b.wait(lambda: "started" in (b.text("sim-form-message") or ""), "the replay to start")
+    shown = b.wait(lambda: _card_value(b, "card-sim-speedup"), "the speedup card", timeout=120)
+    job = _latest_simulation(server, trace["id"])
+    assert job["status"] == "succeeded" and job["params"]["limits"]["max_running_seqs"] == 64
+    assert job["params"]["policy"]["kind"] == "sync" and job["params"]["compare_policy"]["kind"] == "one_step_off"
+    assert shown == f"{job['result']['compare']['total']['speedup']:.3f}x"
+    bars = b.wait_chart("sim-speedup", "per step")["per step"]
+    assert bars["y"] == pytest.approx([r["speedup"] for r in job["result"]["compare"]["per_step"]])
+    lines = b.wait_chart("sim-pred-vs-measured", "predicted rollout", "predicted step (sync)",
+                         "predicted step (one_step_off)")
+    assert lines["predicted step (sync)"]["y"] == pytest.approx([s["step_time"] for s in job["result"]["a"]["steps"]])
+    idle = b.wait_chart("sim-idle")
+    assert any(t.get("type") == "bar" for t in idle.values())
+    gantt = b.wait_chart("sim-timeline", "rollout")
+    assert gantt["rollout"]["type"] == "scattergl"
+    assert b.css(f"#sim-history tr[data-job-id='{job['id']}']")
+
+    # the simulated timeline downloads as Chrome trace JSON
+    before = set(downloads.iterdir())
+    b.d.find_element("id", "sim-download-b").click()
+    path = b.wait(lambda: [p for p in set(downloads.iterdir()) - before if p.suffix == ".json"], "the download")[0]
+    events = json.loads(b.wait(lambda: path.read_text() or None, "the downloaded file"))["traceEvents"]
+    assert any(e.get("name") == "rollout" and e.get("ph") == "X" for e in events)
+    b.assert_console_clean()
+
+
+def test_simulate_page_shows_calibrated_accuracy_on_search_r1(browser, server, shared_fixtures):
+    b = browser
+    folder = shared_fixtures / "polytrace" / "search_r1_qwen2_5_7b"
+    trace = server.upload([folder / "multiturn_workload_step_0.jsonl", folder / "multiturn_workload_step_1.jsonl"],
+                          "search-r1 steps 0-1")
+    b.sign_in(server.key)
+    b.wait(lambda: b.css("#traces-table tr[data-trace-id]"), "the traces page")
+    b.open(f"/traces/{trace['id']}/simulate")
+    b.wait(lambda: b.css("#sim-calibrate input[value=on]"), "the form")
+    b.css("#sim-calibrate input[value=on]")[0].click()
+    b.d.find_element("id", "sim-fit-steps").send_keys("0")
+    assert b.d.find_element("id", "sim-step-from").get_attribute("value") == "0"
+    assert b.d.find_element("id", "sim-step-to").get_attribute("value") == "2"
+    b.d.find_element("id", "sim-submit").click()
+    shown = b.wait(lambda: (_card_value(b, "card-sim-accuracy-rollout") or "").rstrip("%") or None,
+                   "the rollout accuracy", timeout=180)
+    job = _latest_simulation(server, trace["id"])
+    assert job["params"]["calibrate"] == {"fit_steps": [0]} and job["params"]["steps"] == [0, 2]
+    accuracy = job["result"]["accuracy"]["mean"]["rollout_s_accuracy"]
+    assert float(shown) == pytest.approx(100 * accuracy, abs=0.051)
+    assert float(shown) >= 95.0
+    row = b.css("#sim-accuracy-table tr[data-metric=rollout_s] td")
+    assert [c.text for c in row[1:3]] == [f"{100 * accuracy:.1f}%",
+                                          f"{100 * job['result']['accuracy']['mean']['rollout_s_naive_accuracy']:.1f}%"]
+    lines = b.wait_chart("sim-pred-vs-measured", "measured rollout", "predicted rollout")
+    measured = job["result"]["accuracy"]["steps"][0]["rollout_s"]["measured"]
+    assert lines["measured rollout"]["x"] == [1] and lines["measured rollout"]["y"] == pytest.approx([measured])
+    b.assert_console_clean()
+
+
+def test_workload_page_fits_generates_and_downloads(browser, server, per_step, tmp_path, downloads):
+    import zipfile
+
+    b = browser
+    trace = server.upload(sorted(write_packed_dir(tmp_path / "wl", per_step).iterdir()), "fit me")
+    b.sign_in(server.key)
+    b.wait(lambda: b.css("#traces-table tr[data-trace-id]"), "the traces page")
+    b.open(f"/traces/{trace['id']}/workload")
+    b.wait(lambda: "None yet" in (b.text("wl-history") or ""), "the form and the empty job list")
+    _number_input(b, "wl-steps", 2)
+    _number_input(b, "wl-groups", 8)
+    _number_input(b, "wl-samples", 3)
+    b.d.find_element("id", "wl-submit").click()
+    link = b.wait(lambda: b.d.find_element("id", "wl-trace-link"), "the new trace's link", timeout=120)
+    new_id = int(link.get_attribute("href").rstrip("/").split("/")[-1])
+    new = server.wait_ready(new_id)
+    assert (new["n_steps"], new["n_samples"]) == (2, 2 * 8 * 3)
+    ks = b.wait_chart("wl-ks", "default")["default"]
+    job = server.api.get("/jobs", params={"trace_id": trace["id"], "kind": "workload"}).json()["items"][0]
+    job = server.api.get(f"/workloads/{job['id']}").json()
+    fit = job["result"]["fit"]["default"]
+    assert ks["x"][:4] == pytest.approx([fit["prompt"]["lognorm"], fit["prompt"]["gamma"],
+                                         fit["response"]["lognorm"], fit["response"]["gamma"]])
+    before = set(downloads.iterdir())
+    b.d.find_element("id", "wl-download").click()
+    path = b.wait(lambda: [p for p in set(downloads.iterdir()) - before if p.suffix == ".zip"], "the zip")[0]
+    names = b.wait(lambda: zipfile.ZipFile(path).namelist() if zipfile.is_zipfile(path) else None, "a whole zip")
+    assert {"packed_lengths_step_0.jsonl", "packed_lengths_step_1.jsonl"} <= {n.split("/")[-1] for n in names}
+    b.assert_console_clean()

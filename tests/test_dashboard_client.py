@@ -318,3 +318,144 @@ def test_cdf_redraws_only_for_new_steps(app, stub):
     fig = new.get_json()["response"]["dist-cdf"]["figure"]
     assert [t["name"] for t in fig["data"]] == ["step 1"]
     assert len(stub.requests) == n + 1  # the summaries, fetched on the server
+
+
+# -- lists without results, replays, workloads, downloads -------------------------------
+def test_lists_leave_results_out_unless_asked(stub):
+    stub.routes[("GET", "/api/v1/jobs")] = httpx.Response(200, json={"items": []})
+    stub.routes[("GET", "/api/v1/traces/7/analyses")] = httpx.Response(200, json={"items": []})
+    c = stub.client()
+    c.jobs(trace_id=7, kind="imbalance")
+    assert dict(stub.requests[-1].url.params) == {"trace_id": "7", "kind": "imbalance"}
+    c.jobs(include_result=True)
+    assert dict(stub.requests[-1].url.params) == {"include_result": "true"}
+    c.analyses(7)
+    assert "include_result" not in stub.requests[-1].url.params
+    c.analyses(7, include_result=True)
+    assert stub.requests[-1].url.params["include_result"] == "true"
+
+
+def test_simulation_and_workload_calls(stub):
+    posted = []
+
+    def post(request):
+        posted.append(json.loads(request.read()))
+        return httpx.Response(202, json={"id": 5, "kind": "simulation", "status": "queued"})
+
+    stub.routes[("GET", "/api/v1/simulations/presets")] = httpx.Response(200, json={"policies": ["sync"]})
+    stub.routes[("POST", "/api/v1/simulations")] = post
+    stub.routes[("GET", "/api/v1/simulations")] = httpx.Response(200, json={"items": [{"id": 5}]})
+    stub.routes[("GET", "/api/v1/simulations/5")] = httpx.Response(200, json={"id": 5, "status": "running"})
+    stub.routes[("POST", "/api/v1/workloads")] = lambda r: httpx.Response(202, json={"id": 6, **json.loads(r.read())})
+    stub.routes[("GET", "/api/v1/workloads/6")] = httpx.Response(200, json={"id": 6, "status": "succeeded"})
+    c = stub.client()
+    assert c.simulation_presets() == {"policies": ["sync"]}
+    assert c.simulate({"trace_id": 7, "policy": "sync"})["id"] == 5
+    assert posted == [{"trace_id": 7, "policy": "sync"}]
+    assert c.simulations(trace_id=7, limit=3) == [{"id": 5}]
+    assert dict(stub.requests[-1].url.params) == {"trace_id": "7", "limit": "3"}
+    assert c.simulation(5)["status"] == "running"
+    assert c.create_workload({"trace_id": 7, "steps": 0})["steps"] == 0
+    assert c.workload(6)["status"] == "succeeded"
+    stub.routes[("POST", "/api/v1/simulations")] = httpx.Response(422, json={"detail": {
+        "message": "cluster.n_gpus: disaggregated policies need ...", "field": "cluster.n_gpus"}})
+    with pytest.raises(ApiError) as err:
+        c.simulate({"trace_id": 7})
+    assert err.value.status == 422 and err.value.field == "cluster.n_gpus"
+
+
+def test_downloads_pass_the_api_file_through(app, stub):
+    import gzip
+
+    packed = gzip.compress(b'{"traceEvents": [1, 2, 3]}')
+    # a streamed body, as a real transport gives it (passed on raw, still gzip-encoded)
+    stub.routes[("GET", "/api/v1/simulations/5/chrome-trace")] = lambda r: httpx.Response(
+        200, stream=httpx.ByteStream(packed), headers={"content-encoding": "gzip", "content-type": "application/json"}) \
+        if r.url.params.get("policy") == "b" else httpx.Response(404, json={"detail": {"message": "no policy a"}})
+    stub.routes[("GET", "/api/v1/workloads/6/download")] = httpx.Response(409, json={"detail": {
+        "message": "workload 6 is running"}})
+    client = app.server.test_client()
+    assert client.get("/download/simulations/5/chrome-trace?policy=b").status_code == 401  # not signed in
+    with client.session_transaction() as sess:
+        sess["api_key"] = KEY
+    r = client.get("/download/simulations/5/chrome-trace?policy=b")
+    assert r.status_code == 200
+    assert r.headers["Content-Encoding"] == "gzip" and 'filename="simulation-5-b.json"' in r.headers["Content-Disposition"]
+    assert gzip.decompress(r.get_data()) == b'{"traceEvents": [1, 2, 3]}'
+    assert stub.requests[-1].headers["X-API-Key"] == KEY
+    missing = client.get("/download/simulations/5/chrome-trace?policy=a")
+    assert missing.status_code == 404 and missing.get_data(as_text=True) == "no policy a"
+    busy = client.get("/download/workloads/6.zip")
+    assert busy.status_code == 409 and "running" in busy.get_data(as_text=True)
+
+
+def _render(client, path: str) -> str:
+    r = _callback(client, ".._pages_content.children..._pages_store.data..",
+                  [{"id": "_pages_location", "property": "pathname", "value": path},
+                   {"id": "_pages_location", "property": "search", "value": ""}], changed=["_pages_location.pathname"])
+    return r.get_json()["response"]["_pages_content"]["children"]
+
+
+def _find(tree, component_id):
+    """The component with this id in a rendered layout (JSON), or None."""
+    if isinstance(tree, dict):
+        props = tree.get("props") or {}
+        if props.get("id") == component_id:
+            return tree
+        for v in list(props.values()) + [tree.get("children")]:
+            found = _find(v, component_id)
+            if found is not None:
+                return found
+    elif isinstance(tree, list):
+        for v in tree:
+            found = _find(v, component_id)
+            if found is not None:
+                return found
+    return None
+
+
+def test_simulate_page_opens_the_latest_replay_with_a_form_from_presets(app, stub):
+    stub.routes[("GET", "/api/v1/simulations/presets")] = httpx.Response(200, json={
+        "gpus": {"H100": {}, "A100": {}}, "models": {"Qwen2.5-7B": {}}, "policies": ["sync", "one_step_off"],
+        "balancing": ["none", "kk"],
+        "defaults": {"cluster": {"gpu": "H100", "n_gpus": 8, "rollout_replicas": 2, "rollout_tp": 4, "train_dp": 8,
+                                 "train_tp": 1}, "model": "Qwen2.5-7B", "limits": {"max_running_seqs": 256},
+                     "policy": {"balancing": "none"}}})
+    stub.routes[("GET", "/api/v1/simulations")] = httpx.Response(200, json={"items": [
+        {"id": 9, "kind": "simulation", "status": "running", "params": {}, "result": None},
+        {"id": 8, "kind": "simulation", "status": "succeeded", "params": {"policy": {"kind": "sync"}}, "result": None}]})
+    client = app.server.test_client()
+    with client.session_transaction() as sess:
+        sess["api_key"] = KEY
+    page = _render(client, "/traces/7/simulate")
+    assert _find(page, "sim-job")["props"]["data"] == 8  # the latest finished replay is shown
+    assert _find(page, "sim-done")["props"]["data"] == 8
+    assert _find(page, "sim-gpus")["props"]["value"] == 16
+    assert [o["value"] for o in _find(page, "sim-policy-b")["props"]["options"]] == ["sync", "one_step_off"]
+    assert (_find(page, "sim-step-from")["props"]["value"], _find(page, "sim-step-to")["props"]["value"]) == (0, 2)
+    rows = json.dumps(_find(page, "sim-history"))
+    assert '"data-job-id": "9"' in rows and '"data-job-id": "8"' in rows
+    page = _render(client, "/traces/7/simulate?job=9")
+    # (Dash passes the query string to the layout only from the location's search)
+    r = _callback(client, ".._pages_content.children..._pages_store.data..",
+                  [{"id": "_pages_location", "property": "pathname", "value": "/traces/7/simulate"},
+                   {"id": "_pages_location", "property": "search", "value": "?job=9"}],
+                  changed=["_pages_location.pathname"])
+    page = r.get_json()["response"]["_pages_content"]["children"]
+    assert _find(page, "sim-job")["props"]["data"] == 9 and _find(page, "sim-done")["props"]["data"] is None
+    assert _find(page, "sim-poll")["props"]["disabled"] is False  # a running replay is followed
+
+
+def test_analysis_panel_is_filled_when_the_page_is_built(app, stub):
+    stub.routes[("GET", "/api/v1/traces/7/analyses")] = httpx.Response(200, json={"items": [
+        {"id": 31, "kind": "imbalance", "status": "succeeded", "created_at": "2026-01-01T00:00", "result": None},
+        {"id": 32, "kind": "imbalance", "status": "running", "progress": 0.5, "created_at": "2026-01-02T00:00",
+         "result": None}]})
+    client = app.server.test_client()
+    with client.session_transaction() as sess:
+        sess["api_key"] = KEY
+    page = _render(client, "/traces/7/imbalance")
+    store = _find(page, {"type": "analysis-result", "kind": "imbalance"})
+    assert store["props"]["data"] == {"job_id": 31, "note": None}  # shown while the re-run goes on
+    assert _find(page, {"type": "analysis-poll", "kind": "imbalance"})["props"]["disabled"] is False
+    assert not any(r.url.path.endswith("/analyses") and r.method == "POST" for r in stub.requests)

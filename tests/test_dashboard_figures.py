@@ -22,9 +22,14 @@ from dashboard.figures.longtail import longtail_engine_figure, longtail_finish_f
 from dashboard.figures.multiturn import (cache_hit_figure, context_growth_figure, counts_hist_figure,
                                          latency_vs_tokens_figure, reward_latency_figure, reward_ranks_figure,
                                          tool_latency_figure)
+from dashboard.figures.simulation import (accuracy_rows, idle_cause_figure, policy_names, predicted_vs_measured_figure,
+                                          speedup_figure, summary_cards, timeline_arrays, timeline_figure)
 from dashboard.figures.stages import stage_gantt_figure, stage_segments, stage_time_figure
+from dashboard.figures.workload import fit_ks_figure, fit_rows, task_summary
 from dashboard.overview import applicable_analyses, overview_cards
-from dashboard.payloads import filter_phase, kineto_steps, latest_job, latest_result, step_window, zoom_range
+from dashboard.payloads import (filter_phase, kineto_steps, latest_job, latest_result, latest_succeeded, step_window,
+                                zoom_range)
+from dashboard.replay_forms import form_defaults, parse_steps, simulation_body, workload_body
 
 EDGES = [int(e) for e in np.unique(np.round(2.0 ** np.arange(0, 22 + 1e-9, 1 / 4)).astype(np.int64))]
 PCTS = (10, 25, 50, 75, 90, 99)
@@ -386,6 +391,9 @@ def test_jobs_lookup():
     assert latest_job(jobs, "imbalance")["id"] == 2
     assert latest_result(jobs, "imbalance") == {"v": 1}
     assert latest_result(jobs, "longtail") is None and latest_job(jobs, "multiturn") is None
+    # lists come without results: the latest succeeded job is the one whose result to fetch
+    assert latest_succeeded([{**j, "result": None} for j in jobs], "imbalance")["id"] == 1
+    assert latest_succeeded(jobs, "longtail") is None
 
 
 def test_kineto_metadata_helpers():
@@ -407,3 +415,197 @@ def test_theme_is_one_language():
     fig = styled_figure("t", x_title="a", y_title="b")
     log_token_axis(fig, "x", 100, 9000)
     assert list(fig.layout.xaxis.tickvals) == [2.0**e for e in range(6, 15)]
+
+
+# -- simulator replays (dashboard/figures/simulation.py) ----------------------------------
+def sim_payload() -> dict:
+    """A hand-made simulation job: 3 steps under sync (A) and one_step_off (B), calibrated
+    on step 0, with a two-lane timeline."""
+    a_times, b_times = [10.0, 12.0, 8.0], [10.0, 9.0, 6.0]
+
+    def sim(times, rollout, idle):
+        steps, t = [], 0.0
+        for s, (dt, r, idl) in enumerate(zip(times, rollout, idle)):
+            steps.append({"step": s, "start": t, "end": t + dt, "step_time": dt, "stages": {"rollout": r},
+                          "idle_gpu_s": idl})
+            t += dt
+        return {"makespan_s": t, "n_gpus": 4, "idle_fraction": 0.25, "steps": steps, "timeline": [
+            {"name": "replica 0 / dp 0", "gpus": [0, 1], "intervals": [[0.0, 6.0, "busy", "rollout", 0],
+                                                                       [6.0, 7.5, "idle", "rollout_tail", 0],
+                                                                       [7.5, 10.0, "busy", "update_actor", 0]]},
+            {"name": "unused GPUs", "gpus": [2, 3], "intervals": [[0.0, 10.0, "idle", "unused", 0]]}],
+            "timeline_truncated": None}
+
+    idle_a = [{"rollout_tail": 3.0, "unused": 1.0}, {"rollout_tail": 4.0}, {"dp_imbalance": 2.0}]
+    result = {
+        "a": sim(a_times, [6.0, 7.0, 5.0], idle_a),
+        "b": sim(b_times, [6.0, 7.0, 5.0], [{"stage_serialisation": 5.0}] * 3),
+        "compare": {"total": {"speedup": sum(a_times) / sum(b_times), "saved_s": sum(a_times) - sum(b_times)},
+                    "per_step": [{"step": s, "time_a_s": a, "time_b_s": b, "speedup": a / b, "saved_s": a - b}
+                                 for s, (a, b) in enumerate(zip(a_times, b_times))]},
+        "accuracy": {"fit_steps": [0], "steps": [
+            {"step": s, "rollout_s": {"measured": m, "predicted": p, "naive": 6.5,
+                                      "accuracy": 1 - abs(p - m) / m, "naive_accuracy": 1 - abs(6.5 - m) / m}}
+            for s, m, p in ((1, 7.5, 7.0), (2, 5.5, 5.0))],
+            "mean": {"rollout_s_accuracy": np.mean([1 - 0.5 / 7.5, 1 - 0.5 / 5.5]),
+                     "rollout_s_naive_accuracy": np.mean([1 - 1.0 / 7.5, 1 - 1.0 / 5.5]),
+                     "p50_traj_s_accuracy": 0.9, "p50_traj_s_naive_accuracy": None,
+                     "p90_traj_s_accuracy": None, "p90_traj_s_naive_accuracy": None}},
+        "calibration": {"fit_steps": [0]},
+    }
+    return {"id": 5, "status": "succeeded", "result": result,
+            "params": {"policy": {"kind": "sync"}, "compare_policy": {"kind": "one_step_off"}}}
+
+
+def test_predicted_vs_measured_draws_each_series():
+    job = sim_payload()
+    trace_steps = [{"step": 0, "t_gen": 6.2, "t_step": 10.5}, {"step": 1, "t_gen": None, "t_step": 11.0}]
+    fig = predicted_vs_measured_figure(job, trace_steps)
+    by = {t.name: t for t in fig.data}
+    # measured rollout: the trace's t_gen where logged, the accuracy report's measurement elsewhere
+    assert list(by["measured rollout"].x) == [0, 1, 2]
+    assert list(by["measured rollout"].y) == [6.2, 7.5, 5.5]
+    assert list(by["predicted rollout"].y) == [6.0, 7.0, 5.0]
+    assert list(by["naive rollout (mean of fitted steps)"].y) == [6.5, 6.5]
+    assert list(by["measured step"].y) == [10.5, 11.0]
+    assert list(by["predicted step (sync)"].y) == [10.0, 12.0, 8.0]
+    assert list(by["predicted step (one_step_off)"].y) == [10.0, 9.0, 6.0]
+    assert fig.layout.shapes[0].x0 == -0.5 and fig.layout.shapes[0].x1 == 0.5  # the fitted step is shaded
+    assert fig.layout.yaxis.title.text == theme.UNITS["seconds"]
+
+
+def test_accuracy_rows_and_cards_report_the_api_figures():
+    job = sim_payload()
+    rows = {r["metric"]: r for r in accuracy_rows(job["result"])}
+    assert rows["rollout_s"]["calibrated"] == pytest.approx(1 - (0.5 / 7.5 + 0.5 / 5.5) / 2)
+    assert rows["rollout_s"]["naive"] == pytest.approx(1 - (1 / 7.5 + 1 / 5.5) / 2)
+    assert rows["rollout_s"]["steps"] == 2
+    assert rows["p50_traj_s"]["naive"] is None and "p90_traj_s" not in rows
+    cards = {c["key"]: c for c in summary_cards(job)}
+    assert cards["speedup"]["value"] == f"{30 / 25:.3f}x" and "sync" in cards["speedup"]["hint"]
+    assert cards["makespan-a"]["value"] == "30.0 s" and cards["makespan-b"]["value"] == "25.0 s"
+    assert cards["accuracy-rollout"]["value"] == f"{100 * rows['rollout_s']['calibrated']:.1f}%"
+    no_b = {**job, "params": {"policy": {"kind": "partial"}}, "result": {**job["result"], "b": None, "compare": None,
+                                                                           "accuracy": None}}
+    keys = [c["key"] for c in summary_cards(no_b)]
+    assert keys == ["makespan-a", "accuracy-rollout"]
+    assert policy_names({"params": {"policy": {"kind": "sync"}, "compare_policy": {"kind": "sync"}}}) == (
+        "sync (A)", "sync (B)")
+
+
+def test_speedup_and_idle_cause_figures():
+    job = sim_payload()
+    fig = speedup_figure(job)
+    bars = fig.data[0]
+    assert list(bars.x) == [0, 1, 2]
+    assert list(bars.y) == pytest.approx([1.0, 12 / 9, 8 / 6])
+    assert any(s.y0 == pytest.approx(30 / 25) for s in fig.layout.shapes)  # the overall line
+    assert "1.200x overall" in fig.layout.title.text
+    assert "Choose a policy B" in speedup_figure({**job, "params": {"policy": {"kind": "sync"}}}).layout.annotations[0].text
+
+    idle = idle_cause_figure(job)
+    a_traces = {t.name: t for t in idle.data if t.xaxis == "x"}
+    b_traces = {t.name: t for t in idle.data if t.xaxis == "x2"}
+    tail = theme.SIM_IDLE_LABELS["rollout_tail"]
+    assert list(a_traces[tail].y) == [3.0, 4.0, 0.0]
+    assert list(a_traces[theme.SIM_IDLE_LABELS["dp_imbalance"]].y) == [0.0, 0.0, 2.0]
+    assert list(b_traces[theme.SIM_IDLE_LABELS["stage_serialisation"]].y) == [5.0, 5.0, 5.0]
+    assert idle.layout.barmode == "stack"
+    assert a_traces[tail].marker.color == theme.SIM_IDLE_COLORS["rollout_tail"]
+
+
+def test_timeline_draws_every_interval_in_its_lane():
+    job = sim_payload()
+    fig = timeline_figure(job["result"]["a"], policy="A: sync")
+    by = {t.name: t for t in fig.data}
+    rollout = by[theme.SIM_STAGE_LABELS["rollout"]]
+    assert rollout.type == "scattergl"
+    x, y = np.asarray(rollout.x, dtype=float), np.asarray(rollout.y, dtype=float)
+    assert list(x[:2]) == [0.0, 6.0] and np.isnan(x[2]) and list(y[:2]) == [0, 0]
+    unused = by["idle: " + theme.SIM_IDLE_LABELS["unused"]]
+    assert list(np.asarray(unused.x, dtype=float)[:2]) == [0.0, 10.0] and list(np.asarray(unused.y)[:2]) == [1, 1]
+    assert list(fig.layout.yaxis.ticktext) == ["replica 0 / dp 0 (GPU 0-1)", "unused GPUs (GPU 2-3)"]
+
+
+def test_timeline_downsampling_keeps_lanes_spread_and_the_longest_intervals():
+    rng = np.random.default_rng(1)
+    lanes = []
+    for i in range(100):
+        cuts = np.sort(rng.uniform(0, 1000, 51))
+        lanes.append({"name": f"lane {i}", "gpus": [i], "intervals": [
+            [float(a), float(b), "busy", "rollout", 0] for a, b in zip(cuts[:-1], cuts[1:])]})
+    t = timeline_arrays({"timeline": lanes}, max_lanes=10, max_intervals=100)
+    assert t["shown_lanes"] == 10 and t["total_lanes"] == 100
+    assert t["lanes"][0].startswith("lane 0 ") and t["lanes"][-1].startswith("lane 99 ")
+    assert t["shown_intervals"] == 100 and t["total_intervals"] == 500
+    kept = np.sort(t["end"] - t["start"])
+    shown_lanes = [lanes[i] for i in np.unique(np.linspace(0, 99, 10).round().astype(int))]
+    every = np.sort([iv[1] - iv[0] for lane in shown_lanes for iv in lane["intervals"]])
+    assert kept == pytest.approx(every[-100:])  # the longest ones
+    fig = timeline_figure({"timeline": lanes, "timeline_truncated": {"last_step": 3}}, max_lanes=10, max_intervals=100)
+    assert "10 of 100 lanes" in fig.layout.title.text and "steps up to 3" in fig.layout.title.text
+
+
+# -- workload fit (dashboard/figures/workload.py) -----------------------------------------
+def test_fit_report_rows_and_ks_figure():
+    result = {"fit": {"math": {"n_samples": 400, "prompt": {"lognorm": 0.04, "gamma": 0.07},
+                               "response": {"lognorm": 0.03, "gamma": None},
+                               "joint_gmm": {"components": 3, "ks_prompt": 0.02, "ks_response": 0.05},
+                               "tail": {"threshold": None, "ks": None}, "truncation_rate": 0.01,
+                               "intra_group_corr": 0.4, "trend": {"mean_tokens_per_step": 12.5}},
+                      "tool": {"n_samples": 100, "prompt": {"lognorm": 0.1}, "multiturn": {"tool_latency": 0.2}}}}
+    rows = fit_rows(result)
+    assert [(r["task"], r["fit"], r["ks"]) for r in rows] == [
+        ("math", "prompt length, lognormal", 0.04), ("math", "prompt length, gamma", 0.07),
+        ("math", "response length, lognormal", 0.03),
+        ("math", "joint mixture (3 components), prompt", 0.02), ("math", "joint mixture (3 components), response", 0.05),
+        ("tool", "prompt length, lognormal", 0.1), ("tool", "tool latency", 0.2)]
+    fig = fit_ks_figure(result)
+    assert [t.name for t in fig.data] == ["math", "tool"]
+    assert list(fig.data[0].x) == [0.04, 0.07, 0.03, 0.02, 0.05]
+    assert list(fig.data[1].y) == ["tool: prompt length, lognormal", "tool: tool latency"]
+    assert task_summary(result)[0] == {"task": "math", "samples": 400, "truncation_rate": 0.01,
+                                       "intra_group_corr": 0.4, "tokens_per_step": 12.5}
+    assert "No fit" in fit_ks_figure({"fit": None}).layout.annotations[0].text
+
+
+# -- replay and workload forms (dashboard/replay_forms.py) ---------------------------------
+PRESETS = {"policies": ["sync", "one_step_off", "partial", "async"],
+           "defaults": {"cluster": {"gpu": "H100", "n_gpus": 8, "rollout_replicas": 2, "rollout_tp": 4, "train_dp": 8,
+                                    "train_tp": 1},
+                        "model": "Qwen2.5-7B", "limits": {"max_running_seqs": 256, "kv_cache_tokens": None},
+                        "policy": {"kind": "sync", "balancing": "none"}}}
+
+
+def test_form_defaults_fit_a_disaggregated_policy_b():
+    d = form_defaults(PRESETS, [0, 1, 5])
+    assert (d["policy_a"], d["policy_b"]) == ("sync", "one_step_off")
+    assert d["n_gpus"] == 2 * 4 + 8  # rollout and training pools side by side
+    assert (d["step_from"], d["step_to"]) == (0, 6)
+    assert d["gpu"] == "H100" and d["model"] == "Qwen2.5-7B" and d["max_running_seqs"] == 256
+
+
+def test_simulation_body_from_the_form():
+    values = {**form_defaults(PRESETS, [0, 1, 2]), "calibrate": "on", "fit_steps": "0, 1", "kv_cache_tokens": 100000,
+              "balancing": "kk", "step_to": 2}
+    body = simulation_body(7, values)
+    assert body == {"trace_id": 7, "cluster": {"gpu": "H100", "n_gpus": 16, "rollout_replicas": 2, "rollout_tp": 4,
+                                               "train_dp": 8},
+                    "model": "Qwen2.5-7B", "limits": {"max_running_seqs": 256, "kv_cache_tokens": 100000},
+                    "policy": {"kind": "sync", "balancing": "kk"},
+                    "compare_policy": {"kind": "one_step_off", "balancing": "kk"},
+                    "calibrate": {"fit_steps": [0, 1]}, "steps": [0, 2]}
+    off = simulation_body(7, {**values, "calibrate": "off", "policy_b": None, "step_from": None, "step_to": None})
+    assert off["calibrate"] is False and "compare_policy" not in off and "steps" not in off
+    assert "calibrate" not in simulation_body(7, {**values, "calibrate": "auto"})
+    assert parse_steps(" 3;4  5 ") == [3, 4, 5]
+    with pytest.raises(ValueError, match="'x' is not a step"):
+        parse_steps("1, x")
+
+
+def test_workload_body_from_the_form():
+    assert workload_body(3, {}, fit_only=True) == {"trace_id": 3, "steps": 0, "ingest": False}
+    body = workload_body(3, {"steps": 4, "groups": 16, "samples_per_group": None, "seed": 2, "formats": ["packed"],
+                             "ingest": True, "name": "twin", "task": None, "dp_size": 2})
+    assert body == {"trace_id": 3, "steps": 4, "seed": 2, "ingest": True, "groups": 16, "dp_size": 2,
+                    "formats": ["packed"], "name": "twin"}

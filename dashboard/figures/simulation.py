@@ -28,6 +28,8 @@ from dashboard.theme import (REPLAY_COLORS, SIM_IDLE_CAUSES, SIM_IDLE_COLORS, SI
 ACCURACY_METRICS = {"rollout_s": "rollout time", "p50_traj_s": "median trajectory time",
                     "p90_traj_s": "p90 trajectory time"}
 TIMELINE_MAX_LANES = 64
+# Figures with many legend entries keep them under the plot (above, they would wrap over the title).
+_BOTTOM_LEGEND = dict(orientation="h", yanchor="top", y=-0.12, xanchor="left", x=0, font=dict(size=11))
 TIMELINE_MAX_INTERVALS = 12_000
 
 
@@ -164,7 +166,8 @@ def idle_cause_figure(job: dict) -> go.Figure:
                         subplot_titles=[f"{n}: {100 * (num(result[k].get('idle_fraction')) or 0):.1f}% of GPU time idle"
                                         for k, n in names])
     fig.update_layout(**base_layout(title=dict(text=title), barmode="stack", bargap=0.1, hovermode="x unified",
-                                    height=260 + 200 * len(names)))
+                                    height=300 + 200 * len(names), margin=dict(l=64, r=24, t=60, b=110)))
+    fig.update_layout(legend=_BOTTOM_LEGEND)
     for row, (key, _name) in enumerate(names, start=1):
         steps = _steps(result[key])
         x = [s["step"] for s in steps]
@@ -274,6 +277,8 @@ def timeline_figure(sim: dict | None, *, policy: str = "", max_lanes: int = TIME
                                                                    f"at %{{x:.1f}} s<extra></extra>"))
     fig.update_yaxes(tickmode="array", tickvals=list(range(n)), ticktext=t["lanes"], autorange="reversed",
                      showgrid=False, zeroline=False)
+    fig.update_layout(legend={**_BOTTOM_LEGEND, "y": -0.22}, height=fig.layout.height + 90,
+                      margin=dict(l=64, r=24, t=60, b=130))
     return fig
 
 

@@ -12,7 +12,11 @@ held), and the loads after repartitioning the step's items over the same `dp_siz
 with `balancing.karmarkar_karp(..., equal_size=True)` (each rank gets the same number of
 items, as verl does) and with `balancing.lpt`. Items are prompt groups by default (a
 group's samples stay on one rank, as GRPO needs them together for the advantage); with
-`keep_groups=False` they are single samples.
+`keep_groups=False` they are single samples. Only the balanced loads are needed, so all
+steps (and both loads) with the same item count are balanced at once by the batched
+`balancing.karmarkar_karp_loads` / `balancing.lpt_loads`, which give exactly the loads
+of the scalar functions (`per_step_imbalance(..., batched=False)` still calls those, one
+step at a time; the tests compare the two).
 
 Result fields:
 
@@ -42,7 +46,7 @@ import itertools
 
 import numpy as np
 
-from workers.analysis.balancing import karmarkar_karp, lpt, partition_loads
+from workers.analysis.balancing import karmarkar_karp, karmarkar_karp_loads, lpt, lpt_loads, partition_loads
 from workers.analysis.data import (
     TraceData,
     composite_key,
@@ -55,6 +59,7 @@ from workers.analysis.data import (
 
 COST_LINEAR = 24576
 LOADS = ("tokens", "cost")
+BATCH_WEIGHTS = 1 << 22  # item weights balanced in one batch (bounds the temporaries)
 
 
 def analyze_imbalance(
@@ -68,7 +73,9 @@ def analyze_imbalance(
     return finish_imbalance(per_step_imbalance(data, dp_size, keep_groups, include_validation, cost_linear))
 
 
-def per_step_imbalance(data, dp_size=None, keep_groups=True, include_validation=False, cost_linear=COST_LINEAR):
+def per_step_imbalance(data, dp_size=None, keep_groups=True, include_validation=False, cost_linear=COST_LINEAR,
+                       *, batched: bool = True):
+    """Per-step figures (no summary); batched=False: the scalar reference path."""
     s = data.samples
     out = {"kind": "imbalance", "dp_size": dp_size, "item": "group" if keep_groups else "sample",
            "cost_linear": cost_linear, "steps": []}
@@ -108,14 +115,48 @@ def per_step_imbalance(data, dp_size=None, keep_groups=True, include_validation=
         istep = step if order is None else step[order]
         isums = {name: v if order is None else v[order] for name, v in loads.items()}
 
-    lo = np.searchsorted(istep, by_step.keys, side="left").tolist()
-    hi = np.searchsorted(istep, by_step.keys, side="right").tolist()
+    lo = np.searchsorted(istep, by_step.keys, side="left")
+    n_items = np.searchsorted(istep, by_step.keys, side="right") - lo
+    if batched:
+        balanced = balanced_loads(isums, lo, n_items, k)
+    lo, n_items = lo.tolist(), n_items.tolist()
     for g, st in enumerate(by_step.keys.tolist()):
-        i0, i1 = lo[g], hi[g]
+        i0, i1 = lo[g], lo[g] + n_items[g]
         entry = {"step": st, "samples": int(by_step.counts[g]), "items": i1 - i0}
         for name in LOADS:
-            entry[name] = load_figures(recorded[name][g].tolist(), isums[name][i0:i1], k)
+            if batched:
+                b = balanced[name]
+                entry[name] = figures(recorded[name][g].tolist(), b["largest"][g],
+                                      {algo: b[algo][g] for algo in ("kk", "lpt")})
+            else:
+                entry[name] = load_figures(recorded[name][g].tolist(), isums[name][i0:i1], k)
         out["steps"].append(entry)
+    return out
+
+
+def balanced_loads(item_loads: dict[str, np.ndarray], starts: np.ndarray, counts: np.ndarray, k: int) -> dict:
+    """{load: {"kk": [...], "lpt": [...], "largest": [...]}}: per step g (whose items are
+    item_loads[load][starts[g] : starts[g] + counts[g]]), the KK (equal size) and LPT
+    per-rank loads as lists of k ints, and the largest item. Steps with the same item
+    count go in one batch, both loads stacked (per-iteration numpy overhead is paid once
+    for all of them), in blocks of at most BATCH_WEIGHTS weights."""
+    n_steps = len(starts)
+    out = {name: {"kk": [None] * n_steps, "lpt": [None] * n_steps, "largest": [0] * n_steps} for name in LOADS}
+    for count in np.unique(counts).tolist():
+        same = np.flatnonzero(counts == count)
+        per_block = max(1, BATCH_WEIGHTS // max(2 * count, 1))
+        for b0 in range(0, len(same), per_block):
+            steps = same[b0 : b0 + per_block]
+            index = starts[steps][:, None] + np.arange(count)
+            weights = np.concatenate([item_loads[name][index] for name in LOADS])
+            results = {"kk": karmarkar_karp_loads(weights, k, equal_size=True).tolist(),
+                       "lpt": lpt_loads(weights, k).tolist(),
+                       "largest": weights.max(axis=1).tolist() if count else [0] * len(weights)}
+            for li, name in enumerate(LOADS):
+                rows = slice(li * len(steps), (li + 1) * len(steps))
+                for key, values in results.items():
+                    for g, v in zip(steps.tolist(), values[rows]):
+                        out[name][key][g] = v
     return out
 
 
@@ -148,8 +189,19 @@ def _recorded_loads(step, rank, loads: dict, by_step, k: int) -> dict[str, np.nd
 
 
 def load_figures(recorded: list[int], item_loads, k: int) -> dict:
-    """Recorded vs KK- and LPT-balanced per-rank loads for one step and one load kind."""
+    """Recorded vs KK- and LPT-balanced per-rank loads for one step and one load kind,
+    by the scalar partition functions (the reference for the batched path)."""
     weights = np.asarray(item_loads)
+    largest = weights.max().item() if len(weights) else 0
+    return figures(recorded, largest, {
+        "kk": _part_loads(weights, karmarkar_karp(weights, k, equal_size=True)),
+        "lpt": _part_loads(weights, lpt(weights, k)),
+    })
+
+
+def figures(recorded: list[int], largest_item, balanced: dict[str, list]) -> dict:
+    """One step's figures for one load from its recorded per-rank loads, its largest
+    item and the balanced per-rank loads {"kk": [...], "lpt": [...]} (plain numbers)."""
     total = sum(recorded)
     mean = total / len(recorded) if recorded else 0.0
     rmax, rmin = max(recorded, default=0), min(recorded, default=0)
@@ -160,12 +212,12 @@ def load_figures(recorded: list[int], item_loads, k: int) -> dict:
         "recorded_min": rmin,
         "max_over_mean": ratio(rmax, mean),
         "max_over_min": ratio(rmax, rmin),
-        "largest_item": weights.max().item() if len(weights) else 0,
+        "largest_item": largest_item,
     }
-    for name, parts in (("kk", karmarkar_karp(weights, k, equal_size=True)), ("lpt", lpt(weights, k))):
-        balanced = _part_loads(weights, parts)
-        bmax, bmin = max(balanced), min(balanced)
-        bmean = sum(balanced) / k
+    for name in ("kk", "lpt"):
+        loads = balanced[name]
+        bmax, bmin = max(loads), min(loads)
+        bmean = sum(loads) / len(loads)
         fig.update({
             f"{name}_max": bmax,
             f"{name}_min": bmin,
