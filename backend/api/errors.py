@@ -20,10 +20,10 @@ ERROR_RESPONSES: dict = {
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(InputError)
     async def _input_error(_request: Request, exc: InputError) -> JSONResponse:
-        return JSONResponse(status_code=status.HTTP_422_UNPROCESSABLE_ENTITY, content={"detail": exc.as_dict()})
+        return JSONResponse(status_code=422, content={"detail": exc.as_dict()})
 
     @app.exception_handler(UploadTooLarge)
     async def _too_large(_request: Request, exc: UploadTooLarge) -> JSONResponse:
         return JSONResponse(
-            status_code=status.HTTP_413_REQUEST_ENTITY_TOO_LARGE, content={"detail": {"message": str(exc)}}
+            status_code=413, content={"detail": {"message": str(exc)}}
         )

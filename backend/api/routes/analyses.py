@@ -32,7 +32,7 @@ def create_analysis(body: AnalysisRequest, session: SessionDep, trace: TraceDep,
         job, created = request_analysis(session, trace, body.kind, body.params)
     except ValueError as exc:
         raise HTTPException(
-            status.HTTP_422_UNPROCESSABLE_ENTITY, detail={"message": str(exc), "field": "kind" if "analysis" in str(exc) else "params"}
+            422, detail={"message": str(exc), "field": "kind" if "analysis" in str(exc) else "params"}
         ) from exc
     if not created:
         response.status_code = status.HTTP_200_OK

@@ -51,7 +51,7 @@ async def upload_trace(
     naming file, line and field); large ones return 202 with the ingest job."""
     if format is not None and format not in FORMATS:
         raise HTTPException(
-            status.HTTP_422_UNPROCESSABLE_ENTITY,
+            422,
             detail={"message": f"unknown format '{format}'; known: {', '.join(sorted(FORMATS))}", "field": "format"},
         )
     stored = await run_in_threadpool(store_upload, [(f.filename or "upload", f.file) for f in files], settings)
