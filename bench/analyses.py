@@ -38,15 +38,14 @@ import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from pathlib import Path
 
 import orjson
-import psycopg
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench._pg import DEFAULT_ADMIN_URL, throwaway_database  # noqa: E402
 from workers.workload.synthetic import packed_length_rows  # noqa: E402
 
 TARGET = 1.5
@@ -182,19 +181,12 @@ def main() -> None:
     ap.add_argument("--dp-size", type=int, default=64)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--quick", action="store_true", help="50 steps (~1M samples)")
-    ap.add_argument("--pg", default="postgresql://postgres@127.0.0.1:5432/postgres", help="admin URL")
+    ap.add_argument("--pg", default=DEFAULT_ADMIN_URL, help="admin URL")
     args = ap.parse_args()
     if args.quick:
         args.steps = 50
 
-    db = f"rlvr_bench_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(args.pg, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{db}"')
-    url = args.pg.rsplit("/", 1)[0] + "/" + db
-    try:
-        from backend.migrate import upgrade
-
-        upgrade(url)
+    with throwaway_database(args.pg) as url:
         with tempfile.TemporaryDirectory() as tmp:
             tmp = Path(tmp)
             run = tmp / "run"
@@ -218,9 +210,6 @@ def main() -> None:
             except Exception:  # noqa: BLE001
                 pass
         assert m["samples"] == n_samples, (m["samples"], n_samples)
-    finally:
-        with psycopg.connect(args.pg, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
     report(m)
 
 

@@ -18,7 +18,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from pathlib import Path
 
 import numpy as np
@@ -29,7 +28,7 @@ from tqdm import tqdm
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from backend.migrate import upgrade  # noqa: E402
+from bench._pg import DEFAULT_ADMIN_URL, throwaway_database  # noqa: E402
 from workers.workload.synthetic import packed_length_rows  # noqa: E402
 
 COLUMNS = ("trace_id", "step", "group_idx", "sample_idx", "rank", "dp_rank", "tp_rank", "prompt_len", "response_len", "validate")
@@ -73,15 +72,10 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=500)
     ap.add_argument("--groups", type=int, default=1280)
     ap.add_argument("--n", type=int, default=8)
-    ap.add_argument("--pg", default="postgresql://postgres@127.0.0.1:5432/postgres", help="admin URL")
+    ap.add_argument("--pg", default=DEFAULT_ADMIN_URL, help="admin URL")
     args = ap.parse_args()
 
-    db = f"rlvr_bench_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(args.pg, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{db}"')
-    url = args.pg.rsplit("/", 1)[0] + "/" + db
-    try:
-        upgrade(url)
+    with throwaway_database(args.pg) as url:
         with tempfile.TemporaryDirectory() as tmp:
             tmp = Path(tmp)
             run = tmp / "run"
@@ -111,9 +105,6 @@ def main() -> None:
                 raw = time.perf_counter() - t0
                 stored = conn.execute("SELECT count(*) FROM samples WHERE trace_id <> %s", (raw_trace,)).fetchone()[0]
             assert stored == n_samples, (stored, n_samples)
-    finally:
-        with psycopg.connect(args.pg, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
 
     print(f"ours (rlvr-explorer ingest, end to end): {ours:7.2f} s  {n_samples / ours:12,.0f} samples/s  peak RSS {peak_mb:.0f} MB")
     print(f"raw COPY of the same rows from CSV:     {raw:7.2f} s  {n_samples / raw:12,.0f} samples/s")

@@ -1,0 +1,28 @@
+"""A throwaway, migrated Postgres database for a benchmark run, dropped afterwards."""
+
+from __future__ import annotations
+
+import uuid
+from contextlib import contextmanager
+from typing import Iterator
+
+import psycopg
+
+DEFAULT_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
+
+
+@contextmanager
+def throwaway_database(admin_url: str = DEFAULT_ADMIN_URL) -> Iterator[str]:
+    """Yields the URL of a new database at the schema's head; drops it on the way out."""
+    from backend.migrate import upgrade
+
+    name = f"rlvr_bench_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    try:
+        url = admin_url.rsplit("/", 1)[0] + "/" + name
+        upgrade(url)
+        yield url
+    finally:
+        with psycopg.connect(admin_url, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
