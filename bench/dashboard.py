@@ -56,6 +56,7 @@ from dashboard.figures.stages import stage_gantt_figure, stage_time_figure  # no
 from workers.analysis.stats import LOG_BIN_EDGES, distribution_stats, log_histogram  # noqa: E402
 
 STAGES = ("gen", "reward", "old_log_prob", "ref", "adv", "update_actor")
+FIXTURES = ROOT.parent / "shared" / "fixtures"
 TARGET_S, TARGET_BYTES = 1.5, 2 * 1024 * 1024
 
 
@@ -262,14 +263,34 @@ def run_jobs(api, trace_id: int, sim_steps: int) -> dict:
     return {"simulation": sim.json()["id"], "workload": fit[0]["id"]}
 
 
+def fixture_traces(b, api) -> dict[str, int]:
+    """The real Kineto and Search-R1 fixtures (when ../shared/fixtures is there), for the
+    GPU-timeline and multi-turn pages, which the synthetic run has no data for."""
+    out = {}
+    if not FIXTURES.is_dir():
+        print(f"note: {FIXTURES} not found: the GPU and multi-turn pages show their 'no data' message",
+              file=sys.stderr)
+        return out
+    kineto = FIXTURES / "kineto"
+    out["gpu"] = b.upload(api, [kineto / "sampled_rank-0.json.gz", kineto / "sampled_rank-1.json.gz"],
+                          "Kineto: HTA sampled ranks 0-1")["id"]
+    search = FIXTURES / "polytrace" / "search_r1_qwen2_5_7b"
+    out["multiturn"] = b.upload(api, sorted(search.glob("multiturn_workload_step_*.jsonl")),
+                                "Search-R1 Qwen2.5-7B (multi-turn)")["id"]
+    for trace_id in out.values():
+        b.wait_analyses(api, trace_id)
+    return out
+
+
 def bench_pages(data_dir: Path, steps: int, groups: int, n: int, dp_size: int, sim_steps: int,
-                database_url: str | None) -> tuple[dict, list[tuple[str, float, int, int]]]:
+                database_url: str | None) -> tuple[dict, list[tuple[str, float, float, int, int]]]:
     b = _browser_module()
     info = prepare_trace(data_dir, steps, groups, n, dp_size, database_url)
     tid = info["trace_id"]
     with b.running_server(data_dir, database_url=database_url) as (base, key):
         api = b.api_client(base, key)
         run_jobs(api, tid, min(sim_steps, steps))
+        extra = fixture_traces(b, api)
         driver = b.chromium(1400, 1000, network_log=True)
         try:
             b.sign_in(driver, base, key)
@@ -277,18 +298,20 @@ def bench_pages(data_dir: Path, steps: int, groups: int, n: int, dp_size: int, s
                      ("overview", f"/traces/{tid}", None),
                      ("distributions", f"/traces/{tid}/distributions", None),
                      ("imbalance", f"/traces/{tid}/imbalance", None),
-                     ("gpu timeline", f"/traces/{tid}/gpu", None),
-                     ("multi-turn", f"/traces/{tid}/multiturn", None),
+                     ("gpu timeline", f"/traces/{extra.get('gpu', tid)}/gpu", None),
+                     ("multi-turn", f"/traces/{extra.get('multiturn', tid)}/multiturn", None),
                      ("simulate", f"/traces/{tid}/simulate", None),
                      ("workload", f"/traces/{tid}/workload", None),
                      ("compare", f"/compare?a={tid}&b={tid}", None),
                      ("jobs", "/jobs", "#jobs-table tr[data-job-id]")]
-            for _, path, selector in pages:  # warm: the browser cache holds the JS bundles, as for a returning user
-                b.timed_page_load(driver, base + path, ready_selector=selector)
+            # first visits: the server's result and figure caches are empty (the browser
+            # cache holds the JS bundles after the first page, as for any returning user)
+            first = {name: b.timed_page_load(driver, base + path, ready_selector=selector)[0]
+                     for name, path, selector in pages}
             out = []
             for name, path, selector in pages:
                 secs, nbytes, requests = b.timed_page_load(driver, base + path, ready_selector=selector)
-                out.append((name, secs, nbytes, requests))
+                out.append((name, first[name], secs, nbytes, requests))
             errors = b.console_errors(driver)
         finally:
             driver.quit()
@@ -326,12 +349,12 @@ def main() -> int:
     print(f"\npages: trace of {args.steps} steps x {args.groups} groups x {args.n} = {samples:,} samples, "
           f"{args.dp_size} DP ranks (ingested in {info['ingest_s']:.0f} s); replay of {min(args.sim_steps, args.steps)} "
           f"steps; target < {TARGET_S} s and < {TARGET_BYTES / 2**20:.0f} MB per page")
-    print(f"{'page':<16}{'drawn s':>9}{'transfer KB':>13}{'requests':>10}  ok")
+    print(f"{'page':<16}{'first visit s':>14}{'drawn s':>9}{'transfer KB':>13}{'requests':>10}  target met")
     ok = True
-    for name, secs, nbytes, requests in rows:
+    for name, first, secs, nbytes, requests in rows:
         good = secs < TARGET_S and nbytes < TARGET_BYTES
         ok &= good
-        print(f"{name:<16}{secs:>9.2f}{nbytes / 1024:>13.1f}{requests:>10}  {'yes' if good else 'NO'}")
+        print(f"{name:<16}{first:>14.2f}{secs:>9.2f}{nbytes / 1024:>13.1f}{requests:>10}  {'yes' if good else 'NO'}")
     return 0 if ok else 1
 
 

@@ -21,7 +21,7 @@ import flask
 import httpx
 from dash import dcc, html
 
-from dashboard import callbacks, components, downloads
+from dashboard import callbacks, components, compression, downloads
 from dashboard.session import API_BASE_URL, API_HTTP_CLIENT
 
 HERE = Path(__file__).resolve().parent
@@ -80,6 +80,7 @@ def create_dash(api_base_url: str, *, requests_pathname_prefix: str = "/", serve
     _most_specific_templates_first()
     callbacks.register(app)
     downloads.register(flask_server)
+    compression.register(flask_server)
     return app
 
 

@@ -483,8 +483,10 @@ def test_simulate_page_replays_sync_against_one_step_off(browser, server, per_st
     assert lines["predicted step (sync)"]["y"] == pytest.approx([s["step_time"] for s in job["result"]["a"]["steps"]])
     idle = b.wait_chart("sim-idle")
     assert any(t.get("type") == "bar" for t in idle.values())
-    gantt = b.wait_chart("sim-timeline", "rollout")
-    assert gantt["rollout"]["type"] == "scattergl"
+    gantt = b.wait_chart("sim-timeline", "rollout")  # a short timeline: every interval as a segment
+    starts = [v for v in gantt["rollout"]["x"][0::3]]
+    first = job["result"]["a"]["timeline"][0]["intervals"]
+    assert starts[0] == pytest.approx(next(iv[0] for iv in first if iv[3] == "rollout"), rel=1e-6)
     assert b.css(f"#sim-history tr[data-job-id='{job['id']}']")
 
     # the simulated timeline downloads as Chrome trace JSON

@@ -37,6 +37,19 @@ class StubApi:
         return ApiClient("http://api.test", key, http=httpx.Client(transport=httpx.MockTransport(self)))
 
 
+@pytest.fixture(autouse=True)
+def fresh_caches():
+    """Results and built figures are cached per (API root, key, trace or job): tests
+    share the stub's root and key, so each starts empty."""
+    from dashboard import figure_cache, results
+
+    figure_cache.clear()
+    results._cache.clear()
+    yield
+    figure_cache.clear()
+    results._cache.clear()
+
+
 @pytest.fixture
 def stub():
     s = StubApi()
@@ -295,23 +308,27 @@ def test_analysis_results_stay_on_the_server_and_are_cached_per_team(app, stub):
         assert result is None and "invalid API key" in note  # the cache does not answer for another key
 
 
-def test_cdf_redraws_only_for_new_steps(app, stub):
+def test_cdf_draws_the_default_steps_in_the_first_round_and_redraws_for_chosen_ones(app, stub):
     client = app.server.test_client()
     with client.session_transaction() as sess:
         sess["api_key"] = KEY
-    state = [{"id": "dist-cdf-drawn", "property": "data",
-              "value": {"steps": [0, 1], "field": "response", "task": None, "phase": "all"}},
-             {"id": "page-trace-id", "property": "data", "value": 7},
+    client.get("/_dash-layout")  # the app registers its callbacks on the first request
+    main = next(k for k in app.callback_map if k.startswith("..dist-box.figure"))
+    inputs = [{"id": "page-trace-id", "property": "data", "value": 7},
+              {"id": "dist-field", "property": "value", "value": "response"},
+              {"id": "dist-task", "property": "value", "value": None},
+              {"id": "dist-phase", "property": "value", "value": "all"},
+              {"id": "dist-log", "property": "value", "value": []}]
+    first = _callback(client, main, inputs, [{"id": "dist-cdf-steps", "property": "value", "value": None}],
+                      ["page-trace-id.data"]).get_json()["response"]
+    assert [t["name"] for t in first["dist-cdf"]["figure"]["data"]] == ["step 0", "step 1"]
+    # the defaults are named, not set as the dropdown's value (which would ask again)
+    assert "value" not in first["dist-cdf-steps"] and first["dist-cdf-steps"]["placeholder"].startswith("steps 0, 1")
+    out = next(k for k in app.callback_map if k.startswith("dist-cdf.figure@"))
+    state = [{"id": "page-trace-id", "property": "data", "value": 7},
              {"id": "dist-field", "property": "value", "value": "response"},
              {"id": "dist-task", "property": "value", "value": None},
              {"id": "dist-phase", "property": "value", "value": "all"}]
-    client.get("/_dash-layout")  # the app registers its callbacks on the first request
-    # an allow_duplicate output is keyed with a hash suffix
-    out = next(k for k in app.callback_map if k.startswith("dist-cdf.figure@"))
-    same = _callback(client, out, [{"id": "dist-cdf-steps", "property": "value", "value": [0, 1]}], state,
-                     ["dist-cdf-steps.value"])
-    # already drawn by the page's main callback: nothing sent back
-    assert same.status_code == 204 or same.get_json()["response"] == {}
     n = len(stub.requests)
     new = _callback(client, out, [{"id": "dist-cdf-steps", "property": "value", "value": [1]}], state,
                     ["dist-cdf-steps.value"])
@@ -459,3 +476,25 @@ def test_analysis_panel_is_filled_when_the_page_is_built(app, stub):
     assert store["props"]["data"] == {"job_id": 31, "note": None}  # shown while the re-run goes on
     assert _find(page, {"type": "analysis-poll", "kind": "imbalance"})["props"]["disabled"] is False
     assert not any(r.url.path.endswith("/analyses") and r.method == "POST" for r in stub.requests)
+
+
+def test_built_figures_are_cached_per_team(app):
+    import flask
+
+    from dashboard import figure_cache
+
+    built = []
+
+    def build():
+        built.append(1)
+        return {"figure": len(built)}
+
+    with app.server.test_request_context():
+        flask.session["api_key"] = KEY
+        first = figure_cache.cached(("imbalance", 21, "tokens"), build)
+        assert figure_cache.cached(("imbalance", 21, "tokens"), build) is first and len(built) == 1
+        figure_cache.cached(("imbalance", 21, "cost"), build)  # other options: built again
+        assert len(built) == 2
+    with app.server.test_request_context():
+        flask.session["api_key"] = "another team"
+        assert figure_cache.cached(("imbalance", 21, "tokens"), build) == {"figure": 3}  # never another team's

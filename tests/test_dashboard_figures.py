@@ -80,12 +80,16 @@ def test_box_figure_draws_each_steps_percentiles(summary, lengths):
     assert fig.layout.xaxis.title.text == theme.UNITS["step"]
 
 
-def test_box_figure_reads_500_steps_in_one_trace():
-    rows = [{"step": s, "count": 10, "p10": 1, "p25": 2, "p50": 3, "p75": 4, "p90": 5, "p99": 6, "max": 7 + s,
-             "mean": 3} for s in range(500)]
+def test_box_figure_draws_500_steps_as_percentile_bands():
+    rows = [{"step": s, "count": 10, "p10": 1, "p25": 2, "p50": 3 + s, "p75": 40, "p90": 50, "p99": 60, "max": 70 + s,
+             "mean": 30} for s in range(500)]
     fig = length_box_figure({"steps": rows, "bin_edges": EDGES})
-    assert len(fig.data[0].x) == 500  # one box trace, not 500 traces
-    assert fig.data[2].y[-1] == 506
+    by = {t.name: t for t in fig.data}
+    # one line per percentile, not 500 boxes: the browser lays out a handful of paths
+    assert "box" not in {t.type for t in fig.data} and len(fig.data) == 8
+    assert list(by["p10"].y) == [1] * 500 and by["p10-p90"].fill == "tonexty" and list(by["p10-p90"].y) == [50] * 500
+    assert list(by["p25"].y) == [2] * 500 and list(by["p25-p75"].y) == [40] * 500
+    assert by["median"].y[-1] == 502 and by["max"].y[-1] == 569 and by["max"].mode == "lines"
 
 
 def test_box_figure_log_axis_has_power_of_two_ticks(summary):
@@ -519,7 +523,7 @@ def test_timeline_draws_every_interval_in_its_lane():
     fig = timeline_figure(job["result"]["a"], policy="A: sync")
     by = {t.name: t for t in fig.data}
     rollout = by[theme.SIM_STAGE_LABELS["rollout"]]
-    assert rollout.type == "scattergl"
+    assert rollout.type == "scatter" and rollout.mode == "lines"  # a short timeline: every interval, as SVG
     x, y = np.asarray(rollout.x, dtype=float), np.asarray(rollout.y, dtype=float)
     assert list(x[:2]) == [0.0, 6.0] and np.isnan(x[2]) and list(y[:2]) == [0, 0]
     unused = by["idle: " + theme.SIM_IDLE_LABELS["unused"]]
@@ -609,3 +613,48 @@ def test_workload_body_from_the_form():
                              "ingest": True, "name": "twin", "task": None, "dp_size": 2})
     assert body == {"trace_id": 3, "steps": 4, "seed": 2, "ingest": True, "groups": 16, "dp_size": 2,
                     "formats": ["packed"], "name": "twin"}
+
+
+def test_long_timeline_is_sampled_into_one_image():
+    # lane 0: rollout [0, 6), idle tail [6, 7.5), update [7.5, 10); lane 1 idle [0, 10)
+    job = sim_payload()
+    fig = timeline_figure(job["result"]["a"], raster_above=0, bins=20)
+    heat = next(t for t in fig.data if t.type == "heatmap")
+    z = np.asarray(heat.z, dtype=float)
+    centres = np.asarray(heat.x, dtype=float)
+    assert centres == pytest.approx((np.arange(20) + 0.5) * 0.5)
+    names = [t.name for t in fig.data if t.type == "scatter"]  # the legend, in stage-then-idle order
+    rollout = names.index("rollout")
+    tail = names.index("idle: " + theme.SIM_IDLE_LABELS["rollout_tail"])
+    update = names.index(theme.SIM_STAGE_LABELS["update_actor"])
+    expected0 = np.where(centres < 6, rollout, np.where(centres < 7.5, tail, update))
+    assert list(z[0]) == list(expected0)
+    assert set(z[1]) == {names.index("idle: " + theme.SIM_IDLE_LABELS["unused"])}
+    assert heat.text[0][0] == "rollout" and heat.text[0][13] == "idle: rollout tail"
+    assert "sampled at 20 times" in fig.layout.title.text
+    # the colour of each category's band is its theme colour
+    scale = {round(float(v), 6): c for v, c in heat.colorscale}
+    assert scale[round(rollout / len(names), 6)] == theme.SIM_STAGE_COLORS["rollout"]
+
+
+def test_many_steps_draw_as_areas_not_thousands_of_bars():
+    few = [{"step": s, "t_gen": 1.0 + s, "t_update_actor": 2.0, "t_step": 5.0 + s} for s in range(10)]
+    many = [{"step": s, "t_gen": 1.0 + s, "t_update_actor": 2.0, "t_step": 5.0 + s} for s in range(500)]
+    assert {t.type for t in stage_time_figure(few).data} == {"bar"}
+    fig = stage_time_figure(many)
+    assert {t.type for t in fig.data} == {"scatter"} and {t.stackgroup for t in fig.data} == {"one"}
+    gen = next(t for t in fig.data if t.name == theme.STAGE_LABELS["gen"])
+    assert list(gen.y) == [1.0 + s for s in range(500)]
+    other = next(t for t in fig.data if t.name == theme.STAGE_LABELS["other"])
+    assert list(other.y)[:2] == [2.0, 2.0]  # t_step minus the named stages, as for bars
+    # replay per-step figures likewise
+    job = sim_payload()
+    steps = [{"step": s, "start": 0, "end": 1, "step_time": 1.0, "stages": {"rollout": 0.5},
+              "idle_gpu_s": {"rollout_tail": 2.0}} for s in range(300)]
+    long_job = {**job, "result": {**job["result"], "a": {**job["result"]["a"], "steps": steps},
+                                  "b": {**job["result"]["b"], "steps": steps},
+                                  "compare": {"total": {"speedup": 1.0}, "per_step": [
+                                      {"step": s, "speedup": 1.0 + s / 1000, "saved_s": 0.0} for s in range(300)]}}}
+    assert {t.type for t in speedup_figure(long_job).data} == {"scatter"}
+    idle = idle_cause_figure(long_job)
+    assert {t.stackgroup for t in idle.data} == {"a", "b"}  # one stack per policy panel

@@ -90,3 +90,27 @@ def integer_ticks(fig: go.Figure, axis: str = "x", max_span: int = 12) -> go.Fig
     if values and max(values) - min(values) <= max_span:
         (fig.update_xaxes if axis == "x" else fig.update_yaxes)(dtick=1, tick0=0)
     return fig
+
+
+# Above this many steps a per-step series is drawn as one line or filled area instead of
+# one SVG bar / box / marker per step: 500 steps x 6 stacked series is 3,000 SVG paths,
+# which take the browser most of a second to lay out; an area is one path per series.
+MANY_STEPS = 120
+
+
+def many_steps(n: int) -> bool:
+    return n > MANY_STEPS
+
+
+def step_series(x, y, *, name: str, color: str, stacked: bool = False, opacity: float | None = None,
+                **kw) -> go.Bar | go.Scatter:
+    """A per-step bar series (stacked when the figure's barmode is "stack"), or with many
+    steps the same numbers as a line (stacked: a filled area in stack group `stackgroup`)."""
+    group = kw.pop("stackgroup", "one")
+    if not many_steps(len(x)):
+        return go.Bar(name=name, x=x, y=y, marker_color=color, opacity=opacity, **kw)
+    if stacked:
+        return go.Scatter(name=name, x=x, y=y, mode="lines", stackgroup=group,
+                          line=dict(color=color, width=0.5), fillcolor=color, **kw)
+    return go.Scatter(name=name, x=x, y=y, mode="lines", line=dict(color=color, width=1.5), opacity=opacity,
+                      fill="tozeroy" if opacity is not None else None, **kw)

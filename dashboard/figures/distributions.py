@@ -14,7 +14,8 @@ from __future__ import annotations
 import numpy as np
 import plotly.graph_objects as go
 
-from dashboard.figures.common import column, empty_figure, integer_ticks, log_token_axis, num, styled_figure
+from dashboard.figures.common import (column, empty_figure, integer_ticks, log_token_axis, many_steps, num, step_series,
+                                      styled_figure)
 from dashboard.theme import PERCENTILE_COLORS, UNITS, HEATMAP_COLORSCALE, step_color
 
 FIELD_LABELS = {"response": "response length", "prompt": "prompt length", "total": "prompt + response length"}
@@ -34,32 +35,38 @@ def _field_label(payload: dict) -> str:
 
 def length_box_figure(payload: dict, *, log_y: bool = False) -> go.Figure:
     """One box per step drawn from precomputed percentiles (box p25-p75, line p50,
-    whiskers p10-p90, dashed mean), with p99 and max as markers so the tail shows."""
+    whiskers p10-p90, dashed mean), with p99 and max as markers so the tail shows;
+    with many steps the same percentiles as bands and lines (`_percentile_bands`)."""
     rows = _rows(payload)
     title = f"{_field_label(payload)} per step"
     if not rows:
         return empty_figure("No samples in the selected steps", title)
     steps = [r["step"] for r in rows]
     fig = styled_figure(title, x_title=UNITS["step"], y_title=UNITS["tokens"])
-    fig.add_trace(
-        go.Box(
-            name="p25-p75, whiskers p10-p90",
-            x=steps,
-            q1=column(rows, "p25"),
-            median=column(rows, "p50"),
-            q3=column(rows, "p75"),
-            lowerfence=column(rows, "p10"),
-            upperfence=column(rows, "p90"),
-            mean=column(rows, "mean"),
-            boxmean=True,
-            marker_color=PERCENTILE_COLORS["p90"],
-            hoverinfo="x+y",
+    if many_steps(len(steps)):
+        _percentile_bands(fig, steps, rows)
+    else:
+        fig.add_trace(
+            go.Box(
+                name="p25-p75, whiskers p10-p90",
+                x=steps,
+                q1=column(rows, "p25"),
+                median=column(rows, "p50"),
+                q3=column(rows, "p75"),
+                lowerfence=column(rows, "p10"),
+                upperfence=column(rows, "p90"),
+                mean=column(rows, "mean"),
+                boxmean=True,
+                marker_color=PERCENTILE_COLORS["p90"],
+                hoverinfo="x+y",
+            )
         )
-    )
     for key, symbol in (("p99", "line-ew-open"), ("max", "triangle-up")):
+        many = many_steps(len(steps))
         fig.add_trace(
             go.Scatter(
-                name=key, x=steps, y=column(rows, key), mode="markers",
+                name=key, x=steps, y=column(rows, key), mode="lines" if many else "markers",
+                line=dict(color=PERCENTILE_COLORS[key], width=1, dash="dot" if key == "max" else None),
                 marker=dict(symbol=symbol, size=7, color=PERCENTILE_COLORS[key], line=dict(width=2, color=PERCENTILE_COLORS[key])),
                 hovertemplate=f"step %{{x}}<br>{key} %{{y:,.0f}} tokens<extra></extra>",
             )
@@ -67,6 +74,30 @@ def length_box_figure(payload: dict, *, log_y: bool = False) -> go.Figure:
     if log_y:
         _log_y(fig, rows, ("p10", "max"))
     return integer_ticks(fig)
+
+
+def _percentile_bands(fig: go.Figure, steps: list[int], rows: list[dict]) -> None:
+    """The boxes of many steps as bands: p10-p90 (light) and p25-p75 (darker) filled
+    between their edges, the median and the mean as lines."""
+    color = PERCENTILE_COLORS["p90"]
+    for lo, hi, name, alpha in (("p10", "p90", "p10-p90", 0.18), ("p25", "p75", "p25-p75", 0.4)):
+        fig.add_trace(go.Scatter(x=steps, y=column(rows, lo), mode="lines", line=dict(width=0, color=color),
+                                 showlegend=False, name=lo, hovertemplate=f"{lo} %{{y:,.0f}}<extra></extra>"))
+        fig.add_trace(go.Scatter(x=steps, y=column(rows, hi), mode="lines", line=dict(width=0, color=color),
+                                 fill="tonexty", fillcolor=_rgba(color, alpha), name=name,
+                                 hovertemplate=f"{hi} %{{y:,.0f}}<extra></extra>"))
+    fig.add_trace(go.Scatter(x=steps, y=column(rows, "p50"), mode="lines", name="median",
+                             line=dict(color=PERCENTILE_COLORS["p99"], width=1.5),
+                             hovertemplate="p50 %{y:,.0f}<extra></extra>"))
+    fig.add_trace(go.Scatter(x=steps, y=column(rows, "mean"), mode="lines", name="mean",
+                             line=dict(color=PERCENTILE_COLORS["mean"], width=1, dash="dash"),
+                             hovertemplate="mean %{y:,.0f}<extra></extra>"))
+    fig.update_layout(hovermode="x unified")
+
+
+def _rgba(hex_color: str, alpha: float) -> str:
+    h = hex_color.lstrip("#")
+    return f"rgba({int(h[0:2], 16)}, {int(h[2:4], 16)}, {int(h[4:6], 16)}, {alpha})"
 
 
 def _log_y(fig: go.Figure, rows: list[dict], keys: tuple[str, ...]) -> None:
@@ -155,15 +186,14 @@ def tail_figure(payload: dict) -> go.Figure:
     steps = [r["step"] for r in rows]
     fig = styled_figure(title, x_title=UNITS["step"], y_title="max / mean (ratio)", hovermode="x unified")
     fig.add_trace(
-        go.Scatter(name="max / mean", x=steps, y=column(rows, "tail_ratio"), mode="lines+markers",
+        go.Scatter(name="max / mean", x=steps, y=column(rows, "tail_ratio"),
+                   mode="lines" if many_steps(len(steps)) else "lines+markers",
                    line=dict(color=PERCENTILE_COLORS["max"]), hovertemplate="%{y:.2f}x<extra></extra>")
     )
     trunc = [None if num(r.get("truncation_rate")) is None else 100.0 * num(r["truncation_rate"]) for r in rows]
     if any(t is not None for t in trunc):
-        fig.add_trace(
-            go.Bar(name="truncated (%)", x=steps, y=trunc, yaxis="y2", opacity=0.35,
-                   marker_color=PERCENTILE_COLORS["p90"], hovertemplate="%{y:.1f}% truncated<extra></extra>")
-        )
+        fig.add_trace(step_series(steps, trunc, name="truncated (%)", color=PERCENTILE_COLORS["p90"], opacity=0.35,
+                                  yaxis="y2", hovertemplate="%{y:.1f}% truncated<extra></extra>"))
         fig.update_layout(yaxis2=dict(title=dict(text="truncated at max length (%)"), overlaying="y", side="right",
                                       rangemode="tozero", showgrid=False, tickformat=".2~f"))
     return integer_ticks(fig)

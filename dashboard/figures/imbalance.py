@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import plotly.graph_objects as go
 
-from dashboard.figures.common import empty_figure, integer_ticks, num, rows_height, styled_figure
+from dashboard.figures.common import empty_figure, integer_ticks, many_steps, num, rows_height, step_series, styled_figure
 from dashboard.theme import POLICY_COLORS, UNITS
 
 LOAD_LABELS = {"tokens": "tokens (prompt + response)", "cost": "training cost 24576·s + s²"}
@@ -62,7 +62,7 @@ def imbalance_ratio_figure(result: dict, load: str = "tokens", metric: str = "ma
     for policy, key in (("recorded", metric), ("kk", f"kk_{metric}"), ("lpt", f"lpt_{metric}")):
         fig.add_trace(go.Scatter(
             name=POLICY_LABELS[policy], x=x, y=[num(s[load].get(key)) for s in steps],
-            mode="lines+markers" if len(x) <= 60 else "lines",
+            mode="lines" if many_steps(len(x)) or len(x) > 60 else "lines+markers",
             line=dict(color=POLICY_COLORS["measured" if policy == "recorded" else policy], width=2,
                       dash=None if policy == "recorded" else "dash"),
             hovertemplate=f"{POLICY_LABELS[policy]} %{{y:.3f}}<extra></extra>",
@@ -82,9 +82,9 @@ def saving_figure(result: dict, load: str = "tokens") -> go.Figure:
                         hovermode="x unified")
     for policy in ("kk", "lpt"):
         ys = [num(s[load].get(f"{policy}_saving")) for s in steps]
-        fig.add_trace(go.Bar(name=POLICY_LABELS[policy], x=x, y=[None if y is None else 100 * y for y in ys],
-                             marker_color=POLICY_COLORS[policy],
-                             hovertemplate=f"{POLICY_LABELS[policy]} %{{y:.1f}}%<extra></extra>"))
+        fig.add_trace(step_series(x, [None if y is None else 100 * y for y in ys], name=POLICY_LABELS[policy],
+                                  color=POLICY_COLORS[policy],
+                                  hovertemplate=f"{POLICY_LABELS[policy]} %{{y:.1f}}%<extra></extra>"))
     return integer_ticks(fig)
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import plotly.graph_objects as go
 
-from dashboard.figures.common import empty_figure, integer_ticks, num, rows_height, styled_figure
+from dashboard.figures.common import empty_figure, integer_ticks, num, rows_height, step_series, styled_figure
 from dashboard.theme import GPU_KIND_COLORS, PERCENTILE_COLORS, STAGE_COLORS, UNITS
 
 
@@ -34,12 +34,12 @@ def longtail_idle_figure(result: dict) -> go.Figure:
     x = [s["step"] for s in steps]
     fig = styled_figure(title, x_title=UNITS["step"], y_title="idle share of rollout slot-time (%)", barmode="stack",
                         hovermode="x unified")
-    fig.add_trace(go.Bar(name="inside an engine (its own tail)", x=x,
-                         y=[_pct(s.get("idle_within_engines"), s.get("engine_time")) for s in steps],
-                         marker_color=STAGE_COLORS["gen"], hovertemplate="%{y:.1f}%<extra>own tail</extra>"))
-    fig.add_trace(go.Bar(name="engine waiting for the slowest", x=x,
-                         y=[_pct(s.get("idle_waiting"), s.get("engine_time")) for s in steps],
-                         marker_color=GPU_KIND_COLORS["idle"], hovertemplate="%{y:.1f}%<extra>waiting</extra>"))
+    fig.add_trace(step_series(x, [_pct(s.get("idle_within_engines"), s.get("engine_time")) for s in steps],
+                              name="inside an engine (its own tail)", color=STAGE_COLORS["gen"], stacked=True,
+                              hovertemplate="%{y:.1f}%<extra>own tail</extra>"))
+    fig.add_trace(step_series(x, [_pct(s.get("idle_waiting"), s.get("engine_time")) for s in steps],
+                              name="engine waiting for the slowest", color=GPU_KIND_COLORS["idle"], stacked=True,
+                              hovertemplate="%{y:.1f}%<extra>waiting</extra>"))
     fig.update_yaxes(range=[0, 100])
     return integer_ticks(fig)
 

@@ -21,7 +21,8 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from dashboard.figures.common import empty_figure, integer_ticks, num, rows_height, styled_figure
+from dashboard.figures.common import (empty_figure, integer_ticks, many_steps, num, rows_height, step_series,
+                                      styled_figure)
 from dashboard.theme import (REPLAY_COLORS, SIM_IDLE_CAUSES, SIM_IDLE_COLORS, SIM_IDLE_LABELS, SIM_STAGE_COLORS,
                              SIM_STAGE_LABELS, UNITS, base_layout)
 
@@ -31,6 +32,8 @@ TIMELINE_MAX_LANES = 64
 # Figures with many legend entries keep them under the plot (above, they would wrap over the title).
 _BOTTOM_LEGEND = dict(orientation="h", yanchor="top", y=-0.12, xanchor="left", x=0, font=dict(size=11))
 TIMELINE_MAX_INTERVALS = 12_000
+TIMELINE_RASTER_ABOVE = 1_500
+TIMELINE_BINS = 1_000
 
 
 def policy_names(job: dict) -> tuple[str, str | None]:
@@ -142,10 +145,15 @@ def speedup_figure(job: dict) -> go.Figure:
     title = f"Speedup of {b_name} over {a_name}" + (f": {total:.3f}x overall" if total is not None else "")
     fig = styled_figure(title, x_title=UNITS["step"], y_title="speedup (A time / B time, x)", hovermode="x unified")
     ys = [num(r.get("speedup")) for r in rows]
-    colors = [REPLAY_COLORS["b"] if (y or 0) >= 1 else REPLAY_COLORS["measured"] for y in ys]
-    fig.add_trace(go.Bar(name="per step", x=[r["step"] for r in rows], y=ys, marker_color=colors,
-                         customdata=[num(r.get("saved_s")) for r in rows],
-                         hovertemplate="%{y:.3f}x, saved %{customdata:.1f} s<extra></extra>"))
+    x = [r["step"] for r in rows]
+    saved = [num(r.get("saved_s")) for r in rows]
+    hover = "%{y:.3f}x, saved %{customdata:.1f} s<extra></extra>"
+    if many_steps(len(x)):  # one line instead of hundreds of bars
+        fig.add_trace(go.Scatter(name="per step", x=x, y=ys, mode="lines", line=dict(color=REPLAY_COLORS["b"], width=1),
+                                 customdata=saved, hovertemplate=hover))
+    else:
+        colors = [REPLAY_COLORS["b"] if (y or 0) >= 1 else REPLAY_COLORS["measured"] for y in ys]
+        fig.add_trace(go.Bar(name="per step", x=x, y=ys, marker_color=colors, customdata=saved, hovertemplate=hover))
     if total is not None:
         fig.add_hline(y=total, line=dict(color=REPLAY_COLORS["b"], width=2, dash="dash"),
                       annotation_text=f"overall {total:.3f}x", annotation_position="top left")
@@ -175,9 +183,10 @@ def idle_cause_figure(job: dict) -> go.Figure:
             ys = [num((s.get("idle_gpu_s") or {}).get(cause)) or 0.0 for s in steps]
             if not any(ys):
                 continue
-            fig.add_trace(go.Bar(name=SIM_IDLE_LABELS[cause], x=x, y=ys, marker_color=SIM_IDLE_COLORS[cause],
-                                 legendgroup=cause, showlegend=row == 1 or cause not in _causes(result, "a"),
-                                 hovertemplate=f"{SIM_IDLE_LABELS[cause]} %{{y:,.0f}} GPU-s<extra></extra>"),
+            fig.add_trace(step_series(x, ys, name=SIM_IDLE_LABELS[cause], color=SIM_IDLE_COLORS[cause], stacked=True,
+                                      stackgroup=key, legendgroup=cause,
+                                      showlegend=row == 1 or cause not in _causes(result, "a"),
+                                      hovertemplate=f"{SIM_IDLE_LABELS[cause]} %{{y:,.0f}} GPU-s<extra></extra>"),
                           row=row, col=1)
         fig.update_yaxes(title_text="idle GPU-seconds", row=row, col=1)
     fig.update_xaxes(title_text=UNITS["step"], row=len(names), col=1)
@@ -234,37 +243,88 @@ def _gpu_span(gpus: list[int]) -> str:
     return ",".join(map(str, gpus))
 
 
+def _category_style(cat: str) -> tuple[str, str]:
+    """(legend name, colour) of a timeline category ("rollout", "idle:rollout_tail", ...)."""
+    if cat.startswith("idle:"):
+        key = cat[5:]
+        return "idle: " + SIM_IDLE_LABELS.get(key, key), SIM_IDLE_COLORS.get(key, "#D0D0D0")
+    return SIM_STAGE_LABELS.get(cat, cat), SIM_STAGE_COLORS.get(cat, "#BAB0AC")
+
+
+def timeline_raster(t: dict, bins: int) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """(bin centres, lanes x bins category index or -1, categories): each lane sampled
+    at `bins` evenly spaced times (a lane's intervals do not overlap), for drawing a
+    long timeline as one image."""
+    categories = list(dict.fromkeys(t["category"].tolist()))
+    code = {c: i for i, c in enumerate(categories)}
+    cat_idx = np.array([code[c] for c in t["category"]], dtype=np.int16)
+    lo, hi = float(t["start"].min()), float(t["end"].max())
+    centres = lo + (np.arange(bins) + 0.5) * (hi - lo) / bins
+    z = np.full((len(t["lanes"]), bins), -1, dtype=np.int16)
+    for lane in range(len(t["lanes"])):
+        sel = np.flatnonzero(t["lane"] == lane)
+        if sel.size == 0:
+            continue
+        sel = sel[np.argsort(t["start"][sel], kind="stable")]
+        at = np.searchsorted(t["start"][sel], centres, side="right") - 1
+        inside = (at >= 0) & (centres < t["end"][sel][np.clip(at, 0, None)])
+        z[lane, inside] = cat_idx[sel[at[inside]]]
+    return centres, z, categories
+
+
 def timeline_figure(sim: dict | None, *, policy: str = "", max_lanes: int = TIMELINE_MAX_LANES,
-                    max_intervals: int = TIMELINE_MAX_INTERVALS) -> go.Figure:
+                    max_intervals: int = TIMELINE_MAX_INTERVALS, raster_above: int = TIMELINE_RASTER_ABOVE,
+                    bins: int = TIMELINE_BINS) -> go.Figure:
     """Gantt of the simulated GPUs: one row per lane (GPUs that do the same thing),
-    busy stages in their stage colours, idle time in light tones by cause."""
+    busy stages in their stage colours, idle time in light tones by cause. Up to
+    `raster_above` intervals every one is drawn (SVG line segments); a longer timeline
+    is drawn as an image sampled at `bins` times per lane (what a screen can show; the
+    Chrome-trace download has every interval)."""
     title = "Simulated GPU timeline" + (f" ({policy})" if policy else "")
     if not sim or not sim.get("timeline"):
         return empty_figure("This replay stored no timeline", title)
     t = timeline_arrays(sim, max_lanes=max_lanes, max_intervals=max_intervals)
+    if t["start"].size == 0:
+        return empty_figure("This replay stored no timeline", title)
+    raster = t["shown_intervals"] > raster_above
     notes = []
     if t["shown_lanes"] < t["total_lanes"]:
         notes.append(f"{t['shown_lanes']} of {t['total_lanes']} lanes")
-    if t["shown_intervals"] < t["total_intervals"]:
+    if raster:
+        notes.append(f"{t['total_intervals']:,} intervals sampled at {bins:,} times per lane")
+    elif t["shown_intervals"] < t["total_intervals"]:
         notes.append(f"the {t['shown_intervals']:,} longest of {t['total_intervals']:,} intervals")
     cut = sim.get("timeline_truncated")
     if cut:
-        notes.append(f"steps up to {cut.get('last_step')} (download the Chrome trace for all)")
+        notes.append(f"steps up to {cut.get('last_step')} (the Chrome trace has all)")
     if notes:
         title += " — " + ", ".join(notes)
     n = len(t["lanes"])
     fig = styled_figure(title, x_title="simulated time (s)", y_title="", height=rows_height(n, per_row=18, maximum=1100),
                         hovermode="closest")
-    width = max(3, min(14, int(400 / max(n, 1))))
-    categories = [c for c in SIM_STAGE_COLORS if c in set(t["category"])]
-    categories += [f"idle:{c}" for c in SIM_IDLE_CAUSES if f"idle:{c}" in set(t["category"])]
-    categories += sorted(set(t["category"]) - set(categories))
-    for cat in categories:
+    if raster:
+        _raster_timeline(fig, t, bins)
+    else:
+        _segment_timeline(fig, t, width=max(3, min(14, int(400 / max(n, 1)))))
+    fig.update_yaxes(tickmode="array", tickvals=list(range(n)), ticktext=t["lanes"], autorange="reversed",
+                     showgrid=False, zeroline=False)
+    fig.update_layout(legend={**_BOTTOM_LEGEND, "y": -0.22}, height=fig.layout.height + 90,
+                      margin=dict(l=64, r=24, t=60, b=130))
+    return fig
+
+
+def _ordered_categories(present) -> list[str]:
+    present = set(present)
+    out = [c for c in SIM_STAGE_COLORS if c in present]
+    out += [f"idle:{c}" for c in SIM_IDLE_CAUSES if f"idle:{c}" in present]
+    return out + sorted(present - set(out))
+
+
+def _segment_timeline(fig: go.Figure, t: dict, width: int) -> None:
+    """Every interval as a thick line segment, one SVG trace per category."""
+    for cat in _ordered_categories(t["category"].tolist()):
         sel = np.flatnonzero(t["category"] == cat)
-        idle = cat.startswith("idle:")
-        key = cat[5:] if idle else cat
-        name = ("idle: " + SIM_IDLE_LABELS.get(key, key)) if idle else SIM_STAGE_LABELS.get(key, key)
-        color = SIM_IDLE_COLORS.get(key, "#D0D0D0") if idle else SIM_STAGE_COLORS.get(key, "#BAB0AC")
+        name, color = _category_style(cat)
         m = sel.size
         # segments start, end, NaN; float32 typed arrays keep the payload small
         xs = np.empty(3 * m, dtype=np.float32)
@@ -272,14 +332,35 @@ def timeline_figure(sim: dict | None, *, policy: str = "", max_lanes: int = TIME
         ys = np.repeat(t["lane"][sel].astype(np.float32), 3)
         ys[2::3] = np.nan
         steps = np.repeat(t["step"][sel].astype(np.int32), 3)
-        fig.add_trace(go.Scattergl(name=name, x=xs, y=ys, mode="lines", line=dict(color=color, width=width),
-                                   customdata=steps, hovertemplate=f"{name}<br>step %{{customdata}}, "
-                                                                   f"at %{{x:.1f}} s<extra></extra>"))
-    fig.update_yaxes(tickmode="array", tickvals=list(range(n)), ticktext=t["lanes"], autorange="reversed",
-                     showgrid=False, zeroline=False)
-    fig.update_layout(legend={**_BOTTOM_LEGEND, "y": -0.22}, height=fig.layout.height + 90,
-                      margin=dict(l=64, r=24, t=60, b=130))
-    return fig
+        fig.add_trace(go.Scatter(name=name, x=xs, y=ys, mode="lines", line=dict(color=color, width=width),
+                                 customdata=steps, hovertemplate=f"{name}<br>step %{{customdata}}, "
+                                                                 f"at %{{x:.1f}} s<extra></extra>"))
+
+
+def _raster_timeline(fig: go.Figure, t: dict, bins: int) -> None:
+    """The timeline as one heatmap image (no per-interval shapes: thousands of SVG
+    segments or a WebGL context cost the browser about a second), with a legend of
+    the categories shown."""
+    centres, z, categories = timeline_raster(t, bins)
+    order = _ordered_categories(categories)
+    remap = np.array([order.index(c) for c in categories], dtype=np.int16)
+    shown = np.where(z >= 0, remap[np.clip(z, 0, None)], -1)
+    k = len(order)
+    styles = [_category_style(c) for c in order]
+    scale = []
+    for i, (_name, color) in enumerate(styles):  # one flat band of the scale per category
+        scale += [[i / k, color], [(i + 1) / k, color]]
+    # hover names kept short: one per sampled cell (the legend has the long ones)
+    names = np.array([c.replace("idle:", "idle: ").replace("_", " ") for c in order] + [""], dtype=object)
+    fig.add_trace(go.Heatmap(
+        x=centres.astype(np.float32), y=np.arange(len(t["lanes"]), dtype=np.int16),
+        z=np.where(shown >= 0, shown, np.nan).astype(np.float32), zmin=-0.5, zmax=k - 0.5,
+        colorscale=scale, showscale=False, text=names[shown].tolist(), name="timeline",
+        hovertemplate="%{text}<br>at %{x:.1f} s<extra></extra>",
+    ))
+    for name, color in styles:  # legend entries (a heatmap has none of its own)
+        fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=name,
+                                 marker=dict(symbol="square", size=11, color=color)))
 
 
 # -- headline cards -------------------------------------------------------------------

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from dashboard.figures.common import empty_figure, integer_ticks, num, rows_height, styled_figure
+from dashboard.figures.common import empty_figure, integer_ticks, num, rows_height, step_series, styled_figure
 from dashboard.theme import STAGE_LABELS, STAGES, UNITS, stage_color
 
 
@@ -33,15 +33,15 @@ def stage_time_figure(steps: list[dict], *, title: str = "Stage time per step") 
         if all(y is None for y in ys):
             continue
         named = [a + (y or 0.0) for a, y in zip(named, ys)]
-        fig.add_trace(go.Bar(name=STAGE_LABELS[st], x=x, y=ys, marker_color=stage_color(st),
-                             hovertemplate=f"{STAGE_LABELS[st]} %{{y:.2f}} s<extra></extra>"))
+        fig.add_trace(step_series(x, ys, name=STAGE_LABELS[st], color=stage_color(st), stacked=True,
+                                  hovertemplate=f"{STAGE_LABELS[st]} %{{y:.2f}} s<extra></extra>"))
     other = []
     for r, total in zip(rows, named):
         t_step = num(r.get("t_step"))
         other.append(max(t_step - total, 0.0) if t_step is not None else None)
     if any(o for o in other):
-        fig.add_trace(go.Bar(name=STAGE_LABELS["other"], x=x, y=other, marker_color=stage_color("other"),
-                             hovertemplate="other %{y:.2f} s<extra></extra>"))
+        fig.add_trace(step_series(x, other, name=STAGE_LABELS["other"], color=stage_color("other"), stacked=True,
+                                  hovertemplate="other %{y:.2f} s<extra></extra>"))
     return integer_ticks(fig)
 
 

@@ -10,11 +10,12 @@ and the long-tail analysis figures longtail-idle, longtail-finish, longtail-engi
 from __future__ import annotations
 
 import dash
-from dash import Input, Output, State, dcc, html, no_update
+from dash import Input, Output, State, dcc, html
 
 from dashboard import session
 from dashboard.client import ApiError
 from dashboard.components import PAGE_TRACE_ID, RESULT, alert, control, controls, graph, section
+from dashboard.figure_cache import cached
 from dashboard.figures.common import empty_figure
 from dashboard.panels import analysis_panel
 from dashboard.figures.distributions import (cdf_figure, default_cdf_steps, length_box_figure, length_heatmap_figure,
@@ -46,7 +47,6 @@ def body(trace: dict) -> html.Div:
                                           inline=True)),
         ),
         html.Div(id="dist-message"),
-        dcc.Store(id="dist-cdf-drawn"),
         section("Per step", graph("dist-box"),
                 help_text="Box = p25-p75 with the median; whiskers p10-p90; dashed line = mean; markers: p99 and max."),
         html.Div(className="grid-2", children=[
@@ -85,8 +85,7 @@ def _summaries(trace_id, field, task, phase) -> tuple[dict, dict]:
     Output("dist-tail", "figure"),
     Output("dist-cdf", "figure"),
     Output("dist-cdf-steps", "options"),
-    Output("dist-cdf-steps", "value"),
-    Output("dist-cdf-drawn", "data"),
+    Output("dist-cdf-steps", "placeholder"),
     Output("dist-message", "children"),
     Input(PAGE_TRACE_ID, "data"),
     Input("dist-field", "value"),
@@ -97,43 +96,49 @@ def _summaries(trace_id, field, task, phase) -> tuple[dict, dict]:
 )
 def fill(trace_id, field, task, phase, log, chosen):
     try:
-        summary, shown = _summaries(trace_id, field, task, phase)
+        return cached(("distributions", trace_id, field, task, phase, tuple(log or []), tuple(chosen or [])),
+                      lambda: _figures(trace_id, field, task, phase, log, chosen))
     except ApiError as exc:
         fig = empty_figure(exc.message)
-        return fig, fig, fig, fig, fig, [], [], None, alert(exc.message)
+        return fig, fig, fig, fig, fig, [], "choose steps", alert(exc.message)
+
+
+def _figures(trace_id, field, task, phase, log, chosen):
+    summary, shown = _summaries(trace_id, field, task, phase)
     message = None
     if not shown["steps"] and summary.get("steps"):
         message = alert(f"No {PHASES.get(phase, phase)} in this trace; choose 'all steps'.", "info")
     log_y = "log" in (log or [])
     steps = [r["step"] for r in shown["steps"] if r.get("count")]
     options = [{"label": f"step {s}", "value": s} for s in steps]
-    keep = [s for s in (chosen or []) if s in steps] or default_cdf_steps(shown)
-    # The CDF is drawn here too, so the page needs one round trip; `dist-cdf-drawn`
-    # tells fill_cdf that the steps it is triggered with are already drawn.
+    default = default_cdf_steps(shown)
+    keep = [s for s in (chosen or []) if s in steps] or default
+    # The CDF is drawn here too, so the page needs one round trip. The steps chosen by
+    # default are named in the dropdown's placeholder, not set as its value: setting the
+    # value would trigger fill_cdf, a second round trip after the page drew.
+    placeholder = "steps " + ", ".join(map(str, default)) + " (choose others)" if default else "choose steps"
     return (length_box_figure(shown, log_y=log_y), length_heatmap_figure(shown),
             percentile_lines_figure(shown, log_y=log_y), tail_figure(shown), cdf_figure(shown, keep),
-            options, keep, {"steps": keep, "field": field, "task": task, "phase": phase}, message)
+            options, placeholder, message)
 
 
 @dash.callback(
     Output("dist-cdf", "figure", allow_duplicate=True),
     Input("dist-cdf-steps", "value"),
-    State("dist-cdf-drawn", "data"),
     State(PAGE_TRACE_ID, "data"),
     State("dist-field", "value"),
     State("dist-task", "value"),
     State("dist-phase", "value"),
     prevent_initial_call=True,
 )
-def fill_cdf(chosen, drawn, trace_id, field, task, phase):
-    if drawn and drawn.get("steps") == (chosen or []) and drawn.get("field") == field and drawn.get("task") == task \
-            and drawn.get("phase") == phase:
-        return no_update
+def fill_cdf(chosen, trace_id, field, task, phase):
+    """The user chose steps (none: the default ones again)."""
     try:
         _summary, shown = _summaries(trace_id, field, task, phase)
     except ApiError as exc:
         return empty_figure(exc.message)
-    return cdf_figure(shown, chosen or [])
+    steps = {r["step"] for r in shown["steps"] if r.get("count")}
+    return cdf_figure(shown, [s for s in chosen or [] if s in steps] or default_cdf_steps(shown))
 
 
 @dash.callback(
@@ -147,4 +152,5 @@ def fill_longtail(data):
     if result is None:
         fig = empty_figure(note)
         return fig, fig, fig
-    return longtail_idle_figure(result), longtail_finish_figure(result), longtail_engine_figure(result)
+    return cached(("longtail", data["job_id"]), lambda: (longtail_idle_figure(result), longtail_finish_figure(result),
+                                                         longtail_engine_figure(result)))

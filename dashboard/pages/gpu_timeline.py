@@ -15,6 +15,7 @@ from dash import Input, Output, State, ctx, dcc, html, no_update
 from dashboard import session
 from dashboard.client import ApiError
 from dashboard.components import (PAGE_TRACE_ID, RESULT, alert, control, controls, graph, section)
+from dashboard.figure_cache import cached
 from dashboard.figures.common import empty_figure
 from dashboard.panels import analysis_panel
 from dashboard.figures.gpu import (idle_breakdown_figure, kernel_gantt_figure, kernel_kind_figure, straggler_figure,
@@ -225,6 +226,10 @@ def fill_breakdowns(data):
     if result is None:
         fig = empty_figure(note)
         return fig, fig, fig, fig, html.P(note, className="muted")
+    return cached(("gpu-breakdowns", data["job_id"]), lambda: _breakdowns(result))
+
+
+def _breakdowns(result: dict):
     kernels = result.get("kernel_types") or {}
     return (temporal_breakdown_figure(result.get("temporal")), idle_breakdown_figure(result.get("idle")),
             kernel_kind_figure(kernels.get("by_kind")),

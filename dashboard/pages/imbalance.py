@@ -11,6 +11,7 @@ import dash
 from dash import Input, Output, dcc, html
 
 from dashboard.components import RESULT, alert, card, control, controls, graph, section
+from dashboard.figure_cache import cached
 from dashboard.figures.common import empty_figure
 from dashboard.panels import analysis_panel
 from dashboard.figures.imbalance import (LOAD_LABELS, imbalance_ratio_figure, load_heatmap_figure, saving_figure,
@@ -65,6 +66,10 @@ def fill(data, load, metric):
         fig = empty_figure(note)
         return [], fig, fig, fig
     load = load or "tokens"
+    return cached(("imbalance", data["job_id"], load, metric), lambda: _figures(result, load, metric))
+
+
+def _figures(result: dict, load: str, metric: str | None):
     s = saving_summary(result, load)
     cards = [
         card("DP ranks", str(s["dp_size"] or "—")),

@@ -13,6 +13,7 @@ import dash
 from dash import Input, Output, html
 
 from dashboard.components import RESULT, alert, graph, section
+from dashboard.figure_cache import cached
 from dashboard.figures.common import empty_figure
 from dashboard.panels import analysis_panel
 from dashboard.figures.multiturn import (cache_hit_figure, context_growth_figure, counts_hist_figure,
@@ -66,8 +67,9 @@ def fill_multiturn(data):
     if result is None:
         fig = empty_figure(note)
         return (fig,) * 5
-    return (counts_hist_figure(result), turns_over_steps_figure(result), cache_hit_figure(result),
-            context_growth_figure(result), latency_vs_tokens_figure(result))
+    return cached(("multiturn", data["job_id"]), lambda: (
+        counts_hist_figure(result), turns_over_steps_figure(result), cache_hit_figure(result),
+        context_growth_figure(result), latency_vs_tokens_figure(result)))
 
 
 @dash.callback(
@@ -81,4 +83,5 @@ def fill_latency(data):
     if result is None:
         fig = empty_figure(note)
         return fig, fig, fig
-    return reward_latency_figure(result), tool_latency_figure(result), reward_ranks_figure(result)
+    return cached(("latency", data["job_id"]), lambda: (
+        reward_latency_figure(result), tool_latency_figure(result), reward_ranks_figure(result)))

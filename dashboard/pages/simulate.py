@@ -22,6 +22,7 @@ from dashboard import results, session
 from dashboard.client import ApiClient, ApiError
 from dashboard.components import PAGE_TRACE_ID, alert, card, control, controls, graph, section
 from dashboard.downloads import simulation_trace_href
+from dashboard.figure_cache import cached
 from dashboard.figures.common import empty_figure
 from dashboard.figures.simulation import (accuracy_rows, idle_cause_figure, policy_names, predicted_vs_measured_figure,
                                           speedup_figure, summary_cards, timeline_figure)
@@ -248,13 +249,18 @@ def fill(job_id, trace_id):
         return [], fig, None, fig, fig, None
     try:
         job = results.job(job_id)
-        steps = session.api().steps(trace_id)
+        if job.get("result") is None:
+            fig = empty_figure(f"Replay {job_id} has no result")
+            return [], fig, None, fig, fig, None
+        # measured step timings of the trace, next to the prediction
+        return cached(("simulation", job_id, trace_id), lambda: _figures(job, session.api().steps(trace_id)))
     except ApiError as exc:
         fig = empty_figure(exc.message)
         return alert(exc.message), fig, None, fig, fig, None
-    if job.get("result") is None:
-        fig = empty_figure(f"Replay {job_id} has no result")
-        return [], fig, None, fig, fig, None
+
+
+def _figures(job: dict, steps: list[dict]):
+    job_id = job["id"]
     cards = [card(c["label"], c["value"], c["hint"], card_id=f"card-sim-{c['key']}") for c in summary_cards(job)]
     a_name, b_name = policy_names(job)
     links = [html.A(f"Chrome trace, A ({a_name})", href=simulation_trace_href(job_id, "a"), id="sim-download-a",
@@ -301,4 +307,5 @@ def fill_timeline(job_id, policy):
         return empty_figure(f"Replay {job_id} has no result")
     names = dict(zip(("a", "b"), policy_names(job)))
     policy = policy if result.get(policy) else "a"
-    return timeline_figure(result.get(policy), policy=f"{policy.upper()}: {names.get(policy)}")
+    return cached(("simulation-timeline", job_id, policy),
+                  lambda: timeline_figure(result.get(policy), policy=f"{policy.upper()}: {names.get(policy)}"))

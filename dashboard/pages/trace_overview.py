@@ -14,6 +14,7 @@ from dash import ALL, Input, Output, ctx, html
 from dashboard import session
 from dashboard.client import ApiError
 from dashboard.components import PAGE_TRACE_ID, RESULT, alert, card, graph, section
+from dashboard.figure_cache import cached
 from dashboard.figures.common import empty_figure
 from dashboard.panels import analysis_panel
 from dashboard.figures.distributions import percentile_lines_figure
@@ -62,19 +63,24 @@ def layout(trace_id: str | None = None, **_):
     Input({"type": RESULT, "kind": ALL}, "data"),
 )
 def fill(trace_id, _results):
-    results = {}
+    results, shown = {}, []
     for item in ctx.inputs_list[1]:
         result, _note = analysis_result(item.get("value"), item["id"]["kind"])
         if result is not None:
             results[item["id"]["kind"]] = result
-    api = session.api()
+            shown.append((item["id"]["kind"], item["value"]["job_id"]))
     try:
-        trace = api.get_trace(trace_id)
-        steps = api.steps(trace_id)
-        summary = api.summaries(trace_id, field="response") if trace.get("n_samples") else None
+        return cached(("overview", trace_id, tuple(sorted(shown))), lambda: _figures(trace_id, results))
     except ApiError as exc:
         fig = empty_figure(exc.message)
         return alert(exc.message), fig, fig, fig
+
+
+def _figures(trace_id, results: dict):
+    api = session.api()
+    trace = api.get_trace(trace_id)
+    steps = api.steps(trace_id)
+    summary = api.summaries(trace_id, field="response") if trace.get("n_samples") else None
     cards = [card(c.label, c.value, c.hint, card_id=f"card-{c.key}") for c in overview_cards(trace, steps, summary, results)]
     lengths = percentile_lines_figure(summary) if summary else empty_figure("This trace has no samples")
     if not trace.get("n_gpu_events"):

@@ -19,6 +19,7 @@ from dashboard import results, session
 from dashboard.client import ApiError
 from dashboard.components import PAGE_TRACE_ID, alert, control, controls, graph, href, section
 from dashboard.downloads import workload_zip_href
+from dashboard.figure_cache import cached
 from dashboard.figures.common import empty_figure
 from dashboard.figures.workload import fit_ks_figure, task_summary
 from dashboard.job_views import job_history_table, job_progress
@@ -189,7 +190,7 @@ def fill(job_id):
         return empty_figure(exc.message), None, alert(exc.message)
     if not result:
         return empty_figure(f"Workload job {job_id} has no result"), None, None
-    return fit_ks_figure(result), fit_table(result), output_links(job_id, result)
+    return cached(("workload", job_id), lambda: (fit_ks_figure(result), fit_table(result), output_links(job_id, result)))
 
 
 def fit_table(result: dict):

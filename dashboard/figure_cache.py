@@ -1,0 +1,47 @@
+"""Built figures, cached per (team, trace or job, options).
+
+What a page draws for a ready trace or a finished job never changes (traces are
+immutable once ingested, finished jobs keep their result), so a callback's figures
+are built once and served again on the next visit or filter toggle: plotly's figure
+objects cost ~20 ms each to build and validate, a page has up to eight. The team's
+key is part of the cache key, so a team only ever gets figures built for it.
+
+    figures = cached(("imbalance", job_id, load, metric), lambda: (fig_a, fig_b, ...))
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from collections import OrderedDict
+from typing import Callable, TypeVar
+
+from dashboard import session
+
+T = TypeVar("T")
+CACHE_SIZE = 96
+_cache: OrderedDict[tuple, object] = OrderedDict()
+_lock = threading.Lock()
+
+
+def cached(parts: tuple, build: Callable[[], T]) -> T:
+    """`build()`'s value for these key parts (and the signed-in team's API root and
+    key), built on the first call. Build only from immutable data: a ready trace or a
+    succeeded job (not a running one)."""
+    api = session.api()
+    key = (api.root, hashlib.sha256((api.api_key or "").encode()).hexdigest(), *parts)
+    with _lock:
+        if key in _cache:
+            _cache.move_to_end(key)
+            return _cache[key]  # type: ignore[return-value]
+    value = build()
+    with _lock:
+        _cache[key] = value
+        while len(_cache) > CACHE_SIZE:
+            _cache.popitem(last=False)
+    return value
+
+
+def clear() -> None:
+    with _lock:
+        _cache.clear()
