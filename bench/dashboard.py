@@ -4,19 +4,22 @@
    sends for a big run -- 500 steps of summaries on the shared log bins, an imbalance and
    a long-tail result for 256 DP ranks x 500 steps, a stage Gantt of 256 ranks, a kernel
    Gantt of 10,000 GPU events (the page's event budget), a replay of 500 steps with a
-   10,000-interval timeline. Reported: build time (best of `--repeat`) and the bytes of
-   figure JSON the browser receives (what Dash serialises).
+   10,000-interval timeline. Reported: build time (best of `--repeat`), the figure JSON
+   Dash serialises, and its size gzip-compressed (what the dashboard sends).
 2. Pages (`--pages`): a synthetic run of `--steps` x `--groups` x `--n` samples on
    `--dp-size` DP ranks (default 500 x 2,560 x 8 = 10.24 M samples, 256 ranks) written as
    PolyTrace packed-lengths files and ingested with `rlvr-explorer ingest` into a
    throwaway data folder (SQLite, or `--database-url`); then the real server
    (`rlvr-explorer serve`) on that folder, every analysis, one replay (sync vs
    one_step_off over `--sim-steps` steps) and one workload fit run through the API, and
-   each page loaded in headless Chromium. Reported per page: seconds from navigation
-   until every chart has drawn its data, and the bytes transferred over the network
-   for that page load (response bodies as sent, after compression; the JS bundles come
-   from the browser cache after the first page, as for any returning user).
-   Target: every page < 1.5 s and < 2 MB.
+   each page loaded in headless Chromium (the GPU-timeline and multi-turn pages on the
+   real Kineto and Search-R1 fixtures when ../shared/fixtures is there: the synthetic
+   run has no GPU events or turns). Reported per page: seconds from navigation until
+   every chart has drawn its data, on the first visit (the server's result and figure
+   caches empty) and on a later one ("drawn s"), and for the later one the bytes
+   transferred over the network (response bodies as sent, gzip-compressed; the JS
+   bundles come from the browser cache after the first page, as for any returning
+   user) and the number of requests. Target: every page < 1.5 s and < 2 MB.
 
 Ingesting 10 M samples takes minutes: `--data DIR` keeps the folder, and a second run
 with the same DIR reuses the trace, the analyses and the replay. `--quick` is a small
@@ -28,6 +31,7 @@ run (20 steps x 256 groups) to check the pipeline.
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import os
 import subprocess
@@ -132,7 +136,7 @@ def simulation_result(steps: int, lanes: int, rng) -> dict:
             "params": {"policy": {"kind": "sync"}, "compare_policy": {"kind": "one_step_off"}}}
 
 
-def bench_figures(repeat: int) -> list[tuple[str, str, float, int]]:
+def bench_figures(repeat: int) -> list[tuple[str, str, float, int, int]]:
     rng = np.random.default_rng(0)
     summary = summaries_payload(500, 2048, rng)
     imb = imbalance_result(500, 256, rng)
@@ -168,8 +172,8 @@ def bench_figures(repeat: int) -> list[tuple[str, str, float, int]]:
             t0 = time.perf_counter()
             fig = build()
             best = min(best, time.perf_counter() - t0)
-        payload = pio.to_json(fig, validate=False)
-        rows.append((name, size, best, len(payload)))
+        payload = pio.to_json(fig, validate=False).encode()
+        rows.append((name, size, best, len(payload), len(gzip.compress(payload, 5))))
     return rows
 
 
@@ -336,9 +340,9 @@ def main() -> int:
     if args.quick:
         args.steps, args.groups, args.dp_size, args.sim_steps = 20, 256, 32, 20
 
-    print(f"{'figure':<22}{'size':<28}{'build ms':>10}{'JSON KB':>10}")
-    for name, size, secs, nbytes in bench_figures(1 if args.quick else args.repeat):
-        print(f"{name:<22}{size:<28}{1000 * secs:>10.1f}{nbytes / 1024:>10.1f}")
+    print(f"{'figure':<22}{'size':<28}{'build ms':>10}{'JSON KB':>10}{'gzip KB':>10}")
+    for name, size, secs, nbytes, packed in bench_figures(1 if args.quick else args.repeat):
+        print(f"{name:<22}{size:<28}{1000 * secs:>10.1f}{nbytes / 1024:>10.1f}{packed / 1024:>10.1f}")
     if not args.pages:
         return 0
     with tempfile.TemporaryDirectory(prefix="rlvr-bench-dash-") as tmp:

@@ -9,6 +9,10 @@ captures each page full-length in headless Chromium once its charts have drawn. 
 if the browser console logged an error.
 
     python bench/screenshots.py [--out docs/img] [--width 1400]
+
+Also replays the demo run (sync against one_step_off) and, with the fixtures, a
+calibrated replay of Search-R1 steps 0-1, and fits a synthetic twin of the demo run,
+so the simulate and workload pages have something to show.
 """
 
 from __future__ import annotations
@@ -53,6 +57,22 @@ def synthetic_run_with_timings(folder: Path, steps: int = 40, groups: int = 64, 
     return sorted(folder.iterdir())
 
 
+def run_job(api, path: str, body: dict, timeout: float = 600) -> dict:
+    """POST a replay or workload job and wait until it has finished."""
+    r = api.post(path, json=body)
+    r.raise_for_status()
+    job = r.json()
+    deadline = time.monotonic() + timeout
+    while job["status"] in ("queued", "running"):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{path} job {job['id']} still {job['status']} after {timeout} s")
+        time.sleep(0.5)
+        job = api.get(f"{path}/{job['id']}").json()
+    if job["status"] != "succeeded":
+        raise RuntimeError(f"{path} job {job['id']} failed: {job.get('error')}")
+    return job
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, default=ROOT / "docs" / "img")
@@ -76,20 +96,35 @@ def main() -> int:
         else:
             print(f"note: {FIXTURES} not found; only the synthetic demo trace is shown", file=sys.stderr)
 
+        # a replay of each (the simulate page opens the latest) and a synthetic twin
+        replays = [(demo["id"], {"steps": [0, 40]})]
+        if "search" in traces:
+            replays.append((traces["search"]["id"], {"calibrate": {"fit_steps": [0]}, "steps": [0, 2]}))
+        for trace_id, extra in replays:
+            run_job(api, "/simulations", {
+                "trace_id": trace_id, "cluster": {"gpu": "H100", "n_gpus": 16, "rollout_replicas": 2, "rollout_tp": 4,
+                                                  "train_dp": 8},
+                "model": "Qwen2.5-7B", "policy": "sync", "compare_policy": "one_step_off", **extra})
+        run_job(api, "/workloads", {"trace_id": demo["id"], "steps": 4, "groups": 32, "samples_per_group": 8,
+                                    "name": "synthetic twin of the demo run"})
+
         driver = chromium(args.width, 1000)
         try:
             sign_in(driver, base, key)
             pages = [("traces", "/traces"), ("jobs", "/jobs"),
                      ("overview", f"/traces/{demo['id']}"),
                      ("distributions", f"/traces/{demo['id']}/distributions"),
-                     ("imbalance", f"/traces/{demo['id']}/imbalance")]
+                     ("imbalance", f"/traces/{demo['id']}/imbalance"),
+                     ("simulate", f"/traces/{demo['id']}/simulate"),
+                     ("workload", f"/traces/{demo['id']}/workload")]
             if "kineto" in traces:
                 pages += [("gpu-timeline", f"/traces/{traces['kineto']['id']}/gpu"),
                           ("overview-kineto", f"/traces/{traces['kineto']['id']}"),
                           ("multiturn", f"/traces/{traces['search']['id']}/multiturn"),
                           ("reward-latency", f"/traces/{traces['rllm']['id']}/multiturn"),
                           ("stages-per-rank", f"/traces/{traces['rllm']['id']}/gpu"),
-                          ("compare", f"/compare?a={demo['id']}&b={traces['rllm']['id']}")]
+                          ("compare", f"/compare?a={demo['id']}&b={traces['rllm']['id']}"),
+                          ("simulate-calibrated", f"/traces/{traces['search']['id']}/simulate")]
             # open every trace page once so its analyses start, then wait for them all
             for _, path in pages:
                 driver.get(base + path)

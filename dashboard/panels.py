@@ -16,7 +16,7 @@ import flask
 from dash import html
 
 from dashboard import components as c
-from dashboard import session
+from dashboard import results, session
 from dashboard.client import ApiClient, ApiError
 from dashboard.payloads import job_active, latest_job, latest_succeeded
 
@@ -78,5 +78,7 @@ def analysis_panel(kind: str, label: str, trace_id, params: dict | None = None) 
         return c.analysis_panel(kind, label, trace_id, params,
                                 state={"job_id": None, "note": f"{kind} analysis unavailable: {exc.message}"},
                                 status=c.alert(exc.message), polling=False)
+    if best is not None:
+        results.prefetch(best["id"])  # its figures will ask for it in a moment
     return c.analysis_panel(kind, label, trace_id, params, state=panel_state(job, best, kind),
                             status=status_line(job), polling=job_active(job))

@@ -14,10 +14,11 @@ import threading
 from collections import OrderedDict
 
 from dashboard import session
-from dashboard.client import ApiError
+from dashboard.client import ApiClient, ApiError
 
 CACHE_SIZE = 32
 _cache: OrderedDict[tuple, dict] = OrderedDict()
+_inflight: dict[tuple, threading.Event] = {}
 _lock = threading.Lock()
 
 
@@ -29,19 +30,51 @@ def _cache_key(root: str, api_key: str | None, job_id) -> tuple:
 def job(job_id) -> dict:
     """A job of the signed-in team with its result: from the cache once it has
     succeeded (a finished job never changes), else asked of the API."""
+    return _job(session.api(), job_id)
+
+
+def _job(api: ApiClient, job_id) -> dict:
+    key = _cache_key(api.root, api.api_key, job_id)
+    while True:
+        with _lock:
+            if key in _cache:
+                _cache.move_to_end(key)
+                return _cache[key]
+            pending = _inflight.get(key)
+            if pending is None:
+                pending = _inflight[key] = threading.Event()
+                break
+        pending.wait(60)  # another request is fetching it: use its answer (or fetch after all)
+    try:
+        found = api.job(job_id)
+        if found.get("status") == "succeeded" and found.get("result") is not None:
+            with _lock:
+                _cache[key] = found
+                while len(_cache) > CACHE_SIZE:
+                    _cache.popitem(last=False)
+        return found
+    finally:
+        with _lock:
+            _inflight.pop(key, None)
+        pending.set()
+
+
+def prefetch(job_id) -> None:
+    """Start fetching a job's result in the background: a page's layout knows which
+    result its figures will ask for while the browser is still loading it."""
     api = session.api()
     key = _cache_key(api.root, api.api_key, job_id)
     with _lock:
-        if key in _cache:
-            _cache.move_to_end(key)
-            return _cache[key]
-    found = api.job(job_id)
-    if found.get("status") == "succeeded" and found.get("result") is not None:
-        with _lock:
-            _cache[key] = found
-            while len(_cache) > CACHE_SIZE:
-                _cache.popitem(last=False)
-    return found
+        if key in _cache or key in _inflight:
+            return
+
+    def fetch() -> None:
+        try:
+            _job(api, job_id)
+        except ApiError:
+            pass  # the figure callback asks again and shows the error
+
+    threading.Thread(target=fetch, name=f"prefetch-job-{job_id}", daemon=True).start()
 
 
 def job_result(job_id) -> dict | None:

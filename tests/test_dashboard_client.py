@@ -498,3 +498,28 @@ def test_built_figures_are_cached_per_team(app):
     with app.server.test_request_context():
         flask.session["api_key"] = "another team"
         assert figure_cache.cached(("imbalance", 21, "tokens"), build) == {"figure": 3}  # never another team's
+
+
+def test_prefetched_result_is_fetched_once(app, stub):
+    import threading
+    import time
+
+    import flask
+
+    from dashboard import results
+
+    calls = []
+
+    def slow(request):
+        calls.append(threading.current_thread().name)
+        time.sleep(0.2)
+        return httpx.Response(200, json={"id": 41, "kind": "longtail", "status": "succeeded", "result": {"v": 1}})
+
+    stub.routes[("GET", "/api/v1/jobs/41")] = slow
+    with app.server.test_request_context():
+        flask.session["api_key"] = KEY
+        results.prefetch(41)  # as a layout does
+        assert results.job_result(41) == {"v": 1}  # waits for the fetch under way
+        assert calls == ["prefetch-job-41"]
+        results.prefetch(41)  # cached: nothing to do
+        assert results.job_result(41) == {"v": 1} and len(calls) == 1

@@ -88,8 +88,10 @@ def longtail_engine_figure(result: dict) -> go.Figure:
                 z[pos[e], j] = 100 * num(v)
     fig = styled_figure(title, x_title=UNITS["step"], y_title=key.replace("_", " "),
                         height=rows_height(len(engines), per_row=16 if len(engines) <= 64 else 3, minimum=320, maximum=900))
-    fig.add_trace(go.Heatmap(x=np.array([s["step"] for s in steps], dtype=np.int32), y=[str(e) for e in engines], z=z,
-                             colorscale="Oranges", zmin=0, colorbar=dict(title=dict(text="idle %"), thickness=12),
-                             hovertemplate="step %{x}, engine %{y}<br>%{z:.1f}% idle<extra></extra>"))
+    # whole percents: 256 engines x 500 steps gzip to a third of the size of exact floats
+    fig.add_trace(go.Heatmap(x=np.array([s["step"] for s in steps], dtype=np.int32), y=[str(e) for e in engines],
+                             z=np.round(z), colorscale="Oranges", zmin=0,
+                             colorbar=dict(title=dict(text="idle %"), thickness=12),
+                             hovertemplate="step %{x}, engine %{y}<br>%{z:.0f}% idle<extra></extra>"))
     fig.update_yaxes(autorange="reversed", type="category")
     return integer_ticks(fig)

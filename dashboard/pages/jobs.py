@@ -1,5 +1,5 @@
-"""Jobs: ingestions, analyses (and later replays) with progress and errors; re-run an
-analysis with other parameters.
+"""Jobs: ingestions, analyses, replays and workloads with progress and errors; re-run an
+analysis with other parameters; open a replay or workload on its page.
 
 Ids: jobs-status, jobs-kind (filters), jobs-table (one <tr data-job-id> per job),
 jobs-poll, rerun-kind, rerun-trace, rerun-params (JSON), rerun-submit, rerun-message.
@@ -20,6 +20,8 @@ from dashboard.payloads import human_time, job_active
 dash.register_page(__name__, path="/jobs", name="Jobs", title="Jobs · RLVR Explorer", nav="top", order=2)
 
 ANALYSIS_KINDS = ("lengths", "longtail", "imbalance", "latency", "multiturn", "gpu_timeline")
+JOB_KINDS = ("ingest", *ANALYSIS_KINDS, "simulation", "workload")
+JOB_PAGES = {"simulation": "simulate", "workload": "workload"}  # kind -> the trace page that shows its jobs
 JOB_STATUSES = ("queued", "running", "succeeded", "failed")
 
 
@@ -34,7 +36,7 @@ def layout(trace_id: str | None = None, kind: str | None = None, **_):
     if not signed_in():
         return sign_in_required("/jobs")
     trace_id = _int(trace_id)
-    kind = kind if kind in ANALYSIS_KINDS else None
+    kind = kind if kind in JOB_KINDS else None
     return html.Div([
         html.H2("Jobs"),
         section(
@@ -42,7 +44,7 @@ def layout(trace_id: str | None = None, kind: str | None = None, **_):
             controls(
                 control("Status", dcc.Dropdown(id="jobs-status", options=list(JOB_STATUSES), placeholder="any",
                                                style={"minWidth": "160px"})),
-                control("Kind", dcc.Dropdown(id="jobs-kind", options=["ingest", *ANALYSIS_KINDS], placeholder="any",
+                control("Kind", dcc.Dropdown(id="jobs-kind", options=list(JOB_KINDS), placeholder="any",
                                              value=kind, style={"minWidth": "160px"})),
                 control("Trace id", dcc.Input(id="jobs-trace", type="number", value=trace_id, debounce=True,
                                               className="input", placeholder="any")),
@@ -55,7 +57,8 @@ def layout(trace_id: str | None = None, kind: str | None = None, **_):
         section(
             "Run an analysis",
             controls(
-                control("Analysis", dcc.Dropdown(id="rerun-kind", options=list(ANALYSIS_KINDS), value=kind or "lengths",
+                control("Analysis", dcc.Dropdown(id="rerun-kind", options=list(ANALYSIS_KINDS),
+                                                 value=kind if kind in ANALYSIS_KINDS else "lengths",
                                                  clearable=False, style={"minWidth": "180px"})),
                 control("Trace id", dcc.Input(id="rerun-trace", type="number", className="input", value=trace_id)),
             ),
@@ -69,6 +72,18 @@ def layout(trace_id: str | None = None, kind: str | None = None, **_):
 
 def _params_text(params) -> str:
     return json.dumps(params or {}, indent=1, sort_keys=True)
+
+
+def _action(job: dict):
+    """Re-run an analysis; open a replay or workload on its trace's page."""
+    if job.get("kind") in ANALYSIS_KINDS:
+        return html.Button("Re-run", id={"type": "job-rerun", "index": job["id"]}, n_clicks=0,
+                           className="button small secondary")
+    page = JOB_PAGES.get(job.get("kind"))
+    if page and job.get("trace_id"):
+        return dcc.Link("Open", href=href(f"/traces/{job['trace_id']}/{page}?job={job['id']}"),
+                        className="button small secondary")
+    return ""
 
 
 def jobs_table(jobs: list[dict]) -> html.Table | html.P:
@@ -90,8 +105,7 @@ def jobs_table(jobs: list[dict]) -> html.Table | html.P:
             html.Td(human_time(j.get("created_at"))),
             html.Td(human_time(j.get("finished_at"))),
             html.Td(html.Code(json.dumps(j.get("params") or {}, sort_keys=True)[:120])),
-            html.Td(html.Button("Re-run", id={"type": "job-rerun", "index": j["id"]}, n_clicks=0,
-                                className="button small secondary") if j.get("kind") in ANALYSIS_KINDS else ""),
+            html.Td(_action(j)),
         ], **{"data-job-id": str(j["id"]), "data-status": st, "data-kind": j.get("kind") or ""}))
     return html.Table([html.Thead(head), html.Tbody(rows)], className="table", id="jobs-table-el")
 

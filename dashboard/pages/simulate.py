@@ -122,6 +122,8 @@ def body(trace: dict, job_param=None) -> html.Div:
         done = [j for j in history if j.get("status") == "succeeded"]
         shown = done[0] if done else history[0]
     shown_id = shown["id"] if shown else None
+    if shown and shown.get("status") == "succeeded":
+        results.prefetch(shown_id)  # the figures ask for its result in a moment
     return html.Div([
         dcc.Store(id="sim-job", data=shown_id),
         dcc.Store(id="sim-done", data=shown_id if shown and shown.get("status") == "succeeded" else None),

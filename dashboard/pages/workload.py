@@ -61,6 +61,8 @@ def body(trace: dict, job_param=None) -> html.Div:
         done = [j for j in history if j.get("status") == "succeeded"]
         shown = done[0] if done else history[0]
     shown_id = shown["id"] if shown else None
+    if shown and shown.get("status") == "succeeded":
+        results.prefetch(shown_id)  # the figures ask for its result in a moment
     multiturn = bool(trace.get("n_turns"))
     formats = ["multiturn", "compact"] if multiturn else ["packed", "compact"]
     tasks = trace.get("tasks") or []
