@@ -7,7 +7,7 @@ import pytest
 from sqlalchemy import func, select
 
 from backend.db import new_session
-from backend.models import Sample, Step, Trace
+from backend.models import Sample, Step
 from tests.helpers import jsonl, responses_of, synthetic_rows, write_packed_dir, zip_folder
 
 
@@ -85,7 +85,7 @@ def test_same_content_returns_existing_trace(api, uploaded, per_step, tmp_path):
 def test_list_filter_and_paging(api, per_step):
     for i in range(3):
         rows = synthetic_rows(steps=1, groups=4, n=2, seed=10 + i)[0]
-        r = upload(api, [(f"packed_lengths_step_0.jsonl", jsonl(rows), "application/json")], name=f"run-{i}")
+        r = upload(api, [("packed_lengths_step_0.jsonl", jsonl(rows), "application/json")], name=f"run-{i}")
         assert r.status_code == 201, r.text
     page = api.get("/api/v1/traces", params={"limit": 2}).json()
     assert page["total"] == 3 and len(page["items"]) == 2

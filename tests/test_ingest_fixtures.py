@@ -7,7 +7,7 @@ from pathlib import Path
 
 import orjson
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import select
 
 from backend.db import session_scope
 from backend.ingest.service import accept_upload

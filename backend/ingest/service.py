@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
+from backend.analysis_jobs import queue_default_analyses
 from backend.db import get_engine, new_session
 from backend.formats.base import InputError
 from backend.ingest.pipeline import Progress, ingest_trace, set_trace_status
@@ -115,7 +116,5 @@ def ingest_stored(
         max_response_len=max_response_len,
         progress=progress,
     )
-    from backend.analysis_jobs import queue_default_analyses
-
     with new_session() as session:
         queue_default_analyses(session, session.get(Trace, trace_id))
