@@ -68,7 +68,10 @@ def test_fit_generate_ingest_and_download(api, worker, small_trace):
     compact = orjson.loads(zf.read("workload_compact.json"))
     assert sorted(compact) == ["0", "1", "2"] and all(len(compact[k]["input"]) == 5 for k in compact)
     assert "default" in orjson.loads(zf.read("workload_model.json"))
-    assert job["id"] in [j["id"] for j in api.get(URL).json()["items"]]
+    listed = {j["id"]: j for j in api.get(URL).json()["items"]}
+    assert listed[job["id"]]["result"] is None  # lists leave results out unless asked
+    full = {j["id"]: j for j in api.get(URL, params={"include_result": "true"}).json()["items"]}
+    assert full[job["id"]]["result"]["trace_id"] == new_id
 
 
 def test_fit_only_reports_without_a_trace(api, worker, small_trace):

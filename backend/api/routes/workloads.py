@@ -8,10 +8,10 @@ from typing import Annotated, Any
 from fastapi import APIRouter, HTTPException, Query, status
 from fastapi.responses import FileResponse
 from pydantic import BaseModel, ConfigDict, Field
-from sqlalchemy import select
 
 from backend.api.deps import CurrentTeam, SessionDep, trace_of_team
 from backend.api.errors import ERROR_RESPONSES
+from backend.api.routes.jobs import IncludeResult, job_list, job_list_query
 from backend.api.routes.simulations import _unprocessable, job_of_team, require_replayable, require_succeeded
 from backend.api.schemas import JobList, JobOut
 from backend.models import Job
@@ -55,11 +55,15 @@ def create_workload(body: WorkloadRequest, session: SessionDep, team: CurrentTea
 
 
 @router.get("", response_model=JobList)
-def list_workloads(session: SessionDep, team: CurrentTeam, limit: Annotated[int, Query(ge=1, le=500)] = 100):
-    jobs = session.scalars(
-        select(Job).where(Job.team_id == team.id, Job.kind == WORKLOAD_KIND).order_by(Job.id.desc()).limit(limit)
-    )
-    return JobList(items=list(jobs))
+def list_workloads(
+    session: SessionDep,
+    team: CurrentTeam,
+    limit: Annotated[int, Query(ge=1, le=500)] = 100,
+    include_result: IncludeResult = False,
+):
+    """The team's workload jobs, newest first (results only with `include_result=true`)."""
+    query = job_list_query(Job.team_id == team.id, Job.kind == WORKLOAD_KIND, include_result=include_result)
+    return job_list(session.scalars(query.limit(limit)), include_result)
 
 
 @router.get("/{job_id}", response_model=JobOut)
