@@ -11,11 +11,23 @@ from __future__ import annotations
 from celery import Celery
 
 from backend.settings import get_settings
+from workers import fs_transport
+
+fs_transport.register()
+
+
+def broker_url(settings) -> str:  # noqa: ANN001
+    """The configured broker; the embedded filesystem one uses our atomic variant."""
+    url = settings.celery_broker
+    if url.startswith("filesystem://"):
+        return fs_transport.SCHEME + url[len("filesystem") :]
+    return url
 
 
 def make_celery() -> Celery:
     settings = get_settings()
-    app = Celery("rlvr_explorer", broker=settings.celery_broker, include=["workers.tasks"])
+    broker = broker_url(settings)
+    app = Celery("rlvr_explorer", broker=broker, include=["workers.tasks"])
     app.conf.update(
         task_default_queue=settings.queue_name,
         task_ignore_result=True,
@@ -31,7 +43,7 @@ def make_celery() -> Celery:
         broker_connection_retry_on_startup=True,
         worker_hijack_root_logger=False,
     )
-    if settings.celery_broker.startswith("filesystem"):
+    if broker.startswith(fs_transport.SCHEME):
         queue = str(settings.queue_dir)
         app.conf.broker_transport_options = {
             "data_folder_in": queue,
@@ -57,14 +69,14 @@ def make_celery() -> Celery:
 celery_app = make_celery()
 
 
-_producers: dict[tuple[str, str], Celery] = {}
+_producers: dict[tuple[str, str, str], Celery] = {}
 
 
 def producer() -> Celery:
     """A Celery app for sending jobs with the current settings (tests switch brokers
     within one process; a deployment always gets `celery_app` itself)."""
     settings = get_settings()
-    key = (settings.celery_broker, str(settings.queue_dir), settings.queue_name)
+    key = (broker_url(settings), str(settings.queue_dir), settings.queue_name)
     current = (
         celery_app.conf.broker_url,
         celery_app.conf.broker_transport_options.get("data_folder_in", key[1]),
