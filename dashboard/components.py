@@ -163,3 +163,14 @@ def analysis_panel(kind: str, label: str, trace_id, params: dict | None = None, 
         dcc.Link("other parameters…", href=href(f"/jobs?trace_id={trace_id}&kind={kind}"), className="muted"),
     ])
 
+
+
+def clicked_index():
+    """The `index` of the pattern-matched button that was really clicked, else None.
+
+    Re-rendering a list of buttons fires their callback with n_clicks None; only a
+    trigger with a click count is a click."""
+    trig = dash.ctx.triggered_id
+    if isinstance(trig, dict) and dash.ctx.triggered and dash.ctx.triggered[0]["value"]:
+        return trig["index"]
+    return None

@@ -125,6 +125,13 @@ def latency_vs_tokens_figure(result: dict) -> go.Figure:
     return fig
 
 
+def _add_percentile_lines(fig: go.Figure, x: list, steps: list[dict]) -> None:
+    """One line per percentile (seconds) over steps."""
+    for key in PCTS:
+        fig.add_trace(go.Scatter(name=key, x=x, y=column(steps, key), mode="lines+markers",
+                                 line=dict(color=PERCENTILE_COLORS[key]), hovertemplate=f"{key} %{{y:.2f}} s<extra></extra>"))
+
+
 def reward_latency_figure(result: dict) -> go.Figure:
     """Reward seconds per step over ranks: p50/p90/p99/max (every rank scores in
     parallel, the step waits for the slowest), and the measured t_reward if logged."""
@@ -134,9 +141,7 @@ def reward_latency_figure(result: dict) -> go.Figure:
         return empty_figure("No reward timings", title)
     x = [e["step"] for e in steps]
     fig = styled_figure(title, x_title=UNITS["step"], y_title=UNITS["seconds"], hovermode="x unified")
-    for key in PCTS:
-        fig.add_trace(go.Scatter(name=key, x=x, y=column(steps, key), mode="lines+markers",
-                                 line=dict(color=PERCENTILE_COLORS[key]), hovertemplate=f"{key} %{{y:.2f}} s<extra></extra>"))
+    _add_percentile_lines(fig, x, steps)
     if any(e.get("t_reward") is not None for e in steps):
         fig.add_trace(go.Scatter(name="measured t_reward", x=x, y=column(steps, "t_reward"), mode="lines",
                                  line=dict(color=STAGE_COLORS["reward"], dash="dash")))
@@ -173,7 +178,5 @@ def tool_latency_figure(result: dict) -> go.Figure:
         return empty_figure("No tool calls", title)
     x = [e["step"] for e in steps]
     fig = styled_figure(title, x_title=UNITS["step"], y_title=UNITS["seconds"], hovermode="x unified")
-    for key in PCTS:
-        fig.add_trace(go.Scatter(name=key, x=x, y=column(steps, key), mode="lines+markers",
-                                 line=dict(color=PERCENTILE_COLORS[key]), hovertemplate=f"{key} %{{y:.2f}} s<extra></extra>"))
+    _add_percentile_lines(fig, x, steps)
     return integer_ticks(fig)

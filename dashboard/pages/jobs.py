@@ -14,7 +14,7 @@ from dash import ALL, Input, Output, State, ctx, dcc, html, no_update
 
 from dashboard import session
 from dashboard.client import ApiError
-from dashboard.components import alert, control, controls, href, progress, section, sign_in_required, signed_in
+from dashboard.components import alert, clicked_index, control, controls, href, progress, section, sign_in_required, signed_in
 from dashboard.payloads import human_time, job_active
 
 dash.register_page(__name__, path="/jobs", name="Jobs", title="Jobs · RLVR Explorer", nav="top", order=2)
@@ -142,11 +142,11 @@ def list_jobs(_n, status, kind, trace_id, previous):
     prevent_initial_call=True,
 )
 def copy_job(clicks):
-    trig = ctx.triggered_id
-    if not isinstance(trig, dict) or not (ctx.triggered and ctx.triggered[0]["value"]):
+    job_id = clicked_index()
+    if job_id is None:
         return no_update, no_update, no_update
     try:
-        job = session.api().job(trig["index"])
+        job = session.api().job(job_id)
     except ApiError:
         return no_update, no_update, no_update
     return job.get("kind"), job.get("trace_id"), _params_text(job.get("params"))

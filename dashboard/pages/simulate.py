@@ -20,7 +20,7 @@ from dash import ALL, Input, Output, State, ctx, dcc, html, no_update
 
 from dashboard import results, session
 from dashboard.client import ApiClient, ApiError
-from dashboard.components import PAGE_TRACE_ID, alert, card, control, controls, graph, section
+from dashboard.components import PAGE_TRACE_ID, alert, card, clicked_index, control, controls, graph, section
 from dashboard.downloads import simulation_trace_href
 from dashboard.figure_cache import cached
 from dashboard.figures.common import empty_figure
@@ -196,10 +196,8 @@ def submit(n, trace_id, gpu, model, n_gpus, replicas, tp, train_dp, max_seqs, kv
     prevent_initial_call=True,
 )
 def reopen(clicks):
-    trig = ctx.triggered_id
-    if not isinstance(trig, dict) or not any(clicks or []):
-        return no_update
-    return trig["index"]
+    job_id = clicked_index()
+    return no_update if job_id is None else job_id
 
 
 @dash.callback(

@@ -16,7 +16,7 @@ from dash import ALL, Input, Output, State, ctx, dcc, html, no_update
 
 from dashboard import session
 from dashboard.client import ApiError
-from dashboard.components import alert, control, controls, href, progress, section, sign_in_required, signed_in
+from dashboard.components import alert, clicked_index, control, controls, href, progress, section, sign_in_required, signed_in
 from dashboard.payloads import human_bytes, human_count, human_time, job_active
 
 dash.register_page(__name__, path="/traces", name="Traces", title="Traces · RLVR Explorer",
@@ -299,10 +299,10 @@ def list_traces(offset, _refresh, _poll, q, status):
     prevent_initial_call=True,
 )
 def ask_delete(clicks):
-    trig = ctx.triggered_id
-    if not isinstance(trig, dict) or not any(clicks or []) or not (ctx.triggered and ctx.triggered[0]["value"]):
+    trace_id = clicked_index()
+    if trace_id is None:
         return no_update, False, no_update
-    return trig["index"], True, f"Delete trace {trig['index']} and everything computed from it? This cannot be undone."
+    return trace_id, True, f"Delete trace {trace_id} and everything computed from it? This cannot be undone."
 
 
 @dash.callback(

@@ -17,7 +17,7 @@ from dash import ALL, Input, Output, State, ctx, dcc, html, no_update
 
 from dashboard import results, session
 from dashboard.client import ApiError
-from dashboard.components import PAGE_TRACE_ID, alert, control, controls, graph, href, section
+from dashboard.components import PAGE_TRACE_ID, alert, clicked_index, control, controls, graph, href, section
 from dashboard.downloads import workload_zip_href
 from dashboard.figure_cache import cached
 from dashboard.figures.common import empty_figure
@@ -140,10 +140,8 @@ def submit(n_fit, n_gen, trace_id, steps, groups, samples, seed, dp_size, task, 
     prevent_initial_call=True,
 )
 def reopen(clicks):
-    trig = ctx.triggered_id
-    if not isinstance(trig, dict) or not any(clicks or []):
-        return no_update
-    return trig["index"]
+    job_id = clicked_index()
+    return no_update if job_id is None else job_id
 
 
 @dash.callback(
