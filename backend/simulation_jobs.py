@@ -178,13 +178,18 @@ def _step_range(value: Any) -> list[int] | None:
     return [lo, hi]
 
 
-def simulation_params(body: dict) -> dict:
-    """Validated, fully resolved parameters of a simulation job (ValueError names the field)."""
+def _check_fields(body, known) -> None:  # noqa: ANN001
+    """A JSON object with only `known` fields (ValueError names the first other one)."""
     if not isinstance(body, dict):
         raise ValueError("body: expected a JSON object")
-    unknown = [k for k in body if k not in SIMULATION_FIELDS]
+    unknown = [k for k in body if k not in known]
     if unknown:
-        raise ValueError(f"{unknown[0]}: unknown field (known: {', '.join(SIMULATION_FIELDS)})")
+        raise ValueError(f"{unknown[0]}: unknown field (known: {', '.join(known)})")
+
+
+def simulation_params(body: dict) -> dict:
+    """Validated, fully resolved parameters of a simulation job (ValueError names the field)."""
+    _check_fields(body, SIMULATION_FIELDS)
     has_trace, has_workload = body.get("trace_id") is not None, body.get("workload") is not None
     if has_trace == has_workload:
         raise ValueError("trace_id: give either trace_id (replay a trace) or workload (a synthetic source)")
@@ -248,11 +253,7 @@ def workload_params(body: dict, *, multiturn_trace: bool = False) -> dict:
     `multiturn_trace`: the trace to fit has turns (so "multiturn" output is possible)."""
     from workers.workload.params_file import load_parameters
 
-    if not isinstance(body, dict):
-        raise ValueError("body: expected a JSON object")
-    unknown = [k for k in body if k not in WORKLOAD_FIELDS]
-    if unknown:
-        raise ValueError(f"{unknown[0]}: unknown field (known: {', '.join(WORKLOAD_FIELDS)})")
+    _check_fields(body, WORKLOAD_FIELDS)
     has_trace, has_params = body.get("trace_id") is not None, body.get("parameters") is not None
     if has_trace == has_params:
         raise ValueError("trace_id: give either trace_id (fit a trace) or parameters (a PolyTrace parameter file)")

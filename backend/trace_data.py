@@ -38,13 +38,14 @@ def available_columns(trace: Trace) -> dict[str, set[str]]:
     return out
 
 
-def load_trace_data(
+def load_trace_tables(
     conn: Connection,
     trace: Trace,
     tables: dict[str, tuple[str, ...]],
     step_range: tuple[int, int] | None = None,
-) -> TraceData:
-    """Read just the requested columns that the trace has, ordered by the table's key."""
+) -> dict[str, dict]:
+    """{table: {column: array}}: just the requested columns the trace has, ordered by the
+    table's key (steps in [lo, hi) when given); tables the trace lacks are absent."""
     available = available_columns(trace)
     loaded: dict[str, dict] = {}
     for table, wanted in tables.items():
@@ -56,9 +57,20 @@ def load_trace_data(
         elif columns:
             order = ", ".join(KEYS[table][1:]) if table in KEYS else None
             loaded[table] = read_columns(conn, table, trace.id, columns, step_range=step_range, order_by=order)
-    tasks = trace.tasks or []
+    return loaded
+
+
+def load_trace_data(
+    conn: Connection,
+    trace: Trace,
+    tables: dict[str, tuple[str, ...]],
+    step_range: tuple[int, int] | None = None,
+) -> TraceData:
+    """`load_trace_tables` as the analyses' `TraceData`."""
     return TraceData.from_tables(
-        loaded, max_response_len=trace.max_response_len, task_names=dict(enumerate(tasks))
+        load_trace_tables(conn, trace, tables, step_range),
+        max_response_len=trace.max_response_len,
+        task_names=dict(enumerate(trace.tasks or [])),
     )
 
 

@@ -43,18 +43,16 @@ from typing import Callable
 
 import numpy as np
 import orjson
-from sqlalchemy import select
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import OperationalError
 
-from backend.columns import read_columns
 from backend.db import get_engine, new_session
 from backend.formats.base import STEP_TIMING_COLUMNS
 from backend.jobs import mark_failed, mark_running, mark_succeeded, set_progress
-from backend.models import Job, JobStatus, Step, Trace, TraceStatus
+from backend.models import Job, JobStatus, Trace, TraceStatus
 from backend.settings import get_settings
 from backend.simulation_jobs import configs_of
-from backend.trace_data import KEYS, available_columns
+from backend.trace_data import load_trace_tables
 from workers.analysis.data import json_safe
 from workers.simulator import Calibration, SimResult, StepWorkload, accuracy_report, calibrate, chrome_trace, compare, simulate
 from workers.simulator.result import Lane
@@ -80,24 +78,9 @@ WANTED = {
 def load_columns(conn: Connection, trace: Trace, step_range: tuple[int, int] | None = None) -> dict[str, dict]:
     """{table: {column: array}} of the trace (steps in [lo, hi) when given), for
     `workload_from_columns` and `fit_workload`; tables the trace lacks are absent."""
-    available = available_columns(trace)
-    out: dict[str, dict] = {}
-    for table, wanted in WANTED.items():
-        cols = [c for c in wanted if c in available.get(table, ())]
-        if table in available and cols:
-            out[table] = read_columns(conn, table, trace.id, cols, step_range=step_range, order_by=", ".join(KEYS[table][1:]))
+    out = load_trace_tables(conn, trace, {**WANTED, "steps": ("step", *STEP_TIMING_COLUMNS)}, step_range)
     if "tool_calls" in out and "latency_s" not in out["tool_calls"]:
         del out["tool_calls"]  # tool calls without latencies add nothing to a replay
-    if "steps" in available:
-        names = [c for c in STEP_TIMING_COLUMNS if c in available["steps"]]
-        query = select(Step.step, *[getattr(Step, c) for c in names]).where(Step.trace_id == trace.id).order_by(Step.step)
-        if step_range is not None:
-            query = query.where(Step.step >= step_range[0], Step.step < step_range[1])
-        rows = conn.execute(query).all()
-        steps = {"step": np.array([r[0] for r in rows], dtype=np.int64)}
-        for i, name in enumerate(names, start=1):
-            steps[name] = np.array([np.nan if r[i] is None else r[i] for r in rows], dtype=np.float64)
-        out["steps"] = steps
     return out
 
 

@@ -290,18 +290,19 @@ def bool_column(chunk: JsonChunk, key: str, name: str, default=REQUIRED) -> np.n
 
 
 def str_column(chunk: JsonChunk, key: str, name: str, default=REQUIRED) -> list[str]:
-    values = _values(chunk, key, name, default)
-    if not all(type(v) is str for v in values):
-        i = _first_bad(values, lambda v: type(v) is str)
-        raise InputError(name, f"expected a string, got {_show(values[i])}", chunk.line(i), chunk.field(i, key))
-    return values
+    return _typed_column(chunk, key, name, default, str, "a string")
 
 
 def list_column(chunk: JsonChunk, key: str, name: str, default=REQUIRED) -> list[list]:
+    return _typed_column(chunk, key, name, default, list, "a list")
+
+
+def _typed_column(chunk: JsonChunk, key: str, name: str, default, kind: type, what: str) -> list:  # noqa: ANN001
+    """The raw values of `key`, each of exactly JSON type `kind` (InputError names the first other)."""
     values = _values(chunk, key, name, default)
-    if not all(type(v) is list for v in values):
-        i = _first_bad(values, lambda v: type(v) is list)
-        raise InputError(name, f"expected a list, got {_show(values[i])}", chunk.line(i), chunk.field(i, key))
+    if not all(type(v) is kind for v in values):
+        i = _first_bad(values, lambda v: type(v) is kind)
+        raise InputError(name, f"expected {what}, got {_show(values[i])}", chunk.line(i), chunk.field(i, key))
     return values
 
 

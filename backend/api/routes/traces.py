@@ -19,12 +19,20 @@ from backend.models import Job, Trace
 router = APIRouter(prefix="/traces", tags=["traces"])
 
 
-def trace_out(session, trace: Trace) -> TraceOut:  # noqa: ANN001
-    out = TraceOut.model_validate(trace)
-    out.job_id = session.scalar(
-        select(Job.id).where(Job.trace_id == trace.id, Job.kind == "ingest").order_by(Job.id.desc())
+def traces_out(session, traces: list[Trace]) -> list[TraceOut]:  # noqa: ANN001
+    """Traces with the id of their (latest) ingest job, in one query for the page."""
+    ingest_jobs = dict(
+        session.execute(
+            select(Job.trace_id, func.max(Job.id))
+            .where(Job.trace_id.in_([t.id for t in traces]), Job.kind == "ingest")
+            .group_by(Job.trace_id)
+        ).all()
     )
-    return out
+    return [TraceOut.model_validate(t).model_copy(update={"job_id": ingest_jobs.get(t.id)}) for t in traces]
+
+
+def trace_out(session, trace: Trace) -> TraceOut:  # noqa: ANN001
+    return traces_out(session, [trace])[0]
 
 
 @router.post(
@@ -90,7 +98,7 @@ def list_traces(
         where.append(Trace.name.ilike(f"%{q}%"))
     total = session.scalar(select(func.count()).select_from(Trace).where(*where)) or 0
     traces = session.scalars(select(Trace).where(*where).order_by(Trace.id.desc()).limit(limit).offset(offset))
-    return TracePage(items=[trace_out(session, t) for t in traces], total=total)
+    return TracePage(items=traces_out(session, list(traces)), total=total)
 
 
 @router.get("/{trace_id}", response_model=TraceOut, responses=ERROR_RESPONSES)
