@@ -9,7 +9,7 @@ run starts by clearing rows a killed earlier attempt may have left.
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from typing import IO, Callable
 
 import numpy as np
@@ -76,14 +76,6 @@ class _CountingStream:
 
     def __exit__(self, *exc) -> None:
         self._raw.close()
-
-
-@dataclass
-class IngestReport:
-    counts: dict[str, int] = field(default_factory=dict)
-    n_steps: int = 0
-    skipped: list[str] = field(default_factory=list)
-    seconds: float = 0.0
 
 
 class _Loader:
@@ -186,10 +178,9 @@ def ingest_trace(
     forced_format: str | None = None,
     max_response_len: int | None = None,
     progress: Progress | None = None,
-) -> IngestReport:
+) -> None:
     """Load `sources` into trace `trace_id` and mark it ready; on any error mark it failed
     with the reason, leave no rows behind, and re-raise."""
-    started = time.monotonic()
     total_bytes = sum(s.size or 0 for s in sources) or 1
     counter = [0]
     counted = [Source(s.name, (lambda s=s: _CountingStream(s.open(), counter)), s.size) for s in sources]
@@ -241,7 +232,6 @@ def ingest_trace(
         _refresh_planner_statistics(engine)
     if progress:
         progress(1.0, "ready")
-    return IngestReport(dict(loader.counts), n_steps, result.skipped, time.monotonic() - started)
 
 
 def _finish(  # noqa: PLR0913
