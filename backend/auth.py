@@ -9,7 +9,7 @@ import secrets
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from backend.models import Team
+from backend.store.models import Team
 
 
 def new_api_key() -> str:

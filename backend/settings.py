@@ -18,12 +18,8 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="RLVR_", env_file=".env", extra="ignore")
 
     data_dir: Path = Path("data")
-    database_url: str | None = Field(
-        default=None, validation_alias=AliasChoices("RLVR_DATABASE_URL", "DATABASE_URL")
-    )
-    broker_url: str | None = Field(
-        default=None, validation_alias=AliasChoices("RLVR_BROKER_URL", "CELERY_BROKER_URL")
-    )
+    database_url: str | None = Field(default=None, validation_alias=AliasChoices("RLVR_DATABASE_URL", "DATABASE_URL"))
+    broker_url: str | None = Field(default=None, validation_alias=AliasChoices("RLVR_BROKER_URL", "CELERY_BROKER_URL"))
     # Uploads up to this size are ingested during the request (errors come back as 4xx);
     # larger ones are ingested by a worker job and the API answers 202.
     inline_ingest_max_bytes: int = 16 * 1024**2

@@ -5,8 +5,8 @@
 
 from __future__ import annotations
 
-import contextlib
 import base64
+import contextlib
 import os
 import signal
 import socket
@@ -39,9 +39,14 @@ def running_server(data_dir: Path, *, demo: bool = False, port: int | None = Non
         env["RLVR_DATABASE_URL"] = database_url
     data_dir.mkdir(parents=True, exist_ok=True)
     log = data_dir / "serve.log"
-    proc = subprocess.Popen([sys.executable, "-m", "backend.cli", "serve", "--port", str(port),
-                             "--demo" if demo else "--no-demo"], cwd=ROOT, env=env, stdout=log.open("wb"),
-                            stderr=subprocess.STDOUT, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rlvr_explorer", "serve", "--port", str(port), "--demo" if demo else "--no-demo"],
+        cwd=ROOT,
+        env=env,
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 300
@@ -105,9 +110,16 @@ def chromium(width: int = 1400, height: int = 1000, *, network_log: bool = False
 
     opts = webdriver.ChromeOptions()
     opts.binary_location = CHROMIUM
-    for arg in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                "--disable-component-update", "--disable-sync", f"--window-size={width},{height}",
-                "--hide-scrollbars"):
+    for arg in (
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        f"--window-size={width},{height}",
+        "--hide-scrollbars",
+    ):
         opts.add_argument(arg)
     opts.set_capability("goog:loggingPrefs", {"browser": "ALL", **({"performance": "ALL"} if network_log else {})})
     return webdriver.Chrome(service=Service(CHROMEDRIVER), options=opts)
@@ -137,8 +149,9 @@ return [graphs.length, pending.length, busy];
 """
 
 
-def wait_for_charts(driver, timeout: float = 120, settle: float = 0.5, ready_selector: str | None = None,
-                    poll: float = 0.1) -> float:
+def wait_for_charts(
+    driver, timeout: float = 120, settle: float = 0.5, ready_selector: str | None = None, poll: float = 0.1
+) -> float:
     """Seconds until every chart on the page has drawn its data (no placeholder left);
     a page without charts counts as drawn when `ready_selector` matches, or else once
     nothing is loading for a second."""
@@ -180,7 +193,9 @@ def network_transfer(driver) -> tuple[int, int]:
     return total, requests
 
 
-def timed_page_load(driver, url: str, *, ready_selector: str | None = None, timeout: float = 120) -> tuple[float, int, int]:
+def timed_page_load(
+    driver, url: str, *, ready_selector: str | None = None, timeout: float = 120
+) -> tuple[float, int, int]:
     """(seconds from navigation until every chart drew, bytes transferred, requests)
     for one page load; the driver must come from `chromium(network_log=True)`."""
     driver.get("about:blank")
@@ -197,13 +212,20 @@ def timed_page_load(driver, url: str, *, ready_selector: str | None = None, time
 def full_page_png(driver, path: Path, width: int = 1400) -> None:
     """A screenshot of the whole page (not just the viewport)."""
     height = driver.execute_script("return Math.ceil(document.documentElement.scrollHeight)")
-    driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
-                           {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False})
+    driver.execute_cdp_cmd(
+        "Emulation.setDeviceMetricsOverride",
+        {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False},
+    )
     try:
         time.sleep(0.3)
-        shot = driver.execute_cdp_cmd("Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True,
-                                                                 "clip": {"x": 0, "y": 0, "width": width,
-                                                                          "height": height, "scale": 1}})
+        shot = driver.execute_cdp_cmd(
+            "Page.captureScreenshot",
+            {
+                "format": "png",
+                "captureBeyondViewport": True,
+                "clip": {"x": 0, "y": 0, "width": width, "height": height, "scale": 1},
+            },
+        )
     finally:
         driver.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
     path.parent.mkdir(parents=True, exist_ok=True)

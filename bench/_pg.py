@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator
 
 import psycopg
 
@@ -14,7 +14,7 @@ DEFAULT_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 @contextmanager
 def throwaway_database(admin_url: str = DEFAULT_ADMIN_URL) -> Iterator[str]:
     """Yields the URL of a new database at the schema's head; drops it on the way out."""
-    from backend.migrate import upgrade
+    from backend.store.migrate import upgrade
 
     name = f"rlvr_bench_{uuid.uuid4().hex[:8]}"
     with psycopg.connect(admin_url, autocommit=True) as conn:

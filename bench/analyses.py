@@ -7,10 +7,10 @@ in this process, on the stored trace:
 
 - read: `load_trace_data(conn, trace, union_tables(kinds))` -- the union of the columns
   the default set (`default_analyses(available_columns(trace))`) needs, read once, as
-  the worker does (`backend.columns.read_columns`: one COPY row per step with each
+  the worker does (`backend.store.columns.read_columns`: one COPY row per step with each
   column packed server-side, decoded by numpy);
 - compute: each analysis of the set on the loaded data, `json_safe(run_analysis(...))`;
-- end to end: `workers.analysis_runner._run_here(jobs, trace, ...)` on fresh job rows --
+- end to end: `workers.runners.analyses._run_here(jobs, trace, ...)` on fresh job rows --
   what the set costs in one worker process: read (step-range chunks in a background
   thread, overlapped with the analysis of the previous chunk) + every analysis + merging
   + progress updates + storing the results.
@@ -46,7 +46,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench._pg import DEFAULT_ADMIN_URL, throwaway_database  # noqa: E402
-from workers.workload.synthetic import packed_length_rows  # noqa: E402
+from core.workload.synthetic import packed_length_rows  # noqa: E402
 
 TARGET = 1.5
 
@@ -66,8 +66,12 @@ def ingest(url: str, run: Path, data_dir: Path) -> tuple[float, float]:
     env = {**os.environ, "RLVR_DATABASE_URL": url, "RLVR_DATA_DIR": str(data_dir)}
     t0 = time.perf_counter()
     subprocess.run(
-        [sys.executable, "-m", "backend.cli", "ingest", str(run), "--name", "bench"],
-        env=env, cwd=ROOT, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        [sys.executable, "-m", "rlvr_explorer", "ingest", str(run), "--name", "bench"],
+        env=env,
+        cwd=ROOT,
+        check=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     return time.perf_counter() - t0, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
 
@@ -77,14 +81,14 @@ def measure(repeat: int) -> dict:
     named by RLVR_DATABASE_URL."""
     from sqlalchemy import select, text
 
-    from backend.analysis_jobs import resolved_params
-    from backend.db import get_engine, new_session
-    from backend.jobs import create_job
-    from backend.models import Job, JobStatus, Trace
-    from backend.trace_data import available_columns, load_trace_data
-    from workers.analysis.data import json_safe
-    from workers.analysis.registry import default_analyses, run_analysis
-    from workers.analysis_runner import _run_here, _steps_and_shared_params, union_tables
+    from backend.jobs.analyses import resolved_params
+    from backend.jobs.state import create_job
+    from backend.store.db import get_engine, new_session
+    from backend.store.models import Job, JobStatus, Trace
+    from backend.store.trace_tables import available_columns, load_trace_data
+    from core.analysis.registry import default_analyses, run_analysis
+    from core.jsonable import json_safe
+    from workers.runners.analyses import _run_here, _steps_and_shared_params, union_tables
 
     engine = get_engine()
     with new_session() as session:
@@ -101,9 +105,12 @@ def measure(repeat: int) -> dict:
     # The first read right after ingestion, with the planner statistics ingestion left
     # (none, unless autovacuum got there first); then ANALYZE, as autovacuum would do soon.
     with engine.connect() as conn:
-        analyzed = conn.execute(text(
-            "SELECT coalesce(last_analyze, last_autoanalyze) IS NOT NULL FROM pg_stat_user_tables"
-            " WHERE relname = 'samples'")).scalar()
+        analyzed = conn.execute(
+            text(
+                "SELECT coalesce(last_analyze, last_autoanalyze) IS NOT NULL FROM pg_stat_user_tables"
+                " WHERE relname = 'samples'"
+            )
+        ).scalar()
     t0 = time.perf_counter()
     data = read()
     first_read = time.perf_counter() - t0
@@ -125,8 +132,9 @@ def measure(repeat: int) -> dict:
         del data
 
         with new_session() as session:
-            jobs = [create_job(session, team_id=trace.team_id, trace_id=trace.id, kind=k, params=params[k])
-                    for k in kinds]
+            jobs = [
+                create_job(session, team_id=trace.team_id, trace_id=trace.id, kind=k, params=params[k]) for k in kinds
+            ]
             session.commit()
         t0 = time.perf_counter()
         _run_here(jobs, trace, *_steps_and_shared_params(jobs, trace))
@@ -156,21 +164,30 @@ def report(m: dict) -> None:
     print(f"samples: {n:,}   default set: {', '.join(m['kinds'])}")
     print("columns read: " + "; ".join(f"{t}({', '.join(c)})" for t, c in m["columns"].items()))
     first, analyzed = m["first_read"]
-    print(f"first read after ingestion: {first:.2f} s (planner statistics: "
-          f"{'auto-analyzed already' if analyzed else 'none yet -- ingestion does not ANALYZE'}); ANALYZE, then:")
+    print(
+        f"first read after ingestion: {first:.2f} s (planner statistics: "
+        f"{'auto-analyzed already' if analyzed else 'none yet -- ingestion does not ANALYZE'}); ANALYZE, then:"
+    )
     print(f"runs: {len(m['read'])} (best of each figure shown; all runs below)")
     print(f"read (load_trace_data, union of columns):  {read:7.2f} s  {n / read:12,.0f} samples/s")
     for kind, t in per.items():
         print(f"  compute {kind:<10}                      {t:7.2f} s")
     print(f"analysis compute (sum of the set):         {compute:7.2f} s")
     print(f"end to end (_run_here: read+compute+store): {e2e:5.2f} s  {n / e2e:12,.0f} samples/s")
-    print(f"ratio end_to_end / read: {e2e / read:.2f}  (the target: <= {TARGET})"
-          f"  {'MET' if e2e / read <= TARGET else 'NOT MET'}")
+    print(
+        f"ratio end_to_end / read: {e2e / read:.2f}  (the target: <= {TARGET})"
+        f"  {'MET' if e2e / read <= TARGET else 'NOT MET'}"
+    )
     print(f"ratio compute / read:    {compute / read:.2f}")
     print(f"peak RSS (this process, analyses): {rss:.0f} MB")
-    print("all runs (s): read " + " ".join(f"{t:.2f}" for t in m["read"])
-          + " | end to end " + " ".join(f"{t:.2f}" for t in m["end_to_end"])
-          + " | " + " | ".join(f"{k} " + " ".join(f"{t:.2f}" for t in v) for k, v in m["compute"].items()))
+    print(
+        "all runs (s): read "
+        + " ".join(f"{t:.2f}" for t in m["read"])
+        + " | end to end "
+        + " ".join(f"{t:.2f}" for t in m["end_to_end"])
+        + " | "
+        + " | ".join(f"{k} " + " ".join(f"{t:.2f}" for t in v) for k, v in m["compute"].items())
+    )
 
 
 def main() -> None:
@@ -194,9 +211,11 @@ def main() -> None:
             t0 = time.perf_counter()
             n_samples = generate(run, args.steps, args.groups, args.n, args.dp_size)
             size_mb = sum(f.stat().st_size for f in run.iterdir()) / 1e6
-            print(f"trace: {args.steps} steps x {args.groups} groups x {args.n} = {n_samples:,} samples,"
-                  f" dp_size {args.dp_size}, {size_mb:.0f} MB JSONL (generated in {time.perf_counter() - t0:.0f} s)",
-                  flush=True)
+            print(
+                f"trace: {args.steps} steps x {args.groups} groups x {args.n} = {n_samples:,} samples,"
+                f" dp_size {args.dp_size}, {size_mb:.0f} MB JSONL (generated in {time.perf_counter() - t0:.0f} s)",
+                flush=True,
+            )
             ingest_s, ingest_rss = ingest(url, run, tmp / "data")
             print(f"ingested with rlvr-explorer ingest in {ingest_s:.0f} s (peak RSS {ingest_rss:.0f} MB)", flush=True)
             # the worker's settings: this database, a scratch data folder
@@ -204,10 +223,10 @@ def main() -> None:
             os.environ["RLVR_DATA_DIR"] = str(tmp / "data")
             m = measure(args.repeat)
             try:
-                from backend.db import get_engine
+                from backend.store.db import get_engine
 
                 get_engine().dispose()  # let DROP DATABASE go through without forcing
-            except Exception:  # noqa: BLE001
+            except Exception:
                 pass
         assert m["samples"] == n_samples, (m["samples"], n_samples)
     report(m)

@@ -49,15 +49,24 @@ ROOT = HERE.parent
 # This file is bench/dashboard.py: its folder must not shadow the `dashboard` package.
 sys.path[:] = [str(ROOT)] + [p for p in sys.path if Path(p or ".").resolve() != HERE]
 
-from dashboard.figures.distributions import (cdf_figure, length_box_figure, length_heatmap_figure,  # noqa: E402
-                                             percentile_lines_figure, tail_figure)
+from core.analysis.stats import LOG_BIN_EDGES, distribution_stats, log_histogram  # noqa: E402
+from dashboard.figures.distributions import (  # noqa: E402
+    cdf_figure,
+    length_box_figure,
+    length_heatmap_figure,
+    percentile_lines_figure,
+    tail_figure,
+)
 from dashboard.figures.gpu import kernel_gantt_figure  # noqa: E402
 from dashboard.figures.imbalance import imbalance_ratio_figure, load_heatmap_figure, saving_figure  # noqa: E402
 from dashboard.figures.longtail import longtail_engine_figure, longtail_idle_figure  # noqa: E402
-from dashboard.figures.simulation import (idle_cause_figure, predicted_vs_measured_figure,  # noqa: E402
-                                          speedup_figure, timeline_figure)
+from dashboard.figures.simulation import (  # noqa: E402
+    idle_cause_figure,
+    predicted_vs_measured_figure,
+    speedup_figure,
+    timeline_figure,
+)
 from dashboard.figures.stages import stage_gantt_figure, stage_time_figure  # noqa: E402
-from workers.analysis.stats import LOG_BIN_EDGES, distribution_stats, log_histogram  # noqa: E402
 
 STAGES = ("gen", "reward", "old_log_prob", "ref", "adv", "update_actor")
 FIXTURES = ROOT.parent / "shared" / "fixtures"
@@ -79,10 +88,22 @@ def imbalance_result(steps: int, ranks: int, rng) -> dict:
         rec = rng.lognormal(10, 0.2, ranks)
         mean = rec.mean()
         kk = mean * 1.01
-        out.append({"step": s, "tokens": {"recorded": rec.tolist(), "mean": mean, "recorded_max": rec.max(),
-                                          "max_over_mean": rec.max() / mean, "max_over_min": rec.max() / rec.min(),
-                                          "kk_max_over_mean": kk / mean, "lpt_max_over_mean": kk / mean,
-                                          "kk_saving": 1 - kk / rec.max(), "lpt_saving": 1 - kk / rec.max()}})
+        out.append(
+            {
+                "step": s,
+                "tokens": {
+                    "recorded": rec.tolist(),
+                    "mean": mean,
+                    "recorded_max": rec.max(),
+                    "max_over_mean": rec.max() / mean,
+                    "max_over_min": rec.max() / rec.min(),
+                    "kk_max_over_mean": kk / mean,
+                    "lpt_max_over_mean": kk / mean,
+                    "kk_saving": 1 - kk / rec.max(),
+                    "lpt_saving": 1 - kk / rec.max(),
+                },
+            }
+        )
     return {"dp_size": ranks, "steps": out}
 
 
@@ -90,50 +111,113 @@ def longtail_result(steps: int, engines: int, rng) -> dict:
     out = []
     for s in range(steps):
         idle = rng.uniform(0.3, 0.9, engines)
-        out.append({"step": s, "engine_time": 1000.0, "idle_within_engines": 400.0, "idle_waiting": 200.0,
-                    "tail_time_share": 0.4, "tail_sample_share": 0.05,
-                    "engine": {"engine": list(range(engines)), "idle_fraction": idle.tolist()}})
+        out.append(
+            {
+                "step": s,
+                "engine_time": 1000.0,
+                "idle_within_engines": 400.0,
+                "idle_waiting": 200.0,
+                "tail_time_share": 0.4,
+                "tail_sample_share": 0.05,
+                "engine": {"engine": list(range(engines)), "idle_fraction": idle.tolist()},
+            }
+        )
     return {"tail_fraction": 0.1, "engine_key": "dp_rank", "steps": out}
 
 
 def gpu_events(n: int, ranks: int, rng) -> list[dict]:
     kinds = rng.choice(["compute", "communication", "memory"], n, p=[0.7, 0.2, 0.1])
     start = np.sort(rng.uniform(0, 600_000, n))
-    return [{"rank": int(i % ranks), "stream": int(7 + (i % 3)), "step": 1, "kind": str(k), "name": f"kernel_{i % 50}",
-             "start_us": float(t), "dur_us": float(d)}
-            for i, (k, t, d) in enumerate(zip(kinds, start, rng.exponential(40.0, n)))]
+    return [
+        {
+            "rank": int(i % ranks),
+            "stream": int(7 + (i % 3)),
+            "step": 1,
+            "kind": str(k),
+            "name": f"kernel_{i % 50}",
+            "start_us": float(t),
+            "dur_us": float(d),
+        }
+        for i, (k, t, d) in enumerate(zip(kinds, start, rng.exponential(40.0, n)))
+    ]
 
 
 def simulation_result(steps: int, lanes: int, rng) -> dict:
     """A replay result of the API's shape: per-step stages and idle causes, a timeline of
     `lanes` GPUs with ~10,000 intervals, the comparison and an accuracy report."""
+
     def sim(scale: float) -> dict:
         rows, t = [], 0.0
         for s in range(steps):
             rollout = float(rng.uniform(200, 400)) * scale
             train = float(rng.uniform(50, 80))
-            rows.append({"step": s, "start": t, "end": t + rollout + train, "step_time": rollout + train,
-                         "stages": {"rollout": rollout, "update_actor": train},
-                         "idle_gpu_s": {"rollout_tail": rollout * 2, "dp_imbalance": 10.0, "unused": 5.0},
-                         "rollout": {"time_s": rollout, "p50_traj_s": rollout / 2, "p90_traj_s": rollout * 0.8}})
+            rows.append(
+                {
+                    "step": s,
+                    "start": t,
+                    "end": t + rollout + train,
+                    "step_time": rollout + train,
+                    "stages": {"rollout": rollout, "update_actor": train},
+                    "idle_gpu_s": {"rollout_tail": rollout * 2, "dp_imbalance": 10.0, "unused": 5.0},
+                    "rollout": {"time_s": rollout, "p50_traj_s": rollout / 2, "p90_traj_s": rollout * 0.8},
+                }
+            )
             t += rollout + train
         per_lane = 10_000 // lanes
         timeline = []
         for lane in range(lanes):
             cuts = np.sort(rng.uniform(0, t, per_lane + 1))
-            ivs = [[float(a), float(b), "busy" if i % 2 else "idle", "rollout" if i % 2 else "rollout_tail",
-                    int(a // (t / steps))] for i, (a, b) in enumerate(zip(cuts[:-1], cuts[1:]))]
+            ivs = [
+                [
+                    float(a),
+                    float(b),
+                    "busy" if i % 2 else "idle",
+                    "rollout" if i % 2 else "rollout_tail",
+                    int(a // (t / steps)),
+                ]
+                for i, (a, b) in enumerate(zip(cuts[:-1], cuts[1:]))
+            ]
             timeline.append({"name": f"replica {lane // 4} / dp {lane}", "gpus": [lane], "intervals": ivs})
-        return {"makespan_s": t, "n_gpus": lanes, "steps": rows, "timeline": timeline, "timeline_truncated": None,
-                "idle_gpu_s": {"rollout_tail": 1.0}, "idle_fraction": 0.5}
+        return {
+            "makespan_s": t,
+            "n_gpus": lanes,
+            "steps": rows,
+            "timeline": timeline,
+            "timeline_truncated": None,
+            "idle_gpu_s": {"rollout_tail": 1.0},
+            "idle_fraction": 0.5,
+        }
+
     a, b = sim(1.0), sim(0.8)
-    per_step = [{"step": x["step"], "time_a_s": x["step_time"], "time_b_s": y["step_time"],
-                 "speedup": x["step_time"] / y["step_time"]} for x, y in zip(a["steps"], b["steps"])]
-    acc = [{"step": s, "rollout_s": {"measured": 300.0, "predicted": 310.0, "naive": 330.0, "accuracy": 0.97,
-                                     "naive_accuracy": 0.9}} for s in range(1, steps)]
-    return {"a": a, "b": b, "compare": {"total": {"speedup": a["makespan_s"] / b["makespan_s"]}, "per_step": per_step},
-            "accuracy": {"fit_steps": [0], "steps": acc, "mean": {"rollout_s_accuracy": 0.97}},
-            "params": {"policy": {"kind": "sync"}, "compare_policy": {"kind": "one_step_off"}}}
+    per_step = [
+        {
+            "step": x["step"],
+            "time_a_s": x["step_time"],
+            "time_b_s": y["step_time"],
+            "speedup": x["step_time"] / y["step_time"],
+        }
+        for x, y in zip(a["steps"], b["steps"])
+    ]
+    acc = [
+        {
+            "step": s,
+            "rollout_s": {
+                "measured": 300.0,
+                "predicted": 310.0,
+                "naive": 330.0,
+                "accuracy": 0.97,
+                "naive_accuracy": 0.9,
+            },
+        }
+        for s in range(1, steps)
+    ]
+    return {
+        "a": a,
+        "b": b,
+        "compare": {"total": {"speedup": a["makespan_s"] / b["makespan_s"]}, "per_step": per_step},
+        "accuracy": {"fit_steps": [0], "steps": acc, "mean": {"rollout_s_accuracy": 0.97}},
+        "params": {"policy": {"kind": "sync"}, "compare_policy": {"kind": "one_step_off"}},
+    }
 
 
 def bench_figures(repeat: int) -> list[tuple[str, str, float, int, int]]:
@@ -141,8 +225,9 @@ def bench_figures(repeat: int) -> list[tuple[str, str, float, int, int]]:
     summary = summaries_payload(500, 2048, rng)
     imb = imbalance_result(500, 256, rng)
     lt = longtail_result(500, 256, rng)
-    steps = [{"step": s, **{f"t_{st}": float(rng.uniform(5, 50)) for st in STAGES}, "t_step": 400.0}
-             for s in range(500)]
+    steps = [
+        {"step": s, **{f"t_{st}": float(rng.uniform(5, 50)) for st in STAGES}, "t_step": 400.0} for s in range(500)
+    ]
     timings = [{"step": 0, "rank": r, "phase": "reward", "seconds": float(rng.uniform(10, 30))} for r in range(256)]
     events = gpu_events(10_000, 4, rng)
     sim = simulation_result(500, 64, rng)
@@ -197,7 +282,7 @@ def _cli_env(data_dir: Path, database_url: str | None) -> dict:
 
 def prepare_trace(data_dir: Path, steps: int, groups: int, n: int, dp_size: int, database_url: str | None) -> dict:
     """Write the run and ingest it with `rlvr-explorer ingest` (once per data folder)."""
-    from workers.workload.synthetic import packed_length_rows
+    from core.workload.synthetic import packed_length_rows
 
     marker = data_dir / "bench_trace.json"
     wanted = {"steps": steps, "groups": groups, "n": n, "dp_size": dp_size}
@@ -215,15 +300,29 @@ def prepare_trace(data_dir: Path, steps: int, groups: int, n: int, dp_size: int,
         t0 = time.monotonic()
         for rows in packed_length_rows(steps, groups, n, dp_size=dp_size, max_response_len=16384):
             (folder / f"packed_lengths_step_{rows[0]['step']}.jsonl").write_bytes(
-                b"".join(orjson.dumps(r) + b"\n" for r in rows))
+                b"".join(orjson.dumps(r) + b"\n" for r in rows)
+            )
         print(f"wrote {steps * groups * n:,} samples in {time.monotonic() - t0:.0f} s", file=sys.stderr)
-        subprocess.run([sys.executable, "-m", "backend.cli", "migrate"], cwd=ROOT, env=env, check=True)
+        subprocess.run([sys.executable, "-m", "rlvr_explorer", "migrate"], cwd=ROOT, env=env, check=True)
         t0 = time.monotonic()
-        out = subprocess.run([sys.executable, "-m", "backend.cli", "ingest", str(folder), "--name",
-                              f"bench {steps} steps x {groups} groups x {n}, {dp_size} DP ranks"],
-                             cwd=ROOT, env=env, check=True, stdout=subprocess.PIPE, text=True).stdout
+        out = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "rlvr_explorer",
+                "ingest",
+                str(folder),
+                "--name",
+                f"bench {steps} steps x {groups} groups x {n}, {dp_size} DP ranks",
+            ],
+            cwd=ROOT,
+            env=env,
+            check=True,
+            stdout=subprocess.PIPE,
+            text=True,
+        ).stdout
     took = time.monotonic() - t0
-    summary = json.loads(out[out.index("{"):])
+    summary = json.loads(out[out.index("{") :])
     info = {"shape": wanted, "trace_id": summary["id"], "ingest_s": took}
     print(f"ingested {steps * groups * n:,} samples in {took:.0f} s (trace {summary['id']})", file=sys.stderr)
     marker.write_text(json.dumps(info))
@@ -249,9 +348,14 @@ def run_jobs(api, trace_id: int, sim_steps: int) -> dict:
     for kind in ("lengths", "longtail", "imbalance"):
         r = api.post(f"/traces/{trace_id}/analyses", json={"kind": kind, "params": {}})
         r.raise_for_status()
-    body = {"trace_id": trace_id, "cluster": {"gpu": "H100", "n_gpus": 16, "rollout_replicas": 2, "rollout_tp": 4,
-                                              "train_dp": 8}, "model": "Qwen2.5-7B",
-            "policy": "sync", "compare_policy": "one_step_off", "steps": [0, sim_steps]}
+    body = {
+        "trace_id": trace_id,
+        "cluster": {"gpu": "H100", "n_gpus": 16, "rollout_replicas": 2, "rollout_tp": 4, "train_dp": 8},
+        "model": "Qwen2.5-7B",
+        "policy": "sync",
+        "compare_policy": "one_step_off",
+        "steps": [0, sim_steps],
+    }
     sim = api.post("/simulations", json=body)
     sim.raise_for_status()
     fit = api.get("/jobs", params={"trace_id": trace_id, "kind": "workload"}).json()["items"]
@@ -272,22 +376,24 @@ def fixture_traces(b, api) -> dict[str, int]:
     GPU-timeline and multi-turn pages, which the synthetic run has no data for."""
     out = {}
     if not FIXTURES.is_dir():
-        print(f"note: {FIXTURES} not found: the GPU and multi-turn pages show their 'no data' message",
-              file=sys.stderr)
+        print(f"note: {FIXTURES} not found: the GPU and multi-turn pages show their 'no data' message", file=sys.stderr)
         return out
     kineto = FIXTURES / "kineto"
-    out["gpu"] = b.upload(api, [kineto / "sampled_rank-0.json.gz", kineto / "sampled_rank-1.json.gz"],
-                          "Kineto: HTA sampled ranks 0-1")["id"]
+    out["gpu"] = b.upload(
+        api, [kineto / "sampled_rank-0.json.gz", kineto / "sampled_rank-1.json.gz"], "Kineto: HTA sampled ranks 0-1"
+    )["id"]
     search = FIXTURES / "polytrace" / "search_r1_qwen2_5_7b"
-    out["multiturn"] = b.upload(api, sorted(search.glob("multiturn_workload_step_*.jsonl")),
-                                "Search-R1 Qwen2.5-7B (multi-turn)")["id"]
+    out["multiturn"] = b.upload(
+        api, sorted(search.glob("multiturn_workload_step_*.jsonl")), "Search-R1 Qwen2.5-7B (multi-turn)"
+    )["id"]
     for trace_id in out.values():
         b.wait_analyses(api, trace_id)
     return out
 
 
-def bench_pages(data_dir: Path, steps: int, groups: int, n: int, dp_size: int, sim_steps: int,
-                database_url: str | None) -> tuple[dict, list[tuple[str, float, float, int, int]]]:
+def bench_pages(
+    data_dir: Path, steps: int, groups: int, n: int, dp_size: int, sim_steps: int, database_url: str | None
+) -> tuple[dict, list[tuple[str, float, float, int, int]]]:
     b = _browser_module()
     info = prepare_trace(data_dir, steps, groups, n, dp_size, database_url)
     tid = info["trace_id"]
@@ -298,20 +404,24 @@ def bench_pages(data_dir: Path, steps: int, groups: int, n: int, dp_size: int, s
         driver = b.chromium(1400, 1000, network_log=True)
         try:
             b.sign_in(driver, base, key)
-            pages = [("traces", "/traces", "#traces-table tr[data-trace-id]"),
-                     ("overview", f"/traces/{tid}", None),
-                     ("distributions", f"/traces/{tid}/distributions", None),
-                     ("imbalance", f"/traces/{tid}/imbalance", None),
-                     ("gpu timeline", f"/traces/{extra.get('gpu', tid)}/gpu", None),
-                     ("multi-turn", f"/traces/{extra.get('multiturn', tid)}/multiturn", None),
-                     ("simulate", f"/traces/{tid}/simulate", None),
-                     ("workload", f"/traces/{tid}/workload", None),
-                     ("compare", f"/compare?a={tid}&b={tid}", None),
-                     ("jobs", "/jobs", "#jobs-table tr[data-job-id]")]
+            pages = [
+                ("traces", "/traces", "#traces-table tr[data-trace-id]"),
+                ("overview", f"/traces/{tid}", None),
+                ("distributions", f"/traces/{tid}/distributions", None),
+                ("imbalance", f"/traces/{tid}/imbalance", None),
+                ("gpu timeline", f"/traces/{extra.get('gpu', tid)}/gpu", None),
+                ("multi-turn", f"/traces/{extra.get('multiturn', tid)}/multiturn", None),
+                ("simulate", f"/traces/{tid}/simulate", None),
+                ("workload", f"/traces/{tid}/workload", None),
+                ("compare", f"/compare?a={tid}&b={tid}", None),
+                ("jobs", "/jobs", "#jobs-table tr[data-job-id]"),
+            ]
             # first visits: the server's result and figure caches are empty (the browser
             # cache holds the JS bundles after the first page, as for any returning user)
-            first = {name: b.timed_page_load(driver, base + path, ready_selector=selector)[0]
-                     for name, path, selector in pages}
+            first = {
+                name: b.timed_page_load(driver, base + path, ready_selector=selector)[0]
+                for name, path, selector in pages
+            }
             out = []
             for name, path, selector in pages:
                 secs, nbytes, requests = b.timed_page_load(driver, base + path, ready_selector=selector)
@@ -347,12 +457,15 @@ def main() -> int:
         return 0
     with tempfile.TemporaryDirectory(prefix="rlvr-bench-dash-") as tmp:
         data_dir = args.data.resolve() if args.data else Path(tmp) / "data"
-        info, rows = bench_pages(data_dir, args.steps, args.groups, args.n, args.dp_size, args.sim_steps,
-                                 args.database_url)
+        info, rows = bench_pages(
+            data_dir, args.steps, args.groups, args.n, args.dp_size, args.sim_steps, args.database_url
+        )
     samples = args.steps * args.groups * args.n
-    print(f"\npages: trace of {args.steps} steps x {args.groups} groups x {args.n} = {samples:,} samples, "
-          f"{args.dp_size} DP ranks (ingested in {info['ingest_s']:.0f} s); replay of {min(args.sim_steps, args.steps)} "
-          f"steps; target < {TARGET_S} s and < {TARGET_BYTES / 2**20:.0f} MB per page")
+    print(
+        f"\npages: trace of {args.steps} steps x {args.groups} groups x {args.n} = {samples:,} samples, "
+        f"{args.dp_size} DP ranks (ingested in {info['ingest_s']:.0f} s); replay of {min(args.sim_steps, args.steps)} "
+        f"steps; target < {TARGET_S} s and < {TARGET_BYTES / 2**20:.0f} MB per page"
+    )
     print(f"{'page':<16}{'first visit s':>14}{'drawn s':>9}{'transfer KB':>13}{'requests':>10}  target met")
     ok = True
     for name, first, secs, nbytes, requests in rows:

@@ -29,9 +29,20 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench._pg import DEFAULT_ADMIN_URL, throwaway_database  # noqa: E402
-from workers.workload.synthetic import packed_length_rows  # noqa: E402
+from core.workload.synthetic import packed_length_rows  # noqa: E402
 
-COLUMNS = ("trace_id", "step", "group_idx", "sample_idx", "rank", "dp_rank", "tp_rank", "prompt_len", "response_len", "validate")
+COLUMNS = (
+    "trace_id",
+    "step",
+    "group_idx",
+    "sample_idx",
+    "rank",
+    "dp_rank",
+    "tp_rank",
+    "prompt_len",
+    "response_len",
+    "validate",
+)
 
 
 def generate(folder: Path, steps: int, groups: int, n: int, csv_path: Path, trace_id: int) -> int:
@@ -84,29 +95,38 @@ def main() -> None:
             raw_trace = _baseline_trace(url)
             n_samples = generate(run, args.steps, args.groups, args.n, csv_path, raw_trace)
             size_mb = sum(f.stat().st_size for f in run.iterdir()) / 1e6
-            print(f"trace: {args.steps} steps x {args.groups} groups x {args.n} = {n_samples:,} samples, {size_mb:.0f} MB JSONL")
+            print(
+                f"trace: {args.steps} steps x {args.groups} groups x {args.n} = {n_samples:,} samples, {size_mb:.0f} MB JSONL"
+            )
 
             env = {**os.environ, "RLVR_DATABASE_URL": url, "RLVR_DATA_DIR": str(tmp / "data")}
             t0 = time.perf_counter()
             subprocess.run(
-                [sys.executable, "-m", "backend.cli", "ingest", str(run), "--name", "bench"],
-                env=env, cwd=ROOT, check=True, stdout=subprocess.DEVNULL,
+                [sys.executable, "-m", "rlvr_explorer", "ingest", str(run), "--name", "bench"],
+                env=env,
+                cwd=ROOT,
+                check=True,
+                stdout=subprocess.DEVNULL,
             )
             ours = time.perf_counter() - t0
             peak_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
 
             with psycopg.connect(url, autocommit=True) as conn:
                 t0 = time.perf_counter()
-                with conn.transaction(), conn.cursor().copy(
-                    f"COPY samples ({', '.join(COLUMNS)}) FROM STDIN (FORMAT csv)"
-                ) as cp, csv_path.open("rb") as f:
+                with (
+                    conn.transaction(),
+                    conn.cursor().copy(f"COPY samples ({', '.join(COLUMNS)}) FROM STDIN (FORMAT csv)") as cp,
+                    csv_path.open("rb") as f,
+                ):
                     while chunk := f.read(8 << 20):
                         cp.write(chunk)
                 raw = time.perf_counter() - t0
                 stored = conn.execute("SELECT count(*) FROM samples WHERE trace_id <> %s", (raw_trace,)).fetchone()[0]
             assert stored == n_samples, (stored, n_samples)
 
-    print(f"ours (rlvr-explorer ingest, end to end): {ours:7.2f} s  {n_samples / ours:12,.0f} samples/s  peak RSS {peak_mb:.0f} MB")
+    print(
+        f"ours (rlvr-explorer ingest, end to end): {ours:7.2f} s  {n_samples / ours:12,.0f} samples/s  peak RSS {peak_mb:.0f} MB"
+    )
     print(f"raw COPY of the same rows from CSV:     {raw:7.2f} s  {n_samples / raw:12,.0f} samples/s")
     print(f"ratio ours / raw COPY: {ours / raw:.2f}  (target <= 2.0; peak memory target < 500 MB)")
 

@@ -76,8 +76,7 @@ def hta_worker(trace_dir: str) -> None:
     print(
         json.dumps(
             {
-                "seconds": {"parse": t1 - t0, "temporal": t2 - t1, "idle": t3 - t2, "total": t3 - t0,
-                            "cpu": c3 - c0},
+                "seconds": {"parse": t1 - t0, "temporal": t2 - t1, "idle": t3 - t2, "total": t3 - t0, "cpu": c3 - c0},
                 "temporal": [
                     {
                         "rank": int(r["rank"]),
@@ -146,7 +145,7 @@ def run_ours(files: list[Path], processes: int = 1) -> dict:
     parses ranks in parallel), then the temporal and idle breakdowns of all ranks."""
     import numpy as np
 
-    from workers.analysis.gpu_timeline import idle_breakdown, temporal_breakdown
+    from core.analysis.gpu_timeline import idle_breakdown, temporal_breakdown
 
     c0, t0 = cpu_seconds(), time.perf_counter()
     if processes > 1 and len(files) > 1:
@@ -163,9 +162,7 @@ def run_ours(files: list[Path], processes: int = 1) -> dict:
         for key, chunks in file_parts.items():
             parts.setdefault(key, []).extend(chunks)
         windows.update(meta.get("steps", {}))
-    events = {
-        k: ([x for chunk in v for x in chunk] if k == "name" else np.concatenate(v)) for k, v in parts.items()
-    }
+    events = {k: ([x for chunk in v for x in chunk] if k == "name" else np.concatenate(v)) for k, v in parts.items()}
     t1 = time.perf_counter()
     temporal = temporal_breakdown(events, windows)
     t2 = time.perf_counter()
@@ -228,8 +225,16 @@ COMPUTE_KERNELS = [
     "void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, at::native::func_wrapper_t<float, at::native::sum_functor<float, float, float>::operator()(at::TensorIterator&)::{lambda(float, float)#1}>, unsigned int, float, 4> >(at::native::ReduceOp<float, at::native::func_wrapper_t<float, at::native::sum_functor<float, float, float>::operator()(at::TensorIterator&)::{lambda(float, float)#1}>, unsigned int, float, 4>)",
     "void multi_tensor_apply_kernel<TensorListMetadata<4>, AdamFunctor<float>, float, float, float, float, float, float, float, float, adamMode_t, float, int, int, int>(int, int volatile*, TensorListMetadata<4>, AdamFunctor<float>, float, float, float, float, float, float, float, float, adamMode_t, float, int, int, int)",
 ]
-COMPUTE_OPS = ["aten::add", "aten::mm", "aten::_flash_attention_forward", "aten::_flash_attention_backward",
-               "aten::_softmax", "triton_red_fused", "aten::sum", "Optimizer.step#AdamW.step"]
+COMPUTE_OPS = [
+    "aten::add",
+    "aten::mm",
+    "aten::_flash_attention_forward",
+    "aten::_flash_attention_backward",
+    "aten::_softmax",
+    "triton_red_fused",
+    "aten::sum",
+    "Optimizer.step#AdamW.step",
+]
 NCCL_KERNELS = [
     "ncclDevKernel_AllGather_RING_LL(ncclDevComm*, unsigned long, ncclWork*)",
     "ncclDevKernel_ReduceScatter_Sum_bf16_RING_LL(ncclDevComm*, unsigned long, ncclWork*)",
@@ -266,7 +271,9 @@ def generate_rank_trace(path: Path, rank: int, world: int, steps: int, n_gpu: in
 
     events: list[bytes] = [
         orjson.dumps({"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": f"python {pid}"}}),
-        orjson.dumps({"ph": "M", "name": "process_labels", "pid": device, "tid": 0, "args": {"labels": f"GPU {device}"}}),
+        orjson.dumps(
+            {"ph": "M", "name": "process_labels", "pid": device, "tid": 0, "args": {"labels": f"GPU {device}"}}
+        ),
         orjson.dumps({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": "thread 1 (python)"}}),
     ]
     dumps = orjson.dumps
@@ -301,51 +308,129 @@ def generate_rank_trace(path: Path, rank: int, world: int, steps: int, n_gpu: in
             start = max(ready, free[stream])
             free[stream] = start + dur
             # record_shapes-style op args and ac2g flow arrows, as real profiler traces have
-            events.append(dumps({"ph": "X", "cat": "cpu_op", "name": op, "pid": pid, "tid": tid, "ts": t_cpu,
-                                 "dur": op_dur, "args": {"External id": corr, "Ev Idx": corr - 1,
-                                                         "Input Dims": [[8, 4096, 1024], [1024, 1024], []],
-                                                         "Input type": ["c10::BFloat16", "c10::BFloat16", "Scalar"]}}))
-            events.append(dumps({"ph": "X", "cat": "cuda_runtime", "name": rt, "pid": pid, "tid": tid,
-                                 "ts": launch, "dur": 6, "args": {"External id": corr, "cbid": 211,
-                                                                  "correlation": corr}}))
-            events.append(dumps({"ph": "s", "id": corr, "pid": pid, "tid": tid, "ts": launch, "cat": "ac2g",
-                                 "name": "ac2g"}))
-            args = {"External id": corr, "queued": 0, "device": device, "context": 1, "stream": stream,
-                    "correlation": corr}
+            events.append(
+                dumps(
+                    {
+                        "ph": "X",
+                        "cat": "cpu_op",
+                        "name": op,
+                        "pid": pid,
+                        "tid": tid,
+                        "ts": t_cpu,
+                        "dur": op_dur,
+                        "args": {
+                            "External id": corr,
+                            "Ev Idx": corr - 1,
+                            "Input Dims": [[8, 4096, 1024], [1024, 1024], []],
+                            "Input type": ["c10::BFloat16", "c10::BFloat16", "Scalar"],
+                        },
+                    }
+                )
+            )
+            events.append(
+                dumps(
+                    {
+                        "ph": "X",
+                        "cat": "cuda_runtime",
+                        "name": rt,
+                        "pid": pid,
+                        "tid": tid,
+                        "ts": launch,
+                        "dur": 6,
+                        "args": {"External id": corr, "cbid": 211, "correlation": corr},
+                    }
+                )
+            )
+            events.append(
+                dumps({"ph": "s", "id": corr, "pid": pid, "tid": tid, "ts": launch, "cat": "ac2g", "name": "ac2g"})
+            )
+            args = {
+                "External id": corr,
+                "queued": 0,
+                "device": device,
+                "context": 1,
+                "stream": stream,
+                "correlation": corr,
+            }
             if cat == "kernel":
-                args.update({"registers per thread": 32, "shared memory": 0, "grid": [128, 1, 1],
-                             "block": [256, 1, 1]})
+                args.update({"registers per thread": 32, "shared memory": 0, "grid": [128, 1, 1], "block": [256, 1, 1]})
             else:
                 args["bytes"] = int(dur * 4096)
-            events.append(dumps({"ph": "X", "cat": cat, "name": name, "pid": device, "tid": stream,
-                                 "ts": start, "dur": dur, "args": args}))
-            events.append(dumps({"ph": "f", "id": corr, "pid": device, "tid": stream, "ts": start, "cat": "ac2g",
-                                 "name": "ac2g", "bp": "e"}))
+            events.append(
+                dumps(
+                    {
+                        "ph": "X",
+                        "cat": cat,
+                        "name": name,
+                        "pid": device,
+                        "tid": stream,
+                        "ts": start,
+                        "dur": dur,
+                        "args": args,
+                    }
+                )
+            )
+            events.append(
+                dumps(
+                    {
+                        "ph": "f",
+                        "id": corr,
+                        "pid": device,
+                        "tid": stream,
+                        "ts": start,
+                        "cat": "ac2g",
+                        "name": "ac2g",
+                        "bp": "e",
+                    }
+                )
+            )
             t_cpu += op_dur
             corr += 1
             i += 1
         # the host blocks until the device drains, then the step ends
         sync_start = t_cpu + 2
         t_cpu = max(sync_start + 3, max(free.values()) + 2)
-        events.append(dumps({"ph": "X", "cat": "cuda_runtime", "name": "cudaDeviceSynchronize", "pid": pid,
-                             "tid": tid, "ts": sync_start, "dur": t_cpu - sync_start,
-                             "args": {"cbid": 165, "correlation": corr}}))
+        events.append(
+            dumps(
+                {
+                    "ph": "X",
+                    "cat": "cuda_runtime",
+                    "name": "cudaDeviceSynchronize",
+                    "pid": pid,
+                    "tid": tid,
+                    "ts": sync_start,
+                    "dur": t_cpu - sync_start,
+                    "args": {"cbid": 165, "correlation": corr},
+                }
+            )
+        )
         corr += 1
         t_cpu += 5
-        events.append(dumps({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{100 + step}",
-                             "pid": pid, "tid": tid, "ts": step_start, "dur": t_cpu - step_start,
-                             "args": {"External id": corr}}))
+        events.append(
+            dumps(
+                {
+                    "ph": "X",
+                    "cat": "user_annotation",
+                    "name": f"ProfilerStep#{100 + step}",
+                    "pid": pid,
+                    "tid": tid,
+                    "ts": step_start,
+                    "dur": t_cpu - step_start,
+                    "args": {"External id": corr},
+                }
+            )
+        )
         t_cpu += 20
     head = (
-        '{\n  "schemaVersion": 1,\n  "distributedInfo": {"backend": "nccl", "rank": %d, "world_size": %d},\n'
-        '  "deviceProperties": [{"id": %d, "name": "NVIDIA H100 80GB HBM3", "totalGlobalMem": 85045379072}],\n'
-        '  "traceEvents": [\n' % (rank, world, device)
+        f'{{\n  "schemaVersion": 1,\n  "distributedInfo": {{"backend": "nccl", "rank": {rank}, "world_size": {world}}},\n'
+        f'  "deviceProperties": [{{"id": {device}, "name": "NVIDIA H100 80GB HBM3", "totalGlobalMem": 85045379072}}],\n'
+        '  "traceEvents": [\n'
     ).encode()
     tmp = path.with_suffix(".tmp")
     with open(tmp, "wb") as fh:
         fh.write(head)
         fh.write(b",\n".join(events))
-        fh.write(b"\n  ],\n  \"displayTimeUnit\": \"ms\"\n}\n")
+        fh.write(b'\n  ],\n  "displayTimeUnit": "ms"\n}\n')
     tmp.replace(path)
 
 
@@ -357,8 +442,9 @@ def generated_job(spec: dict) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     for rank in range(spec["ranks"]):
         print(f"  generating rank {rank} ...", flush=True)
-        generate_rank_trace(folder / f"rank-{rank}.json", rank, spec["ranks"], spec["steps"],
-                            spec["gpu_events_per_rank"], spec["seed"])
+        generate_rank_trace(
+            folder / f"rank-{rank}.json", rank, spec["ranks"], spec["steps"], spec["gpu_events_per_rank"], spec["seed"]
+        )
     marker.write_text(json.dumps(spec))
     return folder
 
@@ -381,16 +467,22 @@ def report(label: str, ours: dict, ours_parallel: dict | None, hta: dict) -> dic
     o, h = ours["seconds"], hta["seconds"]
     ratio = h["total"] / o["total"]
     print(f"\n== {label}: {ours['n_events']:,} GPU events")
-    print(f"  ours : read {o['read']:.3f}s  temporal {o['temporal']:.4f}s  idle {o['idle']:.4f}s  total {o['total']:.3f}s"
-          f"  cpu {o['cpu']:.2f}s  (1 process)")
+    print(
+        f"  ours : read {o['read']:.3f}s  temporal {o['temporal']:.4f}s  idle {o['idle']:.4f}s  total {o['total']:.3f}s"
+        f"  cpu {o['cpu']:.2f}s  (1 process)"
+    )
     ratio_par = None
     if ours_parallel is not None:
         p = ours_parallel["seconds"]
         ratio_par = h["total"] / p["total"]
-        print(f"  ours : read {p['read']:.3f}s  temporal {p['temporal']:.4f}s  idle {p['idle']:.4f}s  total {p['total']:.3f}s"
-              f"  cpu {p['cpu']:.2f}s  (2 processes)")
-    print(f"  HTA  : parse {h['parse']:.3f}s  temporal {h['temporal']:.4f}s  idle {h['idle']:.4f}s  total {h['total']:.3f}s"
-          f"  cpu {h['cpu']:.2f}s")
+        print(
+            f"  ours : read {p['read']:.3f}s  temporal {p['temporal']:.4f}s  idle {p['idle']:.4f}s  total {p['total']:.3f}s"
+            f"  cpu {p['cpu']:.2f}s  (2 processes)"
+        )
+    print(
+        f"  HTA  : parse {h['parse']:.3f}s  temporal {h['temporal']:.4f}s  idle {h['idle']:.4f}s  total {h['total']:.3f}s"
+        f"  cpu {h['cpu']:.2f}s"
+    )
     print(f"  speed-up: {ratio:.1f}x" + (f" (1 process), {ratio_par:.1f}x (2 processes)" if ratio_par else ""))
     worst = 0.0
     for row in cmp["ranks"]:
@@ -405,10 +497,18 @@ def report(label: str, ours: dict, ours_parallel: dict | None, hta: dict) -> dic
     print(f"  idle breakdown: largest share difference {cmp['idle_share_max_diff_pp']:.2f} pp")
     cpu_ratio = h["cpu"] / o["cpu"] if o["cpu"] else float("inf")
     print(f"  CPU-time ratio (robust to other load on the machine): {cpu_ratio:.1f}x")
-    return {"label": label, "ratio": ratio, "ratio_par": ratio_par, "cpu_ratio": cpu_ratio, "worst_pp": worst,
-            "idle_pp": cmp["idle_share_max_diff_pp"], "ours_s": o["total"],
-            "ours_par_s": ours_parallel["seconds"]["total"] if ours_parallel else None,
-            "hta_s": h["total"], "events": ours["n_events"]}
+    return {
+        "label": label,
+        "ratio": ratio,
+        "ratio_par": ratio_par,
+        "cpu_ratio": cpu_ratio,
+        "worst_pp": worst,
+        "idle_pp": cmp["idle_share_max_diff_pp"],
+        "ours_s": o["total"],
+        "ours_par_s": ours_parallel["seconds"]["total"] if ours_parallel else None,
+        "hta_s": h["total"],
+        "events": ours["n_events"],
+    }
 
 
 def main() -> None:
@@ -444,13 +544,17 @@ def main() -> None:
         summary.append(report(label, ours, parallel, run_hta(folder)))
 
     print("\n== summary (targets: >= 10x faster, <= 0.5 pp; HTA parses ranks in parallel, 2 processes here)")
-    print(f"  {'trace':<22}{'GPU events':>12}{'ours 1p s':>11}{'ours 2p s':>11}{'HTA s':>9}{'ratio 1p':>10}"
-          f"{'ratio 2p':>10}{'cpu ratio':>11}{'max pp':>8}{'idle pp':>9}")
+    print(
+        f"  {'trace':<22}{'GPU events':>12}{'ours 1p s':>11}{'ours 2p s':>11}{'HTA s':>9}{'ratio 1p':>10}"
+        f"{'ratio 2p':>10}{'cpu ratio':>11}{'max pp':>8}{'idle pp':>9}"
+    )
     for s in summary:
         par_s = f"{s['ours_par_s']:>11.3f}" if s["ours_par_s"] is not None else f"{'-':>11}"
         par_r = f"{s['ratio_par']:>9.1f}x" if s["ratio_par"] is not None else f"{'-':>10}"
-        print(f"  {s['label']:<22}{s['events']:>12,}{s['ours_s']:>11.3f}{par_s}{s['hta_s']:>9.2f}"
-              f"{s['ratio']:>9.1f}x{par_r}{s['cpu_ratio']:>10.1f}x{s['worst_pp']:>8.2f}{s['idle_pp']:>9.2f}")
+        print(
+            f"  {s['label']:<22}{s['events']:>12,}{s['ours_s']:>11.3f}{par_s}{s['hta_s']:>9.2f}"
+            f"{s['ratio']:>9.1f}x{par_r}{s['cpu_ratio']:>10.1f}x{s['worst_pp']:>8.2f}{s['idle_pp']:>9.2f}"
+        )
 
 
 if __name__ == "__main__":

@@ -19,14 +19,24 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 import tempfile
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _browser import (ROOT, api_client, chromium, console_errors, full_page_png, running_server, sign_in,  # noqa: E402
-                      upload, wait_analyses, wait_for_charts)
+from _browser import (
+    ROOT,
+    api_client,
+    chromium,
+    console_errors,
+    full_page_png,
+    running_server,
+    sign_in,
+    upload,
+    wait_analyses,
+    wait_for_charts,
+)
 
 FIXTURES = ROOT.parent / "shared" / "fixtures"
 
@@ -38,7 +48,7 @@ def synthetic_run_with_timings(folder: Path, steps: int = 40, groups: int = 64, 
     import numpy as np
     import orjson
 
-    from workers.workload.synthetic import packed_length_rows
+    from core.workload.synthetic import packed_length_rows
 
     folder.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(5)
@@ -48,9 +58,14 @@ def synthetic_run_with_timings(folder: Path, steps: int = 40, groups: int = 64, 
         (folder / f"packed_lengths_step_{step}.jsonl").write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rows))
         longest = max(max(r["output"]) for r in rows)
         tokens = sum(r["input"] * n + sum(r["output"]) for r in rows)
-        t = {"timing_s/gen": 0.012 * longest + rng.normal(3, 0.5), "timing_s/reward": rng.uniform(4, 9),
-             "timing_s/old_log_prob": tokens / 90_000, "timing_s/ref": tokens / 95_000, "timing_s/adv": 0.4,
-             "timing_s/update_actor": tokens / 30_000}
+        t = {
+            "timing_s/gen": 0.012 * longest + rng.normal(3, 0.5),
+            "timing_s/reward": rng.uniform(4, 9),
+            "timing_s/old_log_prob": tokens / 90_000,
+            "timing_s/ref": tokens / 95_000,
+            "timing_s/adv": 0.4,
+            "timing_s/update_actor": tokens / 30_000,
+        }
         t["timing_s/step"] = sum(t.values()) + rng.uniform(2, 4)
         lines.append(orjson.dumps({"step": step, "data": t}))
     (folder / "verl_metrics.jsonl").write_bytes(b"\n".join(lines) + b"\n")
@@ -82,15 +97,20 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="rlvr-shots-") as tmp, running_server(Path(tmp), demo=True) as (base, key):
         api = api_client(base, key)
         traces = {"cli-demo": api.get("/traces", params={"q": "demo"}).json()["items"][0]}
-        demo = traces["demo"] = upload(api, synthetic_run_with_timings(Path(tmp) / "synthetic"),
-                                       "synthetic GRPO run + verl stage timings")
+        demo = traces["demo"] = upload(
+            api, synthetic_run_with_timings(Path(tmp) / "synthetic"), "synthetic GRPO run + verl stage timings"
+        )
         if FIXTURES.is_dir():
             kineto = FIXTURES / "kineto"
-            traces["kineto"] = upload(api, [kineto / "sampled_rank-0.json.gz", kineto / "sampled_rank-1.json.gz"],
-                                      "Kineto: HTA sampled ranks 0-1")
+            traces["kineto"] = upload(
+                api,
+                [kineto / "sampled_rank-0.json.gz", kineto / "sampled_rank-1.json.gz"],
+                "Kineto: HTA sampled ranks 0-1",
+            )
             search = FIXTURES / "polytrace" / "search_r1_qwen2_5_7b"
-            traces["search"] = upload(api, sorted(search.glob("multiturn_workload_step_*.jsonl")),
-                                      "Search-R1 Qwen2.5-7B (multi-turn)")
+            traces["search"] = upload(
+                api, sorted(search.glob("multiturn_workload_step_*.jsonl")), "Search-R1 Qwen2.5-7B (multi-turn)"
+            )
             rllm = FIXTURES / "polytrace" / "rllm_deepcoder_14b_16k"
             traces["rllm"] = upload(api, sorted(rllm.glob("*.jsonl")), "rllm DeepCoder-14B 16k")
         else:
@@ -101,30 +121,52 @@ def main() -> int:
         if "search" in traces:
             replays.append((traces["search"]["id"], {"calibrate": {"fit_steps": [0]}, "steps": [0, 2]}))
         for trace_id, extra in replays:
-            run_job(api, "/simulations", {
-                "trace_id": trace_id, "cluster": {"gpu": "H100", "n_gpus": 16, "rollout_replicas": 2, "rollout_tp": 4,
-                                                  "train_dp": 8},
-                "model": "Qwen2.5-7B", "policy": "sync", "compare_policy": "one_step_off", **extra})
-        run_job(api, "/workloads", {"trace_id": demo["id"], "steps": 4, "groups": 32, "samples_per_group": 8,
-                                    "name": "synthetic twin of the demo run"})
+            run_job(
+                api,
+                "/simulations",
+                {
+                    "trace_id": trace_id,
+                    "cluster": {"gpu": "H100", "n_gpus": 16, "rollout_replicas": 2, "rollout_tp": 4, "train_dp": 8},
+                    "model": "Qwen2.5-7B",
+                    "policy": "sync",
+                    "compare_policy": "one_step_off",
+                    **extra,
+                },
+            )
+        run_job(
+            api,
+            "/workloads",
+            {
+                "trace_id": demo["id"],
+                "steps": 4,
+                "groups": 32,
+                "samples_per_group": 8,
+                "name": "synthetic twin of the demo run",
+            },
+        )
 
         driver = chromium(args.width, 1000)
         try:
             sign_in(driver, base, key)
-            pages = [("traces", "/traces"), ("jobs", "/jobs"),
-                     ("overview", f"/traces/{demo['id']}"),
-                     ("distributions", f"/traces/{demo['id']}/distributions"),
-                     ("imbalance", f"/traces/{demo['id']}/imbalance"),
-                     ("simulate", f"/traces/{demo['id']}/simulate"),
-                     ("workload", f"/traces/{demo['id']}/workload")]
+            pages = [
+                ("traces", "/traces"),
+                ("jobs", "/jobs"),
+                ("overview", f"/traces/{demo['id']}"),
+                ("distributions", f"/traces/{demo['id']}/distributions"),
+                ("imbalance", f"/traces/{demo['id']}/imbalance"),
+                ("simulate", f"/traces/{demo['id']}/simulate"),
+                ("workload", f"/traces/{demo['id']}/workload"),
+            ]
             if "kineto" in traces:
-                pages += [("gpu-timeline", f"/traces/{traces['kineto']['id']}/gpu"),
-                          ("overview-kineto", f"/traces/{traces['kineto']['id']}"),
-                          ("multiturn", f"/traces/{traces['search']['id']}/multiturn"),
-                          ("reward-latency", f"/traces/{traces['rllm']['id']}/multiturn"),
-                          ("stages-per-rank", f"/traces/{traces['rllm']['id']}/gpu"),
-                          ("compare", f"/compare?a={demo['id']}&b={traces['rllm']['id']}"),
-                          ("simulate-calibrated", f"/traces/{traces['search']['id']}/simulate")]
+                pages += [
+                    ("gpu-timeline", f"/traces/{traces['kineto']['id']}/gpu"),
+                    ("overview-kineto", f"/traces/{traces['kineto']['id']}"),
+                    ("multiturn", f"/traces/{traces['search']['id']}/multiturn"),
+                    ("reward-latency", f"/traces/{traces['rllm']['id']}/multiturn"),
+                    ("stages-per-rank", f"/traces/{traces['rllm']['id']}/gpu"),
+                    ("compare", f"/compare?a={demo['id']}&b={traces['rllm']['id']}"),
+                    ("simulate-calibrated", f"/traces/{traces['search']['id']}/simulate"),
+                ]
             # open every trace page once so its analyses start, then wait for them all
             for _, path in pages:
                 driver.get(base + path)

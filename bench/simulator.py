@@ -1,7 +1,7 @@
 """Benchmark the event-driven simulator against a token-by-token reference stepper.
 
 1. Replays a synthetic trace (default 500 steps × 8,192 samples, built with
-   workers.workload.synthetic) under the synchronous policy; prints simulated
+   core.workload.synthetic) under the synchronous policy; prints simulated
    requests per second of wall time.
 2. Replays a slice of the same trace (default 2 steps) with a naive stepper written
    here: it advances every replica one iteration at a time and gives every running
@@ -24,11 +24,11 @@ from collections import deque
 
 import numpy as np
 
-from workers.simulator import ClusterConfig, EngineLimits, MODEL_PRESETS, Policy, StepWorkload, simulate
-from workers.simulator.policies import Env, group_replicas, rollout_batch
-from workers.simulator.predictor import roofline_coefficients
-from workers.simulator.requests import step_request_arrays
-from workers.workload.synthetic import packed_length_rows
+from core.simulator import MODEL_PRESETS, ClusterConfig, EngineLimits, Policy, StepWorkload, simulate
+from core.simulator.policies.base import Env, group_replicas, rollout_batch
+from core.simulator.predictor import roofline_coefficients
+from core.simulator.requests import step_request_arrays
+from core.workload.synthetic import packed_length_rows
 
 
 def synthetic_workload(steps: int, groups: int, n: int, seed: int = 0) -> list[StepWorkload]:
@@ -37,7 +37,9 @@ def synthetic_workload(steps: int, groups: int, n: int, seed: int = 0) -> list[S
         sizes = np.full(len(rows), n)
         prompt = np.array([r["input"] for r in rows], np.int64)
         resp = np.array([r["output"] for r in rows], np.int64).ravel()
-        out.append(StepWorkload(rows[0]["step"], np.repeat(np.arange(len(rows)), sizes), np.repeat(prompt, sizes), resp))
+        out.append(
+            StepWorkload(rows[0]["step"], np.repeat(np.arange(len(rows)), sizes), np.repeat(prompt, sizes), resp)
+        )
     return out
 
 
@@ -110,9 +112,18 @@ def stepper_rollout(env: Env, w: StepWorkload) -> float:
         idx = np.flatnonzero(replica == j)
         if idx.size == 0:
             continue
-        worst = max(worst, stepper_replica(arr["prefill"][idx], arr["context"][idx], np.maximum(arr["decode"][idx], 1),
-                                           env.coefficients, env.limits.max_running_seqs, env.kv_capacity,
-                                           env.limits.max_prefill_tokens))
+        worst = max(
+            worst,
+            stepper_replica(
+                arr["prefill"][idx],
+                arr["context"][idx],
+                np.maximum(arr["decode"][idx], 1),
+                env.coefficients,
+                env.limits.max_running_seqs,
+                env.kv_capacity,
+                env.limits.max_prefill_tokens,
+            ),
+        )
     return worst
 
 
@@ -137,8 +148,10 @@ def main() -> None:
     result = simulate(workload, cluster, model, limits, policy)
     t_sim = time.perf_counter() - t0
     print(f"trace: {args.steps} steps x {args.groups * args.n} samples = {n_req:,} requests (built in {t_gen:.1f} s)")
-    print(f"simulate (sync): {t_sim:.2f} s wall, {n_req / t_sim:,.0f} simulated requests/s, "
-          f"makespan {result.makespan / 3600:.2f} h simulated")
+    print(
+        f"simulate (sync): {t_sim:.2f} s wall, {n_req / t_sim:,.0f} simulated requests/s, "
+        f"makespan {result.makespan / 3600:.2f} h simulated"
+    )
 
     # the same rollouts, event-driven vs token by token (best of 3 for the short one)
     part = workload[: args.slice]
@@ -156,9 +169,12 @@ def main() -> None:
     # step time = rollout + the other stages (identical in both)
     other = [s.end - s.start - s.stages["rollout"] for s in result.steps[: len(part)]]
     d_step = max(abs((f + o) - (r + o)) / (r + o) for f, r, o in zip(fast, ref, other))
-    print(f"slice of {len(part)} steps: event-driven rollouts {t_fast:.3f} s, token-by-token stepper {t_ref:.2f} s, "
-          f"speed ratio {t_ref / t_fast:.0f}x")
+    print(
+        f"slice of {len(part)} steps: event-driven rollouts {t_fast:.3f} s, token-by-token stepper {t_ref:.2f} s, "
+        f"speed ratio {t_ref / t_fast:.0f}x"
+    )
     print(f"largest relative difference: rollout time {d_roll:.2e}, step time {d_step:.2e}")
+
 
 if __name__ == "__main__":
     main()

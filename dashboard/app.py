@@ -29,19 +29,29 @@ HERE = Path(__file__).resolve().parent
 
 def _layout():
     # A function, so each full page load renders with the current session.
-    return html.Div([
-        dcc.Location(id="nav-redirect", refresh=True),
-        html.Header(className="topbar", children=[
-            dcc.Link("RLVR Explorer", href=components.href("/traces"), className="brand"),
-            html.Nav(id="top-nav", className="top-nav"),
-            html.Div(id="team-box", className="team-box"),
-        ]),
-        html.Main(dash.page_container, className="content"),
-    ])
+    return html.Div(
+        [
+            dcc.Location(id="nav-redirect", refresh=True),
+            html.Header(
+                className="topbar",
+                children=[
+                    dcc.Link("RLVR Explorer", href=components.href("/traces"), className="brand"),
+                    html.Nav(id="top-nav", className="top-nav"),
+                    html.Div(id="team-box", className="team-box"),
+                ],
+            ),
+            html.Main(dash.page_container, className="content"),
+        ]
+    )
 
 
-def create_dash(api_base_url: str, *, requests_pathname_prefix: str = "/", server: flask.Flask | bool | None = None,
-                http_client: httpx.Client | None = None) -> dash.Dash:
+def create_dash(
+    api_base_url: str,
+    *,
+    requests_pathname_prefix: str = "/",
+    server: flask.Flask | bool | None = None,
+    http_client: httpx.Client | None = None,
+) -> dash.Dash:
     """Build the dashboard.
 
     api_base_url: where the REST API answers (e.g. http://127.0.0.1:8000).
@@ -75,7 +85,7 @@ def create_dash(api_base_url: str, *, requests_pathname_prefix: str = "/", serve
         update_title=None,
     )
     # The browser must not call plotly's version server (no internet, and no console errors).
-    app._dev_tools["disable_version_check"] = True  # noqa: SLF001 - no public setter before run()
+    app._dev_tools["disable_version_check"] = True
     app.layout = _layout
     _most_specific_templates_first()
     callbacks.register(app)

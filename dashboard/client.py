@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import contextlib
 import threading
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any, Iterable, Iterator
+from typing import Any
 
 import httpx
 import orjson
@@ -24,8 +25,9 @@ UPLOAD_TIMEOUT = httpx.Timeout(600.0, connect=5.0)
 class ApiError(Exception):
     """A failed API call: HTTP status (0 when the server was unreachable) and message."""
 
-    def __init__(self, status: int, message: str, *, file: str | None = None, line: int | None = None,
-                 field: str | None = None):
+    def __init__(
+        self, status: int, message: str, *, file: str | None = None, line: int | None = None, field: str | None = None
+    ):
         super().__init__(message)
         self.status, self.message, self.file, self.line, self.field = status, message, file, line, field
 
@@ -38,7 +40,7 @@ class ApiError(Exception):
         return self.status == 404
 
     @classmethod
-    def from_response(cls, resp: httpx.Response) -> "ApiError":
+    def from_response(cls, resp: httpx.Response) -> ApiError:
         """Read `{"detail": {"message", "file", "line", "field"}}`, FastAPI's default
         `{"detail": "..."}` or its validation list, or fall back to the status text."""
         try:
@@ -47,8 +49,13 @@ class ApiError(Exception):
             body = None
         detail = body.get("detail") if isinstance(body, dict) else None
         if isinstance(detail, dict):
-            return cls(resp.status_code, str(detail.get("message") or resp.reason_phrase),
-                       file=detail.get("file"), line=detail.get("line"), field=detail.get("field"))
+            return cls(
+                resp.status_code,
+                str(detail.get("message") or resp.reason_phrase),
+                file=detail.get("file"),
+                line=detail.get("line"),
+                field=detail.get("field"),
+            )
         if isinstance(detail, list) and detail:
             parts = []
             for d in detail:
@@ -113,8 +120,9 @@ class ApiClient:
         headers = {"X-API-Key": self.api_key} if self.api_key else {}
         clean = {k: v for k, v in (params or {}).items() if v is not None and v != "" and v != []}
         try:
-            resp = self.http.request(method, self._url(path), params=clean, headers=headers,
-                                     timeout=timeout or DEFAULT_TIMEOUT, **kw)
+            resp = self.http.request(
+                method, self._url(path), params=clean, headers=headers, timeout=timeout or DEFAULT_TIMEOUT, **kw
+            )
         except httpx.TimeoutException as exc:
             raise ApiError(0, f"The API at {self.root} did not answer in time ({type(exc).__name__})") from exc
         except httpx.TransportError as exc:
@@ -132,8 +140,11 @@ class ApiClient:
             return orjson.loads(resp.content)
         except ValueError as exc:
             # e.g. a route the API doesn't have, answered by whatever is mounted at "/"
-            raise ApiError(502, f"The API answered {path} with something that is not JSON "
-                                f"(HTTP {resp.status_code}, {resp.headers.get('content-type', 'no content type')})") from exc
+            raise ApiError(
+                502,
+                f"The API answered {path} with something that is not JSON "
+                f"(HTTP {resp.status_code}, {resp.headers.get('content-type', 'no content type')})",
+            ) from exc
 
     # -- identity -------------------------------------------------------------------
     def me(self) -> dict:
@@ -150,8 +161,9 @@ class ApiClient:
     def delete_trace(self, trace_id: str | int) -> None:
         self._request("DELETE", f"/traces/{trace_id}")
 
-    def upload_trace(self, files: Iterable[tuple[str, bytes]], *, name: str | None = None,
-                     format: str | None = None) -> UploadResult:
+    def upload_trace(
+        self, files: Iterable[tuple[str, bytes]], *, name: str | None = None, format: str | None = None
+    ) -> UploadResult:
         """POST one or more files (or one archive) as multipart `files`."""
         parts = [("files", (fname, content, "application/octet-stream")) for fname, content in files]
         if not parts:
@@ -175,19 +187,36 @@ class ApiClient:
     def rank_timings(self, trace_id: str | int, *, step: int | None = None) -> list[dict]:
         return self._get(f"/traces/{trace_id}/rank-timings", step=step)["items"]
 
-    def gpu_events(self, trace_id: str | int, *, rank: int | None = None, step: int | None = None,
-                   start_us: float | None = None, end_us: float | None = None, limit: int | None = None) -> dict:
+    def gpu_events(
+        self,
+        trace_id: str | int,
+        *,
+        rank: int | None = None,
+        step: int | None = None,
+        start_us: float | None = None,
+        end_us: float | None = None,
+        limit: int | None = None,
+    ) -> dict:
         """`{"items": [event], "truncated": bool}`: events overlapping the window."""
-        return self._get(f"/traces/{trace_id}/gpu-events", rank=rank, step=step, start_us=start_us, end_us=end_us,
-                         limit=limit)
+        return self._get(
+            f"/traces/{trace_id}/gpu-events", rank=rank, step=step, start_us=start_us, end_us=end_us, limit=limit
+        )
 
-    def chrome_trace(self, trace_id: str | int, *, rank: int | list[int] | None = None, step: int | None = None,
-                     start_us: float | None = None, end_us: float | None = None) -> bytes:
+    def chrome_trace(
+        self,
+        trace_id: str | int,
+        *,
+        rank: int | list[int] | None = None,
+        step: int | None = None,
+        start_us: float | None = None,
+        end_us: float | None = None,
+    ) -> bytes:
         """The window as Chrome-trace JSON bytes (Perfetto / chrome://tracing open it);
         `rank` may list several ranks (sent as repeated query keys)."""
         params = dict(rank=rank, step=step, start_us=start_us, end_us=end_us)
-        return self._request("GET", f"/traces/{trace_id}/gpu-events/chrome-trace", params=params,
-                             timeout=UPLOAD_TIMEOUT).content
+        return self._request(
+            "GET", f"/traces/{trace_id}/gpu-events/chrome-trace", params=params, timeout=UPLOAD_TIMEOUT
+        ).content
 
     # -- analyses and jobs ----------------------------------------------------------
     # Lists carry no results unless `include_result` (a result can be megabytes): read
@@ -199,10 +228,18 @@ class ApiClient:
         path = f"/traces/{trace_id}/analyses"
         return self._json(self._request("POST", path, json={"kind": kind, "params": params or {}}), path)
 
-    def jobs(self, *, trace_id: str | int | None = None, status: str | None = None, kind: str | None = None,
-             limit: int | None = None, include_result: bool = False) -> list[dict]:
-        return self._get("/jobs", trace_id=trace_id, status=status, kind=kind, limit=limit,
-                         include_result=_flag(include_result))["items"]
+    def jobs(
+        self,
+        *,
+        trace_id: str | int | None = None,
+        status: str | None = None,
+        kind: str | None = None,
+        limit: int | None = None,
+        include_result: bool = False,
+    ) -> list[dict]:
+        return self._get(
+            "/jobs", trace_id=trace_id, status=status, kind=kind, limit=limit, include_result=_flag(include_result)
+        )["items"]
 
     def job(self, job_id: str | int) -> dict:
         """One job with its result."""
@@ -245,8 +282,9 @@ class ApiClient:
         """GET a download without holding it in memory; ApiError when the API refuses."""
         headers = {"X-API-Key": self.api_key} if self.api_key else {}
         try:
-            with self.http.stream("GET", self._url(path), params=params, headers=headers,
-                                  timeout=UPLOAD_TIMEOUT) as resp:
+            with self.http.stream(
+                "GET", self._url(path), params=params, headers=headers, timeout=UPLOAD_TIMEOUT
+            ) as resp:
                 if resp.status_code >= 400:
                     resp.read()
                     raise ApiError.from_response(resp)

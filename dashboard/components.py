@@ -46,11 +46,15 @@ def graph(graph_id: str, *, height: int | None = None, message: str = "Loading�
 
 def card(label: str, value: str, hint: str = "", card_id: str | None = None) -> html.Div:
     kw = {"id": card_id} if card_id else {}
-    return html.Div(className="card", children=[
-        html.Div(label, className="card-label"),
-        html.Div(value, className="card-value"),
-        html.Div(hint, className="card-hint"),
-    ], **kw)
+    return html.Div(
+        className="card",
+        children=[
+            html.Div(label, className="card-label"),
+            html.Div(value, className="card-value"),
+            html.Div(hint, className="card-hint"),
+        ],
+        **kw,
+    )
 
 
 def alert(message: str, kind: str = "error", **kw) -> html.Div:
@@ -59,10 +63,13 @@ def alert(message: str, kind: str = "error", **kw) -> html.Div:
 
 def progress(fraction: float | None, label: str = "") -> html.Div:
     pct = max(0.0, min(1.0, float(fraction or 0.0))) * 100
-    return html.Div(className="progress", children=[
-        html.Div(className="progress-bar", style={"width": f"{pct:.0f}%"}),
-        html.Span(label or f"{pct:.0f}%", className="progress-label"),
-    ])
+    return html.Div(
+        className="progress",
+        children=[
+            html.Div(className="progress-bar", style={"width": f"{pct:.0f}%"}),
+            html.Span(label or f"{pct:.0f}%", className="progress-label"),
+        ],
+    )
 
 
 def controls(*items) -> html.Div:
@@ -87,9 +94,11 @@ REDIRECT_TARGET = "redirect-target"
 def redirect(target: str, message=None) -> html.Div:
     """Send the browser to `target` as soon as this renders (a clientside callback in
     `dashboard.callbacks` reads the store), with a visible link meanwhile."""
-    return html.Div([dcc.Store(id=REDIRECT_TARGET, data=target),
-                     html.P(message or dcc.Link("continue", href=target))],
-                    id="redirect", className="page narrow")
+    return html.Div(
+        [dcc.Store(id=REDIRECT_TARGET, data=target), html.P(message or dcc.Link("continue", href=target))],
+        id="redirect",
+        className="page narrow",
+    )
 
 
 def sign_in_required(path: str) -> html.Div:
@@ -105,8 +114,9 @@ def signed_in() -> bool:
 
 # -- navigation from the page registry -----------------------------------------------
 def _pages(nav: str) -> list[dict]:
-    return sorted((p for p in dash.page_registry.values() if p.get("nav") == nav),
-                  key=lambda p: (p.get("order") or 0, p["name"]))
+    return sorted(
+        (p for p in dash.page_registry.values() if p.get("nav") == nav), key=lambda p: (p.get("order") or 0, p["name"])
+    )
 
 
 def top_nav(pathname: str | None) -> list:
@@ -115,8 +125,14 @@ def top_nav(pathname: str | None) -> list:
     for p in _pages("top"):
         target = p["relative_path"]
         active = bool(pathname) and (pathname == target or pathname.startswith(target.rstrip("/") + "/"))
-        links.append(dcc.Link(p["name"], href=target, className="nav-link active" if active else "nav-link",
-                              id=f"nav-{p['module'].split('.')[-1]}"))
+        links.append(
+            dcc.Link(
+                p["name"],
+                href=target,
+                className="nav-link active" if active else "nav-link",
+                id=f"nav-{p['module'].split('.')[-1]}",
+            )
+        )
     return links
 
 
@@ -135,17 +151,30 @@ def trace_header(trace: dict | None, trace_id: str, current_module: str) -> html
     meta = []
     if trace:
         meta = [trace.get("source_format") or "", trace.get("framework") or "", trace.get("status") or ""]
-    return html.Div([
-        html.Div([dcc.Link("Traces", href=href("/traces")), html.Span(" / "), html.Span(name, id="trace-name")],
-                 className="breadcrumb"),
-        html.Div(" · ".join(m for m in meta if m), className="trace-meta"),
-        trace_tabs(trace_id, current_module),
-    ], className="trace-header")
+    return html.Div(
+        [
+            html.Div(
+                [dcc.Link("Traces", href=href("/traces")), html.Span(" / "), html.Span(name, id="trace-name")],
+                className="breadcrumb",
+            ),
+            html.Div(" · ".join(m for m in meta if m), className="trace-meta"),
+            trace_tabs(trace_id, current_module),
+        ],
+        className="trace-header",
+    )
 
 
 # -- analysis panel -----------------------------------------------------------------
-def analysis_panel(kind: str, label: str, trace_id, params: dict | None = None, *, state: dict | None = None,
-                   status=None, polling: bool = False) -> html.Div:
+def analysis_panel(
+    kind: str,
+    label: str,
+    trace_id,
+    params: dict | None = None,
+    *,
+    state: dict | None = None,
+    status=None,
+    polling: bool = False,
+) -> html.Div:
     """Status line of analysis `kind` for the page's trace (read from the store with id
     PAGE_TRACE_ID). The shared callback in `dashboard.callbacks` starts the analysis
     (with `params`) when the trace has none, polls its progress, and puts the latest result in the
@@ -154,15 +183,17 @@ def analysis_panel(kind: str, label: str, trace_id, params: dict | None = None, 
     `dashboard.results.analysis_result` (the browser never holds the result).
     `state`, `status`, `polling`: the store's first value, status line and whether to
     poll, when the layout already knows them (`dashboard.panels.analysis_panel`)."""
-    return html.Div(className="analysis-panel", children=[
-        dcc.Store(id={"type": RESULT, "kind": kind}, data=state),
-        dcc.Store(id={"type": PARAMS, "kind": kind}, data=params or {}),
-        dcc.Interval(id={"type": POLL, "kind": kind}, interval=1500, disabled=not polling),
-        html.Span(label, className="analysis-label"),
-        html.Span(status, id={"type": STATUS, "kind": kind}, className="analysis-status"),
-        dcc.Link("other parameters…", href=href(f"/jobs?trace_id={trace_id}&kind={kind}"), className="muted"),
-    ])
-
+    return html.Div(
+        className="analysis-panel",
+        children=[
+            dcc.Store(id={"type": RESULT, "kind": kind}, data=state),
+            dcc.Store(id={"type": PARAMS, "kind": kind}, data=params or {}),
+            dcc.Interval(id={"type": POLL, "kind": kind}, interval=1500, disabled=not polling),
+            html.Span(label, className="analysis-label"),
+            html.Span(status, id={"type": STATUS, "kind": kind}, className="analysis-status"),
+            dcc.Link("other parameters…", href=href(f"/jobs?trace_id={trace_id}&kind={kind}"), className="muted"),
+        ],
+    )
 
 
 def clicked_index():

@@ -31,8 +31,13 @@ def _static_key(request: flask.Request) -> tuple[str, str] | None:
 
 def compress(response: flask.Response) -> flask.Response:
     request = flask.request
-    if (response.direct_passthrough or response.status_code != 200 or "Content-Encoding" in response.headers
-            or response.mimetype not in TYPES or "gzip" not in request.headers.get("Accept-Encoding", "").lower()):
+    if (
+        response.direct_passthrough
+        or response.status_code != 200
+        or "Content-Encoding" in response.headers
+        or response.mimetype not in TYPES
+        or "gzip" not in request.headers.get("Accept-Encoding", "").lower()
+    ):
         return response
     body = response.get_data()
     if len(body) < MIN_BYTES:

@@ -60,8 +60,11 @@ def register(server: flask.Flask) -> None:
         policy = flask.request.args.get("policy", "a")
         if policy not in ("a", "b"):
             return flask.Response("policy must be a or b", status=400, mimetype="text/plain")
-        return _passthrough(lambda api: api.simulation_chrome_trace(job_id, policy),
-                            f"simulation-{job_id}-{policy}.json", "application/json")
+        return _passthrough(
+            lambda api: api.simulation_chrome_trace(job_id, policy),
+            f"simulation-{job_id}-{policy}.json",
+            "application/json",
+        )
 
     @server.route("/download/workloads/<int:job_id>.zip")
     def workload_zip(job_id: int):

@@ -17,7 +17,9 @@ def job_progress(job: dict | None, what: str):
         return None
     if job_active(job):
         pct = 100 * float(job.get("progress") or 0)
-        return progress(job.get("progress"), f"{what} {job.get('id')}: {job.get('message') or job.get('status')} {pct:.0f}%")
+        return progress(
+            job.get("progress"), f"{what} {job.get('id')}: {job.get('message') or job.get('status')} {pct:.0f}%"
+        )
     if job.get("status") == "failed":
         return alert(f"{what} {job.get('id')} failed: {job.get('error') or job.get('message') or 'unknown error'}")
     return html.Span(f"{what} {job.get('id')}: {job.get('message') or 'done'}", className="muted")
@@ -27,20 +29,34 @@ def job_history_table(jobs: list[dict], *, open_type: str, describe, shown_id=No
     """One row per job, newest first: id, status, when, `describe(job)`, and "Open"."""
     if not jobs:
         return html.P("None yet.", className="muted")
-    head = html.Tr([html.Th("Job"), html.Th("Status"), html.Th("Created"), html.Th("What"), html.Th("Result"),
-                    html.Th("")])
+    head = html.Tr(
+        [html.Th("Job"), html.Th("Status"), html.Th("Created"), html.Th("What"), html.Th("Result"), html.Th("")]
+    )
     rows = []
     for j in jobs:
         st = j.get("status") or "?"
         result_text = j.get("error") if st == "failed" else j.get("message")
         current = shown_id is not None and int(shown_id) == int(j["id"])
-        rows.append(html.Tr([
-            html.Td(str(j["id"])),
-            html.Td(html.Span(st, className=f"badge badge-{st}")),
-            html.Td(human_time(j.get("created_at"))),
-            html.Td(describe(j)),
-            html.Td(result_text or "", className="file-error" if st == "failed" else "muted"),
-            html.Td("shown" if current else html.Button("Open", id={"type": open_type, "index": j["id"]}, n_clicks=0,
-                                                        className="button small secondary")),
-        ], **{"data-job-id": str(j["id"]), "data-status": st}))
+        rows.append(
+            html.Tr(
+                [
+                    html.Td(str(j["id"])),
+                    html.Td(html.Span(st, className=f"badge badge-{st}")),
+                    html.Td(human_time(j.get("created_at"))),
+                    html.Td(describe(j)),
+                    html.Td(result_text or "", className="file-error" if st == "failed" else "muted"),
+                    html.Td(
+                        "shown"
+                        if current
+                        else html.Button(
+                            "Open",
+                            id={"type": open_type, "index": j["id"]},
+                            n_clicks=0,
+                            className="button small secondary",
+                        )
+                    ),
+                ],
+                **{"data-job-id": str(j["id"]), "data-status": st},
+            )
+        )
     return html.Table([html.Thead(head), html.Tbody(rows)], className="table")

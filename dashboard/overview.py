@@ -1,4 +1,4 @@
-"""Headline figures of one trace (pure): which analyses apply, and the overview cards.
+"""Headline figures of one trace (pure): the overview cards.
 
 Cards: steps, samples, tokens (prompt + response), tail ratio (median over steps of
 the response max/mean), imbalance (mean over steps of the max/mean DP token load, from
@@ -19,20 +19,6 @@ class Card:
     label: str
     value: str
     hint: str = ""
-
-
-def applicable_analyses(trace: dict) -> list[str]:
-    """The analysis kinds this trace has data for (by its row counts)."""
-    kinds = []
-    if trace.get("n_samples"):
-        kinds += ["lengths", "longtail", "imbalance"]
-    if trace.get("n_rank_timings") or trace.get("n_tool_calls") or trace.get("n_turns"):
-        kinds.append("latency")
-    if trace.get("n_turns"):
-        kinds.append("multiturn")
-    if trace.get("n_gpu_events"):
-        kinds.append("gpu_timeline")
-    return kinds
 
 
 def dig(obj, *path, default=None):
@@ -56,8 +42,10 @@ def imbalance_headline(result: dict | None) -> tuple[float | None, float | None]
     """(mean max/mean token load over steps, whole-run KK time saved)."""
     if not result:
         return None, None
-    return (dig(result, "summary", "tokens", "max_over_mean", "mean"),
-            dig(result, "summary", "tokens", "kk_time_saved"))
+    return (
+        dig(result, "summary", "tokens", "max_over_mean", "mean"),
+        dig(result, "summary", "tokens", "kk_time_saved"),
+    )
 
 
 def rollout_idle_share(result: dict | None) -> float | None:
@@ -80,7 +68,9 @@ def gpu_idle_share(result: dict | None) -> float | None:
     return None if m is None else m / 100.0
 
 
-def overview_cards(trace: dict, steps: list[dict], response_summary: dict | None, results: dict[str, dict]) -> list[Card]:
+def overview_cards(
+    trace: dict, steps: list[dict], response_summary: dict | None, results: dict[str, dict]
+) -> list[Card]:
     tokens = sum((s.get("prompt_tokens") or 0) + (s.get("response_tokens") or 0) for s in steps)
     prompt = sum(s.get("prompt_tokens") or 0 for s in steps)
     rows = [r for r in (response_summary or {}).get("steps", []) if r.get("count")]
@@ -89,25 +79,52 @@ def overview_cards(trace: dict, steps: list[dict], response_summary: dict | None
     kineto = kineto_steps(trace)
     n_steps = trace.get("n_steps") or len(steps) or len(kineto)
     cards = [
-        Card("steps", "Steps", human_count(n_steps),
-             f"{sum(1 for s in steps if s.get('validate'))} validation" if any(s.get("validate") for s in steps) else ""),
-        Card("samples", "Samples", human_count(trace.get("n_samples")),
-             f"{human_count(trace.get('n_turns'))} turns" if trace.get("n_turns") else
-             (f"{human_count(trace.get('n_gpu_events'))} GPU events" if trace.get("n_gpu_events") else "")),
-        Card("tokens", "Tokens", human_count(tokens) if steps else "—",
-             f"{human_count(prompt)} prompt + {human_count(tokens - prompt)} response" if tokens else ""),
-        Card("tail", "Tail ratio", human_ratio(median(tails)),
-             f"median response max/mean; worst {human_ratio(worst.get('tail_ratio'))} at step {worst['step']}" if worst else
-             "no samples"),
+        Card(
+            "steps",
+            "Steps",
+            human_count(n_steps),
+            f"{sum(1 for s in steps if s.get('validate'))} validation" if any(s.get("validate") for s in steps) else "",
+        ),
+        Card(
+            "samples",
+            "Samples",
+            human_count(trace.get("n_samples")),
+            f"{human_count(trace.get('n_turns'))} turns"
+            if trace.get("n_turns")
+            else (f"{human_count(trace.get('n_gpu_events'))} GPU events" if trace.get("n_gpu_events") else ""),
+        ),
+        Card(
+            "tokens",
+            "Tokens",
+            human_count(tokens) if steps else "—",
+            f"{human_count(prompt)} prompt + {human_count(tokens - prompt)} response" if tokens else "",
+        ),
+        Card(
+            "tail",
+            "Tail ratio",
+            human_ratio(median(tails)),
+            f"median response max/mean; worst {human_ratio(worst.get('tail_ratio'))} at step {worst['step']}"
+            if worst
+            else "no samples",
+        ),
     ]
     imb, saved = imbalance_headline(results.get("imbalance"))
-    cards.append(Card("imbalance", "DP imbalance", human_ratio(imb),
-                      f"max/mean token load; KK balancing saves {human_share(saved)}" if saved is not None else
-                      ("max/mean token load per step" if imb is not None else "imbalance analysis not available")))
+    cards.append(
+        Card(
+            "imbalance",
+            "DP imbalance",
+            human_ratio(imb),
+            f"max/mean token load; KK balancing saves {human_share(saved)}"
+            if saved is not None
+            else ("max/mean token load per step" if imb is not None else "imbalance analysis not available"),
+        )
+    )
     rollout = rollout_idle_share(results.get("longtail"))
     gpu = gpu_idle_share(results.get("gpu_timeline"))
     if rollout is not None:
-        cards.append(Card("idle", "Idle share", human_share(rollout), "rollout slots idle while the longest sample runs"))
+        cards.append(
+            Card("idle", "Idle share", human_share(rollout), "rollout slots idle while the longest sample runs")
+        )
     elif gpu is not None:
         cards.append(Card("idle", "Idle share", human_share(gpu), "GPU idle, mean over ranks (HTA definition)"))
     else:

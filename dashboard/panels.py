@@ -21,8 +21,9 @@ from dashboard.client import ApiClient, ApiError
 from dashboard.payloads import job_active, latest_job, latest_succeeded
 
 
-def panel_jobs(api: ApiClient, trace_id, kind: str, params: dict | None,
-               jobs: list[dict] | None = None) -> tuple[dict, dict | None]:
+def panel_jobs(
+    api: ApiClient, trace_id, kind: str, params: dict | None, jobs: list[dict] | None = None
+) -> tuple[dict, dict | None]:
     """(the latest job of `kind` for the trace, started now when there is none; the
     latest succeeded one, whose result is shown while a re-run is going).
     `jobs`: the trace's analysis jobs when the caller already listed them."""
@@ -75,10 +76,23 @@ def analysis_panel(kind: str, label: str, trace_id, params: dict | None = None) 
         jobs = None if params else _trace_analyses(api, trace_id)
         job, best = panel_jobs(api, trace_id, kind, params, jobs)
     except ApiError as exc:
-        return c.analysis_panel(kind, label, trace_id, params,
-                                state={"job_id": None, "note": f"{kind} analysis unavailable: {exc.message}"},
-                                status=c.alert(exc.message), polling=False)
+        return c.analysis_panel(
+            kind,
+            label,
+            trace_id,
+            params,
+            state={"job_id": None, "note": f"{kind} analysis unavailable: {exc.message}"},
+            status=c.alert(exc.message),
+            polling=False,
+        )
     if best is not None:
         results.prefetch(best["id"])  # its figures will ask for it in a moment
-    return c.analysis_panel(kind, label, trace_id, params, state=panel_state(job, best, kind),
-                            status=status_line(job), polling=job_active(job))
+    return c.analysis_panel(
+        kind,
+        label,
+        trace_id,
+        params,
+        state=panel_state(job, best, kind),
+        status=status_line(job),
+        polling=job_active(job),
+    )

@@ -128,8 +128,13 @@ def kineto_steps(trace: dict) -> list[int]:
 def step_window(trace: dict, step: int, ranks: list[int] | None = None) -> tuple[float, float] | None:
     """[start_us, end_us] of ProfilerStep `step` over the given ranks (all when None)."""
     windows = ((trace.get("metadata") or {}).get("kineto") or {}).get("steps") or {}
-    spans = [(float(w[1]), float(w[2])) for r, ws in windows.items()
-             if ranks is None or int(r) in ranks for w in ws if int(w[0]) == int(step)]
+    spans = [
+        (float(w[1]), float(w[2]))
+        for r, ws in windows.items()
+        if ranks is None or int(r) in ranks
+        for w in ws
+        if int(w[0]) == int(step)
+    ]
     if not spans:
         return None
     return min(a for a, _ in spans), max(b for _, b in spans)

@@ -24,7 +24,9 @@ def form_defaults(presets: dict, step_ids: list[int] | None = None) -> dict:
         "gpu": cluster.get("gpu", "H100"),
         "model": d.get("model"),
         "n_gpus": max(int(cluster.get("n_gpus", 8)), replicas * tp + dp * cluster.get("train_tp", 1)),
-        "replicas": replicas, "tp": tp, "train_dp": dp,
+        "replicas": replicas,
+        "tp": tp,
+        "train_dp": dp,
         "max_running_seqs": limits.get("max_running_seqs"),
         "kv_cache_tokens": limits.get("kv_cache_tokens"),
         "policy_a": "sync" if "sync" in policies else policies[0],
@@ -59,8 +61,12 @@ def simulation_body(trace_id: int, values: dict) -> dict:
     """The POST /simulations body for the form's `values` (keys as in `form_defaults`);
     empty optional fields are left to the API's defaults."""
     cluster = {"gpu": values.get("gpu")}
-    for key, field in (("n_gpus", "n_gpus"), ("replicas", "rollout_replicas"), ("tp", "rollout_tp"),
-                       ("train_dp", "train_dp")):
+    for key, field in (
+        ("n_gpus", "n_gpus"),
+        ("replicas", "rollout_replicas"),
+        ("tp", "rollout_tp"),
+        ("train_dp", "train_dp"),
+    ):
         v = _int_or_none(values.get(key))
         if v is not None:
             cluster[field] = v
@@ -70,8 +76,11 @@ def simulation_body(trace_id: int, values: dict) -> dict:
         if v is not None:
             limits[key] = v
     balancing = values.get("balancing") or "none"
-    body: dict = {"trace_id": int(trace_id), "cluster": {k: v for k, v in cluster.items() if v is not None},
-                  "policy": {"kind": values.get("policy_a") or "sync", "balancing": balancing}}
+    body: dict = {
+        "trace_id": int(trace_id),
+        "cluster": {k: v for k, v in cluster.items() if v is not None},
+        "policy": {"kind": values.get("policy_a") or "sync", "balancing": balancing},
+    }
     if values.get("model"):
         body["model"] = values["model"]
     if limits:
@@ -94,8 +103,12 @@ def workload_body(trace_id: int, values: dict, *, fit_only: bool = False) -> dic
     steps x groups x samples_per_group (empty: as fitted) and ingest them as a trace."""
     if fit_only:
         return {"trace_id": int(trace_id), "steps": 0, "ingest": False}
-    body: dict = {"trace_id": int(trace_id), "steps": _int_or_none(values.get("steps")) or 1,
-                  "seed": _int_or_none(values.get("seed")) or 0, "ingest": bool(values.get("ingest", True))}
+    body: dict = {
+        "trace_id": int(trace_id),
+        "steps": _int_or_none(values.get("steps")) or 1,
+        "seed": _int_or_none(values.get("seed")) or 0,
+        "ingest": bool(values.get("ingest", True)),
+    }
     for key in ("groups", "samples_per_group", "dp_size"):
         v = _int_or_none(values.get(key))
         if v is not None:

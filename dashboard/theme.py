@@ -45,7 +45,7 @@ IDLE_CAUSE_COLORS = {"host_wait": "#8CD17D", "kernel_wait": "#B6992D", "other": 
 
 # Simulator replays: busy stages of the simulated GPU timeline (the rollout is the
 # generation stage) and the causes its idle GPU time is split by
-# (workers/simulator/result.py IDLE_CAUSES): light tones, so busy time stands out.
+# (core/simulator/result.py IDLE_CAUSES): light tones, so busy time stands out.
 SIM_STAGE_COLORS = {
     "rollout": STAGE_COLORS["gen"],
     "reward": STAGE_COLORS["reward"],

@@ -8,7 +8,7 @@ The polling callback lives in `dashboard.callbacks` (registered once per app).
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from dash import dcc, html
 
@@ -42,9 +42,13 @@ def trace_status(trace: dict) -> html.Div:
     if trace.get("status") == "failed":
         body = alert(f"Ingestion failed: {trace.get('error') or 'unknown error'}", id="trace-failed")
     else:
-        body = html.Div([html.P(f"This trace is {trace.get('status')}; the page opens when it is ready."),
-                         html.Div(id="trace-progress"),
-                         dcc.Interval(id="trace-status-poll", interval=1500),
-                         dcc.Store(id="trace-status-job", data=trace.get("job_id")),
-                         dcc.Location(id="trace-status-reload", refresh=True)])
+        body = html.Div(
+            [
+                html.P(f"This trace is {trace.get('status')}; the page opens when it is ready."),
+                html.Div(id="trace-progress"),
+                dcc.Interval(id="trace-status-poll", interval=1500),
+                dcc.Store(id="trace-status-job", data=trace.get("job_id")),
+                dcc.Location(id="trace-status-reload", refresh=True),
+            ]
+        )
     return html.Div(body, id="trace-status", className="section")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from alembic import context
 
-from backend.models import Base
 from backend.settings import get_settings
+from backend.store.models import Base
 
 config = context.config
 url = config.get_main_option("sqlalchemy.url") or get_settings().db_url
@@ -18,7 +18,7 @@ def run_migrations_offline() -> None:
 
 
 def run_migrations_online() -> None:
-    from backend.db import make_engine
+    from backend.store.db import make_engine
 
     connectable = config.attributes.get("connection")
     if connectable is None:
@@ -30,7 +30,7 @@ def run_migrations_online() -> None:
         _run(connectable)
 
 
-def _run(connection) -> None:  # noqa: ANN001
+def _run(connection) -> None:
     context.configure(
         connection=connection,
         target_metadata=Base.metadata,

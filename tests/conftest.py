@@ -51,7 +51,7 @@ def backend_env(request, tmp_path_factory) -> dict[str, str]:
     """Environment of one deployment shape, with a freshly migrated database:
     sqlite = the embedded default (SQLite file + filesystem Celery transport);
     postgres = Postgres + Redis. The data folder is shared with worker processes."""
-    from backend.migrate import upgrade
+    from backend.store.migrate import upgrade
 
     data_dir = tmp_path_factory.mktemp(f"data-{request.param}")
     if request.param == "sqlite":
@@ -76,7 +76,7 @@ def backend_env(request, tmp_path_factory) -> dict[str, str]:
 @pytest.fixture()
 def env(backend_env, monkeypatch):
     """Point the settings at the test deployment."""
-    from backend.db import reset_caches
+    from backend.store.db import reset_caches
 
     for key, value in backend_env.items():
         monkeypatch.setenv(key, value)
@@ -91,7 +91,7 @@ def env(backend_env, monkeypatch):
 def team_key(env) -> str:
     """A fresh team (so tests never see each other's traces) and its API key."""
     from backend.auth import create_team
-    from backend.db import session_scope
+    from backend.store.db import session_scope
 
     with session_scope() as session:
         _team, key = create_team(session, f"team-{uuid.uuid4().hex[:8]}")
@@ -128,7 +128,7 @@ def start_worker(environment: dict[str, str], log_path: Path, concurrency: int =
     env.update(environment)
     log = log_path.open("ab")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "backend.cli", "worker", f"--concurrency={concurrency}", "--loglevel=INFO"],
+        [sys.executable, "-m", "rlvr_explorer", "worker", f"--concurrency={concurrency}", "--loglevel=INFO"],
         env=env,
         stdout=log,
         stderr=subprocess.STDOUT,
@@ -166,7 +166,9 @@ def worker(backend_env, tmp_path_factory):
     """One real worker per deployment shape (filesystem transport or Redis)."""
     log_path = tmp_path_factory.mktemp("worker") / "worker.log"
     # Tiny parts, so analyses of test-sized traces take the chunked (Celery group) path.
-    proc = start_worker({**backend_env, "RLVR_ANALYSIS_PART_SAMPLES": str(WORKER_PART_SAMPLES)}, log_path, concurrency=2)
+    proc = start_worker(
+        {**backend_env, "RLVR_ANALYSIS_PART_SAMPLES": str(WORKER_PART_SAMPLES)}, log_path, concurrency=2
+    )
     yield proc
     stop_worker(proc)
 

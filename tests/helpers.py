@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import orjson
 
-from workers.workload.synthetic import packed_length_rows
+from core.workload.synthetic import packed_length_rows
 
 
 def synthetic_rows(steps: int = 4, groups: int = 16, n: int = 4, seed: int = 1) -> list[list[dict]]:
@@ -28,11 +28,14 @@ def write_packed_dir(folder: Path, per_step: list[list[dict]]) -> Path:
 
 
 def zip_folder(folder: Path) -> bytes:
+    """The folder as a zip whose bytes depend on the content only (fixed entry times, so
+    the same files zipped twice hash the same, whatever the clock says)."""
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
         for f in sorted(folder.rglob("*")):
             if f.is_file():
-                zf.write(f, f"{folder.name}/{f.relative_to(folder)}")
+                info = zipfile.ZipInfo(f"{folder.name}/{f.relative_to(folder)}", date_time=(2024, 1, 1, 0, 0, 0))
+                zf.writestr(info, f.read_bytes(), compress_type=zipfile.ZIP_DEFLATED)
     return buf.getvalue()
 
 

@@ -17,8 +17,7 @@ import numpy as np
 import orjson
 import pytest
 
-from workers.analysis.data import TABLE_CLASSES, TraceData
-from workers.analysis.registry import (
+from core.analysis.registry import (
     ANALYSES,
     DEFAULT_ANALYSES,
     chunk_ranges,
@@ -27,7 +26,8 @@ from workers.analysis.registry import (
     run_analysis,
     run_analysis_chunked,
 )
-from workers.workload.synthetic import packed_length_rows
+from core.analysis.tables import TABLE_CLASSES, TraceData
+from core.workload.synthetic import packed_length_rows
 
 PACKED = ("verl_video_qwen2_5_vl_7b", "verl_dapo_qwen2_5_32b", "rllm_deepcoder_14b_16k")
 
@@ -58,10 +58,14 @@ def packed_trace(rows: list[dict], reward_rows: list[dict] = ()) -> TraceData:
     tables = {"samples": {k: np.asarray(v) for k, v in cols.items()}}
     if reward_rows:
         tables["rank_timings"] = {
-            "step": [r["step"] for r in reward_rows], "rank": [r["rank"] for r in reward_rows],
-            "dp_rank": [r["dp_rank"] for r in reward_rows], "phase": np.array(["reward"] * len(reward_rows)),
+            "step": [r["step"] for r in reward_rows],
+            "rank": [r["rank"] for r in reward_rows],
+            "dp_rank": [r["dp_rank"] for r in reward_rows],
+            "phase": np.array(["reward"] * len(reward_rows)),
             "seconds": [r["reward_time_s"] for r in reward_rows],
-            "batch_size": [r["batch_size"] for r in reward_rows], "validate": [r["validate"] for r in reward_rows]}
+            "batch_size": [r["batch_size"] for r in reward_rows],
+            "validate": [r["validate"] for r in reward_rows],
+        }
     return TraceData.from_tables(tables)
 
 
@@ -81,8 +85,14 @@ def multiturn_trace(records: list[dict]) -> TraceData:
         for turn in r["turns"]:
             for name, v in zip(("step", "group_idx", "sample_idx"), key):
                 t[name].append(v)
-            for name in ("turn", "prompt_tokens", "cached_tokens", "completion_tokens", "engine_latency_s",
-                         "tool_call_count"):
+            for name in (
+                "turn",
+                "prompt_tokens",
+                "cached_tokens",
+                "completion_tokens",
+                "engine_latency_s",
+                "tool_call_count",
+            ):
                 t[name].append(turn[name])
         for call in r["tool_calls"]:
             for name, v in zip(("step", "group_idx", "sample_idx"), key):
@@ -90,8 +100,10 @@ def multiturn_trace(records: list[dict]) -> TraceData:
             c["tool_name"].append(call["tool_name"])
             c["latency_s"].append(call["latency_s"])
             c["status"].append(call["status"])
-    tables = {name: {k: np.asarray(v) for k, v in cols.items()} for name, cols in
-              (("samples", s), ("turns", t), ("tool_calls", c))}
+    tables = {
+        name: {k: np.asarray(v) for k, v in cols.items()}
+        for name, cols in (("samples", s), ("turns", t), ("tool_calls", c))
+    }
     return TraceData.from_tables(tables, max_response_len=records[0]["max_response_len"])
 
 
@@ -169,7 +181,8 @@ def test_deepcoder_truncation_and_reward_time(shared_fixtures):
     outs = [o for r in rows for o in r["output"]]
     assert lengths["max_response_len"] == 16000 and lengths["max_response_len_source"] == "inferred"
     assert lengths["summary"]["response"]["truncation_rate"] == pytest.approx(
-        sum(o >= 16000 for o in outs) / len(outs))  # 59 of 384
+        sum(o >= 16000 for o in outs) / len(outs)
+    )  # 59 of 384
     lat = run_analysis("latency", data)
     for e in lat["reward"]:
         secs = {r["rank"]: r["reward_time_s"] for r in reward if r["step"] == e["step"]}
@@ -207,7 +220,8 @@ def test_search_r1_multiturn_and_tools(shared_fixtures):
     assert res["summary"]["trajectories"] == len(train)
     assert res["summary"]["turns_mean"] == pytest.approx(sum(r["turn_count"] for r in train) / len(train))
     assert res["summary"]["cache_hit_rate"] == pytest.approx(
-        sum(t["cached_tokens"] for t in turns) / sum(t["prompt_tokens"] for t in turns))
+        sum(t["cached_tokens"] for t in turns) / sum(t["prompt_tokens"] for t in turns)
+    )
     growth = res["summary"]["by_turn"]["prompt_mean"]
     assert all(a < b for a, b in zip(growth, growth[1:]))  # context grows turn by turn
     json.dumps(res, allow_nan=False)
@@ -219,7 +233,7 @@ def test_search_r1_multiturn_and_tools(shared_fixtures):
         assert e["p50"] == pytest.approx(float(np.percentile(xs, 50)))
 
 
-@pytest.mark.parametrize("kind", list(ANALYSES))
+@pytest.mark.parametrize("kind", [k for k, spec in ANALYSES.items() if spec.reduce is not None])
 def test_chunked_equals_whole_on_real_traces(shared_fixtures, kind):
     root = shared_fixtures / "polytrace"
     traces = [packed_trace(packed_rows(root / name)) for name in PACKED[:2]]
@@ -235,8 +249,9 @@ def test_chunked_equals_whole_on_real_traces(shared_fixtures, kind):
 
 
 def synthetic_trace(steps=6, groups=24) -> TraceData:
-    rows = [r for batch in packed_length_rows(steps, groups, 4, dp_size=4, max_response_len=4096, seed=1)
-            for r in batch]
+    rows = [
+        r for batch in packed_length_rows(steps, groups, 4, dp_size=4, max_response_len=4096, seed=1) for r in batch
+    ]
     return packed_trace(rows)
 
 
@@ -280,9 +295,14 @@ def test_default_analyses_follow_available_tables():
     assert default_analyses(single_turn) == ["lengths", "longtail", "imbalance"]
     no_dp = {"samples": {"step", "group_idx", "sample_idx", "prompt_len", "response_len"}}
     assert default_analyses(no_dp) == ["lengths", "longtail"]
-    multi = {**single_turn, "turns": {"step", "group_idx", "sample_idx", "turn", "prompt_tokens"},
-             "tool_calls": {"step", "group_idx", "sample_idx", "latency_s"}}
-    assert default_analyses(multi) == list(DEFAULT_ANALYSES)
+    multi = {
+        **single_turn,
+        "turns": {"step", "group_idx", "sample_idx", "turn", "prompt_tokens"},
+        "tool_calls": {"step", "group_idx", "sample_idx", "latency_s"},
+    }
+    assert default_analyses(multi) == [k for k in DEFAULT_ANALYSES if k != "gpu_timeline"]
+    kineto = {"gpu_events": {"rank", "stream", "step", "kind", "name_id", "start_us", "dur_us"}, "steps": {"step"}}
+    assert default_analyses(kineto) == ["gpu_timeline"]
     with_reward = {**single_turn, "rank_timings": {"step", "rank", "phase", "seconds"}}
     assert "latency" in default_analyses(with_reward) and "multiturn" not in default_analyses(with_reward)
 

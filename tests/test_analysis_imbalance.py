@@ -11,29 +11,44 @@ from collections import defaultdict
 import numpy as np
 import pytest
 
-from workers.analysis import imbalance
-from workers.analysis.balancing import karmarkar_karp, lpt
-from workers.analysis.data import TraceData
-from workers.analysis.imbalance import analyze_imbalance, finish_imbalance, per_step_imbalance, reduce_imbalance
+from core.analysis import imbalance
+from core.analysis.balancing import karmarkar_karp, lpt
+from core.analysis.imbalance import analyze_imbalance, finish_imbalance, per_step_imbalance, reduce_imbalance
+from core.analysis.tables import TraceData
 
 # step, group, sample, prompt, response, dp_rank, validate
 ROWS = [
-    (0, 0, 0, 100, 900, 0, False), (0, 0, 1, 100, 100, 0, False),
-    (0, 1, 0, 50, 50, 0, False), (0, 1, 1, 50, 30, 0, False),
-    (0, 2, 0, 20, 4000, 1, False), (0, 2, 1, 20, 3000, 1, False),
-    (0, 3, 0, 10, 10, 1, False), (0, 3, 1, 10, 20, 1, False),
+    (0, 0, 0, 100, 900, 0, False),
+    (0, 0, 1, 100, 100, 0, False),
+    (0, 1, 0, 50, 50, 0, False),
+    (0, 1, 1, 50, 30, 0, False),
+    (0, 2, 0, 20, 4000, 1, False),
+    (0, 2, 1, 20, 3000, 1, False),
+    (0, 3, 0, 10, 10, 1, False),
+    (0, 3, 1, 10, 20, 1, False),
     (0, 9, 0, 10, 99999, 1, True),
-    (1, 0, 0, 5, 10, 0, False), (1, 0, 1, 5, 10, 0, False),
-    (1, 1, 0, 5, 10, 1, False), (1, 1, 1, 5, 10, 1, False),
+    (1, 0, 0, 5, 10, 0, False),
+    (1, 0, 1, 5, 10, 0, False),
+    (1, 1, 0, 5, 10, 1, False),
+    (1, 1, 1, 5, 10, 1, False),
 ]
 
 
 def make(rows=ROWS) -> TraceData:
     c = list(zip(*rows))
-    return TraceData.from_tables({"samples": {
-        "step": np.array(c[0]), "group_idx": np.array(c[1]), "sample_idx": np.array(c[2]),
-        "prompt_len": np.array(c[3]), "response_len": np.array(c[4]), "dp_rank": np.array(c[5]),
-        "validate": np.array(c[6])}})
+    return TraceData.from_tables(
+        {
+            "samples": {
+                "step": np.array(c[0]),
+                "group_idx": np.array(c[1]),
+                "sample_idx": np.array(c[2]),
+                "prompt_len": np.array(c[3]),
+                "response_len": np.array(c[4]),
+                "dp_rank": np.array(c[5]),
+                "validate": np.array(c[6]),
+            }
+        }
+    )
 
 
 def cost(s):
@@ -111,9 +126,11 @@ def test_summary_and_reduce():
     mm = [e["tokens"]["max_over_min"] for e in steps]
     assert res["summary"]["tokens"]["max_over_min"]["max"] == pytest.approx(max(mm))
     assert res["summary"]["cost"]["kk_time_saved"] == pytest.approx(
-        1 - sum(e["cost"]["kk_max"] for e in steps) / sum(e["cost"]["recorded_max"] for e in steps))
-    merged = reduce_imbalance([analyze_imbalance(data.select_steps(1, 2), dp_size=2),
-                               analyze_imbalance(data.select_steps(0, 1), dp_size=2)])
+        1 - sum(e["cost"]["kk_max"] for e in steps) / sum(e["cost"]["recorded_max"] for e in steps)
+    )
+    merged = reduce_imbalance(
+        [analyze_imbalance(data.select_steps(1, 2), dp_size=2), analyze_imbalance(data.select_steps(0, 1), dp_size=2)]
+    )
     assert merged == res
 
 
@@ -124,6 +141,7 @@ def test_no_dp_rank_column_gives_no_steps():
 
 
 # ----------------------------------------------------------- batched vs scalar balancing
+
 
 def scalar_result(data, **kw):
     """The reference: one scalar karmarkar_karp / lpt call per step and load."""
@@ -154,13 +172,16 @@ def synthetic(seed, steps, groups_per_step, n, dp, shuffle=False, max_len=8192):
     return TraceData.from_tables({"samples": arrays})
 
 
-@pytest.mark.parametrize("case", [
-    dict(seed=1, steps=6, groups_per_step=[40], n=4, dp=8),
-    dict(seed=2, steps=7, groups_per_step=[40, 37, 40, 5], n=3, dp=8),  # several item counts
-    dict(seed=3, steps=4, groups_per_step=[3, 6], n=2, dp=8),  # fewer items than ranks
-    dict(seed=4, steps=5, groups_per_step=[30, 31], n=4, dp=6, shuffle=True),
-    dict(seed=5, steps=3, groups_per_step=[25], n=5, dp=4, max_len=40),  # short lengths: many ties
-])
+@pytest.mark.parametrize(
+    "case",
+    [
+        dict(seed=1, steps=6, groups_per_step=[40], n=4, dp=8),
+        dict(seed=2, steps=7, groups_per_step=[40, 37, 40, 5], n=3, dp=8),  # several item counts
+        dict(seed=3, steps=4, groups_per_step=[3, 6], n=2, dp=8),  # fewer items than ranks
+        dict(seed=4, steps=5, groups_per_step=[30, 31], n=4, dp=6, shuffle=True),
+        dict(seed=5, steps=3, groups_per_step=[25], n=5, dp=4, max_len=40),  # short lengths: many ties
+    ],
+)
 @pytest.mark.parametrize("kw", [{}, {"keep_groups": False}, {"include_validation": True, "dp_size": 10}])
 def test_batched_balancing_equals_scalar_path(case, kw):
     data = synthetic(**case)
@@ -182,9 +203,15 @@ def fixture_trace(folder) -> TraceData:
         for g, line in enumerate(x for x in path.read_text().splitlines() if x.strip()):
             r = json.loads(line)
             for i, out in enumerate(r["output"]):
-                for key, v in (("step", r["step"]), ("group_idx", g), ("sample_idx", i),
-                               ("prompt_len", r["input"]), ("response_len", out),
-                               ("dp_rank", r["dp_rank"]), ("validate", r["validate"])):
+                for key, v in (
+                    ("step", r["step"]),
+                    ("group_idx", g),
+                    ("sample_idx", i),
+                    ("prompt_len", r["input"]),
+                    ("response_len", out),
+                    ("dp_rank", r["dp_rank"]),
+                    ("validate", r["validate"]),
+                ):
                     cols[key].append(v)
     return TraceData.from_tables({"samples": {k: np.asarray(v) for k, v in cols.items()}})
 

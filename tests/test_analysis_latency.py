@@ -8,8 +8,8 @@ import math
 import numpy as np
 import pytest
 
-from workers.analysis.data import TraceData
-from workers.analysis.latency import analyze_latency, reduce_latency
+from core.analysis.latency import analyze_latency, reduce_latency
+from core.analysis.tables import TraceData
 
 
 def pct(values, q):
@@ -22,17 +22,23 @@ def pct(values, q):
 
 # step, rank, phase, seconds, batch_size, validate
 TIMINGS = [
-    (0, 0, "reward", 10.0, 4, False), (0, 1, "reward", 30.0, 4, False),
-    (0, 2, "reward", 20.0, 4, False), (0, 3, "reward", 12.0, 4, False),
+    (0, 0, "reward", 10.0, 4, False),
+    (0, 1, "reward", 30.0, 4, False),
+    (0, 2, "reward", 20.0, 4, False),
+    (0, 3, "reward", 12.0, 4, False),
     (0, 0, "gen", 500.0, 4, False),  # another phase: ignored
     (0, 1, "reward", 999.0, 4, True),  # validation: ignored
-    (1, 3, "reward", 7.0, 2, False), (1, 0, "reward", 5.0, 2, False),
+    (1, 3, "reward", 7.0, 2, False),
+    (1, 0, "reward", 5.0, 2, False),
 ]
 # step, group, sample, tool, latency, status
 CALLS = [
-    (0, 0, 0, "search", 0.5, "success"), (0, 0, 0, "search", 1.5, "success"),
-    (0, 0, 1, "python", 3.0, "error"), (0, 1, 0, "search", 0.1, "success"),
-    (1, 0, 0, "python", 2.0, "success"), (1, 5, 0, "search", 100.0, "success"),  # (1,5,0) is validation
+    (0, 0, 0, "search", 0.5, "success"),
+    (0, 0, 0, "search", 1.5, "success"),
+    (0, 0, 1, "python", 3.0, "error"),
+    (0, 1, 0, "search", 0.1, "success"),
+    (1, 0, 0, "python", 2.0, "success"),
+    (1, 5, 0, "search", 100.0, "success"),  # (1,5,0) is validation
 ]
 
 
@@ -40,12 +46,30 @@ def make(steps=None) -> TraceData:
     t = list(zip(*TIMINGS))
     c = list(zip(*CALLS))
     tables = {
-        "rank_timings": {"step": t[0], "rank": t[1], "phase": np.array(t[2]), "seconds": t[3],
-                         "batch_size": t[4], "validate": t[5]},
-        "tool_calls": {"step": c[0], "group_idx": c[1], "sample_idx": c[2], "tool_name": np.array(c[3]),
-                       "latency_s": c[4], "status": np.array(c[5])},
-        "samples": {"step": [0, 0, 0, 1, 1], "group_idx": [0, 0, 1, 0, 5], "sample_idx": [0, 1, 0, 0, 0],
-                    "prompt_len": [1] * 5, "response_len": [1] * 5, "validate": [False, False, False, False, True]},
+        "rank_timings": {
+            "step": t[0],
+            "rank": t[1],
+            "phase": np.array(t[2]),
+            "seconds": t[3],
+            "batch_size": t[4],
+            "validate": t[5],
+        },
+        "tool_calls": {
+            "step": c[0],
+            "group_idx": c[1],
+            "sample_idx": c[2],
+            "tool_name": np.array(c[3]),
+            "latency_s": c[4],
+            "status": np.array(c[5]),
+        },
+        "samples": {
+            "step": [0, 0, 0, 1, 1],
+            "group_idx": [0, 0, 1, 0, 5],
+            "sample_idx": [0, 1, 0, 0, 0],
+            "prompt_len": [1] * 5,
+            "response_len": [1] * 5,
+            "validate": [False, False, False, False, True],
+        },
     }
     if steps:
         tables["steps"] = steps
@@ -70,8 +94,9 @@ def test_reward_per_step_and_rank():
 
 
 def test_reward_share_of_step_time():
-    res = analyze_latency(make(steps={"step": [0, 1, 2], "t_step": [100.0, 50.0, 80.0],
-                                      "t_reward": [31.0, float("nan"), 8.0]}))
+    res = analyze_latency(
+        make(steps={"step": [0, 1, 2], "t_step": [100.0, 50.0, 80.0], "t_reward": [31.0, float("nan"), 8.0]})
+    )
     by_step = {e["step"]: e for e in res["reward"]}
     assert by_step[0]["share_of_step"] == pytest.approx(30.0 / 100.0)
     assert by_step[0]["measured_share_of_step"] == pytest.approx(31.0 / 100.0)
@@ -125,11 +150,17 @@ def test_nothing_to_read():
 
 
 def test_unknown_times_are_skipped():
-    data = TraceData.from_tables({
-        "rank_timings": {"step": [0, 0], "rank": [0, 1], "phase": np.array(["reward", "reward"]),
-                         "seconds": [4.0, float("nan")]},
-        "tool_calls": {"step": [0, 0], "group_idx": [0, 0], "sample_idx": [0, 1], "latency_s": [float("nan"), 2.0]},
-    })
+    data = TraceData.from_tables(
+        {
+            "rank_timings": {
+                "step": [0, 0],
+                "rank": [0, 1],
+                "phase": np.array(["reward", "reward"]),
+                "seconds": [4.0, float("nan")],
+            },
+            "tool_calls": {"step": [0, 0], "group_idx": [0, 0], "sample_idx": [0, 1], "latency_s": [float("nan"), 2.0]},
+        }
+    )
     res = analyze_latency(data)
     assert res["reward"][0]["ranks"] == 1 and res["reward"][0]["max"] == 4.0
     assert res["tools"][0]["calls"] == 1 and res["tools"][0]["p50"] == 2.0

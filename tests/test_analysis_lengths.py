@@ -8,9 +8,9 @@ import math
 import numpy as np
 import pytest
 
-from workers.analysis.data import TraceData
-from workers.analysis.lengths import analyze_lengths, hist_percentiles, reduce_lengths
-from workers.analysis.stats import LOG_BIN_EDGES
+from core.analysis.lengths import analyze_lengths, hist_percentiles, reduce_lengths
+from core.analysis.stats import LOG_BIN_EDGES
+from core.analysis.tables import TraceData
 
 
 def pct(values, q):
@@ -49,11 +49,20 @@ ROWS = [
 
 def make(rows=ROWS, **info) -> TraceData:
     cols = list(zip(*rows))
-    return TraceData.from_tables({"samples": {
-        "step": np.array(cols[0]), "group_idx": np.array(cols[1]), "sample_idx": np.array(cols[2]),
-        "prompt_len": np.array(cols[3]), "response_len": np.array(cols[4]), "task_id": np.array(cols[5]),
-        "validate": np.array(cols[6]),
-    }}, **info)
+    return TraceData.from_tables(
+        {
+            "samples": {
+                "step": np.array(cols[0]),
+                "group_idx": np.array(cols[1]),
+                "sample_idx": np.array(cols[2]),
+                "prompt_len": np.array(cols[3]),
+                "response_len": np.array(cols[4]),
+                "task_id": np.array(cols[5]),
+                "validate": np.array(cols[6]),
+            }
+        },
+        **info,
+    )
 
 
 def test_per_step_stats_match_plain_python():
@@ -111,8 +120,9 @@ def test_per_task_entries():
 def test_drift_is_least_squares_over_steps():
     res = analyze_lengths(make(), max_response_len=1000)
     xs = [0, 1, 3]
-    ys = [sum(r[4] for r in ROWS if r[0] == s and not r[6]) / sum(1 for r in ROWS if r[0] == s and not r[6])
-          for s in xs]
+    ys = [
+        sum(r[4] for r in ROWS if r[0] == s and not r[6]) / sum(1 for r in ROWS if r[0] == s and not r[6]) for s in xs
+    ]
     xm, ym = sum(xs) / 3, sum(ys) / 3
     slope = sum((x - xm) * (y - ym) for x, y in zip(xs, ys)) / sum((x - xm) ** 2 for x in xs)
     d = res["drift"]["response"]["mean"]
@@ -128,9 +138,17 @@ def test_pooled_summary_exact_moments_and_binned_percentiles():
     rng = np.random.default_rng(3)
     steps = np.repeat(np.arange(6), 500)
     resp = rng.lognormal(6, 1, len(steps)).astype(np.int64) + 1
-    data = TraceData.from_tables({"samples": {
-        "step": steps, "group_idx": np.arange(len(steps)), "sample_idx": np.zeros(len(steps), int),
-        "prompt_len": np.full(len(steps), 100), "response_len": resp}})
+    data = TraceData.from_tables(
+        {
+            "samples": {
+                "step": steps,
+                "group_idx": np.arange(len(steps)),
+                "sample_idx": np.zeros(len(steps), int),
+                "prompt_len": np.full(len(steps), 100),
+                "response_len": resp,
+            }
+        }
+    )
     res = analyze_lengths(data)
     s = res["summary"]["response"]
     vals = resp.tolist()
@@ -140,12 +158,12 @@ def test_pooled_summary_exact_moments_and_binned_percentiles():
     assert s["std"] == pytest.approx(math.sqrt(sum((v - mean) ** 2 for v in vals) / len(vals)))
     m3 = sum((v - mean) ** 3 for v in vals) / len(vals)
     assert s["skewness"] == pytest.approx(m3 / s["std"] ** 3, rel=1e-6)
-    width = 2 ** 0.25 * 1.01  # one log bin (edges are rounded to integers)
+    width = 2**0.25 * 1.01  # one log bin (edges are rounded to integers)
     for q in (10, 50, 90, 99):
         exact = pct(vals, q)
         assert exact / width <= s[f"p{q}"] <= exact * width
     assert s["percentile_method"] == "log-histogram"
-    tails = [max(vals[i * 500:(i + 1) * 500]) / (sum(vals[i * 500:(i + 1) * 500]) / 500) for i in range(6)]
+    tails = [max(vals[i * 500 : (i + 1) * 500]) / (sum(vals[i * 500 : (i + 1) * 500]) / 500) for i in range(6)]
     assert res["summary"]["step_tail_ratio"]["max"] == pytest.approx(max(tails))
     assert res["summary"]["step_tail_ratio"]["min"] == pytest.approx(min(tails))
 

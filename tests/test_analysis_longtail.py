@@ -8,8 +8,8 @@ import math
 import numpy as np
 import pytest
 
-from workers.analysis.data import TraceData
-from workers.analysis.longtail import analyze_longtail, reduce_longtail
+from core.analysis.longtail import analyze_longtail, reduce_longtail
+from core.analysis.tables import TraceData
 
 # step -> engine -> response lengths
 TRACE = {
@@ -26,9 +26,18 @@ def make(trace=TRACE, validation=None, steps_table=None) -> TraceData:
         rows += validation
         val += [True] * len(validation)
     step, eng, resp = (np.array(c) for c in zip(*rows))
-    tables = {"samples": {"step": step, "group_idx": np.arange(len(rows)), "sample_idx": np.zeros(len(rows), int),
-                          "prompt_len": np.ones(len(rows), int), "response_len": resp, "dp_rank": eng,
-                          "rank": eng * 4, "validate": np.array(val)}}
+    tables = {
+        "samples": {
+            "step": step,
+            "group_idx": np.arange(len(rows)),
+            "sample_idx": np.zeros(len(rows), int),
+            "prompt_len": np.ones(len(rows), int),
+            "response_len": resp,
+            "dp_rank": eng,
+            "rank": eng * 4,
+            "validate": np.array(val),
+        }
+    }
     if steps_table:
         tables["steps"] = steps_table
     return TraceData.from_tables(tables)
@@ -130,8 +139,10 @@ def test_summary_and_reduce():
 def test_random_traces_against_simulation():
     rng = np.random.default_rng(7)
     for _ in range(20):
-        trace = {s: {e: rng.integers(1, 60, rng.integers(1, 12)).tolist() for e in range(rng.integers(1, 4))}
-                 for s in range(3)}
+        trace = {
+            s: {e: rng.integers(1, 60, rng.integers(1, 12)).tolist() for e in range(rng.integers(1, 4))}
+            for s in range(3)
+        }
         res = analyze_longtail(make(trace), tail_fraction=0.25)
         for entry in res["steps"]:
             T, idle = simulate(trace[entry["step"]])

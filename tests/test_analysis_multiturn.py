@@ -8,9 +8,9 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from workers.analysis.data import TraceData
-from workers.analysis.multiturn import analyze_multiturn, reduce_multiturn
-from workers.analysis.stats import LOG_BIN_EDGES
+from core.analysis.multiturn import analyze_multiturn, reduce_multiturn
+from core.analysis.stats import LOG_BIN_EDGES
+from core.analysis.tables import TraceData
 
 # (step, group, sample) -> turns [(prompt, cached, completion, tool_calls)]
 TRAJ = {
@@ -27,8 +27,20 @@ def latency_of(p, c):
 
 
 def turn_table(traj=TRAJ, with_counts=True):
-    cols = {k: [] for k in ("step", "group_idx", "sample_idx", "turn", "prompt_tokens", "cached_tokens",
-                            "completion_tokens", "engine_latency_s", "tool_call_count")}
+    cols = {
+        k: []
+        for k in (
+            "step",
+            "group_idx",
+            "sample_idx",
+            "turn",
+            "prompt_tokens",
+            "cached_tokens",
+            "completion_tokens",
+            "engine_latency_s",
+            "tool_call_count",
+        )
+    }
     for key, turns in traj.items():
         for i, (p, ca, co, tc) in enumerate(turns):
             for name, v in zip(("step", "group_idx", "sample_idx"), key):
@@ -48,8 +60,12 @@ def turn_table(traj=TRAJ, with_counts=True):
 
 def tool_table(traj=TRAJ):
     rows = [key for key, turns in traj.items() for t in turns for _ in range(t[3])]
-    return {"step": [r[0] for r in rows], "group_idx": [r[1] for r in rows], "sample_idx": [r[2] for r in rows],
-            "latency_s": [0.1] * len(rows)}
+    return {
+        "step": [r[0] for r in rows],
+        "group_idx": [r[1] for r in rows],
+        "sample_idx": [r[2] for r in rows],
+        "latency_s": [0.1] * len(rows),
+    }
 
 
 def test_turns_and_tool_calls_per_trajectory():
@@ -97,7 +113,8 @@ def test_context_growth_and_prefix_cache():
     assert s["prompt_mean"][1] == pytest.approx(sum(t[0] for i, t in all_rows if i == 1) / 3)
     assert s["prompt_mean"][0] < s["prompt_mean"][1] < s["prompt_mean"][2]  # context grows
     assert res["summary"]["cache_hit_rate"] == pytest.approx(
-        sum(t[1] for _, t in all_rows) / sum(t[0] for _, t in all_rows))
+        sum(t[1] for _, t in all_rows) / sum(t[0] for _, t in all_rows)
+    )
 
 
 def test_latency_fit_recovers_an_exact_line_and_bins_average():
@@ -118,18 +135,30 @@ def test_latency_fit_recovers_an_exact_line_and_bins_average():
 
 
 def test_validation_trajectories_left_out():
-    samples = {"step": [1], "group_idx": [2], "sample_idx": [0], "prompt_len": [320], "response_len": [30],
-               "validate": [True]}
+    samples = {
+        "step": [1],
+        "group_idx": [2],
+        "sample_idx": [0],
+        "prompt_len": [320],
+        "response_len": [30],
+        "validate": [True],
+    }
     res = analyze_multiturn(TraceData.from_tables({"turns": turn_table(), "samples": samples}))
     assert res["steps"][1]["trajectories"] == 1
-    res = analyze_multiturn(TraceData.from_tables({"turns": turn_table(), "samples": samples}),
-                            include_validation=True)
+    res = analyze_multiturn(TraceData.from_tables({"turns": turn_table(), "samples": samples}), include_validation=True)
     assert res["steps"][1]["trajectories"] == 2
 
 
 def test_samples_only_fallback():
-    samples = {"step": [0, 0, 1], "group_idx": [0, 1, 0], "sample_idx": [0, 0, 0], "prompt_len": [1, 1, 1],
-               "response_len": [1, 1, 1], "num_turns": [1, 3, 2], "num_tool_calls": [0, 2, 1]}
+    samples = {
+        "step": [0, 0, 1],
+        "group_idx": [0, 1, 0],
+        "sample_idx": [0, 0, 0],
+        "prompt_len": [1, 1, 1],
+        "response_len": [1, 1, 1],
+        "num_turns": [1, 3, 2],
+        "num_tool_calls": [0, 2, 1],
+    }
     res = analyze_multiturn(TraceData.from_tables({"samples": samples}))
     assert res["steps"][0]["turns_hist"] == [0, 1, 0, 1] and res["steps"][0]["tool_calls_mean"] == 1.0
     assert res["steps"][0]["by_turn"] is None

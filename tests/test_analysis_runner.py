@@ -6,17 +6,17 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import select
 
-from backend.db import get_engine, new_session, session_scope
 from backend.ingest.service import accept_upload
 from backend.ingest.uploads import local_files
-from backend.jobs import create_job
-from backend.models import Job, Team, Trace
+from backend.jobs.state import create_job
 from backend.settings import get_settings
-from backend.trace_data import load_trace_data
+from backend.store.db import get_engine, new_session, session_scope
+from backend.store.models import Job, Team, Trace
+from backend.store.trace_tables import load_trace_data
+from core.analysis.registry import ANALYSES, resolve_params, run_analysis
+from core.jsonable import json_safe
 from tests.helpers import synthetic_rows, write_packed_dir
-from workers import analysis_runner
-from workers.analysis.data import json_safe
-from workers.analysis.registry import ANALYSES, resolve_params, run_analysis
+from workers.runners import analyses as analysis_runner
 
 
 @pytest.fixture()
@@ -27,8 +27,14 @@ def trace(team_key, tmp_path) -> Trace:
     with session_scope() as session:
         team_id = session.scalar(select(Team.id).where(Team.api_key_hash == hash_key(team_key)))
         outcome = accept_upload(
-            session, get_settings(), team_id=team_id, stored=local_files([folder]),
-            name="runner", forced_format=None, max_response_len=None, inline=True,
+            session,
+            get_settings(),
+            team_id=team_id,
+            stored=local_files([folder]),
+            name="runner",
+            forced_format=None,
+            max_response_len=None,
+            inline=True,
         )
         session.expunge(outcome.trace)
     return outcome.trace
@@ -37,7 +43,10 @@ def trace(team_key, tmp_path) -> Trace:
 def test_chunked_run_in_one_worker_equals_whole_run(trace, monkeypatch):
     kinds = ["lengths", "longtail", "imbalance"]
     with session_scope() as session:
-        jobs = [create_job(session, team_id=trace.team_id, trace_id=trace.id, kind=k, params=resolve_params(k, {})) for k in kinds]
+        jobs = [
+            create_job(session, team_id=trace.team_id, trace_id=trace.id, kind=k, params=resolve_params(k, {}))
+            for k in kinds
+        ]
         for job in jobs:
             session.expunge(job)
     # 7 steps x 48 samples in chunks of ~100 samples: several reads overlapped with analyses.

@@ -9,8 +9,8 @@ import math
 import numpy as np
 import pytest
 
-from workers.analysis.data import json_safe, sort_within_groups, sorted_run_starts
-from workers.analysis.stats import (
+from core.analysis.grouping import sort_within_groups, sorted_run_starts
+from core.analysis.stats import (
     PERCENTILES,
     count_at_least,
     distribution_stats,
@@ -18,6 +18,7 @@ from workers.analysis.stats import (
     grouped_log_histogram,
     log_histogram,
 )
+from core.jsonable import json_safe
 
 
 def tiled(groups: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -129,7 +130,22 @@ def test_sorted_run_starts():
 
 
 def test_json_safe_plain_values():
-    out = json_safe({1: [1.5, math.nan, -math.inf, np.float32(2.5), np.int64(3), np.bool_(True), None, "x",
-                         (1, 2), np.array([1.0, np.nan])], "k": {"v": np.float64(np.inf)}})
+    out = json_safe(
+        {
+            1: [
+                1.5,
+                math.nan,
+                -math.inf,
+                np.float32(2.5),
+                np.int64(3),
+                np.bool_(True),
+                None,
+                "x",
+                (1, 2),
+                np.array([1.0, np.nan]),
+            ],
+            "k": {"v": np.float64(np.inf)},
+        }
+    )
     assert out == {"1": [1.5, None, None, 2.5, 3, True, None, "x", [1, 2], [1.0, None]], "k": {"v": None}}
     assert [type(v) for v in out["1"][3:6]] == [float, int, bool]

@@ -9,8 +9,8 @@ import zipfile
 import pytest
 from sqlalchemy import func, select
 
-from backend.db import new_session
-from backend.models import Sample, Trace
+from backend.store.db import new_session
+from backend.store.models import Sample, Trace
 from tests.helpers import jsonl, synthetic_rows
 
 

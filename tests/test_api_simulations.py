@@ -8,10 +8,10 @@ import uuid
 import orjson
 import pytest
 
+from core.simulator import MODEL_PRESETS, ClusterConfig, EngineLimits, Policy, simulate, workload_from_columns
+from core.workload.polytrace_rows import packed_rows_to_columns
 from tests.conftest import wait_for_job
 from tests.helpers import synthetic_rows, write_packed_dir, zip_folder
-from workers.simulator import MODEL_PRESETS, ClusterConfig, EngineLimits, Policy, simulate, workload_from_columns
-from workers.workload.polytrace_rows import packed_rows_to_columns
 
 URL = "/api/v1/simulations"
 CLUSTER = {"gpu": "H100", "n_gpus": 16, "rollout_replicas": 2, "rollout_tp": 4, "train_dp": 8}
@@ -31,7 +31,7 @@ def small_trace(api, tmp_path):
 
 def other_team_key() -> str:
     from backend.auth import create_team
-    from backend.db import session_scope
+    from backend.store.db import session_scope
 
     with session_scope() as session:
         return create_team(session, f"other-{uuid.uuid4().hex[:8]}")[1]
@@ -39,8 +39,13 @@ def other_team_key() -> str:
 
 def test_sync_vs_one_step_off_replay(api, worker, small_trace):
     trace, per_step = small_trace
-    body = {"trace_id": trace["id"], "cluster": CLUSTER, "model": "qwen2.5-7b", "policy": "sync",
-            "compare_policy": {"kind": "one_step_off"}}
+    body = {
+        "trace_id": trace["id"],
+        "cluster": CLUSTER,
+        "model": "qwen2.5-7b",
+        "policy": "sync",
+        "compare_policy": {"kind": "one_step_off"},
+    }
     r = api.post(URL, json=body)
     assert r.status_code == 202, r.text
     job = wait_for_job(api, r.json()["id"])
@@ -96,7 +101,7 @@ def test_sync_vs_one_step_off_replay(api, worker, small_trace):
 
 
 def test_chrome_trace_rebuilt_from_stored_timeline_when_file_is_gone(api, worker, small_trace):
-    from workers.sim_runner import chrome_trace_path
+    from backend.jobs.contracts import chrome_trace_path
 
     trace, _ = small_trace
     r = api.post(URL, json={"trace_id": trace["id"], "cluster": CLUSTER, "policy": "partial", "steps": [1, 3]})
@@ -167,10 +172,16 @@ def test_calibrated_replay_of_search_r1_predicts_the_next_step(api, worker, shar
     folder = shared_fixtures / "polytrace" / "search_r1_qwen2_5_7b"
     trace = upload(api, folder, "search_r1.zip")
     assert trace["n_turns"] > 0
-    r = api.post(URL, json={
-        "trace_id": trace["id"], "steps": [0, 2], "calibrate": {"fit_steps": [0]},
-        "cluster": {"n_gpus": 8, "rollout_replicas": 1, "rollout_tp": 1, "train_dp": 8}, "model": "Qwen2.5-7B",
-    })
+    r = api.post(
+        URL,
+        json={
+            "trace_id": trace["id"],
+            "steps": [0, 2],
+            "calibrate": {"fit_steps": [0]},
+            "cluster": {"n_gpus": 8, "rollout_replicas": 1, "rollout_tp": 1, "train_dp": 8},
+            "model": "Qwen2.5-7B",
+        },
+    )
     assert r.status_code == 202, r.text
     job = wait_for_job(api, r.json()["id"], timeout=180)
     assert job["status"] == "succeeded", job
@@ -178,13 +189,17 @@ def test_calibrated_replay_of_search_r1_predicts_the_next_step(api, worker, shar
     assert res["calibration"]["method"] == "turn_latency" and res["calibration"]["fit_steps"] == [0]
     (row,) = res["accuracy"]["steps"]
     assert row["step"] == 1
+
     # measured rollout of a step: its slowest trajectory, summed engine + tool latencies
     def slowest(step):
         best = 0.0
         for line in (folder / f"multiturn_workload_step_{step}.jsonl").read_bytes().splitlines():
             t = orjson.loads(line)
-            best = max(best, sum(x["engine_latency_s"] for x in t["turns"]) + sum(c["latency_s"] for c in t["tool_calls"]))
+            best = max(
+                best, sum(x["engine_latency_s"] for x in t["turns"]) + sum(c["latency_s"] for c in t["tool_calls"])
+            )
         return best
+
     roll = row["rollout_s"]
     assert roll["measured"] == pytest.approx(slowest(1))
     assert roll["naive"] == pytest.approx(slowest(0))
@@ -200,9 +215,21 @@ def test_calibrated_replay_of_search_r1_predicts_the_next_step(api, worker, shar
 @pytest.mark.parametrize("backend_env", ["sqlite"], indirect=True)
 def test_replay_of_a_synthetic_workload_from_the_parameter_file(api, worker, shared_fixtures):
     params = orjson.loads((shared_fixtures / "polytrace" / "enhanced_task_distribution_parameters.json").read_bytes())
-    r = api.post(URL, json={"workload": {"parameters": params, "task": "math", "steps": 2, "groups": 8,
-                                         "samples_per_group": 4, "seed": 3},
-                            "cluster": CLUSTER, "compare_policy": "one_step_off"})
+    r = api.post(
+        URL,
+        json={
+            "workload": {
+                "parameters": params,
+                "task": "math",
+                "steps": 2,
+                "groups": 8,
+                "samples_per_group": 4,
+                "seed": 3,
+            },
+            "cluster": CLUSTER,
+            "compare_policy": "one_step_off",
+        },
+    )
     assert r.status_code == 202, r.text
     job = wait_for_job(api, r.json()["id"])
     assert job["status"] == "succeeded", job
@@ -214,9 +241,11 @@ def test_replay_of_a_synthetic_workload_from_the_parameter_file(api, worker, sha
 
 
 def test_stored_timeline_keeps_whole_first_steps_when_too_long():
-    from workers.sim_runner import sim_dict
+    from workers.runners.simulations import sim_dict
 
-    steps = workload_from_columns(packed_rows_to_columns([r for rows in synthetic_rows(steps=5, groups=8, n=2) for r in rows]))
+    steps = workload_from_columns(
+        packed_rows_to_columns([r for rows in synthetic_rows(steps=5, groups=8, n=2) for r in rows])
+    )
     result = simulate(steps, ClusterConfig(n_gpus=16), MODEL_PRESETS["Qwen2.5-7B"], EngineLimits(), Policy())
     every = [iv for lane in result.lanes for iv in lane.intervals]
     per_step = {s: sum(1 for iv in every if iv[4] == s) for s in range(5)}

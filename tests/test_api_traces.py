@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from sqlalchemy import func, select
 
-from backend.db import new_session
-from backend.models import Sample, Step
+from backend.store.db import new_session
+from backend.store.models import Sample, Step
 from tests.helpers import jsonl, responses_of, synthetic_rows, write_packed_dir, zip_folder
 
 
@@ -95,7 +95,7 @@ def test_list_filter_and_paging(api, per_step):
 
 def test_other_team_sees_nothing(api, uploaded, client):
     from backend.auth import create_team
-    from backend.db import session_scope
+    from backend.store.db import session_scope
 
     with session_scope() as s:
         _team, other_key = create_team(s, "other-team-" + str(uploaded["id"]) + str(id(s)))

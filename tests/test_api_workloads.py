@@ -19,8 +19,10 @@ URL = "/api/v1/workloads"
 @pytest.fixture()
 def small_trace(api, tmp_path):
     per_step = synthetic_rows(steps=3, groups=12, n=4)
-    r = api.post("/api/v1/traces",
-                 files=[("files", ("run.zip", zip_folder(write_packed_dir(tmp_path / "run", per_step)), "application/zip"))])
+    r = api.post(
+        "/api/v1/traces",
+        files=[("files", ("run.zip", zip_folder(write_packed_dir(tmp_path / "run", per_step)), "application/zip"))],
+    )
     assert r.status_code == 201, r.text
     return r.json()
 
@@ -32,8 +34,18 @@ def all_samples(api, trace_id):
 
 
 def test_fit_generate_ingest_and_download(api, worker, small_trace):
-    r = api.post(URL, json={"trace_id": small_trace["id"], "steps": 3, "groups": 5, "samples_per_group": 3,
-                            "seed": 1, "formats": ["packed", "compact"], "name": "synthetic twin"})
+    r = api.post(
+        URL,
+        json={
+            "trace_id": small_trace["id"],
+            "steps": 3,
+            "groups": 5,
+            "samples_per_group": 3,
+            "seed": 1,
+            "formats": ["packed", "compact"],
+            "name": "synthetic twin",
+        },
+    )
     assert r.status_code == 202, r.text
     job = wait_for_job(api, r.json()["id"])
     assert job["status"] == "succeeded", job
@@ -57,10 +69,17 @@ def test_fit_generate_ingest_and_download(api, worker, small_trace):
     assert r.status_code == 200 and r.headers["content-type"] == "application/zip"
     zf = zipfile.ZipFile(io.BytesIO(r.content))
     names = sorted(zf.namelist())
-    assert names == sorted(res["files"]) == [
-        "packed_lengths_step_0.jsonl", "packed_lengths_step_1.jsonl", "packed_lengths_step_2.jsonl",
-        "workload_compact.json", "workload_model.json",
-    ]
+    assert (
+        names
+        == sorted(res["files"])
+        == [
+            "packed_lengths_step_0.jsonl",
+            "packed_lengths_step_1.jsonl",
+            "packed_lengths_step_2.jsonl",
+            "workload_compact.json",
+            "workload_model.json",
+        ]
+    )
     rows = [orjson.loads(line) for n in names if n.startswith("packed") for line in zf.read(n).splitlines()]
     from_zip = sorted((r["step"], r["input"], o) for r in rows for o in r["output"])
     stored = sorted((s["step"], s["prompt_len"], s["response_len"]) for s in all_samples(api, new_id))
@@ -86,8 +105,10 @@ def test_fit_only_reports_without_a_trace(api, worker, small_trace):
 @pytest.mark.parametrize("backend_env", ["sqlite"], indirect=True)
 def test_generate_tool_calling_from_the_parameter_file(api, worker, shared_fixtures):
     params = orjson.loads((shared_fixtures / "polytrace" / "enhanced_task_distribution_parameters.json").read_bytes())
-    r = api.post(URL, json={"parameters": params, "task": "tool_calling", "steps": 2, "groups": 4,
-                            "samples_per_group": 2, "seed": 5})
+    r = api.post(
+        URL,
+        json={"parameters": params, "task": "tool_calling", "steps": 2, "groups": 4, "samples_per_group": 2, "seed": 5},
+    )
     assert r.status_code == 202, r.text
     job = wait_for_job(api, r.json()["id"])
     assert job["status"] == "succeeded", job
@@ -97,8 +118,12 @@ def test_generate_tool_calling_from_the_parameter_file(api, worker, shared_fixtu
     trace = api.get(f"/api/v1/traces/{res['trace_id']}").json()
     assert trace["n_samples"] == 16 and trace["source_format"] == "polytrace-multiturn"
     zf = zipfile.ZipFile(io.BytesIO(api.get(f"{URL}/{job['id']}/download").content))
-    turns = sum(len(orjson.loads(line)["turns"]) for n in zf.namelist() if n.startswith("multiturn")
-                for line in zf.read(n).splitlines())
+    turns = sum(
+        len(orjson.loads(line)["turns"])
+        for n in zf.namelist()
+        if n.startswith("multiturn")
+        for line in zf.read(n).splitlines()
+    )
     assert trace["n_turns"] == turns and turns >= 16
 
 
@@ -128,7 +153,7 @@ def test_parameter_file_errors_name_the_field(api):
 
 def test_other_team_sees_nothing(api, worker, small_trace):
     from backend.auth import create_team
-    from backend.db import session_scope
+    from backend.store.db import session_scope
 
     r = api.post(URL, json={"trace_id": small_trace["id"], "steps": 1, "groups": 2, "samples_per_group": 2})
     job = wait_for_job(api, r.json()["id"])

@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from workers.analysis.balancing import (
+from core.analysis.balancing import (
     karmarkar_karp,
     karmarkar_karp_loads,
     lpt,
@@ -119,8 +119,9 @@ def test_integers_beyond_float_precision_follow_the_scalar_order():
         assert lpt_loads(w, k).dtype == np.int64
         assert np.array_equal(lpt_loads(w, k), [partition_loads(r, lpt(r, k)) for r in w])
         for equal_size in (True, False):
-            assert np.array_equal(karmarkar_karp_loads(w, k, equal_size=equal_size),
-                                  [scalar_kk(r, k, equal_size) for r in w])
+            assert np.array_equal(
+                karmarkar_karp_loads(w, k, equal_size=equal_size), [scalar_kk(r, k, equal_size) for r in w]
+            )
 
 
 def test_bad_arguments():

@@ -1,6 +1,6 @@
 """Properties of the partition heuristics and of the imbalance analysis built on them.
 
-What is true (and so what is tested), see workers/analysis/balancing.py:
+What is true (and so what is tested), see core/analysis/balancing.py:
 - every item is assigned exactly once, to one of k partitions;
 - KK with equal_size: sizes are floor(n/k) or ceil(n/k);
 - KK (both modes) and LPT: max load - min load <= the largest item weight;
@@ -19,9 +19,9 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from workers.analysis.balancing import karmarkar_karp, lpt, partition_loads
-from workers.analysis.data import TraceData
-from workers.analysis.imbalance import analyze_imbalance
+from core.analysis.balancing import karmarkar_karp, lpt, partition_loads
+from core.analysis.imbalance import analyze_imbalance
+from core.analysis.tables import TraceData
 
 weights_st = st.lists(st.integers(min_value=0, max_value=10_000), min_size=0, max_size=40)
 k_st = st.integers(min_value=1, max_value=9)
@@ -89,7 +89,6 @@ def test_known_kk_example():
     assert sorted(partition_loads([1, 2, 3, 4], parts)) == [5, 5]
 
 
-
 @settings(max_examples=60, deadline=None)
 @given(st.integers(min_value=0, max_value=2**31 - 1), st.integers(1, 6), st.integers(1, 30), st.integers(1, 4))
 def test_imbalance_analysis_properties(seed, dp, groups, n):
@@ -101,9 +100,18 @@ def test_imbalance_analysis_properties(seed, dp, groups, n):
     dp_rank = rank_of_group[step, group]
     resp = rng.integers(1, 3000, len(step))
     prompt = np.repeat(rng.integers(1, 500, steps * groups), n)
-    data = TraceData.from_tables({"samples": {
-        "step": step, "group_idx": group, "sample_idx": np.tile(np.arange(n), steps * groups),
-        "prompt_len": prompt, "response_len": resp, "dp_rank": dp_rank}})
+    data = TraceData.from_tables(
+        {
+            "samples": {
+                "step": step,
+                "group_idx": group,
+                "sample_idx": np.tile(np.arange(n), steps * groups),
+                "prompt_len": prompt,
+                "response_len": resp,
+                "dp_rank": dp_rank,
+            }
+        }
+    )
     res = analyze_imbalance(data, dp_size=dp)
     for entry in res["steps"]:
         assert entry["items"] == groups  # groups stay whole

@@ -63,8 +63,15 @@ class Server:
         raise AssertionError(f"trace {trace_id} not ready")
 
     def other_team_key(self) -> str:
-        out = subprocess.run([sys.executable, "-m", "backend.cli", "create-team", "other team"], env=self.env,
-                             cwd=ROOT, capture_output=True, text=True, timeout=60, check=True)
+        out = subprocess.run(
+            [sys.executable, "-m", "rlvr_explorer", "create-team", "other team"],
+            env=self.env,
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
         return out.stdout.strip().splitlines()[-1]
 
 
@@ -77,9 +84,14 @@ def server(tmp_path_factory):
     env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "CELERY_BROKER_URL")}
     env.update(RLVR_DATA_DIR=str(data), RLVR_SECRET_KEY="browser-test-secret", PYTHONUNBUFFERED="1")
     log = data / "serve.log"
-    proc = subprocess.Popen([sys.executable, "-m", "backend.cli", "serve", "--no-demo", "--port", str(port),
-                             "--concurrency", "1"], cwd=ROOT, env=env, stdout=log.open("wb"),
-                            stderr=subprocess.STDOUT, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rlvr_explorer", "serve", "--no-demo", "--port", str(port), "--concurrency", "1"],
+        cwd=ROOT,
+        env=env,
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 90
@@ -118,12 +130,20 @@ def browser(server, downloads):
 
     opts = webdriver.ChromeOptions()
     opts.binary_location = CHROMIUM
-    for arg in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                "--disable-component-update", "--disable-sync", "--window-size=1400,1800"):
+    for arg in (
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--window-size=1400,1800",
+    ):
         opts.add_argument(arg)
     opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    opts.add_experimental_option("prefs", {"download.default_directory": str(downloads),
-                                           "download.prompt_for_download": False})
+    opts.add_experimental_option(
+        "prefs", {"download.default_directory": str(downloads), "download.prompt_for_download": False}
+    )
     driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=opts)
     driver.execute_cdp_cmd("Page.setDownloadBehavior", {"behavior": "allow", "downloadPath": str(downloads)})
     try:
@@ -148,7 +168,7 @@ class Browser:
                 last = predicate()
                 if last:
                     return last
-            except Exception as exc:  # noqa: BLE001 - the DOM is still changing
+            except Exception as exc:
                 last = exc
             time.sleep(0.25)
         self.assert_console_clean()
@@ -160,8 +180,9 @@ class Browser:
         return self.d.find_elements(By.CSS_SELECTOR, selector)
 
     def text(self, element_id: str) -> str:
-        return self.d.execute_script(f"var e = document.getElementById({json.dumps(element_id)}); "
-                                     "return e ? e.innerText : null;")
+        return self.d.execute_script(
+            f"var e = document.getElementById({json.dumps(element_id)}); return e ? e.innerText : null;"
+        )
 
     def chart(self, chart_id: str) -> list[dict] | None:
         """The plotly traces drawn in the chart with this id (None before it drew)."""
@@ -174,16 +195,19 @@ class Browser:
             "  if (v && typeof v === 'object' && v.bdata !== undefined && v._inputArray !== undefined) {"
             "    v = v._inputArray; }"
             "  return ArrayBuffer.isView(v) ? Array.from(v) : v; };"
-            "return p && p.data ? JSON.parse(JSON.stringify(p.data, plain)) : null;")
+            "return p && p.data ? JSON.parse(JSON.stringify(p.data, plain)) : null;"
+        )
 
     def wait_chart(self, chart_id: str, *names: str) -> dict[str, dict]:
         """Wait until the chart shows traces (with these names, when given); by name."""
+
         def ready():
             data = self.chart(chart_id)
             if not data:
                 return None
             by_name = {t.get("name"): t for t in data}
             return by_name if all(n in by_name for n in names) else None
+
         return self.wait(ready, f"chart {chart_id} with {names or 'data'}")
 
     def sign_in(self, key: str) -> None:
@@ -250,8 +274,10 @@ def test_sign_in_upload_and_every_trace_page(browser, server, per_step, tmp_path
     assert f"{STEPS} steps" in ok and f"{STEPS * 16 * 4:,} samples" in ok
     # every file is listed (the browser may hand several files over in any order)
     assert sorted(li.get_attribute("data-file") for li in b.css("#upload-status li")) == [f.name for f in files]
-    row = b.wait(lambda: [r for r in b.css("#traces-table tr[data-trace-id]") if r.get_attribute("data-status") == "ready"],
-                 "the ready trace in the table")[0]
+    row = b.wait(
+        lambda: [r for r in b.css("#traces-table tr[data-trace-id]") if r.get_attribute("data-status") == "ready"],
+        "the ready trace in the table",
+    )[0]
     trace_id = int(row.get_attribute("data-trace-id"))
     b.assert_console_clean()
 
@@ -299,11 +325,22 @@ def test_sign_in_upload_and_every_trace_page(browser, server, per_step, tmp_path
 
     # jobs: the analyses the pages started, finished; re-run one with other parameters
     b.open("/jobs")
-    b.wait(lambda: {r.get_attribute("data-kind") for r in b.css("#jobs-table tr[data-status=succeeded]")}
-           >= {"longtail", "imbalance"}, "succeeded analysis jobs")
+    b.wait(
+        lambda: (
+            {r.get_attribute("data-kind") for r in b.css("#jobs-table tr[data-status=succeeded]")}
+            >= {"longtail", "imbalance"}
+        ),
+        "succeeded analysis jobs",
+    )
     b.css("#jobs-table tr[data-kind=longtail] button")[0].click()
-    params = b.wait(lambda: b.d.find_element("id", "rerun-params") if '"tail_fraction"' in
-                    b.d.find_element("id", "rerun-params").get_attribute("value") else None, "the copied parameters")
+    params = b.wait(
+        lambda: (
+            b.d.find_element("id", "rerun-params")
+            if '"tail_fraction"' in b.d.find_element("id", "rerun-params").get_attribute("value")
+            else None
+        ),
+        "the copied parameters",
+    )
     edited = json.loads(params.get_attribute("value")) | {"tail_fraction": 0.2}
     params.send_keys(Keys.CONTROL, "a")  # (clear() bypasses React: the old text would stay)
     params.send_keys(Keys.DELETE)
@@ -327,8 +364,10 @@ def test_upload_error_is_shown_next_to_its_file(browser, server, per_step, tmp_p
     rows[2]["output"] = "many"  # line 3 is broken
     bad.write_text("".join(json.dumps(r) + "\n" for r in rows))
     b.css("#trace-upload input[type=file]")[0].send_keys(f"{good / 'packed_lengths_step_0.jsonl'}\n{bad}")
-    err = b.wait(lambda: b.css("#upload-status li[data-file='packed_lengths_step_1.jsonl'] .file-error"),
-                 "the error next to the bad file")[0].text
+    err = b.wait(
+        lambda: b.css("#upload-status li[data-file='packed_lengths_step_1.jsonl'] .file-error"),
+        "the error next to the bad file",
+    )[0].text
     assert "line 3" in err and "output" in err
     assert not b.css("#upload-status li[data-file='packed_lengths_step_0.jsonl'] .file-error")
     assert "nothing was stored" in b.text("upload-error")
@@ -396,8 +435,10 @@ def test_gpu_timeline_page_on_kineto_traces(browser, server, shared_fixtures, do
         if "window 50.00 ms" in (b.text("gpu-window-info") or ""):
             return b.text("gpu-window-info")
         # (again each round: a figure update that lands after the zoom resets it)
-        b.d.execute_script("var p = document.getElementById('gpu-kernel-gantt').querySelector('.js-plotly-plot');"
-                           "Plotly.relayout(p, {'xaxis.range[0]': 0, 'xaxis.range[1]': 50});")
+        b.d.execute_script(
+            "var p = document.getElementById('gpu-kernel-gantt').querySelector('.js-plotly-plot');"
+            "Plotly.relayout(p, {'xaxis.range[0]': 0, 'xaxis.range[1]': 50});"
+        )
         time.sleep(0.3)  # the zoom reaches Dash as the graph's relayoutData
         b.d.find_element("id", "gpu-zoom-load").click()
         time.sleep(0.7)
@@ -406,8 +447,12 @@ def test_gpu_timeline_page_on_kineto_traces(browser, server, shared_fixtures, do
     info = b.wait(zoomed_info, "the zoomed window")
     zoomed = b.wait_chart("gpu-kernel-gantt", "compute")
     # every event drawn overlaps the window [0, 50] ms (segments are start, end, gap)
-    segs = [(t["x"][i], t["x"][i + 1]) for t in zoomed.values() if t["name"] != "idle (no stream busy)"
-            for i in range(0, len(t["x"]), 3)]
+    segs = [
+        (t["x"][i], t["x"][i + 1])
+        for t in zoomed.values()
+        if t["name"] != "idle (no stream busy)"
+        for i in range(0, len(t["x"]), 3)
+    ]
     assert segs and all(s0 <= 50.0 + 1e-6 and s1 >= -1e-6 for s0, s1 in segs)
     assert int(info.split()[0].replace(",", "")) == len(segs) < 1179
 
@@ -422,10 +467,13 @@ def test_gpu_timeline_page_on_kineto_traces(browser, server, shared_fixtures, do
 
 def test_multiturn_page_on_search_r1(browser, server, shared_fixtures):
     b = browser
-    trace = server.upload([shared_fixtures / "polytrace" / "search_r1_qwen2_5_7b" / "multiturn_workload_step_5.jsonl"],
-                          "search-r1 step 5")
-    rows = [json.loads(line) for line in
-            (shared_fixtures / "polytrace" / "search_r1_qwen2_5_7b" / "multiturn_workload_step_5.jsonl").open()]
+    trace = server.upload(
+        [shared_fixtures / "polytrace" / "search_r1_qwen2_5_7b" / "multiturn_workload_step_5.jsonl"], "search-r1 step 5"
+    )
+    rows = [
+        json.loads(line)
+        for line in (shared_fixtures / "polytrace" / "search_r1_qwen2_5_7b" / "multiturn_workload_step_5.jsonl").open()
+    ]
     train = [r for r in rows if not r.get("validate")]
     b.sign_in(server.key)
     b.wait(lambda: b.css("#traces-table tr[data-trace-id]"), "the traces page")
@@ -479,8 +527,9 @@ def test_simulate_page_replays_sync_against_one_step_off(browser, server, per_st
     assert shown == f"{job['result']['compare']['total']['speedup']:.3f}x"
     bars = b.wait_chart("sim-speedup", "per step")["per step"]
     assert bars["y"] == pytest.approx([r["speedup"] for r in job["result"]["compare"]["per_step"]])
-    lines = b.wait_chart("sim-pred-vs-measured", "predicted rollout", "predicted step (sync)",
-                         "predicted step (one_step_off)")
+    lines = b.wait_chart(
+        "sim-pred-vs-measured", "predicted rollout", "predicted step (sync)", "predicted step (one_step_off)"
+    )
     assert lines["predicted step (sync)"]["y"] == pytest.approx([s["step_time"] for s in job["result"]["a"]["steps"]])
     idle = b.wait_chart("sim-idle")
     assert any(t.get("type") == "bar" for t in idle.values())
@@ -502,8 +551,9 @@ def test_simulate_page_replays_sync_against_one_step_off(browser, server, per_st
 def test_simulate_page_shows_calibrated_accuracy_on_search_r1(browser, server, shared_fixtures):
     b = browser
     folder = shared_fixtures / "polytrace" / "search_r1_qwen2_5_7b"
-    trace = server.upload([folder / "multiturn_workload_step_0.jsonl", folder / "multiturn_workload_step_1.jsonl"],
-                          "search-r1 steps 0-1")
+    trace = server.upload(
+        [folder / "multiturn_workload_step_0.jsonl", folder / "multiturn_workload_step_1.jsonl"], "search-r1 steps 0-1"
+    )
     b.sign_in(server.key)
     b.wait(lambda: b.css("#traces-table tr[data-trace-id]"), "the traces page")
     b.open(f"/traces/{trace['id']}/simulate")
@@ -513,16 +563,21 @@ def test_simulate_page_shows_calibrated_accuracy_on_search_r1(browser, server, s
     assert b.d.find_element("id", "sim-step-from").get_attribute("value") == "0"
     assert b.d.find_element("id", "sim-step-to").get_attribute("value") == "2"
     b.d.find_element("id", "sim-submit").click()
-    shown = b.wait(lambda: (_card_value(b, "card-sim-accuracy-rollout") or "").rstrip("%") or None,
-                   "the rollout accuracy", timeout=180)
+    shown = b.wait(
+        lambda: (_card_value(b, "card-sim-accuracy-rollout") or "").rstrip("%") or None,
+        "the rollout accuracy",
+        timeout=180,
+    )
     job = _latest_simulation(server, trace["id"])
     assert job["params"]["calibrate"] == {"fit_steps": [0]} and job["params"]["steps"] == [0, 2]
     accuracy = job["result"]["accuracy"]["mean"]["rollout_s_accuracy"]
     assert float(shown) == pytest.approx(100 * accuracy, abs=0.051)
     assert float(shown) >= 95.0
     row = b.css("#sim-accuracy-table tr[data-metric=rollout_s] td")
-    assert [c.text for c in row[1:3]] == [f"{100 * accuracy:.1f}%",
-                                          f"{100 * job['result']['accuracy']['mean']['rollout_s_naive_accuracy']:.1f}%"]
+    assert [c.text for c in row[1:3]] == [
+        f"{100 * accuracy:.1f}%",
+        f"{100 * job['result']['accuracy']['mean']['rollout_s_naive_accuracy']:.1f}%",
+    ]
     lines = b.wait_chart("sim-pred-vs-measured", "measured rollout", "predicted rollout")
     measured = job["result"]["accuracy"]["steps"][0]["rollout_s"]["measured"]
     assert lines["measured rollout"]["x"] == [1] and lines["measured rollout"]["y"] == pytest.approx([measured])
@@ -550,8 +605,9 @@ def test_workload_page_fits_generates_and_downloads(browser, server, per_step, t
     job = server.api.get("/jobs", params={"trace_id": trace["id"], "kind": "workload"}).json()["items"][0]
     job = server.api.get(f"/workloads/{job['id']}").json()
     fit = job["result"]["fit"]["default"]
-    assert ks["x"][:4] == pytest.approx([fit["prompt"]["lognorm"], fit["prompt"]["gamma"],
-                                         fit["response"]["lognorm"], fit["response"]["gamma"]])
+    assert ks["x"][:4] == pytest.approx(
+        [fit["prompt"]["lognorm"], fit["prompt"]["gamma"], fit["response"]["lognorm"], fit["response"]["gamma"]]
+    )
     before = set(downloads.iterdir())
     b.d.find_element("id", "wl-download").click()
     path = b.wait(lambda: [p for p in set(downloads.iterdir()) - before if p.suffix == ".zip"], "the zip")[0]

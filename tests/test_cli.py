@@ -7,9 +7,9 @@ import orjson
 from sqlalchemy import select
 from typer.testing import CliRunner
 
-from backend.cli import app
-from backend.db import new_session
-from backend.models import Step
+from backend.store.db import new_session
+from backend.store.models import Step
+from rlvr_explorer.cli import app
 from tests.helpers import jsonl, synthetic_rows, write_packed_dir
 
 runner = CliRunner()
@@ -22,8 +22,15 @@ def printed_json(output: str) -> dict:
 
 def verl_log(steps: int) -> bytes:
     rows = [
-        {"step": s, "data": {"timing_s/gen": 10.0 + s, "timing_s/update_actor": 4.0, "timing_s/step": 20.0 + s,
-                             "response_length/mean": 500.0}}
+        {
+            "step": s,
+            "data": {
+                "timing_s/gen": 10.0 + s,
+                "timing_s/update_actor": 4.0,
+                "timing_s/step": 20.0 + s,
+                "response_length/mean": 500.0,
+            },
+        }
         for s in range(steps)
     ]
     return jsonl(rows)

@@ -8,10 +8,10 @@ import orjson
 import pytest
 from typer.testing import CliRunner
 
-from backend.cli import app
+from core.simulator import MODEL_PRESETS, ClusterConfig, EngineLimits, Policy, simulate, workload_from_columns
+from core.workload.polytrace_rows import packed_rows_to_columns
+from rlvr_explorer.cli import app
 from tests.helpers import synthetic_rows, write_packed_dir
-from workers.simulator import MODEL_PRESETS, ClusterConfig, EngineLimits, Policy, simulate, workload_from_columns
-from workers.workload.polytrace_rows import packed_rows_to_columns
 
 pytestmark = pytest.mark.parametrize("backend_env", ["sqlite"], indirect=True)
 runner = CliRunner()
@@ -31,8 +31,22 @@ def stored(team_key, tmp_path):
 
 def test_simulate_prints_the_replay(team_key, stored):
     trace_id, per_step = stored
-    args = ("simulate", trace_id, "--gpus", 16, "--replicas", 2, "--tp", 4, "--model", "qwen2.5-7b",
-            "--compare", "one_step_off", "--api-key", team_key)
+    args = (
+        "simulate",
+        trace_id,
+        "--gpus",
+        16,
+        "--replicas",
+        2,
+        "--tp",
+        4,
+        "--model",
+        "qwen2.5-7b",
+        "--compare",
+        "one_step_off",
+        "--api-key",
+        team_key,
+    )
     r = invoke(*args, "--json")
     assert r.exit_code == 0, r.output
     res = orjson.loads(r.stdout)
@@ -58,7 +72,7 @@ def test_simulate_rejects_bad_options_and_other_teams(team_key, stored):
     r = runner.invoke(app, ["simulate", str(trace_id), "--policy", "one_step_off", "--api-key", team_key])
     assert r.exit_code == 2 and "cluster.n_gpus" in r.output  # 8 rollout + 8 training GPUs > 8
     from backend.auth import create_team
-    from backend.db import session_scope
+    from backend.store.db import session_scope
 
     with session_scope() as session:
         other = create_team(session, f"cli-other-{uuid.uuid4().hex[:8]}")[1]
@@ -69,8 +83,26 @@ def test_simulate_rejects_bad_options_and_other_teams(team_key, stored):
 def test_generate_from_a_trace_and_ingest(team_key, stored, tmp_path):
     trace_id, _ = stored
     out = tmp_path / "gen"
-    r = invoke("generate", "--from-trace", trace_id, "--steps", 2, "--groups", 3, "--n", 2, "--out", out,
-               "--format", "packed", "--ingest", "--name", "cli twin", "--api-key", team_key)
+    r = invoke(
+        "generate",
+        "--from-trace",
+        trace_id,
+        "--steps",
+        2,
+        "--groups",
+        3,
+        "--n",
+        2,
+        "--out",
+        out,
+        "--format",
+        "packed",
+        "--ingest",
+        "--name",
+        "cli twin",
+        "--api-key",
+        team_key,
+    )
     assert r.exit_code == 0, r.output
     res = orjson.loads(r.stdout)
     files = sorted(p.name for p in out.iterdir())
@@ -79,8 +111,8 @@ def test_generate_from_a_trace_and_ingest(team_key, stored, tmp_path):
     assert len(rows) == 2 * 3 and all(len(row["output"]) == 2 for row in rows)
     assert res["samples"] == 12 and res["fit"]["default"]["n_samples"] == 3 * 8 * 4
 
-    from backend.db import session_scope
-    from backend.models import Trace
+    from backend.store.db import session_scope
+    from backend.store.models import Trace
 
     with session_scope() as session:
         trace = session.get(Trace, res["trace_id"])
@@ -90,8 +122,25 @@ def test_generate_from_a_trace_and_ingest(team_key, stored, tmp_path):
 def test_generate_math_from_the_parameter_file(env, shared_fixtures, tmp_path):
     params = shared_fixtures / "polytrace" / "enhanced_task_distribution_parameters.json"
     out = tmp_path / "math"
-    r = invoke("generate", "--params", params, "--task", "math", "--steps", 3, "--groups", 4, "--n", 5,
-               "--format", "compact", "--out", out, "--seed", 2)
+    r = invoke(
+        "generate",
+        "--params",
+        params,
+        "--task",
+        "math",
+        "--steps",
+        3,
+        "--groups",
+        4,
+        "--n",
+        5,
+        "--format",
+        "compact",
+        "--out",
+        out,
+        "--seed",
+        2,
+    )
     assert r.exit_code == 0, r.output
     compact = orjson.loads((out / "workload_compact.json").read_bytes())
     assert sorted(compact, key=int) == ["0", "1", "2"]

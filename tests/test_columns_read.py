@@ -10,12 +10,22 @@ import numpy as np
 import pytest
 from sqlalchemy import insert
 
-from backend.columns import _restore_order, read_columns
-from backend.db import get_engine, new_session
-from backend.models import Sample, Trace
+from backend.store.columns import _restore_order, read_columns
+from backend.store.db import get_engine, new_session
+from backend.store.models import Sample, Trace
 
-COLUMNS = ["step", "group_idx", "sample_idx", "prompt_len", "response_len", "dp_rank", "task_id", "truncated",
-           "validate", "latency_s"]
+COLUMNS = [
+    "step",
+    "group_idx",
+    "sample_idx",
+    "prompt_len",
+    "response_len",
+    "dp_rank",
+    "task_id",
+    "truncated",
+    "validate",
+    "latency_s",
+]
 KEY = "step, group_idx, sample_idx"
 
 
@@ -29,15 +39,20 @@ def stored(env):
     for step in (2, 3, 5, 8, 9):
         for g in range(7):
             for i in range(3):
-                rows.append({
-                    "step": step, "group_idx": g, "sample_idx": i,
-                    "prompt_len": int(rng.integers(1, 500)), "response_len": int(rng.integers(1, 9000)),
-                    "dp_rank": None if (g + i) % 5 == 0 else g % 4,
-                    "task_id": None if i == 2 else g % 3,
-                    "truncated": None if g == 6 else bool(i % 2),
-                    "validate": None if g == 5 else step == 9,
-                    "latency_s": None if i == 1 else float(rng.random()),
-                })
+                rows.append(
+                    {
+                        "step": step,
+                        "group_idx": g,
+                        "sample_idx": i,
+                        "prompt_len": int(rng.integers(1, 500)),
+                        "response_len": int(rng.integers(1, 9000)),
+                        "dp_rank": None if (g + i) % 5 == 0 else g % 4,
+                        "task_id": None if i == 2 else g % 3,
+                        "truncated": None if g == 6 else bool(i % 2),
+                        "validate": None if g == 5 else step == 9,
+                        "latency_s": None if i == 1 else float(rng.random()),
+                    }
+                )
     rows = [rows[j] for j in rng.permutation(len(rows))]
     with new_session() as session:
         team, _ = create_team(session, f"cols-{uuid.uuid4().hex[:8]}")
@@ -50,8 +65,10 @@ def stored(env):
 
 
 def expected(rows, lo=None, hi=None) -> dict[str, np.ndarray]:
-    rows = sorted((r for r in rows if lo is None or lo <= r["step"] < hi),
-                  key=lambda r: (r["step"], r["group_idx"], r["sample_idx"]))
+    rows = sorted(
+        (r for r in rows if lo is None or lo <= r["step"] < hi),
+        key=lambda r: (r["step"], r["group_idx"], r["sample_idx"]),
+    )
     out = {}
     for c in COLUMNS:
         vals = [r[c] for r in rows]

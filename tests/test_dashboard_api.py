@@ -15,8 +15,8 @@ BIG = {"values": list(range(2000)), "note": "a result"}
 def trace_with_jobs(api, team_key, tmp_path):
     """A small trace with a finished analysis, a finished replay and a queued analysis."""
     from backend.auth import team_for_key
-    from backend.db import get_engine, session_scope
-    from backend.jobs import create_job, mark_succeeded
+    from backend.jobs.state import create_job, mark_succeeded
+    from backend.store.db import get_engine, session_scope
 
     archive = zip_folder(write_packed_dir(tmp_path / "run", synthetic_rows(steps=2, groups=4, n=2)))
     r = api.post("/api/v1/traces", files=[("files", ("run.zip", archive, "application/zip"))])
@@ -58,8 +58,12 @@ def test_lists_omit_results_unless_asked(api, trace_with_jobs):
 
 
 def test_unknown_api_paths_answer_json_404(client, api):
-    for method, path in (("GET", "/api/v1/no-such-thing"), ("POST", "/api/v2/traces"), ("GET", "/api/"),
-                         ("DELETE", "/api/v1/traces/1/nothing/here")):
+    for method, path in (
+        ("GET", "/api/v1/no-such-thing"),
+        ("POST", "/api/v2/traces"),
+        ("GET", "/api/"),
+        ("DELETE", "/api/v1/traces/1/nothing/here"),
+    ):
         r = client.request(method, path)
         assert r.status_code == 404, (method, path, r.status_code)
         assert r.headers["content-type"].startswith("application/json")

@@ -11,10 +11,27 @@ import pytest
 from dashboard.client import ApiClient, ApiError, api_root
 
 KEY = "team-key-123"
-TRACE = {"id": 7, "name": "run A", "source_format": "polytrace-packed", "framework": "verl", "status": "ready",
-         "error": None, "n_steps": 2, "n_samples": 4, "n_turns": 0, "n_tool_calls": 0, "n_gpu_events": 0,
-         "n_rank_timings": 0, "size_bytes": 1234, "max_response_len": 4096, "tasks": [], "metadata": {},
-         "created_at": "2026-01-01T00:00:00", "updated_at": "2026-01-01T00:00:00", "job_id": None}
+TRACE = {
+    "id": 7,
+    "name": "run A",
+    "source_format": "polytrace-packed",
+    "framework": "verl",
+    "status": "ready",
+    "error": None,
+    "n_steps": 2,
+    "n_samples": 4,
+    "n_turns": 0,
+    "n_tool_calls": 0,
+    "n_gpu_events": 0,
+    "n_rank_timings": 0,
+    "size_bytes": 1234,
+    "max_response_len": 4096,
+    "tasks": [],
+    "metadata": {},
+    "created_at": "2026-01-01T00:00:00",
+    "updated_at": "2026-01-01T00:00:00",
+    "job_id": None,
+}
 
 
 class StubApi:
@@ -90,8 +107,18 @@ def test_fastapi_default_and_validation_errors(stub):
     with pytest.raises(ApiError) as err:
         stub.client().get_trace(99)
     assert err.value.not_found and err.value.message == "Not Found"
-    stub.routes[("GET", "/api/v1/traces/7/summaries")] = httpx.Response(422, json={"detail": [
-        {"loc": ["query", "field"], "msg": "Input should be 'response', 'prompt' or 'total'", "type": "literal_error"}]})
+    stub.routes[("GET", "/api/v1/traces/7/summaries")] = httpx.Response(
+        422,
+        json={
+            "detail": [
+                {
+                    "loc": ["query", "field"],
+                    "msg": "Input should be 'response', 'prompt' or 'total'",
+                    "type": "literal_error",
+                }
+            ]
+        },
+    )
     with pytest.raises(ApiError) as err:
         stub.client().summaries(7, field="bogus")
     assert err.value.status == 422
@@ -118,7 +145,9 @@ def test_upload_sends_multipart_and_reads_the_three_answers(stub):
     assert b'name="format"' not in body  # not sent when not given
 
     job = {"id": 3, "kind": "ingest", "status": "queued", "progress": 0.0}
-    stub.routes[("POST", "/api/v1/traces")] = httpx.Response(202, json={"trace": {**TRACE, "status": "pending"}, "job": job})
+    stub.routes[("POST", "/api/v1/traces")] = httpx.Response(
+        202, json={"trace": {**TRACE, "status": "pending"}, "job": job}
+    )
     res = stub.client().upload_trace([("big.zip", b"PK")])
     assert res.status_code == 202 and res.job["id"] == 3 and res.trace["status"] == "pending"
 
@@ -127,9 +156,17 @@ def test_upload_sends_multipart_and_reads_the_three_answers(stub):
 
 
 def test_upload_error_names_file_line_field(stub):
-    stub.routes[("POST", "/api/v1/traces")] = httpx.Response(400, json={"detail": {
-        "message": "file step_3.jsonl, line 12, field 'output': expected a list of ints",
-        "file": "step_3.jsonl", "line": 12, "field": "output"}})
+    stub.routes[("POST", "/api/v1/traces")] = httpx.Response(
+        400,
+        json={
+            "detail": {
+                "message": "file step_3.jsonl, line 12, field 'output': expected a list of ints",
+                "file": "step_3.jsonl",
+                "line": 12,
+                "field": "output",
+            }
+        },
+    )
     with pytest.raises(ApiError) as err:
         stub.client().upload_trace([("step_3.jsonl", b"{}")])
     e = err.value
@@ -144,7 +181,8 @@ def test_upload_needs_files(stub):
 
 def test_non_json_answer_is_an_api_error(stub):
     stub.routes[("GET", "/api/v1/traces/7/analyses")] = httpx.Response(
-        200, text="<html>dash index</html>", headers={"content-type": "text/html"})
+        200, text="<html>dash index</html>", headers={"content-type": "text/html"}
+    )
     with pytest.raises(ApiError) as err:
         stub.client().analyses(7)
     assert err.value.status == 502 and "not JSON" in err.value.message
@@ -169,7 +207,9 @@ def test_analysis_jobs_and_downloads(stub):
     stub.routes[("POST", "/api/v1/traces/7/analyses")] = post
     stub.routes[("GET", "/api/v1/jobs")] = httpx.Response(200, json={"items": [job]})
     stub.routes[("GET", "/api/v1/jobs/11")] = httpx.Response(200, json=job)
-    stub.routes[("GET", "/api/v1/traces/7/gpu-events/chrome-trace")] = httpx.Response(200, content=b'{"traceEvents": []}')
+    stub.routes[("GET", "/api/v1/traces/7/gpu-events/chrome-trace")] = httpx.Response(
+        200, content=b'{"traceEvents": []}'
+    )
     c = stub.client()
     assert c.run_analysis(7, "imbalance", {"keep_groups": False})["params"] == {"keep_groups": False}
     assert json.loads(stub.requests[-1].read()) == {"kind": "imbalance", "params": {"keep_groups": False}}
@@ -192,21 +232,53 @@ def test_delete(stub):
 def app(stub):
     from dashboard.app import create_dash
 
-    stub.routes[("GET", "/api/v1/traces/7/steps")] = httpx.Response(200, json={"items": [
-        {"step": 0, "validate": False, "prompt_tokens": 10, "response_tokens": 30, "t_gen": 5.0, "t_step": 8.0},
-        {"step": 1, "validate": False, "prompt_tokens": 12, "response_tokens": 40, "t_gen": 6.0, "t_step": 9.0}]})
-    stub.routes[("GET", "/api/v1/traces/7/summaries")] = httpx.Response(200, json={
-        "field": "response", "task": None, "tasks": [], "bin_edges": [1, 2, 4, 8, 16, 32],
-        "steps": [{"step": s, "count": 2, "mean": 10.0 + s, "p50": 10.0 + s, "p90": 14.0, "p99": 15.0, "max": 16.0,
-                   "tail_ratio": 1.6, "hist": [0, 0, 0, 2, 0]} for s in (0, 1)]})
+    stub.routes[("GET", "/api/v1/traces/7/steps")] = httpx.Response(
+        200,
+        json={
+            "items": [
+                {"step": 0, "validate": False, "prompt_tokens": 10, "response_tokens": 30, "t_gen": 5.0, "t_step": 8.0},
+                {"step": 1, "validate": False, "prompt_tokens": 12, "response_tokens": 40, "t_gen": 6.0, "t_step": 9.0},
+            ]
+        },
+    )
+    stub.routes[("GET", "/api/v1/traces/7/summaries")] = httpx.Response(
+        200,
+        json={
+            "field": "response",
+            "task": None,
+            "tasks": [],
+            "bin_edges": [1, 2, 4, 8, 16, 32],
+            "steps": [
+                {
+                    "step": s,
+                    "count": 2,
+                    "mean": 10.0 + s,
+                    "p50": 10.0 + s,
+                    "p90": 14.0,
+                    "p99": 15.0,
+                    "max": 16.0,
+                    "tail_ratio": 1.6,
+                    "hist": [0, 0, 0, 2, 0],
+                }
+                for s in (0, 1)
+            ],
+        },
+    )
     return create_dash("http://api.test", http_client=httpx.Client(transport=httpx.MockTransport(stub)))
 
 
-def _callback(client, output: str, inputs: list[dict], state: list[dict] | None = None, changed: list[str] | None = None):
+def _callback(
+    client, output: str, inputs: list[dict], state: list[dict] | None = None, changed: list[str] | None = None
+):
     """POST one Dash callback request the way the renderer does."""
     outputs = [{"id": o.split(".")[0], "property": o.split(".")[1]} for o in output.strip(".").split("...")]
-    body = {"output": output, "outputs": outputs if len(outputs) > 1 else outputs[0], "inputs": inputs,
-            "state": state or [], "changedPropIds": changed or []}
+    body = {
+        "output": output,
+        "outputs": outputs if len(outputs) > 1 else outputs[0],
+        "inputs": inputs,
+        "state": state or [],
+        "changedPropIds": changed or [],
+    }
     return client.post("/_dash-update-component", json=body)
 
 
@@ -216,37 +288,61 @@ def test_app_routes_sign_in_and_renders_a_trace(app):
     assert client.get("/_dash-layout").status_code == 200
 
     # wrong key: message, no redirect
-    r = _callback(client, "..sign-in-message.children...sign-in-redirect.href..",
-                  [{"id": "sign-in-submit", "property": "n_clicks", "value": 1},
-                   {"id": "sign-in-key", "property": "n_submit", "value": 0}],
-                  [{"id": "sign-in-key", "property": "value", "value": "bad"},
-                   {"id": "sign-in-next", "property": "data", "value": "/traces/7"}], ["sign-in-submit.n_clicks"])
+    r = _callback(
+        client,
+        "..sign-in-message.children...sign-in-redirect.href..",
+        [
+            {"id": "sign-in-submit", "property": "n_clicks", "value": 1},
+            {"id": "sign-in-key", "property": "n_submit", "value": 0},
+        ],
+        [
+            {"id": "sign-in-key", "property": "value", "value": "bad"},
+            {"id": "sign-in-next", "property": "data", "value": "/traces/7"},
+        ],
+        ["sign-in-submit.n_clicks"],
+    )
     resp = r.get_json()["response"]
     assert "not valid" in json.dumps(resp["sign-in-message"])
     assert "sign-in-redirect" not in resp
 
     # right key: the session cookie is set and we go back where we came from
-    r = _callback(client, "..sign-in-message.children...sign-in-redirect.href..",
-                  [{"id": "sign-in-submit", "property": "n_clicks", "value": 2},
-                   {"id": "sign-in-key", "property": "n_submit", "value": 0}],
-                  [{"id": "sign-in-key", "property": "value", "value": KEY},
-                   {"id": "sign-in-next", "property": "data", "value": "/traces/7"}], ["sign-in-submit.n_clicks"])
+    r = _callback(
+        client,
+        "..sign-in-message.children...sign-in-redirect.href..",
+        [
+            {"id": "sign-in-submit", "property": "n_clicks", "value": 2},
+            {"id": "sign-in-key", "property": "n_submit", "value": 0},
+        ],
+        [
+            {"id": "sign-in-key", "property": "value", "value": KEY},
+            {"id": "sign-in-next", "property": "data", "value": "/traces/7"},
+        ],
+        ["sign-in-submit.n_clicks"],
+    )
     resp = r.get_json()["response"]
     assert resp["sign-in-redirect"]["href"] == "/traces/7"
     assert "rlvr_session" in r.headers.get("Set-Cookie", "")
 
     # the router renders the overview of trace 7 (not swallowed by a shorter template)
-    r = _callback(client, ".._pages_content.children..._pages_store.data..",
-                  [{"id": "_pages_location", "property": "pathname", "value": "/traces/7/distributions"},
-                   {"id": "_pages_location", "property": "search", "value": ""}], changed=["_pages_location.pathname"])
+    r = _callback(
+        client,
+        ".._pages_content.children..._pages_store.data..",
+        [
+            {"id": "_pages_location", "property": "pathname", "value": "/traces/7/distributions"},
+            {"id": "_pages_location", "property": "search", "value": ""},
+        ],
+        changed=["_pages_location.pathname"],
+    )
     page = json.dumps(r.get_json()["response"]["_pages_content"]["children"])
     assert '"dist-box"' in page and '"run A"' in page
 
     # a figure callback: stage-time bars of trace 7 from the stub's steps
-    r = _callback(client, "..overview-cards.children...overview-stage-time.figure...overview-lengths.figure..."
-                          "overview-gpu.figure..",
-                  [{"id": "page-trace-id", "property": "data", "value": 7},
-                   [] ], changed=["page-trace-id.data"])
+    r = _callback(
+        client,
+        "..overview-cards.children...overview-stage-time.figure...overview-lengths.figure...overview-gpu.figure..",
+        [{"id": "page-trace-id", "property": "data", "value": 7}, []],
+        changed=["page-trace-id.data"],
+    )
     # the ALL input is an empty list here (no analysis panels rendered)
     out = r.get_json()["response"]
     gen = next(t for t in out["overview-stage-time"]["figure"]["data"] if t["name"] == "generation")
@@ -259,9 +355,15 @@ def test_app_routes_sign_in_and_renders_a_trace(app):
 
 def test_pages_need_a_signed_in_team(app):
     client = app.server.test_client()
-    r = _callback(client, ".._pages_content.children..._pages_store.data..",
-                  [{"id": "_pages_location", "property": "pathname", "value": "/traces/7"},
-                   {"id": "_pages_location", "property": "search", "value": ""}], changed=["_pages_location.pathname"])
+    r = _callback(
+        client,
+        ".._pages_content.children..._pages_store.data..",
+        [
+            {"id": "_pages_location", "property": "pathname", "value": "/traces/7"},
+            {"id": "_pages_location", "property": "search", "value": ""},
+        ],
+        changed=["_pages_location.pathname"],
+    )
     page = json.dumps(r.get_json()["response"]["_pages_content"]["children"])
     assert "/sign-in?next=%2Ftraces%2F7" in page
 
@@ -269,14 +371,21 @@ def test_pages_need_a_signed_in_team(app):
 def test_mounted_under_a_prefix(stub):
     from dashboard.app import create_dash
 
-    app = create_dash("http://api.test", requests_pathname_prefix="/ui",
-                      http_client=httpx.Client(transport=httpx.MockTransport(stub)))
+    app = create_dash(
+        "http://api.test", requests_pathname_prefix="/ui", http_client=httpx.Client(transport=httpx.MockTransport(stub))
+    )
     client = app.server.test_client()
     index = client.get("/traces").get_data(as_text=True)
     assert '"requests_pathname_prefix":"\\u002fui\\u002f"' in index  # the browser calls /ui/_dash-*
-    r = _callback(client, ".._pages_content.children..._pages_store.data..",
-                  [{"id": "_pages_location", "property": "pathname", "value": "/ui/traces/7/imbalance"},
-                   {"id": "_pages_location", "property": "search", "value": ""}], changed=["_pages_location.pathname"])
+    r = _callback(
+        client,
+        ".._pages_content.children..._pages_store.data..",
+        [
+            {"id": "_pages_location", "property": "pathname", "value": "/ui/traces/7/imbalance"},
+            {"id": "_pages_location", "property": "search", "value": ""},
+        ],
+        changed=["_pages_location.pathname"],
+    )
     page = json.dumps(r.get_json()["response"]["_pages_content"]["children"])
     assert "/ui/sign-in?next=%2Ftraces%2F7%2Fimbalance" in page
 
@@ -287,21 +396,27 @@ def test_analysis_results_stay_on_the_server_and_are_cached_per_team(app, stub):
     from dashboard import results
 
     results._cache.clear()
-    stub.routes[("GET", "/api/v1/jobs/21")] = httpx.Response(200, json={
-        "id": 21, "kind": "imbalance", "status": "succeeded", "result": {"dp_size": 4}})
-    stub.routes[("GET", "/api/v1/jobs/22")] = httpx.Response(200, json={
-        "id": 22, "kind": "longtail", "status": "running", "result": None})
+    stub.routes[("GET", "/api/v1/jobs/21")] = httpx.Response(
+        200, json={"id": 21, "kind": "imbalance", "status": "succeeded", "result": {"dp_size": 4}}
+    )
+    stub.routes[("GET", "/api/v1/jobs/22")] = httpx.Response(
+        200, json={"id": 22, "kind": "longtail", "status": "running", "result": None}
+    )
     with app.server.test_request_context():
         flask.session["api_key"] = KEY
-        assert results.analysis_result({"job_id": 21, "note": None}, "imbalance") == ({"dp_size": 4},
-                                                                                     "Waiting for the imbalance analysis…")
+        assert results.analysis_result({"job_id": 21, "note": None}, "imbalance") == (
+            {"dp_size": 4},
+            "Waiting for the imbalance analysis…",
+        )
         n = len(stub.requests)
         assert results.job_result(21) == {"dp_size": 4}
         assert len(stub.requests) == n  # served from the cache
         assert results.job_result(22) is None and results.job_result(22) is None
         assert len(stub.requests) == n + 2  # unfinished jobs are not cached
         assert results.analysis_result({"job_id": None, "note": "The longtail analysis is running…"}, "long-tail") == (
-            None, "The longtail analysis is running…")
+            None,
+            "The longtail analysis is running…",
+        )
     with app.server.test_request_context():
         flask.session["api_key"] = "another team"
         result, note = results.analysis_result({"job_id": 21}, "imbalance")
@@ -314,24 +429,30 @@ def test_cdf_draws_the_default_steps_in_the_first_round_and_redraws_for_chosen_o
         sess["api_key"] = KEY
     client.get("/_dash-layout")  # the app registers its callbacks on the first request
     main = next(k for k in app.callback_map if k.startswith("..dist-box.figure"))
-    inputs = [{"id": "page-trace-id", "property": "data", "value": 7},
-              {"id": "dist-field", "property": "value", "value": "response"},
-              {"id": "dist-task", "property": "value", "value": None},
-              {"id": "dist-phase", "property": "value", "value": "all"},
-              {"id": "dist-log", "property": "value", "value": []}]
-    first = _callback(client, main, inputs, [{"id": "dist-cdf-steps", "property": "value", "value": None}],
-                      ["page-trace-id.data"]).get_json()["response"]
+    inputs = [
+        {"id": "page-trace-id", "property": "data", "value": 7},
+        {"id": "dist-field", "property": "value", "value": "response"},
+        {"id": "dist-task", "property": "value", "value": None},
+        {"id": "dist-phase", "property": "value", "value": "all"},
+        {"id": "dist-log", "property": "value", "value": []},
+    ]
+    first = _callback(
+        client, main, inputs, [{"id": "dist-cdf-steps", "property": "value", "value": None}], ["page-trace-id.data"]
+    ).get_json()["response"]
     assert [t["name"] for t in first["dist-cdf"]["figure"]["data"]] == ["step 0", "step 1"]
     # the defaults are named, not set as the dropdown's value (which would ask again)
     assert "value" not in first["dist-cdf-steps"] and first["dist-cdf-steps"]["placeholder"].startswith("steps 0, 1")
     out = next(k for k in app.callback_map if k.startswith("dist-cdf.figure@"))
-    state = [{"id": "page-trace-id", "property": "data", "value": 7},
-             {"id": "dist-field", "property": "value", "value": "response"},
-             {"id": "dist-task", "property": "value", "value": None},
-             {"id": "dist-phase", "property": "value", "value": "all"}]
+    state = [
+        {"id": "page-trace-id", "property": "data", "value": 7},
+        {"id": "dist-field", "property": "value", "value": "response"},
+        {"id": "dist-task", "property": "value", "value": None},
+        {"id": "dist-phase", "property": "value", "value": "all"},
+    ]
     n = len(stub.requests)
-    new = _callback(client, out, [{"id": "dist-cdf-steps", "property": "value", "value": [1]}], state,
-                    ["dist-cdf-steps.value"])
+    new = _callback(
+        client, out, [{"id": "dist-cdf-steps", "property": "value", "value": [1]}], state, ["dist-cdf-steps.value"]
+    )
     fig = new.get_json()["response"]["dist-cdf"]["figure"]
     assert [t["name"] for t in fig["data"]] == ["step 1"]
     assert len(stub.requests) == n + 1  # the summaries, fetched on the server
@@ -374,8 +495,9 @@ def test_simulation_and_workload_calls(stub):
     assert c.simulation(5)["status"] == "running"
     assert c.create_workload({"trace_id": 7, "steps": 0})["steps"] == 0
     assert c.workload(6)["status"] == "succeeded"
-    stub.routes[("POST", "/api/v1/simulations")] = httpx.Response(422, json={"detail": {
-        "message": "cluster.n_gpus: disaggregated policies need ...", "field": "cluster.n_gpus"}})
+    stub.routes[("POST", "/api/v1/simulations")] = httpx.Response(
+        422, json={"detail": {"message": "cluster.n_gpus: disaggregated policies need ...", "field": "cluster.n_gpus"}}
+    )
     with pytest.raises(ApiError) as err:
         c.simulate({"trace_id": 7})
     assert err.value.status == 422 and err.value.field == "cluster.n_gpus"
@@ -386,18 +508,27 @@ def test_downloads_pass_the_api_file_through(app, stub):
 
     packed = gzip.compress(b'{"traceEvents": [1, 2, 3]}')
     # a streamed body, as a real transport gives it (passed on raw, still gzip-encoded)
-    stub.routes[("GET", "/api/v1/simulations/5/chrome-trace")] = lambda r: httpx.Response(
-        200, stream=httpx.ByteStream(packed), headers={"content-encoding": "gzip", "content-type": "application/json"}) \
-        if r.url.params.get("policy") == "b" else httpx.Response(404, json={"detail": {"message": "no policy a"}})
-    stub.routes[("GET", "/api/v1/workloads/6/download")] = httpx.Response(409, json={"detail": {
-        "message": "workload 6 is running"}})
+    stub.routes[("GET", "/api/v1/simulations/5/chrome-trace")] = lambda r: (
+        httpx.Response(
+            200,
+            stream=httpx.ByteStream(packed),
+            headers={"content-encoding": "gzip", "content-type": "application/json"},
+        )
+        if r.url.params.get("policy") == "b"
+        else httpx.Response(404, json={"detail": {"message": "no policy a"}})
+    )
+    stub.routes[("GET", "/api/v1/workloads/6/download")] = httpx.Response(
+        409, json={"detail": {"message": "workload 6 is running"}}
+    )
     client = app.server.test_client()
     assert client.get("/download/simulations/5/chrome-trace?policy=b").status_code == 401  # not signed in
     with client.session_transaction() as sess:
         sess["api_key"] = KEY
     r = client.get("/download/simulations/5/chrome-trace?policy=b")
     assert r.status_code == 200
-    assert r.headers["Content-Encoding"] == "gzip" and 'filename="simulation-5-b.json"' in r.headers["Content-Disposition"]
+    assert (
+        r.headers["Content-Encoding"] == "gzip" and 'filename="simulation-5-b.json"' in r.headers["Content-Disposition"]
+    )
     assert gzip.decompress(r.get_data()) == b'{"traceEvents": [1, 2, 3]}'
     assert stub.requests[-1].headers["X-API-Key"] == KEY
     missing = client.get("/download/simulations/5/chrome-trace?policy=a")
@@ -407,9 +538,15 @@ def test_downloads_pass_the_api_file_through(app, stub):
 
 
 def _render(client, path: str) -> str:
-    r = _callback(client, ".._pages_content.children..._pages_store.data..",
-                  [{"id": "_pages_location", "property": "pathname", "value": path},
-                   {"id": "_pages_location", "property": "search", "value": ""}], changed=["_pages_location.pathname"])
+    r = _callback(
+        client,
+        ".._pages_content.children..._pages_store.data..",
+        [
+            {"id": "_pages_location", "property": "pathname", "value": path},
+            {"id": "_pages_location", "property": "search", "value": ""},
+        ],
+        changed=["_pages_location.pathname"],
+    )
     return r.get_json()["response"]["_pages_content"]["children"]
 
 
@@ -432,15 +569,43 @@ def _find(tree, component_id):
 
 
 def test_simulate_page_opens_the_latest_replay_with_a_form_from_presets(app, stub):
-    stub.routes[("GET", "/api/v1/simulations/presets")] = httpx.Response(200, json={
-        "gpus": {"H100": {}, "A100": {}}, "models": {"Qwen2.5-7B": {}}, "policies": ["sync", "one_step_off"],
-        "balancing": ["none", "kk"],
-        "defaults": {"cluster": {"gpu": "H100", "n_gpus": 8, "rollout_replicas": 2, "rollout_tp": 4, "train_dp": 8,
-                                 "train_tp": 1}, "model": "Qwen2.5-7B", "limits": {"max_running_seqs": 256},
-                     "policy": {"balancing": "none"}}})
-    stub.routes[("GET", "/api/v1/simulations")] = httpx.Response(200, json={"items": [
-        {"id": 9, "kind": "simulation", "status": "running", "params": {}, "result": None},
-        {"id": 8, "kind": "simulation", "status": "succeeded", "params": {"policy": {"kind": "sync"}}, "result": None}]})
+    stub.routes[("GET", "/api/v1/simulations/presets")] = httpx.Response(
+        200,
+        json={
+            "gpus": {"H100": {}, "A100": {}},
+            "models": {"Qwen2.5-7B": {}},
+            "policies": ["sync", "one_step_off"],
+            "balancing": ["none", "kk"],
+            "defaults": {
+                "cluster": {
+                    "gpu": "H100",
+                    "n_gpus": 8,
+                    "rollout_replicas": 2,
+                    "rollout_tp": 4,
+                    "train_dp": 8,
+                    "train_tp": 1,
+                },
+                "model": "Qwen2.5-7B",
+                "limits": {"max_running_seqs": 256},
+                "policy": {"balancing": "none"},
+            },
+        },
+    )
+    stub.routes[("GET", "/api/v1/simulations")] = httpx.Response(
+        200,
+        json={
+            "items": [
+                {"id": 9, "kind": "simulation", "status": "running", "params": {}, "result": None},
+                {
+                    "id": 8,
+                    "kind": "simulation",
+                    "status": "succeeded",
+                    "params": {"policy": {"kind": "sync"}},
+                    "result": None,
+                },
+            ]
+        },
+    )
     client = app.server.test_client()
     with client.session_transaction() as sess:
         sess["api_key"] = KEY
@@ -454,20 +619,43 @@ def test_simulate_page_opens_the_latest_replay_with_a_form_from_presets(app, stu
     assert '"data-job-id": "9"' in rows and '"data-job-id": "8"' in rows
     page = _render(client, "/traces/7/simulate?job=9")
     # (Dash passes the query string to the layout only from the location's search)
-    r = _callback(client, ".._pages_content.children..._pages_store.data..",
-                  [{"id": "_pages_location", "property": "pathname", "value": "/traces/7/simulate"},
-                   {"id": "_pages_location", "property": "search", "value": "?job=9"}],
-                  changed=["_pages_location.pathname"])
+    r = _callback(
+        client,
+        ".._pages_content.children..._pages_store.data..",
+        [
+            {"id": "_pages_location", "property": "pathname", "value": "/traces/7/simulate"},
+            {"id": "_pages_location", "property": "search", "value": "?job=9"},
+        ],
+        changed=["_pages_location.pathname"],
+    )
     page = r.get_json()["response"]["_pages_content"]["children"]
     assert _find(page, "sim-job")["props"]["data"] == 9 and _find(page, "sim-done")["props"]["data"] is None
     assert _find(page, "sim-poll")["props"]["disabled"] is False  # a running replay is followed
 
 
 def test_analysis_panel_is_filled_when_the_page_is_built(app, stub):
-    stub.routes[("GET", "/api/v1/traces/7/analyses")] = httpx.Response(200, json={"items": [
-        {"id": 31, "kind": "imbalance", "status": "succeeded", "created_at": "2026-01-01T00:00", "result": None},
-        {"id": 32, "kind": "imbalance", "status": "running", "progress": 0.5, "created_at": "2026-01-02T00:00",
-         "result": None}]})
+    stub.routes[("GET", "/api/v1/traces/7/analyses")] = httpx.Response(
+        200,
+        json={
+            "items": [
+                {
+                    "id": 31,
+                    "kind": "imbalance",
+                    "status": "succeeded",
+                    "created_at": "2026-01-01T00:00",
+                    "result": None,
+                },
+                {
+                    "id": 32,
+                    "kind": "imbalance",
+                    "status": "running",
+                    "progress": 0.5,
+                    "created_at": "2026-01-02T00:00",
+                    "result": None,
+                },
+            ]
+        },
+    )
     client = app.server.test_client()
     with client.session_transaction() as sess:
         sess["api_key"] = KEY

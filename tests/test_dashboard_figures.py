@@ -12,23 +12,59 @@ import pytest
 from dashboard import theme
 from dashboard.figures.common import log_token_axis, styled_figure, token_label
 from dashboard.figures.compare import compare_cdf_figure, compare_percentiles_figure, pooled_hist
-from dashboard.figures.distributions import (cdf_figure, cdf_points, default_cdf_steps, length_box_figure,
-                                             length_heatmap_figure, percentile_lines_figure, tail_figure)
-from dashboard.figures.gpu import (as_columns, idle_breakdown_figure, idle_gaps, kernel_gantt_figure,
-                                   kernel_kind_figure, short_kernel_name, straggler_figure,
-                                   temporal_breakdown_figure, top_kernels_rows)
+from dashboard.figures.distributions import (
+    cdf_figure,
+    cdf_points,
+    default_cdf_steps,
+    length_box_figure,
+    length_heatmap_figure,
+    percentile_lines_figure,
+    tail_figure,
+)
+from dashboard.figures.gpu import (
+    as_columns,
+    idle_breakdown_figure,
+    idle_gaps,
+    kernel_gantt_figure,
+    kernel_kind_figure,
+    short_kernel_name,
+    straggler_figure,
+    temporal_breakdown_figure,
+    top_kernels_rows,
+)
 from dashboard.figures.imbalance import imbalance_ratio_figure, load_heatmap_figure, saving_figure, saving_summary
 from dashboard.figures.longtail import longtail_engine_figure, longtail_finish_figure, longtail_idle_figure
-from dashboard.figures.multiturn import (cache_hit_figure, context_growth_figure, counts_hist_figure,
-                                         latency_vs_tokens_figure, reward_latency_figure, reward_ranks_figure,
-                                         tool_latency_figure)
-from dashboard.figures.simulation import (accuracy_rows, idle_cause_figure, policy_names, predicted_vs_measured_figure,
-                                          speedup_figure, summary_cards, timeline_arrays, timeline_figure)
+from dashboard.figures.multiturn import (
+    cache_hit_figure,
+    context_growth_figure,
+    counts_hist_figure,
+    latency_vs_tokens_figure,
+    reward_latency_figure,
+    reward_ranks_figure,
+    tool_latency_figure,
+)
+from dashboard.figures.simulation import (
+    accuracy_rows,
+    idle_cause_figure,
+    policy_names,
+    predicted_vs_measured_figure,
+    speedup_figure,
+    summary_cards,
+    timeline_arrays,
+    timeline_figure,
+)
 from dashboard.figures.stages import stage_gantt_figure, stage_segments, stage_time_figure
 from dashboard.figures.workload import fit_ks_figure, fit_rows, task_summary
-from dashboard.overview import applicable_analyses, overview_cards
-from dashboard.payloads import (filter_phase, kineto_steps, latest_job, latest_result, latest_succeeded, step_window,
-                                zoom_range)
+from dashboard.overview import overview_cards
+from dashboard.payloads import (
+    filter_phase,
+    kineto_steps,
+    latest_job,
+    latest_result,
+    latest_succeeded,
+    step_window,
+    zoom_range,
+)
 from dashboard.replay_forms import form_defaults, parse_steps, simulation_body, workload_body
 
 EDGES = [int(e) for e in np.unique(np.round(2.0 ** np.arange(0, 22 + 1e-9, 1 / 4)).astype(np.int64))]
@@ -39,10 +75,17 @@ def step_row(step: int, values: np.ndarray, validate: bool = False) -> dict:
     """A /summaries step row computed from raw lengths (what ingestion stores)."""
     v = np.asarray(values, dtype=np.float64)
     idx = np.clip(np.searchsorted(EDGES, np.maximum(v, 1), side="right") - 1, 0, len(EDGES) - 2)
-    row = {"step": step, "validate": validate, "count": int(v.size), "mean": float(v.mean()),
-           "min": float(v.min()), "max": float(v.max()), "tail_ratio": float(v.max() / v.mean()),
-           "truncation_rate": float((v >= 4096).mean()),
-           "hist": np.bincount(idx, minlength=len(EDGES) - 1).tolist()}
+    row = {
+        "step": step,
+        "validate": validate,
+        "count": int(v.size),
+        "mean": float(v.mean()),
+        "min": float(v.min()),
+        "max": float(v.max()),
+        "tail_ratio": float(v.max() / v.mean()),
+        "truncation_rate": float((v >= 4096).mean()),
+        "hist": np.bincount(idx, minlength=len(EDGES) - 1).tolist(),
+    }
     row.update({f"p{p}": float(x) for p, x in zip(PCTS, np.percentile(v, PCTS))})
     return row
 
@@ -55,8 +98,13 @@ def lengths():
 
 @pytest.fixture
 def summary(lengths):
-    return {"field": "response", "task": None, "bin_edges": EDGES, "tasks": [],
-            "steps": [step_row(s, v, validate=(s == 4)) for s, v in lengths.items()]}
+    return {
+        "field": "response",
+        "task": None,
+        "bin_edges": EDGES,
+        "tasks": [],
+        "steps": [step_row(s, v, validate=(s == 4)) for s, v in lengths.items()],
+    }
 
 
 # -- distributions ------------------------------------------------------------------
@@ -81,8 +129,21 @@ def test_box_figure_draws_each_steps_percentiles(summary, lengths):
 
 
 def test_box_figure_draws_500_steps_as_percentile_bands():
-    rows = [{"step": s, "count": 10, "p10": 1, "p25": 2, "p50": 3 + s, "p75": 40, "p90": 50, "p99": 60, "max": 70 + s,
-             "mean": 30} for s in range(500)]
+    rows = [
+        {
+            "step": s,
+            "count": 10,
+            "p10": 1,
+            "p25": 2,
+            "p50": 3 + s,
+            "p75": 40,
+            "p90": 50,
+            "p99": 60,
+            "max": 70 + s,
+            "mean": 30,
+        }
+        for s in range(500)
+    ]
     fig = length_box_figure({"steps": rows, "bin_edges": EDGES})
     by = {t.name: t for t in fig.data}
     # one line per percentile, not 500 boxes: the browser lays out a handful of paths
@@ -167,8 +228,10 @@ def test_empty_payloads_give_titled_empty_figures():
 
 # -- stages ---------------------------------------------------------------------------
 def test_stage_time_bars_stack_named_stages_and_other():
-    steps = [{"step": 1, "t_gen": 10.0, "t_reward": 2.0, "t_update_actor": 5.0, "t_step": 20.0},
-             {"step": 2, "t_gen": 12.0, "t_reward": None, "t_update_actor": 6.0, "t_step": 18.0}]
+    steps = [
+        {"step": 1, "t_gen": 10.0, "t_reward": 2.0, "t_update_actor": 5.0, "t_step": 20.0},
+        {"step": 2, "t_gen": 12.0, "t_reward": None, "t_update_actor": 6.0, "t_step": 18.0},
+    ]
     fig = stage_time_figure(steps)
     names = [t.name for t in fig.data]
     assert names == ["generation", "reward", "actor update", "other"]
@@ -186,8 +249,10 @@ def test_stage_time_without_timings_says_so():
 
 def test_stage_segments_wait_for_slowest_rank():
     step = {"step": 3, "t_gen": 10.0, "t_update_actor": 4.0}
-    timings = [{"step": 3, "rank": 0, "phase": "reward", "seconds": 2.0},
-               {"step": 3, "rank": 1, "phase": "reward", "seconds": 5.0}]
+    timings = [
+        {"step": 3, "rank": 0, "phase": "reward", "seconds": 2.0},
+        {"step": 3, "rank": 1, "phase": "reward", "seconds": 5.0},
+    ]
     segs = {(s["rank"], s["stage"]): (s["start"], s["end"]) for s in stage_segments(step, timings)}
     assert segs[(0, "gen")] == (0.0, 10.0) and segs[(1, "gen")] == (0.0, 10.0)
     assert segs[(0, "reward")] == (10.0, 12.0)
@@ -217,17 +282,37 @@ def test_idle_gaps_complement_the_union():
 def test_kernel_gantt_rows_kinds_and_ms_axis():
     events = [
         {"rank": 0, "stream": 7, "step": 1, "kind": "compute", "name": "gemm", "start_us": 1000.0, "dur_us": 500.0},
-        {"rank": 0, "stream": 9, "step": 1, "kind": "communication", "name": "ncclKernel_AllReduce",
-         "start_us": 1200.0, "dur_us": 300.0},
+        {
+            "rank": 0,
+            "stream": 9,
+            "step": 1,
+            "kind": "communication",
+            "name": "ncclKernel_AllReduce",
+            "start_us": 1200.0,
+            "dur_us": 300.0,
+        },
         {"rank": 0, "stream": 7, "step": 1, "kind": "compute", "name": "gemm", "start_us": 3000.0, "dur_us": 1000.0},
-        {"rank": 1, "stream": 7, "step": 1, "kind": "memory", "name": "Memcpy HtoD", "start_us": 1000.0, "dur_us": 100.0},
+        {
+            "rank": 1,
+            "stream": 7,
+            "step": 1,
+            "kind": "memory",
+            "name": "Memcpy HtoD",
+            "start_us": 1000.0,
+            "dur_us": 100.0,
+        },
     ]
     fig = kernel_gantt_figure(events, origin_us=1000.0, origin_label="the step start")
     by_name = {t.name: t for t in fig.data}
     comp = by_name["compute"]
     assert [x for x in comp.x if x == x] == [0.0, 0.5, 2.0, 3.0]  # ms from the origin; NaN breaks segments
-    assert list(fig.layout.yaxis.ticktext) == ["rank 0 idle", "rank 0 stream 7", "rank 0 stream 9",
-                                                "rank 1 idle", "rank 1 stream 7"]
+    assert list(fig.layout.yaxis.ticktext) == [
+        "rank 0 idle",
+        "rank 0 stream 7",
+        "rank 0 stream 9",
+        "rank 1 idle",
+        "rank 1 stream 7",
+    ]
     idle = by_name["idle (no stream busy)"]
     assert [x for x in idle.x if x == x] == [0.5, 2.0]  # rank 0 idle from 0.5 ms to 2 ms
     assert comp.text[0].startswith("gemm") and comp.text[1] == ""
@@ -236,31 +321,66 @@ def test_kernel_gantt_rows_kinds_and_ms_axis():
 
 
 def test_short_kernel_names():
-    assert short_kernel_name("void at::native::vectorized_elementwise_kernel<4, float>(int, float*)") == \
-        "at::native::vectorized_elementwise_kernel"
-    assert short_kernel_name("ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*)") == "ncclKernel_AllReduce_RING_LL_Sum_float"
+    assert (
+        short_kernel_name("void at::native::vectorized_elementwise_kernel<4, float>(int, float*)")
+        == "at::native::vectorized_elementwise_kernel"
+    )
+    assert (
+        short_kernel_name("ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*)")
+        == "ncclKernel_AllReduce_RING_LL_Sum_float"
+    )
     assert len(short_kernel_name("k" * 200)) == 60
 
 
 def test_gpu_breakdowns_from_report_rows():
-    # the gpu_timeline result stores tables as lists of row dicts (workers/analysis/gpu_report.py)
-    result = {"ranks": [0, 1],
-              "temporal": [{"rank": 0, "kernel_time_us": 1000.0, "idle_us": 500.0, "compute_us": 300.0,
-                            "non_compute_us": 200.0, "idle_pct": 50.0, "compute_pct": 30.0, "non_compute_pct": 20.0},
-                           {"rank": 1, "kernel_time_us": 2000.0, "idle_us": 200.0, "compute_us": 1600.0,
-                            "non_compute_us": 200.0, "idle_pct": 10.0, "compute_pct": 80.0, "non_compute_pct": 10.0}],
-              "idle": [{"rank": 0, "stream": 7, "host_wait_us": 100.0, "kernel_wait_us": 20.0, "other_us": 0.0},
-                       {"rank": 0, "stream": 9, "host_wait_us": 50.0, "kernel_wait_us": 0.0, "other_us": 30.0},
-                       {"rank": 1, "stream": 7, "host_wait_us": 10.0, "kernel_wait_us": 5.0, "other_us": 0.0}],
-              "kernel_types": {
-                  "by_kind": [{"rank": 0, "kind": "compute", "busy_us": 300.0},
-                              {"rank": 0, "kind": "communication", "busy_us": 150.0},
-                              {"rank": 0, "kind": "memory", "busy_us": 50.0}],
-                  "top_kernels": [{"kind": "compute", "name": "gemm", "count": 3, "sum_us": 200.0, "pct_of_kind": 66.7},
-                                  {"kind": "communication", "name": "nccl", "count": 1, "sum_us": 900.0,
-                                   "pct_of_kind": 100.0}]},
-              "stragglers": {"per_rank": [{"step": 5, "rank": 0, "compute_vs_median": 0.9, "is_straggler": False},
-                                          {"step": 5, "rank": 1, "compute_vs_median": 1.3, "is_straggler": True}]}}
+    # the gpu_timeline result stores tables as lists of row dicts (core/analysis/gpu_report.py)
+    result = {
+        "ranks": [0, 1],
+        "temporal": [
+            {
+                "rank": 0,
+                "kernel_time_us": 1000.0,
+                "idle_us": 500.0,
+                "compute_us": 300.0,
+                "non_compute_us": 200.0,
+                "idle_pct": 50.0,
+                "compute_pct": 30.0,
+                "non_compute_pct": 20.0,
+            },
+            {
+                "rank": 1,
+                "kernel_time_us": 2000.0,
+                "idle_us": 200.0,
+                "compute_us": 1600.0,
+                "non_compute_us": 200.0,
+                "idle_pct": 10.0,
+                "compute_pct": 80.0,
+                "non_compute_pct": 10.0,
+            },
+        ],
+        "idle": [
+            {"rank": 0, "stream": 7, "host_wait_us": 100.0, "kernel_wait_us": 20.0, "other_us": 0.0},
+            {"rank": 0, "stream": 9, "host_wait_us": 50.0, "kernel_wait_us": 0.0, "other_us": 30.0},
+            {"rank": 1, "stream": 7, "host_wait_us": 10.0, "kernel_wait_us": 5.0, "other_us": 0.0},
+        ],
+        "kernel_types": {
+            "by_kind": [
+                {"rank": 0, "kind": "compute", "busy_us": 300.0},
+                {"rank": 0, "kind": "communication", "busy_us": 150.0},
+                {"rank": 0, "kind": "memory", "busy_us": 50.0},
+            ],
+            "top_kernels": [
+                {"kind": "compute", "name": "gemm", "count": 3, "sum_us": 200.0, "pct_of_kind": 66.7},
+                {"kind": "communication", "name": "nccl", "count": 1, "sum_us": 900.0, "pct_of_kind": 100.0},
+            ],
+        },
+        "stragglers": {
+            "per_rank": [
+                {"step": 5, "rank": 0, "compute_vs_median": 0.9, "is_straggler": False},
+                {"step": 5, "rank": 1, "compute_vs_median": 1.3, "is_straggler": True},
+            ]
+        },
+    }
     assert as_columns(result["temporal"])["idle_pct"] == [50.0, 10.0]
     temporal = temporal_breakdown_figure(result["temporal"])
     idle_bar = next(t for t in temporal.data if t.name == "idle")
@@ -281,13 +401,30 @@ def test_gpu_breakdowns_from_report_rows():
 def imbalance_result():
     def load(recorded, kk, lpt):
         mean = sum(recorded) / len(recorded)
-        return {"recorded": recorded, "mean": mean, "recorded_max": max(recorded), "max_over_mean": max(recorded) / mean,
-                "max_over_min": max(recorded) / min(recorded), "kk_max_over_mean": kk / mean, "lpt_max_over_mean": lpt / mean,
-                "kk_saving": 1 - kk / max(recorded), "lpt_saving": 1 - lpt / max(recorded)}
-    return {"dp_size": 2, "steps": [{"step": 0, "tokens": load([300, 100], 210, 220)},
-                                    {"step": 1, "tokens": load([100, 100], 100, 100)}],
-            "summary": {"tokens": {"max_over_mean": {"mean": 1.25, "max": 1.5}, "max_over_min": {"mean": 2.0},
-                                   "kk_time_saved": 0.2625, "lpt_time_saved": 0.25}}}
+        return {
+            "recorded": recorded,
+            "mean": mean,
+            "recorded_max": max(recorded),
+            "max_over_mean": max(recorded) / mean,
+            "max_over_min": max(recorded) / min(recorded),
+            "kk_max_over_mean": kk / mean,
+            "lpt_max_over_mean": lpt / mean,
+            "kk_saving": 1 - kk / max(recorded),
+            "lpt_saving": 1 - lpt / max(recorded),
+        }
+
+    return {
+        "dp_size": 2,
+        "steps": [{"step": 0, "tokens": load([300, 100], 210, 220)}, {"step": 1, "tokens": load([100, 100], 100, 100)}],
+        "summary": {
+            "tokens": {
+                "max_over_mean": {"mean": 1.25, "max": 1.5},
+                "max_over_min": {"mean": 2.0},
+                "kk_time_saved": 0.2625,
+                "lpt_time_saved": 0.25,
+            }
+        },
+    }
 
 
 def test_imbalance_figures(imbalance_result):
@@ -304,10 +441,22 @@ def test_imbalance_figures(imbalance_result):
 
 
 def test_longtail_figures():
-    result = {"tail_fraction": 0.1, "engine_key": "dp_rank", "steps": [
-        {"step": 0, "engine_time": 200.0, "idle_within_engines": 50.0, "idle_waiting": 30.0,
-         "tail_time_share": 0.4, "tail_sample_share": 0.05, "tail_seconds": 12.0,
-         "engine": {"engine": [0, 1], "idle_fraction": [0.25, 0.5]}}]}
+    result = {
+        "tail_fraction": 0.1,
+        "engine_key": "dp_rank",
+        "steps": [
+            {
+                "step": 0,
+                "engine_time": 200.0,
+                "idle_within_engines": 50.0,
+                "idle_waiting": 30.0,
+                "tail_time_share": 0.4,
+                "tail_sample_share": 0.05,
+                "tail_seconds": 12.0,
+                "engine": {"engine": [0, 1], "idle_fraction": [0.25, 0.5]},
+            }
+        ],
+    }
     idle = longtail_idle_figure(result)
     assert idle.data[0].y[0] == pytest.approx(25.0) and idle.data[1].y[0] == pytest.approx(15.0)
     finish = longtail_finish_figure(result)
@@ -317,23 +466,56 @@ def test_longtail_figures():
 
 
 def test_multiturn_and_latency_figures():
-    mt = {"steps": [{"step": 0, "turns_mean": 2.5, "turns_max": 4, "tool_calls_mean": 1.5, "tool_calls_max": 3,
-                     "cache_hit_rate": 0.6}],
-          "summary": {"turns_hist": [0, 3, 5, 2], "tool_calls_hist": [1, 4, 5],
-                      "by_turn": {"turn": [0, 1], "prompt_mean": [500.0, 900.0], "cached_mean": [0.0, 450.0],
-                                  "completion_mean": [100.0, 120.0]},
-                      "latency_fit": {"a": 0.5, "b": 0.1, "c": 2.0, "r2": 0.9},
-                      "latency_by_prompt": {"bin_lo": [256, 512], "bin_hi": [304, 609], "count": [10, 5],
-                                            "latency_mean": [1.0, 1.5]}}}
+    mt = {
+        "steps": [
+            {
+                "step": 0,
+                "turns_mean": 2.5,
+                "turns_max": 4,
+                "tool_calls_mean": 1.5,
+                "tool_calls_max": 3,
+                "cache_hit_rate": 0.6,
+            }
+        ],
+        "summary": {
+            "turns_hist": [0, 3, 5, 2],
+            "tool_calls_hist": [1, 4, 5],
+            "by_turn": {
+                "turn": [0, 1],
+                "prompt_mean": [500.0, 900.0],
+                "cached_mean": [0.0, 450.0],
+                "completion_mean": [100.0, 120.0],
+            },
+            "latency_fit": {"a": 0.5, "b": 0.1, "c": 2.0, "r2": 0.9},
+            "latency_by_prompt": {
+                "bin_lo": [256, 512],
+                "bin_hi": [304, 609],
+                "count": [10, 5],
+                "latency_mean": [1.0, 1.5],
+            },
+        },
+    }
     counts = counts_hist_figure(mt)
     assert list(counts.data[0].y) == [0, 3, 5, 2] and list(counts.data[1].y) == [1, 4, 5]
     assert cache_hit_figure(mt).data[0].y[0] == pytest.approx(60.0)
     assert list(context_growth_figure(mt).data[0].y) == [500.0, 900.0]
     lat = latency_vs_tokens_figure(mt)
     assert lat.data[0].x[0] == pytest.approx((256 * 304) ** 0.5) and "R² 0.90" in lat.layout.title.text
-    latency = {"reward": [{"step": 0, "rank": [0, 1, 2], "seconds": [1.0, 2.0, 6.0], "p50": 2.0, "p90": 5.2,
-                           "p99": 5.92, "max": 6.0, "t_reward": 6.5}],
-               "tools": [{"step": 0, "p50": 0.2, "p90": 0.9, "p99": 1.9, "max": 2.0}]}
+    latency = {
+        "reward": [
+            {
+                "step": 0,
+                "rank": [0, 1, 2],
+                "seconds": [1.0, 2.0, 6.0],
+                "p50": 2.0,
+                "p90": 5.2,
+                "p99": 5.92,
+                "max": 6.0,
+                "t_reward": 6.5,
+            }
+        ],
+        "tools": [{"step": 0, "p50": 0.2, "p90": 0.9, "p99": 1.9, "max": 2.0}],
+    }
     rw = reward_latency_figure(latency)
     assert [t.name for t in rw.data] == ["p50", "p90", "p99", "max", "measured t_reward"]
     assert rw.data[3].y[0] == 6.0
@@ -344,11 +526,14 @@ def test_multiturn_and_latency_figures():
 # -- overview, compare, payload helpers -----------------------------------------------
 def test_overview_cards(summary, lengths, imbalance_result):
     trace = {"n_steps": 5, "n_samples": 2000, "n_turns": 0}
-    steps = [{"step": s, "prompt_tokens": 100, "response_tokens": int(v.sum()), "validate": s == 4}
-             for s, v in lengths.items()]
+    steps = [
+        {"step": s, "prompt_tokens": 100, "response_tokens": int(v.sum()), "validate": s == 4}
+        for s, v in lengths.items()
+    ]
     longtail = {"summary": {"idle_fraction": {"mean": 0.42, "max": 0.6}}}
-    cards = {c.key: c for c in overview_cards(trace, steps, summary, {"imbalance": imbalance_result,
-                                                                        "longtail": longtail})}
+    cards = {
+        c.key: c for c in overview_cards(trace, steps, summary, {"imbalance": imbalance_result, "longtail": longtail})
+    }
     total = 500 + int(sum(v.sum() for v in lengths.values()))
     assert 1e6 <= total < 1e7 and cards["tokens"].value == f"{total / 1e6:.2f} M"
     tails = sorted(v.max() / v.mean() for v in lengths.values())
@@ -359,20 +544,18 @@ def test_overview_cards(summary, lengths, imbalance_result):
 
 
 def test_overview_cards_of_a_gpu_trace():
-    trace = {"n_steps": 0, "n_samples": 0, "n_gpu_events": 2358,
-             "metadata": {"kineto": {"steps": {"0": [[551, 0.0, 1.0], [552, 1.0, 2.0]], "1": [[551, 0.0, 1.0]]}}}}
+    trace = {
+        "n_steps": 0,
+        "n_samples": 0,
+        "n_gpu_events": 2358,
+        "metadata": {"kineto": {"steps": {"0": [[551, 0.0, 1.0], [552, 1.0, 2.0]], "1": [[551, 0.0, 1.0]]}}},
+    }
     gpu = {"temporal": [{"rank": 0, "idle_pct": 53.56}, {"rank": 1, "idle_pct": 54.72}]}
     cards = {c.key: c for c in overview_cards(trace, [], None, {"gpu_timeline": gpu})}
     assert cards["steps"].value == "2"
     assert cards["samples"].hint == "2,358 GPU events"
     assert cards["idle"].value == "54.1%" and "GPU idle" in cards["idle"].hint
     assert cards["tail"].value == "—" and cards["imbalance"].value == "—"
-
-
-def test_applicable_analyses():
-    assert applicable_analyses({"n_samples": 10}) == ["lengths", "longtail", "imbalance"]
-    assert applicable_analyses({"n_gpu_events": 5}) == ["gpu_timeline"]
-    assert "multiturn" in applicable_analyses({"n_samples": 1, "n_turns": 3})
 
 
 def test_compare_figures(summary, lengths):
@@ -389,9 +572,11 @@ def test_compare_figures(summary, lengths):
 
 
 def test_jobs_lookup():
-    jobs = [{"id": 1, "kind": "imbalance", "status": "succeeded", "result": {"v": 1}, "created_at": "2026-01-01T00:00"},
-            {"id": 2, "kind": "imbalance", "status": "running", "result": None, "created_at": "2026-01-02T00:00"},
-            {"id": 3, "kind": "longtail", "status": "failed", "created_at": "2026-01-03T00:00"}]
+    jobs = [
+        {"id": 1, "kind": "imbalance", "status": "succeeded", "result": {"v": 1}, "created_at": "2026-01-01T00:00"},
+        {"id": 2, "kind": "imbalance", "status": "running", "result": None, "created_at": "2026-01-02T00:00"},
+        {"id": 3, "kind": "longtail", "status": "failed", "created_at": "2026-01-03T00:00"},
+    ]
     assert latest_job(jobs, "imbalance")["id"] == 2
     assert latest_result(jobs, "imbalance") == {"v": 1}
     assert latest_result(jobs, "longtail") is None and latest_job(jobs, "multiturn") is None
@@ -401,8 +586,11 @@ def test_jobs_lookup():
 
 
 def test_kineto_metadata_helpers():
-    trace = {"metadata": {"kineto": {"ranks": [0, 1], "steps": {"0": [[5, 100.0, 200.0], [6, 200.0, 300.0]],
-                                                                 "1": [[5, 90.0, 210.0]]}}}}
+    trace = {
+        "metadata": {
+            "kineto": {"ranks": [0, 1], "steps": {"0": [[5, 100.0, 200.0], [6, 200.0, 300.0]], "1": [[5, 90.0, 210.0]]}}
+        }
+    }
     assert kineto_steps(trace) == [5, 6]
     assert step_window(trace, 5) == (90.0, 210.0)
     assert step_window(trace, 5, [0]) == (100.0, 200.0)
@@ -430,35 +618,73 @@ def sim_payload() -> dict:
     def sim(times, rollout, idle):
         steps, t = [], 0.0
         for s, (dt, r, idl) in enumerate(zip(times, rollout, idle)):
-            steps.append({"step": s, "start": t, "end": t + dt, "step_time": dt, "stages": {"rollout": r},
-                          "idle_gpu_s": idl})
+            steps.append(
+                {"step": s, "start": t, "end": t + dt, "step_time": dt, "stages": {"rollout": r}, "idle_gpu_s": idl}
+            )
             t += dt
-        return {"makespan_s": t, "n_gpus": 4, "idle_fraction": 0.25, "steps": steps, "timeline": [
-            {"name": "replica 0 / dp 0", "gpus": [0, 1], "intervals": [[0.0, 6.0, "busy", "rollout", 0],
-                                                                       [6.0, 7.5, "idle", "rollout_tail", 0],
-                                                                       [7.5, 10.0, "busy", "update_actor", 0]]},
-            {"name": "unused GPUs", "gpus": [2, 3], "intervals": [[0.0, 10.0, "idle", "unused", 0]]}],
-            "timeline_truncated": None}
+        return {
+            "makespan_s": t,
+            "n_gpus": 4,
+            "idle_fraction": 0.25,
+            "steps": steps,
+            "timeline": [
+                {
+                    "name": "replica 0 / dp 0",
+                    "gpus": [0, 1],
+                    "intervals": [
+                        [0.0, 6.0, "busy", "rollout", 0],
+                        [6.0, 7.5, "idle", "rollout_tail", 0],
+                        [7.5, 10.0, "busy", "update_actor", 0],
+                    ],
+                },
+                {"name": "unused GPUs", "gpus": [2, 3], "intervals": [[0.0, 10.0, "idle", "unused", 0]]},
+            ],
+            "timeline_truncated": None,
+        }
 
     idle_a = [{"rollout_tail": 3.0, "unused": 1.0}, {"rollout_tail": 4.0}, {"dp_imbalance": 2.0}]
     result = {
         "a": sim(a_times, [6.0, 7.0, 5.0], idle_a),
         "b": sim(b_times, [6.0, 7.0, 5.0], [{"stage_serialisation": 5.0}] * 3),
-        "compare": {"total": {"speedup": sum(a_times) / sum(b_times), "saved_s": sum(a_times) - sum(b_times)},
-                    "per_step": [{"step": s, "time_a_s": a, "time_b_s": b, "speedup": a / b, "saved_s": a - b}
-                                 for s, (a, b) in enumerate(zip(a_times, b_times))]},
-        "accuracy": {"fit_steps": [0], "steps": [
-            {"step": s, "rollout_s": {"measured": m, "predicted": p, "naive": 6.5,
-                                      "accuracy": 1 - abs(p - m) / m, "naive_accuracy": 1 - abs(6.5 - m) / m}}
-            for s, m, p in ((1, 7.5, 7.0), (2, 5.5, 5.0))],
-            "mean": {"rollout_s_accuracy": np.mean([1 - 0.5 / 7.5, 1 - 0.5 / 5.5]),
-                     "rollout_s_naive_accuracy": np.mean([1 - 1.0 / 7.5, 1 - 1.0 / 5.5]),
-                     "p50_traj_s_accuracy": 0.9, "p50_traj_s_naive_accuracy": None,
-                     "p90_traj_s_accuracy": None, "p90_traj_s_naive_accuracy": None}},
+        "compare": {
+            "total": {"speedup": sum(a_times) / sum(b_times), "saved_s": sum(a_times) - sum(b_times)},
+            "per_step": [
+                {"step": s, "time_a_s": a, "time_b_s": b, "speedup": a / b, "saved_s": a - b}
+                for s, (a, b) in enumerate(zip(a_times, b_times))
+            ],
+        },
+        "accuracy": {
+            "fit_steps": [0],
+            "steps": [
+                {
+                    "step": s,
+                    "rollout_s": {
+                        "measured": m,
+                        "predicted": p,
+                        "naive": 6.5,
+                        "accuracy": 1 - abs(p - m) / m,
+                        "naive_accuracy": 1 - abs(6.5 - m) / m,
+                    },
+                }
+                for s, m, p in ((1, 7.5, 7.0), (2, 5.5, 5.0))
+            ],
+            "mean": {
+                "rollout_s_accuracy": np.mean([1 - 0.5 / 7.5, 1 - 0.5 / 5.5]),
+                "rollout_s_naive_accuracy": np.mean([1 - 1.0 / 7.5, 1 - 1.0 / 5.5]),
+                "p50_traj_s_accuracy": 0.9,
+                "p50_traj_s_naive_accuracy": None,
+                "p90_traj_s_accuracy": None,
+                "p90_traj_s_naive_accuracy": None,
+            },
+        },
         "calibration": {"fit_steps": [0]},
     }
-    return {"id": 5, "status": "succeeded", "result": result,
-            "params": {"policy": {"kind": "sync"}, "compare_policy": {"kind": "one_step_off"}}}
+    return {
+        "id": 5,
+        "status": "succeeded",
+        "result": result,
+        "params": {"policy": {"kind": "sync"}, "compare_policy": {"kind": "one_step_off"}},
+    }
 
 
 def test_predicted_vs_measured_draws_each_series():
@@ -489,12 +715,17 @@ def test_accuracy_rows_and_cards_report_the_api_figures():
     assert cards["speedup"]["value"] == f"{30 / 25:.3f}x" and "sync" in cards["speedup"]["hint"]
     assert cards["makespan-a"]["value"] == "30.0 s" and cards["makespan-b"]["value"] == "25.0 s"
     assert cards["accuracy-rollout"]["value"] == f"{100 * rows['rollout_s']['calibrated']:.1f}%"
-    no_b = {**job, "params": {"policy": {"kind": "partial"}}, "result": {**job["result"], "b": None, "compare": None,
-                                                                           "accuracy": None}}
+    no_b = {
+        **job,
+        "params": {"policy": {"kind": "partial"}},
+        "result": {**job["result"], "b": None, "compare": None, "accuracy": None},
+    }
     keys = [c["key"] for c in summary_cards(no_b)]
     assert keys == ["makespan-a", "accuracy-rollout"]
     assert policy_names({"params": {"policy": {"kind": "sync"}, "compare_policy": {"kind": "sync"}}}) == (
-        "sync (A)", "sync (B)")
+        "sync (A)",
+        "sync (B)",
+    )
 
 
 def test_speedup_and_idle_cause_figures():
@@ -505,7 +736,10 @@ def test_speedup_and_idle_cause_figures():
     assert list(bars.y) == pytest.approx([1.0, 12 / 9, 8 / 6])
     assert any(s.y0 == pytest.approx(30 / 25) for s in fig.layout.shapes)  # the overall line
     assert "1.200x overall" in fig.layout.title.text
-    assert "Choose a policy B" in speedup_figure({**job, "params": {"policy": {"kind": "sync"}}}).layout.annotations[0].text
+    assert (
+        "Choose a policy B"
+        in speedup_figure({**job, "params": {"policy": {"kind": "sync"}}}).layout.annotations[0].text
+    )
 
     idle = idle_cause_figure(job)
     a_traces = {t.name: t for t in idle.data if t.xaxis == "x"}
@@ -536,8 +770,13 @@ def test_timeline_downsampling_keeps_lanes_spread_and_the_longest_intervals():
     lanes = []
     for i in range(100):
         cuts = np.sort(rng.uniform(0, 1000, 51))
-        lanes.append({"name": f"lane {i}", "gpus": [i], "intervals": [
-            [float(a), float(b), "busy", "rollout", 0] for a, b in zip(cuts[:-1], cuts[1:])]})
+        lanes.append(
+            {
+                "name": f"lane {i}",
+                "gpus": [i],
+                "intervals": [[float(a), float(b), "busy", "rollout", 0] for a, b in zip(cuts[:-1], cuts[1:])],
+            }
+        )
     t = timeline_arrays({"timeline": lanes}, max_lanes=10, max_intervals=100)
     assert t["shown_lanes"] == 10 and t["total_lanes"] == 100
     assert t["lanes"][0].startswith("lane 0 ") and t["lanes"][-1].startswith("lane 99 ")
@@ -552,33 +791,55 @@ def test_timeline_downsampling_keeps_lanes_spread_and_the_longest_intervals():
 
 # -- workload fit (dashboard/figures/workload.py) -----------------------------------------
 def test_fit_report_rows_and_ks_figure():
-    result = {"fit": {"math": {"n_samples": 400, "prompt": {"lognorm": 0.04, "gamma": 0.07},
-                               "response": {"lognorm": 0.03, "gamma": None},
-                               "joint_gmm": {"components": 3, "ks_prompt": 0.02, "ks_response": 0.05},
-                               "tail": {"threshold": None, "ks": None}, "truncation_rate": 0.01,
-                               "intra_group_corr": 0.4, "trend": {"mean_tokens_per_step": 12.5}},
-                      "tool": {"n_samples": 100, "prompt": {"lognorm": 0.1}, "multiturn": {"tool_latency": 0.2}}}}
+    result = {
+        "fit": {
+            "math": {
+                "n_samples": 400,
+                "prompt": {"lognorm": 0.04, "gamma": 0.07},
+                "response": {"lognorm": 0.03, "gamma": None},
+                "joint_gmm": {"components": 3, "ks_prompt": 0.02, "ks_response": 0.05},
+                "tail": {"threshold": None, "ks": None},
+                "truncation_rate": 0.01,
+                "intra_group_corr": 0.4,
+                "trend": {"mean_tokens_per_step": 12.5},
+            },
+            "tool": {"n_samples": 100, "prompt": {"lognorm": 0.1}, "multiturn": {"tool_latency": 0.2}},
+        }
+    }
     rows = fit_rows(result)
     assert [(r["task"], r["fit"], r["ks"]) for r in rows] == [
-        ("math", "prompt length, lognormal", 0.04), ("math", "prompt length, gamma", 0.07),
+        ("math", "prompt length, lognormal", 0.04),
+        ("math", "prompt length, gamma", 0.07),
         ("math", "response length, lognormal", 0.03),
-        ("math", "joint mixture (3 components), prompt", 0.02), ("math", "joint mixture (3 components), response", 0.05),
-        ("tool", "prompt length, lognormal", 0.1), ("tool", "tool latency", 0.2)]
+        ("math", "joint mixture (3 components), prompt", 0.02),
+        ("math", "joint mixture (3 components), response", 0.05),
+        ("tool", "prompt length, lognormal", 0.1),
+        ("tool", "tool latency", 0.2),
+    ]
     fig = fit_ks_figure(result)
     assert [t.name for t in fig.data] == ["math", "tool"]
     assert list(fig.data[0].x) == [0.04, 0.07, 0.03, 0.02, 0.05]
     assert list(fig.data[1].y) == ["tool: prompt length, lognormal", "tool: tool latency"]
-    assert task_summary(result)[0] == {"task": "math", "samples": 400, "truncation_rate": 0.01,
-                                       "intra_group_corr": 0.4, "tokens_per_step": 12.5}
+    assert task_summary(result)[0] == {
+        "task": "math",
+        "samples": 400,
+        "truncation_rate": 0.01,
+        "intra_group_corr": 0.4,
+        "tokens_per_step": 12.5,
+    }
     assert "No fit" in fit_ks_figure({"fit": None}).layout.annotations[0].text
 
 
 # -- replay and workload forms (dashboard/replay_forms.py) ---------------------------------
-PRESETS = {"policies": ["sync", "one_step_off", "partial", "async"],
-           "defaults": {"cluster": {"gpu": "H100", "n_gpus": 8, "rollout_replicas": 2, "rollout_tp": 4, "train_dp": 8,
-                                    "train_tp": 1},
-                        "model": "Qwen2.5-7B", "limits": {"max_running_seqs": 256, "kv_cache_tokens": None},
-                        "policy": {"kind": "sync", "balancing": "none"}}}
+PRESETS = {
+    "policies": ["sync", "one_step_off", "partial", "async"],
+    "defaults": {
+        "cluster": {"gpu": "H100", "n_gpus": 8, "rollout_replicas": 2, "rollout_tp": 4, "train_dp": 8, "train_tp": 1},
+        "model": "Qwen2.5-7B",
+        "limits": {"max_running_seqs": 256, "kv_cache_tokens": None},
+        "policy": {"kind": "sync", "balancing": "none"},
+    },
+}
 
 
 def test_form_defaults_fit_a_disaggregated_policy_b():
@@ -590,15 +851,25 @@ def test_form_defaults_fit_a_disaggregated_policy_b():
 
 
 def test_simulation_body_from_the_form():
-    values = {**form_defaults(PRESETS, [0, 1, 2]), "calibrate": "on", "fit_steps": "0, 1", "kv_cache_tokens": 100000,
-              "balancing": "kk", "step_to": 2}
+    values = {
+        **form_defaults(PRESETS, [0, 1, 2]),
+        "calibrate": "on",
+        "fit_steps": "0, 1",
+        "kv_cache_tokens": 100000,
+        "balancing": "kk",
+        "step_to": 2,
+    }
     body = simulation_body(7, values)
-    assert body == {"trace_id": 7, "cluster": {"gpu": "H100", "n_gpus": 16, "rollout_replicas": 2, "rollout_tp": 4,
-                                               "train_dp": 8},
-                    "model": "Qwen2.5-7B", "limits": {"max_running_seqs": 256, "kv_cache_tokens": 100000},
-                    "policy": {"kind": "sync", "balancing": "kk"},
-                    "compare_policy": {"kind": "one_step_off", "balancing": "kk"},
-                    "calibrate": {"fit_steps": [0, 1]}, "steps": [0, 2]}
+    assert body == {
+        "trace_id": 7,
+        "cluster": {"gpu": "H100", "n_gpus": 16, "rollout_replicas": 2, "rollout_tp": 4, "train_dp": 8},
+        "model": "Qwen2.5-7B",
+        "limits": {"max_running_seqs": 256, "kv_cache_tokens": 100000},
+        "policy": {"kind": "sync", "balancing": "kk"},
+        "compare_policy": {"kind": "one_step_off", "balancing": "kk"},
+        "calibrate": {"fit_steps": [0, 1]},
+        "steps": [0, 2],
+    }
     off = simulation_body(7, {**values, "calibrate": "off", "policy_b": None, "step_from": None, "step_to": None})
     assert off["calibrate"] is False and "compare_policy" not in off and "steps" not in off
     assert "calibrate" not in simulation_body(7, {**values, "calibrate": "auto"})
@@ -609,10 +880,30 @@ def test_simulation_body_from_the_form():
 
 def test_workload_body_from_the_form():
     assert workload_body(3, {}, fit_only=True) == {"trace_id": 3, "steps": 0, "ingest": False}
-    body = workload_body(3, {"steps": 4, "groups": 16, "samples_per_group": None, "seed": 2, "formats": ["packed"],
-                             "ingest": True, "name": "twin", "task": None, "dp_size": 2})
-    assert body == {"trace_id": 3, "steps": 4, "seed": 2, "ingest": True, "groups": 16, "dp_size": 2,
-                    "formats": ["packed"], "name": "twin"}
+    body = workload_body(
+        3,
+        {
+            "steps": 4,
+            "groups": 16,
+            "samples_per_group": None,
+            "seed": 2,
+            "formats": ["packed"],
+            "ingest": True,
+            "name": "twin",
+            "task": None,
+            "dp_size": 2,
+        },
+    )
+    assert body == {
+        "trace_id": 3,
+        "steps": 4,
+        "seed": 2,
+        "ingest": True,
+        "groups": 16,
+        "dp_size": 2,
+        "formats": ["packed"],
+        "name": "twin",
+    }
 
 
 def test_long_timeline_is_sampled_into_one_image():
@@ -649,12 +940,29 @@ def test_many_steps_draw_as_areas_not_thousands_of_bars():
     assert list(other.y)[:2] == [2.0, 2.0]  # t_step minus the named stages, as for bars
     # replay per-step figures likewise
     job = sim_payload()
-    steps = [{"step": s, "start": 0, "end": 1, "step_time": 1.0, "stages": {"rollout": 0.5},
-              "idle_gpu_s": {"rollout_tail": 2.0}} for s in range(300)]
-    long_job = {**job, "result": {**job["result"], "a": {**job["result"]["a"], "steps": steps},
-                                  "b": {**job["result"]["b"], "steps": steps},
-                                  "compare": {"total": {"speedup": 1.0}, "per_step": [
-                                      {"step": s, "speedup": 1.0 + s / 1000, "saved_s": 0.0} for s in range(300)]}}}
+    steps = [
+        {
+            "step": s,
+            "start": 0,
+            "end": 1,
+            "step_time": 1.0,
+            "stages": {"rollout": 0.5},
+            "idle_gpu_s": {"rollout_tail": 2.0},
+        }
+        for s in range(300)
+    ]
+    long_job = {
+        **job,
+        "result": {
+            **job["result"],
+            "a": {**job["result"]["a"], "steps": steps},
+            "b": {**job["result"]["b"], "steps": steps},
+            "compare": {
+                "total": {"speedup": 1.0},
+                "per_step": [{"step": s, "speedup": 1.0 + s / 1000, "saved_s": 0.0} for s in range(300)],
+            },
+        },
+    }
     assert {t.type for t in speedup_figure(long_job).data} == {"scatter"}
     idle = idle_cause_figure(long_job)
     assert {t.stackgroup for t in idle.data} == {"a", "b"}  # one stack per policy panel

@@ -11,7 +11,7 @@ import pytest
 import yaml
 from typer.main import get_command
 
-from backend.cli import app
+from rlvr_explorer.cli import app
 from tests.conftest import ROOT
 
 COMPOSE = ROOT / "docker-compose.yml"

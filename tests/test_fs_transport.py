@@ -4,14 +4,12 @@ from __future__ import annotations
 
 from kombu import Connection
 
-from workers import fs_transport
+from backend.jobs import fs_transport
 
 
 def connect(folder):
     fs_transport.register()
-    return Connection(
-        "rlvrfs://", transport_options={"data_folder_in": str(folder), "data_folder_out": str(folder)}
-    )
+    return Connection("rlvrfs://", transport_options={"data_folder_in": str(folder), "data_folder_out": str(folder)})
 
 
 def test_put_is_atomic_and_half_written_files_are_ignored(tmp_path):

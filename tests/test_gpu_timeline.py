@@ -11,12 +11,13 @@ import numpy as np
 import orjson
 import pytest
 
-from backend.formats.base import GpuKind, ReadResult, Source
+from backend.formats.base import ReadResult, Source
 from backend.formats.kineto import read_kineto
-from workers.analysis.gpu_export import chrome_trace_export
-from workers.analysis.gpu_intervals import dense_codes, union_by_group, union_length
-from workers.analysis.gpu_stragglers import stragglers
-from workers.analysis.gpu_timeline import (
+from core.analysis.gpu_export import chrome_trace_export
+from core.analysis.gpu_intervals import dense_codes, union_by_group, union_length
+from core.analysis.gpu_kinds import GpuKind
+from core.analysis.gpu_stragglers import stragglers
+from core.analysis.gpu_timeline import (
     hta_compute_mask,
     hta_window_mask,
     idle_breakdown,
@@ -276,8 +277,16 @@ def test_chrome_trace_export_round_trips_and_filters():
     threads = {(e["pid"], e["tid"]): e["args"]["name"] for e in doc["traceEvents"] if e["name"] == "thread_name"}
     assert threads == {(0, 7): "stream 7", (0, 20): "stream 20", (1, 7): "stream 7", (2, 7): "stream 7"}
     first = complete[0]
-    assert first == {"ph": "X", "cat": "compute", "name": "gemm", "pid": 0, "tid": 7, "ts": 0.0, "dur": 10.0,
-                     "args": {"step": 1, "kind": "compute", "launch_us": -1.0}}
+    assert first == {
+        "ph": "X",
+        "cat": "compute",
+        "name": "gemm",
+        "pid": 0,
+        "tid": 7,
+        "ts": 0.0,
+        "dur": 10.0,
+        "args": {"step": 1, "kind": "compute", "launch_us": -1.0},
+    }
 
     def count(**kw) -> int:
         return sum(e["ph"] == "X" for e in chrome_trace_export(ev, **kw)["traceEvents"])
@@ -315,8 +324,13 @@ def test_breakdowns_are_fast_on_a_million_events():
         sel = rank == r
         start[sel] = np.cumsum(dur[sel] + rng.integers(0, 5, sel.sum())) + 1.7e15
     ev = {
-        "rank": rank, "stream": stream, "step": np.repeat(np.arange(10), n // 10), "kind": rng.choice([C, N, M], n),
-        "start_us": start, "dur_us": dur, "launch_us": start - 3,
+        "rank": rank,
+        "stream": stream,
+        "step": np.repeat(np.arange(10), n // 10),
+        "kind": rng.choice([C, N, M], n),
+        "start_us": start,
+        "dur_us": dur,
+        "launch_us": start - 3,
     }
     t0 = time.perf_counter()
     t = temporal_breakdown(ev)

@@ -9,11 +9,11 @@ import orjson
 import pytest
 from sqlalchemy import select
 
-from backend.db import session_scope
 from backend.ingest.service import accept_upload
 from backend.ingest.uploads import local_files
-from backend.models import Team
 from backend.settings import get_settings
+from backend.store.db import session_scope
+from backend.store.models import Team
 
 POLYTRACE_RUNS = [
     "verl_video_qwen2_5_vl_7b",
@@ -88,11 +88,13 @@ def test_kineto_traces_count_gpu_events(shared_fixtures, team_id):
     expected = 0
     for f in files:
         events = orjson.loads(gzip.decompress(f.read_bytes()))["traceEvents"]
-        expected += sum(1 for e in events if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset"))
+        expected += sum(
+            1 for e in events if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")
+        )
     assert trace.n_gpu_events == expected
     assert trace.source_format == "kineto"
     with session_scope() as s:
-        from backend.models import GpuEvent
+        from backend.store.models import GpuEvent
 
         ranks = set(s.scalars(select(GpuEvent.rank).where(GpuEvent.trace_id == trace.id).distinct()))
     assert ranks == {0, 1}

@@ -11,8 +11,9 @@ import orjson
 import pytest
 
 from backend.formats import kineto
-from backend.formats.base import GpuKind, InputError, ReadResult, Source
+from backend.formats.base import InputError, ReadResult, Source
 from backend.formats.kineto import looks_like_kineto, read_kineto
+from core.analysis.gpu_kinds import GpuKind
 
 FIXTURE_FILES = [
     "sampled_rank-0.json.gz",
@@ -59,7 +60,9 @@ def test_fixture_counts_match_raw_json(shared_fixtures, file_name):
     assert sorted(cols["stream"].tolist()) == sorted(e["args"]["stream"] for e in gpu)
     assert cols["dur_us"].sum() == pytest.approx(sum(e["dur"] for e in gpu))
     assert np.all(cols["rank"] == raw["distributedInfo"]["rank"])
-    steps = sorted(int(e["name"].split("#")[1]) for e in raw["traceEvents"] if e.get("name", "").startswith("ProfilerStep#"))
+    steps = sorted(
+        int(e["name"].split("#")[1]) for e in raw["traceEvents"] if e.get("name", "").startswith("ProfilerStep#")
+    )
     kin = result.info.metadata["kineto"]
     assert [s[0] for s in kin["steps"][str(raw["distributedInfo"]["rank"])]] == steps
     assert set(np.unique(cols["step"])) <= set(steps) | {-1}
@@ -108,11 +111,28 @@ def launch(ts, corr, ext=None, dur=2):
         args["External id"] = ext
     if corr is None:
         del args["correlation"]
-    return {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 10, "tid": 10, "ts": ts, "dur": dur, "args": args}
+    return {
+        "ph": "X",
+        "cat": "cuda_runtime",
+        "name": "cudaLaunchKernel",
+        "pid": 10,
+        "tid": 10,
+        "ts": ts,
+        "dur": dur,
+        "args": args,
+    }
 
 
 def step_mark(n, ts, dur):
-    return {"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{n}", "pid": 10, "tid": 10, "ts": ts, "dur": dur}
+    return {
+        "ph": "X",
+        "cat": "user_annotation",
+        "name": f"ProfilerStep#{n}",
+        "pid": 10,
+        "tid": 10,
+        "ts": ts,
+        "dur": dur,
+    }
 
 
 def tiny_trace() -> dict:
@@ -136,7 +156,15 @@ def tiny_trace() -> dict:
             kernel("Memset (Device)", 305, 1, 5, cat="gpu_memset"),
             kernel("void softmax_kernel()", 260, 4, None, ext=77),
             kernel("void orphan_kernel()", 270, 4, 999),  # launch not in the trace
-            {"ph": "X", "cat": "gpu_user_annotation", "name": "ProfilerStep#6", "pid": 0, "tid": 7, "ts": 201, "dur": 90},
+            {
+                "ph": "X",
+                "cat": "gpu_user_annotation",
+                "name": "ProfilerStep#6",
+                "pid": 0,
+                "tid": 7,
+                "ts": 201,
+                "dur": 90,
+            },
             {"ph": "f", "cat": "ac2g", "name": "ac2g", "id": 1, "pid": 0, "tid": 7, "ts": 60, "bp": "e"},
         ],
     }

@@ -8,22 +8,22 @@ import numpy as np
 import orjson
 import pytest
 
-from workers.simulator import (
+from core.simulator import (
     MODEL_PRESETS,
+    Calibration,
     ClusterConfig,
     EngineLimits,
     Policy,
     StepWorkload,
-    Calibration,
     accuracy_report,
     calibrate,
     roofline_coefficients,
     workload_from_columns,
 )
-from workers.simulator.policies import Env, rollout_batch
-from workers.simulator.training import training_pass
-from workers.workload.polytrace_rows import multiturn_rows_to_columns
-from workers.workload.synthetic import packed_length_rows
+from core.simulator.policies.base import Env, rollout_batch
+from core.simulator.training import training_pass
+from core.workload.polytrace_rows import multiturn_rows_to_columns
+from core.workload.synthetic import packed_length_rows
 
 MODEL = MODEL_PRESETS["Qwen2.5-7B"]
 
@@ -33,7 +33,9 @@ def search_r1(shared_fixtures):
     folder = shared_fixtures / "polytrace" / "search_r1_qwen2_5_7b"
     rows = []
     for s in (0, 1):
-        rows += [orjson.loads(line) for line in (folder / f"multiturn_workload_step_{s}.jsonl").read_bytes().splitlines()]
+        rows += [
+            orjson.loads(line) for line in (folder / f"multiturn_workload_step_{s}.jsonl").read_bytes().splitlines()
+        ]
     cols = multiturn_rows_to_columns(rows)
     return workload_from_columns(cols["samples"], cols["turns"], cols["tool_calls"])
 
@@ -80,8 +82,10 @@ def test_prediction_never_reads_the_predicted_steps_measurements(search_r1, sear
 
 
 def _steps(n_steps=3, groups=24):
-    return [StepWorkload.from_groups(rows[0]["step"], [r["input"] for r in rows], [r["output"] for r in rows])
-            for rows in packed_length_rows(n_steps, groups, 4, seed=7)]
+    return [
+        StepWorkload.from_groups(rows[0]["step"], [r["input"] for r in rows], [r["output"] for r in rows])
+        for rows in packed_length_rows(n_steps, groups, 4, seed=7)
+    ]
 
 
 def test_t_gen_only_fits_one_scale_factor():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from workers.simulator.config import (
+from core.simulator.config import (
     GPU_PRESETS,
     MODEL_PRESETS,
     ClusterConfig,
@@ -14,7 +14,8 @@ from workers.simulator.config import (
     config_from_dict,
     to_dict,
 )
-from workers.simulator.predictor import EngineCoefficients, roofline_coefficients
+from core.simulator.policies import POLICIES, policy_spec
+from core.simulator.predictor import EngineCoefficients, roofline_coefficients
 
 
 def test_presets_cover_common_gpus_and_models():
@@ -40,24 +41,27 @@ def test_from_dict_overrides_presets():
     assert (p.kind, p.over_provision, p.balancing) == ("partial", 1.5, "kk")
 
 
-@pytest.mark.parametrize("build,payload,field", [
-    (ClusterConfig.from_dict, {"rollout_tp": 0}, "cluster.rollout_tp"),
-    (ClusterConfig.from_dict, {"n_gpus": 2.5}, "cluster.n_gpus"),
-    (ClusterConfig.from_dict, {"train_mfu": 1.5}, "cluster.train_mfu"),
-    (ClusterConfig.from_dict, {"gpu": "TPU"}, "cluster.gpu"),
-    (ClusterConfig.from_dict, {"gpu": {"peak_flops": 1e15}}, "cluster.gpu.mem_bandwidth"),
-    (ClusterConfig.from_dict, {"colour": 1}, "cluster.colour"),
-    (ModelConfig.from_dict, "GPT-9", "model"),
-    (ModelConfig.from_dict, {"layers": "many"}, "model.layers"),
-    (EngineLimits.from_dict, {"max_running_seqs": -3}, "limits.max_running_seqs"),
-    (EngineLimits.from_dict, {"kv_cache_tokens": 0}, "limits.kv_cache_tokens"),
-    (Policy.from_dict, {"kind": "eventually"}, "policy.kind"),
-    (Policy.from_dict, {"balancing": "random"}, "policy.balancing"),
-    (Policy.from_dict, {"dispatch": "random"}, "policy.dispatch"),
-    (Policy.from_dict, {"over_provision": 0.5}, "policy.over_provision"),
-    (Policy.from_dict, {"ref_pass": "yes"}, "policy.ref_pass"),
-    (EngineCoefficients.from_dict, {"decode_a": 1}, "coefficients.decode_b"),
-])
+@pytest.mark.parametrize(
+    "build,payload,field",
+    [
+        (ClusterConfig.from_dict, {"rollout_tp": 0}, "cluster.rollout_tp"),
+        (ClusterConfig.from_dict, {"n_gpus": 2.5}, "cluster.n_gpus"),
+        (ClusterConfig.from_dict, {"train_mfu": 1.5}, "cluster.train_mfu"),
+        (ClusterConfig.from_dict, {"gpu": "TPU"}, "cluster.gpu"),
+        (ClusterConfig.from_dict, {"gpu": {"peak_flops": 1e15}}, "cluster.gpu.mem_bandwidth"),
+        (ClusterConfig.from_dict, {"colour": 1}, "cluster.colour"),
+        (ModelConfig.from_dict, "GPT-9", "model"),
+        (ModelConfig.from_dict, {"layers": "many"}, "model.layers"),
+        (EngineLimits.from_dict, {"max_running_seqs": -3}, "limits.max_running_seqs"),
+        (EngineLimits.from_dict, {"kv_cache_tokens": 0}, "limits.kv_cache_tokens"),
+        (lambda kind: policy_spec(kind), "eventually", "policy.kind"),
+        (Policy.from_dict, {"balancing": "random"}, "policy.balancing"),
+        (Policy.from_dict, {"dispatch": "random"}, "policy.dispatch"),
+        (Policy.from_dict, {"over_provision": 0.5}, "policy.over_provision"),
+        (Policy.from_dict, {"ref_pass": "yes"}, "policy.ref_pass"),
+        (EngineCoefficients.from_dict, {"decode_a": 1}, "coefficients.decode_b"),
+    ],
+)
 def test_bad_input_names_the_field(build, payload, field):
     with pytest.raises(ValueError) as exc:
         build(payload)
@@ -65,10 +69,14 @@ def test_bad_input_names_the_field(build, payload, field):
 
 
 def test_config_from_dict_round_trip():
-    d = {"cluster": {"gpu": "H800", "n_gpus": 32, "rollout_replicas": 4, "rollout_tp": 4, "train_dp": 16},
-         "model": "Qwen2.5-7B", "limits": {"max_running_seqs": 128}, "policy": "one_step_off"}
+    d = {
+        "cluster": {"gpu": "H800", "n_gpus": 32, "rollout_replicas": 4, "rollout_tp": 4, "train_dp": 16},
+        "model": "Qwen2.5-7B",
+        "limits": {"max_running_seqs": 128},
+        "policy": "one_step_off",
+    }
     cluster, model, limits, policy = config_from_dict(d)
-    assert policy.disaggregated and limits.max_running_seqs == 128
+    assert policy_spec(policy.kind).disaggregated and limits.max_running_seqs == 128
     again = ClusterConfig.from_dict({k: v for k, v in to_dict(cluster).items()})
     assert again == cluster
     with pytest.raises(ValueError, match="^nodes"):
@@ -96,3 +104,14 @@ def test_roofline_coefficients_follow_the_hardware():
     assert c1.decode_c == pytest.approx(2 * model.params / (h100.peak_flops * 0.5))
     assert c4.decode_b == pytest.approx(c1.decode_b / 4) and c4.prefill_b == pytest.approx(c1.prefill_b / 4)
     assert EngineCoefficients.from_dict(c1.to_dict()) == c1
+
+
+def test_policy_registry_declares_each_policy():
+    """Each policy module registers itself, owns its fields, and says whether it needs
+    separate rollout and training pools; the fields are real `Policy` fields."""
+    assert set(POLICIES) == {"sync", "one_step_off", "partial", "async"}
+    assert {k for k, s in POLICIES.items() if s.disaggregated} == {"one_step_off", "async"}
+    policy_fields = set(to_dict(Policy()))
+    for spec in POLICIES.values():
+        assert set(spec.fields) <= policy_fields and spec.help
+    assert POLICIES["partial"].fields == ("finished_groups", "over_provision")

@@ -10,10 +10,10 @@ from collections import deque
 import numpy as np
 import pytest
 
-from workers.simulator.cluster import RolloutCluster
-from workers.simulator.engine import ReplicaEngine
-from workers.simulator.predictor import EngineCoefficients, decode_series, iterations_until
-from workers.simulator.requests import RequestStore
+from core.simulator.cluster import RolloutCluster
+from core.simulator.engine import ReplicaEngine
+from core.simulator.predictor import EngineCoefficients, decode_series, iterations_until
+from core.simulator.requests import RequestStore
 
 COEF = EngineCoefficients(decode_a=0.01, decode_b=1e-5, decode_c=2e-3, prefill_a=0.02, prefill_b=1e-4, prefill_c=1e-8)
 
@@ -21,7 +21,14 @@ COEF = EngineCoefficients(decode_a=0.01, decode_b=1e-5, decode_c=2e-3, prefill_a
 def _store(prefill, context, decode, gap=None, nxt=None):
     st = RequestStore()
     n = len(prefill)
-    st.add(prefill, context, decode, gap if gap is not None else [0.0] * n, nxt if nxt is not None else [-1] * n, list(range(n)))
+    st.add(
+        prefill,
+        context,
+        decode,
+        gap if gap is not None else [0.0] * n,
+        nxt if nxt is not None else [-1] * n,
+        list(range(n)),
+    )
     return st
 
 
@@ -178,17 +185,22 @@ def _random_multiturn(rng, n_traj):
     return prefill, context, decode, gap, nxt, firsts
 
 
-@pytest.mark.parametrize("seed,max_running,kv_cap,max_prefill", [
-    (0, 1000, math.inf, 10**9),
-    (1, 4, math.inf, 10**9),
-    (2, 8, 900.0, 256),  # small KV cache: preemption by recompute
-    (3, 3, 600.0, 64),
-    (4, 16, 2500.0, 512),
-])
+@pytest.mark.parametrize(
+    "seed,max_running,kv_cap,max_prefill",
+    [
+        (0, 1000, math.inf, 10**9),
+        (1, 4, math.inf, 10**9),
+        (2, 8, 900.0, 256),  # small KV cache: preemption by recompute
+        (3, 3, 600.0, 64),
+        (4, 16, 2500.0, 512),
+    ],
+)
 def test_engine_matches_token_by_token_stepper(seed, max_running, kv_cap, max_prefill):
     rng = np.random.default_rng(seed)
     prefill, context, decode, gap, nxt, firsts = _random_multiturn(rng, 12)
-    ref_end, ref_preempt = reference_stepper(prefill, context, decode, gap, nxt, firsts, COEF, max_running, kv_cap, max_prefill)
+    ref_end, ref_preempt = reference_stepper(
+        prefill, context, decode, gap, nxt, firsts, COEF, max_running, kv_cap, max_prefill
+    )
     st = _store(prefill, context, decode, gap, nxt)
     eng = _engine(st, max_running, kv_cap, max_prefill)
     eng.submit_many(firsts, 0.0)

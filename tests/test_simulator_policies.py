@@ -6,7 +6,7 @@ import numpy as np
 import orjson
 import pytest
 
-from workers.simulator import (
+from core.simulator import (
     MODEL_PRESETS,
     ClusterConfig,
     EngineLimits,
@@ -16,9 +16,9 @@ from workers.simulator import (
     compare,
     simulate,
 )
-from workers.simulator.config import GPU_PRESETS, ModelConfig
-from workers.simulator.training import sequence_flops, training_pass
-from workers.workload.synthetic import packed_length_rows
+from core.simulator.config import GPU_PRESETS, ModelConfig
+from core.simulator.training import sequence_flops, training_pass
+from core.workload.synthetic import packed_length_rows
 
 MODEL = MODEL_PRESETS["Qwen2.5-7B"]
 
@@ -71,14 +71,17 @@ def test_sync_step_is_the_sum_of_its_stages_and_gpu_time_adds_up():
     assert r.idle_gpu_s["reward_wait"] == pytest.approx(7.5 * cluster.n_gpus)
     assert r.idle_gpu_s["rollout_tail"] > 0
     assert r.throughput_tokens_per_s_per_gpu == pytest.approx(
-        sum(int(w.response_len.sum()) for w in ws) / r.makespan / cluster.n_gpus)
+        sum(int(w.response_len.sum()) for w in ws) / r.makespan / cluster.n_gpus
+    )
     d = orjson.loads(orjson.dumps(r.to_dict()))
     assert d["makespan_s"] == pytest.approx(r.makespan) and len(d["steps"]) == 2 and d["timeline"]
 
 
 def test_chrome_trace_has_one_complete_event_per_interval():
     ws = long_tailed(steps=1, groups=16)
-    r = simulate(ws, ClusterConfig(n_gpus=8, rollout_replicas=2, rollout_tp=4, train_dp=8), MODEL, EngineLimits(), Policy())
+    r = simulate(
+        ws, ClusterConfig(n_gpus=8, rollout_replicas=2, rollout_tp=4, train_dp=8), MODEL, EngineLimits(), Policy()
+    )
     trace = orjson.loads(orjson.dumps(chrome_trace(r)))
     xs = [e for e in trace["traceEvents"] if e["ph"] == "X" and e["pid"] == 0]
     assert len(xs) == sum(len(l.intervals) for l in r.lanes)
@@ -132,7 +135,7 @@ def test_kk_balancing_never_loses_to_none(seed):
 
 
 def test_more_replicas_plateau_once_the_longest_sample_dominates():
-    from workers.simulator.predictor import roofline_coefficients
+    from core.simulator.predictor import roofline_coefficients
 
     ws = long_tailed(steps=2)
     times = {}
@@ -178,5 +181,10 @@ def test_longest_first_dispatch_beats_round_robin_on_skewed_groups():
 
 def test_disaggregated_policy_needs_both_pools():
     with pytest.raises(ValueError, match="^cluster.n_gpus"):
-        simulate(long_tailed(steps=1, groups=8), ClusterConfig(n_gpus=8, rollout_replicas=2, rollout_tp=4, train_dp=8),
-                 MODEL, EngineLimits(), Policy("one_step_off"))
+        simulate(
+            long_tailed(steps=1, groups=8),
+            ClusterConfig(n_gpus=8, rollout_replicas=2, rollout_tp=4, train_dp=8),
+            MODEL,
+            EngineLimits(),
+            Policy("one_step_off"),
+        )

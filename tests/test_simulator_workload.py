@@ -6,9 +6,9 @@ import numpy as np
 import orjson
 import pytest
 
-from workers.simulator.requests import step_request_arrays
-from workers.simulator.workload import StepWorkload, workload_from_columns
-from workers.workload.polytrace_rows import multiturn_rows_to_columns
+from core.simulator.requests import step_request_arrays
+from core.simulator.workload import StepWorkload, workload_from_columns
+from core.workload.polytrace_rows import multiturn_rows_to_columns
 
 
 def _samples():
@@ -27,8 +27,12 @@ def _samples():
 def test_single_turn_steps_sorted_grouped_and_validation_dropped():
     steps = workload_from_columns(
         _samples(),
-        rank_timings={"step": np.array([1, 1, 3]), "rank": np.array([1, 0, 0]), "phase": ["reward", "reward", "other"],
-                      "seconds": np.array([2.5, 1.5, 9.0])},
+        rank_timings={
+            "step": np.array([1, 1, 3]),
+            "rank": np.array([1, 0, 0]),
+            "phase": ["reward", "reward", "other"],
+            "seconds": np.array([2.5, 1.5, 9.0]),
+        },
         steps={"step": np.array([1, 3]), "t_gen": np.array([12.0, np.nan]), "t_step": np.array([30.0, 31.0])},
     )
     assert [w.step for w in steps] == [1, 3]
@@ -53,14 +57,30 @@ def test_missing_required_column_is_named():
 
 
 def test_multiturn_turns_and_tool_latency_attached():
-    samples = {"step": np.array([0, 0]), "group_idx": np.array([0, 0]), "sample_idx": np.array([0, 1]),
-               "prompt_len": np.array([10, 10]), "response_len": np.array([50, 5])}
-    turns = {"step": np.array([0, 0, 0]), "group_idx": np.array([0, 0, 0]), "sample_idx": np.array([0, 0, 1]),
-             "turn": np.array([1, 0, 0]), "prompt_tokens": np.array([60, 10, 10]),
-             "cached_tokens": np.array([20, 0, 0]), "completion_tokens": np.array([7, 20, 5]),
-             "engine_latency_s": np.array([2.0, 3.0, 1.0])}
-    calls = {"step": np.array([0, 0]), "group_idx": np.array([0, 0]), "sample_idx": np.array([0, 0]),
-             "turn": np.array([0, 0]), "latency_s": np.array([0.25, 0.5])}
+    samples = {
+        "step": np.array([0, 0]),
+        "group_idx": np.array([0, 0]),
+        "sample_idx": np.array([0, 1]),
+        "prompt_len": np.array([10, 10]),
+        "response_len": np.array([50, 5]),
+    }
+    turns = {
+        "step": np.array([0, 0, 0]),
+        "group_idx": np.array([0, 0, 0]),
+        "sample_idx": np.array([0, 0, 1]),
+        "turn": np.array([1, 0, 0]),
+        "prompt_tokens": np.array([60, 10, 10]),
+        "cached_tokens": np.array([20, 0, 0]),
+        "completion_tokens": np.array([7, 20, 5]),
+        "engine_latency_s": np.array([2.0, 3.0, 1.0]),
+    }
+    calls = {
+        "step": np.array([0, 0]),
+        "group_idx": np.array([0, 0]),
+        "sample_idx": np.array([0, 0]),
+        "turn": np.array([0, 0]),
+        "latency_s": np.array([0.25, 0.5]),
+    }
     (w,) = workload_from_columns(samples, turns, calls)
     assert w.is_multiturn
     assert w.turn_sample.tolist() == [0, 0, 1]
@@ -75,11 +95,21 @@ def test_multiturn_turns_and_tool_latency_attached():
 
 
 def test_unknown_cached_tokens_assume_the_previous_context_is_cached():
-    samples = {"step": np.array([0]), "group_idx": np.array([0]), "sample_idx": np.array([0]),
-               "prompt_len": np.array([10]), "response_len": np.array([40])}
-    turns = {"step": np.zeros(3, int), "group_idx": np.zeros(3, int), "sample_idx": np.zeros(3, int),
-             "turn": np.array([0, 1, 2]), "prompt_tokens": np.array([10, 30, 60]),
-             "completion_tokens": np.array([5, 7, 9])}
+    samples = {
+        "step": np.array([0]),
+        "group_idx": np.array([0]),
+        "sample_idx": np.array([0]),
+        "prompt_len": np.array([10]),
+        "response_len": np.array([40]),
+    }
+    turns = {
+        "step": np.zeros(3, int),
+        "group_idx": np.zeros(3, int),
+        "sample_idx": np.zeros(3, int),
+        "turn": np.array([0, 1, 2]),
+        "prompt_tokens": np.array([10, 30, 60]),
+        "completion_tokens": np.array([5, 7, 9]),
+    }
     (w,) = workload_from_columns(samples, turns)
     assert w.turn_cached_tokens.tolist() == [0, 15, 37]
     turns["cached_tokens"] = np.array([0, -1, 20])  # -1: NULL read back from the database
@@ -89,7 +119,7 @@ def test_unknown_cached_tokens_assume_the_previous_context_is_cached():
 
 def test_step_timing_columns_match_the_reader_contract():
     from backend.formats.base import STEP_TIMING_COLUMNS as CONTRACT
-    from workers.simulator.workload import STEP_TIMING_COLUMNS
+    from core.simulator.workload import STEP_TIMING_COLUMNS
 
     assert STEP_TIMING_COLUMNS == CONTRACT
 
@@ -109,5 +139,7 @@ def test_search_r1_columns(shared_fixtures):
     cols = multiturn_rows_to_columns(rows)
     (w,) = workload_from_columns(cols["samples"], cols["turns"], cols["tool_calls"])
     assert w.n_samples == len(rows) and w.turn_sample.size == sum(len(r["turns"]) for r in rows)
-    slowest = max(sum(t["engine_latency_s"] for t in r["turns"]) + sum(c["latency_s"] for c in r["tool_calls"]) for r in rows)
+    slowest = max(
+        sum(t["engine_latency_s"] for t in r["turns"]) + sum(c["latency_s"] for c in r["tool_calls"]) for r in rows
+    )
     assert w.measured_rollout_s == pytest.approx(slowest)

@@ -6,12 +6,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from backend.db import get_engine, new_session
-from backend.models import Trace
-from backend.trace_data import load_trace_data
+from backend.store.db import get_engine, new_session
+from backend.store.models import Trace
+from backend.store.trace_tables import load_trace_data
+from core.analysis.registry import run_analysis
 from tests.conftest import WORKER_PART_SAMPLES, wait_for_job
 from tests.helpers import responses_of, synthetic_rows, write_packed_dir, zip_folder
-from workers.analysis.registry import run_analysis
 
 
 @pytest.fixture()
@@ -51,10 +51,10 @@ def test_parts_reduce_to_the_direct_result(api, trace, env):
         with new_session() as s:
             stored = s.get(Trace, body["id"])
         with get_engine().connect() as conn:
-            from workers.analysis.registry import ANALYSES
+            from core.analysis.registry import ANALYSES
 
             data = load_trace_data(conn, stored, ANALYSES[kind].tables)
-        from workers.analysis.data import json_safe
+        from core.jsonable import json_safe
 
         direct = json_safe(run_analysis(kind, data, job["params"]))
         # The parts share a dp_size fixed from the whole trace, which the result records.
@@ -113,9 +113,7 @@ def test_lengths_result_matches_numpy(api, trace):
     assert result, result
     text = repr(result)
     expected_p99 = float(np.percentile(responses_of(per_step, 3), 99))
-    assert f"{expected_p99}" in text or any(
-        abs(v - expected_p99) < 1e-6 for v in _floats(result)
-    )
+    assert f"{expected_p99}" in text or any(abs(v - expected_p99) < 1e-6 for v in _floats(result))
 
 
 def _floats(obj):

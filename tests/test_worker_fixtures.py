@@ -43,11 +43,15 @@ def test_default_analyses_on_fixture(api, worker, shared_fixtures, run):
 def reference_table() -> dict[str, tuple[float, float]]:
     """{file: (idle %, compute %)} from the fixtures README."""
     text = (SHARED_FIXTURES / "README.md").read_text()
-    rows = re.findall(r"\|\s*`([^`]+\.json\.gz)`\s*\|\s*\d+\s*\|(?:\s*[\d.]+\s*\|){4}\s*([\d.]+)\s*\|\s*([\d.]+)\s*\|", text)
+    rows = re.findall(
+        r"\|\s*`([^`]+\.json\.gz)`\s*\|\s*\d+\s*\|(?:\s*[\d.]+\s*\|){4}\s*([\d.]+)\s*\|\s*([\d.]+)\s*\|", text
+    )
     return {name: (float(idle), float(compute)) for name, idle, compute in rows}
 
 
-@pytest.mark.parametrize("name", ["sampled_rank-0.json.gz", "ns_resolution_rank-0.json.gz", "queue_length_rank-0.json.gz"])
+@pytest.mark.parametrize(
+    "name", ["sampled_rank-0.json.gz", "ns_resolution_rank-0.json.gz", "queue_length_rank-0.json.gz"]
+)
 def test_gpu_timeline_job_matches_hta(api, worker, shared_fixtures, name):
     reference = reference_table()
     assert name in reference

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import func, select
 
-from backend.db import new_session
-from backend.models import Sample
+from backend.store.db import new_session
+from backend.store.models import Sample
 from tests.conftest import wait_for_job
 from tests.helpers import jsonl, synthetic_rows, write_packed_dir, zip_folder
 

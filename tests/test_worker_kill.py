@@ -17,8 +17,8 @@ from tests.helpers import synthetic_rows, write_packed_dir, zip_folder
 
 @pytest.fixture()
 def kill_env(env, monkeypatch, tmp_path):
-    from backend.db import reset_caches
     from backend.settings import get_settings
+    from backend.store.db import reset_caches
 
     # A queue of its own, so only the two workers started here take the job.
     queue = env["RLVR_QUEUE_NAME"] + "-kill"

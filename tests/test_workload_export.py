@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import orjson
 
-from workers.simulator.workload import workload_from_columns
-from workers.workload.export import (
+from core.simulator.workload import workload_from_columns
+from core.workload.export import (
     compact_json,
     multiturn_rows,
     packed_rows,
@@ -14,18 +14,25 @@ from workers.workload.export import (
     write_multiturn_jsonl,
     write_packed_jsonl,
 )
-from workers.workload.generate import GeneratedStep
-from workers.workload.polytrace_rows import multiturn_rows_to_columns, packed_rows_to_columns
+from core.workload.generate import GeneratedStep
+from core.workload.polytrace_rows import multiturn_rows_to_columns, packed_rows_to_columns
 
 PACKED_KEYS = {"step", "rank", "dp_rank", "tp_rank", "local_index", "input", "output", "n_sampling", "validate"}
 
 
 def _single(step=0):
-    return GeneratedStep(step, np.array([10, 20, 30, 40]), [np.array([1, 2]), np.array([3, 4]), np.array([5, 6]), np.array([7, 8])])
+    return GeneratedStep(
+        step, np.array([10, 20, 30, 40]), [np.array([1, 2]), np.array([3, 4]), np.array([5, 6]), np.array([7, 8])]
+    )
 
 
 def _multi():
-    turns = [[{"input": [10, 5], "output": [3, 4], "tool_latency_s": [0.5]}, {"input": [10], "output": [9], "tool_latency_s": []}]]
+    turns = [
+        [
+            {"input": [10, 5], "output": [3, 4], "tool_latency_s": [0.5]},
+            {"input": [10], "output": [9], "tool_latency_s": []},
+        ]
+    ]
     return GeneratedStep(2, np.array([10]), [np.array([12, 9])], turns)
 
 
@@ -69,7 +76,13 @@ def test_multiturn_rows_round_trip(tmp_path):
     cols = multiturn_rows_to_columns(rows)
     (w,) = workload_from_columns(cols["samples"], cols["turns"], cols["tool_calls"])
     direct = step.to_step_workload()
-    for name in ("turn_sample", "turn_prompt_tokens", "turn_cached_tokens", "turn_completion_tokens", "turn_tool_latency_s"):
+    for name in (
+        "turn_sample",
+        "turn_prompt_tokens",
+        "turn_cached_tokens",
+        "turn_completion_tokens",
+        "turn_tool_latency_s",
+    ):
         assert getattr(w, name).tolist() == getattr(direct, name).tolist()
 
 
@@ -101,7 +114,12 @@ def test_exports_are_ingested_by_the_project_readers(tmp_path):
     t = _read_with_project_reader(read_compact, c.name, c.read_bytes())
     ws = workload_from_columns(t["samples"], t.get("turns"))
     assert [w.step for w in ws] == [2, 4]
-    assert ws[1].response_len.tolist() == [1, 2, 3, 4, 5, 6, 7, 8] and ws[1].prompt_len.tolist()[::2] == [10, 20, 30, 40]
+    assert ws[1].response_len.tolist() == [1, 2, 3, 4, 5, 6, 7, 8] and ws[1].prompt_len.tolist()[::2] == [
+        10,
+        20,
+        30,
+        40,
+    ]
     assert ws[0].turn_prompt_tokens.tolist() == [10, 18, 10]
     assert ws[0].turn_cached_tokens.tolist() == [0, 13, 0]  # inferred: the previous context
     # multi-turn JSONL

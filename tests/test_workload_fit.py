@@ -9,12 +9,12 @@ import orjson
 import pytest
 from scipy import stats
 
-from workers.workload.distributions import fit_marginal, icc_log, ks_discrete
-from workers.workload.fit import TaskLengthModel, fit_workload
-from workers.workload.generate import generate_steps
-from workers.workload.gmm import fit_gmm
-from workers.workload.polytrace_rows import multiturn_rows_to_columns, packed_rows_to_columns
-from workers.workload.synthetic import packed_length_rows
+from core.workload.distributions import fit_marginal, icc_log, ks_discrete
+from core.workload.fit import TaskLengthModel, fit_workload
+from core.workload.generate import generate_steps
+from core.workload.gmm import fit_gmm
+from core.workload.polytrace_rows import multiturn_rows_to_columns, packed_rows_to_columns
+from core.workload.synthetic import packed_length_rows
 
 
 def test_em_recovers_a_two_component_mixture():
@@ -64,7 +64,11 @@ def test_intra_group_correlation():
 @pytest.mark.parametrize("name", ["verl_dapo_qwen2_5_32b", "verl_video_qwen2_5_vl_7b"])
 def test_round_trip_fit_then_generate(shared_fixtures, name):
     folder = shared_fixtures / "polytrace" / name
-    rows = [orjson.loads(line) for f in sorted(folder.glob("packed_lengths_step_*.jsonl")) for line in f.read_bytes().splitlines()]
+    rows = [
+        orjson.loads(line)
+        for f in sorted(folder.glob("packed_lengths_step_*.jsonl"))
+        for line in f.read_bytes().splitlines()
+    ]
     cols = packed_rows_to_columns(rows)
     (model,) = fit_workload(cols).values()
     steps = np.unique(cols["step"])

@@ -7,8 +7,8 @@ import json
 import numpy as np
 import pytest
 
-from workers.workload.distributions import ks_discrete
-from workers.workload.params_file import (
+from core.workload.distributions import ks_discrete
+from core.workload.params_file import (
     generate_from_parameters,
     load_parameters,
     math_cdfs,
@@ -66,7 +66,9 @@ def test_generated_steps_have_groups_and_turns(params):
     math = generate_from_parameters(params, "math", 2, groups=16, samples_per_group=4, seed=3)
     assert [s.step for s in math] == [0, 1]
     assert all(len(s.responses) == 16 and all(r.size == 4 for r in s.responses) for s in math)
-    tool = generate_from_parameters(params, "tool_calling", 1, groups=8, samples_per_group=2, seed=4, tool_latency_s=0.5)[0]
+    tool = generate_from_parameters(
+        params, "tool_calling", 1, groups=8, samples_per_group=2, seed=4, tool_latency_s=0.5
+    )[0]
     traj = tool.turns[0][0]
     assert len(traj["input"]) == len(traj["output"]) == len(traj["tool_latency_s"]) + 1
     assert traj["input"][0] == tool.prompt[0] and all(v == 0.5 for v in traj["tool_latency_s"])
@@ -77,8 +79,16 @@ def test_generated_steps_have_groups_and_turns(params):
 
 
 def test_small_hand_made_file_and_bad_fields():
-    d = {"version": "1.0", "math_task": {"gmm_parameters": {"weights": [1.0], "means": [[100.0, 2000.0]],
-                                                             "covariances": [[[100.0, 0.0], [0.0, 40000.0]]]}}}
+    d = {
+        "version": "1.0",
+        "math_task": {
+            "gmm_parameters": {
+                "weights": [1.0],
+                "means": [[100.0, 2000.0]],
+                "covariances": [[[100.0, 0.0], [0.0, 40000.0]]],
+            }
+        },
+    }
     p = load_parameters(d)
     x, y = sample_math(p, 20000, np.random.default_rng(5))
     assert x.mean() == pytest.approx(100, rel=0.01) and y.std() == pytest.approx(200, rel=0.03)

@@ -11,11 +11,12 @@ from pathlib import Path
 from sqlalchemy import select
 from sqlalchemy.exc import OperationalError
 
-from backend.db import get_engine, new_session
 from backend.formats.base import InputError
-from backend.jobs import mark_failed, mark_running, mark_succeeded, set_progress
-from backend.models import Job, JobStatus
+from backend.jobs.contracts import INGEST_KIND, SIMULATION_KIND, TASK_NAMES, WORKLOAD_KIND
+from backend.jobs.state import mark_failed, mark_running, mark_succeeded, set_progress
 from backend.settings import get_settings
+from backend.store.db import get_engine, new_session
+from backend.store.models import Job, JobStatus
 from workers.celery_app import celery_app
 
 log = logging.getLogger(__name__)
@@ -29,7 +30,7 @@ def _load_job(job_id: int) -> Job | None:
         return session.scalars(select(Job).where(Job.id == job_id)).first()
 
 
-@celery_app.task(name="workers.tasks.ingest_upload", **RETRY)
+@celery_app.task(name=TASK_NAMES[INGEST_KIND], **RETRY)
 def ingest_upload(job_id: int) -> None:
     from backend.ingest.service import ingest_stored
     from backend.ingest.uploads import discard
@@ -64,12 +65,12 @@ def ingest_upload(job_id: int) -> None:
     mark_succeeded(engine, job_id, {"trace_id": job.trace_id}, "ready")
 
 
-@celery_app.task(name="workers.tasks.run_analyses", **RETRY)
+@celery_app.task(name=TASK_NAMES["analyses"], **RETRY)
 def run_analyses(job_ids: list[int]) -> None:
     """Analysis jobs of one trace; big traces fan out into `analysis_part` tasks."""
     from celery import group
 
-    from workers.analysis_runner import plan_and_run
+    from workers.runners.analyses import plan_and_run
 
     def send_parts(ids: list[int], n_parts: int, shared: dict) -> None:
         group(analysis_part.s(ids, i, shared) for i in range(n_parts)).apply_async()
@@ -77,24 +78,24 @@ def run_analyses(job_ids: list[int]) -> None:
     plan_and_run(list(job_ids) if isinstance(job_ids, list) else [job_ids], send_parts)
 
 
-@celery_app.task(name="workers.tasks.analysis_part", **RETRY)
+@celery_app.task(name=TASK_NAMES["analysis_part"], **RETRY)
 def analysis_part(job_ids: list[int], idx: int, shared: dict) -> None:
-    from workers.analysis_runner import run_part
+    from workers.runners.analyses import run_part
 
     run_part(job_ids, idx, shared)
 
 
-@celery_app.task(name="workers.tasks.run_simulation", **RETRY)
+@celery_app.task(name=TASK_NAMES[SIMULATION_KIND], **RETRY)
 def run_simulation(job_id: int) -> None:
     """A simulator replay of a trace (or a synthetic workload) under one or two policies."""
-    from workers.sim_runner import run_simulation_job
+    from workers.runners.simulations import run_simulation_job
 
     run_simulation_job(job_id[0] if isinstance(job_id, list) else job_id)
 
 
-@celery_app.task(name="workers.tasks.run_workload", **RETRY)
+@celery_app.task(name=TASK_NAMES[WORKLOAD_KIND], **RETRY)
 def run_workload(job_id: int) -> None:
     """Fit a trace's length model and/or generate a synthetic workload, ingested as a trace."""
-    from workers.workload_runner import run_workload_job
+    from workers.runners.workloads import run_workload_job
 
     run_workload_job(job_id[0] if isinstance(job_id, list) else job_id)

@@ -1,4 +1,5 @@
-"""The FastAPI application: REST API under /api/v1 (and the dashboard, when mounted)."""
+"""The FastAPI application: the REST API under /api/v1 (the composition root,
+`rlvr_explorer.server`, mounts the dashboard beside it)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from backend.api.routes import analyses, jobs, me, simulations, trace_data, trac
 API_PREFIX = "/api/v1"
 
 
-def create_app(*, with_dashboard: bool = False) -> FastAPI:
+def create_app() -> FastAPI:
     app = FastAPI(
         title="RLVR Explorer",
         version="0.1.0",
@@ -31,8 +32,6 @@ def create_app(*, with_dashboard: bool = False) -> FastAPI:
         return {"status": "ok"}
 
     _api_not_found(app)
-    if with_dashboard:
-        _mount_dashboard(app)
     return app
 
 
@@ -40,22 +39,16 @@ def _api_not_found(app: FastAPI) -> None:
     """Any other /api/... path is a 404 JSON answer, not the dashboard's HTML page
     (registered after every API route and before the dashboard mount)."""
 
-    @app.api_route("/api/{path:path}", methods=["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"],
-                   include_in_schema=False)
+    @app.api_route(
+        "/api/{path:path}",
+        methods=["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"],
+        include_in_schema=False,
+    )
     def api_not_found(path: str, request: Request) -> None:
         # a known path asked with another method stays a 405
-        if any(getattr(r, "endpoint", None) is not api_not_found and r.matches(request.scope)[0] == Match.PARTIAL
-               for r in app.router.routes):
+        if any(
+            getattr(r, "endpoint", None) is not api_not_found and r.matches(request.scope)[0] == Match.PARTIAL
+            for r in app.router.routes
+        ):
             raise HTTPException(405, detail={"message": f"{request.method} is not allowed on /api/{path}"})
         raise HTTPException(404, detail={"message": f"no API route /api/{path} (see {API_PREFIX}/docs)"})
-
-
-def _mount_dashboard(app: FastAPI) -> None:
-    """Serve the Dash app (a Flask WSGI app, a client of this API) at the root."""
-    from a2wsgi import WSGIMiddleware
-
-    from backend.settings import get_settings
-    from dashboard.app import create_dash
-
-    dash_app = create_dash(get_settings().api_url)
-    app.mount("/", WSGIMiddleware(dash_app.server))

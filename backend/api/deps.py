@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Iterator
+from collections.abc import Iterator
+from typing import Annotated
 
 from fastapi import Depends, Header, HTTPException, status
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from backend.auth import team_for_key
-from backend.db import new_session
-from backend.models import Team, Trace
 from backend.settings import Settings, get_settings
+from backend.store.db import new_session
+from backend.store.models import Team, Trace
 
 
 def get_session() -> Iterator[Session]:

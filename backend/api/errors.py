@@ -24,6 +24,4 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(UploadTooLarge)
     async def _too_large(_request: Request, exc: UploadTooLarge) -> JSONResponse:
-        return JSONResponse(
-            status_code=413, content={"detail": {"message": str(exc)}}
-        )
+        return JSONResponse(status_code=413, content={"detail": {"message": str(exc)}})

@@ -50,6 +50,8 @@ class TraceOut(BaseModel):
     created_at: datetime
     updated_at: datetime
     job_id: int | None = None
+    # the analysis kinds this trace has the data for (the registry's `applicable`)
+    analyses: list[str] = []
 
 
 class TracePage(BaseModel):

@@ -39,9 +39,10 @@ import tarfile
 import tempfile
 import zipfile
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import IO, Callable
+from typing import IO
 
 from backend.formats.base import InputError, Source
 

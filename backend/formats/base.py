@@ -34,9 +34,9 @@ a column present in a batch has a value for every row):
 
 from __future__ import annotations
 
-import enum
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import IO, Callable, Iterator
+from typing import IO
 
 import numpy as np
 
@@ -51,12 +51,6 @@ STEP_TIMING_COLUMNS = (
 )
 
 TABLES = ("samples", "turns", "tool_calls", "rank_timings", "gpu_events", "steps")
-
-
-class GpuKind(enum.IntEnum):
-    COMPUTE = 0
-    COMMUNICATION = 1
-    MEMORY = 2
 
 
 @dataclass

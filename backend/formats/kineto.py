@@ -43,13 +43,15 @@ from __future__ import annotations
 
 import operator
 import re
+from collections.abc import Iterator
 from pathlib import PurePosixPath
-from typing import Any, Iterator
+from typing import Any
 
 import msgspec
 import numpy as np
 
-from backend.formats.base import GpuKind, InputError, ReadResult, Source, TableBatch
+from backend.formats.base import InputError, ReadResult, Source, TableBatch
+from core.analysis.gpu_kinds import GpuKind, kernel_kind
 
 GPU_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
 MEMORY_CATS = frozenset({"gpu_memcpy", "gpu_memset"})
@@ -61,8 +63,6 @@ NOT_STEP_CATS = GPU_CATS | RUNTIME_CATS | {"gpu_user_annotation", "ac2g", "fwdbw
 
 BATCH_ROWS = 262_144
 
-_COMM_NAME = re.compile(r"^nccl.*Kernel")  # HTA's is_comm_kernel
-_MEMORY_NAME = re.compile(r"^(Memcpy|Memset|dma)")  # HTA's is_memory_kernel
 _STEP_NAME = re.compile(r"ProfilerStep\s*#\s*(\d+)")
 _RANK_IN_NAME = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
 _DETECT_KEYS = (b'"traceEvents"', b'"schemaVersion"', b'"deviceProperties"', b'"distributedInfo"')
@@ -81,15 +81,6 @@ def looks_like_kineto(head: bytes, name: str) -> bool:
     if start.startswith(b"\xef\xbb\xbf"):
         start = start[3:].lstrip()
     return start.startswith(b"{") and any(key in head for key in _DETECT_KEYS)
-
-
-def kernel_kind(name: str, memory_cat: bool = False) -> GpuKind:
-    """The `GpuKind` of one GPU event name (and whether its cat is memcpy/memset)."""
-    if memory_cat or _MEMORY_NAME.match(name):
-        return GpuKind.MEMORY
-    if _COMM_NAME.match(name):
-        return GpuKind.COMMUNICATION
-    return GpuKind.COMPUTE
 
 
 def rank_from_file_name(name: str) -> int | None:
@@ -238,7 +229,7 @@ def _decode(file: str, raw: bytes, loose: bool = False) -> _Trace | _LooseTrace:
     return trace
 
 
-def _extract(file: str, trace):  # noqa: ANN001, ANN202
+def _extract(file: str, trace):
     events = trace.traceEvents
     rank = _rank_of(file, trace.distributedInfo)
     gpu, runtime, step_marks = _split_events(events)
@@ -290,7 +281,7 @@ def _split_events(events: list) -> tuple[list, list, list]:
     code_of = {c: i for i, c in enumerate(distinct)}
     codes = np.fromiter(map(code_of.__getitem__, cats), dtype=np.int32, count=len(cats))
 
-    def where(test) -> np.ndarray:  # noqa: ANN001
+    def where(test) -> np.ndarray:
         return np.flatnonzero(np.array([test(c) for c in distinct], dtype=bool)[codes]) if len(codes) else codes
 
     gpu = _pick(events, where(lambda c: c in GPU_CATS))
@@ -300,7 +291,7 @@ def _split_events(events: list) -> tuple[list, list, list]:
     return gpu, runtime, steps
 
 
-def _float_column(file: str, rows: list, key: str, all_events: list, default=None) -> np.ndarray:  # noqa: ANN001
+def _float_column(file: str, rows: list, key: str, all_events: list, default=None) -> np.ndarray:
     values = [getattr(e, key) for e in rows]
     if default is not None:
         values = [default if v is None else v for v in values]
@@ -315,11 +306,11 @@ def _float_column(file: str, rows: list, key: str, all_events: list, default=Non
     raise InputError(file, f"GPU event {key} is not a number: {values[bad]!r}", line=record, field=key)
 
 
-def _is_number(v) -> bool:  # noqa: ANN001
+def _is_number(v) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
-def _record_of(all_events: list, event) -> int:  # noqa: ANN001
+def _record_of(all_events: list, event) -> int:
     """1-based position of `event` in traceEvents (only computed on errors)."""
     return next(i for i, e in enumerate(all_events) if e is event) + 1
 
@@ -339,7 +330,7 @@ def _as_ints(values: list, default: int = -1) -> np.ndarray:
     return np.asarray(out, dtype=np.int64)
 
 
-def _fast_floats(rows: list, getter) -> np.ndarray | None:  # noqa: ANN001
+def _fast_floats(rows: list, getter) -> np.ndarray | None:
     """The values as float64 when all are numbers, else None (numpy turns None into NaN)."""
     try:
         column = np.fromiter(map(getter, rows), dtype=np.float64, count=len(rows))
@@ -450,7 +441,7 @@ def _step_windows(marks: list) -> list[tuple[int, float, float]]:
     return windows
 
 
-def _merge_metadata(result: ReadResult, file: str, rank: int, info: Any, columns: dict, windows, n: int) -> None:  # noqa: ANN001
+def _merge_metadata(result: ReadResult, file: str, rank: int, info: Any, columns: dict, windows, n: int) -> None:
     """Fold this file's facts into metadata["kineto"]; a rank may come in several files
     (e.g. two profiling windows of one run), so per-rank entries accumulate."""
     kineto = result.info.metadata.setdefault("kineto", {})

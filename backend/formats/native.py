@@ -44,10 +44,11 @@ import json
 import re
 import shutil
 import tempfile
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from operator import itemgetter
-from typing import IO, Callable, Iterator
+from typing import IO
 
 import numpy as np
 import orjson
@@ -297,7 +298,7 @@ def list_column(chunk: JsonChunk, key: str, name: str, default=REQUIRED) -> list
     return _typed_column(chunk, key, name, default, list, "a list")
 
 
-def _typed_column(chunk: JsonChunk, key: str, name: str, default, kind: type, what: str) -> list:  # noqa: ANN001
+def _typed_column(chunk: JsonChunk, key: str, name: str, default, kind: type, what: str) -> list:
     """The raw values of `key`, each of exactly JSON type `kind` (InputError names the first other)."""
     values = _values(chunk, key, name, default)
     if not all(type(v) is kind for v in values):

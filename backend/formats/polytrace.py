@@ -35,9 +35,9 @@ format the field is a path such as ``3.output[17]``.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from itertools import chain
-from typing import Callable, Iterator
 
 import numpy as np
 import orjson
@@ -352,7 +352,7 @@ def _count_column(chunk: JsonChunk, key: str, counted: np.ndarray, name: str) ->
 
 def _turn_columns(turns: JsonChunk, pos: np.ndarray, name: str) -> dict:
     line_of = chunk_lines(turns)
-    where = lambda key: (lambda i: turns.field(i, key))  # noqa: E731
+    where = lambda key: lambda i: turns.field(i, key)  # noqa: E731
 
     def length(key: str, default=REQUIRED) -> np.ndarray:
         return as_lengths(int_column(turns, key, name, default), name=name, field=where(key), line_of=line_of)
@@ -380,7 +380,7 @@ def _turn_columns(turns: JsonChunk, pos: np.ndarray, name: str) -> dict:
 
 def _call_columns(calls: JsonChunk, pos: np.ndarray, name: str) -> dict:
     line_of = chunk_lines(calls)
-    where = lambda key: (lambda i: calls.field(i, key))  # noqa: E731
+    where = lambda key: lambda i: calls.field(i, key)  # noqa: E731
     latency = float_column(calls, "latency_s", name, None, nullable=True)
     return {
         "call_idx": pos.astype(np.int32),

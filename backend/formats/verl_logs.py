@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Iterator
+from collections.abc import Iterator
 
 import numpy as np
 

@@ -13,13 +13,13 @@ from sqlalchemy import BigInteger, Boolean, Float, Integer, SmallInteger, Table
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 
-from backend.models import Base
+from backend.store.models import Base
 
 _PG_HEADER = b"PGCOPY\n\xff\r\n\x00" + (0).to_bytes(4, "big") + (0).to_bytes(4, "big")
 _PG_TRAILER = (-1).to_bytes(2, "big", signed=True)
 
 
-def _binary_dtype(column_type) -> np.dtype | None:  # noqa: ANN001
+def _binary_dtype(column_type) -> np.dtype | None:
     # Order matters: BigInteger and SmallInteger subclass Integer.
     for sa_type, dt in (
         (BigInteger, ">i8"),
@@ -69,7 +69,7 @@ def encode_pg_binary(table: Table, columns: dict[str, np.ndarray]) -> bytes:
                 present.append((i, name, dt))
         rec = np.empty(n_rows if isinstance(rows, slice) else len(rows), dtype=fields)
         rec["n"] = len(names)
-        for i, dt in enumerate(dtypes):
+        for i, _dt in enumerate(dtypes):
             rec[f"l{i}"] = -1
         for i, name, dt in present:
             rec[f"l{i}"] = dt.itemsize
@@ -119,10 +119,7 @@ def bulk_insert(conn: Connection, table_name: str, columns: dict[str, np.ndarray
 
 def _copy_pg(conn: Connection, table: Table, table_name: str, col_sql: str, columns: dict) -> None:
     cursor = conn.connection.driver_connection.cursor()
-    binary = all(
-        isinstance(v, np.ndarray) and _binary_dtype(table.c[n].type) is not None
-        for n, v in columns.items()
-    )
+    binary = all(isinstance(v, np.ndarray) and _binary_dtype(table.c[n].type) is not None for n, v in columns.items())
     if binary:
         with cursor.copy(f'COPY "{table_name}" ({col_sql}) FROM STDIN (FORMAT BINARY)') as cp:
             cp.write(encode_pg_binary(table, columns))  # type: ignore[arg-type]

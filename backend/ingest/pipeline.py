@@ -9,8 +9,9 @@ run starts by clearing rows a killed earlier attempt may have left.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import asdict
-from typing import IO, Callable
+from typing import IO
 
 import numpy as np
 from sqlalchemy import delete, insert, select, update
@@ -20,9 +21,9 @@ from sqlalchemy.exc import IntegrityError
 from backend.formats import read_sources, upload_format
 from backend.formats.base import STEP_TIMING_COLUMNS, InputError, ReadResult, Source, TableBatch
 from backend.ingest.bulk import bulk_insert
-from backend.columns import read_columns
 from backend.ingest.summaries import SUMMARY_COLUMNS, StepCounter, summarize_steps
-from backend.models import (
+from backend.store.columns import read_columns
+from backend.store.models import (
     GpuEvent,
     GpuKernelName,
     RankTiming,
@@ -68,7 +69,7 @@ class _CountingStream:
     def __iter__(self):
         return iter(self.readline, b"")
 
-    def __getattr__(self, name):  # noqa: ANN001
+    def __getattr__(self, name):
         return getattr(self._raw, name)
 
     def __enter__(self):
@@ -142,7 +143,7 @@ class _Loader:
             if metrics is not None:
                 row["metrics"].update(metrics[i])
 
-    def _summaries(self, cap: int | None):  # noqa: ANN202
+    def _summaries(self, cap: int | None):
         """Read the loaded samples back a bounded step range at a time and summarise."""
         columns = [c for c in SUMMARY_COLUMNS if c in self.columns.get("samples", ())]
         for lo, hi in self.steps.step_ranges(SUMMARY_RANGE_SAMPLES):
@@ -234,7 +235,7 @@ def ingest_trace(
         progress(1.0, "ready")
 
 
-def _finish(  # noqa: PLR0913
+def _finish(
     conn: Connection,
     trace_id: int,
     loader: _Loader,
@@ -249,9 +250,7 @@ def _finish(  # noqa: PLR0913
     if result.skipped:
         meta["skipped"] = result.skipped
     values = {COUNT_COLUMN[t]: n for t, n in loader.counts.items()}
-    trace = conn.execute(
-        select(Trace.meta, Trace.framework, Trace.source_format).where(Trace.id == trace_id)
-    ).one()
+    trace = conn.execute(select(Trace.meta, Trace.framework, Trace.source_format).where(Trace.id == trace_id)).one()
     conn.execute(
         update(Trace)
         .where(Trace.id == trace_id)

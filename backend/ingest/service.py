@@ -7,14 +7,16 @@ from dataclasses import dataclass
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
-from backend.analysis_jobs import queue_default_analyses
-from backend.db import get_engine, new_session
 from backend.formats.base import InputError
 from backend.ingest.pipeline import Progress, ingest_trace, set_trace_status
 from backend.ingest.uploads import StoredUpload, discard, upload_sources
-from backend.jobs import INGEST_TASK, create_job, dispatch
-from backend.models import Job, Trace, TraceStatus
+from backend.jobs.analyses import queue_default_analyses
+from backend.jobs.contracts import INGEST_KIND
+from backend.jobs.dispatch import dispatch
+from backend.jobs.state import create_job
 from backend.settings import Settings
+from backend.store.db import get_engine, new_session
+from backend.store.models import Job, Trace, TraceStatus
 
 
 @dataclass
@@ -25,9 +27,7 @@ class UploadOutcome:
 
 
 def _existing(session: Session, team_id: int, content_hash: str) -> Trace | None:
-    return session.scalars(
-        select(Trace).where(Trace.team_id == team_id, Trace.content_hash == content_hash)
-    ).first()
+    return session.scalars(select(Trace).where(Trace.team_id == team_id, Trace.content_hash == content_hash)).first()
 
 
 def accept_upload(
@@ -70,7 +70,7 @@ def accept_upload(
             session,
             team_id=team_id,
             trace_id=trace.id,
-            kind="ingest",
+            kind=INGEST_KIND,
             params={
                 "folder": str(stored.folder),
                 "format": forced_format,
@@ -78,7 +78,7 @@ def accept_upload(
             },
         )
         session.commit()
-        dispatch(job.id, INGEST_TASK)
+        dispatch(job.id, INGEST_KIND)
         return UploadOutcome(trace, job, created=True)
     session.commit()
     try:

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from workers.analysis.data import composite_key, group_rows, sort_within_groups, sorted_run_starts
-from workers.analysis.stats import (
+from core.analysis.grouping import composite_key, group_rows, sort_within_groups, sorted_run_starts
+from core.analysis.stats import (
     distribution_stats,
     grouped_distribution_stats,
     grouped_log_histogram,
@@ -112,8 +112,9 @@ def summarize_steps(cols: dict[str, np.ndarray], cap: int | None, task_names: li
                     per_task[name][g].append((t_id, st))
 
     validate = by_step.sort(np.asarray(cols["validate"])) == 1 if "validate" in cols else None
-    all_validate = (np.logical_and.reduceat(validate, by_step.starts).tolist() if validate is not None
-                    else [False] * len(by_step))
+    all_validate = (
+        np.logical_and.reduceat(validate, by_step.starts).tolist() if validate is not None else [False] * len(by_step)
+    )
     n_groups = _distinct_per_step(by_step, by_step.sort(np.asarray(cols["group_idx"])))
     prompt_tokens = np.add.reduceat(prompt, by_step.starts, dtype=np.int64).tolist()
     response_tokens = np.add.reduceat(response, by_step.starts, dtype=np.int64).tolist()

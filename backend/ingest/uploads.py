@@ -6,9 +6,10 @@ from __future__ import annotations
 import hashlib
 import shutil
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Iterable
+from typing import BinaryIO
 
 from backend.formats.archive import Limits, expand_upload
 from backend.formats.base import Source
@@ -54,9 +55,7 @@ def store_upload(items: Iterable[tuple[str, BinaryIO]], settings: Settings) -> S
                 while chunk := stream.read(CHUNK):
                     total += len(chunk)
                     if total > settings.max_upload_bytes:
-                        raise UploadTooLarge(
-                            f"{safe}: upload exceeds the limit of {settings.max_upload_bytes:,} bytes"
-                        )
+                        raise UploadTooLarge(f"{safe}: upload exceeds the limit of {settings.max_upload_bytes:,} bytes")
                     digest.update(chunk)
                     out.write(chunk)
             files.append(target)
@@ -80,9 +79,7 @@ def upload_sources(files: list[Path], settings: Settings) -> list[Source]:
 
 def local_files(paths: list[Path]) -> StoredUpload:
     """Files already on this machine (the CLI): hashed like an upload, ingested in place."""
-    files = sorted(
-        f for p in paths for f in ([p] if p.is_file() else p.rglob("*")) if f.is_file()
-    )
+    files = sorted(f for p in paths for f in ([p] if p.is_file() else p.rglob("*")) if f.is_file())
     digest = hashlib.sha256()
     total = 0
     for f in files:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-
 import plotly.graph_objects as go
 
 from dashboard.theme import base_layout
@@ -28,8 +27,15 @@ def empty_figure(message: str, title: str = "") -> go.Figure:
         xaxis=dict(visible=False),
         yaxis=dict(visible=False),
         annotations=[
-            dict(text=message, xref="paper", yref="paper", x=0.5, y=0.5, showarrow=False,
-                 font=dict(size=14, color="#666"))
+            dict(
+                text=message,
+                xref="paper",
+                yref="paper",
+                x=0.5,
+                y=0.5,
+                showarrow=False,
+                font=dict(size=14, color="#666"),
+            )
         ],
     )
     return fig
@@ -102,15 +108,32 @@ def many_steps(n: int) -> bool:
     return n > MANY_STEPS
 
 
-def step_series(x, y, *, name: str, color: str, stacked: bool = False, opacity: float | None = None,
-                **kw) -> go.Bar | go.Scatter:
+def step_series(
+    x, y, *, name: str, color: str, stacked: bool = False, opacity: float | None = None, **kw
+) -> go.Bar | go.Scatter:
     """A per-step bar series (stacked when the figure's barmode is "stack"), or with many
     steps the same numbers as a line (stacked: a filled area in stack group `stackgroup`)."""
     group = kw.pop("stackgroup", "one")
     if not many_steps(len(x)):
         return go.Bar(name=name, x=x, y=y, marker_color=color, opacity=opacity, **kw)
     if stacked:
-        return go.Scatter(name=name, x=x, y=y, mode="lines", stackgroup=group,
-                          line=dict(color=color, width=0.5), fillcolor=color, **kw)
-    return go.Scatter(name=name, x=x, y=y, mode="lines", line=dict(color=color, width=1.5), opacity=opacity,
-                      fill="tozeroy" if opacity is not None else None, **kw)
+        return go.Scatter(
+            name=name,
+            x=x,
+            y=y,
+            mode="lines",
+            stackgroup=group,
+            line=dict(color=color, width=0.5),
+            fillcolor=color,
+            **kw,
+        )
+    return go.Scatter(
+        name=name,
+        x=x,
+        y=y,
+        mode="lines",
+        line=dict(color=color, width=1.5),
+        opacity=opacity,
+        fill="tozeroy" if opacity is not None else None,
+        **kw,
+    )

@@ -17,7 +17,9 @@ def _rows(payload: dict | None) -> list[dict]:
     return sorted((r for r in (payload or {}).get("steps", []) if r.get("count")), key=lambda r: r["step"])
 
 
-def compare_percentiles_figure(a: dict | None, b: dict | None, names: tuple[str, str], keys=("p50", "p99")) -> go.Figure:
+def compare_percentiles_figure(
+    a: dict | None, b: dict | None, names: tuple[str, str], keys=("p50", "p99")
+) -> go.Figure:
     """The chosen percentiles over steps for both traces (colour = trace, dash = percentile)."""
     field = FIELD_LABELS.get(((a or b) or {}).get("field") or "response", "length")
     title = f"{field} over steps"
@@ -27,10 +29,16 @@ def compare_percentiles_figure(a: dict | None, b: dict | None, names: tuple[str,
     for payload, name, color in ((a, names[0], TRACE_COLORS[0]), (b, names[1], TRACE_COLORS[1])):
         rows = _rows(payload)
         for key in keys:
-            fig.add_trace(go.Scatter(name=f"{name} {key}", x=[r["step"] for r in rows], y=column(rows, key),
-                                     mode="lines+markers" if len(rows) <= 60 else "lines",
-                                     line=dict(color=color, dash=DASHES.get(key)),
-                                     hovertemplate=f"{name} {key} %{{y:,.0f}}<extra></extra>"))
+            fig.add_trace(
+                go.Scatter(
+                    name=f"{name} {key}",
+                    x=[r["step"] for r in rows],
+                    y=column(rows, key),
+                    mode="lines+markers" if len(rows) <= 60 else "lines",
+                    line=dict(color=color, dash=DASHES.get(key)),
+                    hovertemplate=f"{name} {key} %{{y:,.0f}}<extra></extra>",
+                )
+            )
     return integer_ticks(fig)
 
 
@@ -55,8 +63,16 @@ def compare_cdf_figure(a: dict | None, b: dict | None, names: tuple[str, str]) -
         xs, ys = cdf_points(pooled_hist(payload), (payload or {}).get("bin_edges") or [])
         if xs:
             drawn = True
-            fig.add_trace(go.Scatter(name=name, x=xs, y=ys, mode="lines", line=dict(color=color, width=2),
-                                     hovertemplate=f"{name}: < %{{x:,.0f}} tokens %{{y:.1%}}<extra></extra>"))
+            fig.add_trace(
+                go.Scatter(
+                    name=name,
+                    x=xs,
+                    y=ys,
+                    mode="lines",
+                    line=dict(color=color, width=2),
+                    hovertemplate=f"{name}: < %{{x:,.0f}} tokens %{{y:.1%}}<extra></extra>",
+                )
+            )
     if not drawn:
         return empty_figure("Choose two traces with samples", title)
     xs_all = [x for tr in fig.data for x in tr.x]

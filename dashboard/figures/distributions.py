@@ -14,9 +14,17 @@ from __future__ import annotations
 import numpy as np
 import plotly.graph_objects as go
 
-from dashboard.figures.common import (column, empty_figure, integer_ticks, log_token_axis, many_steps, num, step_series,
-                                      styled_figure)
-from dashboard.theme import PERCENTILE_COLORS, UNITS, HEATMAP_COLORSCALE, step_color
+from dashboard.figures.common import (
+    column,
+    empty_figure,
+    integer_ticks,
+    log_token_axis,
+    many_steps,
+    num,
+    step_series,
+    styled_figure,
+)
+from dashboard.theme import HEATMAP_COLORSCALE, PERCENTILE_COLORS, UNITS, step_color
 
 FIELD_LABELS = {"response": "response length", "prompt": "prompt length", "total": "prompt + response length"}
 
@@ -65,9 +73,17 @@ def length_box_figure(payload: dict, *, log_y: bool = False) -> go.Figure:
         many = many_steps(len(steps))
         fig.add_trace(
             go.Scatter(
-                name=key, x=steps, y=column(rows, key), mode="lines" if many else "markers",
+                name=key,
+                x=steps,
+                y=column(rows, key),
+                mode="lines" if many else "markers",
                 line=dict(color=PERCENTILE_COLORS[key], width=1, dash="dot" if key == "max" else None),
-                marker=dict(symbol=symbol, size=7, color=PERCENTILE_COLORS[key], line=dict(width=2, color=PERCENTILE_COLORS[key])),
+                marker=dict(
+                    symbol=symbol,
+                    size=7,
+                    color=PERCENTILE_COLORS[key],
+                    line=dict(width=2, color=PERCENTILE_COLORS[key]),
+                ),
                 hovertemplate=f"step %{{x}}<br>{key} %{{y:,.0f}} tokens<extra></extra>",
             )
         )
@@ -81,17 +97,49 @@ def _percentile_bands(fig: go.Figure, steps: list[int], rows: list[dict]) -> Non
     between their edges, the median and the mean as lines."""
     color = PERCENTILE_COLORS["p90"]
     for lo, hi, name, alpha in (("p10", "p90", "p10-p90", 0.18), ("p25", "p75", "p25-p75", 0.4)):
-        fig.add_trace(go.Scatter(x=steps, y=column(rows, lo), mode="lines", line=dict(width=0, color=color),
-                                 showlegend=False, name=lo, hovertemplate=f"{lo} %{{y:,.0f}}<extra></extra>"))
-        fig.add_trace(go.Scatter(x=steps, y=column(rows, hi), mode="lines", line=dict(width=0, color=color),
-                                 fill="tonexty", fillcolor=_rgba(color, alpha), name=name,
-                                 hovertemplate=f"{hi} %{{y:,.0f}}<extra></extra>"))
-    fig.add_trace(go.Scatter(x=steps, y=column(rows, "p50"), mode="lines", name="median",
-                             line=dict(color=PERCENTILE_COLORS["p99"], width=1.5),
-                             hovertemplate="p50 %{y:,.0f}<extra></extra>"))
-    fig.add_trace(go.Scatter(x=steps, y=column(rows, "mean"), mode="lines", name="mean",
-                             line=dict(color=PERCENTILE_COLORS["mean"], width=1, dash="dash"),
-                             hovertemplate="mean %{y:,.0f}<extra></extra>"))
+        fig.add_trace(
+            go.Scatter(
+                x=steps,
+                y=column(rows, lo),
+                mode="lines",
+                line=dict(width=0, color=color),
+                showlegend=False,
+                name=lo,
+                hovertemplate=f"{lo} %{{y:,.0f}}<extra></extra>",
+            )
+        )
+        fig.add_trace(
+            go.Scatter(
+                x=steps,
+                y=column(rows, hi),
+                mode="lines",
+                line=dict(width=0, color=color),
+                fill="tonexty",
+                fillcolor=_rgba(color, alpha),
+                name=name,
+                hovertemplate=f"{hi} %{{y:,.0f}}<extra></extra>",
+            )
+        )
+    fig.add_trace(
+        go.Scatter(
+            x=steps,
+            y=column(rows, "p50"),
+            mode="lines",
+            name="median",
+            line=dict(color=PERCENTILE_COLORS["p99"], width=1.5),
+            hovertemplate="p50 %{y:,.0f}<extra></extra>",
+        )
+    )
+    fig.add_trace(
+        go.Scatter(
+            x=steps,
+            y=column(rows, "mean"),
+            mode="lines",
+            name="mean",
+            line=dict(color=PERCENTILE_COLORS["mean"], width=1, dash="dash"),
+            hovertemplate="mean %{y:,.0f}<extra></extra>",
+        )
+    )
     fig.update_layout(hovermode="x unified")
 
 
@@ -166,7 +214,10 @@ def percentile_lines_figure(payload: dict, *, keys=("p50", "p90", "p99", "max"),
     for key in keys:
         fig.add_trace(
             go.Scatter(
-                name=key, x=steps, y=column(rows, key), mode="lines+markers" if len(rows) <= 60 else "lines",
+                name=key,
+                x=steps,
+                y=column(rows, key),
+                mode="lines+markers" if len(rows) <= 60 else "lines",
                 line=dict(color=PERCENTILE_COLORS.get(key), width=2, dash="dot" if key == "mean" else None),
                 hovertemplate=f"{key} %{{y:,.0f}} tokens<extra></extra>",
             )
@@ -186,16 +237,38 @@ def tail_figure(payload: dict) -> go.Figure:
     steps = [r["step"] for r in rows]
     fig = styled_figure(title, x_title=UNITS["step"], y_title="max / mean (ratio)", hovermode="x unified")
     fig.add_trace(
-        go.Scatter(name="max / mean", x=steps, y=column(rows, "tail_ratio"),
-                   mode="lines" if many_steps(len(steps)) else "lines+markers",
-                   line=dict(color=PERCENTILE_COLORS["max"]), hovertemplate="%{y:.2f}x<extra></extra>")
+        go.Scatter(
+            name="max / mean",
+            x=steps,
+            y=column(rows, "tail_ratio"),
+            mode="lines" if many_steps(len(steps)) else "lines+markers",
+            line=dict(color=PERCENTILE_COLORS["max"]),
+            hovertemplate="%{y:.2f}x<extra></extra>",
+        )
     )
     trunc = [None if num(r.get("truncation_rate")) is None else 100.0 * num(r["truncation_rate"]) for r in rows]
     if any(t is not None for t in trunc):
-        fig.add_trace(step_series(steps, trunc, name="truncated (%)", color=PERCENTILE_COLORS["p90"], opacity=0.35,
-                                  yaxis="y2", hovertemplate="%{y:.1f}% truncated<extra></extra>"))
-        fig.update_layout(yaxis2=dict(title=dict(text="truncated at max length (%)"), overlaying="y", side="right",
-                                      rangemode="tozero", showgrid=False, tickformat=".2~f"))
+        fig.add_trace(
+            step_series(
+                steps,
+                trunc,
+                name="truncated (%)",
+                color=PERCENTILE_COLORS["p90"],
+                opacity=0.35,
+                yaxis="y2",
+                hovertemplate="%{y:.1f}% truncated<extra></extra>",
+            )
+        )
+        fig.update_layout(
+            yaxis2=dict(
+                title=dict(text="truncated at max length (%)"),
+                overlaying="y",
+                side="right",
+                rangemode="tozero",
+                showgrid=False,
+                tickformat=".2~f",
+            )
+        )
     return integer_ticks(fig)
 
 
@@ -226,8 +299,14 @@ def cdf_figure(payload: dict, steps: list[int]) -> go.Figure:
     for i, s in enumerate(sorted(chosen)):
         xs, ys = cdf_points(by_step[s].get("hist") or [], edges)
         fig.add_trace(
-            go.Scatter(name=f"step {s}", x=xs, y=ys, mode="lines", line=dict(color=step_color(i, len(chosen)), width=2),
-                       hovertemplate=f"step {s}<br>< %{{x:,.0f}} tokens: %{{y:.1%}}<extra></extra>")
+            go.Scatter(
+                name=f"step {s}",
+                x=xs,
+                y=ys,
+                mode="lines",
+                line=dict(color=step_color(i, len(chosen)), width=2),
+                hovertemplate=f"step {s}<br>< %{{x:,.0f}} tokens: %{{y:.1%}}<extra></extra>",
+            )
         )
     xs_all = [x for tr in fig.data for x in tr.x]
     log_token_axis(fig, "x", min(xs_all), max(xs_all))

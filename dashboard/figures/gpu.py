@@ -56,9 +56,14 @@ def short_kernel_name(name: str, width: int = 60) -> str:
     return name if len(name) <= width else name[: width - 1] + "…"
 
 
-def kernel_gantt_figure(events: list[dict], *, truncated: bool = False, origin_us: float | None = None,
-                        origin_label: str = "the first event",
-                        title: str = "GPU kernels per rank and stream") -> go.Figure:
+def kernel_gantt_figure(
+    events: list[dict],
+    *,
+    truncated: bool = False,
+    origin_us: float | None = None,
+    origin_label: str = "the first event",
+    title: str = "GPU kernels per rank and stream",
+) -> go.Figure:
     """Gantt of GPU events; x = ms from `origin_us` (default: the first event), which
     the axis title names with `origin_label` (e.g. "the step start")."""
     if not events:
@@ -86,8 +91,13 @@ def kernel_gantt_figure(events: list[dict], *, truncated: bool = False, origin_u
     suffix = " (first events only: narrow the window)" if truncated else ""
     if origin_us is None:
         origin_label = "the first event"
-    fig = styled_figure(title + suffix, x_title=f"{UNITS['ms']} from {origin_label}",
-                        y_title="", height=rows_height(len(labels), per_row=24), hovermode="closest")
+    fig = styled_figure(
+        title + suffix,
+        x_title=f"{UNITS['ms']} from {origin_label}",
+        y_title="",
+        height=rows_height(len(labels), per_row=24),
+        hovermode="closest",
+    )
     width = max(3, min(14, int(400 / max(len(labels), 1))))
     to_ms = lambda us: (us - origin) / 1000.0  # noqa: E731
     for k in GPU_KINDS:
@@ -98,10 +108,17 @@ def kernel_gantt_figure(events: list[dict], *, truncated: bool = False, origin_u
         # hover text on each segment's start vertex only (kernel names are long)
         text = np.full(3 * sel.size, "", dtype=object)
         text[0::3] = [f"{short_kernel_name(names[i])}<br>{(end[i] - start[i]):,.1f} us" for i in sel]
-        fig.add_trace(go.Scattergl(
-            name=k, x=xs, y=ys, mode="lines", line=dict(color=GPU_KIND_COLORS[k], width=width),
-            text=text.tolist(), hovertemplate="%{text}<br>at %{x:.3f} ms<extra>" + k + "</extra>",
-        ))
+        fig.add_trace(
+            go.Scattergl(
+                name=k,
+                x=xs,
+                y=ys,
+                mode="lines",
+                line=dict(color=GPU_KIND_COLORS[k], width=width),
+                text=text.tolist(),
+                hovertemplate="%{text}<br>at %{x:.3f} ms<extra>" + k + "</extra>",
+            )
+        )
     gx0, gx1, gy = [], [], []
     for r, y in idle_row.items():
         m = rank == r
@@ -111,17 +128,28 @@ def kernel_gantt_figure(events: list[dict], *, truncated: bool = False, origin_u
             gy.append(y)
     if gx0:
         xs, ys = _segments(np.array(gx0), np.array(gx1), np.array(gy, dtype=np.float32))
-        fig.add_trace(go.Scattergl(
-            name="idle (no stream busy)", x=xs, y=ys, mode="lines",
-            line=dict(color=GPU_KIND_COLORS["idle"], width=width),
-            hovertemplate="idle until %{x:.3f} ms<extra></extra>",
-        ))
-    fig.update_yaxes(tickmode="array", tickvals=list(range(len(labels))), ticktext=labels, autorange="reversed",
-                     showgrid=False, zeroline=False)
+        fig.add_trace(
+            go.Scattergl(
+                name="idle (no stream busy)",
+                x=xs,
+                y=ys,
+                mode="lines",
+                line=dict(color=GPU_KIND_COLORS["idle"], width=width),
+                hovertemplate="idle until %{x:.3f} ms<extra></extra>",
+            )
+        )
+    fig.update_yaxes(
+        tickmode="array",
+        tickvals=list(range(len(labels))),
+        ticktext=labels,
+        autorange="reversed",
+        showgrid=False,
+        zeroline=False,
+    )
     return fig
 
 
-# -- breakdowns from the "gpu_timeline" analysis (workers/analysis/gpu_report.py:
+# -- breakdowns from the "gpu_timeline" analysis (core/analysis/gpu_report.py:
 # `temporal`, `idle`, `kernel_types.by_kind`, `stragglers.per_rank`; tables as rows) ---
 def as_columns(table) -> dict | None:
     """A result table as a column dict, whether it came as rows (list of dicts, as the
@@ -142,15 +170,30 @@ def temporal_breakdown_figure(table) -> go.Figure:
     if not table or not table.get("rank"):
         return empty_figure("No GPU events", title)
     ranks = [f"rank {r}" for r in table["rank"]]
-    fig = styled_figure(title, x_title="share of kernel time (%)", y_title=UNITS["rank"], barmode="stack",
-                        height=rows_height(len(ranks), per_row=26, minimum=220, maximum=900))
-    for key, label, color in (("compute_pct", "compute", GPU_KIND_COLORS["compute"]),
-                              ("non_compute_pct", "communication / memory", GPU_KIND_COLORS["non_compute"]),
-                              ("idle_pct", "idle", GPU_KIND_COLORS["idle"])):
+    fig = styled_figure(
+        title,
+        x_title="share of kernel time (%)",
+        y_title=UNITS["rank"],
+        barmode="stack",
+        height=rows_height(len(ranks), per_row=26, minimum=220, maximum=900),
+    )
+    for key, label, color in (
+        ("compute_pct", "compute", GPU_KIND_COLORS["compute"]),
+        ("non_compute_pct", "communication / memory", GPU_KIND_COLORS["non_compute"]),
+        ("idle_pct", "idle", GPU_KIND_COLORS["idle"]),
+    ):
         us = table.get(key.replace("_pct", "_us")) or [None] * len(ranks)
-        fig.add_trace(go.Bar(name=label, y=ranks, x=table.get(key), orientation="h", marker_color=color,
-                             customdata=[None if u is None else u / 1000 for u in us],
-                             hovertemplate=f"%{{y}} {label}: %{{x:.1f}}% (%{{customdata:,.1f}} ms)<extra></extra>"))
+        fig.add_trace(
+            go.Bar(
+                name=label,
+                y=ranks,
+                x=table.get(key),
+                orientation="h",
+                marker_color=color,
+                customdata=[None if u is None else u / 1000 for u in us],
+                hovertemplate=f"%{{y}} {label}: %{{x:.1f}}% (%{{customdata:,.1f}} ms)<extra></extra>",
+            )
+        )
     fig.update_yaxes(autorange="reversed", type="category")
     fig.update_layout(legend_traceorder="normal")
     fig.update_xaxes(range=[0, 100])
@@ -170,13 +213,25 @@ def idle_breakdown_figure(table) -> go.Figure:
         for k in totals:
             v = (table.get(k) or [None] * len(table["rank"]))[i]
             totals[k][r] += float(v or 0.0)
-    fig = styled_figure(title, x_title=UNITS["ms"] + " (summed over streams)", y_title=UNITS["rank"], barmode="stack",
-                        height=rows_height(len(ranks), per_row=26, minimum=220, maximum=900))
+    fig = styled_figure(
+        title,
+        x_title=UNITS["ms"] + " (summed over streams)",
+        y_title=UNITS["rank"],
+        barmode="stack",
+        height=rows_height(len(ranks), per_row=26, minimum=220, maximum=900),
+    )
     for key, label in (("host_wait_us", "host wait"), ("kernel_wait_us", "kernel wait"), ("other_us", "other")):
         cause = key.replace("_us", "")
-        fig.add_trace(go.Bar(name=label, y=[f"rank {r}" for r in ranks], x=[totals[key][r] / 1000 for r in ranks],
-                             orientation="h", marker_color=IDLE_CAUSE_COLORS[cause],
-                             hovertemplate=f"%{{y}} {label}: %{{x:,.1f}} ms<extra></extra>"))
+        fig.add_trace(
+            go.Bar(
+                name=label,
+                y=[f"rank {r}" for r in ranks],
+                x=[totals[key][r] / 1000 for r in ranks],
+                orientation="h",
+                marker_color=IDLE_CAUSE_COLORS[cause],
+                hovertemplate=f"%{{y}} {label}: %{{x:,.1f}} ms<extra></extra>",
+            )
+        )
     fig.update_yaxes(autorange="reversed", type="category")
     fig.update_layout(legend_traceorder="normal")
     return fig
@@ -189,16 +244,27 @@ def kernel_kind_figure(table) -> go.Figure:
     if not table or not table.get("rank"):
         return empty_figure("No GPU events", title)
     ranks = sorted(set(table["rank"]))
-    fig = styled_figure(title, x_title=UNITS["ms"], y_title=UNITS["rank"], barmode="group",
-                        height=rows_height(len(ranks), per_row=40, minimum=220, maximum=900))
+    fig = styled_figure(
+        title,
+        x_title=UNITS["ms"],
+        y_title=UNITS["rank"],
+        barmode="group",
+        height=rows_height(len(ranks), per_row=40, minimum=220, maximum=900),
+    )
     for k in GPU_KINDS:
         rows = [i for i, kk in enumerate(table.get("kind") or []) if kk == k]
         if not rows:
             continue
-        fig.add_trace(go.Bar(name=k, y=[f"rank {table['rank'][i]}" for i in rows],
-                             x=[(table.get("busy_us") or [0] * len(table["rank"]))[i] / 1000 for i in rows],
-                             orientation="h", marker_color=GPU_KIND_COLORS[k],
-                             hovertemplate=f"%{{y}} {k}: %{{x:,.1f}} ms<extra></extra>"))
+        fig.add_trace(
+            go.Bar(
+                name=k,
+                y=[f"rank {table['rank'][i]}" for i in rows],
+                x=[(table.get("busy_us") or [0] * len(table["rank"]))[i] / 1000 for i in rows],
+                orientation="h",
+                marker_color=GPU_KIND_COLORS[k],
+                hovertemplate=f"%{{y}} {k}: %{{x:,.1f}} ms<extra></extra>",
+            )
+        )
     fig.update_yaxes(autorange="reversed", type="category")
     fig.update_layout(legend_traceorder="normal")
     return fig
@@ -213,16 +279,24 @@ def straggler_figure(table) -> go.Figure:
         return empty_figure("No per-rank step figures", title)
     fig = styled_figure(title, x_title=UNITS["rank"], y_title="compute / median rank (ratio)")
     flag = [bool(x) for x in table.get("is_straggler") or [False] * len(table["rank"])]
-    for is_strag, label, color, symbol in ((False, "rank", GPU_KIND_COLORS["compute"], "circle"),
-                                           (True, "straggler", "#E15759", "diamond")):
+    for is_strag, label, color, symbol in (
+        (False, "rank", GPU_KIND_COLORS["compute"], "circle"),
+        (True, "straggler", "#E15759", "diamond"),
+    ):
         idx = [i for i, f in enumerate(flag) if f == is_strag]
         if not idx:
             continue
-        fig.add_trace(go.Scatter(
-            name=label, x=[table["rank"][i] for i in idx], y=[table["compute_vs_median"][i] for i in idx],
-            customdata=[table.get("step", [None] * len(flag))[i] for i in idx], mode="markers",
-            marker=dict(color=color, symbol=symbol, size=10),
-            hovertemplate="rank %{x}, step %{customdata}: %{y:.3f}x median<extra></extra>"))
+        fig.add_trace(
+            go.Scatter(
+                name=label,
+                x=[table["rank"][i] for i in idx],
+                y=[table["compute_vs_median"][i] for i in idx],
+                customdata=[table.get("step", [None] * len(flag))[i] for i in idx],
+                mode="markers",
+                marker=dict(color=color, symbol=symbol, size=10),
+                hovertemplate="rank %{x}, step %{customdata}: %{y:.3f}x median<extra></extra>",
+            )
+        )
     fig.add_hline(y=1.0, line=dict(color="#999", width=1, dash="dot"))
     fig.update_xaxes(dtick=1 if len(set(table["rank"])) <= 32 else None)
     return fig
@@ -235,7 +309,13 @@ def top_kernels_rows(table, limit: int = 30) -> list[dict]:
         return []
     out = []
     for i in range(len(cols.get("name") or [])):
-        out.append({"kind": cols["kind"][i], "name": cols["name"][i], "count": cols.get("count", [None] * 999)[i],
-                    "sum_ms": (cols.get("sum_us") or [0] * 999)[i] / 1000.0,
-                    "pct_of_kind": (cols.get("pct_of_kind") or [None] * 999)[i]})
+        out.append(
+            {
+                "kind": cols["kind"][i],
+                "name": cols["name"][i],
+                "count": cols.get("count", [None] * 999)[i],
+                "sum_ms": (cols.get("sum_us") or [0] * 999)[i] / 1000.0,
+                "pct_of_kind": (cols.get("pct_of_kind") or [None] * 999)[i],
+            }
+        )
     return sorted(out, key=lambda r: -r["sum_ms"])[:limit]

@@ -1,5 +1,5 @@
 """DP load-imbalance figures from the "imbalance" analysis result
-(workers/analysis/imbalance.py): per step and load ("tokens" or "cost"), the recorded
+(core/analysis/imbalance.py): per step and load ("tokens" or "cost"), the recorded
 load per dp rank, max/mean and max/min, and the same after Karmarkar-Karp (kk) and LPT
 repartitioning, with the saving 1 - balanced max / recorded max.
 """
@@ -9,7 +9,15 @@ from __future__ import annotations
 import numpy as np
 import plotly.graph_objects as go
 
-from dashboard.figures.common import empty_figure, integer_ticks, many_steps, num, rows_height, step_series, styled_figure
+from dashboard.figures.common import (
+    empty_figure,
+    integer_ticks,
+    many_steps,
+    num,
+    rows_height,
+    step_series,
+    styled_figure,
+)
 from dashboard.theme import POLICY_COLORS, UNITS
 
 LOAD_LABELS = {"tokens": "tokens (prompt + response)", "cost": "training cost 24576·s + s²"}
@@ -35,17 +43,28 @@ def load_heatmap_figure(result: dict, load: str = "tokens") -> go.Figure:
     mean = np.array([num(s[load].get("mean")) or np.nan for s in steps])
     with np.errstate(invalid="ignore", divide="ignore"):
         z = raw / mean[None, :]
-    fig = styled_figure(title, x_title=UNITS["step"], y_title=UNITS["dp_rank"],
-                        height=rows_height(n_ranks, per_row=16 if n_ranks <= 64 else 3, minimum=320, maximum=900))
+    fig = styled_figure(
+        title,
+        x_title=UNITS["step"],
+        y_title=UNITS["dp_rank"],
+        height=rows_height(n_ranks, per_row=16 if n_ranks <= 64 else 3, minimum=320, maximum=900),
+    )
     zmax = float(np.nanmax(z)) if np.isfinite(z).any() else 2.0
-    fig.add_trace(go.Heatmap(
-        # float32 typed arrays: 256 ranks x 500 steps is ~0.7 MB each instead of ~2.5 MB of JSON text
-        x=np.array([s["step"] for s in steps], dtype=np.int32), y=np.arange(n_ranks, dtype=np.int32),
-        z=z.astype(np.float32), customdata=raw.astype(np.float32),
-        colorscale="RdBu_r", zmid=1.0, zmin=max(0.0, 2.0 - zmax), zmax=zmax,
-        colorbar=dict(title=dict(text="load / mean"), thickness=12),
-        hovertemplate="step %{x}, DP rank %{y}<br>%{customdata:,.0f} (%{z:.2f}x mean)<extra></extra>",
-    ))
+    fig.add_trace(
+        go.Heatmap(
+            # float32 typed arrays: 256 ranks x 500 steps is ~0.7 MB each instead of ~2.5 MB of JSON text
+            x=np.array([s["step"] for s in steps], dtype=np.int32),
+            y=np.arange(n_ranks, dtype=np.int32),
+            z=z.astype(np.float32),
+            customdata=raw.astype(np.float32),
+            colorscale="RdBu_r",
+            zmid=1.0,
+            zmin=max(0.0, 2.0 - zmax),
+            zmax=zmax,
+            colorbar=dict(title=dict(text="load / mean"), thickness=12),
+            hovertemplate="step %{x}, DP rank %{y}<br>%{customdata:,.0f} (%{z:.2f}x mean)<extra></extra>",
+        )
+    )
     fig.update_yaxes(autorange="reversed")
     return integer_ticks(fig)
 
@@ -60,13 +79,20 @@ def imbalance_ratio_figure(result: dict, load: str = "tokens", metric: str = "ma
     x = [s["step"] for s in steps]
     fig = styled_figure(title, x_title=UNITS["step"], y_title=f"{label} (ratio)", hovermode="x unified")
     for policy, key in (("recorded", metric), ("kk", f"kk_{metric}"), ("lpt", f"lpt_{metric}")):
-        fig.add_trace(go.Scatter(
-            name=POLICY_LABELS[policy], x=x, y=[num(s[load].get(key)) for s in steps],
-            mode="lines" if many_steps(len(x)) or len(x) > 60 else "lines+markers",
-            line=dict(color=POLICY_COLORS["measured" if policy == "recorded" else policy], width=2,
-                      dash=None if policy == "recorded" else "dash"),
-            hovertemplate=f"{POLICY_LABELS[policy]} %{{y:.3f}}<extra></extra>",
-        ))
+        fig.add_trace(
+            go.Scatter(
+                name=POLICY_LABELS[policy],
+                x=x,
+                y=[num(s[load].get(key)) for s in steps],
+                mode="lines" if many_steps(len(x)) or len(x) > 60 else "lines+markers",
+                line=dict(
+                    color=POLICY_COLORS["measured" if policy == "recorded" else policy],
+                    width=2,
+                    dash=None if policy == "recorded" else "dash",
+                ),
+                hovertemplate=f"{POLICY_LABELS[policy]} %{{y:.3f}}<extra></extra>",
+            )
+        )
     fig.add_hline(y=1.0, line=dict(color="#999", width=1, dash="dot"))
     return integer_ticks(fig)
 
@@ -78,13 +104,24 @@ def saving_figure(result: dict, load: str = "tokens") -> go.Figure:
     if not steps:
         return empty_figure("No per-rank loads", title)
     x = [s["step"] for s in steps]
-    fig = styled_figure(title, x_title=UNITS["step"], y_title="saving (% of slowest rank's time)", barmode="group",
-                        hovermode="x unified")
+    fig = styled_figure(
+        title,
+        x_title=UNITS["step"],
+        y_title="saving (% of slowest rank's time)",
+        barmode="group",
+        hovermode="x unified",
+    )
     for policy in ("kk", "lpt"):
         ys = [num(s[load].get(f"{policy}_saving")) for s in steps]
-        fig.add_trace(step_series(x, [None if y is None else 100 * y for y in ys], name=POLICY_LABELS[policy],
-                                  color=POLICY_COLORS[policy],
-                                  hovertemplate=f"{POLICY_LABELS[policy]} %{{y:.1f}}%<extra></extra>"))
+        fig.add_trace(
+            step_series(
+                x,
+                [None if y is None else 100 * y for y in ys],
+                name=POLICY_LABELS[policy],
+                color=POLICY_COLORS[policy],
+                hovertemplate=f"{POLICY_LABELS[policy]} %{{y:.1f}}%<extra></extra>",
+            )
+        )
     return integer_ticks(fig)
 
 

@@ -1,5 +1,5 @@
 """Rollout long-tail figures from the "longtail" analysis result
-(workers/analysis/longtail.py): per step the engine-time account in token-time units
+(core/analysis/longtail.py): per step the engine-time account in token-time units
 (`engine_time`, `idle_within_engines` = each engine's own tail, `idle_waiting` =
 finished engines waiting for the slowest), `tail_time_share` (share of the rollout the
 last `tail_fraction` of samples take), `tail_sample_share`, and per engine
@@ -32,14 +32,33 @@ def longtail_idle_figure(result: dict) -> go.Figure:
     if not steps:
         return empty_figure("No training samples", title)
     x = [s["step"] for s in steps]
-    fig = styled_figure(title, x_title=UNITS["step"], y_title="idle share of rollout slot-time (%)", barmode="stack",
-                        hovermode="x unified")
-    fig.add_trace(step_series(x, [_pct(s.get("idle_within_engines"), s.get("engine_time")) for s in steps],
-                              name="inside an engine (its own tail)", color=STAGE_COLORS["gen"], stacked=True,
-                              hovertemplate="%{y:.1f}%<extra>own tail</extra>"))
-    fig.add_trace(step_series(x, [_pct(s.get("idle_waiting"), s.get("engine_time")) for s in steps],
-                              name="engine waiting for the slowest", color=GPU_KIND_COLORS["idle"], stacked=True,
-                              hovertemplate="%{y:.1f}%<extra>waiting</extra>"))
+    fig = styled_figure(
+        title,
+        x_title=UNITS["step"],
+        y_title="idle share of rollout slot-time (%)",
+        barmode="stack",
+        hovermode="x unified",
+    )
+    fig.add_trace(
+        step_series(
+            x,
+            [_pct(s.get("idle_within_engines"), s.get("engine_time")) for s in steps],
+            name="inside an engine (its own tail)",
+            color=STAGE_COLORS["gen"],
+            stacked=True,
+            hovertemplate="%{y:.1f}%<extra>own tail</extra>",
+        )
+    )
+    fig.add_trace(
+        step_series(
+            x,
+            [_pct(s.get("idle_waiting"), s.get("engine_time")) for s in steps],
+            name="engine waiting for the slowest",
+            color=GPU_KIND_COLORS["idle"],
+            stacked=True,
+            hovertemplate="%{y:.1f}%<extra>waiting</extra>",
+        )
+    )
     fig.update_yaxes(range=[0, 100])
     return integer_ticks(fig)
 
@@ -55,19 +74,29 @@ def longtail_finish_figure(result: dict) -> go.Figure:
     x = [s["step"] for s in steps]
     fig = styled_figure(title, x_title=UNITS["step"], y_title="share (%)", hovermode="x unified")
     tail_secs = [num(s.get("tail_seconds")) for s in steps]
-    fig.add_trace(go.Scatter(
-        name=f"time taken by the last {100 * f:.0f}% of samples", x=x,
-        y=[None if num(s.get("tail_time_share")) is None else 100 * num(s["tail_time_share"]) for s in steps],
-        customdata=[t if t is not None else float("nan") for t in tail_secs],
-        mode="lines+markers", line=dict(color=PERCENTILE_COLORS["p99"], width=2),
-        hovertemplate="%{y:.1f}% of rollout time" + (" (%{customdata:.1f} s)" if any(tail_secs) else "") + "<extra></extra>",
-    ))
-    fig.add_trace(go.Scatter(
-        name=f"samples running in the last {100 * f:.0f}% of time", x=x,
-        y=[None if num(s.get("tail_sample_share")) is None else 100 * num(s["tail_sample_share"]) for s in steps],
-        mode="lines+markers", line=dict(color=PERCENTILE_COLORS["p50"], width=2, dash="dash"),
-        hovertemplate="%{y:.1f}% of samples<extra></extra>",
-    ))
+    fig.add_trace(
+        go.Scatter(
+            name=f"time taken by the last {100 * f:.0f}% of samples",
+            x=x,
+            y=[None if num(s.get("tail_time_share")) is None else 100 * num(s["tail_time_share"]) for s in steps],
+            customdata=[t if t is not None else float("nan") for t in tail_secs],
+            mode="lines+markers",
+            line=dict(color=PERCENTILE_COLORS["p99"], width=2),
+            hovertemplate="%{y:.1f}% of rollout time"
+            + (" (%{customdata:.1f} s)" if any(tail_secs) else "")
+            + "<extra></extra>",
+        )
+    )
+    fig.add_trace(
+        go.Scatter(
+            name=f"samples running in the last {100 * f:.0f}% of time",
+            x=x,
+            y=[None if num(s.get("tail_sample_share")) is None else 100 * num(s["tail_sample_share"]) for s in steps],
+            mode="lines+markers",
+            line=dict(color=PERCENTILE_COLORS["p50"], width=2, dash="dash"),
+            hovertemplate="%{y:.1f}% of samples<extra></extra>",
+        )
+    )
     fig.update_yaxes(rangemode="tozero")
     return integer_ticks(fig)
 
@@ -86,12 +115,23 @@ def longtail_engine_figure(result: dict) -> go.Figure:
         for e, v in zip(s["engine"].get("engine", []), s["engine"].get("idle_fraction", [])):
             if num(v) is not None:
                 z[pos[e], j] = 100 * num(v)
-    fig = styled_figure(title, x_title=UNITS["step"], y_title=key.replace("_", " "),
-                        height=rows_height(len(engines), per_row=16 if len(engines) <= 64 else 3, minimum=320, maximum=900))
+    fig = styled_figure(
+        title,
+        x_title=UNITS["step"],
+        y_title=key.replace("_", " "),
+        height=rows_height(len(engines), per_row=16 if len(engines) <= 64 else 3, minimum=320, maximum=900),
+    )
     # whole percents: 256 engines x 500 steps gzip to a third of the size of exact floats
-    fig.add_trace(go.Heatmap(x=np.array([s["step"] for s in steps], dtype=np.int32), y=[str(e) for e in engines],
-                             z=np.round(z), colorscale="Oranges", zmin=0,
-                             colorbar=dict(title=dict(text="idle %"), thickness=12),
-                             hovertemplate="step %{x}, engine %{y}<br>%{z:.0f}% idle<extra></extra>"))
+    fig.add_trace(
+        go.Heatmap(
+            x=np.array([s["step"] for s in steps], dtype=np.int32),
+            y=[str(e) for e in engines],
+            z=np.round(z),
+            colorscale="Oranges",
+            zmin=0,
+            colorbar=dict(title=dict(text="idle %"), thickness=12),
+            hovertemplate="step %{x}, engine %{y}<br>%{z:.0f}% idle<extra></extra>",
+        )
+    )
     fig.update_yaxes(autorange="reversed", type="category")
     return integer_ticks(fig)

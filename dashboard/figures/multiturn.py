@@ -1,7 +1,7 @@
 """Multi-turn and latency figures from the "multiturn" result
-(workers/analysis/multiturn.py: per-step turns/tool-call histograms, cache hit rate,
+(core/analysis/multiturn.py: per-step turns/tool-call histograms, cache hit rate,
 per-turn context growth, latency by token bins) and the "latency" result
-(workers/analysis/latency.py: per-step reward seconds over ranks, tool-call latency
+(core/analysis/latency.py: per-step reward seconds over ranks, tool-call latency
 percentiles).
 """
 
@@ -9,7 +9,15 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from dashboard.figures.common import column, empty_figure, integer_ticks, log_token_axis, num, rows_height, styled_figure
+from dashboard.figures.common import (
+    column,
+    empty_figure,
+    integer_ticks,
+    log_token_axis,
+    num,
+    rows_height,
+    styled_figure,
+)
 from dashboard.theme import PERCENTILE_COLORS, STAGE_COLORS, UNITS
 
 PCTS = ("p50", "p90", "p99", "max")
@@ -29,11 +37,25 @@ def counts_hist_figure(result: dict) -> go.Figure:
     turns, tools = _trim(turns), _trim(tools)
     fig = styled_figure(title, x_title="count per trajectory", y_title="trajectories", barmode="group")
     if any(turns):
-        fig.add_trace(go.Bar(name="turns", x=list(range(len(turns))), y=turns, marker_color=STAGE_COLORS["gen"],
-                             hovertemplate="%{y:,} trajectories with %{x} turns<extra></extra>"))
+        fig.add_trace(
+            go.Bar(
+                name="turns",
+                x=list(range(len(turns))),
+                y=turns,
+                marker_color=STAGE_COLORS["gen"],
+                hovertemplate="%{y:,} trajectories with %{x} turns<extra></extra>",
+            )
+        )
     if any(tools):
-        fig.add_trace(go.Bar(name="tool calls", x=list(range(len(tools))), y=tools, marker_color=STAGE_COLORS["reward"],
-                             hovertemplate="%{y:,} trajectories with %{x} tool calls<extra></extra>"))
+        fig.add_trace(
+            go.Bar(
+                name="tool calls",
+                x=list(range(len(tools))),
+                y=tools,
+                marker_color=STAGE_COLORS["reward"],
+                hovertemplate="%{y:,} trajectories with %{x} tool calls<extra></extra>",
+            )
+        )
     fig.update_xaxes(dtick=1 if max(len(turns), len(tools)) <= 20 else None)
     return fig
 
@@ -54,10 +76,12 @@ def turns_over_steps_figure(result: dict) -> go.Figure:
         return empty_figure("No multi-turn trajectories", title)
     x = [e["step"] for e in steps]
     fig = styled_figure(title, x_title=UNITS["step"], y_title="per trajectory (count)", hovermode="x unified")
-    for key, label, color, dash in (("turns_mean", "turns (mean)", STAGE_COLORS["gen"], None),
-                                    ("turns_max", "turns (max)", STAGE_COLORS["gen"], "dot"),
-                                    ("tool_calls_mean", "tool calls (mean)", STAGE_COLORS["reward"], None),
-                                    ("tool_calls_max", "tool calls (max)", STAGE_COLORS["reward"], "dot")):
+    for key, label, color, dash in (
+        ("turns_mean", "turns (mean)", STAGE_COLORS["gen"], None),
+        ("turns_max", "turns (max)", STAGE_COLORS["gen"], "dot"),
+        ("tool_calls_mean", "tool calls (mean)", STAGE_COLORS["reward"], None),
+        ("tool_calls_max", "tool calls (max)", STAGE_COLORS["reward"], "dot"),
+    ):
         ys = column(steps, key)
         if all(y is None for y in ys):
             continue
@@ -73,9 +97,16 @@ def cache_hit_figure(result: dict) -> go.Figure:
     if not any(y is not None for y in ys):
         return empty_figure("No per-turn cached-token counts", title)
     fig = styled_figure(title, x_title=UNITS["step"], y_title="cached / prompt tokens (%)")
-    fig.add_trace(go.Scatter(name="cache hit rate", x=[e["step"] for e in steps], y=ys, mode="lines+markers",
-                             line=dict(color=STAGE_COLORS["old_log_prob"], width=2),
-                             hovertemplate="step %{x}: %{y:.1f}% cached<extra></extra>"))
+    fig.add_trace(
+        go.Scatter(
+            name="cache hit rate",
+            x=[e["step"] for e in steps],
+            y=ys,
+            mode="lines+markers",
+            line=dict(color=STAGE_COLORS["old_log_prob"], width=2),
+            hovertemplate="step %{x}: %{y:.1f}% cached<extra></extra>",
+        )
+    )
     fig.update_yaxes(range=[0, 100])
     return integer_ticks(fig)
 
@@ -88,11 +119,21 @@ def context_growth_figure(result: dict) -> go.Figure:
     if not bt.get("turn"):
         return empty_figure("No per-turn token counts", title)
     fig = styled_figure(title, x_title="turn", y_title="tokens per request (mean)", hovermode="x unified")
-    for key, label, color in (("prompt_mean", "prompt (context)", STAGE_COLORS["gen"]),
-                              ("cached_mean", "of which cached", STAGE_COLORS["old_log_prob"]),
-                              ("completion_mean", "completion", STAGE_COLORS["reward"])):
-        fig.add_trace(go.Scatter(name=label, x=bt["turn"], y=[num(v) for v in bt.get(key) or []], mode="lines+markers",
-                                 line=dict(color=color), hovertemplate=f"{label} %{{y:,.0f}} tokens<extra></extra>"))
+    for key, label, color in (
+        ("prompt_mean", "prompt (context)", STAGE_COLORS["gen"]),
+        ("cached_mean", "of which cached", STAGE_COLORS["old_log_prob"]),
+        ("completion_mean", "completion", STAGE_COLORS["reward"]),
+    ):
+        fig.add_trace(
+            go.Scatter(
+                name=label,
+                x=bt["turn"],
+                y=[num(v) for v in bt.get(key) or []],
+                mode="lines+markers",
+                line=dict(color=color),
+                hovertemplate=f"{label} %{{y:,.0f}} tokens<extra></extra>",
+            )
+        )
     fig.update_xaxes(dtick=1)
     return fig
 
@@ -104,20 +145,32 @@ def latency_vs_tokens_figure(result: dict) -> go.Figure:
     title = "Engine latency against tokens"
     fit = s.get("latency_fit") or {}
     if num(fit.get("a")) is not None:
-        title += (f" (fit: {num(fit['a']):.2f} s + {num(fit.get('b')) or 0:.3f} s/k prompt + "
-                  f"{num(fit.get('c')) or 0:.3f} s/k completion, R² {num(fit.get('r2')) or 0:.2f})")
+        title += (
+            f" (fit: {num(fit['a']):.2f} s + {num(fit.get('b')) or 0:.3f} s/k prompt + "
+            f"{num(fit.get('c')) or 0:.3f} s/k completion, R² {num(fit.get('r2')) or 0:.2f})"
+        )
     fig = styled_figure(title, x_title=UNITS["tokens"], y_title="engine latency per request (s)", hovermode="closest")
     any_data = False
-    for key, label, color in (("latency_by_prompt", "by prompt tokens", STAGE_COLORS["gen"]),
-                              ("latency_by_completion", "by completion tokens", STAGE_COLORS["reward"])):
+    for key, label, color in (
+        ("latency_by_prompt", "by prompt tokens", STAGE_COLORS["gen"]),
+        ("latency_by_completion", "by completion tokens", STAGE_COLORS["reward"]),
+    ):
         b = s.get(key) or {}
         if not b.get("bin_lo"):
             continue
         any_data = True
         mid = [(lo * hi) ** 0.5 for lo, hi in zip(b["bin_lo"], b["bin_hi"])]
-        fig.add_trace(go.Scatter(name=label, x=mid, y=b.get("latency_mean"), mode="lines+markers", line=dict(color=color),
-                                 customdata=b.get("count"),
-                                 hovertemplate="~%{x:,.0f} tokens: %{y:.2f} s (%{customdata:,} requests)<extra></extra>"))
+        fig.add_trace(
+            go.Scatter(
+                name=label,
+                x=mid,
+                y=b.get("latency_mean"),
+                mode="lines+markers",
+                line=dict(color=color),
+                customdata=b.get("count"),
+                hovertemplate="~%{x:,.0f} tokens: %{y:.2f} s (%{customdata:,} requests)<extra></extra>",
+            )
+        )
     if not any_data:
         return empty_figure("No engine latencies", "Engine latency against tokens")
     xs_all = [x for tr in fig.data for x in tr.x]
@@ -128,8 +181,16 @@ def latency_vs_tokens_figure(result: dict) -> go.Figure:
 def _add_percentile_lines(fig: go.Figure, x: list, steps: list[dict]) -> None:
     """One line per percentile (seconds) over steps."""
     for key in PCTS:
-        fig.add_trace(go.Scatter(name=key, x=x, y=column(steps, key), mode="lines+markers",
-                                 line=dict(color=PERCENTILE_COLORS[key]), hovertemplate=f"{key} %{{y:.2f}} s<extra></extra>"))
+        fig.add_trace(
+            go.Scatter(
+                name=key,
+                x=x,
+                y=column(steps, key),
+                mode="lines+markers",
+                line=dict(color=PERCENTILE_COLORS[key]),
+                hovertemplate=f"{key} %{{y:.2f}} s<extra></extra>",
+            )
+        )
 
 
 def reward_latency_figure(result: dict) -> go.Figure:
@@ -143,8 +204,15 @@ def reward_latency_figure(result: dict) -> go.Figure:
     fig = styled_figure(title, x_title=UNITS["step"], y_title=UNITS["seconds"], hovermode="x unified")
     _add_percentile_lines(fig, x, steps)
     if any(e.get("t_reward") is not None for e in steps):
-        fig.add_trace(go.Scatter(name="measured t_reward", x=x, y=column(steps, "t_reward"), mode="lines",
-                                 line=dict(color=STAGE_COLORS["reward"], dash="dash")))
+        fig.add_trace(
+            go.Scatter(
+                name="measured t_reward",
+                x=x,
+                y=column(steps, "t_reward"),
+                mode="lines",
+                line=dict(color=STAGE_COLORS["reward"], dash="dash"),
+            )
+        )
     return integer_ticks(fig)
 
 
@@ -160,11 +228,22 @@ def reward_ranks_figure(result: dict) -> go.Figure:
     for j, e in enumerate(steps):
         for r, sec in zip(e["rank"], e.get("seconds") or []):
             z[pos[r]][j] = num(sec)
-    fig = styled_figure(title, x_title=UNITS["step"], y_title=UNITS["rank"],
-                        height=rows_height(len(ranks), per_row=14 if len(ranks) <= 64 else 3, minimum=320, maximum=900))
-    fig.add_trace(go.Heatmap(x=[e["step"] for e in steps], y=[f"rank {r}" for r in ranks], z=z, colorscale="Oranges",
-                             colorbar=dict(title=dict(text="s"), thickness=12),
-                             hovertemplate="step %{x}, %{y}: %{z:.2f} s<extra></extra>"))
+    fig = styled_figure(
+        title,
+        x_title=UNITS["step"],
+        y_title=UNITS["rank"],
+        height=rows_height(len(ranks), per_row=14 if len(ranks) <= 64 else 3, minimum=320, maximum=900),
+    )
+    fig.add_trace(
+        go.Heatmap(
+            x=[e["step"] for e in steps],
+            y=[f"rank {r}" for r in ranks],
+            z=z,
+            colorscale="Oranges",
+            colorbar=dict(title=dict(text="s"), thickness=12),
+            hovertemplate="step %{x}, %{y}: %{z:.2f} s<extra></extra>",
+        )
+    )
     # Categories: the ranks that score (e.g. 0 and 4, one per engine) sit next to each other.
     fig.update_yaxes(autorange="reversed", type="category")
     return integer_ticks(fig)

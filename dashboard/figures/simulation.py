@@ -1,4 +1,4 @@
-"""Simulator-replay figures from a simulation job (workers/sim_runner.py result):
+"""Simulator-replay figures from a simulation job (workers/runners/simulations.py result):
 
   result["a"], result["b"]   per policy: makespan_s, n_gpus, idle_fraction, idle_gpu_s
                              {cause: GPU-seconds}, steps [{step, step_time, stages
@@ -21,13 +21,31 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from dashboard.figures.common import (empty_figure, integer_ticks, many_steps, num, rows_height, step_series,
-                                      styled_figure)
-from dashboard.theme import (REPLAY_COLORS, SIM_IDLE_CAUSES, SIM_IDLE_COLORS, SIM_IDLE_LABELS, SIM_STAGE_COLORS,
-                             SIM_STAGE_LABELS, UNITS, base_layout)
+from dashboard.figures.common import (
+    empty_figure,
+    integer_ticks,
+    many_steps,
+    num,
+    rows_height,
+    step_series,
+    styled_figure,
+)
+from dashboard.theme import (
+    REPLAY_COLORS,
+    SIM_IDLE_CAUSES,
+    SIM_IDLE_COLORS,
+    SIM_IDLE_LABELS,
+    SIM_STAGE_COLORS,
+    SIM_STAGE_LABELS,
+    UNITS,
+    base_layout,
+)
 
-ACCURACY_METRICS = {"rollout_s": "rollout time", "p50_traj_s": "median trajectory time",
-                    "p90_traj_s": "p90 trajectory time"}
+ACCURACY_METRICS = {
+    "rollout_s": "rollout time",
+    "p50_traj_s": "median trajectory time",
+    "p90_traj_s": "p90 trajectory time",
+}
 TIMELINE_MAX_LANES = 64
 # Figures with many legend entries keep them under the plot (above, they would wrap over the title).
 _BOTTOM_LEGEND = dict(orientation="h", yanchor="top", y=-0.12, xanchor="left", x=0, font=dict(size=11))
@@ -59,7 +77,7 @@ def measured_rollout(result: dict, trace_steps: list[dict] | None = None) -> dic
     """Measured rollout seconds per step: the accuracy report's (the steps not used for
     fitting, from engine latencies or t_gen), else the trace's logged t_gen."""
     out = {int(s["step"]): num(s.get("t_gen")) for s in trace_steps or [] if num(s.get("t_gen")) is not None}
-    for row in ((result.get("accuracy") or {}).get("steps") or []):
+    for row in (result.get("accuracy") or {}).get("steps") or []:
         m = num((row.get("rollout_s") or {}).get("measured"))
         if m is not None:
             out[int(row["step"])] = m
@@ -82,33 +100,66 @@ def predicted_vs_measured_figure(job: dict, trace_steps: list[dict] | None = Non
     measured = measured_rollout(result, trace_steps)
     if measured:
         ms = sorted(measured)
-        fig.add_trace(go.Scatter(name="measured rollout", x=ms, y=[measured[s] for s in ms], mode="markers",
-                                 marker=dict(color=REPLAY_COLORS["measured"], size=7, symbol="circle-open"),
-                                 hovertemplate="measured rollout %{y:.1f} s<extra></extra>"))
-    fig.add_trace(go.Scatter(name="predicted rollout", x=x, y=[num((s.get("stages") or {}).get("rollout")) for s in a_steps],
-                             mode=mode, line=dict(color=REPLAY_COLORS["a"], width=2),
-                             hovertemplate="predicted rollout %{y:.1f} s<extra></extra>"))
+        fig.add_trace(
+            go.Scatter(
+                name="measured rollout",
+                x=ms,
+                y=[measured[s] for s in ms],
+                mode="markers",
+                marker=dict(color=REPLAY_COLORS["measured"], size=7, symbol="circle-open"),
+                hovertemplate="measured rollout %{y:.1f} s<extra></extra>",
+            )
+        )
+    fig.add_trace(
+        go.Scatter(
+            name="predicted rollout",
+            x=x,
+            y=[num((s.get("stages") or {}).get("rollout")) for s in a_steps],
+            mode=mode,
+            line=dict(color=REPLAY_COLORS["a"], width=2),
+            hovertemplate="predicted rollout %{y:.1f} s<extra></extra>",
+        )
+    )
     acc_rows = (result.get("accuracy") or {}).get("steps") or []
     naive = [(r["step"], num((r.get("rollout_s") or {}).get("naive"))) for r in acc_rows]
     naive = [(s, v) for s, v in naive if v is not None]
     if naive:
-        fig.add_trace(go.Scatter(name="naive rollout (mean of fitted steps)", x=[s for s, _ in naive],
-                                 y=[v for _, v in naive], mode=mode,
-                                 line=dict(color=REPLAY_COLORS["naive"], width=1, dash="dot"),
-                                 hovertemplate="naive %{y:.1f} s<extra></extra>"))
+        fig.add_trace(
+            go.Scatter(
+                name="naive rollout (mean of fitted steps)",
+                x=[s for s, _ in naive],
+                y=[v for _, v in naive],
+                mode=mode,
+                line=dict(color=REPLAY_COLORS["naive"], width=1, dash="dot"),
+                hovertemplate="naive %{y:.1f} s<extra></extra>",
+            )
+        )
     t_step = {int(s["step"]): num(s.get("t_step")) for s in trace_steps or [] if num(s.get("t_step")) is not None}
     if t_step:
         ts = [s for s in sorted(t_step) if s in set(x)]
-        fig.add_trace(go.Scatter(name="measured step", x=ts, y=[t_step[s] for s in ts], mode="markers",
-                                 marker=dict(color=REPLAY_COLORS["measured"], size=7, symbol="square-open"),
-                                 hovertemplate="measured step %{y:.1f} s<extra></extra>"))
+        fig.add_trace(
+            go.Scatter(
+                name="measured step",
+                x=ts,
+                y=[t_step[s] for s in ts],
+                mode="markers",
+                marker=dict(color=REPLAY_COLORS["measured"], size=7, symbol="square-open"),
+                hovertemplate="measured step %{y:.1f} s<extra></extra>",
+            )
+        )
     for key, name in (("a", a_name), ("b", b_name)):
         steps = _steps(result.get(key)) if name else []
         if steps:
-            fig.add_trace(go.Scatter(name=f"predicted step ({name})", x=[s["step"] for s in steps],
-                                     y=[num(s.get("step_time")) for s in steps], mode=mode,
-                                     line=dict(color=REPLAY_COLORS[key], width=2, dash="dash"),
-                                     hovertemplate=f"{name} step %{{y:.1f}} s<extra></extra>"))
+            fig.add_trace(
+                go.Scatter(
+                    name=f"predicted step ({name})",
+                    x=[s["step"] for s in steps],
+                    y=[num(s.get("step_time")) for s in steps],
+                    mode=mode,
+                    line=dict(color=REPLAY_COLORS[key], width=2, dash="dash"),
+                    hovertemplate=f"{name} step %{{y:.1f}} s<extra></extra>",
+                )
+            )
     fit = (result.get("accuracy") or {}).get("fit_steps") or ((result.get("calibration") or {}).get("fit_steps") or [])
     for s in fit[:20]:  # the steps calibration saw: shaded, they are not a test of accuracy
         fig.add_vrect(x0=s - 0.5, x1=s + 0.5, fillcolor="#EEEEEE", line_width=0, layer="below")
@@ -149,14 +200,27 @@ def speedup_figure(job: dict) -> go.Figure:
     saved = [num(r.get("saved_s")) for r in rows]
     hover = "%{y:.3f}x, saved %{customdata:.1f} s<extra></extra>"
     if many_steps(len(x)):  # one line instead of hundreds of bars
-        fig.add_trace(go.Scatter(name="per step", x=x, y=ys, mode="lines", line=dict(color=REPLAY_COLORS["b"], width=1),
-                                 customdata=saved, hovertemplate=hover))
+        fig.add_trace(
+            go.Scatter(
+                name="per step",
+                x=x,
+                y=ys,
+                mode="lines",
+                line=dict(color=REPLAY_COLORS["b"], width=1),
+                customdata=saved,
+                hovertemplate=hover,
+            )
+        )
     else:
         colors = [REPLAY_COLORS["b"] if (y or 0) >= 1 else REPLAY_COLORS["measured"] for y in ys]
         fig.add_trace(go.Bar(name="per step", x=x, y=ys, marker_color=colors, customdata=saved, hovertemplate=hover))
     if total is not None:
-        fig.add_hline(y=total, line=dict(color=REPLAY_COLORS["b"], width=2, dash="dash"),
-                      annotation_text=f"overall {total:.3f}x", annotation_position="top left")
+        fig.add_hline(
+            y=total,
+            line=dict(color=REPLAY_COLORS["b"], width=2, dash="dash"),
+            annotation_text=f"overall {total:.3f}x",
+            annotation_position="top left",
+        )
     fig.add_hline(y=1.0, line=dict(color="#999", width=1, dash="dot"))
     lo = min([y for y in ys if y is not None] + [1.0])
     fig.update_yaxes(range=[min(0.9, lo * 0.95), None] if lo > 0.5 else None)
@@ -170,11 +234,25 @@ def idle_cause_figure(job: dict) -> go.Figure:
     title = "Idle GPU time by cause"
     if not names:
         return empty_figure("This replay has no steps", title)
-    fig = make_subplots(rows=len(names), cols=1, shared_xaxes=True, vertical_spacing=0.12,
-                        subplot_titles=[f"{n}: {100 * (num(result[k].get('idle_fraction')) or 0):.1f}% of GPU time idle"
-                                        for k, n in names])
-    fig.update_layout(**base_layout(title=dict(text=title), barmode="stack", bargap=0.1, hovermode="x unified",
-                                    height=300 + 200 * len(names), margin=dict(l=64, r=24, t=60, b=110)))
+    fig = make_subplots(
+        rows=len(names),
+        cols=1,
+        shared_xaxes=True,
+        vertical_spacing=0.12,
+        subplot_titles=[
+            f"{n}: {100 * (num(result[k].get('idle_fraction')) or 0):.1f}% of GPU time idle" for k, n in names
+        ],
+    )
+    fig.update_layout(
+        **base_layout(
+            title=dict(text=title),
+            barmode="stack",
+            bargap=0.1,
+            hovermode="x unified",
+            height=300 + 200 * len(names),
+            margin=dict(l=64, r=24, t=60, b=110),
+        )
+    )
     fig.update_layout(legend=_BOTTOM_LEGEND)
     for row, (key, _name) in enumerate(names, start=1):
         steps = _steps(result[key])
@@ -183,11 +261,21 @@ def idle_cause_figure(job: dict) -> go.Figure:
             ys = [num((s.get("idle_gpu_s") or {}).get(cause)) or 0.0 for s in steps]
             if not any(ys):
                 continue
-            fig.add_trace(step_series(x, ys, name=SIM_IDLE_LABELS[cause], color=SIM_IDLE_COLORS[cause], stacked=True,
-                                      stackgroup=key, legendgroup=cause,
-                                      showlegend=row == 1 or cause not in _causes(result, "a"),
-                                      hovertemplate=f"{SIM_IDLE_LABELS[cause]} %{{y:,.0f}} GPU-s<extra></extra>"),
-                          row=row, col=1)
+            fig.add_trace(
+                step_series(
+                    x,
+                    ys,
+                    name=SIM_IDLE_LABELS[cause],
+                    color=SIM_IDLE_COLORS[cause],
+                    stacked=True,
+                    stackgroup=key,
+                    legendgroup=cause,
+                    showlegend=row == 1 or cause not in _causes(result, "a"),
+                    hovertemplate=f"{SIM_IDLE_LABELS[cause]} %{{y:,.0f}} GPU-s<extra></extra>",
+                ),
+                row=row,
+                col=1,
+            )
         fig.update_yaxes(title_text="idle GPU-seconds", row=row, col=1)
     fig.update_xaxes(title_text=UNITS["step"], row=len(names), col=1)
     return integer_ticks(fig)
@@ -198,8 +286,9 @@ def _causes(result: dict, key: str) -> set[str]:
 
 
 # -- simulated GPU timeline ------------------------------------------------------------
-def timeline_arrays(sim: dict, *, max_lanes: int = TIMELINE_MAX_LANES,
-                    max_intervals: int = TIMELINE_MAX_INTERVALS) -> dict:
+def timeline_arrays(
+    sim: dict, *, max_lanes: int = TIMELINE_MAX_LANES, max_intervals: int = TIMELINE_MAX_INTERVALS
+) -> dict:
     """The timeline as columns, downsampled for drawing: at most `max_lanes` lanes
     (evenly spaced) and `max_intervals` intervals (the longest ones: shorter ones are
     below a pixel at full view). Returns {lanes: [name], lane, start, end, category
@@ -227,11 +316,14 @@ def timeline_arrays(sim: dict, *, max_lanes: int = TIMELINE_MAX_LANES,
     return {
         "lanes": names,
         "lane": np.asarray(lane_idx, dtype=np.int64)[keep_idx],
-        "start": start_a[keep_idx], "end": end_a[keep_idx],
+        "start": start_a[keep_idx],
+        "end": end_a[keep_idx],
         "category": np.asarray(cat, dtype=object)[keep_idx],
         "step": np.asarray(step, dtype=np.int64)[keep_idx],
-        "shown_lanes": len(lanes), "total_lanes": total_lanes,
-        "shown_intervals": int(keep_idx.size), "total_intervals": int(total),
+        "shown_lanes": len(lanes),
+        "total_lanes": total_lanes,
+        "shown_intervals": int(keep_idx.size),
+        "total_intervals": int(total),
     }
 
 
@@ -272,9 +364,15 @@ def timeline_raster(t: dict, bins: int) -> tuple[np.ndarray, np.ndarray, list[st
     return centres, z, categories
 
 
-def timeline_figure(sim: dict | None, *, policy: str = "", max_lanes: int = TIMELINE_MAX_LANES,
-                    max_intervals: int = TIMELINE_MAX_INTERVALS, raster_above: int = TIMELINE_RASTER_ABOVE,
-                    bins: int = TIMELINE_BINS) -> go.Figure:
+def timeline_figure(
+    sim: dict | None,
+    *,
+    policy: str = "",
+    max_lanes: int = TIMELINE_MAX_LANES,
+    max_intervals: int = TIMELINE_MAX_INTERVALS,
+    raster_above: int = TIMELINE_RASTER_ABOVE,
+    bins: int = TIMELINE_BINS,
+) -> go.Figure:
     """Gantt of the simulated GPUs: one row per lane (GPUs that do the same thing),
     busy stages in their stage colours, idle time in light tones by cause. Up to
     `raster_above` intervals every one is drawn (SVG line segments); a longer timeline
@@ -300,16 +398,28 @@ def timeline_figure(sim: dict | None, *, policy: str = "", max_lanes: int = TIME
     if notes:
         title += " — " + ", ".join(notes)
     n = len(t["lanes"])
-    fig = styled_figure(title, x_title="simulated time (s)", y_title="", height=rows_height(n, per_row=18, maximum=1100),
-                        hovermode="closest")
+    fig = styled_figure(
+        title,
+        x_title="simulated time (s)",
+        y_title="",
+        height=rows_height(n, per_row=18, maximum=1100),
+        hovermode="closest",
+    )
     if raster:
         _raster_timeline(fig, t, bins)
     else:
         _segment_timeline(fig, t, width=max(3, min(14, int(400 / max(n, 1)))))
-    fig.update_yaxes(tickmode="array", tickvals=list(range(n)), ticktext=t["lanes"], autorange="reversed",
-                     showgrid=False, zeroline=False)
-    fig.update_layout(legend={**_BOTTOM_LEGEND, "y": -0.22}, height=fig.layout.height + 90,
-                      margin=dict(l=64, r=24, t=60, b=130))
+    fig.update_yaxes(
+        tickmode="array",
+        tickvals=list(range(n)),
+        ticktext=t["lanes"],
+        autorange="reversed",
+        showgrid=False,
+        zeroline=False,
+    )
+    fig.update_layout(
+        legend={**_BOTTOM_LEGEND, "y": -0.22}, height=fig.layout.height + 90, margin=dict(l=64, r=24, t=60, b=130)
+    )
     return fig
 
 
@@ -332,9 +442,17 @@ def _segment_timeline(fig: go.Figure, t: dict, width: int) -> None:
         ys = np.repeat(t["lane"][sel].astype(np.float32), 3)
         ys[2::3] = np.nan
         steps = np.repeat(t["step"][sel].astype(np.int32), 3)
-        fig.add_trace(go.Scatter(name=name, x=xs, y=ys, mode="lines", line=dict(color=color, width=width),
-                                 customdata=steps, hovertemplate=f"{name}<br>step %{{customdata}}, "
-                                                                 f"at %{{x:.1f}} s<extra></extra>"))
+        fig.add_trace(
+            go.Scatter(
+                name=name,
+                x=xs,
+                y=ys,
+                mode="lines",
+                line=dict(color=color, width=width),
+                customdata=steps,
+                hovertemplate=f"{name}<br>step %{{customdata}}, at %{{x:.1f}} s<extra></extra>",
+            )
+        )
 
 
 def _raster_timeline(fig: go.Figure, t: dict, bins: int) -> None:
@@ -352,15 +470,26 @@ def _raster_timeline(fig: go.Figure, t: dict, bins: int) -> None:
         scale += [[i / k, color], [(i + 1) / k, color]]
     # hover names kept short: one per sampled cell (the legend has the long ones)
     names = np.array([c.replace("idle:", "idle: ").replace("_", " ") for c in order] + [""], dtype=object)
-    fig.add_trace(go.Heatmap(
-        x=centres.astype(np.float32), y=np.arange(len(t["lanes"]), dtype=np.int16),
-        z=np.where(shown >= 0, shown, np.nan).astype(np.float32), zmin=-0.5, zmax=k - 0.5,
-        colorscale=scale, showscale=False, text=names[shown].tolist(), name="timeline",
-        hovertemplate="%{text}<br>at %{x:.1f} s<extra></extra>",
-    ))
+    fig.add_trace(
+        go.Heatmap(
+            x=centres.astype(np.float32),
+            y=np.arange(len(t["lanes"]), dtype=np.int16),
+            z=np.where(shown >= 0, shown, np.nan).astype(np.float32),
+            zmin=-0.5,
+            zmax=k - 0.5,
+            colorscale=scale,
+            showscale=False,
+            text=names[shown].tolist(),
+            name="timeline",
+            hovertemplate="%{text}<br>at %{x:.1f} s<extra></extra>",
+        )
+    )
     for name, color in styles:  # legend entries (a heatmap has none of its own)
-        fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=name,
-                                 marker=dict(symbol="square", size=11, color=color)))
+        fig.add_trace(
+            go.Scatter(
+                x=[None], y=[None], mode="markers", name=name, marker=dict(symbol="square", size=11, color=color)
+            )
+        )
 
 
 # -- headline cards -------------------------------------------------------------------
@@ -374,24 +503,54 @@ def summary_cards(job: dict) -> list[dict]:
     total = (result.get("compare") or {}).get("total") or {}
     speedup = num(total.get("speedup"))
     if b_name:
-        cards.append({"key": "speedup", "label": f"Speedup of {b_name}",
-                      "value": "—" if speedup is None else f"{speedup:.3f}x",
-                      "hint": f"over {a_name}; saves {num(total.get('saved_s')) or 0:,.1f} s of {_dur(a.get('makespan_s'))}"})
-    cards.append({"key": "makespan-a", "label": f"Time, {a_name}", "value": _dur(a.get("makespan_s")),
-                  "hint": f"{_share(a.get('idle_fraction'))} of GPU time idle on {a.get('n_gpus') or '—'} GPUs"})
+        cards.append(
+            {
+                "key": "speedup",
+                "label": f"Speedup of {b_name}",
+                "value": "—" if speedup is None else f"{speedup:.3f}x",
+                "hint": f"over {a_name}; saves {num(total.get('saved_s')) or 0:,.1f} s of {_dur(a.get('makespan_s'))}",
+            }
+        )
+    cards.append(
+        {
+            "key": "makespan-a",
+            "label": f"Time, {a_name}",
+            "value": _dur(a.get("makespan_s")),
+            "hint": f"{_share(a.get('idle_fraction'))} of GPU time idle on {a.get('n_gpus') or '—'} GPUs",
+        }
+    )
     if b_name:
-        cards.append({"key": "makespan-b", "label": f"Time, {b_name}", "value": _dur(b.get("makespan_s")),
-                      "hint": f"{_share(b.get('idle_fraction'))} of GPU time idle"})
+        cards.append(
+            {
+                "key": "makespan-b",
+                "label": f"Time, {b_name}",
+                "value": _dur(b.get("makespan_s")),
+                "hint": f"{_share(b.get('idle_fraction'))} of GPU time idle",
+            }
+        )
     rows = {r["metric"]: r for r in accuracy_rows(result)}
     if "rollout_s" in rows:
         r = rows["rollout_s"]
-        cards.append({"key": "accuracy-rollout", "label": "Rollout accuracy", "value": _share(r["calibrated"]),
-                      "hint": f"calibrated, on {r['steps']} step(s) not fitted; naive {_share(r['naive'])}"})
+        cards.append(
+            {
+                "key": "accuracy-rollout",
+                "label": "Rollout accuracy",
+                "value": _share(r["calibrated"]),
+                "hint": f"calibrated, on {r['steps']} step(s) not fitted; naive {_share(r['naive'])}",
+            }
+        )
     else:
         cal = result.get("calibration")
-        cards.append({"key": "accuracy-rollout", "label": "Rollout accuracy", "value": "—",
-                      "hint": "calibrated on every replayed step: nothing left to test" if cal else
-                              "not calibrated (the trace has no measured timings)"})
+        cards.append(
+            {
+                "key": "accuracy-rollout",
+                "label": "Rollout accuracy",
+                "value": "—",
+                "hint": "calibrated on every replayed step: nothing left to test"
+                if cal
+                else "not calibrated (the trace has no measured timings)",
+            }
+        )
     return cards
 
 

@@ -25,23 +25,40 @@ def stage_time_figure(steps: list[dict], *, title: str = "Stage time per step") 
     if not has_stage_timings(rows):
         return empty_figure("This trace has no per-step stage timings (upload the framework's metric log)", title)
     x = [r["step"] for r in rows]
-    fig = styled_figure(title, x_title=UNITS["step"], y_title=UNITS["seconds"], barmode="stack", bargap=0.1,
-                        hovermode="x unified")
+    fig = styled_figure(
+        title, x_title=UNITS["step"], y_title=UNITS["seconds"], barmode="stack", bargap=0.1, hovermode="x unified"
+    )
     named = [0.0] * len(rows)
     for st in STAGES:
         ys = [num(r.get(f"t_{st}")) for r in rows]
         if all(y is None for y in ys):
             continue
         named = [a + (y or 0.0) for a, y in zip(named, ys)]
-        fig.add_trace(step_series(x, ys, name=STAGE_LABELS[st], color=stage_color(st), stacked=True,
-                                  hovertemplate=f"{STAGE_LABELS[st]} %{{y:.2f}} s<extra></extra>"))
+        fig.add_trace(
+            step_series(
+                x,
+                ys,
+                name=STAGE_LABELS[st],
+                color=stage_color(st),
+                stacked=True,
+                hovertemplate=f"{STAGE_LABELS[st]} %{{y:.2f}} s<extra></extra>",
+            )
+        )
     other = []
     for r, total in zip(rows, named):
         t_step = num(r.get("t_step"))
         other.append(max(t_step - total, 0.0) if t_step is not None else None)
     if any(o for o in other):
-        fig.add_trace(step_series(x, other, name=STAGE_LABELS["other"], color=stage_color("other"), stacked=True,
-                                  hovertemplate="other %{y:.2f} s<extra></extra>"))
+        fig.add_trace(
+            step_series(
+                x,
+                other,
+                name=STAGE_LABELS["other"],
+                color=stage_color("other"),
+                stacked=True,
+                hovertemplate="other %{y:.2f} s<extra></extra>",
+            )
+        )
     return integer_ticks(fig)
 
 
@@ -89,8 +106,14 @@ def stage_gantt_figure(step: dict | None, rank_timings: list[dict], *, step_no: 
     if not segs:
         return empty_figure("No stage or per-rank timings for this step", title)
     ranks = sorted({s["rank"] for s in segs})
-    fig = styled_figure(title, x_title="time from step start (s)", y_title=UNITS["rank"], barmode="overlay",
-                        height=rows_height(len(ranks), per_row=18 if len(ranks) < 64 else 5), bargap=0.15)
+    fig = styled_figure(
+        title,
+        x_title="time from step start (s)",
+        y_title=UNITS["rank"],
+        barmode="overlay",
+        height=rows_height(len(ranks), per_row=18 if len(ranks) < 64 else 5),
+        bargap=0.15,
+    )
     order = [st for st in dict.fromkeys(s["stage"] for s in segs) if st != "wait"] + ["wait"]
     for stage in order:
         part = [s for s in segs if s["stage"] == stage]
@@ -99,12 +122,17 @@ def stage_gantt_figure(step: dict | None, rank_timings: list[dict], *, step_no: 
         label = STAGE_LABELS.get(stage, stage)
         fig.add_trace(
             go.Bar(
-                name=label, orientation="h", y=[f"rank {s['rank']}" for s in part], base=[s["start"] for s in part],
-                x=[s["end"] - s["start"] for s in part], marker_color=stage_color(stage),
+                name=label,
+                orientation="h",
+                y=[f"rank {s['rank']}" for s in part],
+                base=[s["start"] for s in part],
+                x=[s["end"] - s["start"] for s in part],
+                marker_color=stage_color(stage),
                 hovertemplate=f"%{{y}}<br>{label}: %{{x:.2f}} s (from %{{base:.2f}} s)<extra></extra>",
             )
         )
     # Categories (not numbers): ranks 0 and 4 of a 2-engine run sit next to each other.
-    fig.update_yaxes(autorange="reversed", type="category", categoryorder="array",
-                     categoryarray=[f"rank {r}" for r in ranks])
+    fig.update_yaxes(
+        autorange="reversed", type="category", categoryorder="array", categoryarray=[f"rank {r}" for r in ranks]
+    )
     return fig

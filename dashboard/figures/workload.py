@@ -1,4 +1,4 @@
-"""Workload-fit figures from a workload job's result (workers/workload_runner.py):
+"""Workload-fit figures from a workload job's result (workers/runners/workloads.py):
 
   result["fit"]   {task: report} with per task: n_samples, prompt / response {lognorm,
                   gamma: KS statistic}, joint_gmm {components, ks_prompt, ks_response},
@@ -43,8 +43,11 @@ def fit_rows(result: dict) -> list[dict]:
         tail = num((rep.get("tail") or {}).get("ks"))
         if tail is not None:
             rows.append({"task": task, "fit": "far tail, lognormal", "ks": tail})
-        labels = {"completion": "turn completion tokens", "tool_tokens": "tool response tokens",
-                  "tool_latency": "tool latency"}
+        labels = {
+            "completion": "turn completion tokens",
+            "tool_tokens": "tool response tokens",
+            "tool_latency": "tool latency",
+        }
         for key, label in labels.items():
             ks = num((rep.get("multiturn") or {}).get(key))
             if ks is not None:
@@ -60,14 +63,22 @@ def fit_ks_figure(result: dict) -> go.Figure:
     if not rows:
         return empty_figure("No fit in this job (a parameter-file workload)", title)
     tasks = list(dict.fromkeys(r["task"] for r in rows))
-    fig = styled_figure(title, x_title="KS statistic", y_title="", height=rows_height(len(rows), per_row=26),
-                        barmode="group")
+    fig = styled_figure(
+        title, x_title="KS statistic", y_title="", height=rows_height(len(rows), per_row=26), barmode="group"
+    )
     for i, task in enumerate(tasks):
         mine = [r for r in rows if r["task"] == task]
         label = [r["fit"] if len(tasks) == 1 else f"{task}: {r['fit']}" for r in mine]
-        fig.add_trace(go.Bar(name=task, orientation="h", x=[r["ks"] for r in mine], y=label,
-                             marker_color=TRACE_COLORS[i % len(TRACE_COLORS)],
-                             hovertemplate="%{y}: KS %{x:.3f}<extra></extra>"))
+        fig.add_trace(
+            go.Bar(
+                name=task,
+                orientation="h",
+                x=[r["ks"] for r in mine],
+                y=label,
+                marker_color=TRACE_COLORS[i % len(TRACE_COLORS)],
+                hovertemplate="%{y}: KS %{x:.3f}<extra></extra>",
+            )
+        )
     fig.add_vline(x=GOOD_KS, line=dict(color="#999", width=1, dash="dot"))
     fig.update_yaxes(autorange="reversed")
     fig.update_layout(showlegend=len(tasks) > 1)
@@ -80,7 +91,13 @@ def task_summary(result: dict) -> list[dict]:
     out = []
     for task, rep in sorted((result.get("fit") or {}).items()):
         rep = rep or {}
-        out.append({"task": task, "samples": rep.get("n_samples"), "truncation_rate": num(rep.get("truncation_rate")),
-                    "intra_group_corr": num(rep.get("intra_group_corr")),
-                    "tokens_per_step": num((rep.get("trend") or {}).get("mean_tokens_per_step"))})
+        out.append(
+            {
+                "task": task,
+                "samples": rep.get("n_samples"),
+                "truncation_rate": num(rep.get("truncation_rate")),
+                "intra_group_corr": num(rep.get("intra_group_corr")),
+                "tokens_per_step": num((rep.get("trend") or {}).get("mean_tokens_per_step")),
+            }
+        )
     return out

@@ -38,28 +38,48 @@ def layout(a: str | None = None, b: str | None = None, **_):
     a, b = _int(a), _int(b)
     a = a if a in ids else (ids[1] if len(ids) > 1 else (ids[0] if ids else None))
     b = b if b in ids else (ids[0] if ids else None)
-    return html.Div([
-        html.H2("Compare two traces"),
-        controls(
-            control("Trace A", dcc.Dropdown(id="cmp-a", options=options, value=a, clearable=False,
-                                            style={"minWidth": "280px"})),
-            control("Trace B", dcc.Dropdown(id="cmp-b", options=options, value=b, clearable=False,
-                                            style={"minWidth": "280px"})),
-            control("Length", dcc.RadioItems(id="cmp-field", value="response", inline=True,
-                                             options=["response", "prompt", "total"])),
-            control("Percentiles", dcc.Checklist(id="cmp-keys", value=["p50", "p99"], inline=True,
-                                                 options=["mean", "p50", "p90", "p99", "max"])),
-        ),
-        html.Div(id="cmp-message"),
-        html.Div(className="grid-2", children=[
-            section("Lengths over steps", graph("cmp-lengths")),
-            section("Distribution over all steps", graph("cmp-cdf")),
-        ]),
-        html.Div(className="grid-2", children=[
-            section("Stage time, trace A", graph("cmp-stages-a")),
-            section("Stage time, trace B", graph("cmp-stages-b")),
-        ]),
-    ])
+    return html.Div(
+        [
+            html.H2("Compare two traces"),
+            controls(
+                control(
+                    "Trace A",
+                    dcc.Dropdown(id="cmp-a", options=options, value=a, clearable=False, style={"minWidth": "280px"}),
+                ),
+                control(
+                    "Trace B",
+                    dcc.Dropdown(id="cmp-b", options=options, value=b, clearable=False, style={"minWidth": "280px"}),
+                ),
+                control(
+                    "Length",
+                    dcc.RadioItems(
+                        id="cmp-field", value="response", inline=True, options=["response", "prompt", "total"]
+                    ),
+                ),
+                control(
+                    "Percentiles",
+                    dcc.Checklist(
+                        id="cmp-keys", value=["p50", "p99"], inline=True, options=["mean", "p50", "p90", "p99", "max"]
+                    ),
+                ),
+            ),
+            html.Div(id="cmp-message"),
+            html.Div(
+                className="grid-2",
+                children=[
+                    section("Lengths over steps", graph("cmp-lengths")),
+                    section("Distribution over all steps", graph("cmp-cdf")),
+                ],
+            ),
+            html.Div(
+                className="grid-2",
+                children=[
+                    section("Stage time, trace A", graph("cmp-stages-a")),
+                    section("Stage time, trace B", graph("cmp-stages-b")),
+                ],
+            ),
+        ]
+    )
 
 
 def _load(api, trace_id, field):
@@ -100,8 +120,13 @@ def fill(a, b, field, keys):
     if top > 0:
         for fig in (fig_a, fig_b):
             fig.update_yaxes(range=[0, top * 1.05])
-    return (compare_percentiles_figure(sa, sb, names, tuple(keys or ["p50"])), compare_cdf_figure(sa, sb, names),
-            fig_a, fig_b, None)
+    return (
+        compare_percentiles_figure(sa, sb, names, tuple(keys or ["p50"])),
+        compare_cdf_figure(sa, sb, names),
+        fig_a,
+        fig_b,
+        None,
+    )
 
 
 def _stack_top(fig) -> float:

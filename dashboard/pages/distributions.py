@@ -17,55 +17,111 @@ from dashboard.client import ApiError
 from dashboard.components import PAGE_TRACE_ID, RESULT, alert, control, controls, graph, section
 from dashboard.figure_cache import cached
 from dashboard.figures.common import empty_figure
-from dashboard.panels import analysis_panel
-from dashboard.figures.distributions import (cdf_figure, default_cdf_steps, length_box_figure, length_heatmap_figure,
-                                             percentile_lines_figure, tail_figure)
+from dashboard.figures.distributions import (
+    cdf_figure,
+    default_cdf_steps,
+    length_box_figure,
+    length_heatmap_figure,
+    percentile_lines_figure,
+    tail_figure,
+)
 from dashboard.figures.longtail import longtail_engine_figure, longtail_finish_figure, longtail_idle_figure
+from dashboard.panels import analysis_panel
 from dashboard.payloads import PHASES, filter_phase
 from dashboard.results import analysis_result
 from dashboard.trace_frame import trace_page
 
-dash.register_page(__name__, path_template="/traces/<trace_id>/distributions", name="Distributions",
-                   title="Distributions · RLVR Explorer", nav="trace", order=1)
+dash.register_page(
+    __name__,
+    path_template="/traces/<trace_id>/distributions",
+    name="Distributions",
+    title="Distributions · RLVR Explorer",
+    nav="trace",
+    order=1,
+)
 
 
 def body(trace: dict) -> html.Div:
     tasks = trace.get("tasks") or []
     if not trace.get("n_samples"):
         return alert("This trace has no samples (it may be a GPU-timeline or metric-log trace).", "info")
-    return html.Div([
-        controls(
-            control("Length", dcc.RadioItems(id="dist-field", value="response", inline=True, options=[
-                {"label": "response", "value": "response"}, {"label": "prompt", "value": "prompt"},
-                {"label": "total", "value": "total"}])),
-            control("Task", dcc.Dropdown(id="dist-task", options=[{"label": t, "value": t} for t in tasks],
-                                         placeholder="all tasks", clearable=True, disabled=not tasks,
-                                         style={"minWidth": "180px"})),
-            control("Steps", dcc.RadioItems(id="dist-phase", value="train", inline=True,
-                                            options=[{"label": v, "value": k} for k, v in PHASES.items()])),
-            control("Axis", dcc.Checklist(id="dist-log", options=[{"label": "log lengths", "value": "log"}], value=[],
-                                          inline=True)),
-        ),
-        html.Div(id="dist-message"),
-        section("Per step", graph("dist-box"),
-                help_text="Box = p25-p75 with the median; whiskers p10-p90; dashed line = mean; markers: p99 and max."),
-        html.Div(className="grid-2", children=[
-            section("Where the samples fall", graph("dist-heatmap")),
-            section("Percentiles over steps", graph("dist-percentiles")),
-        ]),
-        html.Div(className="grid-2", children=[
-            section("Tail and truncation", graph("dist-tail")),
-            section("CDF of chosen steps",
-                    control("Steps", dcc.Dropdown(id="dist-cdf-steps", multi=True, placeholder="choose steps")),
-                    graph("dist-cdf")),
-        ]),
-        section("Rollout long tail",
+    return html.Div(
+        [
+            controls(
+                control(
+                    "Length",
+                    dcc.RadioItems(
+                        id="dist-field",
+                        value="response",
+                        inline=True,
+                        options=[
+                            {"label": "response", "value": "response"},
+                            {"label": "prompt", "value": "prompt"},
+                            {"label": "total", "value": "total"},
+                        ],
+                    ),
+                ),
+                control(
+                    "Task",
+                    dcc.Dropdown(
+                        id="dist-task",
+                        options=[{"label": t, "value": t} for t in tasks],
+                        placeholder="all tasks",
+                        clearable=True,
+                        disabled=not tasks,
+                        style={"minWidth": "180px"},
+                    ),
+                ),
+                control(
+                    "Steps",
+                    dcc.RadioItems(
+                        id="dist-phase",
+                        value="train",
+                        inline=True,
+                        options=[{"label": v, "value": k} for k, v in PHASES.items()],
+                    ),
+                ),
+                control(
+                    "Axis",
+                    dcc.Checklist(
+                        id="dist-log", options=[{"label": "log lengths", "value": "log"}], value=[], inline=True
+                    ),
+                ),
+            ),
+            html.Div(id="dist-message"),
+            section(
+                "Per step",
+                graph("dist-box"),
+                help_text="Box = p25-p75 with the median; whiskers p10-p90; dashed line = mean; markers: p99 and max.",
+            ),
+            html.Div(
+                className="grid-2",
+                children=[
+                    section("Where the samples fall", graph("dist-heatmap")),
+                    section("Percentiles over steps", graph("dist-percentiles")),
+                ],
+            ),
+            html.Div(
+                className="grid-2",
+                children=[
+                    section("Tail and truncation", graph("dist-tail")),
+                    section(
+                        "CDF of chosen steps",
+                        control("Steps", dcc.Dropdown(id="dist-cdf-steps", multi=True, placeholder="choose steps")),
+                        graph("dist-cdf"),
+                    ),
+                ],
+            ),
+            section(
+                "Rollout long tail",
                 analysis_panel("longtail", "long-tail analysis", trace["id"]),
                 html.Div(className="grid-2", children=[graph("longtail-idle"), graph("longtail-finish")]),
                 graph("longtail-engines"),
                 help_text="With one decoding slot per sample, an engine is busy until its longest sample ends: "
-                          "idle share = 1 - sum(len) / (n x max len)."),
-    ])
+                "idle share = 1 - sum(len) / (n x max len).",
+            ),
+        ]
+    )
 
 
 def layout(trace_id: str | None = None, **_):
@@ -96,8 +152,10 @@ def _summaries(trace_id, field, task, phase) -> tuple[dict, dict]:
 )
 def fill(trace_id, field, task, phase, log, chosen):
     try:
-        return cached(("distributions", trace_id, field, task, phase, tuple(log or []), tuple(chosen or [])),
-                      lambda: _figures(trace_id, field, task, phase, log, chosen))
+        return cached(
+            ("distributions", trace_id, field, task, phase, tuple(log or []), tuple(chosen or [])),
+            lambda: _figures(trace_id, field, task, phase, log, chosen),
+        )
     except ApiError as exc:
         fig = empty_figure(exc.message)
         return fig, fig, fig, fig, fig, [], "choose steps", alert(exc.message)
@@ -117,9 +175,16 @@ def _figures(trace_id, field, task, phase, log, chosen):
     # default are named in the dropdown's placeholder, not set as its value: setting the
     # value would trigger fill_cdf, a second round trip after the page drew.
     placeholder = "steps " + ", ".join(map(str, default)) + " (choose others)" if default else "choose steps"
-    return (length_box_figure(shown, log_y=log_y), length_heatmap_figure(shown),
-            percentile_lines_figure(shown, log_y=log_y), tail_figure(shown), cdf_figure(shown, keep),
-            options, placeholder, message)
+    return (
+        length_box_figure(shown, log_y=log_y),
+        length_heatmap_figure(shown),
+        percentile_lines_figure(shown, log_y=log_y),
+        tail_figure(shown),
+        cdf_figure(shown, keep),
+        options,
+        placeholder,
+        message,
+    )
 
 
 @dash.callback(
@@ -152,5 +217,7 @@ def fill_longtail(data):
     if result is None:
         fig = empty_figure(note)
         return fig, fig, fig
-    return cached(("longtail", data["job_id"]), lambda: (longtail_idle_figure(result), longtail_finish_figure(result),
-                                                         longtail_engine_figure(result)))
+    return cached(
+        ("longtail", data["job_id"]),
+        lambda: (longtail_idle_figure(result), longtail_finish_figure(result), longtail_engine_figure(result)),
+    )

@@ -14,20 +14,31 @@ from dash import Input, Output, State, ctx, dcc, html, no_update
 
 from dashboard import session
 from dashboard.client import ApiError
-from dashboard.components import (PAGE_TRACE_ID, RESULT, alert, control, controls, graph, section)
+from dashboard.components import PAGE_TRACE_ID, RESULT, alert, control, controls, graph, section
 from dashboard.figure_cache import cached
 from dashboard.figures.common import empty_figure
+from dashboard.figures.gpu import (
+    idle_breakdown_figure,
+    kernel_gantt_figure,
+    kernel_kind_figure,
+    straggler_figure,
+    temporal_breakdown_figure,
+    top_kernels_rows,
+)
+from dashboard.figures.stages import has_stage_timings, stage_gantt_figure
 from dashboard.panels import analysis_panel
-from dashboard.figures.gpu import (idle_breakdown_figure, kernel_gantt_figure, kernel_kind_figure, straggler_figure,
-                                   temporal_breakdown_figure, top_kernels_rows)
-from dashboard.figures.stages import has_stage_timings
-from dashboard.figures.stages import stage_gantt_figure
 from dashboard.payloads import kineto_ranks, kineto_steps, step_window, zoom_range
 from dashboard.results import analysis_result
 from dashboard.trace_frame import trace_page
 
-dash.register_page(__name__, path_template="/traces/<trace_id>/gpu", name="GPU timeline",
-                   title="GPU timeline · RLVR Explorer", nav="trace", order=2)
+dash.register_page(
+    __name__,
+    path_template="/traces/<trace_id>/gpu",
+    name="GPU timeline",
+    title="GPU timeline · RLVR Explorer",
+    nav="trace",
+    order=2,
+)
 
 EVENT_BUDGET = 10_000  # GPU events drawn per view, over all ranks (~1.5 MB of figure JSON)
 DEFAULT_RANKS = 4
@@ -47,18 +58,40 @@ def body(trace: dict) -> html.Div:
     first = kineto_steps(trace)[0] if kineto_steps(trace) else (step_ids[0] if step_ids else None)
     parts = [
         controls(
-            control("Step", dcc.Dropdown(id="gpu-step", options=[{"label": f"step {s}", "value": s} for s in step_ids],
-                                         value=first, clearable=False, style={"minWidth": "160px"})),
-            control("Ranks", dcc.Dropdown(id="gpu-ranks", multi=True, value=ranks[:DEFAULT_RANKS],
-                                          options=[{"label": f"rank {r}", "value": r} for r in ranks],
-                                          placeholder="ranks", style={"minWidth": "260px"})) if has_gpu else None,
+            control(
+                "Step",
+                dcc.Dropdown(
+                    id="gpu-step",
+                    options=[{"label": f"step {s}", "value": s} for s in step_ids],
+                    value=first,
+                    clearable=False,
+                    style={"minWidth": "160px"},
+                ),
+            ),
+            control(
+                "Ranks",
+                dcc.Dropdown(
+                    id="gpu-ranks",
+                    multi=True,
+                    value=ranks[:DEFAULT_RANKS],
+                    options=[{"label": f"rank {r}", "value": r} for r in ranks],
+                    placeholder="ranks",
+                    style={"minWidth": "260px"},
+                ),
+            )
+            if has_gpu
+            else None,
         ),
         dcc.Store(id="gpu-steps", data=steps),
     ]
     if has_stages:
-        parts.append(section("Stages per rank", graph("gpu-stage-gantt"),
-                             help_text="Each stage starts when the slowest rank finished the previous one; "
-                                       "grey = waiting."))
+        parts.append(
+            section(
+                "Stages per rank",
+                graph("gpu-stage-gantt"),
+                help_text="Each stage starts when the slowest rank finished the previous one; grey = waiting.",
+            )
+        )
     if has_gpu:
         parts += [
             dcc.Store(id="gpu-window"),
@@ -66,24 +99,32 @@ def body(trace: dict) -> html.Div:
             section(
                 "GPU kernels",
                 controls(
-                    html.Button("Load detail for the zoomed range", id="gpu-zoom-load", n_clicks=0, className="button small"),
+                    html.Button(
+                        "Load detail for the zoomed range", id="gpu-zoom-load", n_clicks=0, className="button small"
+                    ),
                     html.Button("Whole step", id="gpu-zoom-reset", n_clicks=0, className="button small secondary"),
-                    html.Button("Download window (Chrome trace JSON)", id="gpu-download", n_clicks=0,
-                                className="button small secondary"),
+                    html.Button(
+                        "Download window (Chrome trace JSON)",
+                        id="gpu-download",
+                        n_clicks=0,
+                        className="button small secondary",
+                    ),
                     dcc.Download(id="gpu-download-file"),
                 ),
                 html.Div(id="gpu-download-message"),
                 html.Div(id="gpu-window-info", className="muted"),
                 graph("gpu-kernel-gantt"),
                 help_text="Zoom with the mouse; a grey bar on a rank's 'idle' row is time when none of its streams ran. "
-                          "The download opens in Perfetto (ui.perfetto.dev) or chrome://tracing.",
+                "The download opens in Perfetto (ui.perfetto.dev) or chrome://tracing.",
             ),
-            section("Where GPU time goes (HTA definitions)",
-                    analysis_panel("gpu_timeline", "GPU timeline analysis", trace["id"]),
-                    html.Div(className="grid-2", children=[graph("gpu-temporal"), graph("gpu-idle")]),
-                    html.Div(className="grid-2", children=[graph("gpu-kinds"), graph("gpu-stragglers")]),
-                    html.H4("Top kernels"),
-                    html.Div(id="gpu-top-kernels")),
+            section(
+                "Where GPU time goes (HTA definitions)",
+                analysis_panel("gpu_timeline", "GPU timeline analysis", trace["id"]),
+                html.Div(className="grid-2", children=[graph("gpu-temporal"), graph("gpu-idle")]),
+                html.Div(className="grid-2", children=[graph("gpu-kinds"), graph("gpu-stragglers")]),
+                html.H4("Top kernels"),
+                html.Div(id="gpu-top-kernels"),
+            ),
         ]
     return html.Div(parts)
 
@@ -166,10 +207,17 @@ def fill_kernel_gantt(step, ranks, window, trace_id):
         if origin is not None and events:
             origin = min(origin, min(e["start_us"] for e in events))
             label = f"the start of step {step}" if origin == sw[0] else "the first GPU event of the step"
-    fig = kernel_gantt_figure(events, truncated=truncated, origin_us=origin, origin_label=label,
-                              title=f"GPU kernels, step {step}" if not window else "GPU kernels, zoomed window")
-    what = (f"window {(window['end_us'] - window['start_us']) / 1000:,.2f} ms" if window else f"step {step}")
-    info = f"{len(events):,} GPU events, {what}" + (" — only the first ones: zoom in and load detail" if truncated else "")
+    fig = kernel_gantt_figure(
+        events,
+        truncated=truncated,
+        origin_us=origin,
+        origin_label=label,
+        title=f"GPU kernels, step {step}" if not window else "GPU kernels, zoomed window",
+    )
+    what = f"window {(window['end_us'] - window['start_us']) / 1000:,.2f} ms" if window else f"step {step}"
+    info = f"{len(events):,} GPU events, {what}" + (
+        " — only the first ones: zoom in and load detail" if truncated else ""
+    )
     return fig, origin, info
 
 
@@ -203,13 +251,27 @@ def download(n, step, ranks, window, trace_id):
 def top_kernels_table(rows: list[dict]):
     if not rows:
         return html.P("No kernels.", className="muted")
-    head = html.Tr([html.Th("Kind"), html.Th("Kernel"), html.Th("Calls", className="num"),
-                    html.Th("Total (ms)", className="num"), html.Th("Share of kind", className="num")])
-    body = [html.Tr([html.Td(r["kind"]), html.Td(r["name"][:140], title=r["name"]),
-                     html.Td(f"{r['count']:,}" if r["count"] is not None else "—", className="num"),
-                     html.Td(f"{r['sum_ms']:,.2f}", className="num"),
-                     html.Td(f"{r['pct_of_kind']:.1f}%" if r["pct_of_kind"] is not None else "—", className="num")])
-            for r in rows]
+    head = html.Tr(
+        [
+            html.Th("Kind"),
+            html.Th("Kernel"),
+            html.Th("Calls", className="num"),
+            html.Th("Total (ms)", className="num"),
+            html.Th("Share of kind", className="num"),
+        ]
+    )
+    body = [
+        html.Tr(
+            [
+                html.Td(r["kind"]),
+                html.Td(r["name"][:140], title=r["name"]),
+                html.Td(f"{r['count']:,}" if r["count"] is not None else "—", className="num"),
+                html.Td(f"{r['sum_ms']:,.2f}", className="num"),
+                html.Td(f"{r['pct_of_kind']:.1f}%" if r["pct_of_kind"] is not None else "—", className="num"),
+            ]
+        )
+        for r in rows
+    ]
     return html.Table([html.Thead(head), html.Tbody(body)], className="table")
 
 
@@ -231,7 +293,10 @@ def fill_breakdowns(data):
 
 def _breakdowns(result: dict):
     kernels = result.get("kernel_types") or {}
-    return (temporal_breakdown_figure(result.get("temporal")), idle_breakdown_figure(result.get("idle")),
-            kernel_kind_figure(kernels.get("by_kind")),
-            straggler_figure((result.get("stragglers") or {}).get("per_rank")),
-            top_kernels_table(top_kernels_rows(kernels.get("top_kernels"))))
+    return (
+        temporal_breakdown_figure(result.get("temporal")),
+        idle_breakdown_figure(result.get("idle")),
+        kernel_kind_figure(kernels.get("by_kind")),
+        straggler_figure((result.get("stragglers") or {}).get("per_rank")),
+        top_kernels_table(top_kernels_rows(kernels.get("top_kernels"))),
+    )

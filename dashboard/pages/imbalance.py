@@ -13,38 +13,77 @@ from dash import Input, Output, dcc, html
 from dashboard.components import RESULT, alert, card, control, controls, graph, section
 from dashboard.figure_cache import cached
 from dashboard.figures.common import empty_figure
+from dashboard.figures.imbalance import (
+    LOAD_LABELS,
+    imbalance_ratio_figure,
+    load_heatmap_figure,
+    saving_figure,
+    saving_summary,
+)
 from dashboard.panels import analysis_panel
-from dashboard.figures.imbalance import (LOAD_LABELS, imbalance_ratio_figure, load_heatmap_figure, saving_figure,
-                                         saving_summary)
 from dashboard.payloads import human_ratio, human_share
 from dashboard.results import analysis_result
 from dashboard.trace_frame import trace_page
 
-dash.register_page(__name__, path_template="/traces/<trace_id>/imbalance", name="Imbalance",
-                   title="Imbalance · RLVR Explorer", nav="trace", order=3)
+dash.register_page(
+    __name__,
+    path_template="/traces/<trace_id>/imbalance",
+    name="Imbalance",
+    title="Imbalance · RLVR Explorer",
+    nav="trace",
+    order=3,
+)
 
 
 def body(trace: dict) -> html.Div:
     if not trace.get("n_samples"):
         return alert("This trace has no samples, so no per-rank token loads.", "info")
-    return html.Div([
-        analysis_panel("imbalance", "imbalance analysis", trace["id"]),
-        controls(
-            control("Load", dcc.RadioItems(id="imb-load", value="tokens", inline=True,
-                                           options=[{"label": v, "value": k} for k, v in LOAD_LABELS.items()])),
-            control("Ratio", dcc.RadioItems(id="imb-metric", value="max_over_mean", inline=True, options=[
-                {"label": "max / mean", "value": "max_over_mean"}, {"label": "max / min", "value": "max_over_min"}])),
-        ),
-        html.Div(id="imb-cards", className="cards"),
-        section("Load per DP rank", graph("imb-heatmap"),
-                help_text="Each rank's summed load relative to the step's mean; red ranks make every other rank wait."),
-        html.Div(className="grid-2", children=[
-            section("Imbalance over steps, and with balancing", graph("imb-ratio"),
-                    help_text="Karmarkar-Karp with equal-size partitions and LPT (longest first to the least loaded), "
-                              "prompt groups kept together."),
-            section("Saving", graph("imb-saving")),
-        ]),
-    ])
+    return html.Div(
+        [
+            analysis_panel("imbalance", "imbalance analysis", trace["id"]),
+            controls(
+                control(
+                    "Load",
+                    dcc.RadioItems(
+                        id="imb-load",
+                        value="tokens",
+                        inline=True,
+                        options=[{"label": v, "value": k} for k, v in LOAD_LABELS.items()],
+                    ),
+                ),
+                control(
+                    "Ratio",
+                    dcc.RadioItems(
+                        id="imb-metric",
+                        value="max_over_mean",
+                        inline=True,
+                        options=[
+                            {"label": "max / mean", "value": "max_over_mean"},
+                            {"label": "max / min", "value": "max_over_min"},
+                        ],
+                    ),
+                ),
+            ),
+            html.Div(id="imb-cards", className="cards"),
+            section(
+                "Load per DP rank",
+                graph("imb-heatmap"),
+                help_text="Each rank's summed load relative to the step's mean; red ranks make every other rank wait.",
+            ),
+            html.Div(
+                className="grid-2",
+                children=[
+                    section(
+                        "Imbalance over steps, and with balancing",
+                        graph("imb-ratio"),
+                        help_text="Karmarkar-Karp with equal-size partitions and LPT (longest first to the least loaded), "
+                        "prompt groups kept together.",
+                    ),
+                    section("Saving", graph("imb-saving")),
+                ],
+            ),
+        ]
+    )
 
 
 def layout(trace_id: str | None = None, **_):
@@ -75,8 +114,14 @@ def _figures(result: dict, load: str, metric: str | None):
         card("DP ranks", str(s["dp_size"] or "—")),
         card("Max / mean", human_ratio(s["max_over_mean"]), "mean over steps, recorded"),
         card("Max / min", human_ratio(s["max_over_min"]), "mean over steps, recorded"),
-        card("KK saves", human_share(s["kk_time_saved"]), "of the slowest rank's time, whole run", card_id="imb-kk-saved"),
+        card(
+            "KK saves", human_share(s["kk_time_saved"]), "of the slowest rank's time, whole run", card_id="imb-kk-saved"
+        ),
         card("LPT saves", human_share(s["lpt_time_saved"]), "of the slowest rank's time, whole run"),
     ]
-    return (cards, load_heatmap_figure(result, load), imbalance_ratio_figure(result, load, metric or "max_over_mean"),
-            saving_figure(result, load))
+    return (
+        cards,
+        load_heatmap_figure(result, load),
+        imbalance_ratio_figure(result, load, metric or "max_over_mean"),
+        saving_figure(result, load),
+    )

@@ -14,7 +14,17 @@ from dash import ALL, Input, Output, State, ctx, dcc, html, no_update
 
 from dashboard import session
 from dashboard.client import ApiError
-from dashboard.components import alert, clicked_index, control, controls, href, progress, section, sign_in_required, signed_in
+from dashboard.components import (
+    alert,
+    clicked_index,
+    control,
+    controls,
+    href,
+    progress,
+    section,
+    sign_in_required,
+    signed_in,
+)
 from dashboard.payloads import human_time, job_active
 
 dash.register_page(__name__, path="/jobs", name="Jobs", title="Jobs · RLVR Explorer", nav="top", order=2)
@@ -37,37 +47,67 @@ def layout(trace_id: str | None = None, kind: str | None = None, **_):
         return sign_in_required("/jobs")
     trace_id = _int(trace_id)
     kind = kind if kind in JOB_KINDS else None
-    return html.Div([
-        html.H2("Jobs"),
-        section(
-            "Running and finished",
-            controls(
-                control("Status", dcc.Dropdown(id="jobs-status", options=list(JOB_STATUSES), placeholder="any",
-                                               style={"minWidth": "160px"})),
-                control("Kind", dcc.Dropdown(id="jobs-kind", options=list(JOB_KINDS), placeholder="any",
-                                             value=kind, style={"minWidth": "160px"})),
-                control("Trace id", dcc.Input(id="jobs-trace", type="number", value=trace_id, debounce=True,
-                                              className="input", placeholder="any")),
+    return html.Div(
+        [
+            html.H2("Jobs"),
+            section(
+                "Running and finished",
+                controls(
+                    control(
+                        "Status",
+                        dcc.Dropdown(
+                            id="jobs-status", options=list(JOB_STATUSES), placeholder="any", style={"minWidth": "160px"}
+                        ),
+                    ),
+                    control(
+                        "Kind",
+                        dcc.Dropdown(
+                            id="jobs-kind",
+                            options=list(JOB_KINDS),
+                            placeholder="any",
+                            value=kind,
+                            style={"minWidth": "160px"},
+                        ),
+                    ),
+                    control(
+                        "Trace id",
+                        dcc.Input(
+                            id="jobs-trace",
+                            type="number",
+                            value=trace_id,
+                            debounce=True,
+                            className="input",
+                            placeholder="any",
+                        ),
+                    ),
+                ),
+                html.Div(id="jobs-message"),
+                html.Div(id="jobs-table"),
+                dcc.Interval(id="jobs-poll", interval=1500),
+                dcc.Store(id="jobs-fingerprint"),
             ),
-            html.Div(id="jobs-message"),
-            html.Div(id="jobs-table"),
-            dcc.Interval(id="jobs-poll", interval=1500),
-            dcc.Store(id="jobs-fingerprint"),
-        ),
-        section(
-            "Run an analysis",
-            controls(
-                control("Analysis", dcc.Dropdown(id="rerun-kind", options=list(ANALYSIS_KINDS),
-                                                 value=kind if kind in ANALYSIS_KINDS else "lengths",
-                                                 clearable=False, style={"minWidth": "180px"})),
-                control("Trace id", dcc.Input(id="rerun-trace", type="number", className="input", value=trace_id)),
+            section(
+                "Run an analysis",
+                controls(
+                    control(
+                        "Analysis",
+                        dcc.Dropdown(
+                            id="rerun-kind",
+                            options=list(ANALYSIS_KINDS),
+                            value=kind if kind in ANALYSIS_KINDS else "lengths",
+                            clearable=False,
+                            style={"minWidth": "180px"},
+                        ),
+                    ),
+                    control("Trace id", dcc.Input(id="rerun-trace", type="number", className="input", value=trace_id)),
+                ),
+                control("Parameters (JSON)", dcc.Textarea(id="rerun-params", value="{}", className="params")),
+                html.Button("Run", id="rerun-submit", n_clicks=0, className="button"),
+                html.Div(id="rerun-message"),
+                help_text="'Re-run' on a job above copies its analysis, trace and parameters here to edit.",
             ),
-            control("Parameters (JSON)", dcc.Textarea(id="rerun-params", value="{}", className="params")),
-            html.Button("Run", id="rerun-submit", n_clicks=0, className="button"),
-            html.Div(id="rerun-message"),
-            help_text="'Re-run' on a job above copies its analysis, trace and parameters here to edit.",
-        ),
-    ])
+        ]
+    )
 
 
 def _params_text(params) -> str:
@@ -77,36 +117,62 @@ def _params_text(params) -> str:
 def _action(job: dict):
     """Re-run an analysis; open a replay or workload on its trace's page."""
     if job.get("kind") in ANALYSIS_KINDS:
-        return html.Button("Re-run", id={"type": "job-rerun", "index": job["id"]}, n_clicks=0,
-                           className="button small secondary")
+        return html.Button(
+            "Re-run", id={"type": "job-rerun", "index": job["id"]}, n_clicks=0, className="button small secondary"
+        )
     page = JOB_PAGES.get(job.get("kind"))
     if page and job.get("trace_id"):
-        return dcc.Link("Open", href=href(f"/traces/{job['trace_id']}/{page}?job={job['id']}"),
-                        className="button small secondary")
+        return dcc.Link(
+            "Open", href=href(f"/traces/{job['trace_id']}/{page}?job={job['id']}"), className="button small secondary"
+        )
     return ""
 
 
 def jobs_table(jobs: list[dict]) -> html.Table | html.P:
     if not jobs:
         return html.P("No jobs.", className="muted")
-    head = html.Tr([html.Th(h) for h in ("Job", "Kind", "Trace", "Status", "Progress", "Message / error", "Created",
-                                         "Finished", "Parameters", "")])
+    head = html.Tr(
+        [
+            html.Th(h)
+            for h in (
+                "Job",
+                "Kind",
+                "Trace",
+                "Status",
+                "Progress",
+                "Message / error",
+                "Created",
+                "Finished",
+                "Parameters",
+                "",
+            )
+        ]
+    )
     rows = []
     for j in jobs:
         st = j.get("status") or "?"
         msg = j.get("error") if st == "failed" else j.get("message")
-        rows.append(html.Tr([
-            html.Td(str(j["id"])),
-            html.Td(j.get("kind")),
-            html.Td(dcc.Link(str(j["trace_id"]), href=href(f"/traces/{j['trace_id']}")) if j.get("trace_id") else "—"),
-            html.Td(html.Span(st, className=f"badge badge-{st}")),
-            html.Td(progress(j.get("progress"))),
-            html.Td(msg or "", className="file-error" if st == "failed" else "muted"),
-            html.Td(human_time(j.get("created_at"))),
-            html.Td(human_time(j.get("finished_at"))),
-            html.Td(html.Code(json.dumps(j.get("params") or {}, sort_keys=True)[:120])),
-            html.Td(_action(j)),
-        ], **{"data-job-id": str(j["id"]), "data-status": st, "data-kind": j.get("kind") or ""}))
+        rows.append(
+            html.Tr(
+                [
+                    html.Td(str(j["id"])),
+                    html.Td(j.get("kind")),
+                    html.Td(
+                        dcc.Link(str(j["trace_id"]), href=href(f"/traces/{j['trace_id']}"))
+                        if j.get("trace_id")
+                        else "—"
+                    ),
+                    html.Td(html.Span(st, className=f"badge badge-{st}")),
+                    html.Td(progress(j.get("progress"))),
+                    html.Td(msg or "", className="file-error" if st == "failed" else "muted"),
+                    html.Td(human_time(j.get("created_at"))),
+                    html.Td(human_time(j.get("finished_at"))),
+                    html.Td(html.Code(json.dumps(j.get("params") or {}, sort_keys=True)[:120])),
+                    html.Td(_action(j)),
+                ],
+                **{"data-job-id": str(j["id"]), "data-status": st, "data-kind": j.get("kind") or ""},
+            )
+        )
     return html.Table([html.Thead(head), html.Tbody(rows)], className="table", id="jobs-table-el")
 
 

@@ -15,36 +15,52 @@ from dash import Input, Output, html
 from dashboard.components import RESULT, alert, graph, section
 from dashboard.figure_cache import cached
 from dashboard.figures.common import empty_figure
+from dashboard.figures.multiturn import (
+    cache_hit_figure,
+    context_growth_figure,
+    counts_hist_figure,
+    latency_vs_tokens_figure,
+    reward_latency_figure,
+    reward_ranks_figure,
+    tool_latency_figure,
+    turns_over_steps_figure,
+)
 from dashboard.panels import analysis_panel
-from dashboard.figures.multiturn import (cache_hit_figure, context_growth_figure, counts_hist_figure,
-                                         latency_vs_tokens_figure, reward_latency_figure, reward_ranks_figure,
-                                         tool_latency_figure, turns_over_steps_figure)
-from dashboard.overview import applicable_analyses
 from dashboard.results import analysis_result
 from dashboard.trace_frame import trace_page
 
-dash.register_page(__name__, path_template="/traces/<trace_id>/multiturn", name="Multi-turn & reward",
-                   title="Multi-turn & reward · RLVR Explorer", nav="trace", order=4)
+dash.register_page(
+    __name__,
+    path_template="/traces/<trace_id>/multiturn",
+    name="Multi-turn & reward",
+    title="Multi-turn & reward · RLVR Explorer",
+    nav="trace",
+    order=4,
+)
 
 
 def body(trace: dict) -> html.Div:
-    kinds = applicable_analyses(trace)
+    kinds = trace.get("analyses", [])
     parts = []
     if "multiturn" in kinds:
-        parts.append(section(
-            "Multi-turn rollouts",
-            analysis_panel("multiturn", "multi-turn analysis", trace["id"]),
-            html.Div(className="grid-2", children=[graph("mt-counts"), graph("mt-steps")]),
-            html.Div(className="grid-2", children=[graph("mt-cache"), graph("mt-context")]),
-            graph("mt-latency"),
-        ))
+        parts.append(
+            section(
+                "Multi-turn rollouts",
+                analysis_panel("multiturn", "multi-turn analysis", trace["id"]),
+                html.Div(className="grid-2", children=[graph("mt-counts"), graph("mt-steps")]),
+                html.Div(className="grid-2", children=[graph("mt-cache"), graph("mt-context")]),
+                graph("mt-latency"),
+            )
+        )
     if "latency" in kinds:
-        parts.append(section(
-            "Reward and tool latency",
-            analysis_panel("latency", "latency analysis", trace["id"]),
-            html.Div(className="grid-2", children=[graph("lat-reward"), graph("lat-tools")]),
-            graph("lat-reward-ranks"),
-        ))
+        parts.append(
+            section(
+                "Reward and tool latency",
+                analysis_panel("latency", "latency analysis", trace["id"]),
+                html.Div(className="grid-2", children=[graph("lat-reward"), graph("lat-tools")]),
+                graph("lat-reward-ranks"),
+            )
+        )
     if not parts:
         return alert("This trace has no turns, tool calls or reward timings.", "info")
     return html.Div(parts)
@@ -67,9 +83,16 @@ def fill_multiturn(data):
     if result is None:
         fig = empty_figure(note)
         return (fig,) * 5
-    return cached(("multiturn", data["job_id"]), lambda: (
-        counts_hist_figure(result), turns_over_steps_figure(result), cache_hit_figure(result),
-        context_growth_figure(result), latency_vs_tokens_figure(result)))
+    return cached(
+        ("multiturn", data["job_id"]),
+        lambda: (
+            counts_hist_figure(result),
+            turns_over_steps_figure(result),
+            cache_hit_figure(result),
+            context_growth_figure(result),
+            latency_vs_tokens_figure(result),
+        ),
+    )
 
 
 @dash.callback(
@@ -83,5 +106,7 @@ def fill_latency(data):
     if result is None:
         fig = empty_figure(note)
         return fig, fig, fig
-    return cached(("latency", data["job_id"]), lambda: (
-        reward_latency_figure(result), tool_latency_figure(result), reward_ranks_figure(result)))
+    return cached(
+        ("latency", data["job_id"]),
+        lambda: (reward_latency_figure(result), tool_latency_figure(result), reward_ranks_figure(result)),
+    )

@@ -9,7 +9,10 @@ dash.register_page(__name__, path="/404", name="Not found")
 
 
 def layout(**_):
-    return html.Div(className="page narrow", children=[
-        html.H2("Page not found"),
-        dcc.Link("Back to the traces", href=href("/traces")),
-    ])
+    return html.Div(
+        className="page narrow",
+        children=[
+            html.H2("Page not found"),
+            dcc.Link("Back to the traces", href=href("/traces")),
+        ],
+    )

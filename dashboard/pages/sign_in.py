@@ -22,21 +22,34 @@ def safe_next(target: str | None) -> str:
     return target
 
 
-def layout(next: str | None = None, **_):  # noqa: A002 - `next` is the query parameter
+def layout(next: str | None = None, **_):
     team = session.team_name()
-    return html.Div(className="page narrow section", children=[
-        html.H2("Sign in"),
-        html.P("Paste your team's API key. It stays in this browser's session cookie; the dashboard "
-               "sends it to the API with every request.", className="help"),
-        html.P(f"Currently signed in as {team}.", className="muted") if team else None,
-        dcc.Store(id="sign-in-next", data=safe_next(next)),
-        dcc.Input(id="sign-in-key", type="password", placeholder="API key", className="input wide",
-                  n_submit=0, autoComplete="off"),
-        html.Div(html.Button("Sign in", id="sign-in-submit", n_clicks=0, className="button"),
-                 style={"marginTop": "12px"}),
-        html.Div(id="sign-in-message"),
-        dcc.Location(id="sign-in-redirect", refresh=True),
-    ])
+    return html.Div(
+        className="page narrow section",
+        children=[
+            html.H2("Sign in"),
+            html.P(
+                "Paste your team's API key. It stays in this browser's session cookie; the dashboard "
+                "sends it to the API with every request.",
+                className="help",
+            ),
+            html.P(f"Currently signed in as {team}.", className="muted") if team else None,
+            dcc.Store(id="sign-in-next", data=safe_next(next)),
+            dcc.Input(
+                id="sign-in-key",
+                type="password",
+                placeholder="API key",
+                className="input wide",
+                n_submit=0,
+                autoComplete="off",
+            ),
+            html.Div(
+                html.Button("Sign in", id="sign-in-submit", n_clicks=0, className="button"), style={"marginTop": "12px"}
+            ),
+            html.Div(id="sign-in-message"),
+            dcc.Location(id="sign-in-redirect", refresh=True),
+        ],
+    )
 
 
 @dash.callback(

@@ -24,15 +24,28 @@ from dashboard.components import PAGE_TRACE_ID, alert, card, clicked_index, cont
 from dashboard.downloads import simulation_trace_href
 from dashboard.figure_cache import cached
 from dashboard.figures.common import empty_figure
-from dashboard.figures.simulation import (accuracy_rows, idle_cause_figure, policy_names, predicted_vs_measured_figure,
-                                          speedup_figure, summary_cards, timeline_figure)
+from dashboard.figures.simulation import (
+    accuracy_rows,
+    idle_cause_figure,
+    policy_names,
+    predicted_vs_measured_figure,
+    speedup_figure,
+    summary_cards,
+    timeline_figure,
+)
 from dashboard.job_views import job_history_table, job_progress
 from dashboard.payloads import job_active
 from dashboard.replay_forms import CALIBRATION_MODES, form_defaults, simulation_body
 from dashboard.trace_frame import trace_page
 
-dash.register_page(__name__, path_template="/traces/<trace_id>/simulate", name="Simulate",
-                   title="Simulate · RLVR Explorer", nav="trace", order=5)
+dash.register_page(
+    __name__,
+    path_template="/traces/<trace_id>/simulate",
+    name="Simulate",
+    title="Simulate · RLVR Explorer",
+    nav="trace",
+    order=5,
+)
 
 NO_REPLAY = "Configure a replay above and press Replay"
 _presets: dict[str, dict] = {}
@@ -46,47 +59,86 @@ def presets(api: ApiClient) -> dict:
 
 
 def _number(id_: str, value, *, minimum: int = 0, placeholder: str = "") -> dcc.Input:
-    return dcc.Input(id=id_, type="number", min=minimum, step=1, value=value, placeholder=placeholder,
-                     className="input", style={"width": "110px"})
+    return dcc.Input(
+        id=id_,
+        type="number",
+        min=minimum,
+        step=1,
+        value=value,
+        placeholder=placeholder,
+        className="input",
+        style={"width": "110px"},
+    )
 
 
 def _dropdown(id_: str, options, value, *, clearable: bool = False, placeholder: str = "", width: int = 170):
-    return dcc.Dropdown(id=id_, options=options, value=value, clearable=clearable, placeholder=placeholder,
-                        style={"minWidth": f"{width}px"})
+    return dcc.Dropdown(
+        id=id_,
+        options=options,
+        value=value,
+        clearable=clearable,
+        placeholder=placeholder,
+        style={"minWidth": f"{width}px"},
+    )
 
 
 def form(p: dict, d: dict) -> html.Div:
     policies = [{"label": k, "value": k} for k in p.get("policies") or []]
-    return html.Div([
-        controls(
-            control("GPU", _dropdown("sim-gpu", list(p.get("gpus") or {}), d["gpu"])),
-            control("Model", _dropdown("sim-model", list(p.get("models") or {}), d["model"], width=190)),
-            control("GPUs", _number("sim-gpus", d["n_gpus"], minimum=1)),
-            control("Rollout replicas", _number("sim-replicas", d["replicas"], minimum=1)),
-            control("TP per replica", _number("sim-tp", d["tp"], minimum=1)),
-            control("Training DP", _number("sim-train-dp", d["train_dp"], minimum=1)),
-        ),
-        controls(
-            control("Max running sequences", _number("sim-max-seqs", d["max_running_seqs"], minimum=1)),
-            control("KV cache tokens", _number("sim-kv-tokens", d["kv_cache_tokens"], minimum=1,
-                                               placeholder="from memory")),
-            control("Policy A", _dropdown("sim-policy-a", policies, d["policy_a"])),
-            control("Policy B", _dropdown("sim-policy-b", policies, d["policy_b"], clearable=True,
-                                          placeholder="none (no comparison)")),
-            control("DP balancing", _dropdown("sim-balancing", p.get("balancing") or ["none"], d["balancing"],
-                                              width=120)),
-        ),
-        controls(
-            control("Calibration", dcc.RadioItems(id="sim-calibrate", value=d["calibrate"], inline=True,
-                                                  options=[{"label": v, "value": k} for k, v in CALIBRATION_MODES.items()])),
-            control("Fit on steps", dcc.Input(id="sim-fit-steps", value=d["fit_steps"], placeholder="first step",
-                                              className="input", style={"width": "120px"})),
-            control("From step", _number("sim-step-from", d["step_from"])),
-            control("To step (excl.)", _number("sim-step-to", d["step_to"])),
-            html.Button("Replay", id="sim-submit", n_clicks=0, className="button"),
-        ),
-        html.Div(id="sim-form-message"),
-    ])
+    return html.Div(
+        [
+            controls(
+                control("GPU", _dropdown("sim-gpu", list(p.get("gpus") or {}), d["gpu"])),
+                control("Model", _dropdown("sim-model", list(p.get("models") or {}), d["model"], width=190)),
+                control("GPUs", _number("sim-gpus", d["n_gpus"], minimum=1)),
+                control("Rollout replicas", _number("sim-replicas", d["replicas"], minimum=1)),
+                control("TP per replica", _number("sim-tp", d["tp"], minimum=1)),
+                control("Training DP", _number("sim-train-dp", d["train_dp"], minimum=1)),
+            ),
+            controls(
+                control("Max running sequences", _number("sim-max-seqs", d["max_running_seqs"], minimum=1)),
+                control(
+                    "KV cache tokens",
+                    _number("sim-kv-tokens", d["kv_cache_tokens"], minimum=1, placeholder="from memory"),
+                ),
+                control("Policy A", _dropdown("sim-policy-a", policies, d["policy_a"])),
+                control(
+                    "Policy B",
+                    _dropdown(
+                        "sim-policy-b", policies, d["policy_b"], clearable=True, placeholder="none (no comparison)"
+                    ),
+                ),
+                control(
+                    "DP balancing",
+                    _dropdown("sim-balancing", p.get("balancing") or ["none"], d["balancing"], width=120),
+                ),
+            ),
+            controls(
+                control(
+                    "Calibration",
+                    dcc.RadioItems(
+                        id="sim-calibrate",
+                        value=d["calibrate"],
+                        inline=True,
+                        options=[{"label": v, "value": k} for k, v in CALIBRATION_MODES.items()],
+                    ),
+                ),
+                control(
+                    "Fit on steps",
+                    dcc.Input(
+                        id="sim-fit-steps",
+                        value=d["fit_steps"],
+                        placeholder="first step",
+                        className="input",
+                        style={"width": "120px"},
+                    ),
+                ),
+                control("From step", _number("sim-step-from", d["step_from"])),
+                control("To step (excl.)", _number("sim-step-to", d["step_to"])),
+                html.Button("Replay", id="sim-submit", n_clicks=0, className="button"),
+            ),
+            html.Div(id="sim-form-message"),
+        ]
+    )
 
 
 def describe(job: dict) -> str:
@@ -97,12 +149,23 @@ def describe(job: dict) -> str:
     gpu = (c.get("gpu") or {}).get("name") if isinstance(c.get("gpu"), dict) else c.get("gpu")
     steps = params.get("steps")
     cal = params.get("calibrate")
-    cal_text = "calibration off" if cal is False else (
-        f"calibrated on {cal.get('fit_steps') or 'the first step'}" if isinstance(cal, dict) else "calibration auto")
-    rng = f"steps {steps[0]}-{steps[1] - 1}" if steps and steps[1] < 1 << 29 else (f"from step {steps[0]}" if steps else "all steps")
-    return (f"{a}" + (f" vs {b}" if b else "") + f"; {c.get('n_gpus', '?')} x {gpu or '?'}, "
-            f"{c.get('rollout_replicas', '?')} x TP{c.get('rollout_tp', '?')} rollout, DP{c.get('train_dp', '?')}; "
-            f"{(params.get('model') or {}).get('name', '')}; {rng}; {cal_text}")
+    cal_text = (
+        "calibration off"
+        if cal is False
+        else (
+            f"calibrated on {cal.get('fit_steps') or 'the first step'}" if isinstance(cal, dict) else "calibration auto"
+        )
+    )
+    rng = (
+        f"steps {steps[0]}-{steps[1] - 1}"
+        if steps and steps[1] < 1 << 29
+        else (f"from step {steps[0]}" if steps else "all steps")
+    )
+    return (
+        f"{a}" + (f" vs {b}" if b else "") + f"; {c.get('n_gpus', '?')} x {gpu or '?'}, "
+        f"{c.get('rollout_replicas', '?')} x TP{c.get('rollout_tp', '?')} rollout, DP{c.get('train_dp', '?')}; "
+        f"{(params.get('model') or {}).get('name', '')}; {rng}; {cal_text}"
+    )
 
 
 def body(trace: dict, job_param=None) -> html.Div:
@@ -124,35 +187,61 @@ def body(trace: dict, job_param=None) -> html.Div:
     shown_id = shown["id"] if shown else None
     if shown and shown.get("status") == "succeeded":
         results.prefetch(shown_id)  # the figures ask for its result in a moment
-    return html.Div([
-        dcc.Store(id="sim-job", data=shown_id),
-        dcc.Store(id="sim-done", data=shown_id if shown and shown.get("status") == "succeeded" else None),
-        dcc.Interval(id="sim-poll", interval=1000, disabled=not job_active(shown)),
-        section("Configure a replay", form(p, form_defaults(p, step_ids)),
+    return html.Div(
+        [
+            dcc.Store(id="sim-job", data=shown_id),
+            dcc.Store(id="sim-done", data=shown_id if shown and shown.get("status") == "succeeded" else None),
+            dcc.Interval(id="sim-poll", interval=1000, disabled=not job_active(shown)),
+            section(
+                "Configure a replay",
+                form(p, form_defaults(p, step_ids)),
                 help_text="Replays each step's recorded workload on the cluster below under policy A, and under "
-                          "policy B for comparison. Calibration fits the engine's speed to the trace's measured "
-                          "timings on the fit steps; accuracy is then reported on the other steps."),
-        html.Div(job_progress(shown, "replay"), id="sim-progress"),
-        html.Div(id="sim-cards", className="cards"),
-        section("Predicted versus measured", graph("sim-pred-vs-measured"), html.Div(id="sim-accuracy"),
+                "policy B for comparison. Calibration fits the engine's speed to the trace's measured "
+                "timings on the fit steps; accuracy is then reported on the other steps.",
+            ),
+            html.Div(job_progress(shown, "replay"), id="sim-progress"),
+            html.Div(id="sim-cards", className="cards"),
+            section(
+                "Predicted versus measured",
+                graph("sim-pred-vs-measured"),
+                html.Div(id="sim-accuracy"),
                 help_text="Accuracy = 1 − |predicted − measured| / measured on steps not used for calibration; the "
-                          "naive predictor repeats the mean of the fitted steps."),
-        html.Div(className="grid-2", children=[
-            section("Speedup of B over A", graph("sim-speedup")),
-            section("Idle GPU time by cause", graph("sim-idle")),
-        ]),
-        section("Simulated GPU timeline",
-                controls(control("Policy", dcc.RadioItems(id="sim-timeline-policy", value="a", inline=True,
-                                                          options=[{"label": "A", "value": "a"},
-                                                                   {"label": "B", "value": "b"}])),
-                         html.Div(id="sim-downloads", className="controls")),
+                "naive predictor repeats the mean of the fitted steps.",
+            ),
+            html.Div(
+                className="grid-2",
+                children=[
+                    section("Speedup of B over A", graph("sim-speedup")),
+                    section("Idle GPU time by cause", graph("sim-idle")),
+                ],
+            ),
+            section(
+                "Simulated GPU timeline",
+                controls(
+                    control(
+                        "Policy",
+                        dcc.RadioItems(
+                            id="sim-timeline-policy",
+                            value="a",
+                            inline=True,
+                            options=[{"label": "A", "value": "a"}, {"label": "B", "value": "b"}],
+                        ),
+                    ),
+                    html.Div(id="sim-downloads", className="controls"),
+                ),
                 graph("sim-timeline"),
                 help_text="Each row is a group of GPUs doing the same thing; the Chrome trace (Perfetto, "
-                          "chrome://tracing) has every interval."),
-        section("Replays of this trace",
-                html.Div(job_history_table(history, open_type="sim-open", describe=describe, shown_id=shown_id),
-                         id="sim-history")),
-    ])
+                "chrome://tracing) has every interval.",
+            ),
+            section(
+                "Replays of this trace",
+                html.Div(
+                    job_history_table(history, open_type="sim-open", describe=describe, shown_id=shown_id),
+                    id="sim-history",
+                ),
+            ),
+        ]
+    )
 
 
 def layout(trace_id: str | None = None, job: str | None = None, **_):
@@ -164,20 +253,61 @@ def layout(trace_id: str | None = None, job: str | None = None, **_):
     Output("sim-form-message", "children"),
     Input("sim-submit", "n_clicks"),
     State(PAGE_TRACE_ID, "data"),
-    State("sim-gpu", "value"), State("sim-model", "value"), State("sim-gpus", "value"),
-    State("sim-replicas", "value"), State("sim-tp", "value"), State("sim-train-dp", "value"),
-    State("sim-max-seqs", "value"), State("sim-kv-tokens", "value"), State("sim-policy-a", "value"),
-    State("sim-policy-b", "value"), State("sim-balancing", "value"), State("sim-calibrate", "value"),
-    State("sim-fit-steps", "value"), State("sim-step-from", "value"), State("sim-step-to", "value"),
+    State("sim-gpu", "value"),
+    State("sim-model", "value"),
+    State("sim-gpus", "value"),
+    State("sim-replicas", "value"),
+    State("sim-tp", "value"),
+    State("sim-train-dp", "value"),
+    State("sim-max-seqs", "value"),
+    State("sim-kv-tokens", "value"),
+    State("sim-policy-a", "value"),
+    State("sim-policy-b", "value"),
+    State("sim-balancing", "value"),
+    State("sim-calibrate", "value"),
+    State("sim-fit-steps", "value"),
+    State("sim-step-from", "value"),
+    State("sim-step-to", "value"),
     prevent_initial_call=True,
 )
-def submit(n, trace_id, gpu, model, n_gpus, replicas, tp, train_dp, max_seqs, kv_tokens, policy_a, policy_b,
-           balancing, calibrate, fit_steps, step_from, step_to):
+def submit(
+    n,
+    trace_id,
+    gpu,
+    model,
+    n_gpus,
+    replicas,
+    tp,
+    train_dp,
+    max_seqs,
+    kv_tokens,
+    policy_a,
+    policy_b,
+    balancing,
+    calibrate,
+    fit_steps,
+    step_from,
+    step_to,
+):
     if not n:
         return no_update, no_update
-    values = dict(gpu=gpu, model=model, n_gpus=n_gpus, replicas=replicas, tp=tp, train_dp=train_dp,
-                  max_running_seqs=max_seqs, kv_cache_tokens=kv_tokens, policy_a=policy_a, policy_b=policy_b,
-                  balancing=balancing, calibrate=calibrate, fit_steps=fit_steps, step_from=step_from, step_to=step_to)
+    values = dict(
+        gpu=gpu,
+        model=model,
+        n_gpus=n_gpus,
+        replicas=replicas,
+        tp=tp,
+        train_dp=train_dp,
+        max_running_seqs=max_seqs,
+        kv_cache_tokens=kv_tokens,
+        policy_a=policy_a,
+        policy_b=policy_b,
+        balancing=balancing,
+        calibrate=calibrate,
+        fit_steps=fit_steps,
+        step_from=step_from,
+        step_to=step_to,
+    )
     try:
         job = session.api().simulate(simulation_body(trace_id, values))
     except ValueError as exc:
@@ -223,8 +353,12 @@ def follow(job_id, _n, done, trace_id):
     history = no_update
     if ctx.triggered_id == "sim-job" or not active:
         try:
-            history = job_history_table(session.api().simulations(trace_id=trace_id, limit=50), open_type="sim-open",
-                                        describe=describe, shown_id=job_id)
+            history = job_history_table(
+                session.api().simulations(trace_id=trace_id, limit=50),
+                open_type="sim-open",
+                describe=describe,
+                shown_id=job_id,
+            )
         except ApiError:
             pass
     new_done = job_id if finished and done != job_id else (no_update if finished else None)
@@ -263,30 +397,65 @@ def _figures(job: dict, steps: list[dict]):
     job_id = job["id"]
     cards = [card(c["label"], c["value"], c["hint"], card_id=f"card-sim-{c['key']}") for c in summary_cards(job)]
     a_name, b_name = policy_names(job)
-    links = [html.A(f"Chrome trace, A ({a_name})", href=simulation_trace_href(job_id, "a"), id="sim-download-a",
-                    className="button small secondary", download=f"simulation-{job_id}-a.json")]
+    links = [
+        html.A(
+            f"Chrome trace, A ({a_name})",
+            href=simulation_trace_href(job_id, "a"),
+            id="sim-download-a",
+            className="button small secondary",
+            download=f"simulation-{job_id}-a.json",
+        )
+    ]
     if b_name:
-        links.append(html.A(f"Chrome trace, B ({b_name})", href=simulation_trace_href(job_id, "b"),
-                            id="sim-download-b", className="button small secondary",
-                            download=f"simulation-{job_id}-b.json"))
-    return (cards, predicted_vs_measured_figure(job, steps), accuracy_table(job["result"]), speedup_figure(job),
-            idle_cause_figure(job), links)
+        links.append(
+            html.A(
+                f"Chrome trace, B ({b_name})",
+                href=simulation_trace_href(job_id, "b"),
+                id="sim-download-b",
+                className="button small secondary",
+                download=f"simulation-{job_id}-b.json",
+            )
+        )
+    return (
+        cards,
+        predicted_vs_measured_figure(job, steps),
+        accuracy_table(job["result"]),
+        speedup_figure(job),
+        idle_cause_figure(job),
+        links,
+    )
 
 
 def accuracy_table(result: dict):
     rows = accuracy_rows(result)
     if not rows:
         cal = result.get("calibration")
-        text = ("Calibrated on every replayed step: widen the step range to test the accuracy on other steps."
-                if cal else "Not calibrated: the trace has no measured timings, or calibration was off.")
+        text = (
+            "Calibrated on every replayed step: widen the step range to test the accuracy on other steps."
+            if cal
+            else "Not calibrated: the trace has no measured timings, or calibration was off."
+        )
         return html.P(text, className="muted", id="sim-accuracy-note")
-    head = html.Tr([html.Th("Accuracy on steps not fitted"), html.Th("Calibrated", className="num"),
-                    html.Th("Naive (mean of fitted steps)", className="num"), html.Th("Steps", className="num")])
-    body_rows = [html.Tr([html.Td(r["label"]),
-                          html.Td("—" if r["calibrated"] is None else f"{100 * r['calibrated']:.1f}%", className="num"),
-                          html.Td("—" if r["naive"] is None else f"{100 * r['naive']:.1f}%", className="num"),
-                          html.Td(str(r["steps"]), className="num")], **{"data-metric": r["metric"]})
-                 for r in rows]
+    head = html.Tr(
+        [
+            html.Th("Accuracy on steps not fitted"),
+            html.Th("Calibrated", className="num"),
+            html.Th("Naive (mean of fitted steps)", className="num"),
+            html.Th("Steps", className="num"),
+        ]
+    )
+    body_rows = [
+        html.Tr(
+            [
+                html.Td(r["label"]),
+                html.Td("—" if r["calibrated"] is None else f"{100 * r['calibrated']:.1f}%", className="num"),
+                html.Td("—" if r["naive"] is None else f"{100 * r['naive']:.1f}%", className="num"),
+                html.Td(str(r["steps"]), className="num"),
+            ],
+            **{"data-metric": r["metric"]},
+        )
+        for r in rows
+    ]
     return html.Table([html.Thead(head), html.Tbody(body_rows)], className="table", id="sim-accuracy-table")
 
 
@@ -307,5 +476,7 @@ def fill_timeline(job_id, policy):
         return empty_figure(f"Replay {job_id} has no result")
     names = dict(zip(("a", "b"), policy_names(job)))
     policy = policy if result.get(policy) else "a"
-    return cached(("simulation-timeline", job_id, policy),
-                  lambda: timeline_figure(result.get(policy), policy=f"{policy.upper()}: {names.get(policy)}"))
+    return cached(
+        ("simulation-timeline", job_id, policy),
+        lambda: timeline_figure(result.get(policy), policy=f"{policy.upper()}: {names.get(policy)}"),
+    )

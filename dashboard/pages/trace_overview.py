@@ -16,16 +16,17 @@ from dashboard.client import ApiError
 from dashboard.components import PAGE_TRACE_ID, RESULT, alert, card, graph, section
 from dashboard.figure_cache import cached
 from dashboard.figures.common import empty_figure
-from dashboard.panels import analysis_panel
 from dashboard.figures.distributions import percentile_lines_figure
 from dashboard.figures.gpu import temporal_breakdown_figure
 from dashboard.figures.stages import stage_time_figure
-from dashboard.overview import applicable_analyses, overview_cards
+from dashboard.overview import overview_cards
+from dashboard.panels import analysis_panel
 from dashboard.results import analysis_result
 from dashboard.trace_frame import trace_page
 
-dash.register_page(__name__, path_template="/traces/<trace_id>", name="Overview", title="Trace · RLVR Explorer",
-                   nav="trace", order=0)
+dash.register_page(
+    __name__, path_template="/traces/<trace_id>", name="Overview", title="Trace · RLVR Explorer", nav="trace", order=0
+)
 
 CARD_KINDS = ("longtail", "imbalance", "gpu_timeline")
 
@@ -37,17 +38,30 @@ def _shown(flag) -> dict:
 
 
 def body(trace: dict) -> html.Div:
-    kinds = [k for k in applicable_analyses(trace) if k in CARD_KINDS]
-    return html.Div([
-        html.Div(id="overview-cards", className="cards"),
-        html.Div([analysis_panel(k, f"{k} analysis", trace["id"]) for k in kinds]),
-        html.Div(section("Stage time per step", graph("overview-stage-time"),
-                         help_text="Measured seconds per stage from the framework's metric log; 'other' is the rest "
-                                   "of the step time."), style=_shown(trace.get("n_steps"))),
-        html.Div(section("Response length over steps", graph("overview-lengths")), style=_shown(trace.get("n_samples"))),
-        html.Div(section("GPU time per rank (HTA temporal breakdown)", graph("overview-gpu")),
-                 style=_shown(trace.get("n_gpu_events"))),
-    ])
+    # the API says which analyses apply to the trace (the registry's word)
+    kinds = [k for k in trace.get("analyses", []) if k in CARD_KINDS]
+    return html.Div(
+        [
+            html.Div(id="overview-cards", className="cards"),
+            html.Div([analysis_panel(k, f"{k} analysis", trace["id"]) for k in kinds]),
+            html.Div(
+                section(
+                    "Stage time per step",
+                    graph("overview-stage-time"),
+                    help_text="Measured seconds per stage from the framework's metric log; 'other' is the rest "
+                    "of the step time.",
+                ),
+                style=_shown(trace.get("n_steps")),
+            ),
+            html.Div(
+                section("Response length over steps", graph("overview-lengths")), style=_shown(trace.get("n_samples"))
+            ),
+            html.Div(
+                section("GPU time per rank (HTA temporal breakdown)", graph("overview-gpu")),
+                style=_shown(trace.get("n_gpu_events")),
+            ),
+        ]
+    )
 
 
 def layout(trace_id: str | None = None, **_):
@@ -81,7 +95,9 @@ def _figures(trace_id, results: dict):
     trace = api.get_trace(trace_id)
     steps = api.steps(trace_id)
     summary = api.summaries(trace_id, field="response") if trace.get("n_samples") else None
-    cards = [card(c.label, c.value, c.hint, card_id=f"card-{c.key}") for c in overview_cards(trace, steps, summary, results)]
+    cards = [
+        card(c.label, c.value, c.hint, card_id=f"card-{c.key}") for c in overview_cards(trace, steps, summary, results)
+    ]
     lengths = percentile_lines_figure(summary) if summary else empty_figure("This trace has no samples")
     if not trace.get("n_gpu_events"):
         gpu = empty_figure("This trace has no GPU events")

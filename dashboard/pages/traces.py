@@ -16,11 +16,20 @@ from dash import ALL, Input, Output, State, ctx, dcc, html, no_update
 
 from dashboard import session
 from dashboard.client import ApiError
-from dashboard.components import alert, clicked_index, control, controls, href, progress, section, sign_in_required, signed_in
+from dashboard.components import (
+    alert,
+    clicked_index,
+    control,
+    controls,
+    href,
+    progress,
+    section,
+    sign_in_required,
+    signed_in,
+)
 from dashboard.payloads import human_bytes, human_count, human_time, job_active
 
-dash.register_page(__name__, path="/traces", name="Traces", title="Traces · RLVR Explorer",
-                   nav="top", order=1)
+dash.register_page(__name__, path="/traces", name="Traces", title="Traces · RLVR Explorer", nav="top", order=1)
 
 PAGE_SIZE = 25
 STATUSES = ("pending", "ingesting", "ready", "failed")
@@ -29,55 +38,83 @@ STATUSES = ("pending", "ingesting", "ready", "failed")
 def layout(**_):
     if not signed_in():
         return sign_in_required("/traces")
-    return html.Div([
-        html.H2("Traces"),
-        section(
-            "Upload",
-            dcc.Upload(
-                id="trace-upload", multiple=True, className="upload-zone", className_active="upload-zone active",
-                className_disabled="upload-zone disabled",
-                children=html.Div([
-                    html.Strong("Drop trace files here"), " — several files, a run folder, or one .zip / .tar.gz",
-                    html.Br(), html.Span("or click to choose", className="muted"),
-                ]),
+    return html.Div(
+        [
+            html.H2("Traces"),
+            section(
+                "Upload",
+                dcc.Upload(
+                    id="trace-upload",
+                    multiple=True,
+                    className="upload-zone",
+                    className_active="upload-zone active",
+                    className_disabled="upload-zone disabled",
+                    children=html.Div(
+                        [
+                            html.Strong("Drop trace files here"),
+                            " — several files, a run folder, or one .zip / .tar.gz",
+                            html.Br(),
+                            html.Span("or click to choose", className="muted"),
+                        ]
+                    ),
+                ),
+                controls(
+                    control(
+                        "Name (optional)",
+                        dcc.Input(id="trace-upload-name", type="text", placeholder="from the files", className="input"),
+                    ),
+                    control(
+                        "Format (optional)",
+                        dcc.Input(id="trace-upload-format", type="text", placeholder="auto-detect", className="input"),
+                    ),
+                ),
+                html.Div(id="upload-busy", className="muted"),
+                html.Div(id="upload-status"),
+                dcc.Store(id="upload-state"),
+                dcc.Interval(id="upload-poll", interval=1000, disabled=True),
+                help_text="PolyTrace per-step JSONL, verl metric logs, PyTorch-profiler (Kineto) traces, or the "
+                "native CSV/JSONL/Parquet format. Large uploads are ingested in the background; the browser "
+                "holds the files in memory while sending them, so for several GB use `rlvr-explorer ingest` "
+                "or the REST API.",
             ),
-            controls(
-                control("Name (optional)", dcc.Input(id="trace-upload-name", type="text", placeholder="from the files",
-                                                     className="input")),
-                control("Format (optional)", dcc.Input(id="trace-upload-format", type="text",
-                                                       placeholder="auto-detect", className="input")),
+            section(
+                "Your traces",
+                controls(
+                    control(
+                        "Search",
+                        dcc.Input(
+                            id="traces-q", type="search", placeholder="name contains…", debounce=True, className="input"
+                        ),
+                    ),
+                    control(
+                        "Status",
+                        dcc.Dropdown(
+                            id="traces-status",
+                            options=[{"label": s, "value": s} for s in STATUSES],
+                            placeholder="any",
+                            clearable=True,
+                            style={"minWidth": "160px"},
+                        ),
+                    ),
+                ),
+                html.Div(id="traces-message"),
+                html.Div(id="traces-table"),
+                html.Div(
+                    className="pager",
+                    children=[
+                        html.Button("← Newer", id="traces-prev", n_clicks=0, className="button small secondary"),
+                        html.Span(id="traces-range", className="muted"),
+                        html.Button("Older →", id="traces-next", n_clicks=0, className="button small secondary"),
+                    ],
+                ),
+                dcc.Store(id="traces-offset", data=0),
+                dcc.Store(id="traces-refresh", data=0),
+                dcc.Interval(id="traces-poll", interval=2000, disabled=True),
+                dcc.Store(id="delete-target"),
+                dcc.ConfirmDialog(id="delete-confirm"),
             ),
-            html.Div(id="upload-busy", className="muted"),
-            html.Div(id="upload-status"),
-            dcc.Store(id="upload-state"),
-            dcc.Interval(id="upload-poll", interval=1000, disabled=True),
-            help_text="PolyTrace per-step JSONL, verl metric logs, PyTorch-profiler (Kineto) traces, or the "
-                      "native CSV/JSONL/Parquet format. Large uploads are ingested in the background; the browser "
-                      "holds the files in memory while sending them, so for several GB use `rlvr-explorer ingest` "
-                      "or the REST API.",
-        ),
-        section(
-            "Your traces",
-            controls(
-                control("Search", dcc.Input(id="traces-q", type="search", placeholder="name contains…",
-                                            debounce=True, className="input")),
-                control("Status", dcc.Dropdown(id="traces-status", options=[{"label": s, "value": s} for s in STATUSES],
-                                               placeholder="any", clearable=True, style={"minWidth": "160px"})),
-            ),
-            html.Div(id="traces-message"),
-            html.Div(id="traces-table"),
-            html.Div(className="pager", children=[
-                html.Button("← Newer", id="traces-prev", n_clicks=0, className="button small secondary"),
-                html.Span(id="traces-range", className="muted"),
-                html.Button("Older →", id="traces-next", n_clicks=0, className="button small secondary"),
-            ]),
-            dcc.Store(id="traces-offset", data=0),
-            dcc.Store(id="traces-refresh", data=0),
-            dcc.Interval(id="traces-poll", interval=2000, disabled=True),
-            dcc.Store(id="delete-target"),
-            dcc.ConfirmDialog(id="delete-confirm"),
-        ),
-    ])
+        ]
+    )
 
 
 # -- upload -------------------------------------------------------------------------
@@ -126,13 +163,27 @@ def upload(contents, filenames, name, fmt, refresh):
     files = [(fname, _decode(c)) for fname, c in zip(filenames, contents)]
     state = {"files": [{"name": f, "size": len(b)} for f, b in files], "status": "uploading"}
     try:
-        result = session.api().upload_trace(files, name=(name or "").strip() or None, format=(fmt or "").strip() or None)
+        result = session.api().upload_trace(
+            files, name=(name or "").strip() or None, format=(fmt or "").strip() or None
+        )
     except ApiError as exc:
-        state.update(status="failed", error={"message": exc.message, "file": exc.file, "line": exc.line,
-                                              "field": exc.field, "status": exc.status})
+        state.update(
+            status="failed",
+            error={
+                "message": exc.message,
+                "file": exc.file,
+                "line": exc.line,
+                "field": exc.field,
+                "status": exc.status,
+            },
+        )
         return state, "", no_update
-    state.update(trace=result.trace, job=result.job, http=result.status_code,
-                 status="ingesting" if result.job else ("duplicate" if result.duplicate else "done"))
+    state.update(
+        trace=result.trace,
+        job=result.job,
+        http=result.status_code,
+        status="ingesting" if result.job else ("duplicate" if result.duplicate else "done"),
+    )
     return state, "", (refresh or 0) + 1
 
 
@@ -200,8 +251,12 @@ def render_upload(state):
             cell = html.Span("uploading…", className="muted")
         else:
             cell = html.Span("✓ received", className="muted")
-        rows.append(html.Li([html.Span(f["name"]), html.Span(human_bytes(f["size"]), className="muted"), cell],
-                            **{"data-file": f["name"]}))
+        rows.append(
+            html.Li(
+                [html.Span(f["name"]), html.Span(human_bytes(f["size"]), className="muted"), cell],
+                **{"data-file": f["name"]},
+            )
+        )
     extra = []
     trace, job = state.get("trace"), state.get("job")
     if status == "failed" and not placed:
@@ -209,13 +264,28 @@ def render_upload(state):
     elif status == "failed":
         extra.append(alert("Upload rejected: nothing was stored.", id="upload-error"))
     elif status == "ingesting" and job:
-        extra.append(html.Div([html.Span("Ingesting in the background: "),
-                               progress(job.get("progress"), job.get("message") or job.get("status"))]))
+        extra.append(
+            html.Div(
+                [
+                    html.Span("Ingesting in the background: "),
+                    progress(job.get("progress"), job.get("message") or job.get("status")),
+                ]
+            )
+        )
     elif status == "duplicate" and trace:
         extra.append(alert(["Your team already uploaded these files: ", _trace_link(trace)], "info", id="upload-ok"))
     elif status == "done" and trace:
-        extra.append(alert(["Ingested ", _trace_link(trace), f": {human_count(trace.get('n_steps'))} steps, "
-                            f"{human_count(trace.get('n_samples'))} samples."], "ok", id="upload-ok"))
+        extra.append(
+            alert(
+                [
+                    "Ingested ",
+                    _trace_link(trace),
+                    f": {human_count(trace.get('n_steps'))} steps, {human_count(trace.get('n_samples'))} samples.",
+                ],
+                "ok",
+                id="upload-ok",
+            )
+        )
     return [html.Ul(rows, className="file-list"), *extra], status != "ingesting"
 
 
@@ -229,23 +299,44 @@ def _status_cell(trace: dict):
 def traces_table(items: list[dict]) -> html.Table | html.P:
     if not items:
         return html.P("No traces yet: drop files above to upload one.", className="muted")
-    head = html.Tr([html.Th("Name"), html.Th("Format"), html.Th("Status"), html.Th("Steps", className="num"),
-                    html.Th("Samples", className="num"), html.Th("GPU events", className="num"),
-                    html.Th("Size", className="num"), html.Th("Created"), html.Th("")])
+    head = html.Tr(
+        [
+            html.Th("Name"),
+            html.Th("Format"),
+            html.Th("Status"),
+            html.Th("Steps", className="num"),
+            html.Th("Samples", className="num"),
+            html.Th("GPU events", className="num"),
+            html.Th("Size", className="num"),
+            html.Th("Created"),
+            html.Th(""),
+        ]
+    )
     body = []
     for t in items:
-        body.append(html.Tr([
-            html.Td(_trace_link(t)),
-            html.Td(" / ".join(x for x in (t.get("source_format"), t.get("framework")) if x) or "—"),
-            html.Td(_status_cell(t)),
-            html.Td(human_count(t.get("n_steps")), className="num"),
-            html.Td(human_count(t.get("n_samples")), className="num"),
-            html.Td(human_count(t.get("n_gpu_events")), className="num"),
-            html.Td(human_bytes(t.get("size_bytes")), className="num"),
-            html.Td(human_time(t.get("created_at"))),
-            html.Td(html.Button("Delete", id={"type": "trace-delete", "index": t["id"]}, n_clicks=0,
-                                className="button small danger")),
-        ], **{"data-trace-id": str(t["id"]), "data-status": t.get("status") or ""}))
+        body.append(
+            html.Tr(
+                [
+                    html.Td(_trace_link(t)),
+                    html.Td(" / ".join(x for x in (t.get("source_format"), t.get("framework")) if x) or "—"),
+                    html.Td(_status_cell(t)),
+                    html.Td(human_count(t.get("n_steps")), className="num"),
+                    html.Td(human_count(t.get("n_samples")), className="num"),
+                    html.Td(human_count(t.get("n_gpu_events")), className="num"),
+                    html.Td(human_bytes(t.get("size_bytes")), className="num"),
+                    html.Td(human_time(t.get("created_at"))),
+                    html.Td(
+                        html.Button(
+                            "Delete",
+                            id={"type": "trace-delete", "index": t["id"]},
+                            n_clicks=0,
+                            className="button small danger",
+                        )
+                    ),
+                ],
+                **{"data-trace-id": str(t["id"]), "data-status": t.get("status") or ""},
+            )
+        )
     return html.Table([html.Thead(head), html.Tbody(body)], className="table", id="traces-table-el")
 
 

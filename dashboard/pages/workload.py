@@ -27,15 +27,29 @@ from dashboard.payloads import human_count, job_active
 from dashboard.replay_forms import workload_body
 from dashboard.trace_frame import trace_page
 
-dash.register_page(__name__, path_template="/traces/<trace_id>/workload", name="Synthetic workload",
-                   title="Synthetic workload · RLVR Explorer", nav="trace", order=6)
+dash.register_page(
+    __name__,
+    path_template="/traces/<trace_id>/workload",
+    name="Synthetic workload",
+    title="Synthetic workload · RLVR Explorer",
+    nav="trace",
+    order=6,
+)
 
 NO_FIT = "Fit the trace (or generate a workload) to see how well the distributions match"
 
 
 def _number(id_: str, value, *, minimum: int = 0, placeholder: str = "") -> dcc.Input:
-    return dcc.Input(id=id_, type="number", min=minimum, step=1, value=value, placeholder=placeholder,
-                     className="input", style={"width": "110px"})
+    return dcc.Input(
+        id=id_,
+        type="number",
+        min=minimum,
+        step=1,
+        value=value,
+        placeholder=placeholder,
+        className="input",
+        style={"width": "110px"},
+    )
 
 
 def describe(job: dict) -> str:
@@ -66,45 +80,84 @@ def body(trace: dict, job_param=None) -> html.Div:
     multiturn = bool(trace.get("n_turns"))
     formats = ["multiturn", "compact"] if multiturn else ["packed", "compact"]
     tasks = trace.get("tasks") or []
-    return html.Div([
-        dcc.Store(id="wl-job", data=shown_id),
-        dcc.Store(id="wl-done", data=shown_id if shown and shown.get("status") == "succeeded" else None),
-        dcc.Interval(id="wl-poll", interval=1000, disabled=not job_active(shown)),
-        section(
-            "Generate a synthetic twin of this trace",
-            controls(
-                control("Steps", _number("wl-steps", min(int(trace.get("n_steps") or 1), 20), minimum=1)),
-                control("Groups per step", _number("wl-groups", None, minimum=1, placeholder="as fitted")),
-                control("Samples per group", _number("wl-samples", None, minimum=1, placeholder="as fitted")),
-                control("Seed", _number("wl-seed", 0)),
-                control("DP ranks", _number("wl-dp-size", 1, minimum=1)),
-                control("Task", dcc.Dropdown(id="wl-task", options=tasks, placeholder="the largest task",
-                                             disabled=not tasks, style={"minWidth": "160px"})),
+    return html.Div(
+        [
+            dcc.Store(id="wl-job", data=shown_id),
+            dcc.Store(id="wl-done", data=shown_id if shown and shown.get("status") == "succeeded" else None),
+            dcc.Interval(id="wl-poll", interval=1000, disabled=not job_active(shown)),
+            section(
+                "Generate a synthetic twin of this trace",
+                controls(
+                    control("Steps", _number("wl-steps", min(int(trace.get("n_steps") or 1), 20), minimum=1)),
+                    control("Groups per step", _number("wl-groups", None, minimum=1, placeholder="as fitted")),
+                    control("Samples per group", _number("wl-samples", None, minimum=1, placeholder="as fitted")),
+                    control("Seed", _number("wl-seed", 0)),
+                    control("DP ranks", _number("wl-dp-size", 1, minimum=1)),
+                    control(
+                        "Task",
+                        dcc.Dropdown(
+                            id="wl-task",
+                            options=tasks,
+                            placeholder="the largest task",
+                            disabled=not tasks,
+                            style={"minWidth": "160px"},
+                        ),
+                    ),
+                ),
+                controls(
+                    control(
+                        "Files",
+                        dcc.Checklist(
+                            id="wl-formats",
+                            value=formats,
+                            inline=True,
+                            options=(["packed"] if not multiturn else ["multiturn"]) + ["compact"],
+                        ),
+                    ),
+                    control(
+                        "Then",
+                        dcc.Checklist(
+                            id="wl-ingest",
+                            value=["ingest"],
+                            inline=True,
+                            options=[{"label": "ingest as a new trace", "value": "ingest"}],
+                        ),
+                    ),
+                    control(
+                        "Name",
+                        dcc.Input(
+                            id="wl-name",
+                            placeholder=f"synthetic twin of {trace.get('name')}",
+                            className="input",
+                            style={"width": "280px"},
+                        ),
+                    ),
+                    html.Button("Fit only", id="wl-fit", n_clicks=0, className="button secondary"),
+                    html.Button("Fit and generate", id="wl-submit", n_clicks=0, className="button"),
+                ),
+                html.Div(id="wl-form-message"),
+                help_text="Fits prompt and response lengths per task (marginals, a joint Gaussian mixture, the far tail, "
+                "the trend over steps, group structure and, for multi-turn traces, turns and tool calls) and "
+                "samples new steps from the fit. The files hold no sample of the original data.",
             ),
-            controls(
-                control("Files", dcc.Checklist(id="wl-formats", value=formats, inline=True,
-                                               options=(["packed"] if not multiturn else ["multiturn"]) + ["compact"])),
-                control("Then", dcc.Checklist(id="wl-ingest", value=["ingest"], inline=True,
-                                              options=[{"label": "ingest as a new trace", "value": "ingest"}])),
-                control("Name", dcc.Input(id="wl-name", placeholder=f"synthetic twin of {trace.get('name')}",
-                                          className="input", style={"width": "280px"})),
-                html.Button("Fit only", id="wl-fit", n_clicks=0, className="button secondary"),
-                html.Button("Fit and generate", id="wl-submit", n_clicks=0, className="button"),
-            ),
-            html.Div(id="wl-form-message"),
-            help_text="Fits prompt and response lengths per task (marginals, a joint Gaussian mixture, the far tail, "
-                      "the trend over steps, group structure and, for multi-turn traces, turns and tool calls) and "
-                      "samples new steps from the fit. The files hold no sample of the original data.",
-        ),
-        html.Div(job_progress(shown, "workload job"), id="wl-progress"),
-        html.Div(id="wl-output"),
-        section("Fit report", graph("wl-ks"), html.Div(id="wl-fit-table"),
+            html.Div(job_progress(shown, "workload job"), id="wl-progress"),
+            html.Div(id="wl-output"),
+            section(
+                "Fit report",
+                graph("wl-ks"),
+                html.Div(id="wl-fit-table"),
                 help_text="KS statistic = the largest gap between the fitted and the observed CDF (0 is a perfect "
-                          "fit); the generator samples the joint mixture."),
-        section("Workload jobs of this trace",
-                html.Div(job_history_table(history, open_type="wl-open", describe=describe, shown_id=shown_id),
-                         id="wl-history")),
-    ])
+                "fit); the generator samples the joint mixture.",
+            ),
+            section(
+                "Workload jobs of this trace",
+                html.Div(
+                    job_history_table(history, open_type="wl-open", describe=describe, shown_id=shown_id),
+                    id="wl-history",
+                ),
+            ),
+        ]
+    )
 
 
 def layout(trace_id: str | None = None, job: str | None = None, **_):
@@ -117,16 +170,31 @@ def layout(trace_id: str | None = None, job: str | None = None, **_):
     Input("wl-fit", "n_clicks"),
     Input("wl-submit", "n_clicks"),
     State(PAGE_TRACE_ID, "data"),
-    State("wl-steps", "value"), State("wl-groups", "value"), State("wl-samples", "value"),
-    State("wl-seed", "value"), State("wl-dp-size", "value"), State("wl-task", "value"),
-    State("wl-formats", "value"), State("wl-ingest", "value"), State("wl-name", "value"),
+    State("wl-steps", "value"),
+    State("wl-groups", "value"),
+    State("wl-samples", "value"),
+    State("wl-seed", "value"),
+    State("wl-dp-size", "value"),
+    State("wl-task", "value"),
+    State("wl-formats", "value"),
+    State("wl-ingest", "value"),
+    State("wl-name", "value"),
     prevent_initial_call=True,
 )
 def submit(n_fit, n_gen, trace_id, steps, groups, samples, seed, dp_size, task, formats, ingest, name):
     if not (n_fit or n_gen):
         return no_update, no_update
-    values = dict(steps=steps, groups=groups, samples_per_group=samples, seed=seed, dp_size=dp_size, task=task,
-                  formats=formats, ingest="ingest" in (ingest or []), name=name)
+    values = dict(
+        steps=steps,
+        groups=groups,
+        samples_per_group=samples,
+        seed=seed,
+        dp_size=dp_size,
+        task=task,
+        formats=formats,
+        ingest="ingest" in (ingest or []),
+        name=name,
+    )
     try:
         job = session.api().create_workload(workload_body(trace_id, values, fit_only=ctx.triggered_id == "wl-fit"))
     except ApiError as exc:
@@ -167,8 +235,12 @@ def follow(job_id, _n, done, trace_id):
     history = no_update
     if not (ctx.triggered_id == "wl-poll" and active):
         try:
-            history = job_history_table(session.api().jobs(trace_id=trace_id, kind="workload", limit=50),
-                                        open_type="wl-open", describe=describe, shown_id=job_id)
+            history = job_history_table(
+                session.api().jobs(trace_id=trace_id, kind="workload", limit=50),
+                open_type="wl-open",
+                describe=describe,
+                shown_id=job_id,
+            )
         except ApiError:
             pass
     new_done = job_id if finished and done != job_id else (no_update if finished else None)
@@ -190,22 +262,37 @@ def fill(job_id):
         return empty_figure(exc.message), None, alert(exc.message)
     if not result:
         return empty_figure(f"Workload job {job_id} has no result"), None, None
-    return cached(("workload", job_id), lambda: (fit_ks_figure(result), fit_table(result), output_links(job_id, result)))
+    return cached(
+        ("workload", job_id), lambda: (fit_ks_figure(result), fit_table(result), output_links(job_id, result))
+    )
 
 
 def fit_table(result: dict):
     rows = task_summary(result)
     if not rows:
         return None
-    head = html.Tr([html.Th("Task"), html.Th("Samples fitted", className="num"), html.Th("Truncated", className="num"),
-                    html.Th("Within-group correlation", className="num"),
-                    html.Th("Mean response trend (tokens / step)", className="num")])
+    head = html.Tr(
+        [
+            html.Th("Task"),
+            html.Th("Samples fitted", className="num"),
+            html.Th("Truncated", className="num"),
+            html.Th("Within-group correlation", className="num"),
+            html.Th("Mean response trend (tokens / step)", className="num"),
+        ]
+    )
     fmt = lambda v, f: "—" if v is None else format(v, f)  # noqa: E731
-    body_rows = [html.Tr([html.Td(r["task"]), html.Td(human_count(r["samples"]), className="num"),
-                          html.Td("—" if r["truncation_rate"] is None else f"{100 * r['truncation_rate']:.2f}%",
-                                  className="num"),
-                          html.Td(fmt(r["intra_group_corr"], ".3f"), className="num"),
-                          html.Td(fmt(r["tokens_per_step"], "+.1f"), className="num")]) for r in rows]
+    body_rows = [
+        html.Tr(
+            [
+                html.Td(r["task"]),
+                html.Td(human_count(r["samples"]), className="num"),
+                html.Td("—" if r["truncation_rate"] is None else f"{100 * r['truncation_rate']:.2f}%", className="num"),
+                html.Td(fmt(r["intra_group_corr"], ".3f"), className="num"),
+                html.Td(fmt(r["tokens_per_step"], "+.1f"), className="num"),
+            ]
+        )
+        for r in rows
+    ]
     return html.Table([html.Thead(head), html.Tbody(body_rows)], className="table")
 
 
@@ -213,13 +300,30 @@ def output_links(job_id, result: dict):
     """What the job made: the new trace (a link) and the files (the zip)."""
     if not result.get("steps"):
         return alert("Fit only: nothing generated.", "info", id="wl-fit-only")
-    parts = [html.Span(f"Generated {result.get('steps')} steps, {human_count(result.get('samples'))} samples "
-                       f"({result.get('groups')} groups x {result.get('samples_per_group')}); files: "
-                       f"{', '.join(result.get('files') or [])}. ")]
+    parts = [
+        html.Span(
+            f"Generated {result.get('steps')} steps, {human_count(result.get('samples'))} samples "
+            f"({result.get('groups')} groups x {result.get('samples_per_group')}); files: "
+            f"{', '.join(result.get('files') or [])}. "
+        )
+    ]
     if result.get("trace_id"):
         label = f"Open trace {result['trace_id']}" + ("" if result.get("trace_created", True) else " (already there)")
-        parts.append(dcc.Link(label, href=href(f"/traces/{result['trace_id']}"), id="wl-trace-link",
-                              className="button small secondary"))
-    parts.append(html.A("Download .zip", href=workload_zip_href(job_id), id="wl-download",
-                        className="button small secondary", download=f"workload-{job_id}.zip"))
+        parts.append(
+            dcc.Link(
+                label,
+                href=href(f"/traces/{result['trace_id']}"),
+                id="wl-trace-link",
+                className="button small secondary",
+            )
+        )
+    parts.append(
+        html.A(
+            "Download .zip",
+            href=workload_zip_href(job_id),
+            id="wl-download",
+            className="button small secondary",
+            download=f"workload-{job_id}.zip",
+        )
+    )
     return html.Div(parts, className="section controls", id="wl-output-box")

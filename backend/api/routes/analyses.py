@@ -6,14 +6,15 @@ from fastapi import APIRouter, HTTPException, Response, status
 from sqlalchemy import select
 from sqlalchemy.orm import defer
 
-from backend.analysis_jobs import ANALYSIS_KINDS, request_analysis, resolved_params
 from backend.api.deps import SessionDep, TraceDep
 from backend.api.errors import ERROR_RESPONSES
 from backend.api.routes.jobs import IncludeResult, job_list, job_list_query
 from backend.api.routes.trace_data import require_ready
 from backend.api.schemas import AnalysisRequest, JobList, JobOut
-from backend.jobs import params_key
-from backend.models import Job, JobStatus
+from backend.jobs.analyses import ANALYSIS_KINDS, NotApplicable, request_analysis
+from backend.jobs.state import params_key
+from backend.store.models import Job, JobStatus
+from core.analysis.registry import resolve_params
 
 router = APIRouter(prefix="/traces/{trace_id}/analyses", tags=["analyses"], responses=ERROR_RESPONSES)
 
@@ -25,15 +26,17 @@ router = APIRouter(prefix="/traces/{trace_id}/analyses", tags=["analyses"], resp
     responses={200: {"model": JobOut, "description": "An identical analysis exists: that job."}},
 )
 def create_analysis(body: AnalysisRequest, session: SessionDep, trace: TraceDep, response: Response):
-    """Queue an analysis (kinds: lengths, longtail, imbalance, latency, multiturn,
-    gpu_timeline). The same kind and parameters return the existing job (200)."""
+    """Queue an analysis (kinds: see `analyses` in the trace; all kinds: lengths, longtail,
+    imbalance, latency, multiturn, gpu_timeline). The same kind and parameters return the
+    existing job (200)."""
     require_ready(trace)
     try:
         job, created = request_analysis(session, trace, body.kind, body.params)
+    except NotApplicable as exc:
+        raise HTTPException(422, detail={"message": str(exc), "field": "kind"}) from exc
     except ValueError as exc:
-        raise HTTPException(
-            422, detail={"message": str(exc), "field": "kind" if "analysis" in str(exc) else "params"}
-        ) from exc
+        field = "kind" if str(exc).startswith("unknown analysis") else "params"
+        raise HTTPException(422, detail={"message": str(exc), "field": field}) from exc
     if not created:
         response.status_code = status.HTTP_200_OK
     return job
@@ -57,6 +60,6 @@ def latest_analysis(kind: str, session: SessionDep, trace: TraceDep):
     jobs = list(session.scalars(query.options(defer(Job.result))))
     if not jobs:
         raise HTTPException(status.HTTP_404_NOT_FOUND, detail={"message": f"no '{kind}' analysis for trace {trace.id}"})
-    default_key = params_key(kind, resolved_params(kind, {}))
+    default_key = params_key(kind, resolve_params(kind, {}))
     jobs.sort(key=lambda j: (j.params_key != default_key, j.status != JobStatus.SUCCEEDED))
     return jobs[0]

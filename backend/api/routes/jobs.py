@@ -16,7 +16,7 @@ from sqlalchemy.orm import defer
 from backend.api.deps import CurrentTeam, SessionDep
 from backend.api.errors import ERROR_RESPONSES
 from backend.api.schemas import JobList, JobOut
-from backend.models import Job
+from backend.store.models import Job
 
 router = APIRouter(prefix="/jobs", tags=["jobs"], responses=ERROR_RESPONSES)
 
@@ -30,7 +30,7 @@ def job_list_query(*where, include_result: bool) -> Select:
     return query if include_result else query.options(defer(Job.result, raiseload=True))
 
 
-def job_list(jobs, include_result: bool) -> JobList:  # noqa: ANN001 - an iterable of Job rows
+def job_list(jobs, include_result: bool) -> JobList:
     """The list payload; without results each item's `result` is null."""
     if include_result:
         return JobList(items=[JobOut.model_validate(j) for j in jobs])

@@ -16,8 +16,10 @@ from backend.api.errors import ERROR_RESPONSES
 from backend.api.routes.jobs import IncludeResult, job_list, job_list_query
 from backend.api.routes.trace_data import require_ready
 from backend.api.schemas import JobList, JobOut
-from backend.models import Job, JobStatus, Team, Trace
-from backend.simulation_jobs import SIMULATION_KIND, error_field, presets, queue_simulation, simulation_params
+from backend.jobs.contracts import SIMULATION_KIND, chrome_trace_path
+from backend.jobs.simulations import error_field, presets, queue_simulation, simulation_params
+from backend.store.models import Job, JobStatus, Team, Trace
+from core.simulator.result import chrome_trace_from_result
 
 router = APIRouter(prefix="/simulations", tags=["simulations"], responses=ERROR_RESPONSES)
 
@@ -27,8 +29,14 @@ class SimulationRequest(BaseModel):
 
     model_config = ConfigDict(extra="allow")
     trace_id: Any = Field(None, description="The team's trace to replay (or give `workload`)")
-    workload: Any = Field(None, description="A synthetic source: {parameters (PolyTrace parameter file), task, steps, groups, samples_per_group, seed}")
-    cluster: Any = Field(None, description='ClusterConfig fields, e.g. {"gpu": "H100", "n_gpus": 16, "rollout_replicas": 2, "rollout_tp": 4, "train_dp": 8}')
+    workload: Any = Field(
+        None,
+        description="A synthetic source: {parameters (PolyTrace parameter file), task, steps, groups, samples_per_group, seed}",
+    )
+    cluster: Any = Field(
+        None,
+        description='ClusterConfig fields, e.g. {"gpu": "H100", "n_gpus": 16, "rollout_replicas": 2, "rollout_tp": 4, "train_dp": 8}',
+    )
     model: Any = Field(None, description='A model preset name ("Qwen2.5-7B") or {"preset", ...overrides}')
     limits: Any = Field(None, description="EngineLimits fields (max_running_seqs, kv_cache_tokens, ...)")
     policy: Any = Field(None, description='Policy A: a kind ("sync") or Policy fields')
@@ -41,7 +49,7 @@ def _unprocessable(exc: ValueError) -> HTTPException:
     return HTTPException(422, detail={"message": str(exc), "field": error_field(exc)})
 
 
-def job_of_team(session, team: Team, job_id: int, kind: str) -> Job:  # noqa: ANN001
+def job_of_team(session, team: Team, job_id: int, kind: str) -> Job:
     """The team's job of this kind, or 404 (also for another team's job)."""
     job = session.scalars(select(Job).where(Job.id == job_id, Job.team_id == team.id, Job.kind == kind)).first()
     if job is None:
@@ -59,8 +67,13 @@ def require_replayable(trace: Trace) -> None:
     """Ready (else 409) and with samples (else 422: e.g. a GPU-profile-only trace)."""
     require_ready(trace)
     if not trace.n_samples:
-        raise HTTPException(422, detail={"message": f"trace_id: trace {trace.id} has no samples (rollout lengths) "
-                                                    "to replay or fit", "field": "trace_id"})
+        raise HTTPException(
+            422,
+            detail={
+                "message": f"trace_id: trace {trace.id} has no samples (rollout lengths) to replay or fit",
+                "field": "trace_id",
+            },
+        )
 
 
 @router.get("/presets")
@@ -74,8 +87,10 @@ def simulation_presets(_team: CurrentTeam) -> dict:
     "",
     status_code=status.HTTP_202_ACCEPTED,
     response_model=JobOut,
-    responses={200: {"model": JobOut, "description": "An identical replay of this trace exists: that job."},
-               409: {"description": "The trace is not ready."}},
+    responses={
+        200: {"model": JobOut, "description": "An identical replay of this trace exists: that job."},
+        409: {"description": "The trace is not ready."},
+    },
 )
 def create_simulation(body: SimulationRequest, session: SessionDep, team: CurrentTeam, response: Response):
     """Queue a replay of a trace under `policy` (and `compare_policy`)."""
@@ -114,8 +129,10 @@ def get_simulation(job_id: int, session: SessionDep, team: CurrentTeam):
 
 @router.get(
     "/{job_id}/chrome-trace",
-    responses={200: {"content": {"application/json": {}}, "description": "Chrome trace JSON (opens in Perfetto)"},
-               409: {"description": "The replay has not finished."}},
+    responses={
+        200: {"content": {"application/json": {}}, "description": "Chrome trace JSON (opens in Perfetto)"},
+        409: {"description": "The replay has not finished."},
+    },
 )
 def simulation_chrome_trace(
     job_id: int,
@@ -125,12 +142,12 @@ def simulation_chrome_trace(
     accept_encoding: Annotated[str | None, Header()] = None,
 ):
     """The simulated GPU timeline of policy `a` or `b` as a Chrome-trace download."""
-    from workers.sim_runner import chrome_trace_from_result, chrome_trace_path
-
     job = job_of_team(session, team, job_id, SIMULATION_KIND)
     require_succeeded(job)
     if (job.result or {}).get(policy) is None:
-        raise HTTPException(status.HTTP_404_NOT_FOUND, detail={"message": f"simulation {job_id} has no policy {policy}"})
+        raise HTTPException(
+            status.HTTP_404_NOT_FOUND, detail={"message": f"simulation {job_id} has no policy {policy}"}
+        )
     path = chrome_trace_path(job_id, policy)
     if path.is_file():
         packed = path.read_bytes()

@@ -11,8 +11,6 @@ import orjson
 from fastapi import APIRouter, HTTPException, Query, Response, status
 from sqlalchemy import func, select
 
-from backend.columns import read_columns
-
 from backend.api.deps import SessionDep, TraceDep
 from backend.api.errors import ERROR_RESPONSES
 from backend.api.schemas import (
@@ -26,10 +24,11 @@ from backend.api.schemas import (
     StepStats,
     SummaryOut,
 )
-from backend.formats.base import GpuKind
-from backend.models import GpuEvent, GpuKernelName, RankTiming, Sample, Step, Trace, TraceStatus
-from workers.analysis.gpu_export import chrome_trace_export
-from workers.analysis.stats import LOG_BIN_EDGES
+from backend.store.columns import read_columns
+from backend.store.models import GpuEvent, GpuKernelName, RankTiming, Sample, Step, Trace, TraceStatus
+from core.analysis.gpu_export import chrome_trace_export
+from core.analysis.gpu_kinds import GpuKind
+from core.analysis.stats import LOG_BIN_EDGES
 
 router = APIRouter(prefix="/traces/{trace_id}", tags=["trace data"], responses=ERROR_RESPONSES)
 
@@ -40,7 +39,10 @@ def require_ready(trace: Trace) -> None:
     if trace.status != TraceStatus.READY:
         raise HTTPException(
             status.HTTP_409_CONFLICT,
-            detail={"message": f"trace {trace.id} is {trace.status}, not ready" + (f": {trace.error}" if trace.error else "")},
+            detail={
+                "message": f"trace {trace.id} is {trace.status}, not ready"
+                + (f": {trace.error}" if trace.error else "")
+            },
         )
 
 
@@ -61,7 +63,9 @@ def step_summaries(
     """Per-step length statistics and log-bin histograms, precomputed at ingestion."""
     require_ready(trace)
     if task is not None and task not in (trace.tasks or []):
-        raise HTTPException(status.HTTP_404_NOT_FOUND, detail={"message": f"no task '{task}' in trace {trace.id}", "field": "task"})
+        raise HTTPException(
+            status.HTTP_404_NOT_FOUND, detail={"message": f"no task '{task}' in trace {trace.id}", "field": "task"}
+        )
     rows = session.execute(
         select(Step.step, Step.validate, Step.summary).where(Step.trace_id == trace.id).order_by(Step.step)
     )
@@ -184,7 +188,11 @@ def export_chrome_trace(
     require_ready(trace)
     conn = session.connection()
     events = read_columns(
-        conn, "gpu_events", trace.id, ["rank", "stream", "step", "kind", "name_id", "start_us", "dur_us"], order_by="event_idx"
+        conn,
+        "gpu_events",
+        trace.id,
+        ["rank", "stream", "step", "kind", "name_id", "start_us", "dur_us"],
+        order_by="event_idx",
     )
     names = dict(
         session.execute(

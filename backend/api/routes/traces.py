@@ -14,24 +14,32 @@ from backend.api.schemas import JobOut, TraceOut, TracePage, UploadAccepted
 from backend.formats import FORMATS
 from backend.ingest.service import accept_upload
 from backend.ingest.uploads import store_upload
-from backend.models import Job, Trace
+from backend.jobs.analyses import applicable_analyses
+from backend.jobs.contracts import INGEST_KIND
+from backend.store.models import Job, Trace
 
 router = APIRouter(prefix="/traces", tags=["traces"])
 
 
-def traces_out(session, traces: list[Trace]) -> list[TraceOut]:  # noqa: ANN001
-    """Traces with the id of their (latest) ingest job, in one query for the page."""
+def traces_out(session, traces: list[Trace]) -> list[TraceOut]:
+    """Traces with the id of their (latest) ingest job (one query for the page) and the
+    analyses that apply to them."""
     ingest_jobs = dict(
         session.execute(
             select(Job.trace_id, func.max(Job.id))
-            .where(Job.trace_id.in_([t.id for t in traces]), Job.kind == "ingest")
+            .where(Job.trace_id.in_([t.id for t in traces]), Job.kind == INGEST_KIND)
             .group_by(Job.trace_id)
         ).all()
     )
-    return [TraceOut.model_validate(t).model_copy(update={"job_id": ingest_jobs.get(t.id)}) for t in traces]
+    return [
+        TraceOut.model_validate(t).model_copy(
+            update={"job_id": ingest_jobs.get(t.id), "analyses": applicable_analyses(t)}
+        )
+        for t in traces
+    ]
 
 
-def trace_out(session, trace: Trace) -> TraceOut:  # noqa: ANN001
+def trace_out(session, trace: Trace) -> TraceOut:
     return traces_out(session, [trace])[0]
 
 

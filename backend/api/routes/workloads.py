@@ -14,8 +14,9 @@ from backend.api.errors import ERROR_RESPONSES
 from backend.api.routes.jobs import IncludeResult, job_list, job_list_query
 from backend.api.routes.simulations import _unprocessable, job_of_team, require_replayable, require_succeeded
 from backend.api.schemas import JobList, JobOut
-from backend.models import Job
-from backend.simulation_jobs import WORKLOAD_KIND, queue_workload, workload_params
+from backend.jobs.contracts import WORKLOAD_KIND, workload_zip
+from backend.jobs.simulations import queue_workload, workload_params
+from backend.store.models import Job
 
 router = APIRouter(prefix="/workloads", tags=["workloads"], responses=ERROR_RESPONSES)
 
@@ -25,7 +26,9 @@ class WorkloadRequest(BaseModel):
 
     model_config = ConfigDict(extra="allow")
     trace_id: Any = Field(None, description="The team's trace to fit (or give `parameters`)")
-    parameters: Any = Field(None, description="PolyTrace's fitted-parameter file JSON (enhanced_task_distribution_parameters)")
+    parameters: Any = Field(
+        None, description="PolyTrace's fitted-parameter file JSON (enhanced_task_distribution_parameters)"
+    )
     task: Any = Field(None, description="Task to generate: a fitted task name, or math | tool_calling")
     steps: Any = Field(None, description="Steps to generate (0 with a trace: fit report only)")
     groups: Any = Field(None, description="Prompt groups per step (a trace: as fitted when omitted)")
@@ -37,8 +40,12 @@ class WorkloadRequest(BaseModel):
     dp_size: Any = Field(None, description="DP ranks the packed rows are dealt to (default 1)")
 
 
-@router.post("", status_code=status.HTTP_202_ACCEPTED, response_model=JobOut,
-             responses={409: {"description": "The trace is not ready."}})
+@router.post(
+    "",
+    status_code=status.HTTP_202_ACCEPTED,
+    response_model=JobOut,
+    responses={409: {"description": "The trace is not ready."}},
+)
 def create_workload(body: WorkloadRequest, session: SessionDep, team: CurrentTeam):
     """Queue a fit and/or generation; the result names the new trace and the files."""
     raw = body.model_dump(exclude_unset=True)
@@ -74,16 +81,16 @@ def get_workload(job_id: int, session: SessionDep, team: CurrentTeam):
 @router.get(
     "/{job_id}/download",
     response_class=FileResponse,
-    responses={200: {"content": {"application/zip": {}}, "description": "The generated files"},
-               409: {"description": "The job has not finished."}},
+    responses={
+        200: {"content": {"application/zip": {}}, "description": "The generated files"},
+        409: {"description": "The job has not finished."},
+    },
 )
 def download_workload(job_id: int, session: SessionDep, team: CurrentTeam):
     """A .zip of the generated files (per-step JSONL, compact JSON, fitted model)."""
-    from workers.workload_runner import ZIP_NAME, workload_folder
-
     job = job_of_team(session, team, job_id, WORKLOAD_KIND)
     require_succeeded(job)
-    path = workload_folder(job_id) / ZIP_NAME
+    path = workload_zip(job_id)
     if not path.is_file():
         raise HTTPException(status.HTTP_404_NOT_FOUND, detail={"message": f"the files of workload {job_id} are gone"})
     return FileResponse(path, media_type="application/zip", filename=f"workload-{job_id}.zip")

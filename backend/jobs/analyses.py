@@ -1,0 +1,63 @@
+"""Analysis jobs from the API's side: validate, reuse a finished identical job, or queue.
+
+Which analyses exist, what they read and whether they apply to a trace is the registry's
+word (core.analysis.registry); this module only turns that into job rows."""
+
+from __future__ import annotations
+
+from sqlalchemy.orm import Session
+
+from backend.jobs.dispatch import dispatch
+from backend.jobs.state import create_job, find_reusable
+from backend.store.models import Job, Trace
+from backend.store.trace_tables import available_columns
+from core.analysis.registry import ANALYSES, default_analyses, resolve_params
+
+ANALYSIS_KINDS = tuple(ANALYSES)
+
+
+class NotApplicable(ValueError):
+    """The trace lacks the data an analysis needs (the message says which, and how to add it)."""
+
+
+def applicable_analyses(trace: Trace) -> list[str]:
+    """The analysis kinds this trace has the data for."""
+    available = available_columns(trace)
+    return [kind for kind, spec in ANALYSES.items() if spec.applicable(available)]
+
+
+def check_applicable(kind: str, trace: Trace) -> None:
+    spec = ANALYSES[kind]
+    available = available_columns(trace)
+    if not spec.applicable(available):
+        raise NotApplicable(
+            f"analysis '{kind}' does not apply to trace {trace.id}: it needs {spec.missing(available)}, "
+            "which the uploaded files do not have (see docs/formats.md for the formats that carry it)"
+        )
+
+
+def request_analysis(session: Session, trace: Trace, kind: str, params: dict) -> tuple[Job, bool]:
+    """(job, created): an identical queued/running/finished job is reused."""
+    full = resolve_params(kind, params)
+    check_applicable(kind, trace)
+    existing = find_reusable(session, trace.id, kind, full)
+    if existing is not None:
+        return existing, False
+    job = create_job(session, team_id=trace.team_id, trace_id=trace.id, kind=kind, params=full)
+    session.commit()
+    dispatch([job.id], kind)
+    return job, True
+
+
+def queue_default_analyses(session: Session, trace: Trace) -> list[Job]:
+    """The default set for a trace that just became ready, run as one task that reads the
+    columns once for all of them."""
+    jobs = []
+    for kind in default_analyses(available_columns(trace)):
+        full = resolve_params(kind, {})
+        if find_reusable(session, trace.id, kind, full) is None:
+            jobs.append(create_job(session, team_id=trace.team_id, trace_id=trace.id, kind=kind, params=full))
+    session.commit()
+    if jobs:
+        dispatch([j.id for j in jobs], jobs[0].kind)
+    return jobs

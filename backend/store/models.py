@@ -1,0 +1,232 @@
+"""Database tables. The schema is created only by the Alembic migrations in migrations/.
+
+Bulk tables (samples, turns, tool_calls, rank_timings, gpu_events) are written with
+COPY by backend.ingest and never as ORM objects per row; they have composite keys
+starting with trace_id so every query is scoped to one trace (and so to one team).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    SmallInteger,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+def _trace_fk() -> ForeignKey:
+    return ForeignKey("traces.id", ondelete="CASCADE")
+
+
+class Team(Base):
+    __tablename__ = "teams"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(200), unique=True)
+    api_key_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class TraceStatus:
+    PENDING = "pending"
+    INGESTING = "ingesting"
+    READY = "ready"
+    FAILED = "failed"
+
+
+class Trace(Base):
+    __tablename__ = "traces"
+    __table_args__ = (UniqueConstraint("team_id", "content_hash", name="uq_trace_team_content"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    team_id: Mapped[int] = mapped_column(ForeignKey("teams.id", ondelete="CASCADE"), index=True)
+    name: Mapped[str] = mapped_column(String(300))
+    source_format: Mapped[str | None] = mapped_column(String(50))
+    framework: Mapped[str | None] = mapped_column(String(50))
+    status: Mapped[str] = mapped_column(String(20), default=TraceStatus.PENDING)
+    error: Mapped[str | None] = mapped_column(Text)
+    content_hash: Mapped[str] = mapped_column(String(64))
+    size_bytes: Mapped[int] = mapped_column(BigInteger, default=0)
+    n_steps: Mapped[int] = mapped_column(Integer, default=0)
+    n_samples: Mapped[int] = mapped_column(BigInteger, default=0)
+    n_turns: Mapped[int] = mapped_column(BigInteger, default=0)
+    n_tool_calls: Mapped[int] = mapped_column(BigInteger, default=0)
+    n_rank_timings: Mapped[int] = mapped_column(BigInteger, default=0)
+    n_gpu_events: Mapped[int] = mapped_column(BigInteger, default=0)
+    max_response_len: Mapped[int | None] = mapped_column(Integer)
+    # Task names; a sample's task_id indexes this list.
+    tasks: Mapped[list] = mapped_column(JSON, default=list)
+    meta: Mapped[dict] = mapped_column(JSON, default=dict)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow, onupdate=utcnow)
+
+
+class Step(Base):
+    """Per trace and step: counts, token sums, measured stage timings (seconds) where the
+    source has them, and `summary`: precomputed length statistics and log-bin histograms
+    ({"response"|"prompt"|"total": {"all" | task: stats}}), so pages cost O(steps)."""
+
+    __tablename__ = "steps"
+    trace_id: Mapped[int] = mapped_column(_trace_fk(), primary_key=True)
+    step: Mapped[int] = mapped_column(Integer, primary_key=True)
+    validate: Mapped[bool] = mapped_column(Boolean, default=False)
+    n_groups: Mapped[int] = mapped_column(Integer, default=0)
+    n_samples: Mapped[int] = mapped_column(Integer, default=0)
+    prompt_tokens: Mapped[int] = mapped_column(BigInteger, default=0)
+    response_tokens: Mapped[int] = mapped_column(BigInteger, default=0)
+    t_gen: Mapped[float | None] = mapped_column(Float)
+    t_reward: Mapped[float | None] = mapped_column(Float)
+    t_old_log_prob: Mapped[float | None] = mapped_column(Float)
+    t_ref: Mapped[float | None] = mapped_column(Float)
+    t_adv: Mapped[float | None] = mapped_column(Float)
+    t_update_actor: Mapped[float | None] = mapped_column(Float)
+    t_step: Mapped[float | None] = mapped_column(Float)
+    metrics: Mapped[dict] = mapped_column(JSON, default=dict)
+    summary: Mapped[dict] = mapped_column(JSON, default=dict)
+
+
+class Sample(Base):
+    __tablename__ = "samples"
+    trace_id: Mapped[int] = mapped_column(_trace_fk(), primary_key=True)
+    step: Mapped[int] = mapped_column(Integer, primary_key=True)
+    group_idx: Mapped[int] = mapped_column(Integer, primary_key=True)
+    sample_idx: Mapped[int] = mapped_column(Integer, primary_key=True)
+    rank: Mapped[int | None] = mapped_column(Integer)
+    dp_rank: Mapped[int | None] = mapped_column(Integer)
+    tp_rank: Mapped[int | None] = mapped_column(Integer)
+    task_id: Mapped[int | None] = mapped_column(SmallInteger)
+    prompt_len: Mapped[int] = mapped_column(Integer)
+    response_len: Mapped[int] = mapped_column(Integer)
+    truncated: Mapped[bool | None] = mapped_column(Boolean)
+    validate: Mapped[bool | None] = mapped_column(Boolean)
+    reward: Mapped[float | None] = mapped_column(Float)
+    num_turns: Mapped[int | None] = mapped_column(Integer)
+    num_tool_calls: Mapped[int | None] = mapped_column(Integer)
+    latency_s: Mapped[float | None] = mapped_column(Float)
+
+
+class Turn(Base):
+    __tablename__ = "turns"
+    trace_id: Mapped[int] = mapped_column(_trace_fk(), primary_key=True)
+    step: Mapped[int] = mapped_column(Integer, primary_key=True)
+    group_idx: Mapped[int] = mapped_column(Integer, primary_key=True)
+    sample_idx: Mapped[int] = mapped_column(Integer, primary_key=True)
+    turn: Mapped[int] = mapped_column(Integer, primary_key=True)
+    prompt_tokens: Mapped[int | None] = mapped_column(Integer)
+    cached_tokens: Mapped[int | None] = mapped_column(Integer)
+    completion_tokens: Mapped[int | None] = mapped_column(Integer)
+    engine_latency_s: Mapped[float | None] = mapped_column(Float)
+    tool_call_count: Mapped[int | None] = mapped_column(Integer)
+    finish_reason: Mapped[str | None] = mapped_column(String(40))
+
+
+class ToolCall(Base):
+    __tablename__ = "tool_calls"
+    trace_id: Mapped[int] = mapped_column(_trace_fk(), primary_key=True)
+    step: Mapped[int] = mapped_column(Integer, primary_key=True)
+    group_idx: Mapped[int] = mapped_column(Integer, primary_key=True)
+    sample_idx: Mapped[int] = mapped_column(Integer, primary_key=True)
+    call_idx: Mapped[int] = mapped_column(Integer, primary_key=True)
+    turn: Mapped[int | None] = mapped_column(Integer)
+    tool_name: Mapped[str | None] = mapped_column(String(200))
+    latency_s: Mapped[float | None] = mapped_column(Float)
+    response_tokens: Mapped[int | None] = mapped_column(Integer)
+    status: Mapped[str | None] = mapped_column(String(40))
+
+
+class RankTiming(Base):
+    __tablename__ = "rank_timings"
+    trace_id: Mapped[int] = mapped_column(_trace_fk(), primary_key=True)
+    step: Mapped[int] = mapped_column(Integer, primary_key=True)
+    rank: Mapped[int] = mapped_column(Integer, primary_key=True)
+    phase: Mapped[str] = mapped_column(String(40), primary_key=True)
+    dp_rank: Mapped[int | None] = mapped_column(Integer)
+    tp_rank: Mapped[int | None] = mapped_column(Integer)
+    seconds: Mapped[float | None] = mapped_column(Float)
+    batch_size: Mapped[int | None] = mapped_column(Integer)
+    validate: Mapped[bool | None] = mapped_column(Boolean)
+
+
+class GpuKernelName(Base):
+    __tablename__ = "gpu_kernel_names"
+    trace_id: Mapped[int] = mapped_column(_trace_fk(), primary_key=True)
+    name_id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(Text)
+
+
+class GpuEvent(Base):
+    """One GPU activity; kind: 0 compute, 1 communication, 2 memory (GpuKind)."""
+
+    __tablename__ = "gpu_events"
+    __table_args__ = (Index("ix_gpu_events_rank_start", "trace_id", "rank", "start_us"),)
+    trace_id: Mapped[int] = mapped_column(_trace_fk(), primary_key=True)
+    event_idx: Mapped[int] = mapped_column(Integer, primary_key=True)
+    rank: Mapped[int] = mapped_column(Integer)
+    stream: Mapped[int] = mapped_column(Integer)
+    step: Mapped[int] = mapped_column(Integer)
+    kind: Mapped[int] = mapped_column(SmallInteger)
+    name_id: Mapped[int] = mapped_column(Integer)
+    start_us: Mapped[float] = mapped_column(Float)
+    dur_us: Mapped[float] = mapped_column(Float)
+    launch_us: Mapped[float | None] = mapped_column(Float)
+
+
+class JobStatus:
+    QUEUED = "queued"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+
+
+class Job(Base):
+    __tablename__ = "jobs"
+    __table_args__ = (Index("ix_jobs_trace_kind_key", "trace_id", "kind", "params_key"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    team_id: Mapped[int] = mapped_column(ForeignKey("teams.id", ondelete="CASCADE"), index=True)
+    trace_id: Mapped[int | None] = mapped_column(_trace_fk())
+    kind: Mapped[str] = mapped_column(String(50))
+    params: Mapped[dict] = mapped_column(JSON, default=dict)
+    # Hash of (kind, params): a finished job with the same key is reused.
+    params_key: Mapped[str] = mapped_column(String(64))
+    status: Mapped[str] = mapped_column(String(20), default=JobStatus.QUEUED)
+    progress: Mapped[float] = mapped_column(Float, default=0.0)
+    message: Mapped[str | None] = mapped_column(Text)
+    error: Mapped[str | None] = mapped_column(Text)
+    result: Mapped[dict | None] = mapped_column(JSON)
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    # Big traces are analysed in step-range parts; the part that completes the count reduces.
+    parts_total: Mapped[int] = mapped_column(Integer, default=1)
+    parts_done: Mapped[int] = mapped_column(Integer, default=0)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class JobPart(Base):
+    """The partial result of one step range [step_lo, step_hi) of a chunked job."""
+
+    __tablename__ = "job_parts"
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True)
+    idx: Mapped[int] = mapped_column(Integer, primary_key=True)
+    step_lo: Mapped[int] = mapped_column(Integer)
+    step_hi: Mapped[int] = mapped_column(Integer)
+    done: Mapped[bool] = mapped_column(Boolean, default=False)
+    result: Mapped[dict | None] = mapped_column(JSON)

@@ -1,0 +1,128 @@
+"""Stragglers across ranks: per ProfilerStep, which ranks hold the others up.
+
+In synchronous data-parallel training every rank meets the others in collectives, so a
+slow rank shows up twice: it has more computation than its peers (the peers then sit in
+NCCL kernels waiting for it) and it tends to finish the step last. Both are measured here
+on the GPU timeline of each (step, rank), using only the events assigned to that step
+(events with step -1 are ignored):
+
+- compute_us: union of compute kernels (`GpuKind.COMPUTE`) — the work the rank had;
+- gpu_end_us: end of the rank's last GPU event in the step. Ranks on different hosts
+  compare wall clocks, so treat end differences below the hosts' clock skew as noise;
+  compute time needs no cross-host clock and is the primary signal.
+
+A rank is a straggler in a step when its compute time exceeds the step's median over
+ranks by more than `tolerance` (default 5 %). Steps with a single rank have no stragglers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from core.analysis.gpu_intervals import dense_codes, union_by_group
+from core.analysis.gpu_kinds import GpuKind
+
+Events = Mapping[str, "np.ndarray | list"]
+
+
+def _group_median(codes: np.ndarray, values: np.ndarray, n_groups: int) -> np.ndarray:
+    """Median of `values` within each group 0..n_groups-1 (vectorised: sort once)."""
+    order = np.lexsort((values, codes))
+    sorted_vals = values[order]
+    counts = np.bincount(codes, minlength=n_groups)
+    starts = np.r_[0, np.cumsum(counts)[:-1]]
+    lo = starts + (counts - 1) // 2
+    hi = starts + counts // 2
+    med = np.full(n_groups, np.nan)
+    ok = counts > 0
+    med[ok] = 0.5 * (sorted_vals[lo[ok]] + sorted_vals[hi[ok]])
+    return med
+
+
+def stragglers(events: Events, *, tolerance: float = 0.05) -> dict[str, dict[str, np.ndarray]]:
+    """Per (step, rank) GPU figures and per-step straggler summary.
+
+    ``per_rank`` one row per step and rank: step, rank, gpu_start_us, gpu_end_us (first
+        start / last end of the rank's GPU events in the step), busy_us (union of all its
+        GPU activity), compute_us, communication_us (unions of those kinds),
+        compute_vs_median (compute_us / the step's median compute_us), end_lag_us
+        (gpu_end_us minus the step's median gpu_end_us), finish_order (0 = first rank to
+        finish the step), is_last (finished the step last), is_straggler (see module).
+    ``per_step`` one row per step: step, n_ranks, median_compute_us, max_compute_us,
+        slowest_rank (largest compute), compute_max_over_median, last_rank (finished
+        last), end_spread_us (last minus first gpu_end_us), n_stragglers.
+    """
+    step = np.asarray(events["step"], dtype=np.int64)
+    keep = step >= 0
+    step = step[keep]
+    rank = np.asarray(events["rank"], dtype=np.int64)[keep]
+    kind = np.asarray(events["kind"], dtype=np.int64)[keep]
+    start = np.asarray(events["start_us"], dtype=np.float64)[keep]
+    end = start + np.asarray(events["dur_us"], dtype=np.float64)[keep]
+
+    codes, (g_step, g_rank) = dense_codes(step, rank)
+    n = len(g_step)
+    everything = union_by_group(codes, start, end, n)
+    compute_mask = kind == GpuKind.COMPUTE
+    comm_mask = kind == GpuKind.COMMUNICATION
+    compute = union_by_group(codes[compute_mask], start[compute_mask], end[compute_mask], n).busy
+    comm = union_by_group(codes[comm_mask], start[comm_mask], end[comm_mask], n).busy
+    gpu_end = np.full(n, -np.inf)
+    np.maximum.at(gpu_end, codes, end)
+
+    # rows are sorted by (step, rank), so each step is a contiguous block
+    step_codes, (steps,) = dense_codes(g_step)
+    n_steps = len(steps)
+    med_compute = _group_median(step_codes, compute, n_steps)
+    med_end = _group_median(step_codes, gpu_end, n_steps)
+    n_ranks = np.bincount(step_codes, minlength=n_steps)
+
+    with np.errstate(invalid="ignore", divide="ignore"):
+        vs_median = compute / med_compute[step_codes]
+    order = np.lexsort((g_rank, gpu_end, step_codes))
+    block_start = np.r_[0, np.cumsum(n_ranks)[:-1]]
+    finish_order = np.empty(n, dtype=np.int64)
+    finish_order[order] = np.arange(n) - block_start[step_codes[order]]
+    is_last = finish_order == n_ranks[step_codes] - 1
+    multi = n_ranks[step_codes] > 1
+    is_straggler = multi & (compute > (1.0 + tolerance) * med_compute[step_codes])
+
+    per_rank = {
+        "step": g_step.astype(np.int64),
+        "rank": g_rank.astype(np.int64),
+        "gpu_start_us": everything.first_start,
+        "gpu_end_us": gpu_end,
+        "busy_us": everything.busy,
+        "compute_us": compute,
+        "communication_us": comm,
+        "compute_vs_median": vs_median,
+        "end_lag_us": gpu_end - med_end[step_codes],
+        "finish_order": finish_order,
+        "is_last": is_last & multi,
+        "is_straggler": is_straggler,
+    }
+
+    # per step: argmax of compute and of end within each contiguous block
+    by_compute = np.lexsort((-g_rank, compute, step_codes))  # ties -> lowest rank last
+    last_of_block = block_start + n_ranks - 1
+    slowest = g_rank[by_compute[last_of_block]] if n else np.zeros(0, dtype=np.int64)
+    max_compute = compute[by_compute[last_of_block]] if n else np.zeros(0)
+    last_rank = g_rank[order[last_of_block]] if n else np.zeros(0, dtype=np.int64)
+    first_end = gpu_end[order[block_start]] if n else np.zeros(0)
+    last_end = gpu_end[order[last_of_block]] if n else np.zeros(0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        max_over_median = max_compute / med_compute
+    per_step = {
+        "step": steps.astype(np.int64),
+        "n_ranks": n_ranks.astype(np.int64),
+        "median_compute_us": med_compute,
+        "max_compute_us": max_compute,
+        "slowest_rank": slowest.astype(np.int64),
+        "compute_max_over_median": max_over_median,
+        "last_rank": last_rank.astype(np.int64),
+        "end_spread_us": last_end - first_end,
+        "n_stragglers": np.bincount(step_codes[is_straggler], minlength=n_steps).astype(np.int64),
+    }
+    return {"per_rank": per_rank, "per_step": per_step}

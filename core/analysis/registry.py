@@ -1,0 +1,228 @@
+"""The analyses the worker can run: what each reads, its defaults, how to run and merge it.
+
+`ANALYSES[kind]` is an `AnalysisSpec`:
+- ``tables``: {table: columns to read} -- the worker reads only these (absent optional
+  columns are simply left out of TraceData); ``required``: {table: columns} that must
+  exist for the analysis to say anything;
+- ``defaults``: parameters (a job's params override them; unknown names are rejected);
+- ``run(data, **params)`` -> result dict (plain JSON) and ``reduce(partials, **params)``
+  merging results computed over disjoint step ranges into the whole-trace result; an
+  analysis without ``reduce`` (the GPU timeline) always runs on the whole trace.
+
+Entry points for the worker:
+- `run_analysis(kind, data, params)`: one call on the whole trace.
+- Chunked (Celery chord): split the trace into step ranges (`chunk_ranges`, or
+  `TraceData.split_steps`), run `run_analysis(kind, chunk, params)` per chunk with the
+  same `global_params(kind, ...)`, then `reduce_results(kind, partials, params)`.
+  `run_analysis_chunked(kind, chunks, params)` does all three in one process.
+  Every analysis is per step, and its summary is rebuilt from per-step entries (plus
+  additive totals), so the chunked result equals the direct one.
+- `DEFAULT_ANALYSES` and `default_analyses(available)`: the kinds run automatically when
+  a trace becomes ready, given which tables/columns it has.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from core.analysis import gpu_report, imbalance, latency, lengths, longtail, multiturn
+from core.analysis.tables import TraceData, step_ranges
+
+
+@dataclass(frozen=True)
+class AnalysisSpec:
+    kind: str
+    title: str
+    tables: dict[str, tuple[str, ...]]
+    required: dict[str, tuple[str, ...]]
+    defaults: dict
+    run: Callable[..., dict]
+    # merges per-step-range results; None: the analysis runs on the whole trace only
+    reduce: Callable[..., dict] | None
+    # parameters of `run` that `reduce` takes too
+    reduce_params: tuple[str, ...] = ()
+    # any one of these {table: columns} makes the analysis applicable (empty: use `required`)
+    any_of: tuple[dict[str, tuple[str, ...]], ...] = field(default=())
+
+    def applicable(self, available: dict[str, set[str] | list[str] | tuple[str, ...]]) -> bool:
+        """Whether a trace with `available` {table: columns} (non-empty tables only) fits."""
+
+        def has(req: dict) -> bool:
+            return all(t in available and set(cols) <= set(available[t]) for t, cols in req.items())
+
+        if self.any_of:
+            return any(has(req) for req in self.any_of)
+        return has(self.required)
+
+    def missing(self, available: dict[str, set[str] | list[str] | tuple[str, ...]]) -> str:
+        """What a trace with `available` lacks for this analysis, as `table.column`s."""
+        options = self.any_of or (self.required,)
+        wants = []
+        for req in options:
+            lacking = [
+                f"{table}.{col}" for table, cols in req.items() for col in cols if col not in available.get(table, ())
+            ]
+            wants.append(" and ".join(lacking) or "nothing")
+        return " or ".join(wants)
+
+
+SAMPLE_KEY = ("step", "group_idx", "sample_idx")
+# the columns every `samples` read includes (SampleColumns' required fields)
+SAMPLE_BASE = SAMPLE_KEY + ("prompt_len", "response_len")
+
+ANALYSES: dict[str, AnalysisSpec] = {
+    "lengths": AnalysisSpec(
+        kind="lengths",
+        title="Length distributions",
+        tables={"samples": SAMPLE_BASE + ("validate", "truncated", "task_id")},
+        required={"samples": ("step", "prompt_len", "response_len")},
+        defaults={"max_response_len": None, "by_task": True, "infer_cap_min_hits": 2},
+        run=lengths.analyze_lengths,
+        reduce=lengths.reduce_lengths,
+        reduce_params=("infer_cap_min_hits",),
+    ),
+    "longtail": AnalysisSpec(
+        kind="longtail",
+        title="Rollout long tail",
+        tables={"samples": SAMPLE_BASE + ("dp_rank", "rank", "validate"), "steps": ("step", "t_gen")},
+        required={"samples": ("step", "response_len")},
+        defaults={"engine_key": "dp_rank", "tail_fraction": 0.1, "include_validation": False},
+        run=longtail.analyze_longtail,
+        reduce=longtail.reduce_longtail,
+    ),
+    "imbalance": AnalysisSpec(
+        kind="imbalance",
+        title="DP load imbalance",
+        tables={"samples": SAMPLE_BASE + ("dp_rank", "validate")},
+        required={"samples": ("step", "group_idx", "prompt_len", "response_len", "dp_rank")},
+        defaults={
+            "dp_size": None,
+            "keep_groups": True,
+            "include_validation": False,
+            "cost_linear": imbalance.COST_LINEAR,
+        },
+        run=imbalance.analyze_imbalance,
+        reduce=imbalance.reduce_imbalance,
+    ),
+    "latency": AnalysisSpec(
+        kind="latency",
+        title="Reward and tool latency",
+        tables={
+            "rank_timings": ("step", "rank", "phase", "seconds", "dp_rank", "batch_size", "validate"),
+            "tool_calls": SAMPLE_KEY + ("latency_s", "tool_name", "status"),
+            "steps": ("step", "t_reward", "t_step", "validate"),
+            "samples": SAMPLE_BASE + ("validate",),
+        },
+        required={},
+        any_of=(
+            {"rank_timings": ("step", "rank", "phase", "seconds")},
+            {"tool_calls": SAMPLE_KEY + ("latency_s",)},
+            {"steps": ("step", "t_reward")},
+        ),
+        defaults={"reward_phase": "reward", "include_validation": False},
+        run=latency.analyze_latency,
+        reduce=latency.reduce_latency,
+    ),
+    "multiturn": AnalysisSpec(
+        kind="multiturn",
+        title="Multi-turn rollouts",
+        tables={
+            "turns": SAMPLE_KEY
+            + ("turn", "prompt_tokens", "cached_tokens", "completion_tokens", "engine_latency_s", "tool_call_count"),
+            "tool_calls": SAMPLE_KEY + ("latency_s",),
+            "samples": SAMPLE_BASE + ("validate", "num_turns", "num_tool_calls"),
+        },
+        required={},
+        any_of=({"turns": SAMPLE_KEY + ("turn", "prompt_tokens")}, {"samples": ("step", "num_turns")}),
+        defaults={"include_validation": False},
+        run=multiturn.analyze_multiturn,
+        reduce=multiturn.reduce_multiturn,
+    ),
+}
+
+ANALYSES["gpu_timeline"] = AnalysisSpec(
+    kind="gpu_timeline",
+    title="GPU timeline",
+    tables={"gpu_events": ("rank", "stream", "step", "kind", "name_id", "start_us", "dur_us", "launch_us")},
+    required={"gpu_events": ("rank", "stream", "start_us", "dur_us")},
+    defaults={"hta_compat": True, "straggler_tolerance": 0.05},
+    run=gpu_report.analyze_gpu_timeline,
+    reduce=None,
+)
+
+# Run automatically when a trace becomes ready (each only if `applicable`).
+DEFAULT_ANALYSES = ("lengths", "longtail", "imbalance", "latency", "multiturn", "gpu_timeline")
+
+
+def default_analyses(available: dict[str, set[str] | list[str] | tuple[str, ...]]) -> list[str]:
+    """The default kinds that fit a trace having `available` {table: columns}."""
+    return [k for k in DEFAULT_ANALYSES if ANALYSES[k].applicable(available)]
+
+
+def resolve_params(kind: str, params: dict | None = None) -> dict:
+    """Defaults overridden by `params`; unknown parameter names raise ValueError."""
+    spec = _spec(kind)
+    params = dict(params or {})
+    unknown = set(params) - set(spec.defaults)
+    if unknown:
+        raise ValueError(f"unknown parameter(s) for analysis '{kind}': {', '.join(sorted(unknown))}")
+    return {**spec.defaults, **params}
+
+
+def run_analysis(kind: str, data: TraceData, params: dict | None = None) -> dict:
+    """Run one analysis on `data` (a whole trace or one step range of it)."""
+    spec = _spec(kind)
+    result = spec.run(data, **resolve_params(kind, params))
+    result["params"] = resolve_params(kind, params)
+    return result
+
+
+def reduce_results(kind: str, partials: list[dict], params: dict | None = None) -> dict:
+    """Merge `run_analysis` results over disjoint step ranges (in any order)."""
+    spec = _spec(kind)
+    if spec.reduce is None:
+        raise ValueError(f"analysis '{kind}' runs on the whole trace and has no step-range parts to merge")
+    full = resolve_params(kind, params)
+    result = spec.reduce(partials, **{k: full[k] for k in spec.reduce_params})
+    result["params"] = full
+    return result
+
+
+def global_params(kind: str, chunks: list[TraceData], params: dict | None = None) -> dict:
+    """Parameters every chunk must share, fixed from all chunks before they run.
+
+    imbalance: dp_size = highest dp_rank + 1 over the whole trace (a chunk missing the
+    top rank would otherwise size its ranks differently). A Celery chord gets the same
+    from one `SELECT max(dp_rank)` and passes it in params.
+    """
+    full = dict(params or {})
+    if kind == "imbalance" and not full.get("dp_size"):
+        tops = [
+            int(np.max(c.samples.dp_rank))
+            for c in chunks
+            if c.samples is not None and c.samples.dp_rank is not None and len(c.samples)
+        ]
+        if tops:
+            full["dp_size"] = max(tops) + 1
+    return full
+
+
+def run_analysis_chunked(kind: str, chunks: list[TraceData], params: dict | None = None) -> dict:
+    """Run per step-range chunk and reduce; equals `run_analysis` on the whole trace."""
+    shared = global_params(kind, chunks, params)
+    return reduce_results(kind, [run_analysis(kind, c, shared) for c in chunks], shared)
+
+
+def chunk_ranges(steps, n_chunks: int) -> list[tuple[int, int]]:
+    """Half-open step ranges [lo, hi) splitting the trace's distinct steps into chunks."""
+    return step_ranges(np.unique(np.asarray(steps)), n_chunks)
+
+
+def _spec(kind: str) -> AnalysisSpec:
+    try:
+        return ANALYSES[kind]
+    except KeyError:
+        raise ValueError(f"unknown analysis '{kind}'; known: {', '.join(ANALYSES)}") from None

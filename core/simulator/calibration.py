@@ -1,0 +1,272 @@
+"""Fit the engine model to measured timings, and report how well it predicts.
+
+`calibrate(steps, cluster, model, limits, fit_steps=[...])` uses only the steps listed
+in `fit_steps` (default: the first step):
+
+- per-turn engine latencies (multi-turn traces: each generation request's wall time,
+  queueing included): the six iteration-time coefficients are fitted by nonlinear least
+  squares (scipy `least_squares`, in log space) on the relative error of every
+  request's simulated latency, replaying the fit steps' rollouts event by event. The
+  effective concurrency is chosen among candidates — the configured limits and an
+  unconstrained engine (every trajectory admitted, KV unbounded) — by the lower cost.
+- rollout stage timings only (verl ``t_gen``): one scale factor on the roofline (or
+  given) coefficients, in closed form (a rollout whose requests all arrive at the start
+  scales exactly with the coefficients).
+- ``t_update_actor`` when present: the effective training MFU, in closed form.
+
+`accuracy_report(steps, calibration, cluster, model, fit_steps)` predicts every other
+step from its own workload (lengths, turns, tool latencies — never its measured
+latencies) and reports accuracy = 1 − |predicted − measured| / measured for the step
+rollout time (slowest trajectory: summed turn latencies + tool latencies, or t_gen)
+and for the median and p90 trajectory completion times, next to the naive predictor
+that reuses the fit steps' measured values.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+from scipy.optimize import least_squares
+
+from core.simulator.config import ClusterConfig, EngineLimits, ModelConfig, Policy
+from core.simulator.policies.base import Env, rollout_batch
+from core.simulator.predictor import COEFFICIENT_FIELDS, EngineCoefficients, roofline_coefficients
+from core.simulator.training import training_pass
+from core.simulator.workload import StepWorkload
+
+_LOG_LO, _LOG_HI = math.log(1e-15), math.log(1e3)
+# An "unbounded" KV cache as a finite token count (JSON-safe, never reached).
+UNBOUNDED_KV = 10**12
+
+
+@dataclass
+class Calibration:
+    """Fitted engine model. Use with `simulate(..., limits=cal.limits,
+    coefficients=cal.coefficients)` on the same replica layout (`cal.cluster`)."""
+
+    coefficients: EngineCoefficients
+    limits: EngineLimits
+    cluster: ClusterConfig
+    fit_steps: list[int]
+    method: str  # "turn_latency" | "t_gen_scale" | "roofline"
+    cost: float | None = None  # 0.5 · Σ relative error² at the fit
+    evaluations: int = 0  # replays of the fit steps run while fitting
+    candidates: list[dict] = field(default_factory=list)
+    train_mfu: float | None = None
+
+    def to_dict(self) -> dict:
+        return {
+            "coefficients": self.coefficients.to_dict(),
+            "limits": dataclasses.asdict(self.limits),
+            "cluster": {**dataclasses.asdict(self.cluster), "gpu": dataclasses.asdict(self.cluster.gpu)},
+            "train_mfu": self.train_mfu,
+            "fit_steps": list(self.fit_steps),
+            "method": self.method,
+            "cost": self.cost,
+            "evaluations": self.evaluations,
+            "candidates": self.candidates,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Calibration:
+        """Inverse of `to_dict` (e.g. a stored calibration reused for later replays)."""
+        return cls(
+            coefficients=EngineCoefficients.from_dict(d["coefficients"]),
+            limits=EngineLimits.from_dict(d["limits"]),
+            cluster=ClusterConfig.from_dict(d["cluster"]),
+            fit_steps=[int(s) for s in d["fit_steps"]],
+            method=str(d["method"]),
+            cost=d.get("cost"),
+            evaluations=int(d.get("evaluations", 0)),
+            candidates=list(d.get("candidates", [])),
+            train_mfu=d.get("train_mfu"),
+        )
+
+
+def _select(steps: list[StepWorkload], ids: list[int] | None) -> list[StepWorkload]:
+    if ids is None:
+        return steps[:1]
+    by = {w.step: w for w in steps}
+    missing = [s for s in ids if s not in by]
+    if missing:
+        raise ValueError(f"fit_steps: step {missing[0]} is not in the workload")
+    return [by[s] for s in ids]
+
+
+def _has_turn_latency(w: StepWorkload) -> bool:
+    lat = w.turn_engine_latency_s
+    return lat is not None and np.isfinite(lat).all() and (lat > 0).any()
+
+
+def _env(cluster, model, limits, coeffs, kv: float) -> Env:
+    return Env(cluster, model, limits, Policy(), coeffs, kv)
+
+
+def _request_latency(env: Env, w: StepWorkload) -> tuple[np.ndarray, np.ndarray]:
+    """Simulated latency of every request (turn) and completion of every trajectory."""
+    ro = rollout_batch(env, w, keep_store=True)
+    st = ro.store
+    lat = np.asarray(st.end) - np.asarray(st.arrive)
+    return lat, ro.completion
+
+
+def calibrate(
+    steps: list[StepWorkload],
+    cluster: ClusterConfig,
+    model: ModelConfig,
+    limits: EngineLimits | None = None,
+    *,
+    fit_steps: list[int] | None = None,
+    initial: EngineCoefficients | None = None,
+    concurrency_candidates: list[EngineLimits] | None = None,
+    max_evaluations: int = 120,
+) -> Calibration:
+    """Fit engine coefficients (and effective concurrency) on `fit_steps` only.
+
+    `concurrency_candidates` (EngineLimits) default to `limits` and an unconstrained
+    engine; the one whose best fit has the lowest cost is kept in `.limits`."""
+    limits = limits or EngineLimits()
+    fit = _select(steps, fit_steps)
+    ids = [w.step for w in fit]
+    start = initial or roofline_coefficients(cluster, model)
+    train_mfu = _fit_train_mfu(fit, cluster, model)
+    cl_out = dataclasses.replace(cluster, train_mfu=train_mfu) if train_mfu else cluster
+    if all(_has_turn_latency(w) for w in fit):
+        return _fit_turn_latency(
+            fit, cl_out, model, limits, start, concurrency_candidates, max_evaluations, ids, train_mfu
+        )
+    measured = [w.timings.get("t_gen") for w in fit]
+    if all(m is not None and m > 0 for m in measured):
+        kv = limits.kv_capacity(cluster, model)
+        sim = np.array([rollout_batch(_env(cluster, model, limits, start, kv), w).duration for w in fit])
+        meas = np.asarray(measured, dtype=np.float64)
+        scale = float(np.dot(sim, meas) / np.dot(sim, sim)) if np.dot(sim, sim) > 0 else 1.0
+        cost = float(0.5 * np.sum(((scale * sim - meas) / meas) ** 2))
+        return Calibration(start.scaled(scale), limits, cl_out, ids, "t_gen_scale", cost, len(fit), train_mfu=train_mfu)
+    return Calibration(start, limits, cl_out, ids, "roofline", None, 0, train_mfu=train_mfu)
+
+
+def _fit_turn_latency(fit, cluster, model, limits, start, candidates, max_evaluations, ids, train_mfu) -> Calibration:
+    if candidates is None:
+        every = max(w.n_samples for w in fit)  # every trajectory admitted at once
+        candidates = [
+            limits,
+            dataclasses.replace(
+                limits, max_running_seqs=max(every, limits.max_running_seqs), kv_cache_tokens=UNBOUNDED_KV
+            ),
+        ]
+    meas = np.concatenate([w.turn_engine_latency_s for w in fit])
+    x0 = np.clip(np.log([max(getattr(start, f), 1e-12) for f in COEFFICIENT_FIELDS]), _LOG_LO, _LOG_HI)
+    simulations = [0]
+
+    def residual_fn(lim: EngineLimits, kv: float):
+        def residual(x: np.ndarray) -> np.ndarray:
+            simulations[0] += 1
+            env = _env(cluster, model, lim, EngineCoefficients(*map(float, np.exp(x))), kv)
+            lat = np.concatenate([_request_latency(env, w)[0] for w in fit])
+            return (lat - meas) / np.maximum(meas, 1e-3)
+
+        return residual
+
+    def solve(lim: EngineLimits, x_start: np.ndarray, tol: float):
+        kv = lim.kv_capacity(cluster, model)
+        sol = least_squares(
+            residual_fn(lim, kv),
+            x_start,
+            bounds=(_LOG_LO, _LOG_HI),
+            method="trf",
+            diff_step=1e-3,
+            ftol=tol,
+            xtol=tol,
+            gtol=tol,
+            max_nfev=max_evaluations,
+        )
+        return sol, kv
+
+    # screen every candidate with a loose tolerance, then refine the best one
+    tried, best = [], None
+    for lim in candidates:
+        sol, kv = solve(lim, x0, 1e-3)
+        tried.append({"max_running_seqs": lim.max_running_seqs, "kv_cache_tokens": int(kv), "cost": float(sol.cost)})
+        if best is None or sol.cost < best[0].cost:
+            best = (sol, lim)
+    sol, kv = solve(best[1], best[0].x, 1e-6)
+    coeffs = EngineCoefficients(*map(float, np.exp(sol.x)))
+    lim_out = dataclasses.replace(best[1], kv_cache_tokens=int(kv))
+    return Calibration(coeffs, lim_out, cluster, ids, "turn_latency", float(sol.cost), simulations[0], tried, train_mfu)
+
+
+def _fit_train_mfu(fit: list[StepWorkload], cluster: ClusterConfig, model: ModelConfig) -> float | None:
+    meas = np.array([w.timings.get("t_update_actor", np.nan) for w in fit], dtype=np.float64)
+    if not np.isfinite(meas).all() or (meas <= 0).any():
+        return None
+    ideal = dataclasses.replace(cluster, train_mfu=1.0)
+    t1 = np.array([training_pass(w.total_len, model, ideal, Policy(), forward_only=False).seconds for w in fit])
+    inv = float(np.dot(t1, meas) / np.dot(t1, t1))
+    return float(min(1.0, 1.0 / inv)) if inv > 0 else None
+
+
+def _accuracy(pred: float | None, meas: float | None) -> float | None:
+    if pred is None or meas is None or not np.isfinite(pred) or not meas:
+        return None
+    return float(1.0 - abs(pred - meas) / meas)
+
+
+def accuracy_report(
+    steps: list[StepWorkload],
+    calibration: Calibration,
+    model: ModelConfig,
+) -> dict:
+    """Predict every step not used for fitting; compare with the measured figures.
+
+    Returns {"fit_steps", "steps": [{step, rollout_s: {measured, predicted, naive,
+    accuracy, naive_accuracy}, p50_traj_s: {...}, p90_traj_s: {...}}], "mean": {...}}.
+    """
+    cluster, limits = calibration.cluster, calibration.limits
+    kv = limits.kv_capacity(cluster, model)
+    env = _env(cluster, model, limits, calibration.coefficients, kv)
+    fit = [w for w in steps if w.step in set(calibration.fit_steps)]
+
+    def measured(w: StepWorkload) -> dict:
+        lat = w.sample_latency_s
+        out = {"rollout_s": w.measured_rollout_s}
+        ok = lat is not None and np.isfinite(lat).all()
+        out["p50_traj_s"] = float(np.median(lat)) if ok else None
+        out["p90_traj_s"] = float(np.percentile(lat, 90)) if ok else None
+        return out
+
+    fit_meas = [measured(w) for w in fit]
+    naive = {}
+    for k in ("rollout_s", "p50_traj_s", "p90_traj_s"):
+        vals = [m[k] for m in fit_meas if m[k] is not None]
+        naive[k] = float(np.mean(vals)) if vals else None
+    rows = []
+    for w in steps:
+        if w.step in calibration.fit_steps:
+            continue
+        ro = rollout_batch(env, w)
+        pred = {
+            "rollout_s": ro.duration,
+            "p50_traj_s": float(np.median(ro.completion)),
+            "p90_traj_s": float(np.percentile(ro.completion, 90)),
+        }
+        meas = measured(w)
+        row = {"step": w.step}
+        for k in pred:
+            row[k] = {
+                "measured": meas[k],
+                "predicted": pred[k],
+                "naive": naive[k],
+                "accuracy": _accuracy(pred[k], meas[k]),
+                "naive_accuracy": _accuracy(naive[k], meas[k]),
+            }
+        rows.append(row)
+    mean = {}
+    for k in ("rollout_s", "p50_traj_s", "p90_traj_s"):
+        for a in ("accuracy", "naive_accuracy"):
+            vals = [r[k][a] for r in rows if r[k][a] is not None]
+            mean[f"{k}_{a}"] = float(np.mean(vals)) if vals else None
+    return {"fit_steps": list(calibration.fit_steps), "steps": rows, "mean": mean}

@@ -1,0 +1,397 @@
+"""What the simulator is asked to replay on: cluster, model, engine limits and policy.
+
+Plain dataclasses with presets for common GPUs and models; everything is overridable.
+Each class has `from_dict(d)` that validates JSON input and raises `ValueError` naming
+the offending field (e.g. ``cluster.rollout_tp: must be an integer >= 1, got 0``), so the
+REST API can pass request bodies straight through. `config_from_dict` builds all four
+from one dict ``{"cluster": ..., "model": ..., "limits": ..., "policy": ...}``.
+
+Units: FLOP/s, bytes/s, bytes, tokens, seconds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Any
+
+# --------------------------------------------------------------------------- presets
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    """One GPU: dense BF16 peak FLOP/s, HBM bandwidth (bytes/s) and memory (bytes)."""
+
+    name: str
+    peak_flops: float
+    mem_bandwidth: float
+    memory_bytes: float
+
+
+GPU_PRESETS: dict[str, GpuSpec] = {
+    g.name: g
+    for g in (
+        GpuSpec("H100", 989e12, 3.35e12, 80e9),
+        GpuSpec("H800", 989e12, 3.35e12, 80e9),
+        GpuSpec("H200", 989e12, 4.8e12, 141e9),
+        GpuSpec("H20", 148e12, 4.0e12, 96e9),
+        GpuSpec("A100", 312e12, 2.039e12, 80e9),
+        GpuSpec("A100-40GB", 312e12, 1.555e12, 40e9),
+        GpuSpec("A800", 312e12, 2.039e12, 80e9),
+        GpuSpec("L40S", 362e12, 0.864e12, 48e9),
+        GpuSpec("B200", 2250e12, 8.0e12, 192e9),
+        GpuSpec("MI300X", 1307e12, 5.3e12, 192e9),
+    )
+}
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """A decoder-only transformer: total parameters, layers, hidden size, KV heads and
+    head dimension (for the KV-cache size), bytes per weight/KV element."""
+
+    name: str = "custom"
+    params: float = 7.62e9
+    layers: int = 28
+    hidden: int = 3584
+    kv_heads: int = 4
+    head_dim: int = 128
+    dtype_bytes: int = 2
+
+    @property
+    def kv_bytes_per_token(self) -> float:
+        """K and V for every layer: 2 · layers · kv_heads · head_dim · dtype bytes."""
+        return 2.0 * self.layers * self.kv_heads * self.head_dim * self.dtype_bytes
+
+    @property
+    def weight_bytes(self) -> float:
+        return self.params * self.dtype_bytes
+
+    @classmethod
+    def from_dict(cls, d: dict | str) -> ModelConfig:
+        """A preset name, or a dict with an optional ``preset`` plus field overrides."""
+        if isinstance(d, str):
+            return _preset(MODEL_PRESETS, d, "model")
+        d = _require_dict(d, "model")
+        base = _preset(MODEL_PRESETS, d["preset"], "model.preset") if "preset" in d else cls()
+        rest = {k: v for k, v in d.items() if k != "preset"}
+        return _build(cls, rest, "model", base)
+
+
+MODEL_PRESETS: dict[str, ModelConfig] = {
+    m.name: m
+    for m in (
+        ModelConfig("Qwen2.5-1.5B", 1.54e9, 28, 1536, 2, 128),
+        ModelConfig("Qwen2.5-3B", 3.09e9, 36, 2048, 2, 128),
+        ModelConfig("Qwen2.5-7B", 7.62e9, 28, 3584, 4, 128),
+        ModelConfig("Qwen2.5-14B", 14.7e9, 48, 5120, 8, 128),
+        ModelConfig("Qwen2.5-32B", 32.8e9, 64, 5120, 8, 128),
+        ModelConfig("Qwen2.5-72B", 72.7e9, 80, 8192, 8, 128),
+        ModelConfig("Qwen2.5-VL-7B", 8.29e9, 28, 3584, 4, 128),
+        ModelConfig("DeepCoder-14B", 14.7e9, 48, 5120, 8, 128),
+        ModelConfig("Qwen3-8B", 8.19e9, 36, 4096, 8, 128),
+        ModelConfig("Llama-3.1-8B", 8.03e9, 32, 4096, 8, 128),
+    )
+}
+
+
+# --------------------------------------------------------------------------- cluster
+
+
+@dataclass(frozen=True)
+class ClusterConfig:
+    """GPUs and how they are split between rollout replicas and training.
+
+    Colocated policies (``sync``, ``partial``) time-share all `n_gpus` between rollout
+    (`rollout_replicas` × `rollout_tp`) and training (`train_dp` × `train_tp`); the
+    disaggregated ones (``one_step_off``, ``async``) need both pools side by side.
+    Efficiencies turn peak numbers into achieved ones: `train_mfu` for training and
+    reference passes, `rollout_mfu` and `bandwidth_efficiency` for the engine's roofline
+    coefficients (used unless calibrated coefficients are given).
+    """
+
+    gpu: GpuSpec = GPU_PRESETS["H100"]
+    n_gpus: int = 8
+    rollout_replicas: int = 2
+    rollout_tp: int = 4
+    train_dp: int = 8
+    train_tp: int = 1
+    train_mfu: float = 0.35
+    rollout_mfu: float = 0.5
+    bandwidth_efficiency: float = 0.7
+    weight_sync_bandwidth: float = 100e9
+
+    @property
+    def rollout_gpus(self) -> int:
+        return self.rollout_replicas * self.rollout_tp
+
+    @property
+    def train_gpus(self) -> int:
+        return self.train_dp * self.train_tp
+
+    def check_fits(self, disaggregated: bool) -> None:
+        """Raise ValueError when the pools do not fit in `n_gpus`."""
+        if disaggregated:
+            if self.rollout_gpus + self.train_gpus > self.n_gpus:
+                raise ValueError(
+                    f"cluster.n_gpus: disaggregated policies need rollout ({self.rollout_gpus}) + "
+                    f"training ({self.train_gpus}) GPUs <= n_gpus ({self.n_gpus})"
+                )
+            return
+        if self.rollout_gpus > self.n_gpus:
+            raise ValueError(
+                f"cluster.rollout_replicas: rollout_replicas × rollout_tp = {self.rollout_gpus} "
+                f"> n_gpus = {self.n_gpus}"
+            )
+        if self.train_gpus > self.n_gpus:
+            raise ValueError(f"cluster.train_dp: train_dp × train_tp = {self.train_gpus} > n_gpus = {self.n_gpus}")
+
+    @classmethod
+    def from_dict(cls, d: dict) -> ClusterConfig:
+        """Fields as keys; ``gpu`` is a preset name or a dict (optional ``preset`` plus
+        ``peak_flops``, ``mem_bandwidth``, ``memory_bytes`` overrides)."""
+        d = dict(_require_dict(d, "cluster"))
+        gpu = GPU_PRESETS["H100"]
+        if "gpu" in d:
+            gpu = _gpu_from(d.pop("gpu"))
+        out = _build(cls, d, "cluster", cls(gpu=gpu))
+        return out
+
+
+def _gpu_from(v: Any) -> GpuSpec:
+    if isinstance(v, GpuSpec):
+        return v
+    if isinstance(v, str):
+        return _preset(GPU_PRESETS, v, "cluster.gpu")
+    v = _require_dict(v, "cluster.gpu")
+    base = _preset(GPU_PRESETS, v["preset"], "cluster.gpu.preset") if "preset" in v else None
+    rest = {k: x for k, x in v.items() if k != "preset"}
+    if base is None:
+        missing = [f for f in ("peak_flops", "mem_bandwidth", "memory_bytes") if f not in rest]
+        if missing:
+            raise ValueError(f"cluster.gpu.{missing[0]}: required when no preset is given")
+        base = GpuSpec(str(rest.get("name", "custom")), 1.0, 1.0, 1.0)
+    return _build(GpuSpec, rest, "cluster.gpu", base)
+
+
+# --------------------------------------------------------------------------- engine
+
+
+@dataclass(frozen=True)
+class EngineLimits:
+    """Continuous-batching limits of one rollout replica.
+
+    `kv_cache_tokens` is the KV capacity per replica in tokens; when None it is derived
+    from `gpu_memory_fraction` of the replica's memory minus the weights. A prefill
+    iteration admits waiting requests until `max_prefill_tokens` uncached tokens.
+    """
+
+    max_running_seqs: int = 256
+    kv_cache_tokens: int | None = None
+    gpu_memory_fraction: float = 0.9
+    max_prefill_tokens: int = 16384
+
+    def kv_capacity(self, cluster: ClusterConfig, model: ModelConfig) -> float:
+        """KV-cache tokens available on one replica (`inf` never; at least 1)."""
+        if self.kv_cache_tokens is not None:
+            return float(self.kv_cache_tokens)
+        free = self.gpu_memory_fraction * cluster.gpu.memory_bytes * cluster.rollout_tp
+        free -= model.weight_bytes
+        return max(1.0, math.floor(free / model.kv_bytes_per_token))
+
+    @classmethod
+    def from_dict(cls, d: dict) -> EngineLimits:
+        return _build(cls, _require_dict(d, "limits"), "limits", cls())
+
+
+# --------------------------------------------------------------------------- policy
+
+BALANCING_MODES = ("none", "kk", "lpt")
+DISPATCH_MODES = ("round_robin", "least_loaded", "longest_first")
+
+
+@dataclass(frozen=True)
+class Policy:
+    """How rollout and training are scheduled, and the training knobs.
+
+    kind (a key of `core.simulator.policies.POLICIES`, checked there):
+      ``sync``          colocated; rollout, reward, forward passes, update in sequence.
+      ``one_step_off``  disaggregated; rollout of step k+1 overlaps training of step k.
+      ``partial``       colocated; rollout stops when `finished_groups` groups are done
+                        (default: the step's group count) out of ceil(N · `over_provision`)
+                        launched; unfinished samples carry over with their progress.
+      ``async``         disaggregated streaming; a step's groups are released once the
+                        weights are at most `staleness` versions old; training consumes
+                        groups in completion order.
+    balancing: DP balancing of training samples per mini-batch (none | kk | lpt).
+    dispatch: groups to rollout replicas (round_robin | least_loaded | longest_first;
+      least_loaded uses what a router knows at dispatch time — prompt tokens — and
+      longest_first is the oracle that knows response lengths: LPT on total tokens).
+    Reward: recorded per-rank reward time when the trace has it, else
+      `reward_fixed_s + reward_per_sample_s · samples / reward_workers`.
+    """
+
+    kind: str = "sync"
+    finished_groups: int | None = None
+    over_provision: float = 1.0
+    staleness: int = 1
+    balancing: str = "none"
+    dispatch: str = "round_robin"
+    minibatches: int = 1
+    ppo_epochs: int = 1
+    old_log_prob_pass: bool = True
+    ref_pass: bool = True
+    reward_fixed_s: float = 0.0
+    reward_per_sample_s: float = 0.0
+    reward_workers: int = 1
+    use_recorded_reward: bool = True
+    adv_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        _check_choice(self.balancing, BALANCING_MODES, "policy.balancing")
+        _check_choice(self.dispatch, DISPATCH_MODES, "policy.dispatch")
+        if self.over_provision < 1.0:
+            raise ValueError(f"policy.over_provision: must be >= 1, got {self.over_provision}")
+
+    @classmethod
+    def from_dict(cls, d: dict | str) -> Policy:
+        if isinstance(d, str):
+            d = {"kind": d}
+        return _build(cls, _require_dict(d, "policy"), "policy", cls())
+
+
+def config_from_dict(d: dict) -> tuple[ClusterConfig, ModelConfig, EngineLimits, Policy]:
+    """All four configs from ``{"cluster", "model", "limits", "policy"}`` (each optional)."""
+    d = _require_dict(d, "config")
+    unknown = set(d) - {"cluster", "model", "limits", "policy"}
+    if unknown:
+        raise ValueError(f"{sorted(unknown)[0]}: unknown section (cluster, model, limits, policy)")
+    return (
+        ClusterConfig.from_dict(d.get("cluster", {})),
+        ModelConfig.from_dict(d.get("model", "Qwen2.5-7B")),
+        EngineLimits.from_dict(d.get("limits", {})),
+        Policy.from_dict(d.get("policy", {})),
+    )
+
+
+# --------------------------------------------------------------------------- validation
+
+# Fields that must be >= 1 (integers) or > 0 (floats); the rest must be >= 0.
+_POSITIVE = {
+    "n_gpus",
+    "rollout_replicas",
+    "rollout_tp",
+    "train_dp",
+    "train_tp",
+    "layers",
+    "hidden",
+    "kv_heads",
+    "head_dim",
+    "dtype_bytes",
+    "max_running_seqs",
+    "kv_cache_tokens",
+    "max_prefill_tokens",
+    "minibatches",
+    "ppo_epochs",
+    "reward_workers",
+    "finished_groups",
+    "params",
+    "peak_flops",
+    "mem_bandwidth",
+    "memory_bytes",
+    "train_mfu",
+    "rollout_mfu",
+    "bandwidth_efficiency",
+    "weight_sync_bandwidth",
+    "gpu_memory_fraction",
+    "over_provision",
+}
+_FRACTIONS = {"train_mfu", "rollout_mfu", "bandwidth_efficiency", "gpu_memory_fraction"}
+
+
+def _require_dict(d: Any, where: str) -> dict:
+    if not isinstance(d, dict):
+        raise ValueError(f"{where}: expected an object, got {type(d).__name__}")
+    return d
+
+
+def _preset(presets: dict, name: Any, where: str):
+    if not isinstance(name, str) or name not in presets:
+        raise ValueError(f"{where}: unknown preset {name!r} (known: {', '.join(presets)})")
+    return presets[name]
+
+
+def _check_choice(value: Any, choices: tuple, where: str) -> None:
+    if value not in choices:
+        raise ValueError(f"{where}: must be one of {', '.join(choices)}, got {value!r}")
+
+
+def _build(cls, d: dict, where: str, base):
+    """`base` with the fields of `d` replaced, each type- and range-checked."""
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    values = {}
+    for key, value in d.items():
+        if key not in fields:
+            raise ValueError(f"{where}.{key}: unknown field (known: {', '.join(fields)})")
+        values[key] = _coerce(value, getattr(base, key), key, f"{where}.{key}")
+    try:
+        return dataclasses.replace(base, **values)
+    except ValueError as exc:  # __post_init__ checks name their field already
+        raise ValueError(str(exc)) from None
+
+
+def _coerce(value: Any, default: Any, key: str, where: str) -> Any:
+    if key == "gpu":
+        return _gpu_from(value)
+    if isinstance(default, bool) or (default is None and isinstance(value, bool)):
+        if not isinstance(value, bool):
+            raise ValueError(f"{where}: must be true or false, got {value!r}")
+        return value
+    if isinstance(default, str):
+        if not isinstance(value, str):
+            raise ValueError(f"{where}: must be a string, got {value!r}")
+        return value
+    if value is None:
+        if default is None:
+            return None
+        raise ValueError(f"{where}: must not be null")
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"{where}: must be a number, got {value!r}")
+    if not math.isfinite(value):
+        raise ValueError(f"{where}: must be finite, got {value!r}")
+    want_int = isinstance(default, int) or (default is None and key in {"kv_cache_tokens", "finished_groups"})
+    if want_int:
+        if float(value) != int(value):
+            raise ValueError(f"{where}: must be an integer, got {value!r}")
+        value = int(value)
+    else:
+        value = float(value)
+    if key in _POSITIVE and value <= 0:
+        kind = "an integer >= 1" if want_int else "a number > 0"
+        raise ValueError(f"{where}: must be {kind}, got {value!r}")
+    if value < 0:
+        raise ValueError(f"{where}: must be >= 0, got {value!r}")
+    if key in _FRACTIONS and value > 1:
+        raise ValueError(f"{where}: must be <= 1, got {value!r}")
+    return value
+
+
+def to_dict(obj) -> dict:
+    """A config dataclass as a JSON-safe dict (the inverse of its `from_dict`)."""
+    return dataclasses.asdict(obj)
+
+
+__all__ = [
+    "GpuSpec",
+    "GPU_PRESETS",
+    "ModelConfig",
+    "MODEL_PRESETS",
+    "ClusterConfig",
+    "EngineLimits",
+    "Policy",
+    "BALANCING_MODES",
+    "DISPATCH_MODES",
+    "config_from_dict",
+    "to_dict",
+]

@@ -1,0 +1,41 @@
+"""Dispatch of prompt groups to rollout replicas (a group stays on one replica so its
+samples share the prompt prefill and its turns the prefix cache).
+
+- ``round_robin``: group g to replica g mod R.
+- ``least_loaded``: in arrival order, each group to the replica with the fewest
+  outstanding prompt tokens so far — what a router knows at dispatch time.
+- ``longest_first``: the oracle that knows response lengths: groups by decreasing total
+  tokens, each to the least loaded replica (LPT).
+"""
+
+from __future__ import annotations
+
+import heapq
+
+import numpy as np
+
+
+def assign_groups(mode: str, n_replicas: int, prompt_tokens: np.ndarray, total_tokens: np.ndarray) -> np.ndarray:
+    """Replica index per group. `prompt_tokens`/`total_tokens` are per-group sums."""
+    n = len(prompt_tokens)
+    if n_replicas <= 1 or n == 0:
+        return np.zeros(n, dtype=np.int64)
+    if mode == "round_robin":
+        return np.arange(n, dtype=np.int64) % n_replicas
+    if mode == "least_loaded":
+        return _greedy(np.arange(n), np.asarray(prompt_tokens, dtype=np.float64), n_replicas, n)
+    if mode == "longest_first":
+        w = np.asarray(total_tokens, dtype=np.float64)
+        return _greedy(np.argsort(-w, kind="stable"), w, n_replicas, n)
+    raise ValueError(f"policy.dispatch: unknown mode {mode!r}")
+
+
+def _greedy(order: np.ndarray, weight: np.ndarray, k: int, n: int) -> np.ndarray:
+    out = np.zeros(n, dtype=np.int64)
+    heap = [(0.0, j) for j in range(k)]
+    w = weight.tolist()
+    for g in order.tolist():
+        load, j = heapq.heappop(heap)
+        out[g] = j
+        heapq.heappush(heap, (load + w[g], j))
+    return out

@@ -1,0 +1,168 @@
+"""What every policy composes: the environment of a replay, a rollout of one step's
+groups on fresh replicas, and the stages after rollout (reward, forward passes, update,
+weight sync) on the timeline."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from core.simulator.cluster import RolloutCluster
+from core.simulator.config import ClusterConfig, EngineLimits, ModelConfig, Policy
+from core.simulator.dispatch import assign_groups
+from core.simulator.predictor import EngineCoefficients
+from core.simulator.result import StepResult
+from core.simulator.timeline import TimelineBuilder
+from core.simulator.training import training_pass, weight_sync_seconds
+from core.simulator.workload import StepWorkload
+
+
+@dataclass
+class Env:
+    cluster: ClusterConfig
+    model: ModelConfig
+    limits: EngineLimits
+    policy: Policy
+    coefficients: EngineCoefficients
+    kv_capacity: float
+
+    def new_cluster(self) -> RolloutCluster:
+        return RolloutCluster(
+            self.cluster.rollout_replicas,
+            self.coefficients,
+            max_running=self.limits.max_running_seqs,
+            kv_capacity=self.kv_capacity,
+            max_prefill_tokens=self.limits.max_prefill_tokens,
+        )
+
+
+@dataclass
+class RolloutOutcome:
+    duration: float
+    completion: np.ndarray  # per sample, seconds from the rollout start
+    replica_busy: list[list[list[float]]]
+    stats: dict
+    store: object = None  # the RequestStore, when asked for
+
+
+def group_replicas(env: Env, w: StepWorkload) -> np.ndarray:
+    starts = w.group_slices()
+    prompt = np.add.reduceat(w.prompt_len, starts[:-1]) if w.n_groups else np.zeros(0)
+    total = np.add.reduceat(w.total_len, starts[:-1]) if w.n_groups else np.zeros(0)
+    return assign_groups(env.policy.dispatch, env.cluster.rollout_replicas, prompt, total)
+
+
+def rollout_batch(env: Env, w: StepWorkload, *, keep_store: bool = False) -> RolloutOutcome:
+    """All of a step's groups submitted together to fresh replicas (time 0 = start).
+
+    A trajectory completes when its last turn ends plus any tool latency after it."""
+    rc = env.new_cluster()
+    _, first, last = rc.add_step(w, np.arange(w.n_samples))
+    replica = group_replicas(env, w)[w.group]
+    rc.submit(first, replica, 0.0)
+    rc.run_all()
+    end = np.asarray(rc.store.end)
+    completion = end[last] + np.asarray(rc.store.gap)[last]
+    duration = float(completion.max()) if completion.size else 0.0
+    return RolloutOutcome(
+        duration,
+        completion,
+        rc.busy_intervals(0.0, duration),
+        rollout_stats(rc, completion, duration),
+        rc.store if keep_store else None,
+    )
+
+
+def rollout_stats(rc: RolloutCluster, completion: np.ndarray, duration: float) -> dict:
+    done = completion[np.isfinite(completion)]
+    out = {
+        "time_s": duration,
+        "preemptions": sum(e.preemptions for e in rc.replicas),
+        "decoded_tokens": sum(e.decoded_tokens for e in rc.replicas),
+        "prefilled_tokens": sum(e.prefilled_tokens for e in rc.replicas),
+        "finished": int(done.size),
+    }
+    if done.size:
+        p50, p90, p_last = np.percentile(done, [50, 90, 100])
+        t90 = np.sort(done)[max(0, math.ceil(0.9 * done.size) - 1)]
+        out.update(
+            {
+                "p50_traj_s": float(p50),
+                "p90_traj_s": float(p90),
+                "max_traj_s": float(p_last),
+                "last10pct_share": float((duration - t90) / duration) if duration > 0 else 0.0,
+            }
+        )
+    return out
+
+
+def reward_seconds(w: StepWorkload, policy: Policy, n_samples: int | None = None) -> float:
+    if policy.use_recorded_reward and w.reward_time_by_rank is not None and w.reward_time_by_rank.size:
+        return float(np.max(w.reward_time_by_rank))
+    n = w.n_samples if n_samples is None else n_samples
+    if policy.reward_fixed_s == 0 and policy.reward_per_sample_s == 0:
+        return 0.0
+    return policy.reward_fixed_s + policy.reward_per_sample_s * n / policy.reward_workers
+
+
+def post_rollout(
+    env: Env,
+    tb: TimelineBuilder,
+    step: int,
+    start: float,
+    total_len: np.ndarray,
+    reward_s: float,
+    stages: dict,
+    windows: dict,
+) -> float:
+    """Reward, forward passes, advantage, update and weight sync from `start`; returns the end."""
+    t = start
+    p = env.policy
+    stages["reward"] = reward_s
+    windows["reward"] = [t, t + reward_s]
+    tb.span(step, t, t + reward_s, "idle", "reward_wait")
+    t += reward_s
+    for name, on in (("old_log_prob", p.old_log_prob_pass), ("ref", p.ref_pass)):
+        if not on:
+            stages[name] = 0.0
+            continue
+        ps = training_pass(total_len, env.model, env.cluster, p, forward_only=True)
+        stages[name] = ps.seconds
+        windows[name] = [t, t + ps.seconds]
+        tb.training_pass(step, name, t, ps)
+        t += ps.seconds
+    stages["adv"] = p.adv_s
+    windows["adv"] = [t, t + p.adv_s]
+    tb.span(step, t, t + p.adv_s, "idle", "stage_serialisation")
+    t += p.adv_s
+    ps = training_pass(total_len, env.model, env.cluster, p, forward_only=False)
+    stages["update_actor"] = ps.seconds
+    windows["update_actor"] = [t, t + ps.seconds]
+    tb.training_pass(step, "update_actor", t, ps)
+    t += ps.seconds
+    sync = weight_sync_seconds(env.model, env.cluster)
+    stages["weight_sync"] = sync
+    windows["weight_sync"] = [t, t + sync]
+    tb.span(step, t, t + sync, "busy", "weight_sync")
+    return t + sync
+
+
+def step_result(step, start, end, prev_end, stages, windows, n_samples, tokens, rollout_stats, completion):
+    return StepResult(
+        step=step,
+        start=start,
+        end=end,
+        step_time=end - prev_end,
+        stages=stages,
+        windows=windows,
+        n_samples=n_samples,
+        generated_tokens=tokens,
+        rollout=rollout_stats,
+        trajectory_s=completion,
+    )
+
+
+def shift_intervals(busy: list[list[list[float]]], dt: float) -> list[list[list[float]]]:
+    return [[[a + dt, b + dt, tail] for a, b, tail in ivs] for ivs in busy]

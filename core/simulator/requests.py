@@ -1,0 +1,114 @@
+"""Generation requests: the entities the rollout engine schedules.
+
+A single-turn sample is one request; a multi-turn trajectory is one request per turn,
+chained by `next` (the next turn arrives `gap` seconds — the tool latency — after the
+previous one finished). Fields are plain Python lists: the event loop reads and writes
+single elements, which is faster on lists than on numpy arrays.
+
+Per request:
+  prefill   uncached prompt tokens to prefill (cached prefix tokens skip prefill)
+  context   prompt tokens held in the KV cache on admission
+  left      completion tokens still to generate (>= 1)
+  gap, next the tool latency and the next turn's request id (-1 at the last turn)
+  owner     an opaque int (the caller's trajectory key)
+  cont      True for a turn after the first (it arrives when a tool call returns)
+Results (written by the engine): ``arrive``, ``admit`` (first admission), ``end``
+(finish time, NaN until finished), ``generated`` (tokens generated so far, for carry-over).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from core.simulator.workload import StepWorkload
+
+
+class RequestStore:
+    """Growable table of requests shared by the replicas of one rollout."""
+
+    def __init__(self) -> None:
+        self.prefill: list[int] = []
+        self.context: list[int] = []
+        self.left: list[int] = []
+        self.gap: list[float] = []
+        self.next: list[int] = []
+        self.owner: list[int] = []
+        self.cont: list[bool] = []  # has a previous turn (arrives after a tool call)
+        self.arrive: list[float] = []
+        self.admit: list[float] = []
+        self.end: list[float] = []
+        self.generated: list[int] = []
+        # engine state per request
+        self.g0: list[int] = []
+        self.seq: list[int] = []
+        self.kv0: list[int] = []
+
+    def __len__(self) -> int:
+        return len(self.prefill)
+
+    def add(self, prefill, context, decode, gap, nxt, owner) -> int:
+        """Append requests (arrays of equal length; `nxt` relative to the first added,
+        -1 for none). Returns the id of the first added request."""
+        base = len(self.prefill)
+        n = len(prefill)
+        nxt = np.asarray(nxt, dtype=np.int64)
+        self.prefill += np.asarray(prefill, dtype=np.int64).tolist()
+        self.context += np.asarray(context, dtype=np.int64).tolist()
+        self.left += np.maximum(np.asarray(decode, dtype=np.int64), 1).tolist()
+        self.gap += np.asarray(gap, dtype=np.float64).tolist()
+        self.next += np.where(nxt >= 0, nxt + base, -1).tolist()
+        self.owner += np.asarray(owner, dtype=np.int64).tolist()
+        cont = np.zeros(n, dtype=bool)
+        cont[nxt[nxt >= 0]] = True
+        self.cont += cont.tolist()
+        nan = float("nan")
+        self.arrive += [nan] * n
+        self.admit += [nan] * n
+        self.end += [nan] * n
+        self.generated += [0] * n
+        self.g0 += [0] * n
+        self.seq += [-1] * n
+        self.kv0 += [0] * n
+        return base
+
+
+def step_request_arrays(w: StepWorkload) -> dict[str, np.ndarray]:
+    """The requests of one step, in sample order (turns in order within a sample).
+
+    Returns arrays: sample (owning sample index), prefill, context, decode, gap,
+    next (index into these arrays or -1), first (first request of each sample).
+    Single-turn: the group's samples share their prompt, so only the group's first
+    sample prefills it (vLLM/SGLang fork n samples from one prefill).
+    """
+    if w.is_multiturn:
+        sample = w.turn_sample
+        n = sample.size
+        prompt = w.turn_prompt_tokens
+        cached = np.minimum(w.turn_cached_tokens, prompt)
+        decode = w.turn_completion_tokens
+        gap = w.turn_tool_latency_s
+        last = np.ones(n, dtype=bool)
+        last[:-1] = sample[1:] != sample[:-1]
+        nxt = np.where(last, -1, np.arange(n) + 1)
+        first = np.searchsorted(sample, np.arange(w.n_samples))
+        return {
+            "sample": sample,
+            "prefill": prompt - cached,
+            "context": prompt,
+            "decode": decode,
+            "gap": gap,
+            "next": nxt,
+            "first": first,
+        }
+    n = w.n_samples
+    first_of_group = np.ones(n, dtype=bool)
+    first_of_group[1:] = w.group[1:] != w.group[:-1]
+    return {
+        "sample": np.arange(n),
+        "prefill": np.where(first_of_group, w.prompt_len, 0),
+        "context": w.prompt_len,
+        "decode": w.response_len,
+        "gap": np.zeros(n),
+        "next": np.full(n, -1),
+        "first": np.arange(n),
+    }

@@ -1,0 +1,61 @@
+"""Entry point: replay a workload under a policy on a described cluster."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from core.simulator.config import ClusterConfig, EngineLimits, ModelConfig, Policy, to_dict
+from core.simulator.policies import Env, policy_spec
+from core.simulator.predictor import EngineCoefficients, roofline_coefficients
+from core.simulator.result import SimResult, StepResult
+from core.simulator.timeline import step_locator
+from core.simulator.workload import StepWorkload
+
+
+def simulate(
+    workload: list[StepWorkload],
+    cluster: ClusterConfig,
+    model: ModelConfig,
+    limits: EngineLimits,
+    policy: Policy,
+    progress: Callable[[float], None] | None = None,
+    *,
+    coefficients: EngineCoefficients | None = None,
+) -> SimResult:
+    """Replay `workload` (steps in order) and return stage times, timeline and idle split.
+
+    `coefficients` (e.g. from `calibrate`) override the roofline engine coefficients.
+    `progress` is called with the fraction of steps done.
+    """
+    if not workload:
+        raise ValueError("workload: no steps to simulate")
+    spec = policy_spec(policy.kind)
+    cluster.check_fits(spec.disaggregated)
+    coeffs = coefficients or roofline_coefficients(cluster, model)
+    env = Env(cluster, model, limits, policy, coeffs, limits.kv_capacity(cluster, model))
+    steps, tb, makespan = spec.run(env, list(workload), progress or (lambda f: None))
+    step_of = step_locator([s.end for s in steps], [s.step for s in steps])
+    lanes, idle, busy, idle_step, busy_step = tb.finish(makespan, step_of)
+    for s in steps:
+        s.idle_gpu_s = idle_step.get(s.step, {})
+        s.busy_gpu_s = busy_step.get(s.step, 0.0)
+    config = {
+        "cluster": to_dict(cluster),
+        "model": to_dict(model),
+        "limits": to_dict(limits),
+        "policy": to_dict(policy),
+        "coefficients": coeffs.to_dict(),
+        "kv_capacity_tokens": env.kv_capacity,
+    }
+    return SimResult(
+        steps=steps,
+        makespan=makespan,
+        lanes=lanes,
+        n_gpus=cluster.n_gpus,
+        config=config,
+        idle_gpu_s=idle,
+        busy_gpu_s=busy,
+    )
+
+
+__all__ = ["simulate", "SimResult", "StepResult"]

@@ -1,0 +1,260 @@
+"""`rlvr-explorer simulate` and `generate`: what-if replays and synthetic workloads, run in
+this process (no worker needed). Registered on the main CLI app by rlvr_explorer.cli.main."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import orjson
+import typer
+from tqdm import tqdm
+
+from core.simulator.policies import POLICIES
+from rlvr_explorer.cli.main import _team_id, app
+
+# the policy choices, from the simulator's policy registry
+POLICY_HELP = "; ".join(f"{kind}: {spec.help}" for kind, spec in POLICIES.items())
+
+
+def _team_trace(trace_id: int, team_id: int):
+    """The team's ready trace (detached), or a usage error."""
+    from backend.store.db import session_scope
+    from backend.store.models import Trace, TraceStatus
+
+    with session_scope() as session:
+        trace = session.get(Trace, trace_id)
+        if trace is None or trace.team_id != team_id:
+            raise typer.BadParameter(f"trace {trace_id} not found for this team", param_hint="TRACE_ID")
+        if trace.status != TraceStatus.READY:
+            raise typer.BadParameter(f"trace {trace_id} is {trace.status}, not ready", param_hint="TRACE_ID")
+        session.expunge(trace)
+        return trace
+
+
+def _progress_bar(desc: str):
+    bar = tqdm(total=100, unit="%", desc=desc, bar_format="{l_bar}{bar}| {n:.0f}% {postfix}")
+
+    def progress(fraction: float, message: str) -> None:
+        bar.n = min(100, round(fraction * 100))
+        bar.set_postfix_str(message[:60])
+        bar.refresh()
+
+    return bar, progress
+
+
+def _step_range_option(value: str | None) -> list[int] | None:
+    if not value:
+        return None
+    try:
+        lo, hi = (int(x) for x in value.split(":"))
+    except ValueError:
+        raise typer.BadParameter("expected FIRST:END, e.g. 0:10", param_hint="--steps") from None
+    return [lo, hi]
+
+
+@app.command()
+def simulate(
+    trace_id: Annotated[int, typer.Argument(help="The trace to replay")],
+    gpu: Annotated[str, typer.Option(help="GPU preset (H100, A100, H20, ...)")] = "H100",
+    model: Annotated[str, typer.Option(help="Model preset (e.g. qwen2.5-7b)")] = "Qwen2.5-7B",
+    gpus: Annotated[int | None, typer.Option(help="GPUs in the cluster (default 8)")] = None,
+    replicas: Annotated[int | None, typer.Option(help="Rollout replicas (default 2)")] = None,
+    tp: Annotated[int | None, typer.Option(help="Rollout tensor parallel size (default 4)")] = None,
+    train_dp: Annotated[int | None, typer.Option(help="Training data-parallel ranks (default 8)")] = None,
+    max_running_seqs: Annotated[int | None, typer.Option(help="Running sequences per replica (default 256)")] = None,
+    policy: Annotated[str, typer.Option(help=POLICY_HELP)] = "sync",
+    compare: Annotated[str | None, typer.Option(help="Policy B to compare with")] = None,
+    calibrate_steps: Annotated[
+        list[int] | None,
+        typer.Option(
+            help="Calibrate on this step (repeatable); default: on the first step when the trace has measured timings"
+        ),
+    ] = None,
+    no_calibrate: Annotated[
+        bool, typer.Option("--no-calibrate", help="Never calibrate (roofline coefficients)")
+    ] = False,
+    steps: Annotated[str | None, typer.Option(help="Step range FIRST:END (end exclusive)")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON (without the timeline)")] = False,
+    api_key: Annotated[str | None, typer.Option(envvar="RLVR_API_KEY", help="Team key (default: local team)")] = None,
+) -> None:
+    """Replay a trace on a described cluster in this process (no worker needed)."""
+    from backend.jobs.simulations import error_field, simulation_params
+    from backend.store.db import get_engine
+    from workers.runners.simulations import load_columns, replay, result_dict, steps_of_columns
+
+    cluster = {"gpu": gpu, "n_gpus": gpus, "rollout_replicas": replicas, "rollout_tp": tp, "train_dp": train_dp}
+    body = {
+        "trace_id": trace_id,
+        "cluster": {k: v for k, v in cluster.items() if v is not None},
+        "model": model,
+        "limits": {"max_running_seqs": max_running_seqs} if max_running_seqs else {},
+        "policy": policy,
+        "compare_policy": compare,
+        "calibrate": False if no_calibrate else ({"fit_steps": list(calibrate_steps)} if calibrate_steps else None),
+        "steps": _step_range_option(steps),
+    }
+    try:
+        params = simulation_params(body)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint=error_field(exc) or "options") from None
+    trace = _team_trace(trace_id, _team_id(api_key))
+    with get_engine().connect() as conn:
+        columns = load_columns(conn, trace, tuple(params["steps"]) if params["steps"] else None)
+    try:
+        workload = steps_of_columns(columns, trace.max_response_len)
+        if not workload:
+            raise ValueError("steps: no training steps to replay")
+        bar, progress = _progress_bar("simulate")
+        try:
+            outcome = replay(workload, params, progress)
+            progress(1.0, "done")
+        finally:
+            bar.close()
+    except ValueError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    result = result_dict(outcome)
+    for key in ("a", "b"):
+        if result[key] is not None:
+            result[key].pop("timeline", None)
+            result[key].pop("timeline_truncated", None)
+    if as_json:
+        typer.echo(orjson.dumps(result, option=orjson.OPT_INDENT_2).decode())
+        return
+    typer.echo(_simulation_summary(trace, params, result))
+
+
+def _pct(x) -> str:
+    return "-" if x is None else f"{100 * x:.1f}%"
+
+
+def _simulation_summary(trace, params: dict, result: dict) -> str:
+    c, a, b = params["cluster"], result["a"], result["b"]
+    name_a, name_b = params["policy"]["kind"], (params["compare_policy"] or {}).get("kind")
+    w = result["workload"]
+    lines = [
+        f"trace {trace.id} ({trace.name}): {w['steps']} steps, {w['samples']:,} samples"
+        f"{' (multi-turn)' if w['multiturn'] else ''}",
+        f"cluster: {c['n_gpus']} x {c['gpu']['name']}, rollout {c['rollout_replicas']} x TP{c['rollout_tp']}, "
+        f"training DP{c['train_dp']} x TP{c['train_tp']}; model {params['model']['name']}",
+    ]
+    cal = result["calibration"]
+    if cal is not None:
+        cost = "" if cal["cost"] is None else f", cost {cal['cost']:.3g}"
+        lines.append(f"calibration: {cal['method']} on step(s) {', '.join(map(str, cal['fit_steps']))}{cost}")
+    head = f"{'step':>6} {'rollout_s':>10} {'step_s ' + name_a:>22}"
+    if b is not None:
+        head += f" {'step_s ' + name_b:>24} {'speedup':>8}"
+    lines += ["", head]
+    b_steps = {s["step"]: s for s in b["steps"]} if b is not None else {}
+    for s in a["steps"]:
+        row = f"{s['step']:>6} {s['stages'].get('rollout', 0.0):>10.2f} {s['step_time']:>22.2f}"
+        if b is not None and s["step"] in b_steps:
+            tb = b_steps[s["step"]]["step_time"]
+            row += f" {tb:>24.2f} {(s['step_time'] / tb if tb else float('nan')):>8.3f}"
+        lines.append(row)
+    lines.append("")
+    idle_a = a["idle_fraction"]
+    lines.append(
+        f"makespan {name_a}: {a['makespan_s']:.1f} s, idle GPU share {_pct(idle_a)}, "
+        f"{a['throughput_tokens_per_s_per_gpu']:.1f} generated tokens/s/GPU"
+    )
+    if b is not None:
+        t = result["compare"]["total"]
+        lines.append(
+            f"makespan {name_b}: {b['makespan_s']:.1f} s, idle GPU share {_pct(b['idle_fraction'])}, "
+            f"{b['throughput_tokens_per_s_per_gpu']:.1f} generated tokens/s/GPU"
+        )
+        lines.append(f"speedup of {name_b} over {name_a}: {t['speedup']:.3f}x (saved {t['saved_s']:.1f} s)")
+    acc = result["accuracy"]
+    if acc is not None and acc["steps"]:
+        lines += ["", "accuracy on steps not used for fitting (predicted from their workload alone):"]
+        for row in acc["steps"]:
+            r = row["rollout_s"]
+            if r["measured"] is None:
+                continue
+            lines.append(
+                f"  step {row['step']}: rollout measured {r['measured']:.1f} s, predicted {r['predicted']:.1f} s "
+                f"({_pct(r['accuracy'])}; naive {_pct(r['naive_accuracy'])}), p50 trajectory "
+                f"{_pct(row['p50_traj_s']['accuracy'])}, p90 trajectory {_pct(row['p90_traj_s']['accuracy'])}"
+            )
+        m = acc["mean"]
+        lines.append(f"  mean: rollout {_pct(m['rollout_s_accuracy'])} (naive {_pct(m['rollout_s_naive_accuracy'])})")
+    return "\n".join(lines)
+
+
+@app.command()
+def generate(
+    out: Annotated[Path, typer.Option(help="Folder to write the files to")],
+    from_trace: Annotated[int | None, typer.Option(help="Fit this trace and generate from the fit")] = None,
+    params: Annotated[
+        Path | None,
+        typer.Option(
+            exists=True, dir_okay=False, help="PolyTrace parameter file (enhanced_task_distribution_parameters.json)"
+        ),
+    ] = None,
+    task: Annotated[str | None, typer.Option(help="math | tool_calling (parameter file), or a fitted task")] = None,
+    steps: Annotated[int, typer.Option(help="Steps to generate (0 with --from-trace: fit report only)")] = 1,
+    groups: Annotated[int | None, typer.Option(help="Prompt groups per step")] = None,
+    n: Annotated[int | None, typer.Option("--n", help="Samples per group")] = None,
+    seed: int = 0,
+    format: Annotated[list[str] | None, typer.Option(help="packed | compact | multiturn (repeatable)")] = None,
+    dp_size: Annotated[int, typer.Option(help="DP ranks the packed rows are dealt to")] = 1,
+    ingest: Annotated[bool, typer.Option("--ingest/--no-ingest", help="Also ingest it as a trace")] = False,
+    name: Annotated[str | None, typer.Option(help="Trace name when ingesting")] = None,
+    api_key: Annotated[str | None, typer.Option(envvar="RLVR_API_KEY", help="Team key (default: local team)")] = None,
+) -> None:
+    """Generate a synthetic PolyTrace-style workload from a fitted trace or a parameter file."""
+    from backend.jobs.simulations import error_field, workload_params
+    from backend.store.db import get_engine
+    from workers.runners.simulations import load_columns
+    from workers.runners.workloads import default_name, fit_models, ingest_files, ingest_generated, summary, write_files
+    from workers.runners.workloads import generate as generate_steps_of
+
+    body = {
+        "trace_id": from_trace,
+        "task": task,
+        "steps": steps,
+        "groups": groups,
+        "samples_per_group": n,
+        "seed": seed,
+        "formats": format,
+        "ingest": ingest,
+        "name": name,
+        "dp_size": dp_size,
+    }
+    if params is not None:
+        try:
+            body["parameters"] = orjson.loads(params.read_bytes())
+        except orjson.JSONDecodeError as exc:
+            raise typer.BadParameter(f"not JSON: {exc}", param_hint="--params") from None
+    team_id = _team_id(api_key) if (from_trace is not None or ingest) else None
+    trace = _team_trace(from_trace, team_id) if from_trace is not None else None
+    try:
+        p = workload_params(
+            {k: v for k, v in body.items() if v is not None}, multiturn_trace=bool(trace is not None and trace.n_turns)
+        )
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint=error_field(exc) or "options") from None
+    try:
+        models = None
+        if trace is not None:
+            with get_engine().connect() as conn:
+                columns = load_columns(conn, trace)
+            models = fit_models(columns, trace.tasks, trace.max_response_len, seed)
+        generated = generate_steps_of(p, models) if p["steps"] else []
+        files = write_files(out, generated, p["formats"], p["dp_size"], models)
+    except ValueError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    result = summary(p, generated, models)
+    result["files"] = sorted(str(x) for paths in files.values() for x in paths)
+    chosen = ingest_files(files)
+    if ingest and chosen:
+        bar, progress = _progress_bar("ingest")
+        try:
+            result.update(ingest_generated(team_id, chosen, name or default_name(p, result), progress))
+        finally:
+            bar.close()
+    typer.echo(orjson.dumps(result, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY).decode())

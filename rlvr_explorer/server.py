@@ -1,0 +1,22 @@
+"""The single-machine web server: the REST API with the dashboard mounted at `/`.
+
+This is the one place (besides the CLI that calls it) that imports the dashboard; the
+dashboard itself only talks to the API over HTTP, at `settings.api_url`."""
+
+from __future__ import annotations
+
+from a2wsgi import WSGIMiddleware
+from fastapi import FastAPI
+
+from backend.api import create_app
+from backend.settings import get_settings
+from dashboard.app import create_dash
+
+
+def create_server(*, with_dashboard: bool = True) -> FastAPI:
+    """The API, and (by default) the Dash app (a Flask WSGI app) served at the root."""
+    app = create_app()
+    if with_dashboard:
+        dash_app = create_dash(get_settings().api_url)
+        app.mount("/", WSGIMiddleware(dash_app.server))
+    return app

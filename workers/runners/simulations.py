@@ -1,0 +1,333 @@
+"""Running simulation jobs: read a trace's columns, calibrate when it has measured
+timings, replay it under policy A (and B), store a compact result.
+
+Pure half (used by the Celery task and by `rlvr-explorer simulate` in-process):
+`replay(steps, params, progress) -> Replay` and `result_dict(replay)`.
+I/O half: `load_columns(conn, trace, step_range)` and `run_simulation_job(job_id)`.
+
+Job result (JSON):
+  a, b         `SimResult.to_dict` of policy A and B (b None without compare_policy):
+               makespan, stage totals, idle GPU-seconds by cause and per-step results,
+               plus `timeline` (lanes of [start, end, state, label, step] intervals).
+               The timeline is stored whole when it has at most
+               TIMELINE_MAX_INTERVALS intervals, else only for the first steps that fit
+               (`timeline_truncated`: {"last_step", "intervals_total"}).
+  compare      `compare(a, b)`: total and per-step speedup of B over A (None without B)
+  accuracy     `accuracy_report` on the steps not used for fitting (None without
+               calibration or without other steps)
+  calibration  `Calibration.to_dict` (None when not calibrated)
+  workload     {"steps", "first_step", "last_step", "samples", "multiturn"}
+
+Chrome-trace export: the worker writes the complete timeline of each policy as gzipped
+Chrome trace JSON to ``<data_dir>/simulations/<job_id>/chrome_trace_{a,b}.json.gz``
+(the data folder is shared by the API and the workers, as uploads are), so the download
+never recomputes a replay; when the file is missing (a worker on another machine
+without the shared folder) the API rebuilds it from the stored timeline
+(`chrome_trace_from_result`), complete whenever the timeline was not truncated.
+
+Calibration: params["calibrate"] None calibrates when the fit steps have measured
+timings (per-turn engine latencies, t_gen or t_update_actor), False never, and
+{"fit_steps": [..]} on those steps (an empty list: the first step). Both policies
+replay with the calibrated coefficients, limits and training MFU.
+"""
+
+from __future__ import annotations
+
+import gzip
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import orjson
+from sqlalchemy.engine import Connection
+from sqlalchemy.exc import OperationalError
+
+from backend.formats.base import STEP_TIMING_COLUMNS
+from backend.jobs.contracts import chrome_trace_path
+from backend.jobs.simulations import configs_of
+from backend.jobs.state import mark_failed, mark_running, mark_succeeded, set_progress
+from backend.store.db import get_engine, new_session
+from backend.store.models import Job, JobStatus, Trace, TraceStatus
+from backend.store.trace_tables import load_trace_tables
+from core.jsonable import json_safe
+from core.simulator import (
+    Calibration,
+    SimResult,
+    StepWorkload,
+    accuracy_report,
+    calibrate,
+    chrome_trace,
+    compare,
+    simulate,
+)
+from core.simulator.workload import workload_from_columns
+
+log = logging.getLogger(__name__)
+
+TIMELINE_MAX_INTERVALS = 10_000
+Progress = Callable[[float, str], None]
+
+# The columns the simulator's workload builder and the workload fit read, per table.
+WANTED = {
+    "samples": (
+        "step",
+        "group_idx",
+        "sample_idx",
+        "prompt_len",
+        "response_len",
+        "dp_rank",
+        "validate",
+        "latency_s",
+        "task_id",
+    ),
+    "turns": (
+        "step",
+        "group_idx",
+        "sample_idx",
+        "turn",
+        "prompt_tokens",
+        "cached_tokens",
+        "completion_tokens",
+        "engine_latency_s",
+    ),
+    "tool_calls": ("step", "group_idx", "sample_idx", "turn", "latency_s", "response_tokens"),
+    "rank_timings": ("step", "rank", "phase", "seconds", "validate"),
+}
+
+
+# --------------------------------------------------------------------------- reading
+
+
+def load_columns(conn: Connection, trace: Trace, step_range: tuple[int, int] | None = None) -> dict[str, dict]:
+    """{table: {column: array}} of the trace (steps in [lo, hi) when given), for
+    `workload_from_columns` and `fit_workload`; tables the trace lacks are absent."""
+    out = load_trace_tables(conn, trace, {**WANTED, "steps": ("step", *STEP_TIMING_COLUMNS)}, step_range)
+    if "tool_calls" in out and "latency_s" not in out["tool_calls"]:
+        del out["tool_calls"]  # tool calls without latencies add nothing to a replay
+    return out
+
+
+def steps_of_columns(columns: dict[str, dict], max_response_len: int | None = None) -> list[StepWorkload]:
+    if "samples" not in columns:
+        raise ValueError("trace_id: the trace has no samples to replay")
+    return workload_from_columns(
+        columns["samples"],
+        columns.get("turns"),
+        columns.get("tool_calls"),
+        columns.get("rank_timings"),
+        columns.get("steps"),
+        max_response_len=max_response_len,
+    )
+
+
+# --------------------------------------------------------------------------- replay (pure)
+
+
+@dataclass
+class Replay:
+    steps: list[StepWorkload]
+    a: SimResult
+    b: SimResult | None
+    calibration: Calibration | None
+    accuracy: dict | None
+
+
+def has_measurements(w: StepWorkload) -> bool:
+    lat = w.turn_engine_latency_s
+    return bool((lat is not None and np.isfinite(lat).any()) or "t_gen" in w.timings or "t_update_actor" in w.timings)
+
+
+def fit_steps_for(steps: list[StepWorkload], calibrate_param) -> list[int] | None:
+    """The steps to calibrate on, or None for no calibration (see the module doc)."""
+    if calibrate_param is False or not steps:
+        return None
+    ids = list((calibrate_param or {}).get("fit_steps") or [])
+    if calibrate_param is None:
+        ids = [steps[0].step]
+        if not has_measurements(steps[0]):
+            return None
+    return ids or [steps[0].step]
+
+
+def replay(steps: list[StepWorkload], params: dict, progress: Progress | None = None) -> Replay:
+    """Calibrate (as asked or when measured), then simulate policy A and B."""
+    report = progress or (lambda fraction, message: None)
+    cluster, model, limits, policy_a, policy_b = configs_of(params)
+    fit_ids = fit_steps_for(steps, params.get("calibrate"))
+    cal = acc = None
+    coefficients = None
+    lo = 0.05
+    if fit_ids is not None:
+        report(lo, f"calibrating on step(s) {', '.join(map(str, fit_ids))}")
+        cal = calibrate(steps, cluster, model, limits, fit_steps=fit_ids)
+        cluster, limits, coefficients = cal.cluster, cal.limits, cal.coefficients
+        if any(w.step not in fit_ids for w in steps):
+            report(0.35, "predicting the other steps")
+            acc = accuracy_report(steps, cal, model)
+        lo = 0.4
+    n_runs = 2 if policy_b is not None else 1
+    width = (0.98 - lo) / n_runs
+
+    def run(policy, i: int) -> SimResult:
+        start = lo + i * width
+        return simulate(
+            steps,
+            cluster,
+            model,
+            limits,
+            policy,
+            lambda f: report(start + f * width, f"replaying under {policy.kind}: {f:.0%} of steps"),
+            coefficients=coefficients,
+        )
+
+    a = run(policy_a, 0)
+    b = run(policy_b, 1) if policy_b is not None else None
+    return Replay(steps, a, b, cal, acc)
+
+
+def _timeline(result: SimResult, max_intervals: int) -> tuple[list[dict], dict | None]:
+    total = sum(len(lane.intervals) for lane in result.lanes)
+    if total <= max_intervals:
+        return [{"name": l.name, "gpus": l.gpus, "intervals": l.intervals} for l in result.lanes], None
+    # keep whole steps, first to last, while they fit
+    per_step: dict[int, int] = {}
+    for lane in result.lanes:
+        for iv in lane.intervals:
+            per_step[iv[4]] = per_step.get(iv[4], 0) + 1
+    last, used = None, 0
+    for step in sorted(per_step):
+        if used + per_step[step] > max_intervals:
+            break
+        used += per_step[step]
+        last = step
+    lanes = [
+        {"name": l.name, "gpus": l.gpus, "intervals": [iv for iv in l.intervals if last is not None and iv[4] <= last]}
+        for l in result.lanes
+    ]
+    return lanes, {"last_step": last, "intervals_total": total}
+
+
+def sim_dict(result: SimResult, max_intervals: int = TIMELINE_MAX_INTERVALS) -> dict:
+    """`SimResult.to_dict` with the timeline kept modest (see the module doc)."""
+    d = result.to_dict(timeline=False)
+    lanes, truncated = _timeline(result, max_intervals)
+    d["timeline"] = _json(lanes)
+    d["timeline_truncated"] = truncated
+    return d
+
+
+def _json(x):
+    return orjson.loads(orjson.dumps(x, option=orjson.OPT_SERIALIZE_NUMPY))
+
+
+def result_dict(r: Replay, max_intervals: int = TIMELINE_MAX_INTERVALS) -> dict:
+    return json_safe(
+        {
+            "a": sim_dict(r.a, max_intervals),
+            "b": sim_dict(r.b, max_intervals) if r.b is not None else None,
+            "compare": compare(r.a, r.b) if r.b is not None else None,
+            "accuracy": r.accuracy,
+            "calibration": r.calibration.to_dict() if r.calibration is not None else None,
+            "workload": {
+                "steps": len(r.steps),
+                "first_step": r.steps[0].step,
+                "last_step": r.steps[-1].step,
+                "samples": int(sum(w.n_samples for w in r.steps)),
+                "multiturn": any(w.is_multiturn for w in r.steps),
+            },
+        }
+    )
+
+
+# --------------------------------------------------------------------------- Chrome trace
+
+
+def write_chrome_traces(job_id: int, r: Replay) -> None:
+    for which, result in (("a", r.a), ("b", r.b)):
+        if result is None:
+            continue
+        path = chrome_trace_path(job_id, which)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_bytes(gzip.compress(orjson.dumps(chrome_trace(result)), compresslevel=5))
+        tmp.replace(path)  # never a half-written file
+
+
+# --------------------------------------------------------------------------- the job
+
+
+class _Throttled:
+    """Progress written to the job row at most once a second (and at the end)."""
+
+    def __init__(self, job_id: int) -> None:
+        self.job_id, self.last = job_id, 0.0
+
+    def __call__(self, fraction: float, message: str) -> None:
+        now = time.monotonic()
+        if now - self.last >= 1.0 or fraction >= 0.98:
+            self.last = now
+            set_progress(get_engine(), self.job_id, min(fraction, 0.99), message)
+
+
+def synthetic_steps(source: dict) -> list[StepWorkload]:
+    """The steps of a `workload` source (a PolyTrace parameter file)."""
+    from core.workload.params_file import generate_from_parameters, load_parameters
+
+    generated = generate_from_parameters(
+        load_parameters(source["parameters"]),
+        source["task"],
+        source["steps"],
+        source["groups"],
+        source["samples_per_group"],
+        seed=source["seed"],
+    )
+    return [g.to_step_workload() for g in generated]
+
+
+def run_simulation_job(job_id: int) -> None:
+    engine = get_engine()
+    with new_session() as session:
+        job = session.get(Job, job_id)
+        if job is None or job.status == JobStatus.SUCCEEDED:
+            return
+        params = dict(job.params)
+        trace = session.get(Trace, params["trace_id"]) if params.get("trace_id") is not None else None
+    mark_running(engine, job_id)
+    progress = _Throttled(job_id)
+    try:
+        if params.get("trace_id") is not None:
+            if trace is None or trace.status != TraceStatus.READY:
+                mark_failed(engine, job_id, "the trace is not ready (deleted, failed or still ingesting)")
+                return
+            progress(0.01, "reading the trace")
+            step_range = tuple(params["steps"]) if params.get("steps") else None
+            with engine.connect() as conn:
+                columns = load_columns(conn, trace, step_range)
+            steps = steps_of_columns(columns, trace.max_response_len) if columns.get("samples") is not None else []
+        else:
+            progress(0.01, "generating the workload")
+            steps = synthetic_steps(params["workload"])
+            if params.get("steps"):
+                lo, hi = params["steps"]
+                steps = [w for w in steps if lo <= w.step < hi]
+        if not steps:
+            mark_failed(engine, job_id, "steps: no training steps to replay (is the step range empty?)")
+            return
+        result = replay(steps, params, progress)
+        write_chrome_traces(job_id, result)
+        out = result_dict(result)
+    except OperationalError:
+        raise
+    except ValueError as exc:
+        mark_failed(engine, job_id, str(exc))
+        return
+    except Exception as exc:
+        log.exception("simulation job %s failed", job_id)
+        mark_failed(engine, job_id, f"{type(exc).__name__}: {exc}")
+        return
+    summary = f"replayed {len(steps)} steps"
+    if out["compare"] is not None and out["compare"]["total"]["speedup"] is not None:
+        summary += f"; {params['compare_policy']['kind']} vs {params['policy']['kind']}: {out['compare']['total']['speedup']:.3f}x"
+    mark_succeeded(engine, job_id, out, summary)
