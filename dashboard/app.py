@@ -4,9 +4,9 @@
     dash_app.server                                        # the Flask WSGI app to mount
 
 Pages live in `dashboard/pages/` (one module each, `dash.register_page`); navigation is
-generated from the page registry (see `dashboard.components`). The app never opens
+generated from the page registry (see `dashboard.views.components`). The app never opens
 the database: every figure is built from API payloads fetched with the signed-in
-team's key (kept in Flask's session cookie, see `dashboard.session`).
+team's key (kept in Flask's session cookie, see `dashboard.api.session`).
 """
 
 from __future__ import annotations
@@ -21,8 +21,10 @@ import flask
 import httpx
 from dash import dcc, html
 
-from dashboard import callbacks, components, compression, downloads
-from dashboard.session import API_BASE_URL, API_HTTP_CLIENT
+from dashboard import callbacks
+from dashboard.api.session import API_BASE_URL, API_HTTP_CLIENT
+from dashboard.server import compression, downloads
+from dashboard.views import components
 
 HERE = Path(__file__).resolve().parent
 

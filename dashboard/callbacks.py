@@ -1,5 +1,5 @@
 """Callbacks shared by every page, registered on each app by `register(app)`:
-the navigation bar, sign-out, and the analysis panels of `dashboard.panels`.
+the navigation bar, sign-out, and the analysis panels of `dashboard.views.panels`.
 """
 
 from __future__ import annotations
@@ -7,11 +7,11 @@ from __future__ import annotations
 import dash
 from dash import MATCH, Input, Output, State, html, no_update
 
-from dashboard import components as c
-from dashboard import session
-from dashboard.client import ApiError
-from dashboard.panels import panel_jobs, panel_state, status_line
-from dashboard.payloads import job_active
+from dashboard.api import session
+from dashboard.api.client import ApiError
+from dashboard.views import components as c
+from dashboard.views.formatting import job_active
+from dashboard.views.panels import panel_jobs, panel_state, status_line
 
 
 def register(app: dash.Dash) -> None:
@@ -54,7 +54,7 @@ def register(app: dash.Dash) -> None:
         State({"type": c.PARAMS, "kind": MATCH}, "data"),
         State({"type": c.RESULT, "kind": MATCH}, "data"),
         State(c.PAGE_TRACE_ID, "data"),
-        prevent_initial_call=True,  # the layout filled the panel (dashboard.panels); this keeps it current
+        prevent_initial_call=True,  # the layout filled the panel (dashboard.views.panels); this keeps it current
     )
     def analysis_status(_n, params, shown, trace_id):
         kind = dash.ctx.outputs_list[0]["id"]["kind"]

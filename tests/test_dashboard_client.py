@@ -8,7 +8,7 @@ import json
 import httpx
 import pytest
 
-from dashboard.client import ApiClient, ApiError, api_root
+from dashboard.api.client import ApiClient, ApiError, api_root
 
 KEY = "team-key-123"
 TRACE = {
@@ -58,7 +58,7 @@ class StubApi:
 def fresh_caches():
     """Results and built figures are cached per (API root, key, trace or job): tests
     share the stub's root and key, so each starts empty."""
-    from dashboard import figure_cache, results
+    from dashboard.server import figure_cache, results
 
     figure_cache.clear()
     results._cache.clear()
@@ -393,7 +393,7 @@ def test_mounted_under_a_prefix(stub):
 def test_analysis_results_stay_on_the_server_and_are_cached_per_team(app, stub):
     import flask
 
-    from dashboard import results
+    from dashboard.server import results
 
     results._cache.clear()
     stub.routes[("GET", "/api/v1/jobs/21")] = httpx.Response(
@@ -669,7 +669,7 @@ def test_analysis_panel_is_filled_when_the_page_is_built(app, stub):
 def test_built_figures_are_cached_per_team(app):
     import flask
 
-    from dashboard import figure_cache
+    from dashboard.server import figure_cache
 
     built = []
 
@@ -694,7 +694,7 @@ def test_prefetched_result_is_fetched_once(app, stub):
 
     import flask
 
-    from dashboard import results
+    from dashboard.server import results
 
     calls = []
 

@@ -55,8 +55,7 @@ from dashboard.figures.simulation import (
 )
 from dashboard.figures.stages import stage_gantt_figure, stage_segments, stage_time_figure
 from dashboard.figures.workload import fit_ks_figure, fit_rows, task_summary
-from dashboard.overview import overview_cards
-from dashboard.payloads import (
+from dashboard.views.formatting import (
     filter_phase,
     kineto_steps,
     latest_job,
@@ -65,7 +64,8 @@ from dashboard.payloads import (
     step_window,
     zoom_range,
 )
-from dashboard.replay_forms import form_defaults, parse_steps, simulation_body, workload_body
+from dashboard.views.overview import overview_cards
+from dashboard.views.replay_forms import form_defaults, parse_steps, simulation_body, workload_body
 
 EDGES = [int(e) for e in np.unique(np.round(2.0 ** np.arange(0, 22 + 1e-9, 1 / 4)).astype(np.int64))]
 PCTS = (10, 25, 50, 75, 90, 99)
@@ -830,7 +830,7 @@ def test_fit_report_rows_and_ks_figure():
     assert "No fit" in fit_ks_figure({"fit": None}).layout.annotations[0].text
 
 
-# -- replay and workload forms (dashboard/replay_forms.py) ---------------------------------
+# -- replay and workload forms (dashboard/views/replay_forms.py) ---------------------------------
 PRESETS = {
     "policies": ["sync", "one_step_off", "partial", "async"],
     "defaults": {

@@ -9,12 +9,12 @@ from __future__ import annotations
 import dash
 from dash import Input, Output, dcc, html
 
-from dashboard import session
-from dashboard.client import ApiError
-from dashboard.components import alert, control, controls, graph, section, sign_in_required, signed_in
+from dashboard.api import session
+from dashboard.api.client import ApiError
 from dashboard.figures.common import empty_figure
 from dashboard.figures.compare import compare_cdf_figure, compare_percentiles_figure
 from dashboard.figures.stages import stage_time_figure
+from dashboard.views.components import alert, control, controls, graph, section, sign_in_required, signed_in
 
 dash.register_page(__name__, path="/compare", name="Compare", title="Compare · RLVR Explorer", nav="top", order=3)
 

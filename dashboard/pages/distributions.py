@@ -12,10 +12,8 @@ from __future__ import annotations
 import dash
 from dash import Input, Output, State, dcc, html
 
-from dashboard import session
-from dashboard.client import ApiError
-from dashboard.components import PAGE_TRACE_ID, RESULT, alert, control, controls, graph, section
-from dashboard.figure_cache import cached
+from dashboard.api import session
+from dashboard.api.client import ApiError
 from dashboard.figures.common import empty_figure
 from dashboard.figures.distributions import (
     cdf_figure,
@@ -26,10 +24,12 @@ from dashboard.figures.distributions import (
     tail_figure,
 )
 from dashboard.figures.longtail import longtail_engine_figure, longtail_finish_figure, longtail_idle_figure
-from dashboard.panels import analysis_panel
-from dashboard.payloads import PHASES, filter_phase
-from dashboard.results import analysis_result
-from dashboard.trace_frame import trace_page
+from dashboard.server.figure_cache import cached
+from dashboard.server.results import analysis_result
+from dashboard.views.components import PAGE_TRACE_ID, RESULT, alert, control, controls, graph, section
+from dashboard.views.formatting import PHASES, filter_phase
+from dashboard.views.panels import analysis_panel
+from dashboard.views.trace_frame import trace_page
 
 dash.register_page(
     __name__,

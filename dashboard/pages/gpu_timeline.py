@@ -12,10 +12,8 @@ from __future__ import annotations
 import dash
 from dash import Input, Output, State, ctx, dcc, html, no_update
 
-from dashboard import session
-from dashboard.client import ApiError
-from dashboard.components import PAGE_TRACE_ID, RESULT, alert, control, controls, graph, section
-from dashboard.figure_cache import cached
+from dashboard.api import session
+from dashboard.api.client import ApiError
 from dashboard.figures.common import empty_figure
 from dashboard.figures.gpu import (
     idle_breakdown_figure,
@@ -26,10 +24,12 @@ from dashboard.figures.gpu import (
     top_kernels_rows,
 )
 from dashboard.figures.stages import has_stage_timings, stage_gantt_figure
-from dashboard.panels import analysis_panel
-from dashboard.payloads import kineto_ranks, kineto_steps, step_window, zoom_range
-from dashboard.results import analysis_result
-from dashboard.trace_frame import trace_page
+from dashboard.server.figure_cache import cached
+from dashboard.server.results import analysis_result
+from dashboard.views.components import PAGE_TRACE_ID, RESULT, alert, control, controls, graph, section
+from dashboard.views.formatting import kineto_ranks, kineto_steps, step_window, zoom_range
+from dashboard.views.panels import analysis_panel
+from dashboard.views.trace_frame import trace_page
 
 dash.register_page(
     __name__,

@@ -3,7 +3,7 @@
 import dash
 from dash import dcc
 
-from dashboard.components import href, redirect, sign_in_required, signed_in
+from dashboard.views.components import href, redirect, sign_in_required, signed_in
 
 dash.register_page(__name__, path="/", name="Home", title="RLVR Explorer")
 

@@ -10,8 +10,6 @@ from __future__ import annotations
 import dash
 from dash import Input, Output, dcc, html
 
-from dashboard.components import RESULT, alert, card, control, controls, graph, section
-from dashboard.figure_cache import cached
 from dashboard.figures.common import empty_figure
 from dashboard.figures.imbalance import (
     LOAD_LABELS,
@@ -20,10 +18,12 @@ from dashboard.figures.imbalance import (
     saving_figure,
     saving_summary,
 )
-from dashboard.panels import analysis_panel
-from dashboard.payloads import human_ratio, human_share
-from dashboard.results import analysis_result
-from dashboard.trace_frame import trace_page
+from dashboard.server.figure_cache import cached
+from dashboard.server.results import analysis_result
+from dashboard.views.components import RESULT, alert, card, control, controls, graph, section
+from dashboard.views.formatting import human_ratio, human_share
+from dashboard.views.panels import analysis_panel
+from dashboard.views.trace_frame import trace_page
 
 dash.register_page(
     __name__,

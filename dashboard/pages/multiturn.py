@@ -12,8 +12,6 @@ from __future__ import annotations
 import dash
 from dash import Input, Output, html
 
-from dashboard.components import RESULT, alert, graph, section
-from dashboard.figure_cache import cached
 from dashboard.figures.common import empty_figure
 from dashboard.figures.multiturn import (
     cache_hit_figure,
@@ -25,9 +23,11 @@ from dashboard.figures.multiturn import (
     tool_latency_figure,
     turns_over_steps_figure,
 )
-from dashboard.panels import analysis_panel
-from dashboard.results import analysis_result
-from dashboard.trace_frame import trace_page
+from dashboard.server.figure_cache import cached
+from dashboard.server.results import analysis_result
+from dashboard.views.components import RESULT, alert, graph, section
+from dashboard.views.panels import analysis_panel
+from dashboard.views.trace_frame import trace_page
 
 dash.register_page(
     __name__,

@@ -3,7 +3,7 @@
 import dash
 from dash import dcc, html
 
-from dashboard.components import href
+from dashboard.views.components import href
 
 dash.register_page(__name__, path="/404", name="Not found")
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 import dash
 from dash import Input, Output, State, dcc, html, no_update
 
-from dashboard import session
-from dashboard.client import ApiError
-from dashboard.components import alert, href
+from dashboard.api import session
+from dashboard.api.client import ApiError
+from dashboard.views.components import alert, href
 
 dash.register_page(__name__, path="/sign-in", name="Sign in", title="Sign in · RLVR Explorer")
 

@@ -18,11 +18,8 @@ from __future__ import annotations
 import dash
 from dash import ALL, Input, Output, State, ctx, dcc, html, no_update
 
-from dashboard import results, session
-from dashboard.client import ApiClient, ApiError
-from dashboard.components import PAGE_TRACE_ID, alert, card, clicked_index, control, controls, graph, section
-from dashboard.downloads import simulation_trace_href
-from dashboard.figure_cache import cached
+from dashboard.api import session
+from dashboard.api.client import ApiClient, ApiError
 from dashboard.figures.common import empty_figure
 from dashboard.figures.simulation import (
     accuracy_rows,
@@ -33,10 +30,14 @@ from dashboard.figures.simulation import (
     summary_cards,
     timeline_figure,
 )
-from dashboard.job_views import job_history_table, job_progress
-from dashboard.payloads import job_active
-from dashboard.replay_forms import CALIBRATION_MODES, form_defaults, simulation_body
-from dashboard.trace_frame import trace_page
+from dashboard.server import results
+from dashboard.server.downloads import simulation_trace_href
+from dashboard.server.figure_cache import cached
+from dashboard.views.components import PAGE_TRACE_ID, alert, card, clicked_index, control, controls, graph, section
+from dashboard.views.formatting import job_active
+from dashboard.views.job_views import job_history_table, job_progress
+from dashboard.views.replay_forms import CALIBRATION_MODES, form_defaults, simulation_body
+from dashboard.views.trace_frame import trace_page
 
 dash.register_page(
     __name__,

@@ -11,18 +11,18 @@ from __future__ import annotations
 import dash
 from dash import ALL, Input, Output, ctx, html
 
-from dashboard import session
-from dashboard.client import ApiError
-from dashboard.components import PAGE_TRACE_ID, RESULT, alert, card, graph, section
-from dashboard.figure_cache import cached
+from dashboard.api import session
+from dashboard.api.client import ApiError
 from dashboard.figures.common import empty_figure
 from dashboard.figures.distributions import percentile_lines_figure
 from dashboard.figures.gpu import temporal_breakdown_figure
 from dashboard.figures.stages import stage_time_figure
-from dashboard.overview import overview_cards
-from dashboard.panels import analysis_panel
-from dashboard.results import analysis_result
-from dashboard.trace_frame import trace_page
+from dashboard.server.figure_cache import cached
+from dashboard.server.results import analysis_result
+from dashboard.views.components import PAGE_TRACE_ID, RESULT, alert, card, graph, section
+from dashboard.views.overview import overview_cards
+from dashboard.views.panels import analysis_panel
+from dashboard.views.trace_frame import trace_page
 
 dash.register_page(
     __name__, path_template="/traces/<trace_id>", name="Overview", title="Trace · RLVR Explorer", nav="trace", order=0

@@ -14,9 +14,9 @@ import posixpath
 import dash
 from dash import ALL, Input, Output, State, ctx, dcc, html, no_update
 
-from dashboard import session
-from dashboard.client import ApiError
-from dashboard.components import (
+from dashboard.api import session
+from dashboard.api.client import ApiError
+from dashboard.views.components import (
     alert,
     clicked_index,
     control,
@@ -27,7 +27,7 @@ from dashboard.components import (
     sign_in_required,
     signed_in,
 )
-from dashboard.payloads import human_bytes, human_count, human_time, job_active
+from dashboard.views.formatting import human_bytes, human_count, human_time, job_active
 
 dash.register_page(__name__, path="/traces", name="Traces", title="Traces · RLVR Explorer", nav="top", order=1)
 

@@ -15,17 +15,18 @@ from __future__ import annotations
 import dash
 from dash import ALL, Input, Output, State, ctx, dcc, html, no_update
 
-from dashboard import results, session
-from dashboard.client import ApiError
-from dashboard.components import PAGE_TRACE_ID, alert, clicked_index, control, controls, graph, href, section
-from dashboard.downloads import workload_zip_href
-from dashboard.figure_cache import cached
+from dashboard.api import session
+from dashboard.api.client import ApiError
 from dashboard.figures.common import empty_figure
 from dashboard.figures.workload import fit_ks_figure, task_summary
-from dashboard.job_views import job_history_table, job_progress
-from dashboard.payloads import human_count, job_active
-from dashboard.replay_forms import workload_body
-from dashboard.trace_frame import trace_page
+from dashboard.server import results
+from dashboard.server.downloads import workload_zip_href
+from dashboard.server.figure_cache import cached
+from dashboard.views.components import PAGE_TRACE_ID, alert, clicked_index, control, controls, graph, href, section
+from dashboard.views.formatting import human_count, job_active
+from dashboard.views.job_views import job_history_table, job_progress
+from dashboard.views.replay_forms import workload_body
+from dashboard.views.trace_frame import trace_page
 
 dash.register_page(
     __name__,

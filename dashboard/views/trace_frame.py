@@ -12,9 +12,9 @@ from collections.abc import Callable
 
 from dash import dcc, html
 
-from dashboard import session
-from dashboard.client import ApiError
-from dashboard.components import PAGE_TRACE_ID, alert, sign_in_required, signed_in, trace_header
+from dashboard.api import session
+from dashboard.api.client import ApiError
+from dashboard.views.components import PAGE_TRACE_ID, alert, sign_in_required, signed_in, trace_header
 
 
 def trace_page(trace_id: str | None, module: str, path_suffix: str, body_fn: Callable[[dict], object]):

@@ -15,7 +15,7 @@ from urllib.parse import quote
 import dash
 from dash import dcc, html
 
-from dashboard import session
+from dashboard.api import session
 from dashboard.figures.common import empty_figure
 
 # Figures carry their own height (rows of ranks need room), so graphs are not
@@ -165,7 +165,7 @@ def trace_header(trace: dict | None, trace_id: str, current_module: str) -> html
 
 
 # -- analysis panel -----------------------------------------------------------------
-def analysis_panel(
+def analysis_panel_layout(
     kind: str,
     label: str,
     trace_id,
@@ -180,9 +180,9 @@ def analysis_panel(
     (with `params`) when the trace has none, polls its progress, and puts the latest result in the
     store {"type": RESULT, "kind": kind} as {"job_id", "note"} (note: why there is no
     result yet); figures listen to it and fetch the result server-side with
-    `dashboard.results.analysis_result` (the browser never holds the result).
+    `dashboard.server.results.analysis_result` (the browser never holds the result).
     `state`, `status`, `polling`: the store's first value, status line and whether to
-    poll, when the layout already knows them (`dashboard.panels.analysis_panel`)."""
+    poll, when the layout already knows them (`dashboard.views.panels.analysis_panel`)."""
     return html.Div(
         className="analysis-panel",
         children=[

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from dash import html
 
-from dashboard.components import alert, progress
-from dashboard.payloads import human_time, job_active
+from dashboard.views.components import alert, progress
+from dashboard.views.formatting import human_time, job_active
 
 
 def job_progress(job: dict | None, what: str):

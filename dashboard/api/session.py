@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import flask
 
-from dashboard.client import ApiClient
+from dashboard.api.client import ApiClient
 
 API_BASE_URL = "RLVR_API_BASE_URL"
 API_HTTP_CLIENT = "RLVR_API_HTTP_CLIENT"

@@ -17,7 +17,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import TypeVar
 
-from dashboard import session
+from dashboard.api import session
 
 T = TypeVar("T")
 CACHE_SIZE = 96

@@ -7,7 +7,7 @@ first round of callbacks instead of waiting for a poll); the shared polling call
 
 Store contents: {"job_id": the succeeded job whose result the figures show (None when
 there is none yet), "note": why there is none}. Job lists carry no results; figures
-fetch the chosen job's result by id (`dashboard.results`).
+fetch the chosen job's result by id (`dashboard.server.results`).
 """
 
 from __future__ import annotations
@@ -15,10 +15,11 @@ from __future__ import annotations
 import flask
 from dash import html
 
-from dashboard import components as c
-from dashboard import results, session
-from dashboard.client import ApiClient, ApiError
-from dashboard.payloads import job_active, latest_job, latest_succeeded
+from dashboard.api import session
+from dashboard.api.client import ApiClient, ApiError
+from dashboard.server import results
+from dashboard.views import components as c
+from dashboard.views.formatting import job_active, latest_job, latest_succeeded
 
 
 def panel_jobs(
@@ -70,13 +71,13 @@ def _trace_analyses(api: ApiClient, trace_id) -> list[dict]:
 
 
 def analysis_panel(kind: str, label: str, trace_id, params: dict | None = None) -> html.Div:
-    """`components.analysis_panel` with its state as of now (see the module doc)."""
+    """`components.analysis_panel_layout` with its state as of now (see the module doc)."""
     api = session.api()
     try:
         jobs = None if params else _trace_analyses(api, trace_id)
         job, best = panel_jobs(api, trace_id, kind, params, jobs)
     except ApiError as exc:
-        return c.analysis_panel(
+        return c.analysis_panel_layout(
             kind,
             label,
             trace_id,
@@ -87,7 +88,7 @@ def analysis_panel(kind: str, label: str, trace_id, params: dict | None = None) 
         )
     if best is not None:
         results.prefetch(best["id"])  # its figures will ask for it in a moment
-    return c.analysis_panel(
+    return c.analysis_panel_layout(
         kind,
         label,
         trace_id,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dashboard.payloads import human_count, human_ratio, human_share, kineto_steps, median
+from dashboard.views.formatting import human_count, human_ratio, human_share, kineto_steps, median
 
 
 @dataclass

@@ -13,8 +13,8 @@ import hashlib
 import threading
 from collections import OrderedDict
 
-from dashboard import session
-from dashboard.client import ApiClient, ApiError
+from dashboard.api import session
+from dashboard.api.client import ApiClient, ApiError
 
 CACHE_SIZE = 32
 _cache: OrderedDict[tuple, dict] = OrderedDict()
@@ -85,7 +85,7 @@ def job_result(job_id) -> dict | None:
 
 def analysis_result(data: dict | None, what: str) -> tuple[dict | None, str]:
     """(result, message for empty figures) for an analysis panel's store
-    (`dashboard.panels`)."""
+    (`dashboard.views.panels`)."""
     data = data or {}
     waiting = data.get("note") or f"Waiting for the {what} analysis…"
     if data.get("job_id") is None:

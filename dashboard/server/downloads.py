@@ -15,9 +15,9 @@ import contextlib
 
 import flask
 
-from dashboard import session
-from dashboard.client import ApiError
-from dashboard.components import href
+from dashboard.api import session
+from dashboard.api.client import ApiError
+from dashboard.views.components import href
 
 CHUNK = 1 << 16
 
