@@ -342,9 +342,9 @@ def test_byte_order_mark_and_crlf_lines(tmp_path):
 
 
 def test_error_line_counts_across_blocks(tmp_path, monkeypatch):
-    import backend.formats.native as native
+    import backend.formats.jsonl as jsonl_toolkit
 
-    monkeypatch.setattr(native, "BLOCK_BYTES", 256)
+    monkeypatch.setattr(jsonl_toolkit, "BLOCK_BYTES", 256)
     rows = [packed(0, 0, i, 10, [1, 2]) for i in range(50)]
     rows[41]["input"] = -1
     (tmp_path / "packed_lengths_step_0.jsonl").write_bytes(jsonl(rows))

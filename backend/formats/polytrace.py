@@ -43,7 +43,7 @@ import numpy as np
 import orjson
 
 from backend.formats.base import InputError, ReadResult, Source, TableBatch
-from backend.formats.native import (
+from backend.formats.jsonl import (
     INT32_MAX,
     REQUIRED,
     JsonChunk,

@@ -1,0 +1,137 @@
+"""Format detection: `detect_format` decides by the file's base name first (``.gz``
+stripped; rules in `backend.formats.registry`), then by its first bytes:
+
+==========================  ==================================================================
+format                      detected by
+==========================  ==================================================================
+polytrace-packed            ``packed_lengths_step_N*.jsonl``; or a first line with input, output
+polytrace-reward            ``reward_timings_step_N*.jsonl``; or a first line with reward_time_s
+polytrace-multiturn         ``multiturn_workload_step_N*.jsonl``; or a first line with turns and
+                            prompt_group_id
+polytrace-compact           a JSON object whose first key is a step number (``{"0": ...``)
+verl-jsonl                  a first line ``{"step": N, "data": {...}}``
+verl-console                a line ``step:N - key:value - ...`` (in the first 64 KiB, or
+                            anywhere in the first 64 MiB of ``.log``/``.txt``/``.out``/``.err``)
+native-csv                  ``.csv`` (``.tsv`` is not supported)
+native-jsonl                a first line with step, group_idx, sample_idx, prompt_len,
+                            response_len
+native-parquet              ``.parquet`` / ``.pq``
+kineto                      ``backend.formats.kineto.looks_like_kineto`` (``.json`` object with
+                            traceEvents / schemaVersion / deviceProperties / distributedInfo)
+==========================  ==================================================================
+"""
+
+from __future__ import annotations
+
+import re
+
+import orjson
+
+from backend.formats.base import Source
+from backend.formats.jsonl import stdlib_json
+from backend.formats.kineto import looks_like_kineto
+from backend.formats.native import REQUIRED_SAMPLE_COLUMNS
+from backend.formats.registry import KNOWN_UNUSED, NAME_PATTERNS
+from backend.formats.verl_logs import CONSOLE_STEP
+
+_COMPACT_HEAD = re.compile(rb'^\s*(?:\xef\xbb\xbf)?\s*\{\s*"\d+"\s*:')
+_LOG_SUFFIXES = (".log", ".txt", ".out", ".err")
+HEAD_BYTES = 64 << 10
+FIRST_LINE_MAX = 16 << 20
+LOG_SCAN_BYTES = 64 << 20
+
+
+def _base_name(name: str) -> str:
+    base = name.rsplit("/", 1)[-1].lower()
+    return base[:-3] if base.endswith(".gz") else base
+
+
+def _first_object(head: bytes, stream) -> dict | None:
+    """The first line parsed as a JSON object, if it is one (reading on past `head`
+    when the line is longer, up to FIRST_LINE_MAX)."""
+    first = head.lstrip(b"\xef\xbb\xbf \t\r\n")
+    if not first.startswith(b"{"):
+        return None
+    line = first.split(b"\n", 1)[0]
+    if b"\n" not in first:
+        line += stream.readline(FIRST_LINE_MAX)
+    try:
+        obj = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        try:
+            obj = stdlib_json(line)  # NaN / Infinity, as Python's json writes them
+        except ValueError:
+            return None
+    return obj if type(obj) is dict else None
+
+
+def _jsonl_kind(obj: dict) -> str | None:
+    keys = obj.keys()
+    if "step" in keys and type(obj.get("data")) is dict:
+        return "verl-jsonl"
+    if "input" in keys and type(obj.get("output")) is list:
+        return "polytrace-packed"
+    if "reward_time_s" in keys:
+        return "polytrace-reward"
+    if "turns" in keys and "prompt_group_id" in keys:
+        return "polytrace-multiturn"
+    if all(k in keys for k in REQUIRED_SAMPLE_COLUMNS):
+        return "native-jsonl"
+    return None
+
+
+def _has_console_lines(source: Source, head: bytes, name: str) -> bool:
+    if any(CONSOLE_STEP.search(line) for line in head.decode("utf-8", "replace").splitlines()):
+        return True
+    if not name.endswith(_LOG_SUFFIXES):
+        return False
+    with source.open() as stream:
+        read = 0
+        for raw in stream:
+            read += len(raw)
+            if b"step:" in raw and CONSOLE_STEP.search(raw.decode("utf-8", "replace")):
+                return True
+            if read > LOG_SCAN_BYTES:
+                break
+    return False
+
+
+def detect_format(source: Source) -> str | None:
+    """The format name of `source`, or None when no reader recognises it."""
+    base = _base_name(source.name)
+    for pattern, fmt in NAME_PATTERNS:
+        if pattern.match(base):
+            return fmt
+    if any(pattern.match(base) for pattern, _ in KNOWN_UNUSED):
+        return None
+    with source.open() as stream:
+        head = stream.read(HEAD_BYTES)
+        if not head.strip():
+            return None
+        if looks_like_kineto(head, source.name):
+            return "kineto"
+        if _COMPACT_HEAD.match(head):
+            return "polytrace-compact"
+        first_obj = _first_object(head, stream)
+    if first_obj is not None:
+        kind = _jsonl_kind(first_obj)
+        if kind is not None:
+            return kind
+    if _has_console_lines(source, head, base):
+        return "verl-console"
+    return None
+
+
+def skip_note(source: Source) -> str:
+    base = _base_name(source.name)
+    for pattern, why in KNOWN_UNUSED:
+        if pattern.match(base):
+            return f"skipped {source.name}: {why}"
+    if source.size == 0:
+        return f"skipped {source.name}: empty file"
+    return f"skipped {source.name}: unknown file format"
+
+
+def natural_key(name: str) -> list:
+    """Sort key that orders embedded numbers numerically (step_2 < step_10)."""
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name)]

@@ -1,0 +1,39 @@
+"""The format registry: each format's reader and its file-name rule (content rules are in
+`backend.formats.detect`). See docs/formats.md for every format."""
+
+from __future__ import annotations
+
+import re
+
+from backend.formats.base import Reader
+from backend.formats.kineto import read_kineto
+from backend.formats.native import read_native_csv, read_native_jsonl, read_native_parquet
+from backend.formats.polytrace import read_compact, read_multiturn_workload, read_packed_lengths, read_reward_timings
+from backend.formats.verl_logs import read_verl_console, read_verl_jsonl
+
+FORMATS: dict[str, Reader] = {
+    "polytrace-packed": read_packed_lengths,
+    "polytrace-reward": read_reward_timings,
+    "polytrace-multiturn": read_multiturn_workload,
+    "polytrace-compact": read_compact,
+    "verl-jsonl": read_verl_jsonl,
+    "verl-console": read_verl_console,
+    "native-csv": read_native_csv,
+    "native-jsonl": read_native_jsonl,
+    "native-parquet": read_native_parquet,
+    "kineto": read_kineto,
+}
+
+NAME_PATTERNS = (
+    (re.compile(r"^packed_lengths_step_?\d+.*\.jsonl?$"), "polytrace-packed"),
+    (re.compile(r"^reward_timings_step_?\d+.*\.jsonl?$"), "polytrace-reward"),
+    (re.compile(r"^multiturn_workload_step_?\d+.*\.jsonl?$"), "polytrace-multiturn"),
+    (re.compile(r".*\.(parquet|pq)$"), "native-parquet"),
+    (re.compile(r".*\.csv$"), "native-csv"),
+)
+# Files known to sit in run folders that no reader uses (yet): a friendlier note.
+KNOWN_UNUSED = (
+    (re.compile(r"^dapo_filter_indices.*\.jsonl?$"), "DAPO filter indices (not used)"),
+    (re.compile(r"^enhanced_task_distribution_parameters.*\.json$"), "fitted distribution parameters, not a trace"),
+    (re.compile(r"^readme(\.\w+)?$"), "documentation"),
+)
