@@ -8,13 +8,34 @@ from backend.jobs import fs_transport
 
 
 def connect(folder):
+    """A connection on the queue `folder` with its control folder beside it (kombu's
+    default control folder is `control/` in the working directory)."""
     fs_transport.register()
-    return Connection("rlvrfs://", transport_options={"data_folder_in": str(folder), "data_folder_out": str(folder)})
+    control = folder.with_name(folder.name + "-control")
+    options = {"data_folder_in": str(folder), "data_folder_out": str(folder), "control_folder": str(control)}
+    return Connection("rlvrfs://", transport_options=options)
+
+
+def queue_name(tmp_path) -> str:
+    # kombu remembers declared exchanges per process, so each test binds a queue of its own
+    return "jobs-" + tmp_path.name
+
+
+def test_nothing_is_written_outside_the_given_folder(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    queue_dir = tmp_path / "queue"
+    queue_dir.mkdir()
+    with connect(queue_dir) as conn:
+        queue = conn.SimpleQueue(queue_name(tmp_path))
+        queue.put({"job": 1})
+        queue.get(timeout=2).ack()
+        queue.close()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["queue", "queue-control"]
 
 
 def test_put_is_atomic_and_half_written_files_are_ignored(tmp_path):
     with connect(tmp_path) as conn:
-        queue = conn.SimpleQueue("jobs")
+        queue = conn.SimpleQueue(queue_name(tmp_path))
         # A message still being written (the name a producer writes under) is not taken.
         (tmp_path / f"1_x.{queue.queue.name}.msg.part").write_bytes(b"")
         queue.put({"job": 1})
@@ -39,7 +60,7 @@ def test_message_file_is_complete_before_it_gets_its_queue_name(tmp_path, monkey
 
     monkeypatch.setattr(fs_transport.os, "replace", spying_replace)
     with connect(tmp_path) as conn:
-        queue = conn.SimpleQueue("jobs")
+        queue = conn.SimpleQueue(queue_name(tmp_path))
         queue.put({"job": 2, "pad": "x" * 10_000})
         assert len(seen) == 1
         visible_before, payload = seen[0]
