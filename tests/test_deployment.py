@@ -19,6 +19,8 @@ from backend.cli import app
 from tests.conftest import ROOT
 
 COMPOSE = ROOT / "docker-compose.yml"
+WORKER_COMPOSE = ROOT / "docker-compose.worker.yml"
+CHECK_COMPOSE = ROOT / "deploy" / "compose-check.yml"
 
 
 @pytest.fixture(scope="module")
@@ -39,6 +41,40 @@ def test_services_and_dependencies(compose):
     env = services["worker"]["environment"]
     assert env["DATABASE_URL"].startswith("postgresql://")
     assert env["CELERY_BROKER_URL"].startswith("redis://")
+
+
+def test_every_service_restarts_and_checks_health(compose):
+    services = compose["services"]
+    for name in ("postgres", "redis", "api", "worker"):
+        assert services[name]["restart"] == "unless-stopped", name
+    # The published port is configurable (the compose check picks a free one).
+    assert services["api"]["ports"] == ["${RLVR_PORT:-8000}:8000"]
+    assert "ports" not in services["worker"]
+
+
+def test_remote_worker_file_matches_the_worker_service(compose):
+    """docker-compose.worker.yml: the same image and command, Postgres and Redis by URL."""
+    remote = yaml.safe_load(WORKER_COMPOSE.read_text())["services"]["worker"]
+    local = compose["services"]["worker"]
+    assert remote["image"] == local["image"] and remote["command"][:2] == local["command"][:2]
+    assert {"DATABASE_URL", "CELERY_BROKER_URL", "RLVR_DATA_DIR"} <= set(remote["environment"])
+    assert remote["volumes"][0].endswith(":/data")
+    assert remote["healthcheck"]["test"] == local["healthcheck"]["test"]
+
+
+def test_check_overrides_only_settings(compose):
+    """deploy/compose-check.yml changes environment only, of services that exist."""
+    override = yaml.safe_load(CHECK_COMPOSE.read_text())["services"]
+    assert set(override) <= set(compose["services"])
+    assert all(set(service) == {"environment"} for service in override.values())
+
+
+def test_dockerfile_runs_as_non_root_without_expose():
+    lines = [line.split() for line in (ROOT / "Dockerfile").read_text().splitlines() if line and line[0].isupper()]
+    assert not [line for line in lines if line[0] == "EXPOSE"]
+    assert [line for line in lines if line[0] == "USER"][-1][1] != "root"
+    ignored = (ROOT / ".dockerignore").read_text().split()
+    assert {".git", ".venv", "tests"} <= set(ignored)
 
 
 def test_commands_are_cli_entry_points(compose):
@@ -84,6 +120,19 @@ def test_regular_install_ships_and_finds_the_migrations(tmp_path):
 
 
 @pytest.mark.skipif(shutil.which("docker-compose") is None, reason="docker-compose (Debian package) not installed")
-def test_docker_compose_config_validates():
-    result = subprocess.run(["docker-compose", "-f", str(COMPOSE), "config", "-q"], capture_output=True, text=True)
+@pytest.mark.parametrize(
+    "files, env",
+    [
+        ([COMPOSE], {}),
+        ([COMPOSE, CHECK_COMPOSE], {}),
+        ([WORKER_COMPOSE], {"DATABASE_URL": "postgresql://u:p@db/rlvr", "CELERY_BROKER_URL": "redis://r:6379/0",
+                            "RLVR_DATA_PATH": "/mnt/rlvr"}),
+    ],
+    ids=["compose", "with-check-overrides", "remote-worker"],
+)
+def test_docker_compose_config_validates(files, env):
+    args = [arg for f in files for arg in ("-f", str(f))]
+    result = subprocess.run(
+        ["docker-compose", *args, "config", "-q"], capture_output=True, text=True, env={**os.environ, **env}, cwd=ROOT
+    )
     assert result.returncode == 0, result.stderr
