@@ -71,6 +71,6 @@ port=$(free_port 18000)
 port_b=$(free_port $((port + 1)))
 say "project $project on port $port; restore project $project_b on port $port_b"
 
-CHECK_PROJECT=$project CHECK_PORT=$port CHECK_PROJECT_B=$project_b CHECK_PORT_B=$port_b CHECK_WORKDIR=$work \
+CHECK_T0=$t0 CHECK_PROJECT=$project CHECK_PORT=$port CHECK_PROJECT_B=$project_b CHECK_PORT_B=$port_b CHECK_WORKDIR=$work \
   python3 deploy/compose_check.py
 say "compose check passed in $(( $(date +%s) - t0 ))s"

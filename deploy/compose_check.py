@@ -35,7 +35,8 @@ PROJECT, PORT = os.environ["CHECK_PROJECT"], int(os.environ["CHECK_PORT"])
 PROJECT_B, PORT_B = os.environ["CHECK_PROJECT_B"], int(os.environ["CHECK_PORT_B"])
 WORK = Path(os.environ.get("CHECK_WORKDIR") or tempfile.mkdtemp(prefix="rlvr-compose-check-"))
 PART_SAMPLES = 20_000  # the big trace (204,800 samples) is analysed in 11 parts
-T0 = time.monotonic()
+# One clock with compose-check.sh (its start time, in seconds since the epoch).
+T0 = time.monotonic() - (time.time() - float(os.environ.get("CHECK_T0") or time.time()))
 
 
 class CheckFailed(Exception):
@@ -43,7 +44,7 @@ class CheckFailed(Exception):
 
 
 def log(msg: str) -> None:
-    print(f"[compose-check {time.monotonic() - T0:6.1f}s] {msg}", flush=True)
+    print(f"[compose-check {time.monotonic() - T0:5.0f}s] {msg}", flush=True)
 
 
 class step:
