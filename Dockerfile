@@ -1,11 +1,29 @@
+# One image for every service (api, worker, migrate): the service's command picks the role.
+# No EXPOSE: it is image-wide and the worker listens on nothing; the API's port (8000)
+# is published by docker-compose.yml.
 FROM python:3.11-slim
-WORKDIR /app
-ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 RLVR_DATA_DIR=/data
-COPY pyproject.toml README.md ./
-COPY backend ./backend
-COPY workers ./workers
-COPY dashboard ./dashboard
-COPY migrations ./migrations
-RUN pip install --no-cache-dir -e . && mkdir -p /data
-EXPOSE 8000
+
+ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    RLVR_DATA_DIR=/data
+
+# 1. Dependencies only, from pyproject.toml: this layer stays cached until the
+#    dependency list changes, so a code-only change rebuilds in seconds.
+COPY pyproject.toml /tmp/pyproject.toml
+RUN python -c "import tomllib; p = tomllib.load(open('/tmp/pyproject.toml', 'rb')); \
+print('\n'.join(p['build-system']['requires'] + p['project']['dependencies']))" > /tmp/requirements.txt \
+ && pip install -r /tmp/requirements.txt \
+ && rm /tmp/requirements.txt /tmp/pyproject.toml \
+ && useradd --system --uid 10001 --user-group --home-dir /data --no-create-home rlvr \
+ && mkdir -p /data \
+ && chown rlvr:rlvr /data
+
+# 2. The project itself, as a regular (non-editable) install; migrations are package data.
+COPY . /src
+RUN pip install --no-deps --no-build-isolation /src \
+ && rm -rf /src
+
+# A non-root user owning the data folder (a new named volume takes this ownership).
+USER rlvr
+WORKDIR /data
 CMD ["rlvr-explorer", "api", "--host", "0.0.0.0", "--port", "8000"]

@@ -65,7 +65,9 @@ class Settings(BaseSettings):
         return self.data_dir / "uploads"
 
     def ensure_dirs(self) -> None:
-        for d in (self.data_dir, self.queue_dir, self.upload_dir):
+        # The queue folder is only for the embedded filesystem broker (not with Redis).
+        queue = (self.queue_dir,) if self.celery_broker.startswith("filesystem://") else ()
+        for d in (self.data_dir, *queue, self.upload_dir):
             d.mkdir(parents=True, exist_ok=True)
 
 

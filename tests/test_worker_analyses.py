@@ -40,6 +40,9 @@ def test_default_analyses_run_when_ready(api, trace):
     # 6 steps x 64 samples > WORKER_PART_SAMPLES: computed in parts, then reduced.
     assert 6 * 64 > WORKER_PART_SAMPLES
     assert lengths["result"]["parts"] >= 2
+    # Each part names the worker host that ran it.
+    workers = lengths["result"]["part_workers"]
+    assert len(workers) == lengths["result"]["parts"] and all(workers), workers
     for kind in ("longtail", "imbalance"):
         assert latest(api, body["id"], kind)["status"] == "succeeded"
 
@@ -58,7 +61,7 @@ def test_parts_reduce_to_the_direct_result(api, trace, env):
 
         direct = json_safe(run_analysis(kind, data, job["params"]))
         # The parts share a dp_size fixed from the whole trace, which the result records.
-        chunked = {k: v for k, v in job["result"].items() if k not in ("parts", "params")}
+        chunked = {k: v for k, v in job["result"].items() if k not in ("parts", "part_workers", "params")}
         direct.pop("params")
         assert _close(chunked, direct), kind
 

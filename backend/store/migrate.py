@@ -1,18 +1,19 @@
-"""Run the Alembic migrations in migrations/ (the only way the schema is created)."""
+"""Run the Alembic migrations in migrations/ (the only way the schema is created).
+
+`migrations` is an importable package with its versions as package data, so this works
+from a source checkout, an editable install and a regular (non-editable) install alike."""
 
 from __future__ import annotations
 
-from pathlib import Path
+from importlib.resources import files
 
 from alembic import command
 from alembic.config import Config
 
-MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
-
 
 def alembic_config(url: str | None = None) -> Config:
     cfg = Config()
-    cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
+    cfg.set_main_option("script_location", str(files("migrations")))
     if url:
         cfg.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
     return cfg

@@ -230,3 +230,5 @@ class JobPart(Base):
     step_hi: Mapped[int] = mapped_column(Integer)
     done: Mapped[bool] = mapped_column(Boolean, default=False)
     result: Mapped[dict | None] = mapped_column(JSON)
+    # The host name of the worker that ran the part (shows how parts spread over workers).
+    worker: Mapped[str | None] = mapped_column(String(255))

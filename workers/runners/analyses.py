@@ -3,13 +3,16 @@
 A trace with more samples than `analysis_part_samples` is split into step ranges that
 run as a Celery group, one task per range; each part stores its partial results in
 `job_parts`, and the part that completes the count reduces them into the job result
-(no result backend needed, and a redelivered part never counts twice).
+(no result backend needed, and a redelivered part never counts twice). Each part
+records the host name of the worker that ran it; the reduced result lists them
+(`part_workers`, by part index) so a deployment can see how the parts spread.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import socket
 from concurrent.futures import ThreadPoolExecutor
 
 from sqlalchemy import func, select, update
@@ -176,7 +179,7 @@ def _complete_part(job: Job, idx: int, partial: dict, params: dict) -> None:
         first_time = conn.execute(
             update(JobPart)
             .where(JobPart.job_id == job.id, JobPart.idx == idx, JobPart.done.is_(False))
-            .values(done=True, result=partial)
+            .values(done=True, result=partial, worker=socket.gethostname())
         ).rowcount
         if not first_time:
             return
@@ -189,7 +192,10 @@ def _complete_part(job: Job, idx: int, partial: dict, params: dict) -> None:
     if done < total:
         return
     with new_session() as session:
-        partials = list(session.scalars(select(JobPart.result).where(JobPart.job_id == job.id).order_by(JobPart.idx)))
+        rows = session.execute(
+            select(JobPart.result, JobPart.worker).where(JobPart.job_id == job.id).order_by(JobPart.idx)
+        ).all()
+        partials = [r.result for r in rows]
         status = session.scalar(select(Job.status).where(Job.id == job.id))
     if status == JobStatus.FAILED:
         return
@@ -199,6 +205,7 @@ def _complete_part(job: Job, idx: int, partial: dict, params: dict) -> None:
         mark_failed(engine, job.id, f"{job.kind} failed while merging parts: {type(exc).__name__}: {exc}")
         return
     result["parts"] = total
+    result["part_workers"] = [r.worker for r in rows]
     mark_succeeded(engine, job.id, result, f"done in {total} parts")
 
 
