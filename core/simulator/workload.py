@@ -81,7 +81,8 @@ class StepWorkload:
     @property
     def generated_tokens(self) -> int:
         """Tokens the rollout engine generates (completion tokens over all turns)."""
-        if self.is_multiturn:
+        if self.turn_sample is not None:  # is_multiturn
+            assert self.turn_completion_tokens is not None, "multi-turn steps have turn_completion_tokens"
             return int(self.turn_completion_tokens.sum())
         return int(self.response_len.sum())
 
