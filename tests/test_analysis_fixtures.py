@@ -318,17 +318,6 @@ def test_params_are_checked_and_recorded():
     json.dumps(res, allow_nan=False)
 
 
-def test_spec_tables_build_trace_data():
-    # the worker reads exactly spec.tables; those columns must be enough to build TraceData
-    data = synthetic_trace(2, 8)
-    full = {"samples": {c: getattr(data.samples, c) for c in data.samples.columns()}}
-    for kind, spec in ANALYSES.items():
-        if "samples" not in spec.tables:
-            continue
-        cols = {c: full["samples"][c] for c in spec.tables["samples"] if c in full["samples"]}
-        run_analysis(kind, TraceData.from_tables({"samples": cols}))
-
-
 def test_spec_tables_include_each_tables_required_columns():
     for kind, spec in ANALYSES.items():
         for table, cols in spec.tables.items():
