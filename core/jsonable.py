@@ -39,7 +39,7 @@ def json_safe(obj):
 
 
 def _json_safe_list(items) -> list:
-    out = []
+    out: list = []
     append = out.append
     for v in items:
         t = type(v)

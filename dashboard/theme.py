@@ -91,7 +91,6 @@ POLICY_COLORS = {"measured": "#E15759", "kk": "#59A14F", "lpt": "#4E79A7"}
 # Replays: policy A and B, and what was measured / the naive predictor.
 REPLAY_COLORS = {"a": "#4E79A7", "b": "#F28E2B", "measured": "#222222", "naive": "#9D9D9D"}
 
-RANK_COLORSCALE = "Viridis"
 STEP_COLORSCALE = "Plasma"  # early -> late steps, e.g. overlaid CDFs
 HEATMAP_COLORSCALE = "Blues"
 
@@ -112,13 +111,6 @@ UNITS = {
 
 def stage_color(stage: str) -> str:
     return STAGE_COLORS.get(stage, STAGE_COLORS["other"])
-
-
-def rank_color(rank: int, n_ranks: int) -> str:
-    """Ranks on a sequential scale, so 256 ranks read as a gradient, not 256 hues."""
-    if n_ranks <= 1:
-        return sample_colorscale(RANK_COLORSCALE, [0.0])[0]
-    return sample_colorscale(RANK_COLORSCALE, [min(max(rank / (n_ranks - 1), 0.0), 1.0)])[0]
 
 
 def step_color(index: int, n: int) -> str:

@@ -338,17 +338,24 @@ def main() -> None:
         check(len(worker_containers()) == 3, "not three workers")
         time.sleep(3)  # the workers connect to the broker
     with step("a worker killed mid-job (SIGKILL) is replaced and the job still finishes"):
+        # the worker that takes this job is the one whose log gains an ingest task
+        # (earlier steps' ingests are in the logs already)
+        seen = {cid: docker("logs", cid).count("workers.tasks.ingest_upload[") for cid in worker_containers()}
         accepted = upload(key_a, "big.jsonl.gz", big, 202)
         job_id, big_id = accepted["job"]["id"], accepted["trace"]["id"]
         deadline, victim = time.monotonic() + 60, None
         while victim is None:
             check(time.monotonic() < deadline, "no worker picked up the ingest job")
             for cid in worker_containers():
-                if "workers.tasks.ingest_upload[" in docker("logs", cid):
+                if docker("logs", cid).count("workers.tasks.ingest_upload[") > seen.get(cid, 0):
                     victim = cid
             time.sleep(0.2)
+        # received is not yet running: kill once the job row says the worker started it
         before = http("GET", f"/api/v1/jobs/{job_id}", key_a)[1]
-        check(before["status"] != "succeeded", "the job finished before the worker could be killed")
+        while before["status"] == "queued" and time.monotonic() < deadline:
+            time.sleep(0.05)
+            before = http("GET", f"/api/v1/jobs/{job_id}", key_a)[1]
+        check(before["status"] == "running", f"the job was {before['status']} when the worker was to be killed")
         docker("kill", victim)
         log(
             f"killed worker {victim[:12]} while job {job_id} was {before['status']} "

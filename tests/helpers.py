@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import orjson
 
+from core.analysis.gpu_kinds import GpuKind
 from core.workload.synthetic import packed_length_rows
 
 
@@ -41,3 +42,147 @@ def zip_folder(folder: Path) -> bytes:
 
 def responses_of(per_step: list[list[dict]], step: int) -> np.ndarray:
     return np.array([o for r in per_step[step] for o in r["output"]])
+
+
+SYNTHETIC_MAX_RESPONSE_LEN = 600
+SYNTHETIC_GPU_NAMES = ["gemm_kernel", "ncclDevKernel_AllReduce", "Memcpy HtoD", "softmax_kernel"]
+
+
+def synthetic_trace_tables(seed: int = 3) -> dict[str, dict[str, np.ndarray]]:
+    """{table: {column: array}} of a small trace with every table and every column the readers can produce: 4 steps
+    (the last one validation), 4 prompt groups of 4 samples on 2 DP ranks (2 TP each),
+    2 tasks, multi-turn trajectories with tool calls, per-rank reward timings, stage
+    timings and two ranks of GPU events."""
+    rng = np.random.default_rng(seed)
+    s: dict[str, list] = {k: [] for k in ("step", "group_idx", "sample_idx", "prompt_len", "response_len")}
+    for k in ("dp_rank", "rank", "tp_rank", "task_id", "validate", "truncated", "num_turns", "num_tool_calls"):
+        s[k] = []
+    s["latency_s"] = []
+    t: dict[str, list] = {
+        k: []
+        for k in (
+            "step",
+            "group_idx",
+            "sample_idx",
+            "turn",
+            "prompt_tokens",
+            "cached_tokens",
+            "completion_tokens",
+            "engine_latency_s",
+            "tool_call_count",
+            "finish_reason",
+        )
+    }
+    c: dict[str, list] = {
+        k: []
+        for k in (
+            "step",
+            "group_idx",
+            "sample_idx",
+            "latency_s",
+            "tool_name",
+            "call_idx",
+            "turn",
+            "response_tokens",
+            "status",
+        )
+    }
+    for step in range(4):
+        for g in range(4):
+            prompt = int(rng.integers(20, 200))
+            dp = g % 2
+            for i in range(4):
+                n_turns = int(rng.integers(1, 4))
+                context, response, n_calls, latency = prompt, 0, 0, 0.0
+                for turn in range(n_turns):
+                    out = int(rng.integers(5, 150))
+                    calls = int(rng.integers(1, 3)) if turn < n_turns - 1 else 0
+                    lat = float(rng.uniform(0.05, 2.0))
+                    t["step"].append(step)
+                    t["group_idx"].append(g)
+                    t["sample_idx"].append(i)
+                    t["turn"].append(turn)
+                    t["prompt_tokens"].append(context)
+                    t["cached_tokens"].append(int(context * rng.uniform(0.2, 0.9)) if turn else 0)
+                    t["completion_tokens"].append(out)
+                    t["engine_latency_s"].append(lat)
+                    t["tool_call_count"].append(calls)
+                    t["finish_reason"].append("tool_calls" if calls else "stop")
+                    context += out
+                    response += out
+                    latency += lat
+                    for k in range(calls):
+                        tool = float(rng.uniform(0.1, 3.0))
+                        tokens = int(rng.integers(3, 40))
+                        c["step"].append(step)
+                        c["group_idx"].append(g)
+                        c["sample_idx"].append(i)
+                        c["latency_s"].append(tool)
+                        c["tool_name"].append(("search", "python")[k % 2])
+                        c["call_idx"].append(n_calls)
+                        c["turn"].append(turn)
+                        c["response_tokens"].append(tokens)
+                        c["status"].append("success" if rng.random() < 0.8 else "error")
+                        context += tokens
+                        response += tokens
+                        latency += tool
+                        n_calls += 1
+                response = min(response, SYNTHETIC_MAX_RESPONSE_LEN)
+                s["step"].append(step)
+                s["group_idx"].append(g)
+                s["sample_idx"].append(i)
+                s["prompt_len"].append(prompt)
+                s["response_len"].append(response)
+                s["dp_rank"].append(dp)
+                s["rank"].append(2 * dp + i % 2)
+                s["tp_rank"].append(i % 2)
+                s["task_id"].append(g % 2)
+                s["validate"].append(step == 3)
+                s["truncated"].append(response >= SYNTHETIC_MAX_RESPONSE_LEN)
+                s["num_turns"].append(n_turns)
+                s["num_tool_calls"].append(n_calls)
+                s["latency_s"].append(latency)
+    r: dict[str, list] = {
+        k: [] for k in ("step", "rank", "phase", "seconds", "dp_rank", "tp_rank", "batch_size", "validate")
+    }
+    for step in range(4):
+        for rank in range(4):
+            for phase in ("reward", "old_log_prob"):
+                r["step"].append(step)
+                r["rank"].append(rank)
+                r["phase"].append(phase)
+                r["seconds"].append(float(rng.uniform(0.5, 4.0)))
+                r["dp_rank"].append(rank // 2)
+                r["tp_rank"].append(rank % 2)
+                r["batch_size"].append(8)
+                r["validate"].append(step == 3)
+    timing = ("t_gen", "t_reward", "t_old_log_prob", "t_ref", "t_adv", "t_update_actor", "t_step")
+    steps = {"step": np.arange(4), "validate": np.arange(4) == 3}
+    steps.update({k: rng.uniform(1.0, 30.0, 4) for k in timing})
+    e: dict[str, list] = {
+        k: [] for k in ("rank", "stream", "step", "kind", "name_id", "start_us", "dur_us", "launch_us")
+    }
+    kinds = [GpuKind.COMPUTE, GpuKind.COMMUNICATION, GpuKind.MEMORY, GpuKind.COMPUTE]
+    for rank in range(2):
+        clock = 1000.0 * rank
+        for step in range(3):
+            for _ in range(12):
+                name_id = int(rng.integers(0, len(SYNTHETIC_GPU_NAMES)))
+                dur = float(rng.uniform(5, 80)) * (1.5 if rank else 1.0)
+                e["rank"].append(rank)
+                e["stream"].append(7 if kinds[name_id] != GpuKind.COMMUNICATION else 13)
+                e["step"].append(step)
+                e["kind"].append(int(kinds[name_id]))
+                e["name_id"].append(name_id)
+                e["start_us"].append(clock)
+                e["dur_us"].append(dur)
+                e["launch_us"].append(clock - float(rng.uniform(1, 20)))
+                clock += dur + float(rng.uniform(0, 30))
+    return {
+        "samples": {k: np.asarray(v) for k, v in s.items()},
+        "turns": {k: np.asarray(v) for k, v in t.items()},
+        "tool_calls": {k: np.asarray(v) for k, v in c.items()},
+        "rank_timings": {k: np.asarray(v) for k, v in r.items()},
+        "steps": steps,
+        "gpu_events": {k: np.asarray(v) for k, v in e.items()},
+    }

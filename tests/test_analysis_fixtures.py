@@ -301,7 +301,10 @@ def test_default_analyses_follow_available_tables():
         "tool_calls": {"step", "group_idx", "sample_idx", "latency_s"},
     }
     assert default_analyses(multi) == [k for k in DEFAULT_ANALYSES if k != "gpu_timeline"]
-    kineto = {"gpu_events": {"rank", "stream", "step", "kind", "name_id", "start_us", "dur_us"}, "steps": {"step"}}
+    kineto = {
+        "gpu_events": {"rank", "stream", "step", "kind", "name_id", "start_us", "dur_us", "launch_us"},
+        "steps": {"step"},
+    }
     assert default_analyses(kineto) == ["gpu_timeline"]
     with_reward = {**single_turn, "rank_timings": {"step", "rank", "phase", "seconds"}}
     assert "latency" in default_analyses(with_reward) and "multiturn" not in default_analyses(with_reward)
@@ -316,17 +319,6 @@ def test_params_are_checked_and_recorded():
     res = run_analysis("longtail", synthetic_trace(2, 8), {"tail_fraction": 0.2})
     assert res["params"]["tail_fraction"] == 0.2 and res["tail_fraction"] == 0.2
     json.dumps(res, allow_nan=False)
-
-
-def test_spec_tables_build_trace_data():
-    # the worker reads exactly spec.tables; those columns must be enough to build TraceData
-    data = synthetic_trace(2, 8)
-    full = {"samples": {c: getattr(data.samples, c) for c in data.samples.columns()}}
-    for kind, spec in ANALYSES.items():
-        if "samples" not in spec.tables:
-            continue
-        cols = {c: full["samples"][c] for c in spec.tables["samples"] if c in full["samples"]}
-        run_analysis(kind, TraceData.from_tables({"samples": cols}))
 
 
 def test_spec_tables_include_each_tables_required_columns():

@@ -599,14 +599,134 @@ def test_kineto_metadata_helpers():
     assert zoom_range({"xaxis.autorange": True}) is None
 
 
-def test_theme_is_one_language():
-    colors = [theme.STAGE_COLORS[s] for s in theme.STAGES]
-    assert len(set(colors)) == len(colors)
-    assert theme.rank_color(0, 256) != theme.rank_color(255, 256)
+def test_token_labels_and_log_axis_ticks():
     assert token_label(16384) == "16k" and token_label(1 << 20) == "1M" and token_label(300) == "300"
     fig = styled_figure("t", x_title="a", y_title="b")
     log_token_axis(fig, "x", 100, 9000)
     assert list(fig.layout.xaxis.tickvals) == [2.0**e for e in range(6, 15)]
+
+
+# -- the theme: one colour per stage / GPU kind / policy on every page --------------------
+# Payloads are what the API serves: trace rows of a synthetic trace (tests/helpers.py) and
+# the results of the real core analyses and simulator on it.
+def trace_colors(fig) -> dict[str, str]:
+    """{trace name: its colour} (bars: marker colour, lines: line colour)."""
+    out = {}
+    for tr in fig.data:
+        color = tr.marker.color if tr.type == "bar" else tr.line.color
+        if color is None and getattr(tr, "marker", None) is not None:
+            color = tr.marker.color  # legend-only marker entries
+        out[tr.name] = color
+    return out
+
+
+def rows_of(columns: dict) -> list[dict]:
+    """Column arrays as the API's row dicts."""
+    return [dict(zip(columns, values)) for values in zip(*(np.asarray(v).tolist() for v in columns.values()))]
+
+
+def simulated(kind: str) -> dict:
+    """A replay result of the synthetic packed trace, as the worker stores it."""
+    from core.simulator import MODEL_PRESETS, ClusterConfig, EngineLimits, Policy, simulate, workload_from_columns
+    from core.workload.polytrace_rows import packed_rows_to_columns
+    from tests.helpers import synthetic_rows
+    from workers.runners.simulations import sim_dict
+
+    per_step = synthetic_rows(steps=3, groups=8, n=4)
+    steps = workload_from_columns(packed_rows_to_columns([r for rows in per_step for r in rows]))
+    cluster = ClusterConfig.from_dict(
+        {"gpu": "H100", "n_gpus": 16, "rollout_replicas": 2, "rollout_tp": 4, "train_dp": 8}
+    )
+    return sim_dict(simulate(steps, cluster, MODEL_PRESETS["Qwen2.5-7B"], EngineLimits(), Policy(kind=kind)))
+
+
+def test_a_stage_has_the_themes_colour_on_every_page():
+    from tests.helpers import synthetic_trace_tables
+
+    tables = synthetic_trace_tables()
+    steps = rows_of(tables["steps"])
+    rank_timings = [r for r in rows_of(tables["rank_timings"]) if r["step"] == 0]
+    stage_of = {label: stage for stage, label in theme.STAGE_LABELS.items()}
+
+    per_step = trace_colors(stage_time_figure(steps))
+    per_rank = trace_colors(stage_gantt_figure(steps[0], rank_timings, step_no=0))
+    assert {stage_of[n] for n in per_step} >= set(theme.STAGES)
+    assert {stage_of[n] for n in per_rank} >= {"gen", "reward", "old_log_prob", "update_actor", "wait"}
+    for figure in (per_step, per_rank):
+        for name, color in figure.items():
+            assert color == theme.STAGE_COLORS[stage_of[name]], name
+        assert len(set(figure.values())) == len(figure)  # no two stages share a colour
+
+    # the simulated GPU timeline and its idle split: busy stages in the measured stage
+    # colours (the rollout is generation), idle causes in one colour on both figures
+    a, b = simulated("sync"), simulated("one_step_off")
+    timeline = trace_colors(timeline_figure(a)) | trace_colors(timeline_figure(b))
+    sim_stage_of = {label: stage for stage, label in theme.SIM_STAGE_LABELS.items()}
+    cause_of = {f"idle: {label}": cause for cause, label in theme.SIM_IDLE_LABELS.items()}
+    busy = {sim_stage_of[n]: c for n, c in timeline.items() if n in sim_stage_of}
+    idle = {cause_of[n]: c for n, c in timeline.items() if n in cause_of}
+    assert set(busy) >= {"rollout", "old_log_prob", "ref", "update_actor", "weight_sync"}
+    assert set(idle) >= {"rollout_tail", "dp_imbalance"}
+    assert set(timeline) <= set(sim_stage_of) | set(cause_of)  # every category is a stage or a cause
+    assert busy["rollout"] == per_step[theme.STAGE_LABELS["gen"]]
+    for stage in ("old_log_prob", "ref", "update_actor"):
+        assert busy[stage] == per_step[theme.STAGE_LABELS[stage]] == theme.STAGE_COLORS[stage]
+    assert busy["weight_sync"] == theme.SIM_STAGE_COLORS["weight_sync"]
+    job = {
+        "params": {"policy": {"kind": "sync"}, "compare_policy": {"kind": "one_step_off"}},
+        "result": {"a": a, "b": b},
+    }
+    by_cause = {cause_of["idle: " + n]: c for n, c in trace_colors(idle_cause_figure(job)).items()}
+    assert set(by_cause) >= set(idle)
+    for cause, color in by_cause.items():
+        assert color == theme.SIM_IDLE_COLORS[cause], cause
+        assert idle.get(cause, color) == color, cause  # the same cause, the same colour on the timeline
+
+
+def test_a_gpu_kind_has_the_themes_colour_on_every_gpu_figure():
+    from core.analysis.gpu_timeline import KIND_NAMES
+    from core.analysis.registry import run_analysis
+    from core.analysis.tables import TraceData
+    from tests.helpers import SYNTHETIC_GPU_NAMES, synthetic_trace_tables
+
+    events = synthetic_trace_tables()["gpu_events"]
+    result = run_analysis("gpu_timeline", TraceData.from_tables({"gpu_events": events}, gpu_names=SYNTHETIC_GPU_NAMES))
+    listed = [  # GET /traces/{id}/gpu-events items
+        {**e, "kind": KIND_NAMES[e["kind"]], "name": SYNTHETIC_GPU_NAMES[e["name_id"]]} for e in rows_of(events)
+    ]
+    by_kind = trace_colors(kernel_kind_figure(result["kernel_types"]["by_kind"]))
+    gantt = trace_colors(kernel_gantt_figure(listed))
+    temporal = trace_colors(temporal_breakdown_figure(result["temporal"]))
+    idle = trace_colors(idle_breakdown_figure(result["idle"]))
+
+    kinds = set(KIND_NAMES.values())
+    assert set(by_kind) == kinds and kinds <= set(gantt)
+    for k in kinds:
+        assert by_kind[k] == gantt[k] == theme.GPU_KIND_COLORS[k], k
+    assert len({by_kind[k] for k in kinds}) == len(kinds)
+    assert temporal["compute"] == by_kind["compute"]
+    assert temporal["idle"] == gantt["idle (no stream busy)"] == theme.GPU_KIND_COLORS["idle"]
+    assert temporal["communication / memory"] == theme.GPU_KIND_COLORS["non_compute"]
+    assert idle == {
+        "host wait": theme.IDLE_CAUSE_COLORS["host_wait"],
+        "kernel wait": theme.IDLE_CAUSE_COLORS["kernel_wait"],
+        "other": theme.IDLE_CAUSE_COLORS["other"],
+    }
+
+
+def test_a_balancing_policy_has_the_themes_colour_on_every_imbalance_figure():
+    from core.analysis.registry import run_analysis
+    from core.analysis.tables import TraceData
+    from dashboard.figures.imbalance import POLICY_LABELS
+    from tests.helpers import synthetic_trace_tables
+
+    result = run_analysis("imbalance", TraceData.from_tables({"samples": synthetic_trace_tables()["samples"]}))
+    ratio = trace_colors(imbalance_ratio_figure(result))
+    saving = trace_colors(saving_figure(result))
+    assert ratio[POLICY_LABELS["recorded"]] == theme.POLICY_COLORS["measured"]
+    for policy in ("kk", "lpt"):
+        assert ratio[POLICY_LABELS[policy]] == saving[POLICY_LABELS[policy]] == theme.POLICY_COLORS[policy]
+    assert len(set(ratio.values())) == 3
 
 
 # -- simulator replays (dashboard/figures/simulation.py) ----------------------------------

@@ -11,6 +11,7 @@ import pytest
 from backend.formats import FORMATS, detect_format, read_sources, upload_format
 from backend.formats.archive import expand_upload
 from backend.formats.base import InputError, ReadResult, Source
+from core.analysis.tables import TABLE_CLASSES
 
 PACKED = {
     "step": 0,
@@ -45,19 +46,88 @@ def line(obj: dict) -> bytes:
     return orjson.dumps(obj) + b"\n"
 
 
-def test_registry_names():
-    assert set(FORMATS) == {
-        "polytrace-packed",
-        "polytrace-reward",
-        "polytrace-multiturn",
-        "polytrace-compact",
-        "verl-jsonl",
-        "verl-console",
-        "native-csv",
-        "native-jsonl",
-        "native-parquet",
-        "kineto",
-    }
+KINETO = {
+    "schemaVersion": 1,
+    "distributedInfo": {"rank": 0, "world_size": 1},
+    "traceEvents": [
+        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#0", "pid": 1, "tid": 1, "ts": 5, "dur": 20},
+        {
+            "ph": "X",
+            "cat": "cuda_runtime",
+            "name": "cudaLaunchKernel",
+            "pid": 1,
+            "tid": 1,
+            "ts": 8,
+            "dur": 1,
+            "args": {"correlation": 1},
+        },
+        {
+            "ph": "X",
+            "cat": "kernel",
+            "name": "void gemm_kernel()",
+            "pid": 0,
+            "tid": 7,
+            "ts": 10,
+            "dur": 5,
+            "args": {"stream": 7, "device": 0, "correlation": 1},
+        },
+    ],
+}
+
+
+def _parquet(path: Path) -> bytes:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({k: [v, v] for k, v in NATIVE.items()}), path)
+    return path.read_bytes()
+
+
+# One small file per registered format, named as users name them:
+# (file name, content from the path, rows read per table).
+EXAMPLES = {
+    "polytrace-packed": ("packed_lengths_step_0.jsonl", lambda p: line(PACKED), {"samples": 2}),
+    "polytrace-reward": ("reward_timings_step_0.jsonl", lambda p: line(REWARD), {"rank_timings": 1}),
+    "polytrace-multiturn": ("multiturn_workload_step_0.jsonl", lambda p: line(MULTI), {"samples": 1}),
+    "polytrace-compact": (
+        "run.json",
+        lambda p: (
+            b'{"0": {"input": [112, 157], "output": [[450, 453, 396], [491, 435, 165]]}, "1": {"input": [130, 98], "output": [812, 95]}}'
+        ),
+        {"samples": 8},
+    ),
+    "verl-jsonl": ("metrics.jsonl", lambda p: line({"step": 4, "data": {"timing_s/gen": 3.0}}), {"steps": 1}),
+    "verl-console": (
+        "stdout",
+        lambda p: b"(TaskRunner pid=1) step:1 - timing_s/gen:3.000 - actor/entropy:0.500\n",
+        {"steps": 1},
+    ),
+    "native-csv": (
+        "samples.csv",
+        lambda p: "step,group_idx,sample_idx,prompt_len,response_len\n0,0,0,5,1\n0,0,1,5,2\n",
+        {"samples": 2},
+    ),
+    "native-jsonl": ("samples.jsonl", lambda p: line(NATIVE) + line({**NATIVE, "sample_idx": 1}), {"samples": 2}),
+    "native-parquet": ("samples.parquet", _parquet, {"samples": 2}),
+    "kineto": ("rank-0.json", lambda p: orjson.dumps(KINETO), {"gpu_events": 1}),
+}
+
+
+@pytest.mark.parametrize("fmt", list(FORMATS))
+def test_every_registered_format_detects_and_reads_its_own_files(tmp_path, fmt):
+    """A format in FORMATS is reachable: its own kind of file is detected as it (no
+    forced format) and read into rows of the trace tables."""
+    assert fmt in EXAMPLES, f"format {fmt!r} is registered without an example file here"
+    name, content, rows = EXAMPLES[fmt]
+    path = tmp_path / name
+    src = write(path, content(path))
+    assert detect_format(src) == fmt
+    result = ReadResult()
+    read: dict[str, int] = {}
+    for batch in read_sources([src], None, result):
+        read[batch.table] = read.get(batch.table, 0) + len(batch)
+    assert read == rows and result.skipped == []
+    assert set(read) <= set(TABLE_CLASSES)
 
 
 @pytest.mark.parametrize(

@@ -14,7 +14,7 @@ import pytest
 from backend.formats.base import ReadResult, Source
 from backend.formats.kineto import read_kineto
 from core.analysis.gpu_export import chrome_trace_export
-from core.analysis.gpu_intervals import dense_codes, union_by_group, union_length
+from core.analysis.gpu_intervals import dense_codes, union_by_group
 from core.analysis.gpu_kinds import GpuKind
 from core.analysis.gpu_stragglers import stragglers
 from core.analysis.gpu_timeline import (
@@ -73,8 +73,8 @@ def test_union_by_group_matches_brute_force():
 def test_union_merges_touching_and_nested_intervals():
     start = np.array([0.0, 10, 12, 30, 31])
     end = np.array([10.0, 20, 14, 35, 32])
-    assert union_length(start, end) == 25  # [0,20) + [30,35)
-    assert union_length(np.array([]), np.array([])) == 0
+    assert union_by_group(np.zeros(5, dtype=np.int64), start, end, 1).busy.tolist() == [25]  # [0,20) + [30,35)
+    assert union_by_group(np.zeros(0, dtype=np.int64), np.array([]), np.array([]), 1).busy.tolist() == [0]
 
 
 def test_dense_codes_pairs():

@@ -16,17 +16,11 @@ import numpy as np
 
 from core.analysis.grouping import composite_key, group_rows, sort_within_groups, sorted_run_starts
 from core.analysis.stats import (
-    distribution_stats,
     grouped_distribution_stats,
     grouped_log_histogram,
-    log_histogram,
 )
 
 SUMMARY_COLUMNS = ["step", "group_idx", "prompt_len", "response_len", "task_id", "validate"]
-
-
-def length_summary(values: np.ndarray, cap: int | None) -> dict:
-    return {**distribution_stats(values, cap), "hist": log_histogram(values)}
 
 
 @dataclass
@@ -141,7 +135,7 @@ def summarize_steps(cols: dict[str, np.ndarray], cap: int | None, task_names: li
 
 
 def _length_summaries(values: np.ndarray, starts: np.ndarray, counts: np.ndarray, cap: int | None) -> list[dict]:
-    """`length_summary` of every group (rows back to back, in any order within a group)."""
+    """Distribution stats and log histogram of every group (rows back to back, in any order within a group)."""
     v = sort_within_groups(values, starts, counts)
     stats = grouped_distribution_stats(v, starts, counts, cap)
     hists = grouped_log_histogram(v, starts, counts).tolist()

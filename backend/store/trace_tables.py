@@ -19,7 +19,7 @@ COUNTS = {
     "gpu_events": "n_gpu_events",
 }
 # columns every gpu_events row has (the reader's required fields)
-GPU_EVENT_COLUMNS = ("rank", "stream", "step", "kind", "name_id", "start_us", "dur_us")
+GPU_EVENT_COLUMNS = ("rank", "stream", "step", "kind", "name_id", "start_us", "dur_us", "launch_us")
 KEYS = {
     "samples": ("trace_id", "step", "group_idx", "sample_idx"),
     "turns": ("trace_id", "step", "group_idx", "sample_idx", "turn"),

@@ -53,13 +53,13 @@ from collections.abc import Sequence
 import numpy as np
 
 
-def partition_loads(weights: Sequence[float], partitions: list[list[int]]) -> list[float]:
+def partition_loads(weights: np.ndarray | Sequence[float], partitions: list[list[int]]) -> list[float]:
     """Summed weight of each partition."""
     w = np.asarray(weights)
     return [w[np.asarray(part, dtype=np.int64)].sum().item() if part else 0 for part in partitions]
 
 
-def lpt(weights: Sequence[float], k: int) -> list[list[int]]:
+def lpt(weights: np.ndarray | Sequence[float], k: int) -> list[list[int]]:
     """Longest processing time first: heaviest item to the least loaded partition."""
     if k < 1:
         raise ValueError("k must be >= 1")
@@ -99,7 +99,9 @@ class _State:
         return _State(self.sums + other.sums[::-1], self.items, min(self.tiebreak, other.tiebreak))
 
 
-def karmarkar_karp(weights: Sequence[float], k_partitions: int, equal_size: bool = True) -> list[list[int]]:
+def karmarkar_karp(
+    weights: np.ndarray | Sequence[float], k_partitions: int, equal_size: bool = True
+) -> list[list[int]]:
     """Largest differencing method into k partitions (see module docstring)."""
     k = int(k_partitions)
     if k < 1:
@@ -225,7 +227,7 @@ def _lpt_stepwise(wf: np.ndarray, k: int, exact: np.ndarray | None) -> np.ndarra
         j = np.where(tied, count, n + 1).argmin(axis=1)  # fewest items, then lowest index
         load[rows, j] += wf[:, i]
         count[rows, j] += 1
-        if total is not None:
+        if total is not None and exact is not None:  # total is None exactly when exact is
             total[rows, j] += exact[:, i]
     return load if total is None else total
 

@@ -117,9 +117,3 @@ def union_by_group(codes: np.ndarray, start: np.ndarray, end: np.ndarray, n_grou
         first_start[block_code[first]] = block_start[first]
         last_end[block_code[last]] = block_end[last]
     return GroupUnion(first_start, last_end, busy, counts)
-
-
-def union_length(start: np.ndarray, end: np.ndarray) -> float:
-    """Total length of the union of [start, end) intervals."""
-    n = len(start)
-    return float(union_by_group(np.zeros(n, dtype=np.int64), start, end, 1).busy[0]) if n else 0.0

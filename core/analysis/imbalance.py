@@ -143,7 +143,9 @@ def balanced_loads(item_loads: dict[str, np.ndarray], starts: np.ndarray, counts
     count go in one batch, both loads stacked (per-iteration numpy overhead is paid once
     for all of them), in blocks of at most BATCH_WEIGHTS weights."""
     n_steps = len(starts)
-    out = {name: {"kk": [None] * n_steps, "lpt": [None] * n_steps, "largest": [0] * n_steps} for name in LOADS}
+    out: dict[str, dict[str, list]] = {
+        name: {"kk": [None] * n_steps, "lpt": [None] * n_steps, "largest": [0] * n_steps} for name in LOADS
+    }
     for count in np.unique(counts).tolist():
         same = np.flatnonzero(counts == count)
         per_block = max(1, BATCH_WEIGHTS // max(2 * count, 1))
@@ -252,7 +254,7 @@ def _part_loads(weights: np.ndarray, parts: list[list[int]]) -> list:
 def finish_imbalance(partial: dict) -> dict:
     res = dict(partial)
     steps = res["steps"]
-    summary = {"steps": len(steps)}
+    summary: dict[str, int | dict] = {"steps": len(steps)}
     for name in LOADS:
         figs = [e[name] for e in steps]
         part = {}

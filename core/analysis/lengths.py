@@ -269,7 +269,7 @@ def _infer_truncation(res: dict, min_hits: int) -> None:
 
 
 def _summary(entries: list[dict], quantities, hists: dict | None = None) -> dict:
-    out = {}
+    out: dict[str, dict | int | None] = {}
     for q in quantities:
         hist = hists[q] if hists is not None else _add_lists([e["hist"][q] for e in entries])
         out[q] = pool_stats([e[q] for e in entries], hist)

@@ -169,6 +169,7 @@ def _per_trajectory_steps(traj_step, n_turns, n_tools) -> tuple:
 
 def _from_samples(data: TraceData, include_validation: bool, out: dict) -> None:
     s = data.samples
+    assert s is not None  # checked by analyze_multiturn
     keep = training_mask(s.validate, len(s), include_validation)
     step = np.asarray(s.step, dtype=np.int64)[keep]
     order = np.argsort(step, kind="stable")
@@ -186,6 +187,7 @@ def _from_samples(data: TraceData, include_validation: bool, out: dict) -> None:
 
 def _from_turns(data: TraceData, include_validation: bool, out: dict) -> None:
     t = data.turns
+    assert t is not None  # checked by analyze_multiturn
     keep = np.ones(len(t), dtype=bool)
     if not include_validation:
         keep = validation_trajectory_filter(data, t.step, t.group_idx, t.sample_idx)
@@ -209,9 +211,9 @@ def _from_turns(data: TraceData, include_validation: bool, out: dict) -> None:
     tc = data.tool_calls
     n_tc = 0 if tc is None or t.tool_call_count is not None else len(tc)
     key = composite_key(
-        np.concatenate([step, np.asarray(tc.step, dtype=np.int64)]) if n_tc else step,
-        np.concatenate([grp, np.asarray(tc.group_idx, dtype=np.int64)]) if n_tc else grp,
-        np.concatenate([smp, np.asarray(tc.sample_idx, dtype=np.int64)]) if n_tc else smp,
+        np.concatenate([step, np.asarray(tc.step, dtype=np.int64)]) if tc is not None and n_tc else step,
+        np.concatenate([grp, np.asarray(tc.group_idx, dtype=np.int64)]) if tc is not None and n_tc else grp,
+        np.concatenate([smp, np.asarray(tc.sample_idx, dtype=np.int64)]) if tc is not None and n_tc else smp,
     )
     tkey, ckey = key[:n], key[n:]
     tg = group_rows(tkey)

@@ -111,7 +111,7 @@ ANALYSES: dict[str, AnalysisSpec] = {
         kind="latency",
         title="Reward and tool latency",
         tables={
-            "rank_timings": ("step", "rank", "phase", "seconds", "dp_rank", "batch_size", "validate"),
+            "rank_timings": ("step", "rank", "phase", "seconds", "batch_size", "validate"),
             "tool_calls": SAMPLE_KEY + ("latency_s", "tool_name", "status"),
             "steps": ("step", "t_reward", "t_step", "validate"),
             "samples": SAMPLE_BASE + ("validate",),
@@ -147,7 +147,7 @@ ANALYSES["gpu_timeline"] = AnalysisSpec(
     kind="gpu_timeline",
     title="GPU timeline",
     tables={"gpu_events": ("rank", "stream", "step", "kind", "name_id", "start_us", "dur_us", "launch_us")},
-    required={"gpu_events": ("rank", "stream", "start_us", "dur_us")},
+    required={"gpu_events": ("rank", "stream", "step", "kind", "name_id", "start_us", "dur_us", "launch_us")},
     defaults={"hta_compat": True, "straggler_tolerance": 0.05},
     run=gpu_report.analyze_gpu_timeline,
     reduce=None,

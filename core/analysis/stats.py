@@ -39,7 +39,7 @@ def distribution_stats(values: np.ndarray, cap: int | None = None) -> dict:
     std = float(v.std())
     pct = np.percentile(v, PERCENTILES)
     skew = float(((v - mean) ** 3).mean() / std**3) if std > 0 else 0.0
-    out = {
+    out: dict[str, float | None] = {
         "count": n,
         "sum": float(v.sum()),
         "mean": mean,
@@ -231,7 +231,7 @@ def trend(x, y) -> dict:
     y = np.asarray(y, dtype=np.float64)
     ok = np.isfinite(x) & np.isfinite(y)
     x, y = x[ok], y[ok]
-    out = {
+    out: dict[str, float | None] = {
         "n": int(len(x)),
         "slope": None,
         "intercept": None,

@@ -60,6 +60,12 @@ class _Columns:
     def columns(self) -> list[str]:
         return [f.name for f in fields(self) if getattr(self, f.name) is not None]
 
+    def step_column(self) -> np.ndarray:
+        """The `step` column, which every `by_step` table has."""
+        step = getattr(self, "step", None)
+        assert step is not None, f"{type(self).__name__} has no step column"
+        return step
+
 
 @dataclass
 class SampleColumns(_Columns):
@@ -220,12 +226,16 @@ class TraceData:
 
     def step_values(self) -> np.ndarray:
         """Sorted distinct steps over all tables."""
-        parts = [t.step for t in self.tables().values() if t.by_step and len(t)]
+        parts = [t.step_column() for t in self.tables().values() if t.by_step and len(t)]
         return np.unique(np.concatenate(parts)) if parts else np.zeros(0, dtype=np.int64)
 
     def select_steps(self, lo: int, hi: int) -> TraceData:
         """The rows with lo <= step < hi, in every table."""
-        chosen = {name: t.take((t.step >= lo) & (t.step < hi)) for name, t in self.tables().items() if t.by_step}
+        chosen = {
+            name: t.take((t.step_column() >= lo) & (t.step_column() < hi))
+            for name, t in self.tables().items()
+            if t.by_step
+        }
         return TraceData(**chosen, max_response_len=self.max_response_len, task_names=self.task_names)
 
     def split_steps(self, n_chunks: int) -> list[TraceData]:

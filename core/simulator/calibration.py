@@ -27,6 +27,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 from scipy.optimize import least_squares
@@ -98,7 +99,7 @@ def _select(steps: list[StepWorkload], ids: list[int] | None) -> list[StepWorklo
 
 def _has_turn_latency(w: StepWorkload) -> bool:
     lat = w.turn_engine_latency_s
-    return lat is not None and np.isfinite(lat).all() and (lat > 0).any()
+    return lat is not None and bool(np.isfinite(lat).all()) and bool((lat > 0).any())
 
 
 def _env(cluster, model, limits, coeffs, kv: float) -> Env:
@@ -109,6 +110,7 @@ def _request_latency(env: Env, w: StepWorkload) -> tuple[np.ndarray, np.ndarray]
     """Simulated latency of every request (turn) and completion of every trajectory."""
     ro = rollout_batch(env, w, keep_store=True)
     st = ro.store
+    assert st is not None  # keep_store=True
     lat = np.asarray(st.end) - np.asarray(st.arrive)
     return lat, ro.completion
 
@@ -187,12 +189,15 @@ def _fit_turn_latency(fit, cluster, model, limits, start, candidates, max_evalua
         return sol, kv
 
     # screen every candidate with a loose tolerance, then refine the best one
-    tried, best = [], None
+    tried: list[dict] = []
+    best: tuple[Any, EngineLimits] | None = None  # (scipy OptimizeResult, limits)
     for lim in candidates:
         sol, kv = solve(lim, x0, 1e-3)
         tried.append({"max_running_seqs": lim.max_running_seqs, "kv_cache_tokens": int(kv), "cost": float(sol.cost)})
         if best is None or sol.cost < best[0].cost:
             best = (sol, lim)
+    if best is None:
+        raise ValueError("calibrate: no engine-limit candidates to fit")
     sol, kv = solve(best[1], best[0].x, 1e-6)
     coeffs = EngineCoefficients(*map(float, np.exp(sol.x)))
     lim_out = dataclasses.replace(best[1], kv_cache_tokens=int(kv))
@@ -232,10 +237,10 @@ def accuracy_report(
 
     def measured(w: StepWorkload) -> dict:
         lat = w.sample_latency_s
-        out = {"rollout_s": w.measured_rollout_s}
-        ok = lat is not None and np.isfinite(lat).all()
-        out["p50_traj_s"] = float(np.median(lat)) if ok else None
-        out["p90_traj_s"] = float(np.percentile(lat, 90)) if ok else None
+        out: dict[str, float | None] = {"rollout_s": w.measured_rollout_s, "p50_traj_s": None, "p90_traj_s": None}
+        if lat is not None and np.isfinite(lat).all():
+            out["p50_traj_s"] = float(np.median(lat))
+            out["p90_traj_s"] = float(np.percentile(lat, 90))
         return out
 
     fit_meas = [measured(w) for w in fit]
@@ -254,7 +259,7 @@ def accuracy_report(
             "p90_traj_s": float(np.percentile(ro.completion, 90)),
         }
         meas = measured(w)
-        row = {"step": w.step}
+        row: dict[str, Any] = {"step": w.step}
         for k in pred:
             row[k] = {
                 "measured": meas[k],

@@ -182,6 +182,7 @@ class ReplicaEngine:
         if self._plan is None:
             self.plan()
         plan = self._plan
+        assert plan is not None  # plan() always sets it
         self._plan = None
         kind = plan[1]
         if kind == _DECODE:
@@ -332,11 +333,13 @@ class ReplicaEngine:
         if time <= self.t:
             return
         self.plan()
-        if self._plan[1] == _DECODE and self.B:
+        plan = self._plan
+        assert plan is not None  # plan() always sets it
+        if plan[1] == _DECODE and self.B:
             alpha = self._da + self._db * (self.S + self.B * self.G) + self._dc * self.B
             beta = self._db * self.B
             m = iterations_until(time - self.t, alpha, beta, at_least=False)
-            m = min(m, self._plan[2] - 1)
+            m = min(m, plan[2] - 1)
             if m > 0:
                 self._plan = None
                 self._decode(m, decode_series(m, alpha, beta))

@@ -80,13 +80,14 @@ def step_request_arrays(w: StepWorkload) -> dict[str, np.ndarray]:
     Single-turn: the group's samples share their prompt, so only the group's first
     sample prefills it (vLLM/SGLang fork n samples from one prefill).
     """
-    if w.is_multiturn:
+    if w.turn_sample is not None:  # is_multiturn
         sample = w.turn_sample
         n = sample.size
         prompt = w.turn_prompt_tokens
-        cached = np.minimum(w.turn_cached_tokens, prompt)
         decode = w.turn_completion_tokens
         gap = w.turn_tool_latency_s
+        assert prompt is not None and w.turn_cached_tokens is not None and decode is not None and gap is not None
+        cached = np.minimum(w.turn_cached_tokens, prompt)
         last = np.ones(n, dtype=bool)
         last[:-1] = sample[1:] != sample[:-1]
         nxt = np.where(last, -1, np.arange(n) + 1)

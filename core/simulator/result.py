@@ -171,9 +171,10 @@ def compare(a: SimResult, b: SimResult) -> dict:
     return _json_safe(out)
 
 
-def chrome_trace(result: SimResult) -> dict:
+def chrome_trace(result: SimResult | SimpleNamespace) -> dict:
     """The simulated timeline as Chrome trace-event JSON (opens in Perfetto):
-    one thread per lane, complete events ("ph": "X") in microseconds."""
+    one thread per lane, complete events ("ph": "X") in microseconds. Reads only `lanes`
+    and `steps` (step, start, end, stages), so a namespace rebuilt from a stored result works."""
     events: list[dict] = [
         {"name": "process_name", "ph": "M", "pid": 0, "tid": 0, "args": {"name": "simulated cluster"}}
     ]

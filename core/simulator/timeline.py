@@ -120,7 +120,7 @@ class TimelineBuilder:
 
     # ------------------------------------------------------------------ totals
 
-    def finish(self, makespan: float, step_of) -> tuple[list[Lane], dict, dict, dict, dict]:
+    def finish(self, makespan: float, step_of) -> tuple[list[Lane], dict, float, dict, dict]:
         """Fill unaccounted time as stage serialisation; returns (lanes, idle per cause,
         busy GPU-seconds, idle per step and cause, busy per step)."""
         for lane in self.lanes:

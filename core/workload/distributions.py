@@ -74,7 +74,7 @@ def fit_marginal(values: np.ndarray, kind: str, *, max_points: int = 200_000) ->
     x = _subsample(v, max_points)
     if kind == "lognorm":
         lx = np.log(x)
-        params = (float(max(lx.std(), 1e-6)), 0.0, float(np.exp(lx.mean())))  # closed-form MLE
+        params: tuple[float, ...] = (float(max(lx.std(), 1e-6)), 0.0, float(np.exp(lx.mean())))  # closed-form MLE
     elif kind == "gamma":
         params = tuple(float(p) for p in stats.gamma.fit(x, floc=0))
     else:

@@ -107,7 +107,7 @@ def multiturn_rows(step: GeneratedStep) -> list[dict]:
 
 
 def compact_json(steps: list[GeneratedStep]) -> dict:
-    out = {}
+    out: dict[str, dict | list[dict]] = {}
     for s in steps:
         if s.turns is None:
             out[str(s.step)] = {

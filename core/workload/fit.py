@@ -89,10 +89,20 @@ class StepTrend:
 
     @classmethod
     def from_dict(cls, d: dict) -> StepTrend:
-        arrays = {k: np.asarray(d[k]) for k in ("steps", "log_shift", "mean", "truncation_rate", "tail_rate", "groups")}
+        def scalar(k: str) -> float:
+            return float(d.get(k, 0.0))
+
         return cls(
-            **arrays,
-            **{k: float(d.get(k, 0.0)) for k in ("slope_mean", "intercept_mean", "slope_log", "intercept_log")},
+            steps=np.asarray(d["steps"]),
+            log_shift=np.asarray(d["log_shift"]),
+            mean=np.asarray(d["mean"]),
+            truncation_rate=np.asarray(d["truncation_rate"]),
+            tail_rate=np.asarray(d["tail_rate"]),
+            groups=np.asarray(d["groups"]),
+            slope_mean=scalar("slope_mean"),
+            intercept_mean=scalar("intercept_mean"),
+            slope_log=scalar("slope_log"),
+            intercept_log=scalar("intercept_log"),
         )
 
 
@@ -222,12 +232,14 @@ def _choose_gmm(X: np.ndarray, max_components: int, seed: int) -> GaussianMixtur
     rng = np.random.default_rng(seed)
     if X.shape[0] > GMM_MAX_POINTS:
         X = X[rng.choice(X.shape[0], GMM_MAX_POINTS, replace=False)]
-    best = None
+    best: tuple[float, GaussianMixture] | None = None
     for k in range(1, min(max_components, X.shape[0]) + 1):
         g = fit_gmm(X, k, seed=seed, max_iter=200, tol=1e-6, reg=1e-3)
         bic = g.bic(X)
         if best is None or bic < best[0]:
             best = (bic, g)
+    if best is None:
+        raise ValueError(f"_choose_gmm: no mixture to fit ({X.shape[0]} points, max_components={max_components})")
     return best[1]
 
 

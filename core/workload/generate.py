@@ -139,6 +139,7 @@ def _draw_step(model: TaskLengthModel, par: dict, sizes: np.ndarray, rng, match_
     if n_cap:
         y[special[:n_cap]] = cap
     if n_tail:
+        assert model.tail is not None  # n_tail is 0 without a tail model
         lo = model.tail_threshold
         t = model.tail.sample(n_tail * 4 + 16, rng)
         t = t[(t >= lo) & (t < (cap or np.inf))]
@@ -155,6 +156,7 @@ def _draw_step(model: TaskLengthModel, par: dict, sizes: np.ndarray, rng, match_
 
 def _draw_turns(model: TaskLengthModel, prompt: np.ndarray, responses: list[np.ndarray], rng) -> list[list[dict]]:
     mt = model.multiturn
+    assert mt is not None, "_draw_turns needs a multi-turn model"
     sizes = np.array([r.size for r in responses], np.int64)
     total = np.concatenate(responses) if responses else np.zeros(0, np.int64)
     n = total.size

@@ -86,7 +86,7 @@ class GaussianMixture:
         a, b = slice(0, p), slice(p, p + n_dims)
         post = GaussianMixture(self.weights, self.means[:, a], self.covariances[:, a, a]).log_prob_components(x)
         post = np.exp(post - logsumexp(post, axis=1, keepdims=True))
-        u = rng.random(x.shape[0])[:, None]
+        u = rng.random(int(x.shape[0]))[:, None]  # an int size: an array, not one float
         comp = np.minimum((np.cumsum(post, axis=1) < u).sum(axis=1), self.k - 1)
         z = (
             rng.standard_normal((x.shape[0], n_dims))
@@ -154,7 +154,7 @@ def fit_gmm(
     assign = np.argmin(((X[:, None, :] - means[None]) ** 2).sum(-1), axis=1)
     resp = np.eye(k)[assign]
     prev = -np.inf
-    model = None
+    model: GaussianMixture | None = None
     for it in range(1, max_iter + 1):
         # M step
         nk = resp.sum(axis=0) + 1e-10
@@ -174,4 +174,6 @@ def fit_gmm(
         if ll - prev <= tol * abs(ll):
             break
         prev = ll
+    if model is None:
+        raise ValueError(f"fit_gmm: max_iter must be at least 1, got {max_iter}")
     return model

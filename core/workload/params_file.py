@@ -77,7 +77,8 @@ def _lognorm(d: dict | None, where: str) -> tuple[float, float, float] | None:
     p = d.get("parameters")
     if not isinstance(p, list) or len(p) != 3:
         raise ValueError(f"{where}.parameters: expected [shape, loc, scale]")
-    return tuple(float(x) for x in p)
+    shape, loc, scale = (float(x) for x in p)
+    return shape, loc, scale
 
 
 def load_parameters(d: dict) -> TaskParameters:
@@ -148,7 +149,12 @@ def sample_math(
 def math_cdfs(p: TaskParameters, mode: str = "gmm"):
     """(input CDF, output CDF) of the continuous distributions `sample_math` draws from."""
     if mode == "gmm":
-        return (lambda v: p.math_gmm.marginal_cdf(v, 0)), (lambda v: p.math_gmm.marginal_cdf(v, 1))
+        gmm = p.math_gmm
+        if gmm is None:
+            raise ValueError("math_task.gmm_parameters: missing from the file")
+        return (lambda v: gmm.marginal_cdf(v, 0)), (lambda v: gmm.marginal_cdf(v, 1))
+    if p.math_input is None or p.math_output is None:
+        raise ValueError("math_task.input_distribution: missing from the file")
     return stats.lognorm(*p.math_input).cdf, stats.lognorm(*p.math_output).cdf
 
 
@@ -221,10 +227,12 @@ def generate_from_parameters(
     for s in range(n_steps):
         if task == "math":
             if mode == "gmm":
-                g = p.math_gmm
-                px = g.marginal([0]).sample(groups, rng)[:, 0]
+                gmm = p.math_gmm
+                if gmm is None:
+                    raise ValueError("math_task.gmm_parameters: missing from the file")
+                px = gmm.marginal([0]).sample(groups, rng)[:, 0]
                 px = np.clip(px, 1, None)
-                y = g.conditional_sample(np.repeat(px, samples_per_group)[:, None], 1, rng)[:, 0]
+                y = gmm.conditional_sample(np.repeat(px, samples_per_group)[:, None], 1, rng)[:, 0]
                 prompt = _finish(px, max_len)
                 resp = _finish(y, max_len)
             else:

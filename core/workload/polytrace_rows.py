@@ -55,7 +55,7 @@ def packed_rows_to_columns(rows: list[dict]) -> dict[str, np.ndarray]:
 
 
 def multiturn_rows_to_columns(rows: list[dict]) -> dict[str, dict]:
-    samples = {
+    samples: dict[str, list] = {
         k: []
         for k in (
             "step",
@@ -69,7 +69,7 @@ def multiturn_rows_to_columns(rows: list[dict]) -> dict[str, dict]:
             "latency_s",
         )
     }
-    turns = {
+    turns: dict[str, list] = {
         k: []
         for k in (
             "step",
@@ -83,7 +83,9 @@ def multiturn_rows_to_columns(rows: list[dict]) -> dict[str, dict]:
             "tool_call_count",
         )
     }
-    calls = {k: [] for k in ("step", "group_idx", "sample_idx", "call_idx", "turn", "latency_s", "response_tokens")}
+    calls: dict[str, list] = {
+        k: [] for k in ("step", "group_idx", "sample_idx", "call_idx", "turn", "latency_s", "response_tokens")
+    }
     for r in rows:
         s, g, i = int(r.get("step", 0)), int(r.get("prompt_group_id", 0)), int(r.get("sample_id", 0))
         ts = r.get("turns") or []

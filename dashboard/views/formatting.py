@@ -28,10 +28,6 @@ def filter_phase(summary: dict, steps: list[dict] | None, phase: str) -> dict:
     return {**summary, "steps": rows}
 
 
-def has_validation(steps: list[dict]) -> bool:
-    return any(s.get("validate") for s in steps)
-
-
 def _created(job: dict) -> str:
     return str(job.get("created_at") or "")
 

@@ -13,6 +13,7 @@ from core.simulator.cluster import RolloutCluster
 from core.simulator.config import ClusterConfig, EngineLimits, ModelConfig, Policy
 from core.simulator.dispatch import assign_groups
 from core.simulator.predictor import EngineCoefficients
+from core.simulator.requests import RequestStore
 from core.simulator.result import StepResult
 from core.simulator.timeline import TimelineBuilder
 from core.simulator.training import training_pass, weight_sync_seconds
@@ -44,7 +45,7 @@ class RolloutOutcome:
     completion: np.ndarray  # per sample, seconds from the rollout start
     replica_busy: list[list[list[float]]]
     stats: dict
-    store: object = None  # the RequestStore, when asked for
+    store: RequestStore | None = None  # when asked for (keep_store)
 
 
 def group_replicas(env: Env, w: StepWorkload) -> np.ndarray:

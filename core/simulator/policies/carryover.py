@@ -27,7 +27,7 @@ class ChainPool:
 
     def __init__(self, workload: list[StepWorkload]):
         self.workload = workload
-        self.arrays = {}
+        self.arrays: dict[int, dict[str, np.ndarray]] = {}
 
     def arrays_of(self, i: int) -> dict:
         if i not in self.arrays:
@@ -39,7 +39,7 @@ class ChainPool:
         return int(a["first"][it.sample + 1]) if it.sample + 1 < a["first"].size else int(a["sample"].size)
 
     def chains(self, items: list[Pending]) -> dict[str, np.ndarray]:
-        cols = {k: [] for k in ("prefill", "context", "decode", "gap", "next", "owner", "src")}
+        cols: dict[str, list[float]] = {k: [] for k in ("prefill", "context", "decode", "gap", "next", "owner", "src")}
         firsts, lasts = [], []
         for k, it in enumerate(items):
             a = self.arrays_of(it.step_idx)
