@@ -3,6 +3,8 @@ steps, definitions in captions, no negative 'saving'."""
 
 from __future__ import annotations
 
+import pytest
+
 from dashboard.figures.multiturn import counts_hist_figure, fit_label, latency_vs_tokens_figure
 
 
@@ -20,3 +22,32 @@ def test_fit_label_writes_negative_terms_as_minus_and_per_thousand_tokens():
 def test_tool_call_histogram_states_its_definition():
     result = {"summary": {"turns_hist": [0, 2], "tool_calls_hist": [1, 1], "tool_calls_basis": "tool_calls"}}
     assert "stored tool-call rows" in counts_hist_figure(result).layout.title.text
+
+
+def test_saving_figure_and_cards_never_show_a_loss_as_a_saving():
+    from dashboard.figures.imbalance import saving_figure, saving_summary
+
+    def load(recorded_max, kk_max, lpt_max):
+        best = min(("recorded", recorded_max), ("kk", kk_max), ("lpt", lpt_max), key=lambda kv: kv[1])
+        return {
+            "recorded": [recorded_max, 1],
+            "mean": 1,
+            "recorded_max": recorded_max,
+            "kk_saving": 1 - kk_max / recorded_max,
+            "lpt_saving": 1 - lpt_max / recorded_max,
+            "best_split": best[0],
+            "saving": max(0.0, 1 - best[1] / recorded_max),
+        }
+
+    result = {
+        "steps": [{"step": 0, "tokens": load(100, 90, 95)}, {"step": 1, "tokens": load(100, 104, 101)}],
+        "summary": {"tokens": {"kk_time_saved": -0.02, "lpt_time_saved": -0.03, "time_saved": 0.05}},
+    }
+    fig = saving_figure(result)
+    assert list(fig.data[0].y) == [pytest.approx(10.0), 0.0]
+    assert list(fig.data[0].customdata) == ["Karmarkar-Karp", "recorded"]
+    assert saving_summary(result)["time_saved"] == pytest.approx(0.05)
+    # a result without best-split fields: the loss is clipped to 0, never drawn below
+    old = {"steps": [{"step": 0, "tokens": {k: v for k, v in load(100, 104, 101).items() if k != "saving"}}]}
+    assert list(saving_figure(old).data[0].y) == [0.0]
+    assert saving_summary({"summary": {"tokens": {"kk_time_saved": -0.02}}})["time_saved"] == 0.0

@@ -115,9 +115,13 @@ def _figures(result: dict, load: str, metric: str | None):
         card("Max / mean", human_ratio(s["max_over_mean"]), "mean over steps, recorded"),
         card("Max / min", human_ratio(s["max_over_min"]), "mean over steps, recorded"),
         card(
-            "KK saves", human_share(s["kk_time_saved"]), "of the slowest rank's time, whole run", card_id="imb-kk-saved"
+            "Balancing saves",
+            human_share(s["time_saved"]),
+            "of the slowest rank's time, whole run, best of recorded / KK / LPT per step",
+            card_id="imb-saved",
         ),
-        card("LPT saves", human_share(s["lpt_time_saved"]), "of the slowest rank's time, whole run"),
+        card("KK", _vs_recorded(s["kk_time_saved"]), "whole run, vs the recorded split", card_id="imb-kk-saved"),
+        card("LPT", _vs_recorded(s["lpt_time_saved"]), "whole run, vs the recorded split"),
     ]
     return (
         cards,
@@ -125,3 +129,10 @@ def _figures(result: dict, load: str, metric: str | None):
         imbalance_ratio_figure(result, load, metric or "max_over_mean"),
         saving_figure(result, load),
     )
+
+
+def _vs_recorded(saved: float | None) -> str:
+    """'saves 4.2%' or 'loses 1.3%' (a heuristic worse than the recorded split is no saving)."""
+    if saved is None:
+        return "—"
+    return f"saves {human_share(saved)}" if saved >= 0 else f"loses {human_share(-saved)}"

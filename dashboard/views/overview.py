@@ -39,13 +39,23 @@ def _mean(values) -> float | None:
 
 
 def imbalance_headline(result: dict | None) -> tuple[float | None, float | None]:
-    """(mean max/mean token load over steps, whole-run KK time saved)."""
+    """(mean max/mean token load over steps, whole-run time saved by the best split)."""
     if not result:
         return None, None
     return (
         dig(result, "summary", "tokens", "max_over_mean", "mean"),
-        dig(result, "summary", "tokens", "kk_time_saved"),
+        _best_saved(dig(result, "summary", "tokens") or {}),
     )
+
+
+def _best_saved(tokens: dict) -> float | None:
+    """Whole-run time saved by the best split per step (never negative)."""
+    v = tokens.get("time_saved")
+    if isinstance(v, (int, float)):
+        return max(0.0, float(v))
+    cands = [tokens.get(k) for k in ("kk_time_saved", "lpt_time_saved")]
+    cands = [float(c) for c in cands if isinstance(c, (int, float))]
+    return max([0.0, *cands]) if cands else None
 
 
 def rollout_idle_share(result: dict | None) -> float | None:
@@ -114,7 +124,7 @@ def overview_cards(
             "imbalance",
             "DP imbalance",
             human_ratio(imb),
-            f"max/mean token load; KK balancing saves {human_share(saved)}"
+            f"max/mean token load; the best split (recorded / KK / LPT) saves {human_share(saved)}"
             if saved is not None
             else ("max/mean token load per step" if imb is not None else "imbalance analysis not available"),
         )
