@@ -51,3 +51,16 @@ def test_saving_figure_and_cards_never_show_a_loss_as_a_saving():
     old = {"steps": [{"step": 0, "tokens": {k: v for k, v in load(100, 104, 101).items() if k != "saving"}}]}
     assert list(saving_figure(old).data[0].y) == [0.0]
     assert saving_summary({"summary": {"tokens": {"kk_time_saved": -0.02}}})["time_saved"] == 0.0
+
+
+def test_longtail_figures_name_their_basis_and_flag_ties_at_the_cap():
+    from dashboard.figures.longtail import longtail_finish_figure, longtail_idle_figure
+
+    steps = [
+        {"step": 0, "tail_time_share": 0.0, "tail_sample_share": 0.15, "tail_tied": True, "engine_time": 1},
+        {"step": 1, "tail_time_share": 0.3, "tail_sample_share": 0.1, "tail_tied": False, "engine_time": 1},
+    ]
+    title = longtail_finish_figure({"tail_fraction": 0.1, "basis": "tokens", "steps": steps}).layout.title.text
+    assert "ties at the longest length (cap) in step(s) 0:" in title and "response lengths" in title
+    title = longtail_idle_figure({"basis": "time", "steps": steps}).layout.title.text
+    assert "measured completion times" in title

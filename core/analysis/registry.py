@@ -87,7 +87,11 @@ ANALYSES: dict[str, AnalysisSpec] = {
     "longtail": AnalysisSpec(
         kind="longtail",
         title="Rollout long tail",
-        tables={"samples": SAMPLE_BASE + ("dp_rank", "rank", "validate"), "steps": ("step", "t_gen")},
+        tables={
+            "samples": SAMPLE_BASE + ("dp_rank", "rank", "validate", "latency_s"),
+            "steps": ("step", "t_gen"),
+            "tool_calls": SAMPLE_KEY + ("latency_s",),
+        },
         required={"samples": ("step", "response_len")},
         defaults={"engine_key": "dp_rank", "tail_fraction": 0.1, "include_validation": False},
         run=longtail.analyze_longtail,
