@@ -231,7 +231,7 @@ def _from_turns(data: TraceData, include_validation: bool, out: dict) -> None:
     # tool-call counts (tool-call rows, else samples.num_tool_calls) matched by key
     tc, s = data.tool_calls, data.samples
     other, weights, basis = None, None, None
-    if tc is not None and len(tc):
+    if tc is not None:  # present (maybe empty in this step range) when the trace has tool calls
         other, basis = (tc.step, tc.group_idx, tc.sample_idx), "tool_calls"
         weights = np.ones(len(tc), dtype=np.int64)
     elif s is not None and s.num_tool_calls is not None and len(s):
