@@ -64,3 +64,26 @@ def test_longtail_figures_name_their_basis_and_flag_ties_at_the_cap():
     assert "ties at the longest length (cap) in step(s) 0:" in title and "response lengths" in title
     title = longtail_idle_figure({"basis": "time", "steps": steps}).layout.title.text
     assert "measured completion times" in title
+
+
+def test_tail_figure_shows_both_truncation_definitions():
+    from dashboard.figures.distributions import tail_figure
+
+    payload = {
+        "field": "response",
+        "max_response_len": 3000,
+        "steps": [
+            {
+                "step": 0,
+                "count": 2048,
+                "tail_ratio": 3.0,
+                "truncation_rate": 37 / 2048,
+                "truncation_rate_flag": 3 / 2048,
+            }
+        ],
+    }
+    fig = tail_figure(payload)
+    names = [t.name for t in fig.data]
+    assert names == ["max / mean", "at the cap (3,000 tokens, %)", "engine stop reason 'length' (%)"]
+    assert fig.data[1].y[0] == pytest.approx(100 * 37 / 2048) and fig.data[2].y[0] == pytest.approx(100 * 3 / 2048)
+    assert "at the cap" in fig.layout.title.text
