@@ -19,6 +19,8 @@ native-csv                  ``.csv`` (``.tsv`` is not supported)
 native-jsonl                a first line with step, group_idx, sample_idx, prompt_len,
                             response_len
 native-parquet              ``.parquet`` / ``.pq``
+dapo-filter                 ``dapo_filter_indices*.jsonl`` (marks for the packed-length samples;
+                            read before the other files of the upload)
 kineto                      ``backend.formats.kineto.looks_like_kineto`` (``.json`` object with
                             traceEvents / schemaVersion / deviceProperties / distributedInfo)
 ==========================  ==================================================================
@@ -38,6 +40,7 @@ from collections.abc import Iterator
 import orjson
 
 from backend.formats.base import InputError, Reader, ReadResult, Source, TableBatch
+from backend.formats.dapo import read_dapo_filter
 from backend.formats.kineto import looks_like_kineto, read_kineto
 from backend.formats.native import (
     REQUIRED_SAMPLE_COLUMNS,
@@ -65,6 +68,7 @@ FORMATS: dict[str, Reader] = {
     "native-jsonl": read_native_jsonl,
     "native-parquet": read_native_parquet,
     "kineto": read_kineto,
+    "dapo-filter": read_dapo_filter,
 }
 
 _NAME_PATTERNS = (
@@ -73,10 +77,10 @@ _NAME_PATTERNS = (
     (re.compile(r"^multiturn_workload_step_?\d+.*\.jsonl?$"), "polytrace-multiturn"),
     (re.compile(r".*\.(parquet|pq)$"), "native-parquet"),
     (re.compile(r".*\.csv$"), "native-csv"),
+    (re.compile(r"^dapo_filter_indices.*\.jsonl?$"), "dapo-filter"),
 )
 # Files known to sit in run folders that no reader uses (yet): a friendlier note.
 _KNOWN_UNUSED = (
-    (re.compile(r"^dapo_filter_indices.*\.jsonl?$"), "DAPO filter indices (not used)"),
     (re.compile(r"^enhanced_task_distribution_parameters.*\.json$"), "fitted distribution parameters, not a trace"),
     (re.compile(r"^readme(\.\w+)?$"), "documentation"),
 )
@@ -201,7 +205,12 @@ def read_sources(sources: list[Source], forced_format: str | None, result: ReadR
     if not sources:
         raise InputError("upload", "no readable trace files: the upload holds no files")
     readable = 0
-    for source in sorted(sources, key=lambda s: natural_key(s.name)):
+
+    # DAPO marks first: the packed-length reader attaches them to the samples it reads
+    def order(s: Source) -> tuple:
+        return (not _base_name(s.name).startswith("dapo_filter_indices"), natural_key(s.name))
+
+    for source in sorted(sources, key=order):
         fmt = forced_format or detect_format(source)
         if fmt is None:
             result.skipped.append(_skip_note(source))

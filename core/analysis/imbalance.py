@@ -54,6 +54,7 @@ import itertools
 import numpy as np
 
 from core.analysis.balancing import karmarkar_karp, karmarkar_karp_loads, lpt, lpt_loads, partition_loads
+from core.analysis.data_efficiency import select_groups
 from core.analysis.grouping import composite_key, group_rows, sorted_run_starts, training_mask
 from core.analysis.stats import ratio
 from core.analysis.tables import TraceData
@@ -70,9 +71,15 @@ def analyze_imbalance(
     keep_groups: bool = True,
     include_validation: bool = False,
     cost_linear: int = COST_LINEAR,
+    groups: str = "all",
 ) -> dict:
-    """Recorded vs KK/LPT-balanced DP loads per step (see module docstring)."""
-    return finish_imbalance(per_step_imbalance(data, dp_size, keep_groups, include_validation, cost_linear))
+    """Recorded vs KK/LPT-balanced DP loads per step (see module docstring).
+    `groups` = "used": only the prompt groups DAPO used for training (needs its marks)."""
+    data = select_groups(data, groups)
+    res = finish_imbalance(per_step_imbalance(data, dp_size, keep_groups, include_validation, cost_linear))
+    if groups != "all":
+        res["groups"] = groups
+    return res
 
 
 def per_step_imbalance(
@@ -316,4 +323,7 @@ def reduce_imbalance(partials: list[dict]) -> dict:
         "cost_linear": partials[0]["cost_linear"],
         "steps": sorted((e for p in partials for e in p["steps"]), key=lambda e: e["step"]),
     }
-    return finish_imbalance(merged)
+    res = finish_imbalance(merged)
+    if "groups" in partials[0]:
+        res["groups"] = partials[0]["groups"]
+    return res

@@ -52,6 +52,7 @@ import math
 
 import numpy as np
 
+from core.analysis.data_efficiency import select_groups
 from core.analysis.grouping import Groups, composite_key, group_rows, sort_within_groups
 from core.analysis.stats import (
     LOG_BIN_EDGES,
@@ -74,9 +75,14 @@ def analyze_lengths(
     max_response_len: int | None = None,
     by_task: bool = True,
     infer_cap_min_hits: int = 2,
+    groups: str = "all",
 ) -> dict:
-    """Per-step length statistics, per task, pooled summary and drift (see module doc)."""
-    return finish_lengths(per_step_lengths(data, max_response_len, by_task), infer_cap_min_hits)
+    """Per-step length statistics, per task, pooled summary and drift (see module doc).
+    `groups` = "used": only the prompt groups DAPO used for training (needs its marks)."""
+    res = finish_lengths(per_step_lengths(select_groups(data, groups), max_response_len, by_task), infer_cap_min_hits)
+    if groups != "all":
+        res["groups"] = groups
+    return res
 
 
 def per_step_lengths(data: TraceData, max_response_len: int | None = None, by_task: bool = True) -> dict:
@@ -262,7 +268,10 @@ def reduce_lengths(partials: list[dict], infer_cap_min_hits: int = 2) -> dict:
     for t in tasks.values():
         t["steps"].sort(key=lambda e: e["step"])
     merged["tasks"] = [tasks[k] for k in sorted(tasks)]
-    return finish_lengths(merged, infer_cap_min_hits)
+    res = finish_lengths(merged, infer_cap_min_hits)
+    if "groups" in first:
+        res["groups"] = first["groups"]
+    return res
 
 
 def _infer_truncation(res: dict, min_hits: int) -> None:
