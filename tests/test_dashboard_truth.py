@@ -87,3 +87,22 @@ def test_tail_figure_shows_both_truncation_definitions():
     assert names == ["max / mean", "at the cap (3,000 tokens, %)", "engine stop reason 'length' (%)"]
     assert fig.data[1].y[0] == pytest.approx(100 * 37 / 2048) and fig.data[2].y[0] == pytest.approx(100 * 3 / 2048)
     assert "at the cap" in fig.layout.title.text
+
+
+def test_data_efficiency_figure_and_card_show_the_analysis_numbers():
+    from helpers import dapo_run
+    from test_analysis_data_efficiency import trace
+
+    from core.analysis.data_efficiency import analyze_data_efficiency
+    from dashboard.figures.data_efficiency import data_efficiency_figure
+    from dashboard.views.overview import overview_cards
+
+    res = analyze_data_efficiency(trace(*dapo_run()))
+    fig = data_efficiency_figure(res)
+    assert [t.name for t in fig.data][:3] == ["generated", "kept by the filter", "used for training"]
+    assert list(fig.data[2].y) == [s["groups_used"] for s in res["steps"]]
+    assert list(fig.data[0].x) == [s["trainer_step"] for s in res["steps"]]
+    cards = {c.key: c for c in overview_cards({}, [], None, {"data_efficiency": res})}
+    card = cards["data-efficiency"]
+    assert card.value == f"{100 * res['summary']['used_token_share']:.1f}%"
+    assert f"{res['summary']['groups_used']} of {res['summary']['groups_generated']} groups" in card.hint

@@ -129,6 +129,19 @@ def overview_cards(
             else ("max/mean token load per step" if imb is not None else "imbalance analysis not available"),
         )
     )
+    eff = results.get("data_efficiency")
+    if eff and dig(eff, "summary", "generation_steps"):
+        s = eff["summary"]
+        cards.append(
+            Card(
+                "data-efficiency",
+                "Tokens trained on",
+                human_share(s.get("used_token_share")),
+                f"of generated response tokens; {human_count(s.get('groups_used'))} of "
+                f"{human_count(s.get('groups_generated'))} groups used; "
+                f"~{human_share(s.get('unused_rollout_time_share'))} of rollout time on unused groups (estimate)",
+            )
+        )
     rollout = rollout_idle_share(results.get("longtail"))
     gpu = gpu_idle_share(results.get("gpu_timeline"))
     if rollout is not None:
