@@ -106,3 +106,18 @@ def test_data_efficiency_figure_and_card_show_the_analysis_numbers():
     card = cards["data-efficiency"]
     assert card.value == f"{100 * res['summary']['used_token_share']:.1f}%"
     assert f"{res['summary']['groups_used']} of {res['summary']['groups_generated']} groups" in card.hint
+
+
+def test_per_step_lines_leave_gaps_at_missing_steps():
+    from dashboard.figures.distributions import percentile_lines_figure
+    from dashboard.figures.multiturn import cache_hit_figure
+
+    rows = [{"step": s, "count": 10, "p50": 1.0 + s, "p90": 2.0, "p99": 3.0, "max": 4.0} for s in (0, 1, 5)]
+    fig = percentile_lines_figure({"field": "response", "steps": rows})
+    line = fig.data[0]
+    assert list(line.x) == [0, 1, 2, 5] and list(line.y) == [1.0, 2.0, None, 6.0]
+    fig = cache_hit_figure({"steps": [{"step": s, "cache_hit_rate": 0.5} for s in (0, 1, 5)]})
+    assert None in list(fig.data[0].y)
+    # regular steps: untouched
+    fig = percentile_lines_figure({"field": "response", "steps": [{**r, "step": i} for i, r in enumerate(rows)]})
+    assert list(fig.data[0].x) == [0, 1, 2]

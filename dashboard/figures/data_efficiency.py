@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from dashboard.figures.common import empty_figure, integer_ticks, num, step_series, styled_figure
+from dashboard.figures.common import empty_figure, integer_ticks, num, step_gaps, step_series, styled_figure
 from dashboard.theme import POLICY_COLORS, STAGE_COLORS
 
 SERIES = (
@@ -59,4 +59,4 @@ def data_efficiency_figure(result: dict) -> go.Figure:
     fig.update_layout(
         yaxis2=dict(title=dict(text="used tokens (%)"), overlaying="y", side="right", range=[0, 100], showgrid=False)
     )
-    return integer_ticks(fig)
+    return integer_ticks(step_gaps(fig))

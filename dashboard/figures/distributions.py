@@ -21,6 +21,7 @@ from dashboard.figures.common import (
     log_token_axis,
     many_steps,
     num,
+    step_gaps,
     step_series,
     styled_figure,
 )
@@ -224,7 +225,7 @@ def percentile_lines_figure(payload: dict, *, keys=("p50", "p90", "p99", "max"),
         )
     if log_y:
         _log_y(fig, rows, keys)
-    return integer_ticks(fig)
+    return integer_ticks(step_gaps(fig))
 
 
 def tail_figure(payload: dict) -> go.Figure:
@@ -294,7 +295,7 @@ def tail_figure(payload: dict) -> go.Figure:
                 tickformat=".2~f",
             )
         )
-    return integer_ticks(fig)
+    return integer_ticks(step_gaps(fig))
 
 
 def cdf_points(hist: list[int], edges: list[float]) -> tuple[list[float], list[float]]:

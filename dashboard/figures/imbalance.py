@@ -15,6 +15,7 @@ from dashboard.figures.common import (
     many_steps,
     num,
     rows_height,
+    step_gaps,
     step_series,
     styled_figure,
 )
@@ -94,7 +95,7 @@ def imbalance_ratio_figure(result: dict, load: str = "tokens", metric: str = "ma
             )
         )
     fig.add_hline(y=1.0, line=dict(color="#999", width=1, dash="dot"))
-    return integer_ticks(fig)
+    return integer_ticks(step_gaps(fig))
 
 
 def saving_figure(result: dict, load: str = "tokens") -> go.Figure:

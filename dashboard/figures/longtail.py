@@ -11,7 +11,15 @@ from __future__ import annotations
 import numpy as np
 import plotly.graph_objects as go
 
-from dashboard.figures.common import empty_figure, integer_ticks, num, rows_height, step_series, styled_figure
+from dashboard.figures.common import (
+    empty_figure,
+    integer_ticks,
+    num,
+    rows_height,
+    step_gaps,
+    step_series,
+    styled_figure,
+)
 from dashboard.theme import GPU_KIND_COLORS, PERCENTILE_COLORS, STAGE_COLORS, UNITS
 
 
@@ -119,7 +127,7 @@ def longtail_finish_figure(result: dict) -> go.Figure:
         )
     )
     fig.update_yaxes(rangemode="tozero")
-    return integer_ticks(fig)
+    return integer_ticks(step_gaps(fig))
 
 
 def longtail_engine_figure(result: dict) -> go.Figure:

@@ -16,6 +16,7 @@ from dashboard.figures.common import (
     log_token_axis,
     num,
     rows_height,
+    step_gaps,
     styled_figure,
 )
 from dashboard.theme import PERCENTILE_COLORS, STAGE_COLORS, UNITS
@@ -95,7 +96,7 @@ def turns_over_steps_figure(result: dict) -> go.Figure:
         if all(y is None for y in ys):
             continue
         fig.add_trace(go.Scatter(name=label, x=x, y=ys, mode="lines+markers", line=dict(color=color, dash=dash)))
-    return integer_ticks(fig)
+    return integer_ticks(step_gaps(fig))
 
 
 def cache_hit_figure(result: dict) -> go.Figure:
@@ -117,7 +118,7 @@ def cache_hit_figure(result: dict) -> go.Figure:
         )
     )
     fig.update_yaxes(range=[0, 100])
-    return integer_ticks(fig)
+    return integer_ticks(step_gaps(fig))
 
 
 def context_growth_figure(result: dict) -> go.Figure:
@@ -231,7 +232,7 @@ def reward_latency_figure(result: dict) -> go.Figure:
                 line=dict(color=STAGE_COLORS["reward"], dash="dash"),
             )
         )
-    return integer_ticks(fig)
+    return integer_ticks(step_gaps(fig))
 
 
 def reward_ranks_figure(result: dict) -> go.Figure:
@@ -276,4 +277,4 @@ def tool_latency_figure(result: dict) -> go.Figure:
     x = [e["step"] for e in steps]
     fig = styled_figure(title, x_title=UNITS["step"], y_title=UNITS["seconds"], hovermode="x unified")
     _add_percentile_lines(fig, x, steps)
-    return integer_ticks(fig)
+    return integer_ticks(step_gaps(fig))
