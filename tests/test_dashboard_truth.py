@@ -121,3 +121,12 @@ def test_per_step_lines_leave_gaps_at_missing_steps():
     # regular steps: untouched
     fig = percentile_lines_figure({"field": "response", "steps": [{**r, "step": i} for i, r in enumerate(rows)]})
     assert list(fig.data[0].x) == [0, 1, 2]
+
+
+def test_no_straggler_plot_for_a_one_rank_trace():
+    from dashboard.figures.gpu import straggler_figure
+
+    one = straggler_figure({"rank": [0, 0], "step": [1, 2], "compute_vs_median": [1.0, 1.0], "is_straggler": [0, 0]})
+    assert not one.data and "at least two ranks" in one.layout.annotations[0].text
+    two = straggler_figure({"rank": [0, 1], "step": [1, 1], "compute_vs_median": [1.0, 1.2], "is_straggler": [0, 1]})
+    assert len(two.data) == 2
