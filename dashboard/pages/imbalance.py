@@ -38,6 +38,11 @@ dash.register_page(
 def body(trace: dict) -> html.Div:
     if not trace.get("n_samples"):
         return alert("This trace has no samples, so no per-rank token loads.", "info")
+    if "imbalance" not in trace.get("analyses", ["imbalance"]):
+        # the registry's word (TraceOut.analyses): no dp_rank per sample, nothing to balance
+        return alert(
+            "This trace records no DP rank per sample (dp_rank), so there are no per-rank loads to compare.", "info"
+        )
     return html.Div(
         [
             analysis_panel("imbalance", "imbalance analysis", trace["id"]),
