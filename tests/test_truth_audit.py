@@ -10,7 +10,8 @@ silently. A figure a fixture cannot show (no dp_rank, no turns, ...) is "n/a" fo
 `test_zz_audit_counts` (last in the file) prints the audited / missing counts; the
 session summary (conftest `pytest_terminal_summary`) prints them again with `-q`.
 
-Runs on SQLite only: the figures are computed by the same worker code on both
+Runs on SQLite only, on a worker of its own with the default part size: the figures are
+computed by the same worker code on both
 databases (storage round trips are covered by the API tests on both), and one pass over
 the four PolyTrace runs plus a Kineto pair keeps the audit well under a minute.
 """
@@ -26,9 +27,20 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.conftest import SHARED_FIXTURES, wait_for_job
+from tests.conftest import SHARED_FIXTURES, start_worker, stop_worker, wait_for_job
 
 SQLITE = pytest.mark.parametrize("backend_env", ["sqlite"], indirect=True)
+
+
+@pytest.fixture(scope="module")
+def audit_worker(backend_env, tmp_path_factory):
+    """A real worker with the deployment's default part size (these traces are then
+    analysed whole, as in production; chunked = whole is tested in
+    test_analysis_fixtures / test_worker_fixtures): keeps the audit short."""
+    proc = start_worker(backend_env, tmp_path_factory.mktemp("audit-worker") / "worker.log", concurrency=2)
+    yield proc
+    stop_worker(proc)
+
 
 # (fixture, page, figure) -> "audited" | "missing: why" | "n/a"; failures separately
 AUDIT: dict[tuple[str, str, str], str] = {}
@@ -124,6 +136,26 @@ def lpt_loads(items: list[float], k: int) -> list[float]:
     return sorted(loads)
 
 
+def kk_loads(items: list[float], k: int) -> list[float]:
+    """Karmarkar-Karp largest differencing with equal-size partitions, as verl's
+    seqlen_balancing describes it, in plain Python: items ascending (ties by index),
+    padded in front with zero-weight dummies to a multiple of k, cut into chunks of k
+    (one item per set); repeatedly merge the two states with the largest spread (then
+    the largest top set, then the earliest chunk), pairing the largest set of one with
+    the smallest of the other. Returns the final set sums, descending."""
+    order = sorted(range(len(items)), key=lambda i: (items[i], i))
+    vals = [0.0] * ((-len(items)) % k) + [float(items[i]) for i in order]
+    states = []
+    for c in range(0, len(vals), k):
+        states.append((sorted(vals[c : c + k], reverse=True), c))
+    while len(states) > 1:
+        states.sort(key=lambda st: (-(st[0][0] - st[0][-1]), -st[0][0], st[1]))
+        (a, ta), (b, tb) = states[0], states[1]
+        merged = sorted((a[j] + b[k - 1 - j] for j in range(k)), reverse=True)
+        states = [*states[2:], (merged, min(ta, tb))]
+    return states[0][0]
+
+
 # --------------------------------------------------------------------------- the figures
 
 
@@ -141,6 +173,12 @@ class Ctx:
         if field not in self._summ:
             self._summ[field] = self.get(f"/summaries?field={field}")
         return self._summ[field]
+
+    def memo(self, fn):
+        """fn(self), computed once per fixture (raw recomputations several checks share)."""
+        if fn.__name__ not in self._summ:
+            self._summ[fn.__name__] = fn(self)
+        return self._summ[fn.__name__]
 
     def result(self, kind: str) -> dict:
         assert kind in self.results, f"no {kind} result (analyses: {sorted(self.results)})"
@@ -185,6 +223,10 @@ def ov_tail(c: Ctx):
 
 
 def imbalance_raw(c: Ctx) -> dict:
+    return c.memo(imbalance_raw_)
+
+
+def imbalance_raw_(c: Ctx) -> dict:
     """Per step: recorded token / cost load per dp rank, group items, k."""
     k = max(s["dp_rank"] for s in c.raw.samples) + 1
     out = {}
@@ -209,6 +251,10 @@ def ov_imbalance(c: Ctx):
 
 
 def longtail_raw(c: Ctx) -> dict:
+    return c.memo(longtail_raw_)
+
+
+def longtail_raw_(c: Ctx) -> dict:
     """Per step: the slot model on response lengths (or measured times for multi-turn)."""
     basis = "time" if c.raw.trajectories else "response"
     out = {}
@@ -368,6 +414,7 @@ def imb_ratio_lpt(c: Ctx):
             loads = lpt_loads(items, raw[e["step"]]["k"])
             close(e[load]["lpt_max"], max(loads), f"step {e['step']} {load} LPT max")
             close(e[load]["lpt_max_over_mean"], max(loads) / np.mean(loads), f"step {e['step']} {load} LPT max/mean")
+            close(e[load]["lpt_max_over_min"], max(loads) / min(loads), f"step {e['step']} {load} LPT max/min")
 
 
 def imb_lpt_card(c: Ctx):
@@ -375,6 +422,58 @@ def imb_lpt_card(c: Ctx):
     lpt_sum = sum(max(lpt_loads(v["tokens"][1], v["k"])) for v in raw.values())
     rec_sum = sum(max(v["tokens"][0]) for v in raw.values())
     close(c.result("imbalance")["summary"]["tokens"]["lpt_time_saved"], 1 - lpt_sum / rec_sum, "LPT whole-run saving")
+
+
+def imb_ratio_kk(c: Ctx):
+    raw = imbalance_raw(c)
+    for e in c.result("imbalance")["steps"]:
+        for load in ("tokens", "cost"):
+            _rec, items = raw[e["step"]][load]
+            loads = kk_loads(items, raw[e["step"]]["k"])
+            close(e[load]["kk_max"], max(loads), f"step {e['step']} {load} KK max")
+            close(e[load]["kk_max_over_mean"], max(loads) / np.mean(loads), f"step {e['step']} {load} KK max/mean")
+            close(e[load]["kk_max_over_min"], max(loads) / min(loads), f"step {e['step']} {load} KK max/min")
+
+
+def imb_kk_card(c: Ctx):
+    raw = imbalance_raw(c)
+    kk_sum = sum(max(kk_loads(v["tokens"][1], v["k"])) for v in raw.values())
+    rec_sum = sum(max(v["tokens"][0]) for v in raw.values())
+    close(c.result("imbalance")["summary"]["tokens"]["kk_time_saved"], 1 - kk_sum / rec_sum, "KK whole-run saving")
+
+
+def best_split_raw(c: Ctx) -> dict:
+    return c.memo(best_split_raw_)
+
+
+def best_split_raw_(c: Ctx) -> dict:
+    out = {}
+    for st, v in imbalance_raw(c).items():
+        rec = max(v["tokens"][0])
+        cands = {
+            "recorded": rec,
+            "kk": max(kk_loads(v["tokens"][1], v["k"])),
+            "lpt": max(lpt_loads(v["tokens"][1], v["k"])),
+        }
+        best = min(cands.values())
+        out[st] = {"recorded": rec, "best": best, "saving": max(0.0, 1 - best / rec), "cands": cands}
+    return out
+
+
+def imb_saving(c: Ctx):
+    raw = best_split_raw(c)
+    for e in c.result("imbalance")["steps"]:
+        w = raw[e["step"]]
+        close(e["tokens"]["saving"], w["saving"], f"step {e['step']} best-split saving")
+        assert w["cands"][e["tokens"]["best_split"]] == w["best"], f"step {e['step']} best split"
+    want = 1 - sum(w["best"] for w in raw.values()) / sum(w["recorded"] for w in raw.values())
+    close(c.result("imbalance")["summary"]["tokens"]["time_saved"], want, "balancing saves card")
+
+
+def ov_best_saved(c: Ctx):
+    raw = best_split_raw(c)
+    want = 1 - sum(w["best"] for w in raw.values()) / sum(w["recorded"] for w in raw.values())
+    close(c.result("imbalance")["summary"]["tokens"]["time_saved"], want, "overview best-split saving")
 
 
 def imb_saving_bounds(c: Ctx):
@@ -510,6 +609,7 @@ def lat_ranks(c: Ctx):
 # --------------------------------------------------------------------------- the table
 
 PACKED_ONLY, MULTI_ONLY, REWARD_ONLY, SAMPLES = "packed", "multi", "reward", "samples"
+TASKS, STAGES, DAPO = "tasks", "stages", "dapo"
 
 
 def applies(c: Ctx, need: str) -> bool:
@@ -518,6 +618,11 @@ def applies(c: Ctx, need: str) -> bool:
         PACKED_ONLY: any(s["dp_rank"] is not None for s in c.raw.samples),
         MULTI_ONLY: bool(c.raw.trajectories),
         REWARD_ONLY: bool(c.raw.rewards),
+        # the shared fixtures carry none of these (checked, so a new fixture that does
+        # turns the row into "missing" until it gets a recomputation)
+        TASKS: bool(c.trace.get("tasks")),
+        STAGES: any(s.get("t_step") or s.get("t_gen") for s in c.get("/steps")["items"]),
+        DAPO: "data_efficiency" in c.trace.get("analyses", []),
     }[need]
 
 
@@ -529,9 +634,16 @@ PAGES = {
         ("card Tokens", SAMPLES, ov_tokens, ""),
         ("card Tail ratio (median max/mean)", SAMPLES, ov_tail, ""),
         ("card DP imbalance (mean max/mean)", PACKED_ONLY, ov_imbalance, ""),
-        ("card DP imbalance hint: best split saves", PACKED_ONLY, None, "needs an independent Karmarkar-Karp"),
+        ("card DP imbalance hint: best split saves", PACKED_ONLY, ov_best_saved, ""),
         ("card Idle share (rollout)", SAMPLES, ov_idle, ""),
         ("overview-lengths p50/p90/p99/max per step", SAMPLES, ov_lengths, ""),
+        ("overview-stage-time measured stage seconds", STAGES, None, "no fixture has verl stage timings"),
+        (
+            "card Tokens trained on + overview-data-efficiency",
+            DAPO,
+            None,
+            "no shared DAPO marks (synthetic run: tests/test_analysis_data_efficiency.py)",
+        ),
     ],
     "Distributions": [
         ("dist-box response percentiles per step", SAMPLES, lambda c: dist_percentiles(c, "response"), ""),
@@ -539,6 +651,8 @@ PAGES = {
         ("dist-box total percentiles per step", SAMPLES, lambda c: dist_percentiles(c, "total"), ""),
         ("dist-heatmap / dist-cdf response histogram", SAMPLES, lambda c: dist_hist(c, "response"), ""),
         ("dist-heatmap / dist-cdf prompt histogram", SAMPLES, lambda c: dist_hist(c, "prompt"), ""),
+        ("dist-heatmap / dist-cdf total histogram", SAMPLES, lambda c: dist_hist(c, "total"), ""),
+        ("per-task views (task selector)", TASKS, None, "no fixture has task ids"),
         ("dist-tail max/mean and at-cap share", SAMPLES, dist_tail, ""),
         ("dist-tail engine stop reason share", MULTI_ONLY, dist_truncation_flag, ""),
         ("longtail-idle per step", SAMPLES, lt_idle, ""),
@@ -551,9 +665,9 @@ PAGES = {
         ("imb-ratio recorded max/mean, max/min (+ card)", PACKED_ONLY, imb_ratio_recorded, ""),
         ("imb-ratio LPT", PACKED_ONLY, imb_ratio_lpt, ""),
         ("card LPT whole-run", PACKED_ONLY, imb_lpt_card, ""),
-        ("imb-ratio Karmarkar-Karp", PACKED_ONLY, None, "needs an independent Karmarkar-Karp"),
-        ("card KK whole-run", PACKED_ONLY, None, "needs an independent Karmarkar-Karp"),
-        ("imb-saving / card Balancing saves (best split)", PACKED_ONLY, None, "needs an independent Karmarkar-Karp"),
+        ("imb-ratio Karmarkar-Karp", PACKED_ONLY, imb_ratio_kk, ""),
+        ("card KK whole-run", PACKED_ONLY, imb_kk_card, ""),
+        ("imb-saving / card Balancing saves (best split)", PACKED_ONLY, imb_saving, ""),
         ("imb-saving bounds (>= 0, >= LPT, <= lower bound)", PACKED_ONLY, imb_saving_bounds, ""),
     ],
     "Multi-turn & reward": [
@@ -608,7 +722,7 @@ def results_of(api, trace_id: int) -> dict[str, dict]:
 
 @SQLITE
 @pytest.mark.parametrize("run", [*PACKED, MULTI])
-def test_every_figure_of_a_polytrace_run(api, worker, shared_fixtures, run):
+def test_every_figure_of_a_polytrace_run(api, audit_worker, shared_fixtures, run):
     folder = shared_fixtures / "polytrace" / run
     trace = upload(api, sorted(p for p in folder.iterdir() if p.is_file()))
     trace = api.get(f"/api/v1/traces/{trace['id']}").json()
@@ -640,8 +754,24 @@ def hta_reference() -> dict[str, float]:
     return {name: float(idle) for name, idle in rows}
 
 
+def hta_per_rank(paths: list[Path]) -> dict:
+    """{(rank, "idle_pct" | "compute_pct"): value} from the README table for these files."""
+    import re
+
+    text = (SHARED_FIXTURES / "README.md").read_text()
+    rows = re.findall(
+        r"\|\s*`([^`]+\.json\.gz)`\s*\|\s*(\d+)\s*\|(?:\s*[\d.]+\s*\|){4}\s*([\d.]+)\s*\|\s*([\d.]+)\s*\|", text
+    )
+    names = {p.name for p in paths}
+    out = {}
+    for name, rank, idle, compute in rows:
+        if name in names:
+            out[(int(rank), "idle_pct")], out[(int(rank), "compute_pct")] = float(idle), float(compute)
+    return out
+
+
 @SQLITE
-def test_kineto_overview_figures(api, worker, shared_fixtures):
+def test_kineto_overview_figures(api, audit_worker, shared_fixtures):
     paths = [shared_fixtures / "kineto" / n for n in KINETO]
     trace = upload(api, paths)
     trace = api.get(f"/api/v1/traces/{trace['id']}").json()
@@ -661,6 +791,12 @@ def test_kineto_overview_figures(api, worker, shared_fixtures):
             trace["n_gpu_events"] == sum(r["gpu_events"] for r in raws)
             or pytest.fail(f"{trace['n_gpu_events']} != {sum(r['gpu_events'] for r in raws)}")
         ),
+        "overview-gpu temporal breakdown per rank (HTA reference)": lambda: [
+            close(row[key], ref[(row["rank"], key)], f"rank {row['rank']} {key}", rel=0, abs_=0.5)
+            for ref in [hta_per_rank(paths)]
+            for row in results["gpu_timeline"]["temporal"]
+            for key in ("idle_pct", "compute_pct")
+        ],
         "card Idle share (GPU, HTA reference)": lambda: close(
             np.mean([r["idle_pct"] for r in results["gpu_timeline"]["temporal"]]),
             np.mean([hta_reference()[p.name] for p in paths]),
