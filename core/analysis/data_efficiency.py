@@ -171,6 +171,7 @@ def used_groups_only(data: TraceData) -> TraceData:
     if not has_marks(data):
         raise ValueError("groups='used' needs DAPO filter marks (dapo_filter_indices.jsonl); this trace has none")
     s = data.samples
+    assert s is not None and s.filter_mark is not None  # has_marks
     chosen = s.take(np.asarray(s.filter_mark) == 2)
     return TraceData(
         samples=chosen,

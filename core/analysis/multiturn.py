@@ -230,7 +230,9 @@ def _from_turns(data: TraceData, include_validation: bool, out: dict) -> None:
     # trajectories: group the turn rows by (step, group, sample); the trajectory-level
     # tool-call counts (tool-call rows, else samples.num_tool_calls) matched by key
     tc, s = data.tool_calls, data.samples
-    other, weights, basis = None, None, None
+    other: tuple[np.ndarray, ...] | None = None
+    weights = np.zeros(0, dtype=np.int64)
+    basis = None
     if tc is not None:  # present (maybe empty in this step range) when the trace has tool calls
         other, basis = (tc.step, tc.group_idx, tc.sample_idx), "tool_calls"
         weights = np.ones(len(tc), dtype=np.int64)
@@ -239,7 +241,7 @@ def _from_turns(data: TraceData, include_validation: bool, out: dict) -> None:
         weights = np.asarray(s.num_tool_calls, dtype=np.int64)
     elif t.tool_call_count is not None:
         basis = "turns"
-    cols = (step, grp, smp)
+    cols: tuple[np.ndarray, ...] = (step, grp, smp)
     if other is not None:
         cols = tuple(np.concatenate([a, np.asarray(b, dtype=np.int64)]) for a, b in zip(cols, other))
     key = composite_key(*cols)
@@ -247,12 +249,11 @@ def _from_turns(data: TraceData, include_validation: bool, out: dict) -> None:
     tg = group_rows(tkey)
     traj_step = tg.sort(step)[tg.starts]
     n_turns = tg.counts
+    n_tools: np.ndarray | None = None
     if other is not None:
         n_tools = _matched_counts(tg.keys, okey, weights)
-    elif basis == "turns":
+    elif basis == "turns" and t.tool_call_count is not None:
         n_tools = tg.sum(np.asarray(t.tool_call_count, dtype=np.int64)[keep])
-    else:
-        n_tools = None
     sg, entries = _per_trajectory_steps(traj_step, n_turns, n_tools)
     for e in entries:
         e["tool_calls_basis"] = basis
