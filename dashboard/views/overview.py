@@ -146,7 +146,17 @@ def overview_cards(
     gpu = gpu_idle_share(results.get("gpu_timeline"))
     if rollout is not None:
         cards.append(
-            Card("idle", "Idle share", human_share(rollout), "rollout slots idle while the longest sample runs")
+            Card(
+                "idle",
+                "Idle share",
+                human_share(rollout),
+                "rollout slots idle while the longest sample runs"
+                + (
+                    " (measured completion times)"
+                    if (results.get("longtail") or {}).get("basis") == "time"
+                    else " (from response lengths)"
+                ),
+            )
         )
     elif gpu is not None:
         cards.append(Card("idle", "Idle share", human_share(gpu), "GPU idle, mean over ranks (HTA definition)"))
