@@ -126,3 +126,16 @@ def test_steps_without_marks_get_no_mark_columns(tmp_path):
     for batch in read_sources(expand_upload(folder, folder.name), None, ReadResult()):
         marked = int(batch.columns["step"][0]) < 2
         assert ("filter_mark" in batch.columns) == marked
+
+
+def test_marks_without_their_packed_files_are_noted_and_alone_are_no_trace(tmp_path):
+    packed, filt = dapo_run()
+    folder = write_dapo_dir(tmp_path / "run", packed[:3], filt)
+    result = ReadResult()
+    read_tables(expand_upload(folder, folder.name), result)
+    assert any("generation step(s) 3, 4 not used" in note for note in result.skipped)
+    alone = tmp_path / "alone"
+    alone.mkdir()
+    (alone / "dapo_filter_indices.jsonl").write_bytes((folder / "dapo_filter_indices.jsonl").read_bytes())
+    with pytest.raises(InputError, match="no readable trace files"):
+        read_tables(expand_upload(alone, alone.name))

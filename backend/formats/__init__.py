@@ -40,7 +40,7 @@ from collections.abc import Iterator
 import orjson
 
 from backend.formats.base import InputError, Reader, ReadResult, Source, TableBatch
-from backend.formats.dapo import read_dapo_filter
+from backend.formats.dapo import read_dapo_filter, unmatched_note
 from backend.formats.kineto import looks_like_kineto, read_kineto
 from backend.formats.native import (
     REQUIRED_SAMPLE_COLUMNS,
@@ -215,8 +215,11 @@ def read_sources(sources: list[Source], forced_format: str | None, result: ReadR
         if fmt is None:
             result.skipped.append(_skip_note(source))
             continue
-        readable += 1
+        readable += fmt != "dapo-filter"  # marks alone are no trace
         yield from FORMATS[fmt](source, result)
+    note = unmatched_note(result)
+    if note:
+        result.skipped.append(note)
     if readable == 0:
         raise InputError(
             _upload_label(sources),

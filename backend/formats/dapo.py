@@ -160,4 +160,18 @@ def sample_marks(result: ReadResult, step: np.ndarray, group: np.ndarray, name: 
             )
         mark[rows] = sm.marks[g]
         trainer[rows] = sm.trainer_step
+        result.state.setdefault("dapo_marked_steps", set()).add(s)
     return {"filter_mark": mark, "trainer_step": trainer}
+
+
+def unmatched_note(result: ReadResult) -> str | None:
+    """A note for marks of generation steps no packed-lengths file of the upload had."""
+    marks = dapo_marks(result)
+    left = sorted(set(marks) - result.state.get("dapo_marked_steps", set()))
+    if not left:
+        return None
+    shown = ", ".join(map(str, left[:10])) + (", ..." if len(left) > 10 else "")
+    return (
+        f"{marks[left[0]].source}: DAPO marks for generation step(s) {shown} not used "
+        "(no packed_lengths_step_N.jsonl for them in this upload)"
+    )
