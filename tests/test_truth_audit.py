@@ -160,8 +160,9 @@ def kk_loads(items: list[float], k: int) -> list[float]:
 
 
 class Ctx:
-    def __init__(self, name: str, raw, trace: dict, api, results: dict):
+    def __init__(self, name: str, raw, trace: dict, api, results: dict, folder: Path):
         self.name, self.raw, self.trace, self.api, self.results = name, raw, trace, api, results
+        self.folder = folder
         self._summ: dict = {}
 
     def get(self, path: str):
@@ -606,6 +607,33 @@ def lat_ranks(c: Ctx):
         assert dict(zip(e["rank"], e["seconds"])) == pytest.approx(by[e["step"]])
 
 
+def dapo_cards(c: Ctx):
+    """Per trainer step generated / kept / used groups and the used token share, from
+    dapo_filter_indices.jsonl and the packed-length lines (prompt index = line order)."""
+    lines = read_jsonl(c.folder / "dapo_filter_indices.jsonl")
+    packed = {int(p.stem.rsplit("_", 1)[1]): read_jsonl(p) for p in step_files(c.folder, "packed_lengths")}
+    want: dict = {}
+    for line in lines:
+        rows = packed[line["workload_step"]]
+        w = want.setdefault(line["trainer_step"], {"gen": [], "g": 0, "k": 0, "u": 0, "tok": 0, "used": 0})
+        w["gen"].append(line["workload_step"])
+        w["g"] += len(rows)
+        w["k"] += len(line["kept_prompt_indices"])
+        w["u"] += len(line["used_prompt_indices"])
+        w["tok"] += sum(sum(r["output"]) for r in rows)
+        w["used"] += sum(sum(rows[i]["output"]) for i in line["used_prompt_indices"])
+    res = c.result("data_efficiency")
+    assert [e["trainer_step"] for e in res["steps"]] == sorted(want)
+    for e in res["steps"]:
+        w = want[e["trainer_step"]]
+        assert e["generation_steps"] == w["gen"]
+        assert (e["groups_generated"], e["groups_kept"], e["groups_used"]) == (w["g"], w["k"], w["u"])
+        close(e["used_token_share"], w["used"] / w["tok"], f"trainer step {e['trainer_step']} used share")
+    total_used = sum(w["used"] for w in want.values())
+    close(res["summary"]["used_token_share"], total_used / sum(w["tok"] for w in want.values()), "card value")
+    assert res["summary"]["groups_used"] == sum(w["u"] for w in want.values())
+
+
 # --------------------------------------------------------------------------- the table
 
 PACKED_ONLY, MULTI_ONLY, REWARD_ONLY, SAMPLES = "packed", "multi", "reward", "samples"
@@ -641,12 +669,17 @@ PAGES = {
         (
             "card Tokens trained on + overview-data-efficiency",
             DAPO,
-            None,
-            "no shared DAPO marks (synthetic run: tests/test_analysis_data_efficiency.py)",
+            dapo_cards,
+            "",
         ),
     ],
     "Distributions": [
-        ("dist-box response percentiles per step", SAMPLES, lambda c: dist_percentiles(c, "response"), ""),
+        (
+            "dist-box / dist-percentiles response percentiles per step",
+            SAMPLES,
+            lambda c: dist_percentiles(c, "response"),
+            "",
+        ),
         ("dist-box prompt percentiles per step", SAMPLES, lambda c: dist_percentiles(c, "prompt"), ""),
         ("dist-box total percentiles per step", SAMPLES, lambda c: dist_percentiles(c, "total"), ""),
         ("dist-heatmap / dist-cdf response histogram", SAMPLES, lambda c: dist_hist(c, "response"), ""),
@@ -679,7 +712,7 @@ PAGES = {
         ("mt-latency binned means", MULTI_ONLY, mt_latency_bins, ""),
         ("lat-tools tool latency per step", MULTI_ONLY, lat_tools, ""),
         ("lat-reward reward seconds per step", REWARD_ONLY, lat_reward, ""),
-        ("lat-ranks reward per rank", REWARD_ONLY, lat_ranks, ""),
+        ("lat-reward-ranks reward per rank", REWARD_ONLY, lat_ranks, ""),
     ],
 }
 
@@ -726,7 +759,23 @@ def test_every_figure_of_a_polytrace_run(api, audit_worker, shared_fixtures, run
     folder = shared_fixtures / "polytrace" / run
     trace = upload(api, sorted(p for p in folder.iterdir() if p.is_file()))
     trace = api.get(f"/api/v1/traces/{trace['id']}").json()
-    c = Ctx(run, Raw(folder), trace, api, results_of(api, trace["id"]))
+    c = Ctx(run, Raw(folder), trace, api, results_of(api, trace["id"]), folder)
+    before = len(FAILURES)
+    run_table(c)
+    assert FAILURES[before:] == []
+
+
+@SQLITE
+def test_every_figure_of_a_synthetic_dapo_run(api, audit_worker, tmp_path):
+    """The shared fixtures have no DAPO marks: a run written by tests/helpers.py (the real
+    file shape) is audited the same way, data-efficiency card and chart included."""
+    from helpers import dapo_run, write_dapo_dir, zip_folder
+
+    folder = write_dapo_dir(tmp_path / "synthetic_dapo", *dapo_run(gen_steps=6, prompts=12, n=4, train_batch_size=8))
+    r = api.post("/api/v1/traces", files=[("files", ("run.zip", zip_folder(folder), "application/zip"))])
+    assert r.status_code == 201, r.text
+    trace = api.get(f"/api/v1/traces/{r.json()['id']}").json()
+    c = Ctx("synthetic DAPO run", Raw(folder), trace, api, results_of(api, trace["id"]), folder)
     before = len(FAILURES)
     run_table(c)
     assert FAILURES[before:] == []
@@ -837,7 +886,7 @@ def audit_report() -> list[str]:
     return lines
 
 
-def test_zz_audit_counts(shared_fixtures, capsys):
+def test_zz_audit_counts(capsys):
     """Last: the audited and missing counts (also printed in the session summary)."""
     if not AUDIT:
         pytest.skip("no fixture was audited in this run")
