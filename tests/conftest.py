@@ -181,3 +181,12 @@ def wait_for_job(api, job_id: int, timeout: float = 120) -> dict:
             return job
         time.sleep(0.2)
     raise AssertionError(f"job {job_id} did not finish in {timeout}s: {job}")
+
+
+def pytest_terminal_summary(terminalreporter):
+    """The truth audit's counts (tests/test_truth_audit.py), when it ran."""
+    audit = next((m for name, m in sys.modules.items() if name.endswith("test_truth_audit")), None)
+    if audit is not None and getattr(audit, "AUDIT", None):
+        terminalreporter.section("truth audit")
+        for line in audit.audit_report():
+            terminalreporter.write_line(line)

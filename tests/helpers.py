@@ -178,11 +178,75 @@ def synthetic_trace_tables(seed: int = 3) -> dict[str, dict[str, np.ndarray]]:
                 e["dur_us"].append(dur)
                 e["launch_us"].append(clock - float(rng.uniform(1, 20)))
                 clock += dur + float(rng.uniform(0, 30))
+    samples = {k: np.asarray(v) for k, v in s.items()}
+    # DAPO marks per prompt group (0 filtered out, 1 kept, 2 used), two generation steps
+    # per trainer step
+    samples["filter_mark"] = (samples["group_idx"] + samples["step"]) % 3
+    samples["trainer_step"] = samples["step"] // 2 + 1
     return {
-        "samples": {k: np.asarray(v) for k, v in s.items()},
+        "samples": samples,
         "turns": {k: np.asarray(v) for k, v in t.items()},
         "tool_calls": {k: np.asarray(v) for k, v in c.items()},
         "rank_timings": {k: np.asarray(v) for k, v in r.items()},
         "steps": steps,
         "gpu_events": {k: np.asarray(v) for k, v in e.items()},
     }
+
+
+def dapo_run(
+    gen_steps: int = 5, prompts: int = 8, n: int = 4, train_batch_size: int = 6, seed: int = 3
+) -> tuple[list[list[dict]], list[dict]]:
+    """A synthetic verl DAPO run: per generation step the packed-length lines (one prompt
+    group per line, 2 DP ranks) and the ``dapo_filter_indices.jsonl`` lines. Each trainer
+    step fills its batch of `train_batch_size` prompts from as many generation batches as
+    it takes (kept = groups whose fake rewards differ), the last cut at the batch size."""
+    rng = np.random.default_rng(seed)
+    packed, filt = [], []
+    trainer, have = 0, 0
+    gen_index = 0
+    for step in range(gen_steps):
+        rows = []
+        for g in range(prompts):
+            rows.append(
+                {
+                    "step": step,
+                    "rank": g % 2,
+                    "dp_rank": g % 2,
+                    "tp_rank": 0,
+                    "local_index": g // 2,
+                    "input": int(rng.integers(20, 200)),
+                    "output": [int(x) for x in rng.integers(1, 3000, size=n)],
+                    "n_sampling": n,
+                    "validate": False,
+                }
+            )
+        packed.append(rows)
+        kept = sorted(int(i) for i in rng.choice(prompts, size=int(rng.integers(1, prompts)), replace=False))
+        take = min(len(kept), train_batch_size - have)
+        used = kept[:take]
+        filt.append(
+            {
+                "workload_step": step,
+                "trainer_step": trainer,
+                "gen_batch_index": gen_index,
+                "prompt_count": prompts,
+                "n_sampling": n,
+                "train_batch_size": train_batch_size,
+                "num_prompt_in_batch_before": have,
+                "kept_prompt_count": len(kept),
+                "used_prompt_count": len(used),
+                "kept_prompt_indices": kept,
+                "used_prompt_indices": used,
+            }
+        )
+        have += take
+        gen_index += 1
+        if have >= train_batch_size:
+            trainer, have, gen_index = trainer + 1, 0, 0
+    return packed, filt
+
+
+def write_dapo_dir(folder: Path, packed: list[list[dict]], filt: list[dict]) -> Path:
+    write_packed_dir(folder, packed)
+    (folder / "dapo_filter_indices.jsonl").write_bytes(jsonl(filt))
+    return folder

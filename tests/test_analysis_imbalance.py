@@ -223,3 +223,43 @@ def test_batched_balancing_equals_scalar_path_on_fixtures(shared_fixtures, name)
         expected = scalar_result(data, **kw)
         assert len(expected["steps"]) >= 3
         assert analyze_imbalance(data, **kw) == expected
+
+
+def test_best_split_never_reports_a_loss_as_a_saving():
+    # recorded: 2 groups per rank already perfectly balanced; the heuristics cannot beat it
+    rows = [
+        (0, 0, 0, 0, 5, 0, False),
+        (0, 1, 0, 0, 4, 0, False),
+        (0, 2, 0, 0, 3, 1, False),
+        (0, 3, 0, 0, 3, 1, False),
+        (0, 4, 0, 0, 3, 1, False),
+    ]
+    fig = analyze_imbalance(make(rows))["steps"][0]["tokens"]
+    best = min(fig["recorded_max"], fig["kk_max"], fig["lpt_max"])
+    assert fig["best_max"] == best and fig["saving"] == pytest.approx(max(0.0, 1 - best / fig["recorded_max"]))
+    assert fig["saving"] >= 0
+    if fig["kk_max"] > fig["recorded_max"]:
+        assert fig["best_split"] in ("recorded", "lpt") and fig["kk_saving"] < 0
+
+
+def test_best_split_on_verl_video_step_10_when_kk_loses(shared_fixtures):
+    """At step 10 of the verl-video trace the recorded DP split beats Karmarkar-Karp's
+    (equal-size KK loses 0.11%); the best available split (LPT there) is reported, and
+    its saving is never negative."""
+    path = shared_fixtures / "polytrace/verl_video_qwen2_5_vl_7b/packed_lengths_step_10.jsonl"
+    rows = [
+        (r["step"], g, i, r["input"], out, r["dp_rank"], r["validate"])
+        for g, r in enumerate(json.loads(line) for line in path.read_text().splitlines() if line.strip())
+        for i, out in enumerate(r["output"])
+    ]
+    res = analyze_imbalance(make(rows))
+    tok = res["steps"][0]["tokens"]
+    assert tok["kk_saving"] < 0  # the finding: KK's split is worse than the recorded one
+    loads = defaultdict(int)
+    for r in rows:
+        loads[r[5]] += r[3] + r[4]
+    assert tok["recorded_max"] == max(loads.values())
+    assert tok["best_max"] == min(tok["recorded_max"], tok["kk_max"], tok["lpt_max"])
+    assert tok["saving"] == pytest.approx(max(0.0, 1 - tok["best_max"] / tok["recorded_max"]))
+    assert tok["saving"] >= 0 and res["summary"]["tokens"]["time_saved"] >= 0
+    assert tok["best_split"] != "kk"

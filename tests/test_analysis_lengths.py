@@ -227,3 +227,22 @@ def test_hist_percentiles_within_bins():
     p50 = hist_percentiles(hist, (50,))[0]
     assert LOG_BIN_EDGES[i] <= p50 <= LOG_BIN_EDGES[i + 1]
     assert hist_percentiles([0] * len(hist), (50,)) == [None]
+
+
+def test_cap_and_engine_flag_are_both_reported_and_the_basis_named():
+    """Multi-turn: the engine stopped few trajectories for length, but more sit exactly
+    at the cap (the trajectory ends between turns); both figures, and which is headline."""
+    data = make(max_response_len=1000)
+    data.samples.truncated = np.array([r[4] == 7 or (r[0], r[1], r[2]) == (1, 0, 0) for r in ROWS])
+    res = analyze_lengths(data)
+    assert res["truncation_basis"] == "cap"
+    step1 = [r for r in ROWS if r[0] == 1]
+    e = res["steps"][1]["response"]
+    assert e["truncation_rate"] == e["truncation_rate_cap"] == pytest.approx(sum(r[4] >= 1000 for r in step1) / 5)
+    assert e["truncation_rate_flag"] == pytest.approx(1 / 5)
+    train = [r for r in ROWS if not r[6]]
+    s = res["summary"]["response"]
+    assert s["truncation_rate_cap"] == pytest.approx(sum(r[4] >= 1000 for r in train) / len(train))
+    assert s["truncation_rate_flag"] == pytest.approx(1 / len(train))
+    data.samples.truncated = None
+    assert analyze_lengths(data)["steps"][1]["response"]["truncation_rate_flag"] is None

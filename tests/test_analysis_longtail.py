@@ -150,3 +150,47 @@ def test_random_traces_against_simulation():
             lengths = [x for xs in trace[entry["step"]].values() for x in xs]
             assert entry["tail_time_share"] == pytest.approx(tail_share(lengths, 0.25))
             assert math.isclose(entry["tail_sample_share"], sum(x > 0.75 * T for x in lengths) / len(lengths))
+
+
+def test_measured_completion_times_are_the_basis_when_every_sample_has_them():
+    """Multi-turn traces carry measured engine latencies (samples.latency_s) and tool
+    latencies; the tail is then computed from completion time, not tokens."""
+    n = 20
+    response = np.arange(1, n + 1) * 10  # token order: sample 19 is the longest
+    engine_s = np.linspace(100.0, 10.0, n)  # ... but sample 0 takes the longest time
+    samples = {
+        "step": np.zeros(n, int),
+        "group_idx": np.arange(n),
+        "sample_idx": np.zeros(n, int),
+        "prompt_len": np.ones(n, int),
+        "response_len": response,
+        "latency_s": engine_s,
+    }
+    tool_calls = {"step": [0, 0], "group_idx": [5, 5], "sample_idx": [0, 0], "latency_s": [30.0, 40.0]}
+    res = analyze_longtail(TraceData.from_tables({"samples": samples, "tool_calls": tool_calls}))
+    assert res["basis"] == "time" and res["steps"][0]["basis"] == "time"
+    times = engine_s.copy()
+    times[5] += 70.0
+    ts = np.sort(times)
+    k = math.ceil(0.9 * n)
+    e = res["steps"][0]
+    assert e["rollout_len"] == pytest.approx(ts[-1])
+    assert e["tail_time_share"] == pytest.approx((ts[-1] - ts[k - 1]) / ts[-1])
+    assert e["idle_fraction"] == pytest.approx(1 - times.sum() / (n * ts[-1]))
+    assert e["tail_seconds"] == pytest.approx(ts[-1] - ts[k - 1])
+    # without a latency for every sample: tokens, as before
+    samples["latency_s"] = np.where(np.arange(n) == 3, np.nan, engine_s)
+    assert analyze_longtail(TraceData.from_tables({"samples": samples}))["basis"] == "tokens"
+
+
+def test_ties_at_the_cap_are_flagged_not_reported_as_a_short_tail():
+    """DeepCoder: more than 10% of the samples stop at the 16k cap, so the last 10% of
+    samples all end at the same moment and their 'share of rollout time' is 0."""
+    lengths = [100 * i for i in range(1, 18)] + [16384] * 3  # 3 of 20 (15%) at the cap
+    res = analyze_longtail(make({0: {0: lengths}}))
+    e = res["steps"][0]
+    assert e["tail_time_share"] == 0.0
+    assert e["at_max_share"] == pytest.approx(0.15) and e["tail_tied"] is True
+    assert res["summary"]["tail_tied_steps"] == 1
+    e = analyze_longtail(make({0: {0: lengths[:-2]}}))["steps"][0]  # one at the max: a real tail
+    assert e["tail_tied"] is False and e["tail_time_share"] > 0

@@ -175,3 +175,38 @@ def test_json_and_reduce():
     assert merged["summary"]["by_turn"] == whole["summary"]["by_turn"]
     for k in ("a", "b", "c", "r2"):
         assert merged["summary"]["latency_fit"][k] == pytest.approx(whole["summary"]["latency_fit"][k])
+
+
+def test_tool_calls_per_trajectory_come_from_the_trajectory_not_summed_turn_counts():
+    """Search-R1 records per-turn tool_call_count that does not count the turn's calls
+    (a 2-turn trajectory with 12 calls has [1, 42]); the trajectory-level count is used."""
+    traj = {(0, 0, 0): [(300, 0, 40, 1), (1400, 340, 130, 42)], (0, 0, 1): [(300, 0, 40, 1)]}
+    calls = {(0, 0, 0): 12, (0, 0, 1): 1}
+    turns = turn_table(traj)
+    rows = [k for k, c in calls.items() for _ in range(c)]
+    tool_calls = {
+        "step": [r[0] for r in rows],
+        "group_idx": [r[1] for r in rows],
+        "sample_idx": [r[2] for r in rows],
+        "latency_s": [0.1] * len(rows),
+    }
+    samples = {
+        "step": [0, 0],
+        "group_idx": [0, 0],
+        "sample_idx": [0, 1],
+        "prompt_len": [300, 300],
+        "response_len": [1, 1],
+        "num_turns": [2, 1],
+        "num_tool_calls": [12, 1],
+    }
+    for tables, basis in (
+        ({"turns": turns, "tool_calls": tool_calls}, "tool_calls"),
+        ({"turns": turns, "samples": samples}, "samples"),
+        ({"turns": turns, "tool_calls": tool_calls, "samples": samples}, "tool_calls"),
+    ):
+        res = analyze_multiturn(TraceData.from_tables(tables))
+        step0 = res["steps"][0]
+        assert step0["tool_calls_max"] == 12, basis
+        assert step0["tool_calls_mean"] == pytest.approx(6.5)
+        assert step0["tool_calls_hist"][12] == 1 and step0["tool_calls_hist"][1] == 1
+        assert step0["tool_calls_basis"] == basis and res["summary"]["tool_calls_basis"] == basis

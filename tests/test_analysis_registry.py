@@ -4,6 +4,7 @@ when its required columns exist."""
 
 from __future__ import annotations
 
+import itertools
 import json
 from dataclasses import MISSING, fields
 
@@ -114,21 +115,26 @@ def test_not_applicable_when_a_required_column_is_missing(kind, i, table, column
 # --------------------------------------------------------------------------- spec.tables is what run reads
 
 # parameters under which a column only some settings read is read
-PARAM_VARIANTS = {"longtail": [{"engine_key": "rank"}]}
+PARAM_VARIANTS = {
+    "longtail": [{"engine_key": "rank"}],
+    "lengths": [{"groups": "used"}],
+    "imbalance": [{"groups": "used"}],
+}
 
 
 def contexts(kind: str):
     """(tables, params, max_response_len) settings to run `kind` under: the defaults, no
-    known response cap, the parameter variants, and each of its tables left out (for
-    columns read only as a fallback when another table is absent)."""
+    known response cap, the parameter variants, and each of its tables (or pairs of them)
+    left out (for columns read only as a fallback when other tables are absent)."""
     spec = ANALYSES[kind]
     yield FULL, {}, MAX_RESPONSE_LEN
     yield FULL, {}, None
     for params in PARAM_VARIANTS.get(kind, []):
         yield FULL, params, MAX_RESPONSE_LEN
-    if len(spec.tables) > 1:
-        for table in spec.tables:
-            yield {t: cols for t, cols in FULL.items() if t != table}, {}, MAX_RESPONSE_LEN
+    for size in (1, 2):
+        if len(spec.tables) > size:
+            for dropped in itertools.combinations(spec.tables, size):
+                yield {t: cols for t, cols in FULL.items() if t not in dropped}, {}, MAX_RESPONSE_LEN
 
 
 @pytest.mark.parametrize("kind", list(ANALYSES))

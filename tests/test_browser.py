@@ -354,6 +354,49 @@ def test_sign_in_upload_and_every_trace_page(browser, server, per_step, tmp_path
     b.assert_console_clean()
 
 
+def _shown_number(text: str | None) -> float | None:
+    """The number a card shows ('1,234', '3.20 M', '1.23x', '45.6%'), as a plain float."""
+    value = (text or "").split("\n")[1] if text and "\n" in text else ""
+    scale = {"%": 0.01, "x": 1.0, " M": 1e6, " B": 1e9}
+    for suffix, factor in scale.items():
+        if value.endswith(suffix):
+            return float(value[: -len(suffix)].replace(",", "")) * factor
+    return float(value.replace(",", "")) if value and value != "—" else None
+
+
+def test_overview_cards_show_the_api_numbers(browser, server, per_step, tmp_path):
+    """Each overview card shows the number the API returns (to the card's precision)."""
+    b = browser
+    trace = server.upload(sorted(write_packed_dir(tmp_path / "cards", per_step).iterdir()), "cards")
+    tid = trace["id"]
+
+    def done(kind):
+        jobs = [j for j in server.api.get(f"/traces/{tid}/analyses").json()["items"] if j["kind"] == kind]
+        return jobs and jobs[0]["status"] == "succeeded" and server.api.get(f"/traces/{tid}/analyses/{kind}").json()
+
+    imb = b.wait(lambda: done("imbalance"), "the imbalance analysis")["result"]["summary"]["tokens"]
+    idle = b.wait(lambda: done("longtail"), "the long-tail analysis")["result"]["summary"]["idle_fraction"]["mean"]
+    t = server.api.get(f"/traces/{tid}").json()
+    steps = server.api.get(f"/traces/{tid}/steps").json()["items"]
+    tails = sorted(x["tail_ratio"] for x in server.api.get(f"/traces/{tid}/summaries").json()["steps"])
+    mid = len(tails) // 2
+    expected = {
+        "card-steps": (t["n_steps"], 0),
+        "card-samples": (t["n_samples"], 0.005),
+        "card-tokens": (sum(x["prompt_tokens"] + x["response_tokens"] for x in steps), 0.005),
+        "card-tail": (tails[mid] if len(tails) % 2 else (tails[mid - 1] + tails[mid]) / 2, 0.006),
+        "card-imbalance": (imb["max_over_mean"]["mean"], 0.006),
+        "card-idle": (idle, 0.0006),
+    }
+    b.sign_in(server.key)
+    b.wait(lambda: b.css("#traces-table tr[data-trace-id]"), "the traces page")
+    b.open(f"/traces/{tid}")
+    for card_id, (want, tol) in expected.items():
+        got = b.wait(lambda card_id=card_id: _shown_number(b.text(card_id)), f"the number on {card_id}")
+        assert got == pytest.approx(want, rel=tol, abs=tol), (card_id, b.text(card_id))
+    b.assert_console_clean()
+
+
 def test_upload_error_is_shown_next_to_its_file(browser, server, per_step, tmp_path):
     b = browser
     b.sign_in(server.key)
@@ -485,6 +528,11 @@ def test_multiturn_page_on_search_r1(browser, server, shared_fixtures):
     prompt = sum(t["prompt_tokens"] for r in train for t in r["turns"])
     cached = sum(t["cached_tokens"] for r in train for t in r["turns"])
     assert cache["cache hit rate"]["y"] == pytest.approx([100 * cached / prompt])
+    b.assert_console_clean()
+    # imbalance does not apply (no dp_rank): an explanation, not a red error
+    b.open(f"/traces/{trace['id']}/imbalance")
+    b.wait(lambda: "no DP rank" in (b.text("_pages_content") or ""), "the no-dp_rank note")
+    assert not b.css(".alert-error")
     b.assert_console_clean()
 
 

@@ -339,7 +339,8 @@ def test_app_routes_sign_in_and_renders_a_trace(app):
     # a figure callback: stage-time bars of trace 7 from the stub's steps
     r = _callback(
         client,
-        "..overview-cards.children...overview-stage-time.figure...overview-lengths.figure...overview-gpu.figure..",
+        "..overview-cards.children...overview-stage-time.figure...overview-lengths.figure...overview-gpu.figure"
+        "...overview-data-efficiency.figure..",
         [{"id": "page-trace-id", "property": "data", "value": 7}, []],
         changed=["page-trace-id.data"],
     )

@@ -13,8 +13,10 @@ import zipfile
 
 import pytest
 import yaml
+from alembic.script import ScriptDirectory
 from typer.main import get_command
 
+from backend.store.migrate import alembic_config
 from rlvr_explorer.cli import app
 from tests.conftest import ROOT
 
@@ -122,7 +124,8 @@ def test_regular_install_ships_and_finds_the_migrations(tmp_path):
         text=True,
     )
     assert out.returncode == 0, out.stderr
-    assert out.stdout.split()[-1] == "0002"
+    source_head = ScriptDirectory.from_config(alembic_config()).get_current_head()
+    assert out.stdout.split()[-1] == source_head
     tables = sqlite3.connect(tmp_path / "db.sqlite3").execute("select name from sqlite_master").fetchall()
     assert ("job_parts",) in tables
 

@@ -130,6 +130,22 @@ def test_every_registered_format_detects_and_reads_its_own_files(tmp_path, fmt):
     assert set(read) <= set(TABLE_CLASSES)
 
 
+def test_registry_names():
+    assert set(FORMATS) == {
+        "dapo-filter",
+        "polytrace-packed",
+        "polytrace-reward",
+        "polytrace-multiturn",
+        "polytrace-compact",
+        "verl-jsonl",
+        "verl-console",
+        "native-csv",
+        "native-jsonl",
+        "native-parquet",
+        "kineto",
+    }
+
+
 @pytest.mark.parametrize(
     "name, fmt",
     [
@@ -159,7 +175,7 @@ def test_detect_by_name(tmp_path, name, fmt):
         ("run.json", b'\n  {\n  "12": [{"input": [1], "output": [2]}]}', "polytrace-compact"),
         ("trace.json", b'{"schemaVersion": 1, "traceEvents": []}', "kineto"),
         ("filter.jsonl", line({"workload_step": 0, "kept_prompt_indices": [1]}), None),
-        ("dapo_filter_indices.jsonl", line(PACKED), None),
+        ("dapo_filter_indices.jsonl", line(PACKED), "dapo-filter"),
         ("notes.txt", b"hello\n", None),
         ("rollout.jsonl", b"", None),
     ],

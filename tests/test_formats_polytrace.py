@@ -172,14 +172,14 @@ def test_step_from_file_name_when_rows_lack_it(tmp_path):
 
 def test_unknown_files_in_a_run_folder_are_skipped_with_a_note(tmp_path):
     (tmp_path / "packed_lengths_step_0.jsonl").write_bytes(jsonl([packed(0, 0, 0, 10, [1, 2])]))
-    (tmp_path / "dapo_filter_indices.jsonl").write_bytes(jsonl([{"workload_step": 0, "kept_prompt_indices": [0]}]))
+    (tmp_path / "enhanced_task_distribution_parameters.json").write_text('{"math": {}}')
     (tmp_path / "notes.md").write_text("# my run\n")
     (tmp_path / ".DS_Store").write_bytes(b"\0\0\0\1Bud1")
     result = ReadResult()
     samples = read_folder(tmp_path, result)["samples"]
     assert len(samples["step"]) == 2
     assert len(result.skipped) == 2
-    assert any("dapo_filter_indices.jsonl" in note for note in result.skipped)
+    assert any("enhanced_task_distribution_parameters.json" in note for note in result.skipped)
     assert any("notes.md" in note and "unknown" in note for note in result.skipped)
     assert not any(".DS_Store" in note for note in result.skipped)
 

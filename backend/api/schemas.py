@@ -124,7 +124,12 @@ class StepStats(BaseModel):
     max: float | None = None
     tail_ratio: float | None = None
     skewness: float | None = None
-    truncation_rate: float | None = None
+    truncation_rate: float | None = Field(
+        None, description="share of samples whose response reached the cap (max_response_len)"
+    )
+    truncation_rate_flag: float | None = Field(
+        None, description="share flagged truncated by the trace (multi-turn: engine stop reason 'length')"
+    )
     hist: list[int] = []
 
 

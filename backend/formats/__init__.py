@@ -13,7 +13,8 @@ from collections import Counter
 from collections.abc import Iterator
 
 from backend.formats.base import InputError, ReadResult, Source, TableBatch
-from backend.formats.detect import detect_format, natural_key, skip_note
+from backend.formats.dapo import unmatched_note
+from backend.formats.detect import base_name, detect_format, natural_key, skip_note
 from backend.formats.registry import FORMATS
 
 __all__ = ["FORMATS", "detect_format", "natural_key", "read_sources", "upload_format"]
@@ -37,13 +38,21 @@ def read_sources(sources: list[Source], forced_format: str | None, result: ReadR
     if not sources:
         raise InputError("upload", "no readable trace files: the upload holds no files")
     readable = 0
-    for source in sorted(sources, key=lambda s: natural_key(s.name)):
+
+    # DAPO marks first: the packed-length reader attaches them to the samples it reads
+    def order(s: Source) -> tuple:
+        return (not base_name(s.name).startswith("dapo_filter_indices"), natural_key(s.name))
+
+    for source in sorted(sources, key=order):
         fmt = forced_format or detect_format(source)
         if fmt is None:
             result.skipped.append(skip_note(source))
             continue
-        readable += 1
+        readable += fmt != "dapo-filter"  # marks alone are no trace
         yield from FORMATS[fmt](source, result)
+    note = unmatched_note(result)
+    if note:
+        result.skipped.append(note)
     if readable == 0:
         raise InputError(
             _upload_label(sources),

@@ -16,6 +16,8 @@ native-csv                  ``.csv`` (``.tsv`` is not supported)
 native-jsonl                a first line with step, group_idx, sample_idx, prompt_len,
                             response_len
 native-parquet              ``.parquet`` / ``.pq``
+dapo-filter                 ``dapo_filter_indices*.jsonl`` (marks for the packed-length samples;
+                            read before the other files of the upload)
 kineto                      ``backend.formats.kineto.looks_like_kineto`` (``.json`` object with
                             traceEvents / schemaVersion / deviceProperties / distributedInfo)
 ==========================  ==================================================================
@@ -41,7 +43,7 @@ FIRST_LINE_MAX = 16 << 20
 LOG_SCAN_BYTES = 64 << 20
 
 
-def _base_name(name: str) -> str:
+def base_name(name: str) -> str:
     base = name.rsplit("/", 1)[-1].lower()
     return base[:-3] if base.endswith(".gz") else base
 
@@ -98,7 +100,7 @@ def _has_console_lines(source: Source, head: bytes, name: str) -> bool:
 
 def detect_format(source: Source) -> str | None:
     """The format name of `source`, or None when no reader recognises it."""
-    base = _base_name(source.name)
+    base = base_name(source.name)
     for pattern, fmt in NAME_PATTERNS:
         if pattern.match(base):
             return fmt
@@ -123,7 +125,7 @@ def detect_format(source: Source) -> str | None:
 
 
 def skip_note(source: Source) -> str:
-    base = _base_name(source.name)
+    base = base_name(source.name)
     for pattern, why in KNOWN_UNUSED:
         if pattern.match(base):
             return f"skipped {source.name}: {why}"

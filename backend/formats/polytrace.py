@@ -3,7 +3,9 @@
 ``packed_lengths_step_N.jsonl`` (one prompt group per line) -> ``samples``, one row per
 element of ``output``:
     step, group_idx (see below), sample_idx (index in ``output``), prompt_len (``input``),
-    response_len (``output[i]``), rank, dp_rank, tp_rank, validate (when present).
+    response_len (``output[i]``), rank, dp_rank, tp_rank, validate (when present), and
+    filter_mark / trainer_step when the upload's ``dapo_filter_indices.jsonl`` marks the
+    step (backend/formats/dapo.py).
     ``group_idx`` is a per-step ordinal: the first group seen for a step gets 0, the next
     1, ... in upload order (files sorted by name, lines in order), across all files of
     the step. Groups are identified by (rank, local_index); the same pair twice in one
@@ -43,6 +45,7 @@ import numpy as np
 import orjson
 
 from backend.formats.base import InputError, ReadResult, Source, TableBatch
+from backend.formats.dapo import sample_marks
 from backend.formats.jsonl import (
     INT32_MAX,
     REQUIRED,
@@ -212,6 +215,8 @@ def read_packed_lengths(source: Source, result: ReadResult) -> Iterator[TableBat
             cols[key] = np.repeat(arr, counts)
         if has_field(chunk, "validate"):
             cols["validate"] = np.repeat(bool_column(chunk, "validate", name, default=False), counts)
+        for key, arr in sample_marks(result, step, group, name, line_of).items():
+            cols[key] = np.repeat(arr, counts)
         yield TableBatch("samples", cols)
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 
 from backend.formats.base import Reader
+from backend.formats.dapo import read_dapo_filter
 from backend.formats.kineto import read_kineto
 from backend.formats.native import read_native_csv, read_native_jsonl, read_native_parquet
 from backend.formats.polytrace import read_compact, read_multiturn_workload, read_packed_lengths, read_reward_timings
@@ -22,6 +23,7 @@ FORMATS: dict[str, Reader] = {
     "native-jsonl": read_native_jsonl,
     "native-parquet": read_native_parquet,
     "kineto": read_kineto,
+    "dapo-filter": read_dapo_filter,
 }
 
 NAME_PATTERNS = (
@@ -30,10 +32,10 @@ NAME_PATTERNS = (
     (re.compile(r"^multiturn_workload_step_?\d+.*\.jsonl?$"), "polytrace-multiturn"),
     (re.compile(r".*\.(parquet|pq)$"), "native-parquet"),
     (re.compile(r".*\.csv$"), "native-csv"),
+    (re.compile(r"^dapo_filter_indices.*\.jsonl?$"), "dapo-filter"),
 )
 # Files known to sit in run folders that no reader uses (yet): a friendlier note.
 KNOWN_UNUSED = (
-    (re.compile(r"^dapo_filter_indices.*\.jsonl?$"), "DAPO filter indices (not used)"),
     (re.compile(r"^enhanced_task_distribution_parameters.*\.json$"), "fitted distribution parameters, not a trace"),
     (re.compile(r"^readme(\.\w+)?$"), "documentation"),
 )

@@ -250,6 +250,11 @@ def _finish(
     if result.skipped:
         meta["skipped"] = result.skipped
     values = {COUNT_COLUMN[t]: n for t, n in loader.counts.items()}
+    if not n_steps:
+        # GPU-only traces have no step rows: their steps are the ProfilerStep windows
+        # (the same count the trace's overview shows)
+        windows = (meta.get("kineto") or {}).get("steps") or {}
+        n_steps = len({int(w[0]) for ws in windows.values() for w in ws})
     trace = conn.execute(select(Trace.meta, Trace.framework, Trace.source_format).where(Trace.id == trace_id)).one()
     conn.execute(
         update(Trace)

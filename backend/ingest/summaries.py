@@ -5,7 +5,9 @@ running maximum response length (for the cap inference). Afterwards the pipeline
 the just-loaded samples back in step ranges of bounded size and `summarize_steps` (pure
 numpy) computes, per step: counts, token sums and, for prompt/response/total lengths
 (all samples and per task), the statistics of `distribution_stats` plus a histogram on
-the shared `LOG_BIN_EDGES`. Memory stays bounded whatever the size of the upload.
+the shared `LOG_BIN_EDGES`. A response's ``truncation_rate`` is the share at the cap
+(None without one); ``truncation_rate_flag`` the share of samples flagged `truncated`
+(for multi-turn traces the engine stop reason), when the trace has the flag. Memory stays bounded whatever the size of the upload.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from core.analysis.stats import (
     grouped_log_histogram,
 )
 
-SUMMARY_COLUMNS = ["step", "group_idx", "prompt_len", "response_len", "task_id", "validate"]
+SUMMARY_COLUMNS = ["step", "group_idx", "prompt_len", "response_len", "task_id", "validate", "truncated"]
 
 
 @dataclass
@@ -89,6 +91,13 @@ def summarize_steps(cols: dict[str, np.ndarray], cap: int | None, task_names: li
     values = {"prompt": prompt, "response": response, "total": np.add(prompt, response, dtype=np.int64)}
     caps = {"prompt": None, "response": cap, "total": None}
     per_step = {name: _length_summaries(v, by_step.starts, by_step.counts, caps[name]) for name, v in values.items()}
+    # two truncation definitions for responses: at the cap (truncation_rate) and, when the
+    # trace flags it per sample (multi-turn: the engine's finish_reason == "length"), the flag
+    if "truncated" in cols:
+        flag = by_step.sort(np.asarray(cols["truncated"])) == 1
+        flag_rate = (np.add.reduceat(flag.astype(np.int64), by_step.starts) / by_step.counts).tolist()
+        for st, rate in zip(per_step["response"], flag_rate):
+            st["truncation_rate_flag"] = rate
 
     # per task: the rows of each (step, task) pair with a task, grouped the same way
     per_task: dict[str, list[list[tuple[int, dict]]]] = {name: [[] for _ in by_step.keys] for name in values}

@@ -121,6 +121,10 @@ class Sample(Base):
     num_turns: Mapped[int | None] = mapped_column(Integer)
     num_tool_calls: Mapped[int | None] = mapped_column(Integer)
     latency_s: Mapped[float | None] = mapped_column(Float)
+    # DAPO dynamic sampling (backend/formats/dapo.py): 0 filtered out, 1 kept, 2 used for
+    # training; trainer_step: the training step the generation step fed. NULL: no marks.
+    filter_mark: Mapped[int | None] = mapped_column(SmallInteger)
+    trainer_step: Mapped[int | None] = mapped_column(Integer)
 
 
 class Turn(Base):

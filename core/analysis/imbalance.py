@@ -31,10 +31,17 @@ Result fields:
     likewise: the share of the slowest rank's time (training time, which every rank
     waits for) that balancing would save; negative when the heuristic did worse than the
     recorded assignment, which can happen (see balancing.py), and is reported as is.
+    ``best_split`` ("recorded", "kk" or "lpt": the split with the smallest max, ties to
+    the earlier), ``best_max`` and ``saving`` = max(0, 1 - best_max / recorded_max): what
+    the best available split saves, never negative (a heuristic that loses to the
+    recorded split is not a saving; the recorded split is then the best).
 ``summary``: per load: ``max_over_min`` and ``max_over_mean`` {mean, max} over steps,
     the same for kk and lpt, ``kk_saving`` / ``lpt_saving`` {mean, min, max}, and
     ``kk_time_saved`` / ``lpt_time_saved`` = 1 - sum of balanced maxima / sum of
-    recorded maxima (the whole-run saving if step time follows the slowest rank).
+    recorded maxima (the whole-run saving if step time follows the slowest rank);
+    ``saving`` {mean, min, max} over steps and ``time_saved`` = 1 - sum of best maxima /
+    sum of recorded maxima (>= 0), ``best_split_steps`` {recorded, kk, lpt}: steps where
+    each split was best.
 
 Bound stated in balancing.py and tested: the balanced max never exceeds
 mean + largest item, so balancing never loses whenever recorded_max >= mean + largest_item.
@@ -47,6 +54,7 @@ import itertools
 import numpy as np
 
 from core.analysis.balancing import karmarkar_karp, karmarkar_karp_loads, lpt, lpt_loads, partition_loads
+from core.analysis.data_efficiency import select_groups
 from core.analysis.grouping import composite_key, group_rows, sorted_run_starts, training_mask
 from core.analysis.stats import ratio
 from core.analysis.tables import TraceData
@@ -63,9 +71,15 @@ def analyze_imbalance(
     keep_groups: bool = True,
     include_validation: bool = False,
     cost_linear: int = COST_LINEAR,
+    groups: str = "all",
 ) -> dict:
-    """Recorded vs KK/LPT-balanced DP loads per step (see module docstring)."""
-    return finish_imbalance(per_step_imbalance(data, dp_size, keep_groups, include_validation, cost_linear))
+    """Recorded vs KK/LPT-balanced DP loads per step (see module docstring).
+    `groups` = "used": only the prompt groups DAPO used for training (needs its marks)."""
+    data = select_groups(data, groups)
+    res = finish_imbalance(per_step_imbalance(data, dp_size, keep_groups, include_validation, cost_linear))
+    if groups != "all":
+        res["groups"] = groups
+    return res
 
 
 def per_step_imbalance(
@@ -239,6 +253,13 @@ def figures(recorded: list[int], largest_item, balanced: dict[str, list]) -> dic
                 f"{name}_saving": None if rmax == 0 else 1.0 - bmax / rmax,
             }
         )
+    # the best split available: the recorded one when neither heuristic beats it
+    best = min(("recorded", rmax), ("kk", fig["kk_max"]), ("lpt", fig["lpt_max"]), key=lambda kv: kv[1])
+    fig.update(
+        best_split=best[0],
+        best_max=best[1],
+        saving=None if rmax == 0 else max(0.0, 1.0 - best[1] / rmax),
+    )
     return fig
 
 
@@ -278,6 +299,15 @@ def finish_imbalance(partial: dict) -> dict:
                 if figs and sum(f["recorded_max"] for f in figs) > 0
                 else None
             )
+        vals = [f["saving"] for f in figs if f.get("saving") is not None]
+        part["saving"] = {"mean": sum(vals) / len(vals), "min": min(vals), "max": max(vals)} if vals else None
+        recorded_total = sum(f["recorded_max"] for f in figs)
+        part["time_saved"] = (
+            1.0 - sum(f["best_max"] for f in figs) / recorded_total if figs and recorded_total > 0 else None
+        )
+        part["best_split_steps"] = {
+            split: sum(1 for f in figs if f.get("best_split") == split) for split in ("recorded", "kk", "lpt")
+        }
         summary[name] = part
     res["summary"] = summary
     return json_safe(res)
@@ -295,4 +325,7 @@ def reduce_imbalance(partials: list[dict]) -> dict:
         "cost_linear": partials[0]["cost_linear"],
         "steps": sorted((e for p in partials for e in p["steps"]), key=lambda e: e["step"]),
     }
-    return finish_imbalance(merged)
+    res = finish_imbalance(merged)
+    if "groups" in partials[0]:
+        res["groups"] = partials[0]["groups"]
+    return res

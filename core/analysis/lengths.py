@@ -10,6 +10,14 @@ kept apart. Result fields (all plain JSON):
     column is used instead of a cap), "inferred" (no cap known: the largest response
     length in the trace is taken as the cap when at least `infer_cap_min_hits` samples
     reach it exactly -- a clip repeats its value, a natural tail rarely does), or None.
+``truncation_basis``
+    Which definition ``truncation_rate`` uses: "cap" (share of samples whose response
+    length reached the cap, ``max_response_len``) whenever a cap is known, else "flag"
+    (the per-sample ``truncated`` column: for multi-turn traces the engine's stop reason,
+    finish_reason == "length"), else None. Both are reported per step and pooled as
+    ``truncation_rate_cap`` and ``truncation_rate_flag`` (None when unavailable): in
+    Search-R1 traces 66 trajectories sit exactly at the 3,000-token cap while the
+    engine stopped 6 for length -- the cap ends the trajectory between turns.
 ``bin_edges``
     `stats.LOG_BIN_EDGES`, shared by every histogram below (bin i is [e_i, e_{i+1})).
 ``steps`` / ``validation_steps``
@@ -44,6 +52,7 @@ import math
 
 import numpy as np
 
+from core.analysis.data_efficiency import select_groups
 from core.analysis.grouping import Groups, composite_key, group_rows, sort_within_groups
 from core.analysis.stats import (
     LOG_BIN_EDGES,
@@ -66,9 +75,14 @@ def analyze_lengths(
     max_response_len: int | None = None,
     by_task: bool = True,
     infer_cap_min_hits: int = 2,
+    groups: str = "all",
 ) -> dict:
-    """Per-step length statistics, per task, pooled summary and drift (see module doc)."""
-    return finish_lengths(per_step_lengths(data, max_response_len, by_task), infer_cap_min_hits)
+    """Per-step length statistics, per task, pooled summary and drift (see module doc).
+    `groups` = "used": only the prompt groups DAPO used for training (needs its marks)."""
+    res = finish_lengths(per_step_lengths(select_groups(data, groups), max_response_len, by_task), infer_cap_min_hits)
+    if groups != "all":
+        res["groups"] = groups
+    return res
 
 
 def per_step_lengths(data: TraceData, max_response_len: int | None = None, by_task: bool = True) -> dict:
@@ -152,7 +166,9 @@ def _group_stats(g: Groups, prompt, response, truncated, cap, with_total: bool) 
         rates = (np.add.reduceat(g.sort(truncated).astype(np.int64), starts) / counts).tolist()
     for i, st in enumerate(stats["response"]):
         st["n_at_max"] = int(n_at_max[i])
-        if rates is not None:
+        st["truncation_rate_cap"] = st.get("truncation_rate") if cap else None
+        st["truncation_rate_flag"] = rates[i] if rates is not None else None
+        if rates is not None and not cap:
             st["truncation_rate"] = rates[i]
     return {"stats": stats, "hists": hists}
 
@@ -201,6 +217,9 @@ def finish_lengths(partial: dict, infer_cap_min_hits: int = 2) -> dict:
     res = dict(partial)
     if res["max_response_len_source"] not in KNOWN_CAP_SOURCES:
         _infer_truncation(res, infer_cap_min_hits)
+    res["truncation_basis"] = (
+        "cap" if res["max_response_len"] else ("flag" if res["max_response_len_source"] == "flag" else None)
+    )
     res["summary"] = _summary(res["steps"], QUANTITIES)
     res["validation_summary"] = _summary(res["validation_steps"], QUANTITIES)
     res["drift"] = {
@@ -249,7 +268,10 @@ def reduce_lengths(partials: list[dict], infer_cap_min_hits: int = 2) -> dict:
     for t in tasks.values():
         t["steps"].sort(key=lambda e: e["step"])
     merged["tasks"] = [tasks[k] for k in sorted(tasks)]
-    return finish_lengths(merged, infer_cap_min_hits)
+    res = finish_lengths(merged, infer_cap_min_hits)
+    if "groups" in first:
+        res["groups"] = first["groups"]
+    return res
 
 
 def _infer_truncation(res: dict, min_hits: int) -> None:
@@ -266,6 +288,7 @@ def _infer_truncation(res: dict, min_hits: int) -> None:
     res["max_response_len"], res["max_response_len_source"] = int(cap), "inferred"
     for st in everything:
         st["truncation_rate"] = st["n_at_max"] / st["count"] if st["max"] == cap else 0.0
+        st["truncation_rate_cap"] = st["truncation_rate"]
 
 
 def _summary(entries: list[dict], quantities, hists: dict | None = None) -> dict:
@@ -306,7 +329,11 @@ def pool_stats(entries: list[dict], hist: list[int]) -> dict:
     std = math.sqrt(var)
     m3 = s3 / n - 3 * mean * s2 / n + 2 * mean**3
     lo, hi = min(e["min"] for e in entries), max(e["max"] for e in entries)
-    rates = [e.get("truncation_rate") for e in entries]
+
+    def pooled_rate(key: str) -> float | None:
+        rates = [e.get(key) for e in entries]
+        return sum(e["count"] * e[key] for e in entries) / n if rates and all(r is not None for r in rates) else None
+
     out = {
         "count": n,
         "sum": s1,
@@ -318,11 +345,12 @@ def pool_stats(entries: list[dict], hist: list[int]) -> dict:
         "max": hi,
         "tail_ratio": hi / mean if mean else 0.0,
         "skewness": m3 / std**3 if std > 0 else 0.0,
-        "truncation_rate": (
-            sum(e["count"] * e["truncation_rate"] for e in entries) / n if all(r is not None for r in rates) else None
-        ),
+        "truncation_rate": pooled_rate("truncation_rate"),
         "percentile_method": "log-histogram",
     }
+    if any("truncation_rate_cap" in e for e in entries):
+        out["truncation_rate_cap"] = pooled_rate("truncation_rate_cap")
+        out["truncation_rate_flag"] = pooled_rate("truncation_rate_flag")
     return out
 
 

@@ -10,6 +10,14 @@ does, at T = the step's longest response. Time is in token-time units (one decod
 iteration); with the measured rollout time t_gen of the step, one unit is t_gen / T
 seconds. Validation samples are left out unless `include_validation`.
 
+Basis (``basis`` in the result): when every kept sample has a measured completion time
+-- samples.latency_s (the summed engine_latency_s of its turns, multi-turn traces) plus
+the summed latency_s of its tool calls -- the figures below use those times in seconds
+instead of response lengths ("time"); otherwise response lengths in token-time units
+("tokens"). With "time", rollout_len, tokens, tail_len and the idle accounts are in
+seconds (``tokens`` is then the summed completion time), and idle_engine_seconds /
+tail_seconds are the measured figures.
+
 Per engine e with n_e samples, token sum S_e, longest M_e and mean m_e = S_e / n_e:
 - ``idle_fraction`` = 1 - S_e / (n_e * M_e): share of the engine's slot-time that is
   empty before it finishes (the design's definition);
@@ -23,7 +31,12 @@ Per engine e with n_e samples, token sum S_e, longest M_e and mean m_e = S_e / n
 Per step (entries of ``steps``), over the step's samples and engines:
 ``step``, ``samples``, ``engines``, ``rollout_len`` (T), ``tokens`` (sum of lengths),
 ``tail_len`` (the length by which 1 - f of all samples finished), ``tail_time_share``,
-``tail_sample_share`` (as above over all the step's samples), and the engine-time
+``tail_sample_share`` (as above over all the step's samples), ``at_max_share`` (share
+of the step's samples equal to its longest, e.g. at the length cap) and ``tail_tied``
+(True when tail_len = the longest: more than `tail_fraction` of the samples end together
+at the longest length, e.g. the cap, so tail_time_share is 0 by ties, not because the
+tail is short), ``basis`` (as the result's),
+and the engine-time
 account, counting an engine as busy in proportion to its running samples:
 ``engine_time`` = E * T, ``idle_token_time`` = sum_e (T - m_e) (engine x token-time the
 engines idle), split into ``idle_within_engines`` = sum_e (M_e - m_e) (each engine's own
@@ -36,7 +49,7 @@ idle_fraction, tail_time_share, tail_sample_share} with one value per engine.
 
 ``summary``: ``steps``; {mean, max} over steps of idle_fraction, tail_time_share,
 tail_sample_share and engine_idle_fraction_mean; sums of idle_token_time, engine_time,
-and of idle_engine_seconds / t_gen over the steps that have t_gen.
+and of idle_engine_seconds / t_gen over the steps that have them; ``tail_tied_steps``.
 """
 
 from __future__ import annotations
@@ -45,7 +58,7 @@ import math
 
 import numpy as np
 
-from core.analysis.grouping import group_blocks, group_rows, sort_within_groups, training_mask
+from core.analysis.grouping import composite_key, group_blocks, group_rows, sort_within_groups, training_mask
 from core.analysis.stats import count_at_least
 from core.analysis.tables import TraceData
 from core.jsonable import json_safe
@@ -75,6 +88,7 @@ def tail_figures(lengths_sorted: np.ndarray, starts: np.ndarray, counts: np.ndar
     tail_len = v[starts + k - 1].astype(np.float64)
     # samples longer than (1 - f) * longest: the group's rows past that value
     running = count_at_least(v, starts, counts, np.nextafter((1.0 - f) * longest, np.inf))
+    at_max = count_at_least(v, starts, counts, longest)
     with np.errstate(divide="ignore", invalid="ignore"):
         idle = np.where(longest > 0, 1.0 - total / (counts * longest), 0.0)
         tail_share = np.where(longest > 0, (longest - tail_len) / longest, 0.0)
@@ -87,7 +101,39 @@ def tail_figures(lengths_sorted: np.ndarray, starts: np.ndarray, counts: np.ndar
         "idle_fraction": idle,
         "tail_time_share": tail_share,
         "tail_sample_share": running / counts,
+        "at_max_share": at_max / counts,
     }
+
+
+def completion_times(data) -> np.ndarray | None:
+    """Per sample row: measured completion time = samples.latency_s + the summed
+    latency_s of the sample's tool calls; None unless every row has a finite latency_s."""
+    s = data.samples
+    if s is None or s.latency_s is None or len(s) == 0:
+        return None
+    lat = np.asarray(s.latency_s, dtype=np.float64)
+    if not np.isfinite(lat).all():
+        return None
+    tc = data.tool_calls
+    if tc is None or len(tc) == 0:
+        return lat
+    n = len(s)
+    key = composite_key(
+        *(
+            np.concatenate([np.asarray(a, dtype=np.int64), np.asarray(b, dtype=np.int64)])
+            for a, b in ((s.step, tc.step), (s.group_idx, tc.group_idx), (s.sample_idx, tc.sample_idx))
+        )
+    )
+    skey, ckey = key[:n], key[n:]
+    order = np.argsort(skey, kind="stable")
+    pos = np.searchsorted(skey[order], ckey)
+    ok = pos < n
+    ok[ok] = skey[order][pos[ok]] == ckey[ok]
+    tool = np.asarray(tc.latency_s, dtype=np.float64)
+    tool = np.where(np.isfinite(tool), tool, 0.0)
+    extra = np.zeros(n)
+    np.add.at(extra, order[pos[ok]], tool[ok])
+    return lat + extra
 
 
 def per_step_longtail(data, engine_key="dp_rank", tail_fraction=0.1, include_validation=False) -> dict:
@@ -97,6 +143,7 @@ def per_step_longtail(data, engine_key="dp_rank", tail_fraction=0.1, include_val
         "kind": "longtail",
         "engine_key": engine_key if col is not None else None,
         "tail_fraction": tail_fraction,
+        "basis": "tokens",
         "steps": [],
     }
     if s is None or len(s) == 0:
@@ -104,7 +151,12 @@ def per_step_longtail(data, engine_key="dp_rank", tail_fraction=0.1, include_val
     keep = training_mask(s.validate, len(s), include_validation)
     every = bool(keep.all())  # no copies when every row is kept
     step = np.asarray(s.step) if every else np.asarray(s.step)[keep]
-    length = np.asarray(s.response_len) if every else np.asarray(s.response_len)[keep]
+    times = completion_times(data)
+    if times is not None:
+        out["basis"] = "time"
+        length = times if every else times[keep]
+    else:
+        length = np.asarray(s.response_len) if every else np.asarray(s.response_len)[keep]
     if len(step) == 0:
         return out
     if not np.issubdtype(length.dtype, np.number):
@@ -165,6 +217,7 @@ def per_step_longtail(data, engine_key="dp_rank", tail_fraction=0.1, include_val
             ("tail_len", step_fig["tail_len"]),
             ("tail_share", step_fig["tail_time_share"]),
             ("tail_samples", step_fig["tail_sample_share"]),
+            ("at_max", step_fig["at_max_share"]),
             ("engine_time", engine_time),
             ("idle", idle_time),
             ("within", within),
@@ -180,6 +233,8 @@ def per_step_longtail(data, engine_key="dp_rank", tail_fraction=0.1, include_val
         T_i, idle_i, engine_time_i = cols["T"][i], cols["idle"][i], cols["engine_time"][i]
         tg = cols["t_gen"][i] if math.isfinite(cols["t_gen"][i]) else None
         tail_share = cols["tail_share"][i]
+        # seconds per unit: measured times are seconds already; tokens scale by t_gen / T
+        per_unit = 1.0 if out["basis"] == "time" else (tg / T_i if (tg is not None and T_i > 0) else None)
         out["steps"].append(
             {
                 "step": st,
@@ -190,6 +245,9 @@ def per_step_longtail(data, engine_key="dp_rank", tail_fraction=0.1, include_val
                 "tail_len": cols["tail_len"][i],
                 "tail_time_share": tail_share,
                 "tail_sample_share": cols["tail_samples"][i],
+                "at_max_share": cols["at_max"][i],
+                "tail_tied": bool(cols["samples"][i] > 1 and T_i > 0 and cols["tail_len"][i] >= T_i),
+                "basis": out["basis"],
                 "engine_time": engine_time_i,
                 "idle_token_time": idle_i,
                 "idle_within_engines": cols["within"][i],
@@ -198,8 +256,8 @@ def per_step_longtail(data, engine_key="dp_rank", tail_fraction=0.1, include_val
                 "engine_idle_fraction_mean": cols["eng_idle_mean"][i],
                 "engine_idle_fraction_max": cols["eng_idle_max"][i],
                 "t_gen": tg,
-                "idle_engine_seconds": idle_i * tg / T_i if (tg is not None and T_i > 0) else None,
-                "tail_seconds": tail_share * tg if tg is not None else None,
+                "idle_engine_seconds": idle_i * per_unit if per_unit is not None else None,
+                "tail_seconds": tail_share * T_i * per_unit if per_unit is not None else None,
                 "engine": {k: v[e0:e1] for k, v in per_engine.items()},
             }
         )
@@ -254,7 +312,7 @@ def _mean_max(values) -> dict | None:
 def finish_longtail(partial: dict) -> dict:
     res = dict(partial)
     steps = res["steps"]
-    timed = [e for e in steps if e["t_gen"] is not None]
+    timed = [e for e in steps if e["t_gen"] is not None or e.get("idle_engine_seconds") is not None]
     res["summary"] = {
         "steps": len(steps),
         **{
@@ -265,7 +323,8 @@ def finish_longtail(partial: dict) -> dict:
         "engine_time": sum(e["engine_time"] for e in steps),
         "timed_steps": len(timed),
         "idle_engine_seconds": sum(e["idle_engine_seconds"] for e in timed) if timed else None,
-        "t_gen": sum(e["t_gen"] for e in timed) if timed else None,
+        "t_gen": sum(e["t_gen"] for e in timed if e["t_gen"] is not None) if any(e["t_gen"] for e in timed) else None,
+        "tail_tied_steps": sum(1 for e in steps if e.get("tail_tied")),
     }
     return json_safe(res)
 
@@ -274,5 +333,6 @@ def reduce_longtail(partials: list[dict]) -> dict:
     if not partials:
         raise ValueError("nothing to reduce")
     merged = {k: partials[0][k] for k in ("kind", "engine_key", "tail_fraction")}
+    merged["basis"] = "time" if all(p.get("basis") == "time" for p in partials) else "tokens"
     merged["steps"] = sorted((e for p in partials for e in p["steps"]), key=lambda e: e["step"])
     return finish_longtail(merged)

@@ -3,10 +3,17 @@ cache, and engine latency against tokens.
 
 `analyze_multiturn(data, ...)` reads the `turns` table (step, group_idx, sample_idx,
 turn, prompt_tokens, cached_tokens, completion_tokens, engine_latency_s,
-tool_call_count), `tool_calls` (to count calls per trajectory when turns lack
-tool_call_count) and, without a turns table, the `samples` columns num_turns /
-num_tool_calls. A trajectory is one (step, group_idx, sample_idx). Validation
-trajectories (samples.validate) are left out unless `include_validation`.
+tool_call_count), `tool_calls`, and the `samples` columns num_turns / num_tool_calls.
+A trajectory is one (step, group_idx, sample_idx). Validation trajectories
+(samples.validate) are left out unless `include_validation`.
+
+Tool calls per trajectory (``tool_calls_basis`` says which was used): the number of
+stored tool-call rows of the trajectory ("tool_calls") when the trace has tool-call
+rows; else the trajectory's own count samples.num_tool_calls ("samples"); else, as a
+last resort, the sum of the per-turn tool_call_count ("turns"). The per-turn counts
+are not summed when a trajectory-level count exists: in Search-R1 traces a turn's
+tool_call_count is not the number of calls that turn made (a 2-turn trajectory with
+12 calls records [1, 42]), so their sum overstates calls up to 3x.
 
 Result fields:
 
@@ -14,9 +21,9 @@ Result fields:
     ``step``, ``trajectories``, ``turns`` (turn rows), ``turns_mean``, ``turns_max``,
     ``turns_hist`` (list: index = turns per trajectory, value = trajectories),
     ``tool_calls_mean``, ``tool_calls_max``, ``tool_calls_hist`` (same shape; None when
-    the trace has no tool-call counts), ``prompt_tokens``, ``cached_tokens`` (sums over
-    turns), ``cache_hit_rate`` = cached / prompt tokens, ``by_turn``: a column dict
-    indexed by turn number {turn, count, prompt_sum, cached_sum, completion_sum,
+    the trace has no tool-call counts), ``tool_calls_basis`` (see above),
+    ``prompt_tokens``, ``cached_tokens`` (sums over turns), ``cache_hit_rate`` = cached /
+    prompt tokens, ``by_turn``: a column dict indexed by turn number {turn, count, prompt_sum, cached_sum, completion_sum,
     latency_sum, prompt_mean (context growth), cached_mean, completion_mean,
     latency_mean, cache_hit_rate}, and ``latency_fit`` (see below) of the step's turns.
 ``latency_fit``: least squares engine_latency_s ~ a + b * prompt_tokens +
@@ -27,7 +34,7 @@ Result fields:
     ``latency_by_completion``: {count, latency_sum} per `stats.LOG_BIN_EDGES` bin of the
     turn's prompt / completion tokens; ``fit_sums``.
 ``summary``: ``trajectories``, ``turns_mean``, ``tool_calls_mean``, ``turns_hist``,
-    ``tool_calls_hist``, ``cache_hit_rate``, ``by_turn`` (as per step, over all steps),
+    ``tool_calls_hist``, ``tool_calls_basis``, ``cache_hit_rate``, ``by_turn`` (as per step, over all steps),
     ``latency_fit`` (all turns), ``latency_by_prompt`` / ``latency_by_completion``
     {bin_lo, bin_hi, count, latency_mean} for non-empty bins.
 """
@@ -180,9 +187,24 @@ def _from_samples(data: TraceData, include_validation: bool, out: dict) -> None:
     _, entries = _per_trajectory_steps(step[order], n_turns, n_tools)
     for e in entries:
         e.update(
-            prompt_tokens=None, cached_tokens=None, cache_hit_rate=None, by_turn=None, latency_fit=None, fit_sums=None
+            tool_calls_basis=None if n_tools is None else "samples",
+            prompt_tokens=None,
+            cached_tokens=None,
+            cache_hit_rate=None,
+            by_turn=None,
+            latency_fit=None,
+            fit_sums=None,
         )
     out["steps"] = entries
+
+
+def _matched_counts(traj_keys: np.ndarray, row_keys: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """Per trajectory key (sorted, unique): the sum of `weights` of the rows with that key."""
+    pos = np.searchsorted(traj_keys, row_keys)
+    pos_ok = pos < len(traj_keys)
+    hit = np.zeros(len(row_keys), dtype=bool)
+    hit[pos_ok] = traj_keys[pos[pos_ok]] == row_keys[pos_ok]
+    return np.bincount(pos[hit], weights=weights[hit], minlength=len(traj_keys)).astype(np.int64)
 
 
 def _from_turns(data: TraceData, include_validation: bool, out: dict) -> None:
@@ -207,29 +229,36 @@ def _from_turns(data: TraceData, include_validation: bool, out: dict) -> None:
     completion = col(t.completion_tokens, np.int64, 0)
     latency = col(t.engine_latency_s, np.float64, np.nan)
 
-    # trajectories: group the turn rows by (step, group, sample); tool calls matched by key
-    tc = data.tool_calls
-    n_tc = 0 if tc is None or t.tool_call_count is not None else len(tc)
-    key = composite_key(
-        np.concatenate([step, np.asarray(tc.step, dtype=np.int64)]) if tc is not None and n_tc else step,
-        np.concatenate([grp, np.asarray(tc.group_idx, dtype=np.int64)]) if tc is not None and n_tc else grp,
-        np.concatenate([smp, np.asarray(tc.sample_idx, dtype=np.int64)]) if tc is not None and n_tc else smp,
-    )
-    tkey, ckey = key[:n], key[n:]
+    # trajectories: group the turn rows by (step, group, sample); the trajectory-level
+    # tool-call counts (tool-call rows, else samples.num_tool_calls) matched by key
+    tc, s = data.tool_calls, data.samples
+    other: tuple[np.ndarray, ...] | None = None
+    weights = np.zeros(0, dtype=np.int64)
+    basis = None
+    if tc is not None:  # present (maybe empty in this step range) when the trace has tool calls
+        other, basis = (tc.step, tc.group_idx, tc.sample_idx), "tool_calls"
+        weights = np.ones(len(tc), dtype=np.int64)
+    elif s is not None and s.num_tool_calls is not None and len(s):
+        other, basis = (s.step, s.group_idx, s.sample_idx), "samples"
+        weights = np.asarray(s.num_tool_calls, dtype=np.int64)
+    elif t.tool_call_count is not None:
+        basis = "turns"
+    cols: tuple[np.ndarray, ...] = (step, grp, smp)
+    if other is not None:
+        cols = tuple(np.concatenate([a, np.asarray(b, dtype=np.int64)]) for a, b in zip(cols, other))
+    key = composite_key(*cols)
+    tkey, okey = key[:n], key[n:]
     tg = group_rows(tkey)
     traj_step = tg.sort(step)[tg.starts]
     n_turns = tg.counts
-    if t.tool_call_count is not None:
+    n_tools: np.ndarray | None = None
+    if other is not None:
+        n_tools = _matched_counts(tg.keys, okey, weights)
+    elif basis == "turns" and t.tool_call_count is not None:
         n_tools = tg.sum(np.asarray(t.tool_call_count, dtype=np.int64)[keep])
-    elif n_tc:
-        pos = np.searchsorted(tg.keys, ckey)
-        pos_ok = pos < len(tg.keys)
-        hit = np.zeros(len(ckey), dtype=bool)
-        hit[pos_ok] = tg.keys[pos[pos_ok]] == ckey[pos_ok]
-        n_tools = np.bincount(pos[hit], minlength=len(tg.keys)).astype(np.int64)
-    else:
-        n_tools = None
     sg, entries = _per_trajectory_steps(traj_step, n_turns, n_tools)
+    for e in entries:
+        e["tool_calls_basis"] = basis
 
     # per (step, turn number): sums for context growth, cache hits and latency
     step_code = np.searchsorted(sg.keys, step)
@@ -325,6 +354,7 @@ def finish_multiturn(partial: dict) -> dict:
         "tool_calls_hist": (
             _add_padded([e["tool_calls_hist"] for e in steps]).astype(np.int64).tolist() if has_tools else None
         ),
+        "tool_calls_basis": next((e.get("tool_calls_basis") for e in steps if e.get("tool_calls_basis")), None),
         "cache_hit_rate": (
             ratio(sum(e["cached_tokens"] for e in turns_rows), sum(e["prompt_tokens"] for e in turns_rows))
             if turns_rows

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from core.analysis import gpu_report, imbalance, latency, lengths, longtail, multiturn
+from core.analysis import data_efficiency, gpu_report, imbalance, latency, lengths, longtail, multiturn
 from core.analysis.tables import TraceData, step_ranges
 
 
@@ -77,9 +77,9 @@ ANALYSES: dict[str, AnalysisSpec] = {
     "lengths": AnalysisSpec(
         kind="lengths",
         title="Length distributions",
-        tables={"samples": SAMPLE_BASE + ("validate", "truncated", "task_id")},
+        tables={"samples": SAMPLE_BASE + ("validate", "truncated", "task_id", "filter_mark")},
         required={"samples": ("step", "prompt_len", "response_len")},
-        defaults={"max_response_len": None, "by_task": True, "infer_cap_min_hits": 2},
+        defaults={"max_response_len": None, "by_task": True, "infer_cap_min_hits": 2, "groups": "all"},
         run=lengths.analyze_lengths,
         reduce=lengths.reduce_lengths,
         reduce_params=("infer_cap_min_hits",),
@@ -87,7 +87,11 @@ ANALYSES: dict[str, AnalysisSpec] = {
     "longtail": AnalysisSpec(
         kind="longtail",
         title="Rollout long tail",
-        tables={"samples": SAMPLE_BASE + ("dp_rank", "rank", "validate"), "steps": ("step", "t_gen")},
+        tables={
+            "samples": SAMPLE_BASE + ("dp_rank", "rank", "validate", "latency_s"),
+            "steps": ("step", "t_gen"),
+            "tool_calls": SAMPLE_KEY + ("latency_s",),
+        },
         required={"samples": ("step", "response_len")},
         defaults={"engine_key": "dp_rank", "tail_fraction": 0.1, "include_validation": False},
         run=longtail.analyze_longtail,
@@ -96,13 +100,14 @@ ANALYSES: dict[str, AnalysisSpec] = {
     "imbalance": AnalysisSpec(
         kind="imbalance",
         title="DP load imbalance",
-        tables={"samples": SAMPLE_BASE + ("dp_rank", "validate")},
+        tables={"samples": SAMPLE_BASE + ("dp_rank", "validate", "filter_mark")},
         required={"samples": ("step", "group_idx", "prompt_len", "response_len", "dp_rank")},
         defaults={
             "dp_size": None,
             "keep_groups": True,
             "include_validation": False,
             "cost_linear": imbalance.COST_LINEAR,
+            "groups": "all",
         },
         run=imbalance.analyze_imbalance,
         reduce=imbalance.reduce_imbalance,
@@ -143,6 +148,16 @@ ANALYSES: dict[str, AnalysisSpec] = {
     ),
 }
 
+ANALYSES["data_efficiency"] = AnalysisSpec(
+    kind="data_efficiency",
+    title="Data efficiency (DAPO dynamic sampling)",
+    tables={"samples": SAMPLE_BASE + ("validate", "filter_mark", "trainer_step")},
+    required={"samples": ("step", "group_idx", "response_len", "filter_mark")},
+    defaults={"include_validation": False},
+    run=data_efficiency.analyze_data_efficiency,
+    reduce=data_efficiency.reduce_data_efficiency,
+)
+
 ANALYSES["gpu_timeline"] = AnalysisSpec(
     kind="gpu_timeline",
     title="GPU timeline",
@@ -154,7 +169,7 @@ ANALYSES["gpu_timeline"] = AnalysisSpec(
 )
 
 # Run automatically when a trace becomes ready (each only if `applicable`).
-DEFAULT_ANALYSES = ("lengths", "longtail", "imbalance", "latency", "multiturn", "gpu_timeline")
+DEFAULT_ANALYSES = ("lengths", "longtail", "imbalance", "latency", "multiturn", "data_efficiency", "gpu_timeline")
 
 
 def default_analyses(available: dict[str, set[str] | list[str] | tuple[str, ...]]) -> list[str]:

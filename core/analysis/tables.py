@@ -83,6 +83,9 @@ class SampleColumns(_Columns):
     num_turns: np.ndarray | None = None
     num_tool_calls: np.ndarray | None = None
     latency_s: np.ndarray | None = None
+    # DAPO marks (0 filtered out, 1 kept, 2 used; -1 unknown) and the trainer step
+    filter_mark: np.ndarray | None = None
+    trainer_step: np.ndarray | None = None
 
 
 @dataclass

@@ -137,3 +137,43 @@ def step_series(
         fill="tozeroy" if opacity is not None else None,
         **kw,
     )
+
+
+def _stride(xs: list[float]) -> float | None:
+    diffs = [b - a for a, b in zip(xs, xs[1:]) if b > a]
+    return min(diffs) if diffs else None
+
+
+def step_gaps(fig: go.Figure) -> go.Figure:
+    """Break per-step lines at missing steps: where consecutive x (steps, ascending) are
+    further apart than the trace's smallest step stride, insert a point with y = None,
+    so plotly leaves a gap instead of drawing a line across steps that have no data
+    (e.g. steps 0, 1, 5). Lines only; bars, areas (stackgroup / fill) stay as they are."""
+    for tr in fig.data:
+        if not isinstance(tr, go.Scatter) or "lines" not in (tr.mode or "lines"):
+            continue
+        if tr.stackgroup or (tr.fill and tr.fill != "none") or tr.x is None or tr.y is None:
+            continue
+        xs = list(tr.x)
+        if len(xs) < 3 or not all(isinstance(v, (int, float, np.integer, np.floating)) for v in xs):
+            continue
+        stride = _stride([float(v) for v in xs])
+        if stride is None or any(float(b) < float(a) for a, b in zip(xs, xs[1:])):
+            continue
+        cols = {"y": list(tr.y)}
+        if tr.customdata is not None and len(tr.customdata) == len(xs):
+            cols["customdata"] = list(tr.customdata)
+        if tr.text is not None and not isinstance(tr.text, str) and len(tr.text) == len(xs):
+            cols["text"] = list(tr.text)
+        new_x, new_cols = [xs[0]], {k: [v[0]] for k, v in cols.items()}
+        for i in range(1, len(xs)):
+            if float(xs[i]) - float(xs[i - 1]) > stride + 1e-9:
+                new_x.append(xs[i - 1] + stride)
+                for k in new_cols:
+                    new_cols[k].append(None)
+            new_x.append(xs[i])
+            for k, v in cols.items():
+                new_cols[k].append(v[i])
+        if len(new_x) != len(xs):
+            tr.update(x=new_x, connectgaps=False, **new_cols)
+    return fig

@@ -21,6 +21,7 @@ from dashboard.figures.common import (
     log_token_axis,
     many_steps,
     num,
+    step_gaps,
     step_series,
     styled_figure,
 )
@@ -224,7 +225,7 @@ def percentile_lines_figure(payload: dict, *, keys=("p50", "p90", "p99", "max"),
         )
     if log_y:
         _log_y(fig, rows, keys)
-    return integer_ticks(fig)
+    return integer_ticks(step_gaps(fig))
 
 
 def tail_figure(payload: dict) -> go.Figure:
@@ -247,21 +248,46 @@ def tail_figure(payload: dict) -> go.Figure:
         )
     )
     trunc = [None if num(r.get("truncation_rate")) is None else 100.0 * num(r["truncation_rate"]) for r in rows]
+    flag = [
+        None if num(r.get("truncation_rate_flag")) is None else 100.0 * num(r["truncation_rate_flag"]) for r in rows
+    ]
+    cap = payload.get("max_response_len")
     if any(t is not None for t in trunc):
         fig.add_trace(
             step_series(
                 steps,
                 trunc,
-                name="truncated (%)",
+                name=f"at the cap ({cap:,} tokens, %)" if cap else "at the cap (%)",
                 color=PERCENTILE_COLORS["p90"],
                 opacity=0.35,
                 yaxis="y2",
-                hovertemplate="%{y:.1f}% truncated<extra></extra>",
+                hovertemplate="%{y:.1f}% at the cap<extra></extra>",
+            )
+        )
+    if any(t is not None for t in flag):
+        fig.add_trace(
+            go.Scatter(
+                name="engine stop reason 'length' (%)",
+                x=steps,
+                y=flag,
+                mode="lines+markers",
+                line=dict(color=PERCENTILE_COLORS["p99"], dash="dot"),
+                yaxis="y2",
+                hovertemplate="%{y:.2f}% stopped for length<extra></extra>",
+            )
+        )
+    if any(t is not None for t in trunc + flag):
+        fig.update_layout(
+            title=dict(
+                text=title
+                + "<br><sup>truncated = response length at the cap"
+                + ("; dotted: the engine's stop reason" if any(t is not None for t in flag) else "")
+                + "</sup>"
             )
         )
         fig.update_layout(
             yaxis2=dict(
-                title=dict(text="truncated at max length (%)"),
+                title=dict(text="truncated (%)"),
                 overlaying="y",
                 side="right",
                 rangemode="tozero",
@@ -269,7 +295,7 @@ def tail_figure(payload: dict) -> go.Figure:
                 tickformat=".2~f",
             )
         )
-    return integer_ticks(fig)
+    return integer_ticks(step_gaps(fig))
 
 
 def cdf_points(hist: list[int], edges: list[float]) -> tuple[list[float], list[float]]:

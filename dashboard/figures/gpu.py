@@ -277,6 +277,9 @@ def straggler_figure(table) -> go.Figure:
     title = "Stragglers: compute time vs the median rank"
     if not table or not table.get("rank"):
         return empty_figure("No per-rank step figures", title)
+    if len(set(table["rank"])) < 2:
+        # a rank compared with the median of itself is always 1: nothing to show
+        return empty_figure("Stragglers need at least two ranks; this trace has one", title)
     fig = styled_figure(title, x_title=UNITS["rank"], y_title="compute / median rank (ratio)")
     flag = [bool(x) for x in table.get("is_straggler") or [False] * len(table["rank"])]
     for is_strag, label, color, symbol in (

@@ -11,7 +11,15 @@ from __future__ import annotations
 import numpy as np
 import plotly.graph_objects as go
 
-from dashboard.figures.common import empty_figure, integer_ticks, num, rows_height, step_series, styled_figure
+from dashboard.figures.common import (
+    empty_figure,
+    integer_ticks,
+    num,
+    rows_height,
+    step_gaps,
+    step_series,
+    styled_figure,
+)
 from dashboard.theme import GPU_KIND_COLORS, PERCENTILE_COLORS, STAGE_COLORS, UNITS
 
 
@@ -24,6 +32,18 @@ def _pct(part, whole) -> float | None:
     return None if part is None or not whole else 100.0 * part / whole
 
 
+BASIS_LABELS = {
+    "time": "from measured completion times (engine + tool latency)",
+    "tokens": "from response lengths (one token per time unit)",
+}
+
+
+def basis_note(result: dict) -> str:
+    """Subtitle naming what the long-tail figures were computed from."""
+    label = BASIS_LABELS.get(result.get("basis") or "tokens")
+    return f"<br><sup>{label}</sup>" if label else ""
+
+
 def longtail_idle_figure(result: dict) -> go.Figure:
     """Stacked per step: % of rollout engine-time idle inside an engine (its own tail)
     and waiting for the slowest engine; their sum is the step's idle share."""
@@ -31,6 +51,7 @@ def longtail_idle_figure(result: dict) -> go.Figure:
     title = "Rollout slot-time left idle by the long tail"
     if not steps:
         return empty_figure("No training samples", title)
+    title += basis_note(result)
     x = [s["step"] for s in steps]
     fig = styled_figure(
         title,
@@ -71,6 +92,14 @@ def longtail_finish_figure(result: dict) -> go.Figure:
     title = f"Rollout time of the last {100 * f:.0f}% of samples"
     if not steps:
         return empty_figure("No training samples", title)
+    title += basis_note(result)
+    tied = [s["step"] for s in steps if s.get("tail_tied")]
+    if tied:
+        shown = ", ".join(str(t) for t in tied[:6]) + (", ..." if len(tied) > 6 else "")
+        title += (
+            f"<br><sup>ties at the longest length (cap) in step(s) {shown}: over {100 * f:.0f}% of samples "
+            "end together, so their share reads 0%</sup>"
+        )
     x = [s["step"] for s in steps]
     fig = styled_figure(title, x_title=UNITS["step"], y_title="share (%)", hovermode="x unified")
     tail_secs = [num(s.get("tail_seconds")) for s in steps]
@@ -98,7 +127,7 @@ def longtail_finish_figure(result: dict) -> go.Figure:
         )
     )
     fig.update_yaxes(rangemode="tozero")
-    return integer_ticks(fig)
+    return integer_ticks(step_gaps(fig))
 
 
 def longtail_engine_figure(result: dict) -> go.Figure:

@@ -16,11 +16,18 @@ from dashboard.figures.common import (
     log_token_axis,
     num,
     rows_height,
+    step_gaps,
     styled_figure,
 )
 from dashboard.theme import PERCENTILE_COLORS, STAGE_COLORS, UNITS
 
 PCTS = ("p50", "p90", "p99", "max")
+# what "tool calls per trajectory" counted (multiturn result's tool_calls_basis)
+TOOL_CALL_BASIS = {
+    "tool_calls": "the trajectory's stored tool-call rows",
+    "samples": "the trajectory's own tool_call_count",
+    "turns": "sum of the per-turn tool_call_count (no trajectory-level count in the trace)",
+}
 
 
 def _steps(entries) -> list[dict]:
@@ -31,6 +38,9 @@ def counts_hist_figure(result: dict) -> go.Figure:
     """Trajectories by number of turns and by number of tool calls (all steps)."""
     s = result.get("summary") or {}
     title = "Turns and tool calls per trajectory"
+    basis = TOOL_CALL_BASIS.get(s.get("tool_calls_basis"))
+    if basis:
+        title += f"<br><sup>tool calls = {basis}</sup>"
     turns, tools = s.get("turns_hist") or [], s.get("tool_calls_hist") or []
     if not any(turns) and not any(tools):
         return empty_figure("No multi-turn trajectories", title)
@@ -86,7 +96,7 @@ def turns_over_steps_figure(result: dict) -> go.Figure:
         if all(y is None for y in ys):
             continue
         fig.add_trace(go.Scatter(name=label, x=x, y=ys, mode="lines+markers", line=dict(color=color, dash=dash)))
-    return integer_ticks(fig)
+    return integer_ticks(step_gaps(fig))
 
 
 def cache_hit_figure(result: dict) -> go.Figure:
@@ -108,7 +118,7 @@ def cache_hit_figure(result: dict) -> go.Figure:
         )
     )
     fig.update_yaxes(range=[0, 100])
-    return integer_ticks(fig)
+    return integer_ticks(step_gaps(fig))
 
 
 def context_growth_figure(result: dict) -> go.Figure:
@@ -138,6 +148,18 @@ def context_growth_figure(result: dict) -> go.Figure:
     return fig
 
 
+def _signed(value: float, digits: int) -> str:
+    """' + 0.024' or ' − 0.024' (a term of a sum, never '+ -0.024')."""
+    return f" {'−' if value < 0 else '+'} {abs(value):.{digits}f}"
+
+
+def fit_label(fit: dict) -> str:
+    """'a s + b s/k prompt − c s/k completion, R² r' (b, c per thousand tokens)."""
+    a, b, c, r2 = (num(fit.get(k)) for k in ("a", "b", "c", "r2"))
+    text = f"{a or 0:.2f} s{_signed((b or 0) * 1000, 3)} s/k prompt{_signed((c or 0) * 1000, 3)} s/k completion"
+    return text + (f", R² {r2:.2f}" if r2 is not None else ", R² n/a")
+
+
 def latency_vs_tokens_figure(result: dict) -> go.Figure:
     """Mean engine latency per request against its prompt and completion tokens (log
     bins), with the least-squares fit a + b*prompt + c*completion in the title."""
@@ -145,10 +167,7 @@ def latency_vs_tokens_figure(result: dict) -> go.Figure:
     title = "Engine latency against tokens"
     fit = s.get("latency_fit") or {}
     if num(fit.get("a")) is not None:
-        title += (
-            f" (fit: {num(fit['a']):.2f} s + {num(fit.get('b')) or 0:.3f} s/k prompt + "
-            f"{num(fit.get('c')) or 0:.3f} s/k completion, R² {num(fit.get('r2')) or 0:.2f})"
-        )
+        title += f" (fit: {fit_label(fit)})"
     fig = styled_figure(title, x_title=UNITS["tokens"], y_title="engine latency per request (s)", hovermode="closest")
     any_data = False
     for key, label, color in (
@@ -213,7 +232,7 @@ def reward_latency_figure(result: dict) -> go.Figure:
                 line=dict(color=STAGE_COLORS["reward"], dash="dash"),
             )
         )
-    return integer_ticks(fig)
+    return integer_ticks(step_gaps(fig))
 
 
 def reward_ranks_figure(result: dict) -> go.Figure:
@@ -258,4 +277,4 @@ def tool_latency_figure(result: dict) -> go.Figure:
     x = [e["step"] for e in steps]
     fig = styled_figure(title, x_title=UNITS["step"], y_title=UNITS["seconds"], hovermode="x unified")
     _add_percentile_lines(fig, x, steps)
-    return integer_ticks(fig)
+    return integer_ticks(step_gaps(fig))

@@ -29,7 +29,7 @@ from dashboard.views.formatting import human_time, job_active
 
 dash.register_page(__name__, path="/jobs", name="Jobs", title="Jobs · RLVR Explorer", nav="top", order=2)
 
-ANALYSIS_KINDS = ("lengths", "longtail", "imbalance", "latency", "multiturn", "gpu_timeline")
+ANALYSIS_KINDS = ("lengths", "longtail", "imbalance", "latency", "multiturn", "data_efficiency", "gpu_timeline")
 JOB_KINDS = ("ingest", *ANALYSIS_KINDS, "simulation", "workload")
 JOB_PAGES = {"simulation": "simulate", "workload": "workload"}  # kind -> the trace page that shows its jobs
 JOB_STATUSES = ("queued", "running", "succeeded", "failed")

@@ -3,7 +3,8 @@
 Ids: overview-cards (one .card per figure, ids card-steps, card-samples, card-tokens,
 card-tail, card-imbalance, card-idle), overview-stage-time (stacked bars),
 overview-lengths (response p50/p90/p99/max over steps), overview-gpu (temporal breakdown
-per rank, for traces with GPU events), trace-status.
+per rank, for traces with GPU events), overview-data-efficiency (DAPO groups generated /
+kept / used per trainer step; card card-data-efficiency), trace-status.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from dash import ALL, Input, Output, ctx, html
 from dashboard.api import session
 from dashboard.api.client import ApiError
 from dashboard.figures.common import empty_figure
+from dashboard.figures.data_efficiency import data_efficiency_figure
 from dashboard.figures.distributions import percentile_lines_figure
 from dashboard.figures.gpu import temporal_breakdown_figure
 from dashboard.figures.stages import stage_time_figure
@@ -28,7 +30,7 @@ dash.register_page(
     __name__, path_template="/traces/<trace_id>", name="Overview", title="Trace · RLVR Explorer", nav="trace", order=0
 )
 
-CARD_KINDS = ("longtail", "imbalance", "gpu_timeline")
+CARD_KINDS = ("longtail", "imbalance", "gpu_timeline", "data_efficiency")
 
 
 def _shown(flag) -> dict:
@@ -60,6 +62,15 @@ def body(trace: dict) -> html.Div:
                 section("GPU time per rank (HTA temporal breakdown)", graph("overview-gpu")),
                 style=_shown(trace.get("n_gpu_events")),
             ),
+            html.Div(
+                section(
+                    "Data efficiency (DAPO dynamic sampling)",
+                    graph("overview-data-efficiency"),
+                    help_text="Per trainer step: prompt groups generated, kept by DAPO's filter and used in the "
+                    "training batch, from dapo_filter_indices.jsonl.",
+                ),
+                style=_shown("data_efficiency" in trace.get("analyses", [])),
+            ),
         ]
     )
 
@@ -73,6 +84,7 @@ def layout(trace_id: str | None = None, **_):
     Output("overview-stage-time", "figure"),
     Output("overview-lengths", "figure"),
     Output("overview-gpu", "figure"),
+    Output("overview-data-efficiency", "figure"),
     Input(PAGE_TRACE_ID, "data"),
     Input({"type": RESULT, "kind": ALL}, "data"),
 )
@@ -87,7 +99,7 @@ def fill(trace_id, _results):
         return cached(("overview", trace_id, tuple(sorted(shown))), lambda: _figures(trace_id, results))
     except ApiError as exc:
         fig = empty_figure(exc.message)
-        return alert(exc.message), fig, fig, fig
+        return alert(exc.message), fig, fig, fig, fig
 
 
 def _figures(trace_id, results: dict):
@@ -105,4 +117,6 @@ def _figures(trace_id, results: dict):
         gpu = temporal_breakdown_figure(results["gpu_timeline"].get("temporal"))
     else:
         gpu = empty_figure("Waiting for the GPU timeline analysis…")
-    return cards, stage_time_figure(steps), lengths, gpu
+    eff = results.get("data_efficiency")
+    efficiency = data_efficiency_figure(eff) if eff else empty_figure("No data-efficiency analysis for this trace")
+    return cards, stage_time_figure(steps), lengths, gpu, efficiency

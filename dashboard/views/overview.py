@@ -39,13 +39,23 @@ def _mean(values) -> float | None:
 
 
 def imbalance_headline(result: dict | None) -> tuple[float | None, float | None]:
-    """(mean max/mean token load over steps, whole-run KK time saved)."""
+    """(mean max/mean token load over steps, whole-run time saved by the best split)."""
     if not result:
         return None, None
     return (
         dig(result, "summary", "tokens", "max_over_mean", "mean"),
-        dig(result, "summary", "tokens", "kk_time_saved"),
+        _best_saved(dig(result, "summary", "tokens") or {}),
     )
+
+
+def _best_saved(tokens: dict) -> float | None:
+    """Whole-run time saved by the best split per step (never negative)."""
+    v = tokens.get("time_saved")
+    if isinstance(v, (int, float)):
+        return max(0.0, float(v))
+    cands = [tokens.get(k) for k in ("kk_time_saved", "lpt_time_saved")]
+    cands = [float(c) for c in cands if isinstance(c, (int, float))]
+    return max([0.0, *cands]) if cands else None
 
 
 def rollout_idle_share(result: dict | None) -> float | None:
@@ -114,16 +124,39 @@ def overview_cards(
             "imbalance",
             "DP imbalance",
             human_ratio(imb),
-            f"max/mean token load; KK balancing saves {human_share(saved)}"
+            f"max/mean token load; the best split (recorded / KK / LPT) saves {human_share(saved)}"
             if saved is not None
             else ("max/mean token load per step" if imb is not None else "imbalance analysis not available"),
         )
     )
+    eff = results.get("data_efficiency")
+    if eff and dig(eff, "summary", "generation_steps"):
+        s = eff["summary"]
+        cards.append(
+            Card(
+                "data-efficiency",
+                "Tokens trained on",
+                human_share(s.get("used_token_share")),
+                f"of generated response tokens; {human_count(s.get('groups_used'))} of "
+                f"{human_count(s.get('groups_generated'))} groups used; "
+                f"~{human_share(s.get('unused_rollout_time_share'))} of rollout time on unused groups (estimate)",
+            )
+        )
     rollout = rollout_idle_share(results.get("longtail"))
     gpu = gpu_idle_share(results.get("gpu_timeline"))
     if rollout is not None:
         cards.append(
-            Card("idle", "Idle share", human_share(rollout), "rollout slots idle while the longest sample runs")
+            Card(
+                "idle",
+                "Idle share",
+                human_share(rollout),
+                "rollout slots idle while the longest sample runs"
+                + (
+                    " (measured completion times)"
+                    if (results.get("longtail") or {}).get("basis") == "time"
+                    else " (from response lengths)"
+                ),
+            )
         )
     elif gpu is not None:
         cards.append(Card("idle", "Idle share", human_share(gpu), "GPU idle, mean over ranks (HTA definition)"))

@@ -77,13 +77,15 @@ def analysis_panel(kind: str, label: str, trace_id, params: dict | None = None) 
         jobs = None if params else _trace_analyses(api, trace_id)
         job, best = panel_jobs(api, trace_id, kind, params, jobs)
     except ApiError as exc:
+        # 422 on "kind": the analysis does not apply to this trace -- information, not an error
+        inapplicable = exc.status == 422 and exc.field == "kind"
         return c.analysis_panel_layout(
             kind,
             label,
             trace_id,
             params,
             state={"job_id": None, "note": f"{kind} analysis unavailable: {exc.message}"},
-            status=c.alert(exc.message),
+            status=c.alert(exc.message, "info" if inapplicable else "error"),
             polling=False,
         )
     if best is not None:
