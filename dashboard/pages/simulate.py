@@ -35,7 +35,7 @@ from dashboard.server.downloads import simulation_trace_href
 from dashboard.server.figure_cache import cached
 from dashboard.views.components import PAGE_TRACE_ID, alert, card, clicked_index, control, controls, graph, section
 from dashboard.views.formatting import job_active
-from dashboard.views.job_views import job_history_table, job_progress
+from dashboard.views.job_views import NO_REPLAY, job_history_table, job_progress, replay_placeholder
 from dashboard.views.replay_forms import CALIBRATION_MODES, form_defaults, simulation_body
 from dashboard.views.trace_frame import trace_page
 
@@ -48,7 +48,16 @@ dash.register_page(
     order=5,
 )
 
-NO_REPLAY = "Configure a replay above and press Replay"
+
+def _placeholder_of(job_id) -> str:
+    if job_id is None:
+        return NO_REPLAY
+    try:
+        return replay_placeholder(results.job(job_id))
+    except ApiError:
+        return NO_REPLAY
+
+
 _presets: dict[str, dict] = {}
 
 
@@ -377,10 +386,11 @@ def follow(job_id, _n, done, trace_id):
     Output("sim-downloads", "children"),
     Input("sim-done", "data"),
     State(PAGE_TRACE_ID, "data"),
+    State("sim-job", "data"),
 )
-def fill(job_id, trace_id):
+def fill(job_id, trace_id, started=None):
     if job_id is None:
-        fig = empty_figure(NO_REPLAY)
+        fig = empty_figure(_placeholder_of(started))
         return [], fig, None, fig, fig, None
     try:
         job = results.job(job_id)
@@ -464,10 +474,11 @@ def accuracy_table(result: dict):
     Output("sim-timeline", "figure"),
     Input("sim-done", "data"),
     Input("sim-timeline-policy", "value"),
+    State("sim-job", "data"),
 )
-def fill_timeline(job_id, policy):
+def fill_timeline(job_id, policy, started=None):
     if job_id is None:
-        return empty_figure(NO_REPLAY)
+        return empty_figure(_placeholder_of(started))
     try:
         job = results.job(job_id)
     except ApiError as exc:

@@ -18,7 +18,7 @@ from dash import ALL, Input, Output, State, ctx, dcc, html, no_update
 from dashboard.api import session
 from dashboard.api.client import ApiError
 from dashboard.figures.common import empty_figure
-from dashboard.figures.workload import fit_ks_figure, task_summary
+from dashboard.figures.workload import KS_CAPTION, fit_ks_figure, task_summary
 from dashboard.server import results
 from dashboard.server.downloads import workload_zip_href
 from dashboard.server.figure_cache import cached
@@ -147,8 +147,7 @@ def body(trace: dict, job_param=None) -> html.Div:
                 "Fit report",
                 graph("wl-ks"),
                 html.Div(id="wl-fit-table"),
-                help_text="KS statistic = the largest gap between the fitted and the observed CDF (0 is a perfect "
-                "fit); the generator samples the joint mixture.",
+                help_text=KS_CAPTION + " 0 is a perfect fit; the generator samples the joint mixture.",
             ),
             section(
                 "Workload jobs of this trace",

@@ -10,6 +10,21 @@ from dash import html
 from dashboard.views.components import alert, progress
 from dashboard.views.formatting import human_time, job_active
 
+NO_REPLAY = "Configure a replay above and press Replay"
+
+
+def replay_placeholder(job: dict | None) -> str:
+    """What a replay's figures say while there is no succeeded replay to draw: how to
+    start one, that the one started is running, or why it failed."""
+    if not job:
+        return NO_REPLAY
+    if job_active(job):
+        status = job.get("status") or "queued"
+        return f"Replay {job['id']} is {status} (progress above): its figures appear here when it finishes"
+    if job.get("status") == "failed":
+        return f"Replay {job['id']} failed ({job.get('error') or 'unknown error'}): change the configuration and replay"
+    return NO_REPLAY
+
 
 def job_progress(job: dict | None, what: str):
     """Running: a progress bar with the job's message; failed: its error; done: a line."""

@@ -1,0 +1,156 @@
+"""What a new user reads on the pages: every empty panel says why it is empty (and what to
+upload when the trace lacks the data) without a plot toolbar over nothing; count and rank
+axes have whole-number ticks; percent axes have round percent ticks; the unexplained
+quantities (training cost, the KS line) are explained; a running replay says so."""
+
+from __future__ import annotations
+
+import numpy as np
+import plotly.graph_objects as go
+import pytest
+
+from dashboard.figures import gpu, imbalance, longtail, multiturn, simulation, stages, workload
+from dashboard.figures.common import MODEBAR_BUTTONS, empty_figure, integer_ticks, nice_step, percent_axis
+from dashboard.figures.distributions import tail_figure
+from dashboard.figures.stages import trace_has_stage_timings as has_stage_timings
+from dashboard.views.job_views import NO_REPLAY, replay_placeholder
+
+# builders whose empty state means "the trace has no such data": they must say what to upload
+MISSING_DATA = [
+    (stages.stage_time_figure, []),
+    (stages.stage_gantt_figure, None),
+    (imbalance.load_heatmap_figure, {}),
+    (multiturn.counts_hist_figure, {}),
+    (multiturn.context_growth_figure, {}),
+    (multiturn.reward_latency_figure, {}),
+    (multiturn.reward_ranks_figure, {}),
+    (multiturn.tool_latency_figure, {}),
+    (gpu.temporal_breakdown_figure, None),
+    (gpu.idle_breakdown_figure, None),
+    (gpu.kernel_kind_figure, None),
+]
+OTHER_EMPTY = [
+    (imbalance.imbalance_ratio_figure, {}),
+    (imbalance.saving_figure, {}),
+    (longtail.longtail_idle_figure, {}),
+    (longtail.longtail_finish_figure, {}),
+    (longtail.longtail_engine_figure, {}),
+    (multiturn.turns_over_steps_figure, {}),
+    (multiturn.cache_hit_figure, {}),
+    (multiturn.latency_vs_tokens_figure, {}),
+    (gpu.straggler_figure, None),
+    (simulation.speedup_figure, {"result": {"a": {"steps": []}, "b": None}}),
+    (workload.fit_ks_figure, {}),
+]
+
+
+def _empty(builder, arg) -> go.Figure:
+    if builder is stages.stage_gantt_figure:
+        return builder(None, [])
+    return builder(arg)
+
+
+def assert_explained_and_bare(fig: go.Figure) -> str:
+    message = (fig.layout.meta or {}).get("empty")
+    assert message, "an empty figure must carry its explanation"
+    assert [a.text for a in fig.layout.annotations] == [message]  # drawn in the middle
+    assert set(MODEBAR_BUTTONS) <= set(fig.layout.modebar.remove)  # no toolbar over nothing
+    assert fig.layout.xaxis.visible is False and fig.layout.yaxis.visible is False
+    return message
+
+
+@pytest.mark.parametrize("builder,arg", MISSING_DATA, ids=lambda x: getattr(x, "__name__", ""))
+def test_empty_panels_for_missing_data_say_what_to_upload(builder, arg):
+    message = assert_explained_and_bare(_empty(builder, arg))
+    assert "upload" in message and ("docs/formats.md" in message or ".jsonl" in message), message
+
+
+@pytest.mark.parametrize("builder,arg", OTHER_EMPTY, ids=lambda x: getattr(x, "__name__", ""))
+def test_every_other_empty_panel_is_explained(builder, arg):
+    assert_explained_and_bare(_empty(builder, arg))
+
+
+def test_the_loading_placeholder_has_no_toolbar_either():
+    assert_explained_and_bare(empty_figure("Loading…"))
+
+
+# -- ticks ----------------------------------------------------------------------------
+def _whole_ticks(axis) -> bool:
+    """Ticks on an axis are whole numbers: one per unit, or integer-formatted, or categories."""
+    if axis.type == "category":
+        return True
+    if axis.dtick is not None:
+        return float(axis.dtick) == int(float(axis.dtick)) and (axis.tickformat or "d").endswith("d")
+    return (axis.tickformat or "").endswith("d")
+
+
+def test_rank_axis_of_the_load_heatmap_has_whole_ticks():
+    steps = [{"step": s, "tokens": {"recorded": [10.0, 12.0], "mean": 11.0}} for s in range(3)]
+    fig = imbalance.load_heatmap_figure({"steps": steps})
+    assert fig.layout.yaxis.title.text.lower().find("rank") >= 0
+    assert _whole_ticks(fig.layout.yaxis) and fig.layout.yaxis.dtick == 1
+    assert _whole_ticks(fig.layout.xaxis)
+
+
+def test_trajectory_count_axis_has_whole_ticks():
+    fig = multiturn.counts_hist_figure({"summary": {"turns_hist": [0, 1, 3, 2], "tool_calls_hist": [1, 2, 0]}})
+    assert _whole_ticks(fig.layout.yaxis) and fig.layout.yaxis.dtick == 1
+    big = multiturn.counts_hist_figure({"summary": {"turns_hist": [0, 100, 3000], "tool_calls_hist": []}})
+    assert _whole_ticks(big.layout.yaxis) and big.layout.yaxis.dtick is None  # plotly spaces them, as integers
+
+
+def test_integer_ticks_counts_from_zero_for_bars():
+    fig = go.Figure(go.Bar(x=[0, 1], y=[20, 25]))
+    assert integer_ticks(go.Figure(fig), "y").layout.yaxis.dtick == 1  # span 5
+    assert integer_ticks(go.Figure(fig), "y", from_zero=True).layout.yaxis.dtick is None  # 0..25
+
+
+@pytest.mark.parametrize("rates", [[0.0002, 0.0011, 0.002], [0.02, 0.11, 0.2], [0.3, 0.85, 0.5], [0.0, 0.0, 0.0]])
+def test_truncation_axis_has_round_percent_ticks(rates):
+    rows = [
+        {"step": i, "count": 10, "mean": 100.0, "max": 400.0, "tail_ratio": 4.0, "truncation_rate": r}
+        for i, r in enumerate(rates)
+    ]
+    fig = tail_figure({"field": "response", "steps": rows})
+    y2 = fig.layout.yaxis2
+    assert y2.ticksuffix == "%" and y2.tickmode == "linear" and float(y2.tick0) == 0
+    step = float(y2.dtick)
+    mantissa = step / 10 ** np.floor(np.log10(step))
+    assert round(mantissa, 6) in (1, 2, 5)  # 1-2-5 steps: 0.5%, 1%, 2%, 5%, 10%, 20%
+    ticks = np.arange(0, y2.range[1] + 1e-12, step)
+    assert 2 <= len(ticks) <= 7
+    assert max(100 * r for r in rates) <= y2.range[1]
+
+
+def test_nice_step_and_percent_axis():
+    assert [nice_step(x, 5) for x in (1, 4.4, 11, 63, 100)] == [0.2, 1, 5, 20, 20]
+    assert percent_axis(20)["dtick"] == 5 and percent_axis(20)["tickformat"] == ".0f"
+    assert percent_axis(0.2)["tickformat"] == ".2f"
+
+
+# -- explanations ---------------------------------------------------------------------
+def test_training_cost_is_explained():
+    assert "24576·s + s²" in imbalance.LOAD_LABELS["cost"]
+    caption = imbalance.COST_CAPTION
+    assert "verl" in caption and "linear" in caption and "quadratic" in caption and "attention" in caption
+
+
+def test_ks_threshold_line_is_labelled():
+    result = {"fit": {"default": {"prompt": {"lognorm": 0.03}, "response": {"gamma": 0.08}}}}
+    fig = workload.fit_ks_figure(result)
+    labels = [a.text for a in fig.layout.annotations]
+    assert any("0.05" in (t or "") for t in labels), labels
+    assert "5 percentage points" in workload.KS_CAPTION
+
+
+def test_a_running_replay_replaces_the_configure_placeholder():
+    assert replay_placeholder(None) == NO_REPLAY
+    running = replay_placeholder({"id": 7, "status": "running", "progress": 0.4})
+    assert "Replay 7 is running" in running and running != NO_REPLAY
+    assert "failed" in replay_placeholder({"id": 7, "status": "failed", "error": "boom"})
+
+
+def test_overview_hides_stage_time_without_timings():
+    assert not has_stage_timings({"metadata": {"columns": {"steps": ["step", "validate"]}}})
+    assert not has_stage_timings({})
+    assert has_stage_timings({"metadata": {"columns": {"steps": ["step", "t_gen", "t_step"]}}})
