@@ -154,3 +154,88 @@ def test_overview_hides_stage_time_without_timings():
     assert not has_stage_timings({"metadata": {"columns": {"steps": ["step", "validate"]}}})
     assert not has_stage_timings({})
     assert has_stage_timings({"metadata": {"columns": {"steps": ["step", "t_gen", "t_step"]}}})
+
+
+# -- the upload page -------------------------------------------------------------------
+def _texts(component) -> list[str]:
+    """Every string under a Dash component, depth first."""
+    if component is None:
+        return []
+    if isinstance(component, str):
+        return [component]
+    if isinstance(component, (list, tuple)):
+        return [t for c in component for t in _texts(c)]
+    return _texts(getattr(component, "children", None))
+
+
+def _find(component, type_name: str) -> list:
+    found = []
+    if isinstance(component, (list, tuple)):
+        for c in component:
+            found += _find(c, type_name)
+    elif component is not None and not isinstance(component, str):
+        if type(component).__name__ == type_name:
+            found.append(component)
+        found += _find(getattr(component, "children", None), type_name)
+    return found
+
+
+def test_upload_file_list_is_natural_ordered_collapsed_and_counted():
+    from dashboard.views.uploads import file_list
+
+    names = ["packed_lengths_step_10.jsonl", "packed_lengths_step_2.jsonl", "packed_lengths_step_1.jsonl"]
+    state = {"files": [{"name": n, "size": 1000} for n in names], "status": "done"}
+    details = file_list(state)
+    assert type(details).__name__ == "Details" and not details.open  # collapsed
+    summary = _find(details, "Summary")[0]
+    assert "3 files" in summary.children and "received" in summary.children
+    rows = _find(details, "Li")
+    assert [r.to_plotly_json()["props"]["data-file"] for r in rows] == [names[2], names[1], names[0]]
+    assert not any("received" in t for r in rows for t in _texts(r))  # no per-file "received"
+
+
+def test_upload_file_list_opens_on_failure_with_the_error_on_its_file():
+    from dashboard.views.uploads import file_list
+
+    error = {"message": "line 3: output must be a list (see docs/formats.md)", "file": "b.jsonl"}
+    details = file_list(
+        {
+            "files": [{"name": "a.jsonl", "size": 10}, {"name": "b.jsonl", "size": 10}],
+            "status": "failed",
+            "error": error,
+        }
+    )
+    assert details.open
+    by_file = {r.to_plotly_json()["props"]["data-file"]: r for r in _find(details, "Li")}
+    assert "line 3" not in " ".join(_texts(by_file["a.jsonl"]))
+    assert "line 3" in " ".join(_texts(by_file["b.jsonl"]))
+    link = _find(by_file["b.jsonl"], "A")[0]  # docs/formats.md as a link to the app's copy
+    assert link.children == "docs/formats.md" and link.href == "/formats"
+
+
+def test_upload_says_which_files_were_skipped():
+    from dashboard.views.uploads import skipped_note
+
+    note = skipped_note(
+        {"metadata": {"skipped": ["skipped notes.txt: unknown file format", "skipped e.jsonl: empty file"]}}
+    )
+    assert note == "Skipped 2 files: notes.txt (unknown file format); e.jsonl (empty file)"
+    assert skipped_note({"metadata": {}}) is None
+
+
+def test_upload_sends_the_max_response_length():
+    import httpx
+
+    from dashboard.api.client import ApiClient
+
+    seen = {}
+
+    def answer(request: httpx.Request):
+        seen["body"] = request.read()
+        return httpx.Response(201, json={"id": 1, "name": "x", "status": "ready"})
+
+    client = ApiClient("http://api.test", "k", http=httpx.Client(transport=httpx.MockTransport(answer)))
+    client.upload_trace([("a.jsonl", b"{}\n")], max_response_len=8192)
+    assert b'name="max_response_len"' in seen["body"] and b"8192" in seen["body"]
+    client.upload_trace([("a.jsonl", b"{}\n")])
+    assert b"max_response_len" not in seen["body"]
