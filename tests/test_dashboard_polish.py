@@ -239,3 +239,100 @@ def test_upload_sends_the_max_response_length():
     assert b'name="max_response_len"' in seen["body"] and b"8192" in seen["body"]
     client.upload_trace([("a.jsonl", b"{}\n")])
     assert b"max_response_len" not in seen["body"]
+
+
+# -- the jobs page ---------------------------------------------------------------------
+def test_job_parameters_read_as_text_not_json():
+    from dashboard.views.job_views import describe_params
+
+    longtail = {
+        "kind": "longtail",
+        "params": {"engine_key": "dp_rank", "tail_fraction": 0.1, "include_validation": False},
+    }
+    text = describe_params(longtail)
+    assert text == "engine key dp_rank, include validation no, tail fraction 0.1"
+    assert "{" not in text and '"' not in text
+    assert describe_params({"kind": "lengths", "params": {"max_response_len": None}}) == "max response len auto"
+    assert describe_params({"kind": "ingest", "params": {"folder": "/data/x", "format": None}}) == "detected format"
+    sim = {
+        "kind": "simulation",
+        "params": {
+            "cluster": {"gpu": {"name": "H100"}, "n_gpus": 16, "rollout_replicas": 2, "rollout_tp": 4, "train_dp": 8},
+            "model": {"name": "Qwen2.5-7B"},
+            "policy": {"kind": "sync"},
+            "compare_policy": {"kind": "one_step_off"},
+            "calibrate": None,
+            "steps": [0, 5],
+        },
+    }
+    assert describe_params(sim).startswith("sync vs one_step_off; 16 x H100")
+
+
+def test_job_duration():
+    from datetime import UTC, datetime
+
+    from dashboard.views.job_views import job_duration
+
+    done = {"status": "succeeded", "started_at": "2026-12-01T07:00:00Z", "finished_at": "2026-12-01T07:03:12Z"}
+    assert job_duration(done) == "3 min 12 s"
+    running = {"status": "running", "started_at": "2026-12-01T07:00:00+00:00", "finished_at": None}
+    assert job_duration(running, now=datetime(2026, 12, 1, 7, 0, 42, tzinfo=UTC)) == "running 42 s"
+    assert job_duration({"status": "queued", "started_at": None}) == "waiting for a worker"
+
+
+def test_analysis_rerun_form_round_trips_the_parameters():
+    from dashboard.views.job_views import param_fields, params_from_fields
+
+    params = {"engine_key": "dp_rank", "tail_fraction": 0.1, "include_validation": False, "dp_size": None}
+    fields = param_fields(params)
+    assert [(n, k) for n, k, _ in fields] == [
+        ("dp_size", "optional"),
+        ("engine_key", "text"),
+        ("include_validation", "bool"),
+        ("tail_fraction", "number"),
+    ]
+    # the widgets' values as Dash hands them back: a checklist list, numbers, text
+    values = [None, "dp_rank", ["yes"], 0.2]
+    out = params_from_fields([(n, k) for n, k, _ in fields], values)
+    assert out == {"engine_key": "dp_rank", "include_validation": True, "tail_fraction": 0.2}  # empty: default
+    assert params_from_fields([("dp_size", "optional")], [4.0]) == {"dp_size": 4}
+
+
+def test_replay_rerun_fills_the_form_with_what_the_job_ran():
+    from backend.jobs.simulations import simulation_params
+    from dashboard.views.replay_forms import form_values_from_job, simulation_body
+
+    body = {
+        "trace_id": 3,
+        "cluster": {"gpu": "A100", "n_gpus": 24, "rollout_replicas": 4, "rollout_tp": 2, "train_dp": 16},
+        "model": "Qwen2.5-7B",
+        "limits": {"max_running_seqs": 128},
+        "policy": {"kind": "sync", "balancing": "kk"},
+        "compare_policy": {"kind": "one_step_off", "balancing": "kk"},
+        "calibrate": {"fit_steps": [0, 2]},
+        "steps": [1, 5],
+    }
+    stored = simulation_params(body)
+    defaults = {"gpu": "H100", "model": "x", "n_gpus": 8, "replicas": 2, "tp": 4, "train_dp": 8, "calibrate": "auto"}
+    values = form_values_from_job(stored, defaults)
+    assert simulation_params(simulation_body(3, values)) == stored
+
+
+def test_workload_rerun_fills_the_form():
+    from dashboard.views.replay_forms import workload_body, workload_values_from_job
+
+    params = {
+        "trace_id": 3,
+        "steps": 4,
+        "groups": 32,
+        "samples_per_group": 8,
+        "seed": 2,
+        "dp_size": 2,
+        "formats": ["packed"],
+        "ingest": False,
+        "name": "twin",
+    }
+    values = workload_values_from_job(params, {"steps": 1, "ingest": True})
+    body = workload_body(3, values)
+    assert {k: body[k] for k in params if k in body} == params
+    assert workload_values_from_job({"steps": 0}, {"steps": 5})["steps"] == 5  # a fit-only job keeps the default

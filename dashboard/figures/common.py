@@ -37,6 +37,8 @@ MODEBAR_BUTTONS = (
     "toggleHover",
     "resetViews",
     "sendDataToCloud",
+    "sendChartToCloud",
+    "downloadJson",
 )
 
 

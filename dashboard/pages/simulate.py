@@ -36,7 +36,8 @@ from dashboard.server.figure_cache import cached
 from dashboard.views.components import PAGE_TRACE_ID, alert, card, clicked_index, control, controls, graph, section
 from dashboard.views.formatting import job_active
 from dashboard.views.job_views import NO_REPLAY, job_history_table, job_progress, replay_placeholder
-from dashboard.views.replay_forms import CALIBRATION_MODES, form_defaults, simulation_body
+from dashboard.views.job_views import describe_simulation as describe
+from dashboard.views.replay_forms import CALIBRATION_MODES, form_defaults, form_values_from_job, simulation_body
 from dashboard.views.trace_frame import trace_page
 
 dash.register_page(
@@ -151,34 +152,7 @@ def form(p: dict, d: dict) -> html.Div:
     )
 
 
-def describe(job: dict) -> str:
-    """One line for the history table: policies, cluster, steps, calibration."""
-    params = job.get("params") or {}
-    a, b = policy_names(job)
-    c = params.get("cluster") or {}
-    gpu = (c.get("gpu") or {}).get("name") if isinstance(c.get("gpu"), dict) else c.get("gpu")
-    steps = params.get("steps")
-    cal = params.get("calibrate")
-    cal_text = (
-        "calibration off"
-        if cal is False
-        else (
-            f"calibrated on {cal.get('fit_steps') or 'the first step'}" if isinstance(cal, dict) else "calibration auto"
-        )
-    )
-    rng = (
-        f"steps {steps[0]}-{steps[1] - 1}"
-        if steps and steps[1] < 1 << 29
-        else (f"from step {steps[0]}" if steps else "all steps")
-    )
-    return (
-        f"{a}" + (f" vs {b}" if b else "") + f"; {c.get('n_gpus', '?')} x {gpu or '?'}, "
-        f"{c.get('rollout_replicas', '?')} x TP{c.get('rollout_tp', '?')} rollout, DP{c.get('train_dp', '?')}; "
-        f"{(params.get('model') or {}).get('name', '')}; {rng}; {cal_text}"
-    )
-
-
-def body(trace: dict, job_param=None) -> html.Div:
+def body(trace: dict, job_param=None, rerun=None) -> html.Div:
     if not trace.get("n_samples"):
         return alert("This trace has no samples (rollout lengths), so there is nothing to replay.", "info")
     api = session.api()
@@ -197,6 +171,18 @@ def body(trace: dict, job_param=None) -> html.Div:
     shown_id = shown["id"] if shown else None
     if shown and shown.get("status") == "succeeded":
         results.prefetch(shown_id)  # the figures ask for its result in a moment
+    values, refilled = form_defaults(p, step_ids), None
+    again = next((j for j in history if str(j["id"]) == str(rerun)), None) if rerun is not None else None
+    if again is not None:  # "Re-run…" on the jobs page: the form as that replay was configured
+        values = form_values_from_job(again.get("params") or {}, values)
+        if values.get("model") not in (p.get("models") or {}):
+            by_lower = {str(k).lower(): k for k in p.get("models") or {}}
+            values["model"] = by_lower.get(str(values.get("model")).lower(), form_defaults(p, step_ids)["model"])
+        refilled = alert(
+            f"The form holds replay {again['id']}'s configuration: change what you need and press Replay.",
+            "info",
+            id="sim-rerun-note",
+        )
     return html.Div(
         [
             dcc.Store(id="sim-job", data=shown_id),
@@ -204,7 +190,8 @@ def body(trace: dict, job_param=None) -> html.Div:
             dcc.Interval(id="sim-poll", interval=1000, disabled=not job_active(shown)),
             section(
                 "Configure a replay",
-                form(p, form_defaults(p, step_ids)),
+                refilled,
+                form(p, values),
                 help_text="Replays each step's recorded workload on the cluster below under policy A, and under "
                 "policy B for comparison. Calibration fits the engine's speed to the trace's measured "
                 "timings on the fit steps; accuracy is then reported on the other steps.",
@@ -254,8 +241,8 @@ def body(trace: dict, job_param=None) -> html.Div:
     )
 
 
-def layout(trace_id: str | None = None, job: str | None = None, **_):
-    return trace_page(trace_id, __name__, "/simulate", lambda trace: body(trace, job))
+def layout(trace_id: str | None = None, job: str | None = None, rerun: str | None = None, **_):
+    return trace_page(trace_id, __name__, "/simulate", lambda trace: body(trace, job, rerun))
 
 
 @dash.callback(
