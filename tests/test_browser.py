@@ -269,7 +269,8 @@ def test_sign_in_upload_and_every_trace_page(browser, server, per_step, tmp_path
     # upload a run folder's files by drag-and-drop input; the trace appears, ready
     folder = write_packed_dir(tmp_path / "run", per_step)
     files = sorted(folder.iterdir())
-    b.css("#trace-upload input[type=file]")[0].send_keys("\n".join(str(f) for f in files))
+    upload_input = b.wait(lambda: b.css("#trace-upload input[type=file]"), "the upload input")[0]
+    upload_input.send_keys("\n".join(str(f) for f in files))
     ok = b.wait(lambda: b.text("upload-ok"), "the upload confirmation")
     assert f"{STEPS} steps" in ok and f"{STEPS * 16 * 4:,} samples" in ok
     # every file is listed, in the order they are read, under one collapsed line with their count
