@@ -69,8 +69,16 @@ def test_demo_and_create_team(env):
     summary = printed_json(result.output)
     assert summary["samples"] == 3 * 8 * 8 and summary["status"] == "ready"
     key = runner.invoke(app, ["create-team", "cli-team-" + str(summary["id"]) + env["RLVR_DATABASE_URL"][-6:]])
-    assert key.exit_code == 0 and key.output.strip().startswith("rlvr_")
+    assert key.exit_code == 0 and key.output.strip().splitlines()[-1].startswith("rlvr_")
+    assert "shown only now" in key.output  # says what the key is for
+    as_json = orjson.loads(
+        runner.invoke(
+            app, ["create-team", "json-" + str(summary["id"]) + env["RLVR_DATABASE_URL"][-6:], "--json"]
+        ).output
+    )
+    assert as_json["api_key"].startswith("rlvr_") and as_json["id"]
     assert runner.invoke(app, ["migrate"]).exit_code == 0
+    assert orjson.loads(runner.invoke(app, ["migrate", "--json"]).output)["at_head"]
 
 
 sqlite_only = pytest.mark.parametrize("backend_env", ["sqlite"], indirect=True)

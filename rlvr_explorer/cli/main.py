@@ -52,12 +52,13 @@ def _settings():
 
 
 @command()
-def migrate() -> None:
+def migrate(as_json: JsonFlag = False) -> None:
     """Apply the database migrations (alembic upgrade head)."""
     from backend.store.migrate import upgrade
 
     upgrade(_settings().db_url)
-    typer.echo(f"database at head: {_redact(_settings().db_url)}")
+    where = _redact(_settings().db_url)
+    typer.echo(orjson.dumps({"database": where, "at_head": True}).decode() if as_json else f"database at head: {where}")
 
 
 def _redact(url: str) -> str:
@@ -68,13 +69,24 @@ def _redact(url: str) -> str:
 
 
 @command("create-team")
-def create_team(name: Annotated[str, typer.Argument(help="The team's name")]) -> None:
+def create_team(
+    name: Annotated[str, typer.Argument(help="The team's name")],
+    as_json: JsonFlag = False,
+) -> None:
     """Create a team and print its API key (shown once)."""
     from backend.auth import create_team as _create
     from backend.store.db import session_scope
 
     with session_scope() as session:
-        _team, key = _create(session, name)
+        team, key = _create(session, name)
+        team_id = team.id
+    if as_json:
+        typer.echo(orjson.dumps({"id": team_id, "name": name, "api_key": key}).decode())
+        return
+    typer.echo(
+        f"created team {name!r} (id {team_id}); its API key, shown only now (use it as --api-key or "
+        "RLVR_API_KEY, or sign in to the dashboard with it), is on the next line:"
+    )
     typer.echo(key)
 
 
