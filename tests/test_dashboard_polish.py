@@ -53,7 +53,8 @@ def _empty(builder, arg) -> go.Figure:
 def assert_explained_and_bare(fig: go.Figure) -> str:
     message = (fig.layout.meta or {}).get("empty")
     assert message, "an empty figure must carry its explanation"
-    assert [a.text for a in fig.layout.annotations] == [message]  # drawn in the middle
+    assert [a.text.replace("<br>", " ") for a in fig.layout.annotations] == [message]  # drawn in the middle
+    assert all(len(line) <= 64 for line in fig.layout.annotations[0].text.split("<br>"))  # wrapped, not cut off
     assert set(MODEBAR_BUTTONS) <= set(fig.layout.modebar.remove)  # no toolbar over nothing
     assert fig.layout.xaxis.visible is False and fig.layout.yaxis.visible is False
     return message
@@ -278,6 +279,8 @@ def test_job_duration():
     running = {"status": "running", "started_at": "2026-12-01T07:00:00+00:00", "finished_at": None}
     assert job_duration(running, now=datetime(2026, 12, 1, 7, 0, 42, tzinfo=UTC)) == "running 42 s"
     assert job_duration({"status": "queued", "started_at": None}) == "waiting for a worker"
+    quick = {"status": "succeeded", "started_at": "2026-12-01T07:00:00Z", "finished_at": "2026-12-01T07:00:00.2Z"}
+    assert job_duration(quick) == "< 1 s"
 
 
 def test_analysis_rerun_form_round_trips_the_parameters():

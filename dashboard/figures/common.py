@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import textwrap
 
 import numpy as np
 import plotly.graph_objects as go
@@ -56,7 +57,8 @@ def empty_figure(message: str, title: str = "") -> go.Figure:
         dragmode=False,
         annotations=[
             dict(
-                text=message,
+                # plotly does not wrap annotations: break long explanations into lines
+                text="<br>".join(textwrap.wrap(message, 64)) or message,
                 xref="paper",
                 yref="paper",
                 x=0.5,

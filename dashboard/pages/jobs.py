@@ -152,12 +152,12 @@ def _action(job: dict):
     page = JOB_PAGES.get(job.get("kind"))
     if page and job.get("trace_id"):
         base = f"/traces/{job['trace_id']}/{page}"
-        return html.Span(
+        return html.Div(
             [
                 dcc.Link("Open", href=href(f"{base}?job={job['id']}"), className="button small secondary"),
-                " ",
                 dcc.Link("Re-run…", href=href(f"{base}?rerun={job['id']}"), className="button small secondary"),
-            ]
+            ],
+            style={"display": "flex", "gap": "6px", "whiteSpace": "nowrap"},
         )
     return ""
 

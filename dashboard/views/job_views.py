@@ -158,8 +158,10 @@ def _parse_time(ts) -> datetime | None:
 
 
 def human_seconds(seconds: float) -> str:
-    """42 -> '42 s', 192 -> '3 min 12 s', 7300 -> '2 h 1 min'."""
-    s = max(0, round(seconds))
+    """0.3 -> '< 1 s', 42 -> '42 s', 192 -> '3 min 12 s', 7300 -> '2 h 1 min'."""
+    if seconds < 0.5:
+        return "< 1 s"
+    s = round(seconds)
     if s < 60:
         return f"{s} s"
     if s < 3600:
