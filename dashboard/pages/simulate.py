@@ -10,7 +10,9 @@ State: sim-job (the replay shown or running), sim-done (the succeeded replay dra
 sim-poll. Output: sim-progress, sim-cards (card-sim-speedup, card-sim-accuracy-rollout,
 ...), sim-pred-vs-measured, sim-accuracy (table), sim-speedup, sim-idle, sim-timeline
 (+ sim-timeline-policy), sim-downloads (links sim-download-a / -b), sim-history (one
-<tr data-job-id> per replay, "Open" buttons). `?job=ID` opens that replay.
+<tr data-job-id> per replay, "Open" buttons). `?job=ID` opens that replay; `?rerun=ID`
+fills the form with its configuration (sim-rerun-note says so). While a replay runs the
+figures say so (job_views.replay_placeholder) instead of "Configure a replay".
 """
 
 from __future__ import annotations

@@ -7,7 +7,8 @@ Form ids: wl-steps, wl-groups, wl-samples, wl-seed, wl-dp-size, wl-task, wl-form
 wl-ingest, wl-name, wl-fit (fit only), wl-submit (fit and generate), wl-form-message.
 State: wl-job, wl-done, wl-poll. Output: wl-progress, wl-ks (chart), wl-fit-table,
 wl-output (links wl-trace-link to the new trace and wl-download to the zip),
-wl-history (one <tr data-job-id> per job, "Open" buttons). `?job=ID` opens that job.
+wl-history (one <tr data-job-id> per job, "Open" buttons). `?job=ID` opens that job;
+`?rerun=ID` fills the form as that job was configured.
 """
 
 from __future__ import annotations
