@@ -90,6 +90,13 @@ def test_unknown_format(api, assert_nothing_stored):
     assert_nothing_stored(api)
 
 
+@pytest.mark.parametrize("value", ["0", "-3", str(2**31)])
+def test_max_response_len_out_of_the_columns_range(api, assert_nothing_stored, value):
+    r = upload(api, "packed_lengths_step_0.jsonl", jsonl(good_rows()), max_response_len=value)
+    assert r.status_code == 422 and "max_response_len" in str(r.json())
+    assert_nothing_stored(api)
+
+
 def test_unknown_forced_format(api, assert_nothing_stored):
     d = detail(upload(api, "packed_lengths_step_0.jsonl", jsonl(good_rows()), format="nope"))
     assert d["field"] == "format"

@@ -269,11 +269,14 @@ def test_sign_in_upload_and_every_trace_page(browser, server, per_step, tmp_path
     # upload a run folder's files by drag-and-drop input; the trace appears, ready
     folder = write_packed_dir(tmp_path / "run", per_step)
     files = sorted(folder.iterdir())
-    b.css("#trace-upload input[type=file]")[0].send_keys("\n".join(str(f) for f in files))
+    upload_input = b.wait(lambda: b.css("#trace-upload input[type=file]"), "the upload input")[0]
+    upload_input.send_keys("\n".join(str(f) for f in files))
     ok = b.wait(lambda: b.text("upload-ok"), "the upload confirmation")
     assert f"{STEPS} steps" in ok and f"{STEPS * 16 * 4:,} samples" in ok
-    # every file is listed (the browser may hand several files over in any order)
-    assert sorted(li.get_attribute("data-file") for li in b.css("#upload-status li")) == [f.name for f in files]
+    # every file is listed, in the order they are read, under one collapsed line with their count
+    assert [li.get_attribute("data-file") for li in b.css("#upload-status li")] == [f.name for f in files]
+    assert f"{len(files)} files" in b.text("upload-files-summary")
+    assert b.css("#upload-files")[0].get_attribute("open") is None
     row = b.wait(
         lambda: [r for r in b.css("#traces-table tr[data-trace-id]") if r.get_attribute("data-status") == "ready"],
         "the ready trace in the table",
@@ -332,19 +335,20 @@ def test_sign_in_upload_and_every_trace_page(browser, server, per_step, tmp_path
         ),
         "succeeded analysis jobs",
     )
-    b.css("#jobs-table tr[data-kind=longtail] button")[0].click()
-    params = b.wait(
-        lambda: (
-            b.d.find_element("id", "rerun-params")
-            if '"tail_fraction"' in b.d.find_element("id", "rerun-params").get_attribute("value")
-            else None
-        ),
-        "the copied parameters",
+    row = b.css("#jobs-table tr[data-kind=longtail]")[0]
+    trace_name = server.api.get(f"/traces/{trace_id}").json()["name"]
+    assert row.find_element("css selector", ".job-trace").text == trace_name  # the trace by name, not id
+    assert "tail fraction 0.1" in row.find_element("css selector", ".job-params").text  # readable, not JSON
+    assert row.find_element("css selector", ".job-duration").text.endswith(" s")
+    row.find_element("css selector", "button").click()
+    field = b.wait(
+        lambda: b.d.find_element("css selector", "[data-param=tail_fraction] input"),
+        "the re-run form with the job's parameters",
     )
-    edited = json.loads(params.get_attribute("value")) | {"tail_fraction": 0.2}
-    params.send_keys(Keys.CONTROL, "a")  # (clear() bypasses React: the old text would stay)
-    params.send_keys(Keys.DELETE)
-    params.send_keys(json.dumps(edited))
+    assert float(field.get_attribute("value")) == pytest.approx(0.1)
+    field.send_keys(Keys.CONTROL, "a")  # (clear() bypasses React: the old text would stay)
+    field.send_keys(Keys.DELETE)
+    field.send_keys("0.2")
     b.d.find_element("id", "rerun-submit").click()
     started = b.wait(lambda: b.text("rerun-message"), "the re-run message")
     assert "Started job" in started, started
@@ -593,6 +597,14 @@ def test_simulate_page_replays_sync_against_one_step_off(browser, server, per_st
     path = b.wait(lambda: [p for p in set(downloads.iterdir()) - before if p.suffix == ".json"], "the download")[0]
     events = json.loads(b.wait(lambda: path.read_text() or None, "the downloaded file"))["traceEvents"]
     assert any(e.get("name") == "rollout" and e.get("ph") == "X" for e in events)
+
+    # the jobs page re-runs it in the simulate page's form, filled as it was configured
+    b.open(f"/jobs?trace_id={trace['id']}&kind=simulation")
+    row = b.wait(lambda: b.css(f"#jobs-table tr[data-job-id='{job['id']}']"), "the replay in the jobs table")[0]
+    assert "sync vs one_step_off" in row.find_element("css selector", ".job-params").text
+    row.find_element("link text", "Re-run…").click()
+    b.wait(lambda: b.text("sim-rerun-note"), "the re-run form")
+    assert b.d.find_element("id", "sim-max-seqs").get_attribute("value") == "64"
     b.assert_console_clean()
 
 
@@ -661,4 +673,91 @@ def test_workload_page_fits_generates_and_downloads(browser, server, per_step, t
     path = b.wait(lambda: [p for p in set(downloads.iterdir()) - before if p.suffix == ".zip"], "the zip")[0]
     names = b.wait(lambda: zipfile.ZipFile(path).namelist() if zipfile.is_zipfile(path) else None, "a whole zip")
     assert {"packed_lengths_step_0.jsonl", "packed_lengths_step_1.jsonl"} <= {n.split("/")[-1] for n in names}
+    b.assert_console_clean()
+
+
+# Every chart on screen, as the browser drew it: whether it holds data, the explanation an
+# empty one carries (layout.meta.empty), its toolbar buttons, and per axis the title and
+# the tick labels plotly rendered.
+CHARTS_JS = """
+var size = function (a) {
+  if (!a) { return 0; }
+  if (a._inputArray) { return a._inputArray.length; }
+  return a.length === undefined ? 1 : a.length; };
+return Array.from(document.querySelectorAll('.js-plotly-plot')).filter(function (p) {
+  return p.offsetParent !== null; }).map(function (p) {
+  var full = p._fullLayout || {}, axes = [];
+  Object.keys(full).forEach(function (k) {
+    var ax = full[k];
+    if (!/^[xy]axis\\d*$/.test(k) || !ax || !ax.visible) { return; }
+    var id = ax._id, letter = id.charAt(0);
+    var labels = Array.from(p.querySelectorAll('.' + id + 'tick text, g.' + letter + 'axislayer-above .'
+      + id + 'tick text')).map(function (t) { return t.textContent; });
+    axes.push({id: id, title: (ax.title && ax.title.text) || '', type: ax.type, labels: labels});
+  });
+  return {
+    id: (p.closest('[id]') || {}).id,
+    points: (p.data || []).reduce(function (n, t) { return n + size(t.x) + size(t.y) + size(t.z); }, 0),
+    empty: (p.layout && p.layout.meta && p.layout.meta.empty) || null,
+    buttons: p.querySelectorAll('.modebar-btn').length,
+    axes: axes};
+});
+"""
+PENDING = ("Loading", "Waiting", "is running", "is queued", "analysis is running")
+# axis titles of whole-number quantities (steps, ranks, counts of things)
+WHOLE = ("training step", "rank", "trajectories", "count per trajectory", "turn")
+
+
+def _whole_axis(title: str) -> bool:
+    t = title.lower()
+    return any(w in t for w in WHOLE) and "mean" not in t and "(count)" not in t and "time" not in t
+
+
+def test_every_page_explains_its_empty_charts_and_counts_in_whole_ticks(browser, server, per_step, tmp_path):
+    b = browser
+    trace = server.upload(sorted(write_packed_dir(tmp_path / "pages", per_step[:3]).iterdir()), "every page")
+    b.sign_in(server.key)
+    b.wait(lambda: b.css("#traces-table tr[data-trace-id]"), "the traces page")
+    tid = trace["id"]
+    pages = ["", "/distributions", "/gpu", "/imbalance", "/multiturn", "/simulate", "/workload"]
+    seen = checked = 0
+    for page in [f"/traces/{tid}{p}" for p in pages] + ["/jobs", f"/compare?a={tid}&b={tid}"]:
+        b.open(page)
+        opened, last = time.monotonic(), {"n": -1}
+
+        def settled():
+            charts = b.d.execute_script(CHARTS_JS)
+            if any(c["empty"] and c["empty"].startswith(PENDING) for c in charts):
+                return None
+            n, last["n"] = len(charts), len(charts)
+            if n != last.get("prev"):  # still drawing: wait for two equal looks in a row
+                last["prev"] = n
+                return None
+            if not charts:  # a page without charts (its message says why): give it time to draw
+                return [{"none": True}] if time.monotonic() - opened > 4 else None
+            return charts
+
+        charts = [c for c in b.wait(settled, f"the charts of {page} to settle") if "none" not in c]
+        for c in charts:
+            seen += 1
+            if not c["points"]:  # an empty chart says why, and has no toolbar over nothing
+                assert c["empty"], (page, c)
+                assert c["buttons"] == 0, (page, c)
+                continue
+            for ax in c["axes"]:
+                if ax["type"] == "category" or not _whole_axis(ax["title"]):
+                    continue
+                fractional = [t for t in ax["labels"] if "." in t]
+                assert not fractional, (page, c["id"], ax)
+                checked += bool(ax["labels"])
+        b.assert_console_clean()
+    assert seen >= 10 and checked >= 5
+    # the stage-time panel is not drawn without stage timings; the page says what to upload
+    b.open(f"/traces/{tid}")
+    b.wait(lambda: "upload the run's verl metric log" in (b.text("overview-no-stage-time") or ""), "the hint")
+    # the formats documentation the upload page links to is served by the app
+    b.open("/traces")
+    href = b.wait(lambda: b.css("#formats-link"), "the formats link")[0].get_attribute("href")
+    b.open(href.replace(server.base, ""))
+    b.wait(lambda: "Accepted trace formats" in (b.text("formats-doc") or ""), "the formats page")
     b.assert_console_clean()

@@ -24,7 +24,7 @@ def invoke(*args: str):
 @pytest.fixture()
 def stored(team_key, tmp_path):
     per_step = synthetic_rows(steps=3, groups=8, n=4)
-    r = invoke("ingest", write_packed_dir(tmp_path / "run", per_step), "--api-key", team_key)
+    r = invoke("ingest", write_packed_dir(tmp_path / "run", per_step), "--api-key", team_key, "--json")
     assert r.exit_code == 0, r.output
     return orjson.loads(r.stdout.strip().splitlines()[-1])["id"], per_step
 
@@ -102,6 +102,7 @@ def test_generate_from_a_trace_and_ingest(team_key, stored, tmp_path):
         "cli twin",
         "--api-key",
         team_key,
+        "--json",
     )
     assert r.exit_code == 0, r.output
     res = orjson.loads(r.stdout)
@@ -140,6 +141,7 @@ def test_generate_math_from_the_parameter_file(env, shared_fixtures, tmp_path):
         out,
         "--seed",
         2,
+        "--json",
     )
     assert r.exit_code == 0, r.output
     compact = orjson.loads((out / "workload_compact.json").read_bytes())
@@ -149,3 +151,37 @@ def test_generate_math_from_the_parameter_file(env, shared_fixtures, tmp_path):
         assert all(1 <= x <= 32000 for o in step["output"] for x in o)
     r = runner.invoke(app, ["generate", "--params", str(params), "--task", "vision", "--out", str(out)])
     assert r.exit_code == 2 and "task" in r.output
+
+
+def test_simulate_and_generate_speak_human_by_default(team_key, stored, tmp_path):
+    trace_id, _ = stored
+    r = invoke("simulate", trace_id, "--api-key", team_key)
+    assert r.exit_code == 0, r.output
+    assert "rollout [s]" in r.stdout and "step [s] sync" in r.stdout
+    assert "calibration: none (roofline" in r.stdout  # no measured timings: says so instead of a bare "cost"
+    r = invoke(
+        "generate",
+        "--from-trace",
+        trace_id,
+        "--steps",
+        1,
+        "--groups",
+        2,
+        "--out",
+        tmp_path / "g",
+        "--api-key",
+        team_key,
+    )
+    assert r.exit_code == 0, r.output
+    assert not r.stdout.lstrip().startswith("{")
+    assert "KS = largest gap between the fitted and the measured CDF" in r.stdout
+    assert "prompt length" in r.stdout and "response length" in r.stdout
+    assert "generated 1 step(s) of 2 groups" in r.stdout and "packed_lengths_step_0.jsonl" in r.stdout
+    assert "rlvr-explorer ingest" in r.stdout  # what to do with the files
+
+
+def test_simulate_rejects_values_the_database_cannot_hold(team_key, stored):
+    trace_id, _ = stored
+    for args in (["--gpus", str(2**31)], ["--replicas", "1e21"]):
+        r = runner.invoke(app, ["simulate", str(trace_id), *args, "--api-key", team_key])
+        assert r.exit_code == 2 and "Traceback" not in r.output, r.output

@@ -162,13 +162,19 @@ class ApiClient:
         self._request("DELETE", f"/traces/{trace_id}")
 
     def upload_trace(
-        self, files: Iterable[tuple[str, bytes]], *, name: str | None = None, format: str | None = None
+        self,
+        files: Iterable[tuple[str, bytes]],
+        *,
+        name: str | None = None,
+        format: str | None = None,
+        max_response_len: int | None = None,
     ) -> UploadResult:
         """POST one or more files (or one archive) as multipart `files`."""
         parts = [("files", (fname, content, "application/octet-stream")) for fname, content in files]
         if not parts:
             raise ApiError(400, "No files to upload")
-        data = {k: v for k, v in (("name", name), ("format", format)) if v}
+        fields = (("name", name), ("format", format), ("max_response_len", max_response_len))
+        data = {k: str(v) for k, v in fields if v not in (None, "")}
         resp = self._request("POST", "/traces", files=parts, data=data, timeout=UPLOAD_TIMEOUT)
         body = self._json(resp, "/traces")
         if resp.status_code == 202 and isinstance(body, dict) and "trace" in body:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import textwrap
 
 import numpy as np
 import plotly.graph_objects as go
@@ -19,16 +20,45 @@ def styled_figure(title: str, *, x_title: str, y_title: str, **layout) -> go.Fig
     return fig
 
 
+# Every button of plotly's 2D modebar: an empty figure removes them all, so no toolbar
+# (zoom, pan, download) floats over a chart that has nothing to zoom into.
+MODEBAR_BUTTONS = (
+    "zoom2d",
+    "pan2d",
+    "select2d",
+    "lasso2d",
+    "zoomIn2d",
+    "zoomOut2d",
+    "autoScale2d",
+    "resetScale2d",
+    "toImage",
+    "hoverClosestCartesian",
+    "hoverCompareCartesian",
+    "toggleSpikelines",
+    "toggleHover",
+    "resetViews",
+    "sendDataToCloud",
+    "sendChartToCloud",
+    "downloadJson",
+)
+
+
 def empty_figure(message: str, title: str = "") -> go.Figure:
-    """A blank figure that says why it is blank (no data, analysis not run, ...)."""
+    """A blank figure that says why it is blank (no data, analysis not run, ...) and, where
+    the trace lacks the data, what to upload to fill it; no axes and no toolbar.
+    `layout.meta.empty` holds the message (tests and the browser check read it)."""
     fig = go.Figure()
     fig.update_layout(
-        **base_layout(title=dict(text=title), height=280),
+        **base_layout(title=dict(text=title), height=220),
         xaxis=dict(visible=False),
         yaxis=dict(visible=False),
+        meta={"empty": message},
+        modebar=dict(remove=list(MODEBAR_BUTTONS)),
+        dragmode=False,
         annotations=[
             dict(
-                text=message,
+                # plotly does not wrap annotations: break long explanations into lines
+                text="<br>".join(textwrap.wrap(message, 64)) or message,
                 xref="paper",
                 yref="paper",
                 x=0.5,
@@ -83,9 +113,11 @@ def log_token_axis(fig: go.Figure, axis: str, lo: float, hi: float) -> None:
     update(type="log", tickmode="array", tickvals=vals, ticktext=[token_label(v) for v in vals])
 
 
-def integer_ticks(fig: go.Figure, axis: str = "x", max_span: int = 12) -> go.Figure:
-    """Whole-number ticks (steps, ranks, turns) when the axis spans few values, so 6
-    steps are not labelled 0, 0.5, 1, ..."""
+def integer_ticks(fig: go.Figure, axis: str = "x", max_span: int = 12, *, from_zero: bool = False) -> go.Figure:
+    """Whole-number ticks on an axis of steps, ranks, turns or counts: one tick per value
+    when the axis spans few values (6 steps are not labelled 0, 0.5, 1, ...), else
+    plotly's own spacing (a whole number of units there) with integer labels.
+    `from_zero`: the axis starts at 0 (bar lengths, counts), so the span counts from 0."""
     values = []
     for tr in fig.data:
         vals = getattr(tr, axis, None)
@@ -93,9 +125,40 @@ def integer_ticks(fig: go.Figure, axis: str = "x", max_span: int = 12) -> go.Fig
             continue
         arr = np.asarray(vals, dtype=object).ravel()
         values += [float(v) for v in arr if isinstance(v, (int, float, np.integer, np.floating)) and v == v]
-    if values and max(values) - min(values) <= max_span:
-        (fig.update_xaxes if axis == "x" else fig.update_yaxes)(dtick=1, tick0=0)
+    update = fig.update_xaxes if axis == "x" else fig.update_yaxes
+    if not values:
+        return fig
+    lo = min(0.0, min(values)) if from_zero else min(values)
+    if max(values) - lo <= max_span:
+        update(dtick=1, tick0=0, tickformat="d")
+    else:
+        update(tickformat=",d")
     return fig
+
+
+def nice_step(span: float, ticks: int = 5) -> float:
+    """A 1-2-5 step that puts about `ticks` ticks over `span`."""
+    if not span or span <= 0 or not math.isfinite(span):
+        return 1.0
+    raw = span / ticks
+    mag = 10 ** math.floor(math.log10(raw))
+    return next(m * mag for m in (1, 2, 5, 10) if m * mag >= raw)
+
+
+def percent_axis(max_pct: float | None) -> dict:
+    """Axis settings for percents (0..100) with round ticks and a % sign (0%, 5%, 10%
+    instead of 0.02, 0.11, 0.2): from 0 to a little above the largest value."""
+    top = min(max(float(max_pct or 0.0), 0.1), 100.0)
+    step = nice_step(top, 5)
+    digits = max(0, -math.floor(math.log10(step)))
+    return dict(
+        tickformat=f".{digits}f",
+        ticksuffix="%",
+        dtick=step,
+        tick0=0,
+        tickmode="linear",
+        range=[0, min(100.0, math.ceil(top / step) * step) * 1.04],
+    )
 
 
 # Above this many steps a per-step series is drawn as one line or filled area instead of

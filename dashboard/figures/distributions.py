@@ -21,6 +21,7 @@ from dashboard.figures.common import (
     log_token_axis,
     many_steps,
     num,
+    percent_axis,
     step_gaps,
     step_series,
     styled_figure,
@@ -287,12 +288,11 @@ def tail_figure(payload: dict) -> go.Figure:
         )
         fig.update_layout(
             yaxis2=dict(
-                title=dict(text="truncated (%)"),
+                title=dict(text="truncated (% of samples)"),
                 overlaying="y",
                 side="right",
-                rangemode="tozero",
                 showgrid=False,
-                tickformat=".2~f",
+                **percent_axis(max(t for t in trunc + flag if t is not None)),
             )
         )
     return integer_ticks(step_gaps(fig))

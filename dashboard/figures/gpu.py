@@ -168,7 +168,9 @@ def temporal_breakdown_figure(table) -> go.Figure:
     table = as_columns(table)
     title = "Temporal breakdown per rank"
     if not table or not table.get("rank"):
-        return empty_figure("No GPU events", title)
+        return empty_figure(
+            "No GPU events: upload PyTorch profiler (Kineto) trace files, one per rank (docs/formats.md)", title
+        )
     ranks = [f"rank {r}" for r in table["rank"]]
     fig = styled_figure(
         title,
@@ -206,7 +208,9 @@ def idle_breakdown_figure(table) -> go.Figure:
     table = as_columns(table)
     title = "Idle time by cause per rank"
     if not table or not table.get("rank"):
-        return empty_figure("No GPU events", title)
+        return empty_figure(
+            "No GPU events: upload PyTorch profiler (Kineto) trace files, one per rank (docs/formats.md)", title
+        )
     ranks = sorted(set(table["rank"]))
     totals = {k: {r: 0.0 for r in ranks} for k in ("host_wait_us", "kernel_wait_us", "other_us")}
     for i, r in enumerate(table["rank"]):
@@ -242,7 +246,9 @@ def kernel_kind_figure(table) -> go.Figure:
     table = as_columns(table)
     title = "GPU busy time by kernel kind"
     if not table or not table.get("rank"):
-        return empty_figure("No GPU events", title)
+        return empty_figure(
+            "No GPU events: upload PyTorch profiler (Kineto) trace files, one per rank (docs/formats.md)", title
+        )
     ranks = sorted(set(table["rank"]))
     fig = styled_figure(
         title,

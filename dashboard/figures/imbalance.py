@@ -22,6 +22,13 @@ from dashboard.figures.common import (
 from dashboard.theme import POLICY_COLORS, UNITS
 
 LOAD_LABELS = {"tokens": "tokens (prompt + response)", "cost": "training cost 24576·s + s²"}
+# What the cost load is, shown under the choice (s = a sample's prompt + response tokens).
+COST_CAPTION = (
+    "Training cost 24576·s + s² is verl's per-sequence cost proxy (calculate_workload), s = prompt + response "
+    "tokens: the linear term stands for the MLP and attention projections (per token, for a 7B dense model), "
+    "the quadratic term for attention itself (every token attends to the ones before it). Only ratios between "
+    "ranks matter, so the unit is arbitrary."
+)
 POLICY_LABELS = {"recorded": "recorded", "kk": "Karmarkar-Karp", "lpt": "LPT"}
 
 
@@ -35,7 +42,11 @@ def load_heatmap_figure(result: dict, load: str = "tokens") -> go.Figure:
     steps = _steps(result, load)
     title = f"Load per DP rank relative to the step mean ({LOAD_LABELS.get(load, load)})"
     if not steps:
-        return empty_figure("No per-rank loads (the trace has no dp_rank per sample)", title)
+        return empty_figure(
+            "No per-rank loads: the samples have no dp_rank; upload PolyTrace packed_lengths_step_N.jsonl files "
+            "(they carry it) or native samples with a dp_rank column (docs/formats.md)",
+            title,
+        )
     n_ranks = max(len(s[load].get("recorded") or []) for s in steps)
     raw = np.full((n_ranks, len(steps)), np.nan)
     for j, s in enumerate(steps):
@@ -67,7 +78,7 @@ def load_heatmap_figure(result: dict, load: str = "tokens") -> go.Figure:
         )
     )
     fig.update_yaxes(autorange="reversed")
-    return integer_ticks(fig)
+    return integer_ticks(integer_ticks(fig), "y")
 
 
 def imbalance_ratio_figure(result: dict, load: str = "tokens", metric: str = "max_over_mean") -> go.Figure:

@@ -43,7 +43,10 @@ def counts_hist_figure(result: dict) -> go.Figure:
         title += f"<br><sup>tool calls = {basis}</sup>"
     turns, tools = s.get("turns_hist") or [], s.get("tool_calls_hist") or []
     if not any(turns) and not any(tools):
-        return empty_figure("No multi-turn trajectories", title)
+        return empty_figure(
+            "No multi-turn trajectories: upload PolyTrace multiturn_workload_step_N.jsonl files (docs/formats.md)",
+            title,
+        )
     turns, tools = _trim(turns), _trim(tools)
     fig = styled_figure(title, x_title="count per trajectory", y_title="trajectories", barmode="group")
     if any(turns):
@@ -67,7 +70,7 @@ def counts_hist_figure(result: dict) -> go.Figure:
             )
         )
     fig.update_xaxes(dtick=1 if max(len(turns), len(tools)) <= 20 else None)
-    return fig
+    return integer_ticks(fig, "y", from_zero=True)  # a number of trajectories
 
 
 def _trim(hist: list) -> list:
@@ -83,7 +86,10 @@ def turns_over_steps_figure(result: dict) -> go.Figure:
     steps = _steps(result.get("steps"))
     title = "Turns and tool calls per trajectory over steps"
     if not steps:
-        return empty_figure("No multi-turn trajectories", title)
+        return empty_figure(
+            "No multi-turn trajectories: upload PolyTrace multiturn_workload_step_N.jsonl files (docs/formats.md)",
+            title,
+        )
     x = [e["step"] for e in steps]
     fig = styled_figure(title, x_title=UNITS["step"], y_title="per trajectory (count)", hovermode="x unified")
     for key, label, color, dash in (
@@ -105,7 +111,9 @@ def cache_hit_figure(result: dict) -> go.Figure:
     title = "Prefix-cache hit rate"
     ys = [None if num(e.get("cache_hit_rate")) is None else 100 * num(e["cache_hit_rate"]) for e in steps]
     if not any(y is not None for y in ys):
-        return empty_figure("No per-turn cached-token counts", title)
+        return empty_figure(
+            "No per-turn cached-token counts: the turns carry no cached_tokens (PolyTrace multi-turn files do)", title
+        )
     fig = styled_figure(title, x_title=UNITS["step"], y_title="cached / prompt tokens (%)")
     fig.add_trace(
         go.Scatter(
@@ -127,7 +135,9 @@ def context_growth_figure(result: dict) -> go.Figure:
     bt = (result.get("summary") or {}).get("by_turn") or {}
     title = "Context growth by turn"
     if not bt.get("turn"):
-        return empty_figure("No per-turn token counts", title)
+        return empty_figure(
+            "No per-turn token counts: upload PolyTrace multiturn_workload_step_N.jsonl files (docs/formats.md)", title
+        )
     fig = styled_figure(title, x_title="turn", y_title="tokens per request (mean)", hovermode="x unified")
     for key, label, color in (
         ("prompt_mean", "prompt (context)", STAGE_COLORS["gen"]),
@@ -191,7 +201,10 @@ def latency_vs_tokens_figure(result: dict) -> go.Figure:
             )
         )
     if not any_data:
-        return empty_figure("No engine latencies", "Engine latency against tokens")
+        return empty_figure(
+            "No engine latencies: the turns carry no engine_latency_s (PolyTrace multi-turn files do)",
+            "Engine latency against tokens",
+        )
     xs_all = [x for tr in fig.data for x in tr.x]
     log_token_axis(fig, "x", min(xs_all), max(xs_all))
     return fig
@@ -218,7 +231,11 @@ def reward_latency_figure(result: dict) -> go.Figure:
     steps = [e for e in _steps(result.get("reward")) if e.get("max") is not None or e.get("t_reward") is not None]
     title = "Reward time per step (over ranks)"
     if not steps:
-        return empty_figure("No reward timings", title)
+        return empty_figure(
+            "No reward timings: upload PolyTrace reward_timings_step_N.jsonl files or a verl log with "
+            "timing_s/reward (docs/formats.md)",
+            title,
+        )
     x = [e["step"] for e in steps]
     fig = styled_figure(title, x_title=UNITS["step"], y_title=UNITS["seconds"], hovermode="x unified")
     _add_percentile_lines(fig, x, steps)
@@ -240,7 +257,9 @@ def reward_ranks_figure(result: dict) -> go.Figure:
     steps = [e for e in _steps(result.get("reward")) if e.get("rank")]
     title = "Reward time per rank"
     if not steps:
-        return empty_figure("No per-rank reward timings", title)
+        return empty_figure(
+            "No per-rank reward timings: upload PolyTrace reward_timings_step_N.jsonl files (docs/formats.md)", title
+        )
     ranks = sorted({r for e in steps for r in e["rank"]})
     pos = {r: i for i, r in enumerate(ranks)}
     z = [[None] * len(steps) for _ in ranks]
@@ -273,7 +292,11 @@ def tool_latency_figure(result: dict) -> go.Figure:
     steps = _steps(result.get("tools"))
     title = "Tool-call latency per step"
     if not steps:
-        return empty_figure("No tool calls", title)
+        return empty_figure(
+            "No tool calls in this trace: upload PolyTrace multiturn_workload_step_N.jsonl files, whose "
+            "tool_calls[].latency_s give the tool-call latencies (docs/formats.md)",
+            title,
+        )
     x = [e["step"] for e in steps]
     fig = styled_figure(title, x_title=UNITS["step"], y_title=UNITS["seconds"], hovermode="x unified")
     _add_percentile_lines(fig, x, steps)

@@ -18,12 +18,23 @@ def has_stage_timings(steps: list[dict]) -> bool:
     return any(num(s.get(f"t_{st}")) is not None for s in steps for st in (*STAGES, "step"))
 
 
+def trace_has_stage_timings(trace: dict) -> bool:
+    """Did ingestion record any per-step stage time (t_gen, ..., t_step) for this trace
+    (`GET /traces/{id}`: metadata.columns.steps)?"""
+    steps = ((trace.get("metadata") or {}).get("columns") or {}).get("steps") or []
+    return any(str(c).startswith("t_") for c in steps)
+
+
 def stage_time_figure(steps: list[dict], *, title: str = "Stage time per step") -> go.Figure:
     """Stacked bars: seconds per stage per step; `other` is t_step minus the named
     stages when the log has t_step (framework overhead, data loading, ...)."""
     rows = sorted(steps, key=lambda s: s["step"])
     if not has_stage_timings(rows):
-        return empty_figure("This trace has no per-step stage timings (upload the framework's metric log)", title)
+        return empty_figure(
+            "This trace has no per-step stage timings: upload the run's verl metric log (JSON lines with timing_s/* per step, "
+            "see docs/formats.md) together with its trace files",
+            title,
+        )
     x = [r["step"] for r in rows]
     fig = styled_figure(
         title, x_title=UNITS["step"], y_title=UNITS["seconds"], barmode="stack", bargap=0.1, hovermode="x unified"
@@ -104,7 +115,11 @@ def stage_gantt_figure(step: dict | None, rank_timings: list[dict], *, step_no: 
     title = f"Stages per rank, step {step_no}" if step_no is not None else "Stages per rank"
     segs = stage_segments(step, rank_timings)
     if not segs:
-        return empty_figure("No stage or per-rank timings for this step", title)
+        return empty_figure(
+            "No stage or per-rank timings for this step: upload the verl metric log or "
+            "PolyTrace reward_timings_step_N.jsonl files (docs/formats.md)",
+            title,
+        )
     ranks = sorted({s["rank"] for s in segs})
     fig = styled_figure(
         title,

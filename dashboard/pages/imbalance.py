@@ -1,6 +1,7 @@
 """DP load imbalance of one trace (the "imbalance" analysis).
 
-Filters: imb-load (tokens / training cost), imb-metric (max/mean or max/min).
+Filters: imb-load (tokens / training cost, explained by imb-cost-caption), imb-metric
+(max/mean or max/min).
 Charts: imb-heatmap (step x DP rank load relative to the step mean), imb-ratio
 (recorded vs KK vs LPT), imb-saving (per-step saving). Cards: imb-cards.
 """
@@ -12,6 +13,7 @@ from dash import Input, Output, dcc, html
 
 from dashboard.figures.common import empty_figure
 from dashboard.figures.imbalance import (
+    COST_CAPTION,
     LOAD_LABELS,
     imbalance_ratio_figure,
     load_heatmap_figure,
@@ -69,6 +71,7 @@ def body(trace: dict) -> html.Div:
                     ),
                 ),
             ),
+            html.P(COST_CAPTION, id="imb-cost-caption", className="help"),
             html.Div(id="imb-cards", className="cards"),
             section(
                 "Load per DP rank",

@@ -1,8 +1,13 @@
-"""Jobs: ingestions, analyses, replays and workloads with progress and errors; re-run an
-analysis with other parameters; open a replay or workload on its page.
+"""Jobs: ingestions, analyses, replays and workloads with their trace (by name), readable
+parameters, duration, progress and errors; re-run an analysis with a form of its
+parameters; re-run a replay or workload in its page's form, or open it there.
 
-Ids: jobs-status, jobs-kind (filters), jobs-table (one <tr data-job-id> per job),
-jobs-poll, rerun-kind, rerun-trace, rerun-params (JSON), rerun-submit, rerun-message.
+Ids: jobs-status, jobs-kind, jobs-trace (filters; the trace by name), jobs-table (one
+<tr data-job-id data-kind data-status> per job; "Re-run" buttons {"type": "job-rerun"}
+for analyses, "Re-run…" / "Open" links for replays and workloads), jobs-poll,
+rerun-kind, rerun-trace, rerun-form (one widget per parameter, in
+<div data-param=NAME>, ids {"type": "rerun-param", "name": NAME}), rerun-fields,
+rerun-submit, rerun-message.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from dashboard.views.components import (
     signed_in,
 )
 from dashboard.views.formatting import human_time, job_active
+from dashboard.views.job_views import describe_params, job_duration, param_fields, params_from_fields
 
 dash.register_page(__name__, path="/jobs", name="Jobs", title="Jobs · RLVR Explorer", nav="top", order=2)
 
@@ -33,6 +39,7 @@ ANALYSIS_KINDS = ("lengths", "longtail", "imbalance", "latency", "multiturn", "d
 JOB_KINDS = ("ingest", *ANALYSIS_KINDS, "simulation", "workload")
 JOB_PAGES = {"simulation": "simulate", "workload": "workload"}  # kind -> the trace page that shows its jobs
 JOB_STATUSES = ("queued", "running", "succeeded", "failed")
+PARAM = "rerun-param"
 
 
 def _int(x):
@@ -42,11 +49,26 @@ def _int(x):
         return None
 
 
+def _trace_names() -> dict[int, str]:
+    """{trace id: name} of the team's traces (newest 500), for the table and the pickers."""
+    try:
+        items = session.api().list_traces(limit=500).get("items", [])
+    except ApiError:
+        return {}
+    return {int(t["id"]): t.get("name") or f"trace {t['id']}" for t in items}
+
+
+def _trace_options(names: dict[int, str]) -> list[dict]:
+    return [{"label": f"{name} (#{tid})", "value": tid} for tid, name in names.items()]
+
+
 def layout(trace_id: str | None = None, kind: str | None = None, **_):
     if not signed_in():
         return sign_in_required("/jobs")
     trace_id = _int(trace_id)
     kind = kind if kind in JOB_KINDS else None
+    names = _trace_names()
+    options = _trace_options(names)
     return html.Div(
         [
             html.H2("Jobs"),
@@ -70,14 +92,13 @@ def layout(trace_id: str | None = None, kind: str | None = None, **_):
                         ),
                     ),
                     control(
-                        "Trace id",
-                        dcc.Input(
+                        "Trace",
+                        dcc.Dropdown(
                             id="jobs-trace",
-                            type="number",
+                            options=options,
                             value=trace_id,
-                            debounce=True,
-                            className="input",
                             placeholder="any",
+                            style={"minWidth": "280px"},
                         ),
                     ),
                 ),
@@ -99,38 +120,52 @@ def layout(trace_id: str | None = None, kind: str | None = None, **_):
                             style={"minWidth": "180px"},
                         ),
                     ),
-                    control("Trace id", dcc.Input(id="rerun-trace", type="number", className="input", value=trace_id)),
+                    control(
+                        "Trace",
+                        dcc.Dropdown(
+                            id="rerun-trace",
+                            options=options,
+                            value=trace_id,
+                            placeholder="choose a trace",
+                            style={"minWidth": "280px"},
+                        ),
+                    ),
                 ),
-                control("Parameters (JSON)", dcc.Textarea(id="rerun-params", value="{}", className="params")),
+                html.Div(id="rerun-form"),
+                dcc.Store(id="rerun-fields"),
                 html.Button("Run", id="rerun-submit", n_clicks=0, className="button"),
                 html.Div(id="rerun-message"),
-                help_text="'Re-run' on a job above copies its analysis, trace and parameters here to edit.",
+                help_text="'Re-run' on an analysis above fills this form with its trace and parameters; the fields "
+                "start from the latest run of the analysis on the trace. Replays and workloads re-run in their "
+                "page's form ('Re-run…').",
             ),
         ]
     )
 
 
-def _params_text(params) -> str:
-    return json.dumps(params or {}, indent=1, sort_keys=True)
-
-
 def _action(job: dict):
-    """Re-run an analysis; open a replay or workload on its trace's page."""
+    """Re-run an analysis here; re-run a replay or workload in its page's form, or open it."""
     if job.get("kind") in ANALYSIS_KINDS:
         return html.Button(
             "Re-run", id={"type": "job-rerun", "index": job["id"]}, n_clicks=0, className="button small secondary"
         )
     page = JOB_PAGES.get(job.get("kind"))
     if page and job.get("trace_id"):
-        return dcc.Link(
-            "Open", href=href(f"/traces/{job['trace_id']}/{page}?job={job['id']}"), className="button small secondary"
+        base = f"/traces/{job['trace_id']}/{page}"
+        return html.Div(
+            [
+                dcc.Link("Open", href=href(f"{base}?job={job['id']}"), className="button small secondary"),
+                dcc.Link("Re-run…", href=href(f"{base}?rerun={job['id']}"), className="button small secondary"),
+            ],
+            style={"display": "flex", "gap": "6px", "whiteSpace": "nowrap"},
         )
     return ""
 
 
-def jobs_table(jobs: list[dict]) -> html.Table | html.P:
+def jobs_table(jobs: list[dict], names: dict[int, str] | None = None) -> html.Table | html.P:
     if not jobs:
         return html.P("No jobs.", className="muted")
+    names = names or {}
     head = html.Tr(
         [
             html.Th(h)
@@ -142,7 +177,7 @@ def jobs_table(jobs: list[dict]) -> html.Table | html.P:
                 "Progress",
                 "Message / error",
                 "Created",
-                "Finished",
+                "Took",
                 "Parameters",
                 "",
             )
@@ -152,22 +187,28 @@ def jobs_table(jobs: list[dict]) -> html.Table | html.P:
     for j in jobs:
         st = j.get("status") or "?"
         msg = j.get("error") if st == "failed" else j.get("message")
+        tid = j.get("trace_id")
         rows.append(
             html.Tr(
                 [
                     html.Td(str(j["id"])),
                     html.Td(j.get("kind")),
                     html.Td(
-                        dcc.Link(str(j["trace_id"]), href=href(f"/traces/{j['trace_id']}"))
-                        if j.get("trace_id")
-                        else "—"
+                        dcc.Link(names.get(int(tid), f"trace {tid}"), href=href(f"/traces/{tid}"), title=f"trace {tid}")
+                        if tid
+                        else "—",
+                        className="job-trace",
                     ),
                     html.Td(html.Span(st, className=f"badge badge-{st}")),
                     html.Td(progress(j.get("progress"))),
                     html.Td(msg or "", className="file-error" if st == "failed" else "muted"),
                     html.Td(human_time(j.get("created_at"))),
-                    html.Td(human_time(j.get("finished_at"))),
-                    html.Td(html.Code(json.dumps(j.get("params") or {}, sort_keys=True)[:120])),
+                    html.Td(job_duration(j), className="job-duration"),
+                    html.Td(
+                        describe_params(j),
+                        className="job-params",
+                        title=json.dumps(j.get("params") or {}, sort_keys=True)[:2000],
+                    ),
                     html.Td(_action(j)),
                 ],
                 **{"data-job-id": str(j["id"]), "data-status": st, "data-kind": j.get("kind") or ""},
@@ -192,30 +233,78 @@ def list_jobs(_n, status, kind, trace_id, previous):
         jobs = session.api().jobs(trace_id=trace_id, status=status, kind=kind)
     except ApiError as exc:
         return no_update, 10_000, alert(exc.message), no_update
-    # Re-render only on change, so a poll doesn't reset the page while nothing moves.
+    # Re-render only on change, so a poll doesn't reset the page while nothing moves
+    # (a running job's duration is redrawn with its progress).
     fingerprint = json.dumps([(j["id"], j.get("status"), j.get("progress"), j.get("message")) for j in jobs])
     active = any(job_active(j) for j in jobs)
     if fingerprint == previous and ctx.triggered_id == "jobs-poll":
         return no_update, 1500 if active else 10_000, no_update, no_update
-    return jobs_table(jobs), 1500 if active else 10_000, None, fingerprint
+    return jobs_table(jobs, _trace_names()), 1500 if active else 10_000, None, fingerprint
+
+
+# -- the re-run form -------------------------------------------------------------------
+def _widget(name: str, kind: str, value):
+    pid = {"type": PARAM, "name": name}
+    if kind == "bool":
+        return dcc.Checklist(id=pid, options=[{"label": "yes", "value": "yes"}], value=["yes"] if value else [])
+    if kind in ("number", "optional"):
+        return dcc.Input(
+            id=pid,
+            type="number",
+            value=value,
+            placeholder="default" if value is None else "",
+            className="input",
+            style={"width": "130px"},
+        )
+    if kind == "json":
+        return dcc.Input(id=pid, type="text", value=json.dumps(value), className="input", style={"width": "260px"})
+    return dcc.Input(id=pid, type="text", value=value, className="input", style={"width": "180px"})
+
+
+def rerun_form(params: dict | None, note: str | None = None) -> tuple[list, list]:
+    """(the form's children, its [(name, widget type)] fields) for these parameters."""
+    fields = param_fields(params or {})
+    if not fields:
+        text = note or "No earlier run of this analysis on this trace: it runs with its defaults."
+        return [html.P(text, className="muted")], []
+    widgets = [
+        html.Div(control(name.replace("_", " "), _widget(name, kind, value)), **{"data-param": name})
+        for name, kind, value in fields
+    ]
+    out = [html.Div(widgets, className="controls")]
+    if note:
+        out.append(html.P(note, className="muted"))
+    return out, [[name, kind] for name, kind, _ in fields]
 
 
 @dash.callback(
     Output("rerun-kind", "value"),
     Output("rerun-trace", "value"),
-    Output("rerun-params", "value"),
+    Output("rerun-form", "children"),
+    Output("rerun-fields", "data"),
     Input({"type": "job-rerun", "index": ALL}, "n_clicks"),
-    prevent_initial_call=True,
+    Input("rerun-kind", "value"),
+    Input("rerun-trace", "value"),
 )
-def copy_job(clicks):
-    job_id = clicked_index()
-    if job_id is None:
-        return no_update, no_update, no_update
+def fill_form(_clicks, kind, trace_id):
+    api = session.api()
+    job_id = clicked_index() if isinstance(ctx.triggered_id, dict) else None
+    if isinstance(ctx.triggered_id, dict) and job_id is None:
+        return no_update, no_update, no_update, no_update  # the table re-rendered, nothing clicked
     try:
-        job = session.api().job(job_id)
-    except ApiError:
-        return no_update, no_update, no_update
-    return job.get("kind"), job.get("trace_id"), _params_text(job.get("params"))
+        if job_id is not None:
+            job = api.job(job_id)
+            form, fields = rerun_form(job.get("params"), f"Parameters of job {job_id}: change what you need and Run.")
+            return job.get("kind"), job.get("trace_id"), form, fields
+        if trace_id in (None, "") or not kind:
+            return no_update, no_update, [html.P("Choose a trace.", className="muted")], []
+        latest = api.jobs(trace_id=trace_id, kind=kind, limit=1)
+    except ApiError as exc:
+        return no_update, no_update, alert(exc.message), []
+    params = latest[0].get("params") if latest else None
+    note = f"Starting from job {latest[0]['id']} (the latest {kind} run on this trace)." if latest else None
+    form, fields = rerun_form(params, note)
+    return no_update, no_update, form, fields
 
 
 @dash.callback(
@@ -223,22 +312,24 @@ def copy_job(clicks):
     Input("rerun-submit", "n_clicks"),
     State("rerun-kind", "value"),
     State("rerun-trace", "value"),
-    State("rerun-params", "value"),
+    State("rerun-fields", "data"),
+    State({"type": PARAM, "name": ALL}, "value"),
     prevent_initial_call=True,
 )
-def rerun(n, kind, trace_id, params_text):
+def rerun(n, kind, trace_id, fields, values):
     if not n:
         return no_update
     if trace_id in (None, ""):
-        return alert("Give the trace id.")
+        return alert("Choose a trace.")
+    kinds = {name: k for name, k in fields or []}
+    shown = [item["id"]["name"] for item in ctx.states_list[3]]
     try:
-        params = json.loads(params_text or "{}")
-        if not isinstance(params, dict):
-            raise ValueError("parameters must be a JSON object")
+        params = params_from_fields([(name, kinds.get(name, "text")) for name in shown], values)
     except ValueError as exc:
-        return alert(f"Parameters are not valid JSON: {exc}")
+        return alert(f"Parameters: {exc}")
     try:
         job = session.api().run_analysis(int(trace_id), kind, params)
     except ApiError as exc:
-        return alert(exc.message)
+        where = f" ({exc.field})" if exc.field and exc.field not in exc.message else ""
+        return alert(f"{exc.message}{where}")
     return alert(f"Started job {job.get('id')} ({kind} on trace {trace_id}).", "ok")

@@ -10,7 +10,9 @@ State: sim-job (the replay shown or running), sim-done (the succeeded replay dra
 sim-poll. Output: sim-progress, sim-cards (card-sim-speedup, card-sim-accuracy-rollout,
 ...), sim-pred-vs-measured, sim-accuracy (table), sim-speedup, sim-idle, sim-timeline
 (+ sim-timeline-policy), sim-downloads (links sim-download-a / -b), sim-history (one
-<tr data-job-id> per replay, "Open" buttons). `?job=ID` opens that replay.
+<tr data-job-id> per replay, "Open" buttons). `?job=ID` opens that replay; `?rerun=ID`
+fills the form with its configuration (sim-rerun-note says so). While a replay runs the
+figures say so (job_views.replay_placeholder) instead of "Configure a replay".
 """
 
 from __future__ import annotations
@@ -35,8 +37,9 @@ from dashboard.server.downloads import simulation_trace_href
 from dashboard.server.figure_cache import cached
 from dashboard.views.components import PAGE_TRACE_ID, alert, card, clicked_index, control, controls, graph, section
 from dashboard.views.formatting import job_active
-from dashboard.views.job_views import job_history_table, job_progress
-from dashboard.views.replay_forms import CALIBRATION_MODES, form_defaults, simulation_body
+from dashboard.views.job_views import NO_REPLAY, job_history_table, job_progress, replay_placeholder
+from dashboard.views.job_views import describe_simulation as describe
+from dashboard.views.replay_forms import CALIBRATION_MODES, form_defaults, form_values_from_job, simulation_body
 from dashboard.views.trace_frame import trace_page
 
 dash.register_page(
@@ -48,7 +51,16 @@ dash.register_page(
     order=5,
 )
 
-NO_REPLAY = "Configure a replay above and press Replay"
+
+def _placeholder_of(job_id) -> str:
+    if job_id is None:
+        return NO_REPLAY
+    try:
+        return replay_placeholder(results.job(job_id))
+    except ApiError:
+        return NO_REPLAY
+
+
 _presets: dict[str, dict] = {}
 
 
@@ -142,34 +154,7 @@ def form(p: dict, d: dict) -> html.Div:
     )
 
 
-def describe(job: dict) -> str:
-    """One line for the history table: policies, cluster, steps, calibration."""
-    params = job.get("params") or {}
-    a, b = policy_names(job)
-    c = params.get("cluster") or {}
-    gpu = (c.get("gpu") or {}).get("name") if isinstance(c.get("gpu"), dict) else c.get("gpu")
-    steps = params.get("steps")
-    cal = params.get("calibrate")
-    cal_text = (
-        "calibration off"
-        if cal is False
-        else (
-            f"calibrated on {cal.get('fit_steps') or 'the first step'}" if isinstance(cal, dict) else "calibration auto"
-        )
-    )
-    rng = (
-        f"steps {steps[0]}-{steps[1] - 1}"
-        if steps and steps[1] < 1 << 29
-        else (f"from step {steps[0]}" if steps else "all steps")
-    )
-    return (
-        f"{a}" + (f" vs {b}" if b else "") + f"; {c.get('n_gpus', '?')} x {gpu or '?'}, "
-        f"{c.get('rollout_replicas', '?')} x TP{c.get('rollout_tp', '?')} rollout, DP{c.get('train_dp', '?')}; "
-        f"{(params.get('model') or {}).get('name', '')}; {rng}; {cal_text}"
-    )
-
-
-def body(trace: dict, job_param=None) -> html.Div:
+def body(trace: dict, job_param=None, rerun=None) -> html.Div:
     if not trace.get("n_samples"):
         return alert("This trace has no samples (rollout lengths), so there is nothing to replay.", "info")
     api = session.api()
@@ -188,6 +173,18 @@ def body(trace: dict, job_param=None) -> html.Div:
     shown_id = shown["id"] if shown else None
     if shown and shown.get("status") == "succeeded":
         results.prefetch(shown_id)  # the figures ask for its result in a moment
+    values, refilled = form_defaults(p, step_ids), None
+    again = next((j for j in history if str(j["id"]) == str(rerun)), None) if rerun is not None else None
+    if again is not None:  # "Re-run…" on the jobs page: the form as that replay was configured
+        values = form_values_from_job(again.get("params") or {}, values)
+        if values.get("model") not in (p.get("models") or {}):
+            by_lower = {str(k).lower(): k for k in p.get("models") or {}}
+            values["model"] = by_lower.get(str(values.get("model")).lower(), form_defaults(p, step_ids)["model"])
+        refilled = alert(
+            f"The form holds replay {again['id']}'s configuration: change what you need and press Replay.",
+            "info",
+            id="sim-rerun-note",
+        )
     return html.Div(
         [
             dcc.Store(id="sim-job", data=shown_id),
@@ -195,7 +192,8 @@ def body(trace: dict, job_param=None) -> html.Div:
             dcc.Interval(id="sim-poll", interval=1000, disabled=not job_active(shown)),
             section(
                 "Configure a replay",
-                form(p, form_defaults(p, step_ids)),
+                refilled,
+                form(p, values),
                 help_text="Replays each step's recorded workload on the cluster below under policy A, and under "
                 "policy B for comparison. Calibration fits the engine's speed to the trace's measured "
                 "timings on the fit steps; accuracy is then reported on the other steps.",
@@ -245,8 +243,8 @@ def body(trace: dict, job_param=None) -> html.Div:
     )
 
 
-def layout(trace_id: str | None = None, job: str | None = None, **_):
-    return trace_page(trace_id, __name__, "/simulate", lambda trace: body(trace, job))
+def layout(trace_id: str | None = None, job: str | None = None, rerun: str | None = None, **_):
+    return trace_page(trace_id, __name__, "/simulate", lambda trace: body(trace, job, rerun))
 
 
 @dash.callback(
@@ -377,10 +375,11 @@ def follow(job_id, _n, done, trace_id):
     Output("sim-downloads", "children"),
     Input("sim-done", "data"),
     State(PAGE_TRACE_ID, "data"),
+    State("sim-job", "data"),
 )
-def fill(job_id, trace_id):
+def fill(job_id, trace_id, started=None):
     if job_id is None:
-        fig = empty_figure(NO_REPLAY)
+        fig = empty_figure(_placeholder_of(started))
         return [], fig, None, fig, fig, None
     try:
         job = results.job(job_id)
@@ -464,10 +463,11 @@ def accuracy_table(result: dict):
     Output("sim-timeline", "figure"),
     Input("sim-done", "data"),
     Input("sim-timeline-policy", "value"),
+    State("sim-job", "data"),
 )
-def fill_timeline(job_id, policy):
+def fill_timeline(job_id, policy, started=None):
     if job_id is None:
-        return empty_figure(NO_REPLAY)
+        return empty_figure(_placeholder_of(started))
     try:
         job = results.job(job_id)
     except ApiError as exc:

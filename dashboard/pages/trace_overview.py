@@ -1,7 +1,8 @@
 """Overview of one trace: headline cards and stage time per step.
 
 Ids: overview-cards (one .card per figure, ids card-steps, card-samples, card-tokens,
-card-tail, card-imbalance, card-idle), overview-stage-time (stacked bars),
+card-tail, card-imbalance, card-idle), overview-stage-time (stacked bars; hidden, with
+overview-no-stage-time saying what to upload, when the trace has no stage timings),
 overview-lengths (response p50/p90/p99/max over steps), overview-gpu (temporal breakdown
 per rank, for traces with GPU events), overview-data-efficiency (DAPO groups generated /
 kept / used per trainer step; card card-data-efficiency), trace-status.
@@ -18,7 +19,7 @@ from dashboard.figures.common import empty_figure
 from dashboard.figures.data_efficiency import data_efficiency_figure
 from dashboard.figures.distributions import percentile_lines_figure
 from dashboard.figures.gpu import temporal_breakdown_figure
-from dashboard.figures.stages import stage_time_figure
+from dashboard.figures.stages import stage_time_figure, trace_has_stage_timings
 from dashboard.server.figure_cache import cached
 from dashboard.server.results import analysis_result
 from dashboard.views.components import PAGE_TRACE_ID, RESULT, alert, card, graph, section
@@ -42,6 +43,7 @@ def _shown(flag) -> dict:
 def body(trace: dict) -> html.Div:
     # the API says which analyses apply to the trace (the registry's word)
     kinds = [k for k in trace.get("analyses", []) if k in CARD_KINDS]
+    timings = bool(trace.get("n_steps")) and trace_has_stage_timings(trace)
     return html.Div(
         [
             html.Div(id="overview-cards", className="cards"),
@@ -53,7 +55,14 @@ def body(trace: dict) -> html.Div:
                     help_text="Measured seconds per stage from the framework's metric log; 'other' is the rest "
                     "of the step time.",
                 ),
-                style=_shown(trace.get("n_steps")),
+                style=_shown(timings),
+            ),
+            html.P(
+                "No stage timings in this trace: upload the run's verl metric log (JSON lines with timing_s/* "
+                "per step, see docs/formats.md) together with its trace files to see the time per stage and step.",
+                id="overview-no-stage-time",
+                className="help",
+                style=_shown(trace.get("n_steps") and not timings),
             ),
             html.Div(
                 section("Response length over steps", graph("overview-lengths")), style=_shown(trace.get("n_samples"))

@@ -1,15 +1,16 @@
 """Traces: the team's traces, upload by drag and drop, delete with confirmation.
 
 Ids: trace-upload (dcc.Upload; its <input type=file> takes several files, a folder
-or one archive), upload-status (one row per file, the server's error next to the file
-it names), traces-table (one <tr data-trace-id> per trace), traces-q, traces-status,
+or one archive), trace-upload-name / -format / -max-len, formats-link (docs/formats.md,
+served at /formats), upload-status (upload-files: a collapsed list of the files in
+natural order under a count, opened with the server's error next to the file it names
+when the upload failed), traces-table (one <tr data-trace-id> per trace), traces-q, traces-status,
 delete-confirm.
 """
 
 from __future__ import annotations
 
 import base64
-import posixpath
 
 import dash
 from dash import ALL, Input, Output, State, ctx, dcc, html, no_update
@@ -28,10 +29,12 @@ from dashboard.views.components import (
     signed_in,
 )
 from dashboard.views.formatting import human_bytes, human_count, human_time, job_active
+from dashboard.views.uploads import error_matches, file_list, skipped_note, with_docs_link
 
 dash.register_page(__name__, path="/traces", name="Traces", title="Traces · RLVR Explorer", nav="top", order=1)
 
 PAGE_SIZE = 25
+MAX_RESPONSE_LEN = 2**31 - 1  # what the API takes (an INTEGER column)
 STATUSES = ("pending", "ingesting", "ready", "failed")
 
 
@@ -61,12 +64,40 @@ def layout(**_):
                 controls(
                     control(
                         "Name (optional)",
-                        dcc.Input(id="trace-upload-name", type="text", placeholder="from the files", className="input"),
+                        dcc.Input(
+                            id="trace-upload-name",
+                            type="text",
+                            placeholder="from the files",
+                            className="input",
+                            style={"width": "420px", "maxWidth": "100%"},
+                        ),
                     ),
                     control(
                         "Format (optional)",
                         dcc.Input(id="trace-upload-format", type="text", placeholder="auto-detect", className="input"),
                     ),
+                    control(
+                        "Max response length (optional)",
+                        dcc.Input(
+                            id="trace-upload-max-len",
+                            type="number",
+                            min=1,
+                            max=MAX_RESPONSE_LEN,
+                            step=1,
+                            placeholder="e.g. 8192 tokens",
+                            className="input",
+                            style={"width": "230px"},
+                        ),
+                    ),
+                ),
+                html.P(
+                    [
+                        "Accepted formats and their fields: ",
+                        html.A("docs/formats.md", href=href("/formats"), id="formats-link", target="_blank"),
+                        ". The max response length is the run's generation limit: samples that reach it count as "
+                        "truncated (most formats carry it; give it for those that do not).",
+                    ],
+                    className="help",
                 ),
                 html.Div(id="upload-busy", className="muted"),
                 html.Div(id="upload-status"),
@@ -153,10 +184,11 @@ dash.clientside_callback(
     State("trace-upload-name", "value"),
     State("trace-upload-format", "value"),
     State("traces-refresh", "data"),
+    State("trace-upload-max-len", "value"),
     running=[(Output("trace-upload", "disabled"), True, False)],
     prevent_initial_call=True,
 )
-def upload(contents, filenames, name, fmt, refresh):
+def upload(contents, filenames, name, fmt, refresh, max_len=None):
     contents, filenames = _as_list(contents), _as_list(filenames)
     if not contents:
         return no_update, no_update, no_update
@@ -164,7 +196,10 @@ def upload(contents, filenames, name, fmt, refresh):
     state = {"files": [{"name": f, "size": len(b)} for f, b in files], "status": "uploading"}
     try:
         result = session.api().upload_trace(
-            files, name=(name or "").strip() or None, format=(fmt or "").strip() or None
+            files,
+            name=(name or "").strip() or None,
+            format=(fmt or "").strip() or None,
+            max_response_len=int(max_len) if max_len not in (None, "") else None,
         )
     except ApiError as exc:
         state.update(
@@ -214,17 +249,6 @@ def poll_upload(_n, state, refresh):
     return state, no_update
 
 
-def _error_matches(error: dict, fname: str, n_files: int) -> bool:
-    """Does the server's error name this uploaded file? Errors inside an archive name
-    the member path, so a single upload takes any file-named error."""
-    where = error.get("file")
-    if not where:
-        return False
-    if where == fname or posixpath.basename(where) == posixpath.basename(fname) or where.startswith(fname + "/"):
-        return True
-    return n_files == 1
-
-
 def _trace_link(trace: dict) -> dcc.Link:
     return dcc.Link(trace.get("name") or f"trace {trace['id']}", href=href(f"/traces/{trace['id']}"))
 
@@ -238,29 +262,17 @@ def _trace_link(trace: dict) -> dcc.Link:
 def render_upload(state):
     if not state:
         return None, True
-    files = state.get("files", [])
     error = state.get("error") or {}
     status = state.get("status")
-    rows, placed = [], False
-    for f in files:
-        if status == "failed" and not placed and _error_matches(error, f["name"], len(files)):
-            cell, placed = html.Span(error["message"], className="file-error"), True
-        elif status == "failed":
-            cell = html.Span("not ingested", className="muted")
-        elif status == "uploading":
-            cell = html.Span("uploading…", className="muted")
-        else:
-            cell = html.Span("✓ received", className="muted")
-        rows.append(
-            html.Li(
-                [html.Span(f["name"]), html.Span(human_bytes(f["size"]), className="muted"), cell],
-                **{"data-file": f["name"]},
-            )
-        )
+    placed = status == "failed" and any(
+        error_matches(error, f["name"], len(state.get("files") or [])) for f in state.get("files") or []
+    )
     extra = []
     trace, job = state.get("trace"), state.get("job")
     if status == "failed" and not placed:
-        extra.append(alert(error.get("message") or "Upload failed", id="upload-error"))
+        extra.append(
+            alert(with_docs_link(error.get("message") or "Upload failed", href("/formats")), id="upload-error")
+        )
     elif status == "failed":
         extra.append(alert("Upload rejected: nothing was stored.", id="upload-error"))
     elif status == "ingesting" and job:
@@ -281,12 +293,13 @@ def render_upload(state):
                     "Ingested ",
                     _trace_link(trace),
                     f": {human_count(trace.get('n_steps'))} steps, {human_count(trace.get('n_samples'))} samples.",
+                    *([html.Br(), skipped_note(trace)] if skipped_note(trace) else []),
                 ],
                 "ok",
                 id="upload-ok",
             )
         )
-    return [html.Ul(rows, className="file-list"), *extra], status != "ingesting"
+    return [file_list(state, href("/formats")), *extra], status != "ingesting"
 
 
 # -- list and delete ----------------------------------------------------------------

@@ -7,7 +7,8 @@ Form ids: wl-steps, wl-groups, wl-samples, wl-seed, wl-dp-size, wl-task, wl-form
 wl-ingest, wl-name, wl-fit (fit only), wl-submit (fit and generate), wl-form-message.
 State: wl-job, wl-done, wl-poll. Output: wl-progress, wl-ks (chart), wl-fit-table,
 wl-output (links wl-trace-link to the new trace and wl-download to the zip),
-wl-history (one <tr data-job-id> per job, "Open" buttons). `?job=ID` opens that job.
+wl-history (one <tr data-job-id> per job, "Open" buttons). `?job=ID` opens that job;
+`?rerun=ID` fills the form as that job was configured.
 """
 
 from __future__ import annotations
@@ -18,14 +19,15 @@ from dash import ALL, Input, Output, State, ctx, dcc, html, no_update
 from dashboard.api import session
 from dashboard.api.client import ApiError
 from dashboard.figures.common import empty_figure
-from dashboard.figures.workload import fit_ks_figure, task_summary
+from dashboard.figures.workload import KS_CAPTION, fit_ks_figure, task_summary
 from dashboard.server import results
 from dashboard.server.downloads import workload_zip_href
 from dashboard.server.figure_cache import cached
 from dashboard.views.components import PAGE_TRACE_ID, alert, clicked_index, control, controls, graph, href, section
 from dashboard.views.formatting import human_count, job_active
+from dashboard.views.job_views import describe_workload as describe
 from dashboard.views.job_views import job_history_table, job_progress
-from dashboard.views.replay_forms import workload_body
+from dashboard.views.replay_forms import workload_body, workload_values_from_job
 from dashboard.views.trace_frame import trace_page
 
 dash.register_page(
@@ -53,16 +55,7 @@ def _number(id_: str, value, *, minimum: int = 0, placeholder: str = "") -> dcc.
     )
 
 
-def describe(job: dict) -> str:
-    p = job.get("params") or {}
-    if not p.get("steps"):
-        return "fit only"
-    groups = p.get("groups") or "as fitted"
-    n = p.get("samples_per_group") or "as fitted"
-    return f"{p['steps']} steps x {groups} groups x {n} samples, seed {p.get('seed', 0)}, {', '.join(p.get('formats') or [])}"
-
-
-def body(trace: dict, job_param=None) -> html.Div:
+def body(trace: dict, job_param=None, rerun=None) -> html.Div:
     if not trace.get("n_samples"):
         return alert("This trace has no samples (rollout lengths) to fit.", "info")
     try:
@@ -81,6 +74,20 @@ def body(trace: dict, job_param=None) -> html.Div:
     multiturn = bool(trace.get("n_turns"))
     formats = ["multiturn", "compact"] if multiturn else ["packed", "compact"]
     tasks = trace.get("tasks") or []
+    v = {
+        "steps": min(int(trace.get("n_steps") or 1), 20),
+        "groups": None,
+        "samples_per_group": None,
+        "seed": 0,
+        "dp_size": 1,
+        "task": None,
+        "formats": formats,
+        "ingest": True,
+        "name": None,
+    }
+    again = next((j for j in history if str(j["id"]) == str(rerun)), None) if rerun is not None else None
+    if again is not None:  # "Re-run…" on the jobs page: the form as that job was configured
+        v = workload_values_from_job(again.get("params") or {}, v)
     return html.Div(
         [
             dcc.Store(id="wl-job", data=shown_id),
@@ -89,16 +96,20 @@ def body(trace: dict, job_param=None) -> html.Div:
             section(
                 "Generate a synthetic twin of this trace",
                 controls(
-                    control("Steps", _number("wl-steps", min(int(trace.get("n_steps") or 1), 20), minimum=1)),
-                    control("Groups per step", _number("wl-groups", None, minimum=1, placeholder="as fitted")),
-                    control("Samples per group", _number("wl-samples", None, minimum=1, placeholder="as fitted")),
-                    control("Seed", _number("wl-seed", 0)),
-                    control("DP ranks", _number("wl-dp-size", 1, minimum=1)),
+                    control("Steps", _number("wl-steps", v["steps"], minimum=1)),
+                    control("Groups per step", _number("wl-groups", v["groups"], minimum=1, placeholder="as fitted")),
+                    control(
+                        "Samples per group",
+                        _number("wl-samples", v["samples_per_group"], minimum=1, placeholder="as fitted"),
+                    ),
+                    control("Seed", _number("wl-seed", v["seed"])),
+                    control("DP ranks", _number("wl-dp-size", v["dp_size"], minimum=1)),
                     control(
                         "Task",
                         dcc.Dropdown(
                             id="wl-task",
                             options=tasks,
+                            value=v["task"] if v["task"] in tasks else None,
                             placeholder="the largest task",
                             disabled=not tasks,
                             style={"minWidth": "160px"},
@@ -110,7 +121,7 @@ def body(trace: dict, job_param=None) -> html.Div:
                         "Files",
                         dcc.Checklist(
                             id="wl-formats",
-                            value=formats,
+                            value=[f for f in v["formats"] if f in formats] or formats,
                             inline=True,
                             options=(["packed"] if not multiturn else ["multiturn"]) + ["compact"],
                         ),
@@ -119,7 +130,7 @@ def body(trace: dict, job_param=None) -> html.Div:
                         "Then",
                         dcc.Checklist(
                             id="wl-ingest",
-                            value=["ingest"],
+                            value=["ingest"] if v["ingest"] else [],
                             inline=True,
                             options=[{"label": "ingest as a new trace", "value": "ingest"}],
                         ),
@@ -128,6 +139,7 @@ def body(trace: dict, job_param=None) -> html.Div:
                         "Name",
                         dcc.Input(
                             id="wl-name",
+                            value=v["name"],
                             placeholder=f"synthetic twin of {trace.get('name')}",
                             className="input",
                             style={"width": "280px"},
@@ -147,8 +159,7 @@ def body(trace: dict, job_param=None) -> html.Div:
                 "Fit report",
                 graph("wl-ks"),
                 html.Div(id="wl-fit-table"),
-                help_text="KS statistic = the largest gap between the fitted and the observed CDF (0 is a perfect "
-                "fit); the generator samples the joint mixture.",
+                help_text=KS_CAPTION + " 0 is a perfect fit; the generator samples the joint mixture.",
             ),
             section(
                 "Workload jobs of this trace",
@@ -161,8 +172,8 @@ def body(trace: dict, job_param=None) -> html.Div:
     )
 
 
-def layout(trace_id: str | None = None, job: str | None = None, **_):
-    return trace_page(trace_id, __name__, "/workload", lambda trace: body(trace, job))
+def layout(trace_id: str | None = None, job: str | None = None, rerun: str | None = None, **_):
+    return trace_page(trace_id, __name__, "/workload", lambda trace: body(trace, job, rerun))
 
 
 @dash.callback(

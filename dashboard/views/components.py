@@ -20,7 +20,12 @@ from dashboard.figures.common import empty_figure
 
 # Figures carry their own height (rows of ranks need room), so graphs are not
 # "responsive" (that would force the container's height); width follows the container.
-GRAPH_CONFIG = {"displaylogo": False, "toImageButtonOptions": {"format": "png", "scale": 2}}
+# No "Share chart" button: it uploads the chart's data to Plotly Cloud (plotly.js >= 3.1).
+GRAPH_CONFIG = {
+    "displaylogo": False,
+    "toImageButtonOptions": {"format": "png", "scale": 2},
+    "modeBarButtonsToRemove": ["sendChartToCloud"],
+}
 
 # Analysis panel ids (pattern-matching, one panel per kind on a page).
 RESULT = "analysis-result"

@@ -7,6 +7,7 @@ unit-testable.
 from __future__ import annotations
 
 import math
+import re
 from datetime import datetime
 
 PHASES = {"train": "training steps", "validate": "validation steps", "all": "all steps"}
@@ -146,3 +147,9 @@ def zoom_range(relayout: dict | None) -> tuple[float, float] | None:
     if isinstance(rng, list) and len(rng) == 2:
         return float(rng[0]), float(rng[1])
     return None
+
+
+def natural_key(name: str) -> list:
+    """Sort key that orders embedded numbers numerically (step_2 before step_10), the
+    order the backend reads files in (backend.formats.natural_key)."""
+    return [(0, int(part), "") if part.isdigit() else (1, 0, part) for part in re.split(r"(\d+)", name)]

@@ -39,6 +39,56 @@ def form_defaults(presets: dict, step_ids: list[int] | None = None) -> dict:
     }
 
 
+def form_values_from_job(params: dict, defaults: dict) -> dict:
+    """The replay form's values (keys as in `form_defaults`) that re-run a simulation
+    job with these stored (resolved) `params`; what the job does not say stays `defaults`."""
+    v = dict(defaults)
+    c = params.get("cluster") or {}
+    gpu = c.get("gpu")
+    v["gpu"] = (gpu.get("name") if isinstance(gpu, dict) else gpu) or v.get("gpu")
+    for key, field in (("n_gpus", "n_gpus"), ("replicas", "rollout_replicas"), ("tp", "rollout_tp")):
+        if c.get(field) is not None:
+            v[key] = c[field]
+    if c.get("train_dp") is not None:
+        v["train_dp"] = c["train_dp"]
+    model = params.get("model")
+    v["model"] = (model.get("name") if isinstance(model, dict) else model) or v.get("model")
+    limits = params.get("limits") or {}
+    for key in ("max_running_seqs", "kv_cache_tokens"):
+        if key in limits:
+            v[key] = limits[key]
+    policy, compare = params.get("policy") or {}, params.get("compare_policy")
+    v["policy_a"] = (policy.get("kind") if isinstance(policy, dict) else policy) or v.get("policy_a")
+    v["policy_b"] = (compare.get("kind") if isinstance(compare, dict) else compare) if compare else None
+    if isinstance(policy, dict) and policy.get("balancing"):
+        v["balancing"] = policy["balancing"]
+    cal = params.get("calibrate")
+    if cal is False:
+        v["calibrate"], v["fit_steps"] = "off", ""
+    elif isinstance(cal, dict):
+        v["calibrate"], v["fit_steps"] = "on", ", ".join(str(s) for s in cal.get("fit_steps") or [])
+    else:
+        v["calibrate"], v["fit_steps"] = "auto", ""
+    steps = params.get("steps")
+    if steps:
+        v["step_from"], v["step_to"] = steps[0], (steps[1] if steps[1] < 1 << 29 else v.get("step_to"))
+    return v
+
+
+def workload_values_from_job(params: dict, defaults: dict) -> dict:
+    """The workload form's values (steps, groups, samples_per_group, seed, dp_size, task,
+    formats, ingest, name) that re-run a workload job with these stored `params`."""
+    v = dict(defaults)
+    for key in ("steps", "groups", "samples_per_group", "seed", "dp_size", "task", "name"):
+        if params.get(key) is not None and not (key == "steps" and not params[key]):  # 0 steps: a fit only
+            v[key] = params[key]
+    if params.get("formats"):
+        v["formats"] = list(params["formats"])
+    if "ingest" in params:
+        v["ingest"] = bool(params["ingest"])
+    return v
+
+
 def parse_steps(text: str | None) -> list[int]:
     """'0, 2 5' -> [0, 2, 5]; ValueError names what is not a step number."""
     out = []

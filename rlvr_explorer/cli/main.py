@@ -15,9 +15,34 @@ import typer
 from sqlalchemy import func, select
 from tqdm import tqdm
 
-app = typer.Typer(help="RLVR Explorer: explore RLVR training traces.", no_args_is_help=True)
+from rlvr_explorer.cli.help import ReadableCommand, ReadableGroup
+
+app = typer.Typer(help="RLVR Explorer: explore RLVR training traces.", no_args_is_help=True, cls=ReadableGroup)
 
 LOCAL_TEAM = "local"
+# The database's INTEGER columns hold at most this; the API takes the same bounds.
+INT_MAX = 2**31 - 1
+JsonFlag = Annotated[bool, typer.Option("--json", help="Print a JSON object for scripts instead of the summary")]
+
+
+def command(*args, **kwargs):
+    """`app.command` with readable --help (rlvr_explorer.cli.help)."""
+    return app.command(*args, cls=ReadableCommand, **kwargs)
+
+
+def progress_bar(desc: str):
+    """(bar, progress callback): a tqdm bar on a terminal; when the output is not a terminal
+    (scripts, CI logs) nothing, so the log holds the summary once instead of bar redraws."""
+    bar = tqdm(
+        total=100, unit="%", desc=desc, bar_format="{l_bar}{bar}| {n:.0f}% {postfix}", disable=not sys.stderr.isatty()
+    )
+
+    def progress(fraction: float, message: str) -> None:
+        bar.n = min(100, round(fraction * 100))
+        bar.set_postfix_str(message[:60], refresh=False)
+        bar.refresh()
+
+    return bar, progress
 
 
 def _settings():
@@ -26,13 +51,14 @@ def _settings():
     return get_settings()
 
 
-@app.command()
-def migrate() -> None:
+@command()
+def migrate(as_json: JsonFlag = False) -> None:
     """Apply the database migrations (alembic upgrade head)."""
     from backend.store.migrate import upgrade
 
     upgrade(_settings().db_url)
-    typer.echo(f"database at head: {_redact(_settings().db_url)}")
+    where = _redact(_settings().db_url)
+    typer.echo(orjson.dumps({"database": where, "at_head": True}).decode() if as_json else f"database at head: {where}")
 
 
 def _redact(url: str) -> str:
@@ -42,14 +68,25 @@ def _redact(url: str) -> str:
     return url
 
 
-@app.command("create-team")
-def create_team(name: str) -> None:
+@command("create-team")
+def create_team(
+    name: Annotated[str, typer.Argument(help="The team's name")],
+    as_json: JsonFlag = False,
+) -> None:
     """Create a team and print its API key (shown once)."""
     from backend.auth import create_team as _create
     from backend.store.db import session_scope
 
     with session_scope() as session:
-        _team, key = _create(session, name)
+        team, key = _create(session, name)
+        team_id = team.id
+    if as_json:
+        typer.echo(orjson.dumps({"id": team_id, "name": name, "api_key": key}).decode())
+        return
+    typer.echo(
+        f"created team {name!r} (id {team_id}); its API key, shown only now (use it as --api-key or "
+        "RLVR_API_KEY, or sign in to the dashboard with it), is on the next line:"
+    )
     typer.echo(key)
 
 
@@ -91,15 +128,26 @@ def _team_id(api_key: str | None) -> int:
         return team.id
 
 
-@app.command()
+@command()
 def ingest(
     paths: Annotated[list[Path], typer.Argument(exists=True, help="Files, folders or archives")],
-    name: Annotated[str | None, typer.Option(help="Trace name")] = None,
-    format: Annotated[str | None, typer.Option(help="Force a format")] = None,
-    max_response_len: Annotated[int | None, typer.Option(help="Max response length")] = None,
-    api_key: Annotated[str | None, typer.Option(envvar="RLVR_API_KEY", help="Team key (default: local team)")] = None,
+    name: Annotated[str | None, typer.Option(help="Trace name (default: the first path's name)")] = None,
+    format: Annotated[str | None, typer.Option(metavar="FORMAT", help="Force a format instead of detecting it")] = None,
+    max_response_len: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            max=INT_MAX,
+            metavar="TOKENS",
+            help="The run's max response length (truncation is measured against it)",
+        ),
+    ] = None,
+    as_json: JsonFlag = False,
+    api_key: Annotated[
+        str | None, typer.Option(envvar="RLVR_API_KEY", metavar="KEY", help="Team key (default: local team)")
+    ] = None,
 ) -> None:
-    """Ingest trace files into the database, with a progress bar."""
+    """Ingest trace files into the database, then queue the default analyses."""
     from backend.formats.base import InputError
     from backend.ingest.service import accept_upload
     from backend.ingest.uploads import local_files
@@ -110,13 +158,7 @@ def ingest(
     stored = local_files(paths)
     if not stored.files:
         raise typer.BadParameter("no files found", param_hint="PATHS")
-    bar = tqdm(total=100, unit="%", desc="ingest", bar_format="{l_bar}{bar}| {n:.0f}% {postfix}")
-
-    def progress(fraction: float, message: str) -> None:
-        bar.n = round(fraction * 100)
-        bar.set_postfix_str(message)
-        bar.refresh()
-
+    bar, progress = progress_bar("ingest")
     try:
         with session_scope() as session:
             outcome = accept_upload(
@@ -130,40 +172,120 @@ def ingest(
                 inline=True,
                 progress=progress,
             )
-            trace = outcome.trace
-            summary = {
-                "id": trace.id,
-                "name": trace.name,
-                "status": trace.status,
-                "format": trace.source_format,
-                "steps": trace.n_steps,
-                "samples": trace.n_samples,
-                "turns": trace.n_turns,
-                "tool_calls": trace.n_tool_calls,
-                "rank_timings": trace.n_rank_timings,
-                "gpu_events": trace.n_gpu_events,
-                "already_uploaded": not outcome.created,
-            }
+            summary = ingest_summary(session, outcome.trace, already_uploaded=not outcome.created)
     except InputError as exc:
-        bar.close()
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from exc
-    bar.n = 100
-    bar.close()
-    typer.echo(orjson.dumps(summary).decode())
+    finally:
+        bar.close()
+    typer.echo(orjson.dumps(summary).decode() if as_json else ingest_text(summary))
 
 
-@app.command()
+def ingest_summary(session, trace, *, already_uploaded: bool) -> dict:
+    """What was ingested, which files were skipped and why, which analyses were queued and
+    which do not apply (with the data they need)."""
+    from backend.jobs.analyses import NotApplicable, check_applicable
+    from backend.store.models import Job, JobStatus
+    from core.analysis.registry import ANALYSES
+
+    queued = session.scalars(
+        select(Job.kind)
+        .where(Job.trace_id == trace.id, Job.kind.in_(tuple(ANALYSES)), Job.status == JobStatus.QUEUED)
+        .order_by(Job.id)
+    ).all()
+    not_applicable = {}
+    for kind in ANALYSES:
+        try:
+            check_applicable(kind, trace)
+        except NotApplicable as exc:
+            not_applicable[kind] = str(exc)
+    return {
+        "id": trace.id,
+        "name": trace.name,
+        "status": trace.status,
+        "format": trace.source_format,
+        "steps": trace.n_steps,
+        "samples": trace.n_samples,
+        "turns": trace.n_turns,
+        "tool_calls": trace.n_tool_calls,
+        "rank_timings": trace.n_rank_timings,
+        "gpu_events": trace.n_gpu_events,
+        "max_response_len": trace.max_response_len,
+        "already_uploaded": already_uploaded,
+        "skipped": list((trace.meta or {}).get("skipped") or []),
+        "queued_analyses": list(dict.fromkeys(queued)),
+        "not_applicable": not_applicable,
+    }
+
+
+def _count(n) -> str:
+    return f"{n or 0:,}"
+
+
+def ingest_text(s: dict) -> str:
+    """The human summary of `ingest_summary`."""
+    if s["already_uploaded"]:
+        head = f"already uploaded: trace {s['id']} ({s['name']}) has the same content; nothing was ingested"
+    else:
+        head = f"ingested trace {s['id']} ({s['name']}), format {s['format'] or '?'}"
+    rows = [
+        ("steps", s["steps"]),
+        ("samples", s["samples"]),
+        ("turns", s["turns"]),
+        ("tool calls", s["tool_calls"]),
+        ("rank timings", s["rank_timings"]),
+        ("GPU events", s["gpu_events"]),
+    ]
+    lines = [head, *(f"  {label:<14}{_count(n):>12}" for label, n in rows)]
+    if s.get("max_response_len"):
+        lines.append(f"  {'max response':<14}{_count(s['max_response_len']):>12} tokens")
+    if s["skipped"]:
+        lines += ["", f"skipped {len(s['skipped'])} file(s) (not read):"]
+        lines += [f"  {note.removeprefix('skipped ')}" for note in s["skipped"]]
+    lines.append("")
+    if s["queued_analyses"]:
+        lines.append(f"queued analyses: {', '.join(s['queued_analyses'])}")
+        lines.append(
+            "  they run when a worker is running: start one with `rlvr-explorer worker`, "
+            "or run everything with `rlvr-explorer serve`"
+        )
+    elif not s["already_uploaded"]:
+        lines.append("no analyses queued")
+    if s["not_applicable"]:
+        lines.append("not run, the trace lacks their data (docs/formats.md: which formats carry it):")
+        lines += [f"  {kind}: needs {_needs(msg)}" for kind, msg in s["not_applicable"].items()]
+    lines.append(f"next: `rlvr-explorer simulate {s['id']}` replays it; the dashboard shows it at /traces/{s['id']}")
+    return "\n".join(lines)
+
+
+def _needs(message: str) -> str:
+    """check_applicable's 'analysis 'x' does not apply to trace 3: it needs A and B or C, which
+    the uploaded files do not have (...)' -> 'A + B, or C'."""
+    wants = message.split(": it needs ", 1)[-1].split(", which ", 1)[0]
+    return ", or ".join(alt.replace(" and ", " + ") for alt in wants.split(" or "))
+
+
+@command()
 def demo(
-    steps: int = 60,
-    groups: int = 128,
-    n_sampling: int = 8,
-    api_key: Annotated[str | None, typer.Option(envvar="RLVR_API_KEY")] = None,
+    steps: Annotated[int, typer.Option(min=1, max=100_000, help="Training steps")] = 60,
+    groups: Annotated[int, typer.Option(min=1, max=100_000, help="Prompt groups per step")] = 128,
+    n_sampling: Annotated[int, typer.Option(min=1, max=1024, help="Samples per prompt group")] = 8,
+    as_json: JsonFlag = False,
+    api_key: Annotated[
+        str | None, typer.Option(envvar="RLVR_API_KEY", metavar="KEY", help="Team key (default: local team)")
+    ] = None,
 ) -> None:
     """Ingest a synthetic long-tailed trace made by the project's own generator."""
     with tempfile.TemporaryDirectory(prefix="rlvr-demo-") as tmp:
         path = write_demo_trace(Path(tmp), steps, groups, n_sampling)
-        ingest([path], name="demo: synthetic long-tailed GRPO run", format=None, max_response_len=8192, api_key=api_key)
+        ingest(
+            [path],
+            name="demo: synthetic long-tailed GRPO run",
+            format=None,
+            max_response_len=8192,
+            as_json=as_json,
+            api_key=api_key,
+        )
 
 
 def write_demo_trace(folder: Path, steps: int, groups: int, n_sampling: int) -> Path:
@@ -177,10 +299,10 @@ def write_demo_trace(folder: Path, steps: int, groups: int, n_sampling: int) -> 
     return folder
 
 
-@app.command()
+@command()
 def worker(
-    concurrency: Annotated[int, typer.Option(help="Worker processes")] = 2,
-    loglevel: str = "INFO",
+    concurrency: Annotated[int, typer.Option(min=1, max=256, help="Worker processes")] = 2,
+    loglevel: Annotated[str, typer.Option(metavar="LEVEL", help="DEBUG, INFO, WARNING or ERROR")] = "INFO",
 ) -> None:
     """Run a Celery worker (embedded transport, or the broker in CELERY_BROKER_URL)."""
     from workers.celery_app import celery_app
@@ -190,10 +312,10 @@ def worker(
     )
 
 
-@app.command()
+@command()
 def api(
-    host: str = "127.0.0.1",
-    port: int = 8000,
+    host: Annotated[str, typer.Option(metavar="HOST", help="Address to listen on")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=1, max=65535, help="Port to listen on")] = 8000,
     dashboard: Annotated[bool, typer.Option(help="Also serve the dashboard at /")] = True,
 ) -> None:
     """Run the REST API (and the dashboard) with uvicorn."""
@@ -205,12 +327,12 @@ def api(
     uvicorn.run(create_server(with_dashboard=dashboard), host=host, port=port, log_level="info")
 
 
-@app.command()
+@command()
 def serve(
-    host: str = "127.0.0.1",
-    port: int = 8000,
+    host: Annotated[str, typer.Option(metavar="HOST", help="Address to listen on")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=1, max=65535, help="Port to listen on")] = 8000,
     seed_demo: Annotated[bool, typer.Option("--demo/--no-demo", help="Ingest the demo trace when empty")] = True,
-    concurrency: int = 2,
+    concurrency: Annotated[int, typer.Option(min=1, max=256, help="Worker processes")] = 2,
 ) -> None:
     """Everything on one machine: migrations, a worker process, API and dashboard."""
     from backend.store.db import session_scope
@@ -222,7 +344,7 @@ def serve(
     with session_scope() as session:
         empty = not session.scalar(select(func.count()).select_from(Trace).where(Trace.team_id == team_id))
     if seed_demo and empty:
-        demo(api_key=key)
+        demo(api_key=key, as_json=False)
     worker_proc = subprocess.Popen(
         [sys.executable, "-m", "rlvr_explorer", "worker", f"--concurrency={concurrency}"],
         env={**os.environ},

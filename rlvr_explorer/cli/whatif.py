@@ -8,10 +8,9 @@ from typing import Annotated
 
 import orjson
 import typer
-from tqdm import tqdm
 
 from core.simulator.policies import POLICIES
-from rlvr_explorer.cli.main import _team_id, app
+from rlvr_explorer.cli.main import INT_MAX, JsonFlag, _team_id, command, progress_bar
 
 # the policy choices, from the simulator's policy registry
 POLICY_HELP = "; ".join(f"{kind}: {spec.help}" for kind, spec in POLICIES.items())
@@ -32,15 +31,12 @@ def _team_trace(trace_id: int, team_id: int):
         return trace
 
 
-def _progress_bar(desc: str):
-    bar = tqdm(total=100, unit="%", desc=desc, bar_format="{l_bar}{bar}| {n:.0f}% {postfix}")
+def _int_option(help: str, lo: int | None = None, metavar: str = "INTEGER"):
+    """An integer option bounded like the API (and the database's INTEGER columns)."""
+    return typer.Option(min=lo, max=INT_MAX, metavar=metavar, help=help)
 
-    def progress(fraction: float, message: str) -> None:
-        bar.n = min(100, round(fraction * 100))
-        bar.set_postfix_str(message[:60])
-        bar.refresh()
 
-    return bar, progress
+KeyOption = typer.Option(envvar="RLVR_API_KEY", metavar="KEY", help="Team key (default: local team)")
 
 
 def _step_range_option(value: str | None) -> list[int] | None:
@@ -53,30 +49,33 @@ def _step_range_option(value: str | None) -> list[int] | None:
     return [lo, hi]
 
 
-@app.command()
+@command()
 def simulate(
-    trace_id: Annotated[int, typer.Argument(help="The trace to replay")],
-    gpu: Annotated[str, typer.Option(help="GPU preset (H100, A100, H20, ...)")] = "H100",
-    model: Annotated[str, typer.Option(help="Model preset (e.g. qwen2.5-7b)")] = "Qwen2.5-7B",
-    gpus: Annotated[int | None, typer.Option(help="GPUs in the cluster (default 8)")] = None,
-    replicas: Annotated[int | None, typer.Option(help="Rollout replicas (default 2)")] = None,
-    tp: Annotated[int | None, typer.Option(help="Rollout tensor parallel size (default 4)")] = None,
-    train_dp: Annotated[int | None, typer.Option(help="Training data-parallel ranks (default 8)")] = None,
-    max_running_seqs: Annotated[int | None, typer.Option(help="Running sequences per replica (default 256)")] = None,
-    policy: Annotated[str, typer.Option(help=POLICY_HELP)] = "sync",
-    compare: Annotated[str | None, typer.Option(help="Policy B to compare with")] = None,
+    trace_id: Annotated[int, typer.Argument(min=1, max=INT_MAX, help="The trace to replay")],
+    gpu: Annotated[str, typer.Option(metavar="GPU", help="GPU preset (H100, A100, H20, ...)")] = "H100",
+    model: Annotated[str, typer.Option(metavar="MODEL", help="Model preset (e.g. qwen2.5-7b)")] = "Qwen2.5-7B",
+    gpus: Annotated[int | None, _int_option("GPUs in the cluster (default 8)")] = None,
+    replicas: Annotated[int | None, _int_option("Rollout replicas (default 2)")] = None,
+    tp: Annotated[int | None, _int_option("Rollout tensor parallel size (default 4)")] = None,
+    train_dp: Annotated[int | None, _int_option("Training data-parallel ranks (default 8)")] = None,
+    max_running_seqs: Annotated[int | None, _int_option("Running sequences per replica (default 256)")] = None,
+    policy: Annotated[str, typer.Option(metavar="POLICY", help=POLICY_HELP)] = "sync",
+    compare: Annotated[str | None, typer.Option(metavar="POLICY", help="Policy B to compare with")] = None,
     calibrate_steps: Annotated[
         list[int] | None,
         typer.Option(
-            help="Calibrate on this step (repeatable); default: on the first step when the trace has measured timings"
+            min=0,
+            max=INT_MAX,
+            metavar="STEP",
+            help="Calibrate on this step (repeatable); default: on the first step when the trace has measured timings",
         ),
     ] = None,
     no_calibrate: Annotated[
         bool, typer.Option("--no-calibrate", help="Never calibrate (roofline coefficients)")
     ] = False,
-    steps: Annotated[str | None, typer.Option(help="Step range FIRST:END (end exclusive)")] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON (without the timeline)")] = False,
-    api_key: Annotated[str | None, typer.Option(envvar="RLVR_API_KEY", help="Team key (default: local team)")] = None,
+    steps: Annotated[str | None, typer.Option(metavar="FIRST:END", help="Step range (end exclusive)")] = None,
+    as_json: JsonFlag = False,
+    api_key: Annotated[str | None, KeyOption] = None,
 ) -> None:
     """Replay a trace on a described cluster in this process (no worker needed)."""
     from backend.jobs.simulations import error_field, simulation_params
@@ -105,7 +104,7 @@ def simulate(
         workload = steps_of_columns(columns, trace.max_response_len)
         if not workload:
             raise ValueError("steps: no training steps to replay")
-        bar, progress = _progress_bar("simulate")
+        bar, progress = progress_bar("simulate")
         try:
             outcome = replay(workload, params, progress)
             progress(1.0, "done")
@@ -141,15 +140,21 @@ def _simulation_summary(trace, params: dict, result: dict) -> str:
     ]
     cal = result["calibration"]
     if cal is not None:
-        cost = "" if cal["cost"] is None else f", cost {cal['cost']:.3g}"
-        lines.append(f"calibration: {cal['method']} on step(s) {', '.join(map(str, cal['fit_steps']))}{cost}")
-    head = f"{'step':>6} {'rollout_s':>10} {'step_s ' + name_a:>22}"
+        lines.append(f"calibration: {cal['method']} on step(s) {', '.join(map(str, cal['fit_steps']))}")
+        if cal["cost"] is not None:
+            lines.append(
+                f"  fit residual {cal['cost']:.3g} (half the sum of squared relative errors of the simulated against "
+                "the measured times on the fit steps; 0 = exact, lower is better)"
+            )
+    else:
+        lines.append("calibration: none (roofline coefficients of the GPU and model presets)")
+    head = f"{'step':>6} {'rollout [s]':>11} {'step [s] ' + name_a:>22}"
     if b is not None:
-        head += f" {'step_s ' + name_b:>24} {'speedup':>8}"
+        head += f" {'step [s] ' + name_b:>24} {'speedup':>8}"
     lines += ["", head]
     b_steps = {s["step"]: s for s in b["steps"]} if b is not None else {}
     for s in a["steps"]:
-        row = f"{s['step']:>6} {s['stages'].get('rollout', 0.0):>10.2f} {s['step_time']:>22.2f}"
+        row = f"{s['step']:>6} {s['stages'].get('rollout', 0.0):>11.2f} {s['step_time']:>22.2f}"
         if b is not None and s["step"] in b_steps:
             tb = b_steps[s["step"]]["step_time"]
             row += f" {tb:>24.2f} {(s['step_time'] / tb if tb else float('nan')):>8.3f}"
@@ -181,29 +186,40 @@ def _simulation_summary(trace, params: dict, result: dict) -> str:
             )
         m = acc["mean"]
         lines.append(f"  mean: rollout {_pct(m['rollout_s_accuracy'])} (naive {_pct(m['rollout_s_naive_accuracy'])})")
+    lines += ["", "(speedup = step time of A / step time of B; --json prints every number)"]
     return "\n".join(lines)
 
 
-@app.command()
+@command()
 def generate(
-    out: Annotated[Path, typer.Option(help="Folder to write the files to")],
-    from_trace: Annotated[int | None, typer.Option(help="Fit this trace and generate from the fit")] = None,
+    out: Annotated[Path, typer.Option(metavar="FOLDER", help="Folder to write the files to")],
+    from_trace: Annotated[
+        int | None,
+        typer.Option(min=1, max=INT_MAX, metavar="TRACE_ID", help="Fit this trace and generate from the fit"),
+    ] = None,
     params: Annotated[
         Path | None,
         typer.Option(
             exists=True, dir_okay=False, help="PolyTrace parameter file (enhanced_task_distribution_parameters.json)"
         ),
     ] = None,
-    task: Annotated[str | None, typer.Option(help="math | tool_calling (parameter file), or a fitted task")] = None,
-    steps: Annotated[int, typer.Option(help="Steps to generate (0 with --from-trace: fit report only)")] = 1,
-    groups: Annotated[int | None, typer.Option(help="Prompt groups per step")] = None,
-    n: Annotated[int | None, typer.Option("--n", help="Samples per group")] = None,
-    seed: int = 0,
-    format: Annotated[list[str] | None, typer.Option(help="packed | compact | multiturn (repeatable)")] = None,
-    dp_size: Annotated[int, typer.Option(help="DP ranks the packed rows are dealt to")] = 1,
+    task: Annotated[
+        str | None, typer.Option(metavar="TASK", help="math | tool_calling (parameter file), or a fitted task")
+    ] = None,
+    steps: Annotated[int, _int_option("Steps to generate (0 with --from-trace: fit report only)", 0)] = 1,
+    groups: Annotated[int | None, _int_option("Prompt groups per step", 1)] = None,
+    n: Annotated[
+        int | None, typer.Option("--n", min=1, max=INT_MAX, metavar="INTEGER", help="Samples per group")
+    ] = None,
+    seed: Annotated[int, _int_option("Random seed", 0)] = 0,
+    format: Annotated[
+        list[str] | None, typer.Option(metavar="packed|compact|multiturn", help="File format (repeatable)")
+    ] = None,
+    dp_size: Annotated[int, _int_option("DP ranks the packed rows are dealt to", 1)] = 1,
     ingest: Annotated[bool, typer.Option("--ingest/--no-ingest", help="Also ingest it as a trace")] = False,
     name: Annotated[str | None, typer.Option(help="Trace name when ingesting")] = None,
-    api_key: Annotated[str | None, typer.Option(envvar="RLVR_API_KEY", help="Team key (default: local team)")] = None,
+    as_json: JsonFlag = False,
+    api_key: Annotated[str | None, KeyOption] = None,
 ) -> None:
     """Generate a synthetic PolyTrace-style workload from a fitted trace or a parameter file."""
     from backend.jobs.simulations import error_field, workload_params
@@ -252,9 +268,55 @@ def generate(
     result["files"] = sorted(str(x) for paths in files.values() for x in paths)
     chosen = ingest_files(files)
     if ingest and chosen:
-        bar, progress = _progress_bar("ingest")
+        bar, progress = progress_bar("ingest")
         try:
             result.update(ingest_generated(team_id, chosen, name or default_name(p, result), progress))
         finally:
             bar.close()
-    typer.echo(orjson.dumps(result, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY).decode())
+    if as_json:
+        typer.echo(orjson.dumps(result, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY).decode())
+        return
+    typer.echo(_workload_summary(result, out))
+
+
+KS_OK = 0.05  # a fitted distribution within 5% (KS distance) of the data's empirical CDF
+
+
+def _best_fit(fits: dict) -> str:
+    """{'lognormal': 0.03, 'gamma': 0.08} -> 'lognormal (KS 0.030)'."""
+    fits = {k: v for k, v in (fits or {}).items() if v is not None}
+    if not fits:
+        return "-"
+    kind = min(fits, key=fits.get)
+    return f"{kind} (KS {fits[kind]:.3f}{'' if fits[kind] <= KS_OK else ', loose'})"
+
+
+def _workload_summary(result: dict, out: Path) -> str:
+    """The human summary of a generate run: the fit quality, what was written, what next."""
+    lines = []
+    if result.get("fit"):
+        lines.append("fit of the trace (KS = largest gap between the fitted and the measured CDF; <= 0.05 is close):")
+        lines.append(f"  {'task':<16}{'samples':>10}  {'prompt length':<28}{'response length':<28}{'truncated':>9}")
+        for task, rep in result["fit"].items():
+            lines.append(
+                f"  {task:<16}{rep['n_samples']:>10,}  {_best_fit(rep.get('prompt')):<28}"
+                f"{_best_fit(rep.get('response')):<28}{_pct(rep.get('truncation_rate')):>9}"
+            )
+    if result["steps"]:
+        per_step = f"{result['groups']} groups x {result['samples_per_group']} samples"
+        lines.append(
+            f"generated {result['steps']} step(s) of {per_step} ({result['samples']:,} samples, task "
+            f"{result['task']}{', multi-turn' if result['multiturn'] else ''})"
+        )
+    else:
+        lines.append("generated nothing (--steps 0: fit report only)")
+    if result["files"]:
+        lines.append(f"wrote {len(result['files'])} file(s) to {out}:")
+        lines += [f"  {Path(f).name}" for f in result["files"]]
+    if result.get("trace_id") is not None:
+        lines.append(
+            f"ingested as trace {result['trace_id']}: `rlvr-explorer simulate {result['trace_id']}` replays it"
+        )
+    elif result["files"]:
+        lines.append(f"next: `rlvr-explorer ingest {out}` stores it as a trace (or pass --ingest)")
+    return "\n".join(lines)

@@ -61,7 +61,7 @@ async def upload_trace(
     files: Annotated[list[UploadFile], File(description="Trace files, or one .zip / .tar.gz of a run folder")],
     name: Annotated[str | None, Form()] = None,
     format: Annotated[str | None, Form(description="Force a format instead of detecting it")] = None,
-    max_response_len: Annotated[int | None, Form(gt=0)] = None,
+    max_response_len: Annotated[int | None, Form(gt=0, le=2**31 - 1)] = None,  # an INTEGER column
 ):
     """Upload trace files. Small uploads are ingested during the request (201, or a 4xx
     naming file, line and field); large ones return 202 with the ingest job."""
