@@ -81,12 +81,11 @@ def measure(repeat: int) -> dict:
     named by RLVR_DATABASE_URL."""
     from sqlalchemy import select, text
 
-    from backend.jobs.analyses import resolved_params
     from backend.jobs.state import create_job
     from backend.store.db import get_engine, new_session
     from backend.store.models import Job, JobStatus, Trace
     from backend.store.trace_tables import available_columns, load_trace_data
-    from core.analysis.registry import default_analyses, run_analysis
+    from core.analysis.registry import default_analyses, resolve_params, run_analysis
     from core.jsonable import json_safe
     from workers.runners.analyses import _run_here, _steps_and_shared_params, union_tables
 
@@ -96,7 +95,7 @@ def measure(repeat: int) -> dict:
         session.expunge(trace)
     kinds = default_analyses(available_columns(trace))
     tables = union_tables(kinds)
-    params = {k: resolved_params(k, {}) for k in kinds}
+    params = {k: resolve_params(k, {}) for k in kinds}
 
     def read():
         with engine.connect() as conn:
