@@ -16,6 +16,9 @@ self-describing and identical requests share a `params_key`:
   calibrate         None (auto: calibrate when the trace has measured latencies),
                     False (never) or {"fit_steps": [..]} (an empty list: the first step)
   steps             [lo, hi) step range or None (all steps)
+  uncertainty       {"runs": N or None (chosen by a convergence check), "seed"}: the
+                    Monte-Carlo replay of the residual noise fitted with the
+                    calibration (default); False: deterministic only
 
 Workload job parameters (`workload_params`):
   trace_id          fit the team's trace (a length model per task), and/or
@@ -68,6 +71,7 @@ SIMULATION_FIELDS = (
     "compare_policy",
     "calibrate",
     "steps",
+    "uncertainty",
 )
 WORKLOAD_FIELDS = (
     "trace_id",
@@ -190,6 +194,24 @@ def _calibrate(value: Any) -> dict | bool | None:
     return {"fit_steps": [_int(s, f"calibrate.fit_steps[{i}]") for i, s in enumerate(steps)]}
 
 
+def _uncertainty(value: Any) -> dict | bool:
+    if value is False:
+        return False
+    if value is None or value is True:
+        return {"runs": None, "seed": 0}
+    if not isinstance(value, dict):
+        raise ValueError(f'uncertainty: expected false or {{"runs": N, "seed": S}}, got {value!r}')
+    unknown = set(value) - {"runs", "seed"}
+    if unknown:
+        raise ValueError(f"uncertainty.{sorted(unknown)[0]}: unknown field (known: runs, seed)")
+    runs = value.get("runs")
+    if runs is not None:
+        runs = _int(runs, "uncertainty.runs", 10)
+        if runs > 20_000:
+            raise ValueError(f"uncertainty.runs: must be <= 20000, got {runs}")
+    return {"runs": runs, "seed": _int(value.get("seed", 0), "uncertainty.seed")}
+
+
 def _step_range(value: Any) -> list[int] | None:
     if value is None:
         return None
@@ -225,6 +247,7 @@ def simulation_params(body: dict) -> dict:
         "compare_policy": to_dict(b) if b is not None else None,
         "calibrate": _calibrate(body.get("calibrate")),
         "steps": _step_range(body.get("steps")),
+        "uncertainty": _uncertainty(body.get("uncertainty")),
     }
     if has_trace:
         params["trace_id"] = _int(body["trace_id"], "trace_id", 1)

@@ -75,6 +75,13 @@ def simulate(
         bool, typer.Option("--no-calibrate", help="Never calibrate (roofline coefficients)")
     ] = False,
     steps: Annotated[str | None, typer.Option(help="Step range FIRST:END (end exclusive)")] = None,
+    mc_runs: Annotated[
+        int | None, typer.Option(help="Monte-Carlo runs of the residual noise (default: by a convergence check)")
+    ] = None,
+    seed: Annotated[int, typer.Option(help="Seed of the Monte-Carlo replay")] = 0,
+    deterministic: Annotated[
+        bool, typer.Option("--deterministic", help="No Monte-Carlo replay: predict with the replay of mean latencies")
+    ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON (without the timeline)")] = False,
     api_key: Annotated[str | None, typer.Option(envvar="RLVR_API_KEY", help="Team key (default: local team)")] = None,
 ) -> None:
@@ -93,6 +100,7 @@ def simulate(
         "compare_policy": compare,
         "calibrate": False if no_calibrate else ({"fit_steps": list(calibrate_steps)} if calibrate_steps else None),
         "steps": _step_range_option(steps),
+        "uncertainty": False if deterministic else {"runs": mc_runs, "seed": seed},
     }
     try:
         params = simulation_params(body)
@@ -127,6 +135,14 @@ def simulate(
 
 def _pct(x) -> str:
     return "-" if x is None else f"{100 * x:.1f}%"
+
+
+def _acc(fig: dict, prefix: str) -> str:
+    """Accuracy, or the signed relative error where accuracy would be below 0."""
+    a, e = fig.get(f"{prefix}accuracy"), fig.get(f"{prefix}rel_error")
+    if a is not None:
+        return _pct(a)
+    return "-" if e is None else f"rel. error {100 * e:+.0f}%"
 
 
 def _simulation_summary(trace, params: dict, result: dict) -> str:
@@ -167,20 +183,42 @@ def _simulation_summary(trace, params: dict, result: dict) -> str:
             f"{b['throughput_tokens_per_s_per_gpu']:.1f} generated tokens/s/GPU"
         )
         lines.append(f"speedup of {name_b} over {name_a}: {t['speedup']:.3f}x (saved {t['saved_s']:.1f} s)")
+    unc = result.get("uncertainty")
+    if unc is not None and unc["steps"]:
+        lines += [
+            "",
+            f"uncertainty (Monte-Carlo of the calibrated residual noise; mean [P{unc['interval'][0]}-P{unc['interval'][1]}]):",
+        ]
+        for row in unc["steps"]:
+            r = row["rollout_s"]
+            line = f"  step {row['step']}: rollout {r['mean']:.1f} s [{r['p10']:.1f}-{r['p90']:.1f}]"
+            if "step_s_a" in row:
+                sa = row["step_s_a"]
+                line += f", step {sa['mean']:.1f} s [{sa['p10']:.1f}-{sa['p90']:.1f}]"
+            line += f" ({row['n_runs']} runs)"
+            lines.append(line)
     acc = result["accuracy"]
     if acc is not None and acc["steps"]:
-        lines += ["", "accuracy on steps not used for fitting (predicted from their workload alone):"]
+        how = "Monte-Carlo mean" if acc.get("predictor") == "mc_mean" else "deterministic replay"
+        lines += ["", f"accuracy on steps not used for fitting (predicted from their workload alone, {how}):"]
         for row in acc["steps"]:
             r = row["rollout_s"]
             if r["measured"] is None:
                 continue
+            interval = f" [{r['interval'][0]:.1f}-{r['interval'][1]:.1f}]" if "interval" in r else ""
+            flag = " PARTIAL workload (kept out of the mean)" if row.get("partial") else ""
             lines.append(
-                f"  step {row['step']}: rollout measured {r['measured']:.1f} s, predicted {r['predicted']:.1f} s "
-                f"({_pct(r['accuracy'])}; naive {_pct(r['naive_accuracy'])}), p50 trajectory "
-                f"{_pct(row['p50_traj_s']['accuracy'])}, p90 trajectory {_pct(row['p90_traj_s']['accuracy'])}"
+                f"  step {row['step']}: rollout measured {r['measured']:.1f} s, predicted {r['predicted']:.1f} s{interval} "
+                f"({_acc(r, '')}; naive {_acc(r, 'naive_')}), p50 trajectory "
+                f"{_acc(row['p50_traj_s'], '')}, p90 trajectory {_acc(row['p90_traj_s'], '')}{flag}"
             )
         m = acc["mean"]
-        lines.append(f"  mean: rollout {_pct(m['rollout_s_accuracy'])} (naive {_pct(m['rollout_s_naive_accuracy'])})")
+        cov = m.get("rollout_s_coverage")
+        lines.append(
+            f"  mean over {len(m.get('steps', []))} step(s): rollout {_pct(m['rollout_s_accuracy'])} "
+            f"(naive {_pct(m['rollout_s_naive_accuracy'])})"
+            + ("" if cov is None else f", interval coverage {_pct(cov)}")
+        )
     return "\n".join(lines)
 
 

@@ -62,6 +62,11 @@ from core.simulator import (
     compare,
     simulate,
 )
+from core.simulator.calibration import measured_figures
+from core.simulator.config import Policy
+from core.simulator.evaluation import noise_for
+from core.simulator.policies.base import Env
+from core.simulator.uncertainty import FIGURES, monte_carlo_step
 from core.simulator.workload import workload_from_columns
 
 log = logging.getLogger(__name__)
@@ -132,6 +137,7 @@ class Replay:
     b: SimResult | None
     calibration: Calibration | None
     accuracy: dict | None
+    uncertainty: dict | None = None
 
 
 def has_measurements(w: StepWorkload) -> bool:
@@ -156,16 +162,25 @@ def replay(steps: list[StepWorkload], params: dict, progress: Progress | None = 
     report = progress or (lambda fraction, message: None)
     cluster, model, limits, policy_a, policy_b = configs_of(params)
     fit_ids = fit_steps_for(steps, params.get("calibrate"))
-    cal = acc = None
+    cal = acc = unc = None
     coefficients = None
     lo = 0.05
     if fit_ids is not None:
         report(lo, f"calibrating on step(s) {', '.join(map(str, fit_ids))}")
         cal = calibrate(steps, cluster, model, limits, fit_steps=fit_ids)
         cluster, limits, coefficients = cal.cluster, cal.limits, cal.coefficients
+        mc_param = params.get("uncertainty", {})
+        noise = noise_for(steps, cal, model) if mc_param is not False else None
+        mc: dict[int, dict] = {}
+        if noise is not None:
+            report(0.3, "Monte-Carlo replay of the residual noise")
+            env = Env(cluster, model, limits, Policy(), coefficients, limits.kv_capacity(cluster, model))
+            runs, seed = (mc_param or {}).get("runs"), int((mc_param or {}).get("seed") or 0)
+            mc = {w.step: monte_carlo_step(env, w, noise, n_runs=runs, seed=seed) for w in steps}
+            unc = {"noise": noise.to_dict(), "steps": mc}
         if any(w.step not in fit_ids for w in steps):
             report(0.35, "predicting the other steps")
-            acc = accuracy_report(steps, cal, model)
+            acc = accuracy_report(steps, cal, model, noise=noise, mc_results=mc)
         lo = 0.4
     n_runs = 2 if policy_b is not None else 1
     width = (0.98 - lo) / n_runs
@@ -184,7 +199,7 @@ def replay(steps: list[StepWorkload], params: dict, progress: Progress | None = 
 
     a = run(policy_a, 0)
     b = run(policy_b, 1) if policy_b is not None else None
-    return Replay(steps, a, b, cal, acc)
+    return Replay(steps, a, b, cal, acc, unc)
 
 
 def _timeline(result: SimResult, max_intervals: int) -> tuple[list[dict], dict | None]:
@@ -222,6 +237,44 @@ def _json(x):
     return orjson.loads(orjson.dumps(x, option=orjson.OPT_SERIALIZE_NUMPY))
 
 
+def uncertainty_dict(r: Replay) -> dict | None:
+    """Per step: MC mean and P10-P90 of the rollout figures (and of policy A's and B's
+    step time when the rollout is serial with training: sync), coverage of the measured
+    values."""
+    if r.uncertainty is None:
+        return None
+    mc = r.uncertainty["steps"]
+    a_steps = {s.step: s for s in r.a.steps}
+    b_steps = {s.step: s for s in r.b.steps} if r.b is not None else {}
+    kinds = {"a": r.a.config["policy"]["kind"], "b": r.b.config["policy"]["kind"] if r.b is not None else None}
+    rows = []
+    for w in r.steps:
+        m = mc.get(w.step)
+        if m is None:
+            continue
+        row: dict = {"step": w.step, "n_runs": m["n_runs"]}
+        meas = measured_figures(w)
+        for k in FIGURES:
+            row[k] = {x: m[k][x] for x in ("mean", "p10", "p90")}
+            row[k]["deterministic"] = m["deterministic"][k]
+            row[k]["measured"] = meas[k]
+            row[k]["covered"] = None if meas[k] is None else bool(m[k]["p10"] <= meas[k] <= m[k]["p90"])
+        for which, by in (("a", a_steps), ("b", b_steps)):
+            s = by.get(w.step)
+            if s is None or kinds[which] != "sync":
+                continue
+            # the step is the rollout then deterministic stages: shift the rollout's runs
+            shift = s.step_time - s.stages.get("rollout", 0.0)
+            row[f"step_s_{which}"] = {x: m["rollout_s"][x] + shift for x in ("mean", "p10", "p90")}
+            row[f"step_s_{which}"]["deterministic"] = s.step_time
+        rows.append(row)
+    cov = {}
+    for k in FIGURES:
+        c = [row[k]["covered"] for row in rows if row[k]["covered"] is not None]
+        cov[k] = float(np.mean(c)) if c else None
+    return {"noise": r.uncertainty["noise"], "interval": [10, 90], "steps": rows, "coverage": cov}
+
+
 def result_dict(r: Replay, max_intervals: int = TIMELINE_MAX_INTERVALS) -> dict:
     return json_safe(
         {
@@ -229,6 +282,7 @@ def result_dict(r: Replay, max_intervals: int = TIMELINE_MAX_INTERVALS) -> dict:
             "b": sim_dict(r.b, max_intervals) if r.b is not None else None,
             "compare": compare(r.a, r.b) if r.b is not None else None,
             "accuracy": r.accuracy,
+            "uncertainty": uncertainty_dict(r),
             "calibration": r.calibration.to_dict() if r.calibration is not None else None,
             "workload": {
                 "steps": len(r.steps),
