@@ -3,6 +3,8 @@ whose per-request latencies come from a known engine times known lognormal noise
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -133,3 +135,23 @@ def test_mc_step_reports_the_deterministic_replay(truth):
     out = monte_carlo_step(env, truth[3], noise, n_runs=100)
     assert out["n_runs"] == 100
     assert out["deterministic"]["rollout_s"] < out["rollout_s"]["mean"]
+
+
+def test_forecast_draws_the_step_from_earlier_workloads(truth):
+    from core.simulator.forecast import drift_factor, forecast_step
+
+    env = Env(CLUSTER, MODEL, LIMITS, Policy(), TRUE, float(LIMITS.kv_cache_tokens))
+    lat, _, _, _ = request_latencies(env, truth[0])
+    noise = noise_from_residuals(lat, truth[0].turn_engine_latency_s)
+    target = truth[6]
+    out = forecast_step(env, truth[:6], target, noise, workloads=3, n_runs=150)
+    assert out["history"] == [0, 1, 2, 3, 4, 5] and out["runs"] == 150
+    assert out["n_samples"]["forecast"] == target.n_samples  # 100 groups of 4, as the history
+    r = out["rollout_s"]
+    assert r["interval"][0] < r["predicted"] < r["interval"][1]
+    assert r["accuracy"] > 0.85 and r["measured"] == pytest.approx(float(np.max(target.sample_latency_s)))
+    # the forecast never reads the target's workload: a longer target changes nothing
+    longer = dataclasses.replace(target, turn_completion_tokens=target.turn_completion_tokens * 3)
+    again = forecast_step(env, truth[:6], longer, noise, workloads=3, n_runs=150)
+    assert again["rollout_s"]["predicted"] == r["predicted"]
+    assert abs(drift_factor(truth[:6], 6) - 1) < 0.1  # no drift in the synthetic truth

@@ -185,7 +185,7 @@ def monte_carlo(
             if np.all(se <= MC_REL_SE * np.maximum(np.abs(m), 1e-12)):
                 break
     x = np.concatenate(chunks)
-    out: dict = {"n_runs": int(len(x)), "runs": x[:, 0]}
+    out: dict = {"n_runs": int(len(x)), "runs": x[:, 0], "figures": x}
     for j, name in enumerate(FIGURES):
         col = x[:, j]
         p10, p90 = np.percentile(col, [10, 90])

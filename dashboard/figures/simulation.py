@@ -174,7 +174,9 @@ def accuracy_rows(result: dict) -> list[dict]:
     mean = acc.get("mean") or {}
     rows = []
     for key, label in ACCURACY_METRICS.items():
-        n = sum(1 for r in acc.get("steps") or [] if num((r.get(key) or {}).get("accuracy")) is not None)
+        n = sum(
+            1 for r in acc.get("steps") or [] if not r.get("partial") and (r.get(key) or {}).get("measured") is not None
+        )
         cal, naive = num(mean.get(f"{key}_accuracy")), num(mean.get(f"{key}_naive_accuracy"))
         if cal is None and naive is None:
             continue

@@ -10,6 +10,7 @@ import orjson
 import typer
 from tqdm import tqdm
 
+from core.simulator.defaults import DEFAULT_GPU, DEFAULT_MODEL, DEFAULT_N_GPUS, DEFAULT_POLICY
 from core.simulator.policies import POLICIES
 from rlvr_explorer.cli.main import _team_id, app
 
@@ -56,14 +57,20 @@ def _step_range_option(value: str | None) -> list[int] | None:
 @app.command()
 def simulate(
     trace_id: Annotated[int, typer.Argument(help="The trace to replay")],
-    gpu: Annotated[str, typer.Option(help="GPU preset (H100, A100, H20, ...)")] = "H100",
-    model: Annotated[str, typer.Option(help="Model preset (e.g. qwen2.5-7b)")] = "Qwen2.5-7B",
-    gpus: Annotated[int | None, typer.Option(help="GPUs in the cluster (default 8)")] = None,
-    replicas: Annotated[int | None, typer.Option(help="Rollout replicas (default 2)")] = None,
-    tp: Annotated[int | None, typer.Option(help="Rollout tensor parallel size (default 4)")] = None,
-    train_dp: Annotated[int | None, typer.Option(help="Training data-parallel ranks (default 8)")] = None,
+    gpu: Annotated[str, typer.Option(help="GPU preset (H100, A100, H20, ...)")] = DEFAULT_GPU,
+    model: Annotated[str, typer.Option(help="Model preset (e.g. qwen2.5-7b)")] = DEFAULT_MODEL,
+    gpus: Annotated[int | None, typer.Option(help=f"GPU budget of every policy (default {DEFAULT_N_GPUS})")] = None,
+    replicas: Annotated[
+        int | None, typer.Option(help="Rollout replicas (default: derived per policy from --gpus)")
+    ] = None,
+    tp: Annotated[
+        int | None, typer.Option(help="Rollout tensor parallel size (default: smallest that fits the model)")
+    ] = None,
+    train_dp: Annotated[
+        int | None, typer.Option(help="Training data-parallel ranks (default: derived per policy)")
+    ] = None,
     max_running_seqs: Annotated[int | None, typer.Option(help="Running sequences per replica (default 256)")] = None,
-    policy: Annotated[str, typer.Option(help=POLICY_HELP)] = "sync",
+    policy: Annotated[str, typer.Option(help=POLICY_HELP)] = DEFAULT_POLICY,
     compare: Annotated[str | None, typer.Option(help="Policy B to compare with")] = None,
     calibrate_steps: Annotated[
         list[int] | None,
@@ -82,6 +89,23 @@ def simulate(
     deterministic: Annotated[
         bool, typer.Option("--deterministic", help="No Monte-Carlo replay: predict with the replay of mean latencies")
     ] = False,
+    rolling_origin: Annotated[
+        bool,
+        typer.Option(
+            "--rolling-origin",
+            help="Also evaluate accuracy by rolling origin (calibrate on earlier steps, predict each)",
+        ),
+    ] = False,
+    forecast: Annotated[
+        bool,
+        typer.Option(
+            "--forecast",
+            help="Also forecast each step after the calibration steps from earlier workloads only (drawn with drift)",
+        ),
+    ] = False,
+    window: Annotated[
+        int | None, typer.Option(help="Rolling origin: calibrate on at most this many earlier steps (default 4)")
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON (without the timeline)")] = False,
     api_key: Annotated[str | None, typer.Option(envvar="RLVR_API_KEY", help="Team key (default: local team)")] = None,
 ) -> None:
@@ -101,6 +125,8 @@ def simulate(
         "calibrate": False if no_calibrate else ({"fit_steps": list(calibrate_steps)} if calibrate_steps else None),
         "steps": _step_range_option(steps),
         "uncertainty": False if deterministic else {"runs": mc_runs, "seed": seed},
+        "rolling_origin": ({"window": window} if window else True) if rolling_origin else None,
+        "forecast": True if forecast else None,
     }
     try:
         params = simulation_params(body)
@@ -155,6 +181,12 @@ def _simulation_summary(trace, params: dict, result: dict) -> str:
         f"cluster: {c['n_gpus']} x {c['gpu']['name']}, rollout {c['rollout_replicas']} x TP{c['rollout_tp']}, "
         f"training DP{c['train_dp']} x TP{c['train_tp']}; model {params['model']['name']}",
     ]
+    cb = params.get("compare_cluster")
+    if cb is not None and name_b is not None:
+        lines.append(
+            f"cluster of {name_b}: the same {cb['n_gpus']} GPUs, rollout {cb['rollout_replicas']} x TP{cb['rollout_tp']}, "
+            f"training DP{cb['train_dp']} x TP{cb['train_tp']}"
+        )
     cal = result["calibration"]
     if cal is not None:
         cost = "" if cal["cost"] is None else f", cost {cal['cost']:.3g}"
@@ -176,6 +208,9 @@ def _simulation_summary(trace, params: dict, result: dict) -> str:
         f"makespan {name_a}: {a['makespan_s']:.1f} s, idle GPU share {_pct(idle_a)}, "
         f"{a['throughput_tokens_per_s_per_gpu']:.1f} generated tokens/s/GPU"
     )
+    for which, r in (("A", a), ("B", b)):
+        for warning in (r or {}).get("warnings") or []:
+            lines.append(f"warning (policy {which}): {warning}")
     if b is not None:
         t = result["compare"]["total"]
         lines.append(
@@ -218,6 +253,53 @@ def _simulation_summary(trace, params: dict, result: dict) -> str:
             f"  mean over {len(m.get('steps', []))} step(s): rollout {_pct(m['rollout_s_accuracy'])} "
             f"(naive {_pct(m['rollout_s_naive_accuracy'])})"
             + ("" if cov is None else f", interval coverage {_pct(cov)}")
+        )
+    fc = result.get("forecast")
+    if fc is not None and fc["steps"]:
+        lines += ["", "forecast (workload drawn from earlier steps with drift, not the step's own; MC mean [P10-P90]):"]
+        for row in fc["steps"]:
+            r = row["rollout_s"]
+            flag = " PARTIAL workload (kept out of the mean)" if row.get("partial") else ""
+            meas = "-" if r["measured"] is None else f"{r['measured']:.1f} s"
+            lines.append(
+                f"  step {row['step']} (from {','.join(map(str, row['history']))}): rollout forecast "
+                f"{r['predicted']:.1f} s [{r['interval'][0]:.1f}-{r['interval'][1]:.1f}], measured {meas} "
+                f"({_acc(r, '')}; repeat previous {_acc(r, 'naive_previous_')}){flag}"
+            )
+        m = fc["mean"]
+        if m.get("steps"):
+            lines.append(
+                f"  mean over {len(m['steps'])} step(s): rollout {_pct(m.get('rollout_s_accuracy'))} "
+                f"(repeat previous {_pct(m.get('rollout_s_naive_previous_accuracy'))}), "
+                f"coverage {_pct(m.get('rollout_s_coverage'))}"
+            )
+    ro = result.get("rolling_origin")
+    if ro is not None:
+        lines += ["", _rolling_origin_summary(ro)]
+    return "\n".join(lines)
+
+
+def _rolling_origin_summary(ro: dict) -> str:
+    win = "all earlier steps" if ro["window"] is None else f"at most {ro['window']} earlier steps"
+    how = "Monte-Carlo mean" if ro["predictor"] == "mc_mean" else "deterministic replay"
+    lines = [f"rolling-origin accuracy (each step predicted from a calibration on {win}; {how}):"]
+    for row in ro["steps"]:
+        r = row["rollout_s"]
+        if r["measured"] is None:
+            continue
+        flag = " PARTIAL workload (kept out of the mean)" if row.get("partial") else ""
+        lines.append(
+            f"  step {row['step']} (fit on {','.join(map(str, row['calibrated_on']))}): rollout measured "
+            f"{r['measured']:.1f} s, predicted {r['predicted']:.1f} s ({_acc(r, '')}); repeat previous "
+            f"{_acc(r, 'naive_previous_')}; mean of fitted {_acc(r, 'naive_')}{flag}"
+        )
+    m = ro["mean"]
+    if m.get("steps"):
+        lines.append(
+            f"  mean over {len(m['steps'])} eligible step(s): rollout {_pct(m.get('rollout_s_accuracy'))} "
+            f"(repeat previous {_pct(m.get('rollout_s_naive_previous_accuracy'))}, mean of fitted "
+            f"{_pct(m.get('rollout_s_naive_accuracy'))}, deterministic replay "
+            f"{_pct(m.get('rollout_s_deterministic_accuracy'))}), P10-P90 coverage {_pct(m.get('rollout_s_coverage'))}"
         )
     return "\n".join(lines)
 

@@ -15,6 +15,12 @@ Job result (JSON):
   compare      `compare(a, b)`: total and per-step speedup of B over A (None without B)
   accuracy     `accuracy_report` on the steps not used for fitting (None without
                calibration or without other steps)
+  uncertainty  per step MC mean and P10-P90 of rollout time, median and p90 trajectory
+               completion (and sync step time), the fitted noise, coverage (None
+               without calibration on per-request latencies or with uncertainty false)
+  rolling_origin  `core.simulator.evaluation.rolling_origin` when asked for
+  forecast     `core.simulator.forecast.forecast_step` per step after the calibration
+               steps, with `mean`, when asked for
   calibration  `Calibration.to_dict` (None when not calibrated)
   workload     {"steps", "first_step", "last_step", "samples", "multiturn"}
 
@@ -33,6 +39,7 @@ replay with the calibrated coefficients, limits and training MFU.
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import logging
 import time
@@ -46,7 +53,7 @@ from sqlalchemy.exc import OperationalError
 
 from backend.formats.base import STEP_TIMING_COLUMNS
 from backend.jobs.contracts import chrome_trace_path
-from backend.jobs.simulations import configs_of
+from backend.jobs.simulations import compare_cluster_of, configs_of
 from backend.jobs.state import mark_failed, mark_running, mark_succeeded, set_progress
 from backend.store.db import get_engine, new_session
 from backend.store.models import Job, JobStatus, Trace, TraceStatus
@@ -62,10 +69,12 @@ from core.simulator import (
     compare,
     simulate,
 )
-from core.simulator.calibration import measured_figures
+from core.simulator.calibration import mean_of_rows, measured_figures, partial_steps
 from core.simulator.config import Policy
-from core.simulator.evaluation import noise_for
+from core.simulator.evaluation import noise_for, rolling_origin
+from core.simulator.forecast import forecast_step
 from core.simulator.policies.base import Env
+from core.simulator.predictor import roofline_coefficients
 from core.simulator.uncertainty import FIGURES, monte_carlo_step
 from core.simulator.workload import workload_from_columns
 
@@ -138,6 +147,8 @@ class Replay:
     calibration: Calibration | None
     accuracy: dict | None
     uncertainty: dict | None = None
+    rolling_origin: dict | None = None
+    forecast: dict | None = None
 
 
 def has_measurements(w: StepWorkload) -> bool:
@@ -162,7 +173,7 @@ def replay(steps: list[StepWorkload], params: dict, progress: Progress | None = 
     report = progress or (lambda fraction, message: None)
     cluster, model, limits, policy_a, policy_b = configs_of(params)
     fit_ids = fit_steps_for(steps, params.get("calibrate"))
-    cal = acc = unc = None
+    cal = acc = unc = noise = None
     coefficients = None
     lo = 0.05
     if fit_ids is not None:
@@ -185,11 +196,15 @@ def replay(steps: list[StepWorkload], params: dict, progress: Progress | None = 
     n_runs = 2 if policy_b is not None else 1
     width = (0.98 - lo) / n_runs
 
+    cluster_b = compare_cluster_of(params)
+    if cluster_b is not None and cal is not None:
+        cluster_b = dataclasses.replace(cluster_b, train_mfu=cluster.train_mfu)
+
     def run(policy, i: int) -> SimResult:
         start = lo + i * width
         return simulate(
             steps,
-            cluster,
+            cluster if i == 0 else cluster_b,
             model,
             limits,
             policy,
@@ -199,7 +214,41 @@ def replay(steps: list[StepWorkload], params: dict, progress: Progress | None = 
 
     a = run(policy_a, 0)
     b = run(policy_b, 1) if policy_b is not None else None
-    return Replay(steps, a, b, cal, acc, unc)
+    ro = None
+    if params.get("rolling_origin"):
+        c0, m0, l0, _, _ = configs_of(params)
+        mc_param = params.get("uncertainty", {})
+        ro = rolling_origin(
+            steps,
+            c0,
+            m0,
+            l0,
+            window=params["rolling_origin"].get("window"),
+            monte_carlo=mc_param is not False,
+            n_runs=(mc_param or {}).get("runs"),
+            seed=int((mc_param or {}).get("seed") or 0),
+            progress=lambda f, m: report(0.98, f"rolling origin: {m}"),
+        )
+    fc = None
+    if params.get("forecast"):
+        mc_param = params.get("uncertainty", {})
+        fc = forecast_steps(
+            steps,
+            Env(
+                cluster,
+                model,
+                limits,
+                Policy(),
+                coefficients or roofline_coefficients(cluster, model),
+                limits.kv_capacity(cluster, model),
+            ),
+            noise if fit_ids is not None else None,
+            after=max(fit_ids) if fit_ids else None,
+            workloads=params["forecast"]["workloads"],
+            n_runs=(mc_param or {}).get("runs"),
+            seed=int((mc_param or {}).get("seed") or 0),
+        )
+    return Replay(steps, a, b, cal, acc, unc, ro, fc)
 
 
 def _timeline(result: SimResult, max_intervals: int) -> tuple[list[dict], dict | None]:
@@ -235,6 +284,24 @@ def sim_dict(result: SimResult, max_intervals: int = TIMELINE_MAX_INTERVALS) -> 
 
 def _json(x):
     return orjson.loads(orjson.dumps(x, option=orjson.OPT_SERIALIZE_NUMPY))
+
+
+def forecast_steps(steps, env, noise, *, after, workloads, n_runs, seed) -> dict:
+    """Forecast every step after `after` (the last calibration step; None: after the
+    first step) from the non-partial steps before it; mean over non-partial targets."""
+    partial = partial_steps(steps)
+    after = steps[0].step if after is None else after
+    rows = []
+    for w in steps:
+        if w.step <= after:
+            continue
+        history = [h for h in steps if h.step < w.step and h.step not in partial]
+        if not history:
+            continue
+        row = forecast_step(env, history, w, noise, workloads=workloads, n_runs=n_runs, seed=seed)
+        row["partial"] = w.step in partial
+        rows.append(row)
+    return {"workloads": workloads, "steps": rows, "mean": mean_of_rows(rows, partial)}
 
 
 def uncertainty_dict(r: Replay) -> dict | None:
@@ -283,6 +350,8 @@ def result_dict(r: Replay, max_intervals: int = TIMELINE_MAX_INTERVALS) -> dict:
             "compare": compare(r.a, r.b) if r.b is not None else None,
             "accuracy": r.accuracy,
             "uncertainty": uncertainty_dict(r),
+            "rolling_origin": r.rolling_origin,
+            "forecast": r.forecast,
             "calibration": r.calibration.to_dict() if r.calibration is not None else None,
             "workload": {
                 "steps": len(r.steps),
