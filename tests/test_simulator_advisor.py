@@ -66,3 +66,14 @@ def test_calibrated_coefficients_move_to_another_tp_by_the_roofline_ratio():
     cal = roofline_coefficients(c1, MODEL).scaled(2.0)
     moved = transfer_coefficients(cal, c1, c4, MODEL)
     assert moved.decode_a == pytest.approx(2.0 * roofline_coefficients(c4, MODEL).decode_a)
+
+
+def test_dashboard_builders_read_the_advice():
+    from dashboard.figures.advice import ranking_rows, winner_figure
+
+    out = advise(_steps(2), "H100", 4, MODEL, grid=default_grid(4, MODEL)[:12], workers=1)
+    rows = ranking_rows(out, top=5)
+    assert [r["rank"] for r in rows] == [1, 2, 3, 4, 5] and rows[0]["label"] == out["best"]
+    fig = winner_figure(out)
+    assert len(fig.data) == 2 and list(fig.data[0].x) == [0, 1]
+    assert list(fig.data[0].y) == [s["mean"] for s in out["ranking"][0]["steps"]]

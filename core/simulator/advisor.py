@@ -224,9 +224,11 @@ def advise(
     }
     tasks = sorted(by_layout.items(), key=lambda kv: -len(kv[1]))
     results: list[dict] = []
-    if workers > 1 and len(tasks) > 1:
-        import multiprocessing as mp
+    import multiprocessing as mp
 
+    # a daemonic process (e.g. a Celery prefork child) cannot have children: run here
+    parallel = workers > 1 and len(tasks) > 1 and not mp.current_process().daemon
+    if parallel:
         ctx = mp.get_context("fork")
         with ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_init, initargs=(state,)) as ex:
             for i, part in enumerate(ex.map(_run_layout, tasks)):

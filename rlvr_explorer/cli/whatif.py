@@ -305,6 +305,86 @@ def _rolling_origin_summary(ro: dict) -> str:
 
 
 @app.command()
+def advise(
+    trace_id: Annotated[int, typer.Argument(help="The trace to advise on")],
+    gpus: Annotated[int, typer.Option(help="GPU budget every configuration uses")] = DEFAULT_N_GPUS,
+    gpu: Annotated[str, typer.Option(help="GPU preset (H100, A100, H20, ...)")] = DEFAULT_GPU,
+    model: Annotated[str, typer.Option(help="Model preset (e.g. qwen2.5-7b)")] = DEFAULT_MODEL,
+    policy: Annotated[list[str] | None, typer.Option(help="Policies to sweep (repeatable; default all)")] = None,
+    steps: Annotated[str | None, typer.Option(help="Step range FIRST:END (end exclusive)")] = None,
+    no_calibrate: Annotated[bool, typer.Option("--no-calibrate", help="Roofline engine, no calibration")] = False,
+    workers: Annotated[int | None, typer.Option(help="Processes for the sweep (default: the CPUs)")] = None,
+    top: Annotated[int, typer.Option(help="Configurations to print")] = 15,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON")] = False,
+    api_key: Annotated[str | None, typer.Option(envvar="RLVR_API_KEY", help="Team key (default: local team)")] = None,
+) -> None:
+    """Sweep layouts, policies, DP balancing and engine concurrency on a GPU budget; rank by step time."""
+    from backend.jobs.advice import advice_params
+    from backend.jobs.simulations import error_field
+    from backend.store.db import get_engine
+    from workers.runners.advice import advice_of
+    from workers.runners.simulations import load_columns, steps_of_columns
+
+    body = {"trace_id": trace_id, "gpu": gpu, "n_gpus": gpus, "model": model, "steps": _step_range_option(steps)}
+    if policy:
+        body["policies"] = list(policy)
+    if no_calibrate:
+        body["calibrate"] = False
+    try:
+        params = advice_params(body)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint=error_field(exc) or "options") from None
+    trace = _team_trace(trace_id, _team_id(api_key))
+    with get_engine().connect() as conn:
+        columns = load_columns(conn, trace, tuple(params["steps"]) if params["steps"] else None)
+    try:
+        workload = steps_of_columns(columns, trace.max_response_len)
+        if not workload:
+            raise ValueError("steps: no training steps to advise on")
+        bar, progress = _progress_bar("advise")
+        try:
+            out = advice_of(workload, params, progress, workers=workers)
+            progress(1.0, "done")
+        finally:
+            bar.close()
+    except ValueError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    if as_json:
+        typer.echo(orjson.dumps(out, option=orjson.OPT_INDENT_2).decode())
+        return
+    typer.echo(_advice_summary(trace, params, out, top))
+
+
+def _advice_summary(trace, params: dict, out: dict, top: int) -> str:
+    cal = out.get("calibration")
+    lines = [
+        f"trace {trace.id} ({trace.name}): {out['workload']['steps']} steps; {params['n_gpus']} x {params['gpu']['name']}, "
+        f"model {params['model']['name']}; "
+        + (f"engine calibrated on step(s) {', '.join(map(str, cal['fit_steps']))}" if cal else "roofline engine"),
+        f"{out['n_configurations']} configurations ranked by predicted step time (mean over non-partial steps; P10-P90"
+        + (" of the Monte-Carlo replay)" if out.get("uncertainty") else ": no calibrated noise)"),
+        "",
+        f"{'rank':>4} {'step_s':>9} {'P10-P90':>17} {'vs best':>8}  configuration",
+    ]
+    for i, r in enumerate(out["ranking"][:top], 1):
+        s = r["step_s"]
+        lines.append(f"{i:>4} {s['mean']:>9.1f} {s['p10']:>8.1f}-{s['p90']:<8.1f} {r['vs_best']:>7.3f}x  {r['label']}")
+    lines += ["", "who wins where:"]
+    for rg in out["ranges"]:
+        a, b = rg["steps"]
+        where = f"step {a}" if a == b else f"steps {a}-{b}"
+        margin = (
+            f"{100 * rg['margin_min']:.1f}%"
+            if rg["margin_min"] == rg["margin_max"]
+            else (f"{100 * rg['margin_min']:.1f}-{100 * rg['margin_max']:.1f}%")
+        )
+        flag = " (partial workload)" if any(w["partial"] for w in out["per_step"] if a <= w["step"] <= b) else ""
+        lines.append(f"  {where}: {rg['winner']}, {margin} faster than the runner-up{flag}")
+    return "\n".join(lines)
+
+
+@app.command()
 def generate(
     out: Annotated[Path, typer.Option(help="Folder to write the files to")],
     from_trace: Annotated[int | None, typer.Option(help="Fit this trace and generate from the fit")] = None,
