@@ -8,7 +8,7 @@
 3. Advisor sweep over the Search-R1 fixture (`--advisor`; >= 50 configurations over
    processes) — target < 60 s.
 
-    .venv/bin/python bench/replay.py [--steps 500] [--skip-det] [--advisor] [--workers 2]
+    .venv/bin/python -m bench.replay [--steps 500] [--skip-det] [--advisor] [--workers 2]
 
 The machine is shared (2 cores): figures are wall times of one run, not minima.
 """

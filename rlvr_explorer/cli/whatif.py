@@ -232,6 +232,8 @@ def _simulation_summary(trace, params: dict, result: dict) -> str:
                 line += f", step {sa['mean']:.1f} s [{sa['p10']:.1f}-{sa['p90']:.1f}]"
             line += f" ({row['n_runs']} runs)"
             lines.append(line)
+        if unc.get("warning"):
+            lines.append(f"  warning: {unc['warning']}")
     acc = result["accuracy"]
     if acc is not None and acc["steps"]:
         how = "Monte-Carlo mean" if acc.get("predictor") == "mc_mean" else "deterministic replay"

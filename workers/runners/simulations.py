@@ -81,6 +81,8 @@ from core.simulator.workload import workload_from_columns
 log = logging.getLogger(__name__)
 
 TIMELINE_MAX_INTERVALS = 10_000
+# residual sd (log) above which the calibration is flagged as a poor fit
+POOR_FIT_SD = 0.5
 Progress = Callable[[float, str], None]
 
 # The columns the simulator's workload builder and the workload fit read, per table.
@@ -339,7 +341,14 @@ def uncertainty_dict(r: Replay) -> dict | None:
     for k in FIGURES:
         c = [row[k]["covered"] for row in rows if row[k]["covered"] is not None]
         cov[k] = float(np.mean(c)) if c else None
-    return {"noise": r.uncertainty["noise"], "interval": [10, 90], "steps": rows, "coverage": cov}
+    out = {"noise": r.uncertainty["noise"], "interval": [10, 90], "steps": rows, "coverage": cov, "warning": None}
+    sd = max(r.uncertainty["noise"]["sd"] or [0.0])
+    if sd > POOR_FIT_SD:
+        out["warning"] = (
+            f"the calibrated engine explains the measured latencies poorly (residual sd up to {sd:.2f} in log): "
+            "the Monte-Carlo mean and intervals are wide; try another replica layout or concurrency"
+        )
+    return out
 
 
 def result_dict(r: Replay, max_intervals: int = TIMELINE_MAX_INTERVALS) -> dict:
