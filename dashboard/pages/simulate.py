@@ -411,6 +411,12 @@ def _figures(job: dict, steps: list[dict]):
     job_id = job["id"]
     cards = [card(c["label"], c["value"], c["hint"], card_id=f"card-sim-{c['key']}") for c in summary_cards(job)]
     a_name, b_name = policy_names(job)
+    res = job["result"]
+    for which, name in (("a", a_name), ("b", b_name)):
+        for warning in (res.get(which) or {}).get("warnings") or []:
+            cards.append(alert(f"Policy {which.upper()} ({name}): {warning}", "info"))
+    if (res.get("uncertainty") or {}).get("warning"):
+        cards.append(alert(res["uncertainty"]["warning"], "info"))
     links = [
         html.A(
             f"Chrome trace, A ({a_name})",
