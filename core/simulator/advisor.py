@@ -268,7 +268,7 @@ def rank(results: list[dict], partial: set[int]) -> dict:
                 "margin": (t2 - t1) / t2 if t2 > 0 else 0.0,
             }
         )
-    ranges = []
+    ranges: list[dict] = []
     for w in winners:
         if ranges and ranges[-1]["winner"] == w["winner"]:
             ranges[-1]["steps"][1] = w["step"]

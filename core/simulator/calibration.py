@@ -241,17 +241,17 @@ def partial_steps(steps: list[StepWorkload], fraction: float = PARTIAL_FRACTION)
 def measured_figures(w: StepWorkload) -> dict:
     """Measured rollout time and median / p90 trajectory latency of a step (None: unknown)."""
     lat = w.sample_latency_s
-    out = {"rollout_s": w.measured_rollout_s}
-    ok = lat is not None and lat.size > 0 and np.isfinite(lat).all()
-    out["p50_traj_s"] = float(np.median(lat)) if ok else None
-    out["p90_traj_s"] = float(np.percentile(lat, 90)) if ok else None
+    out: dict[str, float | None] = {"rollout_s": w.measured_rollout_s, "p50_traj_s": None, "p90_traj_s": None}
+    if lat is not None and lat.size > 0 and np.isfinite(lat).all():
+        out["p50_traj_s"] = float(np.median(lat))
+        out["p90_traj_s"] = float(np.percentile(lat, 90))
     return out
 
 
 def figure_row(pred: float | None, meas: float | None, naive: dict[str, float | None], mc: dict | None) -> dict:
     """One figure of one predicted step: measured, predicted (the MC mean when `mc`),
     accuracy and relative error, the naive predictors', and the MC interval."""
-    row = {
+    row: dict = {
         "measured": meas,
         "predicted": pred,
         "accuracy": _accuracy(pred, meas),
@@ -277,8 +277,7 @@ def mean_of_rows(rows: list[dict], skip: set[int]) -> dict:
     mean: dict = {"steps": [r["step"] for r in kept]}
     for k in FIGURES:
         for pre in PREDICTORS:
-            errs = [r[k].get(f"{pre}rel_error") for r in kept]
-            errs = [e for e in errs if e is not None]
+            errs: list[float] = [e for r in kept if (e := r[k].get(f"{pre}rel_error")) is not None]
             if not errs and f"{pre}rel_error" not in (kept[0][k] if kept else {}):
                 continue
             mean[f"{k}_{pre}accuracy"] = float(np.mean([max(0.0, 1 - abs(e)) for e in errs])) if errs else None

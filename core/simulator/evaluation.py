@@ -28,7 +28,7 @@ from core.simulator.calibration import (
     measured_figures,
     partial_steps,
 )
-from core.simulator.config import ClusterConfig, EngineLimits, ModelConfig
+from core.simulator.config import ClusterConfig, EngineLimits, ModelConfig, Policy
 from core.simulator.policies.base import Env
 from core.simulator.uncertainty import fit_noise
 from core.simulator.workload import StepWorkload
@@ -43,14 +43,8 @@ def _has_measurement(w: StepWorkload) -> bool:
 def noise_for(steps: list[StepWorkload], cal: Calibration, model: ModelConfig):
     """The noise model fitted on the calibration's steps (None when they have no
     per-request latencies)."""
-    env = Env(cal.cluster, model, cal.limits, _policy(), cal.coefficients, cal.limits.kv_capacity(cal.cluster, model))
+    env = Env(cal.cluster, model, cal.limits, Policy(), cal.coefficients, cal.limits.kv_capacity(cal.cluster, model))
     return fit_noise(steps, env, cal.fit_steps)
-
-
-def _policy():
-    from core.simulator.config import Policy
-
-    return Policy()
 
 
 def rolling_origin(
@@ -77,14 +71,14 @@ def rolling_origin(
     rows: list[dict] = []
     predictor = "deterministic"
     prev_cal: Calibration | None = None
-    targets = [w for w in usable[1:]]
+    targets = usable[1:]
     for i, w in enumerate(targets):
         before = [v.step for v in usable if v.step < w.step and v.step not in partial]
         if not before:
             continue
         fit_ids = before[-window:] if window else before
         report(i / max(1, len(targets)), f"calibrating on step(s) {fit_ids} to predict step {w.step}")
-        kwargs = {}
+        kwargs: dict = {}
         if prev_cal is not None and prev_cal.method == "turn_latency":
             kwargs = {"initial": prev_cal.coefficients, "concurrency_candidates": [prev_cal.limits]}
         cal = calibrate(steps, cluster, model, limits, fit_steps=fit_ids, **kwargs)

@@ -62,16 +62,18 @@ def draw_workload(history: list[StepWorkload], step: int, n_groups: int, factor:
         out.turn_sample = np.concatenate([p.turn_sample + o for p, o in zip(parts, offsets)])
         for name in TURN_FIELDS:
             setattr(out, name, np.concatenate([np.asarray(getattr(p, name)) for p in parts]))
-        old = out.turn_completion_tokens
+        old = np.asarray(out.turn_completion_tokens)
+        sample = np.asarray(out.turn_sample)
         new = np.maximum(1, np.round(old * factor)).astype(np.int64)
         delta = new - old
         # context growth from the earlier turns of the same trajectory
         csum = np.cumsum(delta)
-        first = np.r_[True, out.turn_sample[1:] != out.turn_sample[:-1]]
+        first = np.concatenate([[True], sample[1:] != sample[:-1]])
         base = np.maximum.accumulate(np.where(first, np.arange(delta.size), 0))
         before = csum - delta - (csum[base] - delta[base])
-        out.turn_prompt_tokens = out.turn_prompt_tokens + before
-        out.turn_cached_tokens = np.where(first, out.turn_cached_tokens, out.turn_cached_tokens + before)
+        out.turn_prompt_tokens = np.asarray(out.turn_prompt_tokens) + before
+        cached = np.asarray(out.turn_cached_tokens)
+        out.turn_cached_tokens = np.where(first, cached, cached + before)
         out.turn_completion_tokens = new
     return out
 

@@ -32,6 +32,7 @@ least `MC_MIN_RUNS`, at most `MC_MAX_RUNS`).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -118,7 +119,7 @@ def request_latencies(env, w: StepWorkload) -> tuple[np.ndarray, np.ndarray, np.
     from core.simulator.policies.base import rollout_batch
 
     ro = rollout_batch(env, w, keep_store=True)
-    st = ro.store
+    st: Any = ro.store
     lat = np.asarray(st.end) - np.asarray(st.arrive)
     return lat, np.nan_to_num(np.asarray(st.gap, dtype=np.float64)), np.asarray(st.owner, dtype=np.int64), ro.duration
 
