@@ -124,7 +124,10 @@ def test_chrome_trace_rebuilt_from_stored_timeline_when_file_is_gone(api, worker
         ({"model": "gpt-17"}, "model"),
         ({"policy": {"kind": "eventually"}}, "policy.kind"),
         ({"compare_policy": {"kind": "sync", "balancing": "perfect"}}, "compare_policy.balancing"),
-        ({"cluster": {"n_gpus": 8}, "policy": "one_step_off"}, "cluster.n_gpus"),
+        (
+            {"cluster": {"n_gpus": 8, "rollout_replicas": 2, "rollout_tp": 4, "train_dp": 8}, "policy": "one_step_off"},
+            "cluster.n_gpus",
+        ),
         ({"limits": {"max_running_seqs": -1}}, "limits.max_running_seqs"),
         ({"calibrate": {"fit_steps": ["first"]}}, "calibrate.fit_steps[0]"),
         ({"steps": [5, 2]}, "steps"),
@@ -205,8 +208,13 @@ def test_calibrated_replay_of_search_r1_predicts_the_next_step(api, worker, shar
     assert roll["naive"] == pytest.approx(slowest(0))
     assert roll["accuracy"] >= 0.95 and roll["accuracy"] > roll["naive_accuracy"]
     assert roll["accuracy"] == pytest.approx(1 - abs(roll["predicted"] - roll["measured"]) / roll["measured"])
-    # the replay uses the calibrated engine: its step-1 rollout is the prediction
-    assert res["a"]["steps"][1]["stages"]["rollout"] == pytest.approx(roll["predicted"], rel=1e-6)
+    # the replay uses the calibrated engine: its step-1 rollout is the deterministic
+    # prediction; the prediction is the Monte-Carlo mean of the calibrated noise
+    assert res["a"]["steps"][1]["stages"]["rollout"] == pytest.approx(roll["deterministic"], rel=1e-6)
+    unc = {s["step"]: s for s in res["uncertainty"]["steps"]}
+    assert res["accuracy"]["predictor"] == "mc_mean"
+    assert unc[1]["rollout_s"]["mean"] == pytest.approx(roll["predicted"]) and roll["predicted"] > roll["deterministic"]
+    assert unc[1]["rollout_s"]["p10"] < roll["predicted"] < unc[1]["rollout_s"]["p90"]
     assert res["a"]["config"]["coefficients"] == res["calibration"]["coefficients"]
     # done: drop the trace so the worker skips its queued default analyses
     assert api.delete(f"/api/v1/traces/{trace['id']}").status_code == 204

@@ -51,9 +51,12 @@ def test_simulate_prints_the_replay(team_key, stored):
     assert r.exit_code == 0, r.output
     res = orjson.loads(r.stdout)
     steps = workload_from_columns(packed_rows_to_columns([row for rows in per_step for row in rows]))
-    cluster, model = ClusterConfig(n_gpus=16), MODEL_PRESETS["Qwen2.5-7B"]
-    a = simulate(steps, cluster, model, EngineLimits(), Policy(kind="sync"))
-    b = simulate(steps, cluster, model, EngineLimits(), Policy(kind="one_step_off"))
+    model = MODEL_PRESETS["Qwen2.5-7B"]
+    # the same 16 GPUs: sync trains on all of them (colocated), one_step_off on the 8 left
+    cluster_a, cluster_b = ClusterConfig(n_gpus=16, train_dp=16), ClusterConfig(n_gpus=16, train_dp=8)
+    assert res["a"]["config"]["cluster"]["train_dp"] == 16 and res["b"]["config"]["cluster"]["train_dp"] == 8
+    a = simulate(steps, cluster_a, model, EngineLimits(), Policy(kind="sync"))
+    b = simulate(steps, cluster_b, model, EngineLimits(), Policy(kind="one_step_off"))
     assert [s["step_time"] for s in res["a"]["steps"]] == pytest.approx([s.step_time for s in a.steps], rel=1e-9)
     assert res["compare"]["total"]["speedup"] == pytest.approx(a.makespan / b.makespan, rel=1e-9)
     assert "timeline" not in res["a"]
@@ -65,11 +68,26 @@ def test_simulate_prints_the_replay(team_key, stored):
         assert f"{s_a.step_time:.2f}" in text.stdout and f"{s_a.step_time / s_b.step_time:.3f}" in text.stdout
 
 
+def test_the_default_comparison_runs_on_the_default_budget(team_key, stored):
+    trace_id, _ = stored
+    r = invoke("simulate", trace_id, "--compare", "one_step_off", "--api-key", team_key, "--json")
+    assert r.exit_code == 0, r.output
+    res = orjson.loads(r.stdout)
+    for key in ("a", "b"):
+        c = res[key]["config"]["cluster"]
+        assert c["n_gpus"] == 8 and res[key]["unused_gpus"] == 0 and res[key]["warnings"] == []
+    assert res["compare"]["total"]["speedup"] > 0
+
+
 def test_simulate_rejects_bad_options_and_other_teams(team_key, stored):
     trace_id, _ = stored
     r = runner.invoke(app, ["simulate", str(trace_id), "--tp", "0", "--api-key", team_key])
     assert r.exit_code == 2 and "cluster.rollout_tp" in r.output
-    r = runner.invoke(app, ["simulate", str(trace_id), "--policy", "one_step_off", "--api-key", team_key])
+    r = runner.invoke(
+        app,
+        ["simulate", str(trace_id), "--policy", "one_step_off", "--tp", "4", "--replicas", "2", "--train-dp", "8"]
+        + ["--api-key", team_key],
+    )
     assert r.exit_code == 2 and "cluster.n_gpus" in r.output  # 8 rollout + 8 training GPUs > 8
     from backend.auth import create_team
     from backend.store.db import session_scope

@@ -964,10 +964,11 @@ PRESETS = {
 }
 
 
-def test_form_defaults_fit_a_disaggregated_policy_b():
+def test_form_defaults_leave_the_layout_to_the_budget():
     d = form_defaults(PRESETS, [0, 1, 5])
     assert (d["policy_a"], d["policy_b"]) == ("sync", "one_step_off")
-    assert d["n_gpus"] == 2 * 4 + 8  # rollout and training pools side by side
+    # one GPU budget for both policies; the API derives each policy's layout from it
+    assert d["n_gpus"] == 8 and d["replicas"] is None and d["tp"] is None and d["train_dp"] is None
     assert (d["step_from"], d["step_to"]) == (0, 6)
     assert d["gpu"] == "H100" and d["model"] == "Qwen2.5-7B" and d["max_running_seqs"] == 256
 
@@ -984,7 +985,7 @@ def test_simulation_body_from_the_form():
     body = simulation_body(7, values)
     assert body == {
         "trace_id": 7,
-        "cluster": {"gpu": "H100", "n_gpus": 16, "rollout_replicas": 2, "rollout_tp": 4, "train_dp": 8},
+        "cluster": {"gpu": "H100", "n_gpus": 8},
         "model": "Qwen2.5-7B",
         "limits": {"max_running_seqs": 256, "kv_cache_tokens": 100000},
         "policy": {"kind": "sync", "balancing": "kk"},

@@ -12,7 +12,7 @@ from sqlalchemy import select
 from sqlalchemy.exc import OperationalError
 
 from backend.formats.base import InputError
-from backend.jobs.contracts import INGEST_KIND, SIMULATION_KIND, TASK_NAMES, WORKLOAD_KIND
+from backend.jobs.contracts import ADVICE_KIND, INGEST_KIND, SIMULATION_KIND, TASK_NAMES, WORKLOAD_KIND
 from backend.jobs.state import mark_failed, mark_running, mark_succeeded, set_progress
 from backend.settings import get_settings
 from backend.store.db import get_engine, new_session
@@ -99,3 +99,11 @@ def run_workload(job_id: int) -> None:
     from workers.runners.workloads import run_workload_job
 
     run_workload_job(job_id[0] if isinstance(job_id, list) else job_id)
+
+
+@celery_app.task(name=TASK_NAMES[ADVICE_KIND], **RETRY)
+def run_advice(job_id: int) -> None:
+    """The configuration advisor's sweep over one trace."""
+    from workers.runners.advice import run_advice_job
+
+    run_advice_job(job_id[0] if isinstance(job_id, list) else job_id)

@@ -14,6 +14,7 @@ from backend.settings import get_settings
 INGEST_KIND = "ingest"
 SIMULATION_KIND = "simulation"
 WORKLOAD_KIND = "workload"
+ADVICE_KIND = "advice"
 
 # Celery task name per task; every analysis kind (lengths, gpu_timeline, ...) goes to
 # `analyses`, which reads a trace's columns once for all the jobs it is given.
@@ -23,6 +24,7 @@ TASK_NAMES = {
     "analysis_part": "workers.tasks.analysis_part",
     SIMULATION_KIND: "workers.tasks.run_simulation",
     WORKLOAD_KIND: "workers.tasks.run_workload",
+    ADVICE_KIND: "workers.tasks.run_advice",
 }
 
 

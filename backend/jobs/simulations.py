@@ -11,11 +11,23 @@ self-describing and identical requests share a `params_key`:
   workload          a synthetic source instead: {"parameters": <PolyTrace parameter
                     file JSON>, "task", "steps", "groups", "samples_per_group", "seed"}
   cluster, model, limits, policy   full config dicts (presets resolved; names are
-                    matched case-insensitively, so "qwen2.5-7b" is "Qwen2.5-7B")
+                    matched case-insensitively, so "qwen2.5-7b" is "Qwen2.5-7B");
+                    layout fields left out (rollout_replicas, rollout_tp, train_dp)
+                    are derived per policy from the budget (core/simulator/defaults.py)
+  compare_cluster   policy B's cluster: the same n_gpus, its own derived layout
   compare_policy    policy B (full dict) or None
   calibrate         None (auto: calibrate when the trace has measured latencies),
                     False (never) or {"fit_steps": [..]} (an empty list: the first step)
   steps             [lo, hi) step range or None (all steps)
+  uncertainty       {"runs": N or None (chosen by a convergence check), "seed"}: the
+                    Monte-Carlo replay of the residual noise fitted with the
+                    calibration (default); False: deterministic only
+  forecast          None, or {"workloads": J}: also forecast every step after the
+                    calibration steps from the earlier steps' workloads only (drawn
+                    with drift; `core.simulator.forecast`), against the measured step
+  rolling_origin    None, or {"window": W or None (all earlier steps)}: also evaluate
+                    accuracy by rolling origin (calibrate on the steps before each
+                    measured step, predict it; `core.simulator.evaluation`)
 
 Workload job parameters (`workload_params`):
   trace_id          fit the team's trace (a length model per task), and/or
@@ -51,10 +63,18 @@ from core.simulator.config import (
     config_from_dict,
     to_dict,
 )
+from core.simulator.defaults import (
+    DEFAULT_GPU,
+    DEFAULT_MODEL,
+    DEFAULT_N_GPUS,
+    DEFAULT_POLICY,
+    LAYOUT_FIELDS,
+    defaults_dict,
+    layout_for,
+)
 from core.simulator.policies import POLICIES, policy_spec
 
 WORKLOAD_FORMATS = ("packed", "compact", "multiturn")
-DEFAULT_MODEL = "Qwen2.5-7B"
 # Generated workloads larger than this are refused (the files and the ingest would be huge).
 MAX_GENERATED_SAMPLES = 20_000_000
 
@@ -68,6 +88,9 @@ SIMULATION_FIELDS = (
     "compare_policy",
     "calibrate",
     "steps",
+    "uncertainty",
+    "rolling_origin",
+    "forecast",
 )
 WORKLOAD_FIELDS = (
     "trace_id",
@@ -125,7 +148,13 @@ def presets() -> dict:
         "workload_formats": list(WORKLOAD_FORMATS),
         "workload_tasks": ["math", "tool_calling"],
         "defaults": {
-            "cluster": {**to_dict(default_cluster), "gpu": default_cluster.gpu.name},
+            **defaults_dict(),
+            "cluster": {
+                **to_dict(default_cluster),
+                "gpu": DEFAULT_GPU,
+                "n_gpus": DEFAULT_N_GPUS,
+                **defaults_dict()["layouts"]["colocated"],
+            },
             "model": DEFAULT_MODEL,
             "limits": to_dict(EngineLimits()),
             "policy": to_dict(default_policy),
@@ -154,24 +183,44 @@ def _policy(d: Any, where: str) -> Policy:
         raise ValueError(where + msg[len("policy") :] if msg.startswith("policy") else f"{where}: {msg}") from None
 
 
+def _layout(c: ClusterConfig, given: dict, model: ModelConfig, kind: str) -> ClusterConfig:
+    """`c` with the layout fields the request left out derived for policy `kind` from
+    the GPU budget (`core.simulator.defaults.layout_for`)."""
+    explicit = {k: given[k] for k in LAYOUT_FIELDS if given.get(k) is not None}
+    derived = layout_for(policy_spec(kind).disaggregated, c.n_gpus, model, c.gpu, train_tp=c.train_tp, **explicit)
+    return dataclasses.replace(c, **derived)
+
+
 def resolve_config(body: dict) -> tuple[ClusterConfig, ModelConfig, EngineLimits, Policy, Policy | None]:
-    """The configs of a simulation body (presets by name, case-insensitive)."""
+    """The configs of a simulation body (presets by name, case-insensitive); the
+    cluster of policy A (`resolve_clusters` gives B's too)."""
+    c, m, lim, p, b, _ = resolve_clusters(body)
+    return c, m, lim, p, b
+
+
+def resolve_clusters(body: dict):
+    """(cluster A, model, limits, policy A, policy B, cluster B): one GPU budget,
+    layouts the request leaves out derived per policy (see core/simulator/defaults.py)."""
     cluster = body.get("cluster") or {}
     if isinstance(cluster, dict) and "gpu" in cluster:
         cluster = {**cluster, "gpu": _resolve_names(cluster["gpu"], GPU_PRESETS, "preset")}
+    if isinstance(cluster, dict):
+        cluster = {"gpu": DEFAULT_GPU, "n_gpus": DEFAULT_N_GPUS, **cluster}
     model = _resolve_names(body.get("model") or DEFAULT_MODEL, MODEL_PRESETS, "preset")
-    policy = body.get("policy") or {}
+    policy = body.get("policy") or DEFAULT_POLICY
     c, m, lim, _ = config_from_dict({"cluster": cluster, "model": model, "limits": body.get("limits") or {}})
     p = _policy(policy, "policy")
-    c.check_fits(policy_spec(p.kind).disaggregated)
-    b = None
+    c_a = _layout(c, cluster, m, p.kind)
+    c_a.check_fits(policy_spec(p.kind).disaggregated)
+    b = c_b = None
     if body.get("compare_policy") is not None:
         b = _policy(body["compare_policy"], "compare_policy")
+        c_b = _layout(c, cluster, m, b.kind)
         try:
-            c.check_fits(policy_spec(b.kind).disaggregated)
+            c_b.check_fits(policy_spec(b.kind).disaggregated)
         except ValueError as exc:
             raise ValueError(f"{exc} (for compare_policy {b.kind})") from None
-    return c, m, lim, p, b
+    return c_a, m, lim, p, b, c_b
 
 
 def _calibrate(value: Any) -> dict | bool | None:
@@ -188,6 +237,58 @@ def _calibrate(value: Any) -> dict | bool | None:
     if not isinstance(steps, list):
         raise ValueError(f"calibrate.fit_steps: expected a list of steps, got {steps!r}")
     return {"fit_steps": [_int(s, f"calibrate.fit_steps[{i}]") for i, s in enumerate(steps)]}
+
+
+def _uncertainty(value: Any) -> dict | bool:
+    if value is False:
+        return False
+    if value is None or value is True:
+        return {"runs": None, "seed": 0}
+    if not isinstance(value, dict):
+        raise ValueError(f'uncertainty: expected false or {{"runs": N, "seed": S}}, got {value!r}')
+    unknown = set(value) - {"runs", "seed"}
+    if unknown:
+        raise ValueError(f"uncertainty.{sorted(unknown)[0]}: unknown field (known: runs, seed)")
+    runs = value.get("runs")
+    if runs is not None:
+        runs = _int(runs, "uncertainty.runs", 10)
+        if runs > 20_000:
+            raise ValueError(f"uncertainty.runs: must be <= 20000, got {runs}")
+    return {"runs": runs, "seed": _int(value.get("seed", 0), "uncertainty.seed")}
+
+
+def _rolling_origin(value: Any) -> dict | None:
+    from core.simulator.evaluation import DEFAULT_WINDOW
+
+    if value is None or value is False:
+        return None
+    if value is True:
+        return {"window": DEFAULT_WINDOW}
+    if not isinstance(value, dict):
+        raise ValueError(f'rolling_origin: expected true or {{"window": W}}, got {value!r}')
+    unknown = set(value) - {"window"}
+    if unknown:
+        raise ValueError(f"rolling_origin.{sorted(unknown)[0]}: unknown field (known: window)")
+    w = value.get("window", DEFAULT_WINDOW)
+    return {"window": None if w is None else _int(w, "rolling_origin.window", 1)}
+
+
+def _forecast(value: Any) -> dict | None:
+    from core.simulator.forecast import DEFAULT_WORKLOADS
+
+    if value is None or value is False:
+        return None
+    if value is True:
+        return {"workloads": DEFAULT_WORKLOADS}
+    if not isinstance(value, dict):
+        raise ValueError(f'forecast: expected true or {{"workloads": J}}, got {value!r}')
+    unknown = set(value) - {"workloads"}
+    if unknown:
+        raise ValueError(f"forecast.{sorted(unknown)[0]}: unknown field (known: workloads)")
+    j = _int(value.get("workloads", DEFAULT_WORKLOADS), "forecast.workloads", 1)
+    if j > 64:
+        raise ValueError(f"forecast.workloads: must be <= 64, got {j}")
+    return {"workloads": j}
 
 
 def _step_range(value: Any) -> list[int] | None:
@@ -216,15 +317,19 @@ def simulation_params(body: dict) -> dict:
     has_trace, has_workload = body.get("trace_id") is not None, body.get("workload") is not None
     if has_trace == has_workload:
         raise ValueError("trace_id: give either trace_id (replay a trace) or workload (a synthetic source)")
-    c, m, lim, p, b = resolve_config(body)
+    c, m, lim, p, b, c_b = resolve_clusters(body)
     params: dict[str, Any] = {
         "cluster": to_dict(c),
+        "compare_cluster": to_dict(c_b) if c_b is not None else None,
         "model": to_dict(m),
         "limits": to_dict(lim),
         "policy": to_dict(p),
         "compare_policy": to_dict(b) if b is not None else None,
         "calibrate": _calibrate(body.get("calibrate")),
         "steps": _step_range(body.get("steps")),
+        "uncertainty": _uncertainty(body.get("uncertainty")),
+        "rolling_origin": _rolling_origin(body.get("rolling_origin")),
+        "forecast": _forecast(body.get("forecast")),
     }
     if has_trace:
         params["trace_id"] = _int(body["trace_id"], "trace_id", 1)
@@ -232,6 +337,8 @@ def simulation_params(body: dict) -> dict:
         params["workload"] = _workload_source(body["workload"])
         if params["calibrate"]:
             raise ValueError("calibrate: a synthetic workload has no measured timings to calibrate on")
+        if params["rolling_origin"]:
+            raise ValueError("rolling_origin: a synthetic workload has no measured timings to evaluate on")
     return params
 
 
@@ -268,10 +375,17 @@ def _workload_source(d: Any) -> dict:
 
 
 def configs_of(params: dict) -> tuple[ClusterConfig, ModelConfig, EngineLimits, Policy, Policy | None]:
-    """The config objects of stored (resolved) simulation parameters."""
+    """The config objects of stored (resolved) simulation parameters (cluster of A)."""
     c, m, lim, p = config_from_dict({k: params[k] for k in ("cluster", "model", "limits", "policy")})
     b = Policy.from_dict(params["compare_policy"]) if params.get("compare_policy") else None
     return c, m, lim, p, b
+
+
+def compare_cluster_of(params: dict) -> ClusterConfig | None:
+    """Policy B's cluster: the same budget, its own derived layout (older jobs: A's)."""
+    if not params.get("compare_policy"):
+        return None
+    return ClusterConfig.from_dict(params.get("compare_cluster") or params["cluster"])
 
 
 # --------------------------------------------------------------------------- workloads

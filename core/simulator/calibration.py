@@ -215,63 +215,153 @@ def _fit_train_mfu(fit: list[StepWorkload], cluster: ClusterConfig, model: Model
 
 
 def _accuracy(pred: float | None, meas: float | None) -> float | None:
+    """1 − |pred − meas| / meas, or None when undefined or below 0 (then only the
+    relative error is meaningful)."""
+    err = _rel_error(pred, meas)
+    if err is None or abs(err) > 1.0:
+        return None
+    return float(1.0 - abs(err))
+
+
+def _rel_error(pred: float | None, meas: float | None) -> float | None:
+    """(pred − meas) / meas (signed: > 0 over-predicts)."""
     if pred is None or meas is None or not np.isfinite(pred) or not meas:
         return None
-    return float(1.0 - abs(pred - meas) / meas)
+    return float((pred - meas) / meas)
+
+
+PARTIAL_FRACTION = 0.5
+FIGURES = ("rollout_s", "p50_traj_s", "p90_traj_s")
+
+
+def partial_steps(steps: list[StepWorkload], fraction: float = PARTIAL_FRACTION) -> set[int]:
+    """Steps whose workload is partial: fewer than `fraction` of the median step's
+    samples (e.g. a short tail file). Flagged and kept out of headline means."""
+    if not steps:
+        return set()
+    med = float(np.median([w.n_samples for w in steps]))
+    return {w.step for w in steps if w.n_samples < fraction * med}
+
+
+def measured_figures(w: StepWorkload) -> dict:
+    """Measured rollout time and median / p90 trajectory latency of a step (None: unknown)."""
+    lat = w.sample_latency_s
+    out: dict[str, float | None] = {"rollout_s": w.measured_rollout_s, "p50_traj_s": None, "p90_traj_s": None}
+    if lat is not None and lat.size > 0 and np.isfinite(lat).all():
+        out["p50_traj_s"] = float(np.median(lat))
+        out["p90_traj_s"] = float(np.percentile(lat, 90))
+    return out
+
+
+def figure_row(pred: float | None, meas: float | None, naive: dict[str, float | None], mc: dict | None) -> dict:
+    """One figure of one predicted step: measured, predicted (the MC mean when `mc`),
+    accuracy and relative error, the naive predictors', and the MC interval."""
+    row: dict = {
+        "measured": meas,
+        "predicted": pred,
+        "accuracy": _accuracy(pred, meas),
+        "rel_error": _rel_error(pred, meas),
+    }
+    for name, value in naive.items():
+        row[name] = value
+        row[f"{name}_accuracy"] = _accuracy(value, meas)
+        row[f"{name}_rel_error"] = _rel_error(value, meas)
+    if mc is not None:
+        row["interval"] = [mc["p10"], mc["p90"]]
+        row["covered"] = None if meas is None else bool(mc["p10"] <= meas <= mc["p90"])
+    return row
+
+
+PREDICTORS = ("", "naive_", "naive_previous_", "deterministic_")
+
+
+def mean_of_rows(rows: list[dict], skip: set[int]) -> dict:
+    """Over rows not in `skip`: mean accuracy (an undefined, below-0 accuracy counts as
+    0) and mean |relative error| of every predictor, and the interval coverage."""
+    kept = [r for r in rows if r["step"] not in skip]
+    mean: dict = {"steps": [r["step"] for r in kept]}
+    for k in FIGURES:
+        for pre in PREDICTORS:
+            errs: list[float] = [e for r in kept if (e := r[k].get(f"{pre}rel_error")) is not None]
+            if not errs and f"{pre}rel_error" not in (kept[0][k] if kept else {}):
+                continue
+            mean[f"{k}_{pre}accuracy"] = float(np.mean([max(0.0, 1 - abs(e)) for e in errs])) if errs else None
+            mean[f"{k}_{pre}abs_rel_error"] = float(np.mean(np.abs(errs))) if errs else None
+        cov = [r[k]["covered"] for r in kept if r[k].get("covered") is not None]
+        mean[f"{k}_coverage"] = float(np.mean(cov)) if cov else None
+    return mean
 
 
 def accuracy_report(
     steps: list[StepWorkload],
     calibration: Calibration,
     model: ModelConfig,
+    *,
+    noise=None,
+    n_runs: int | None = None,
+    seed: int = 0,
+    mc_results: dict[int, dict] | None = None,
 ) -> dict:
     """Predict every step not used for fitting; compare with the measured figures.
 
-    Returns {"fit_steps", "steps": [{step, rollout_s: {measured, predicted, naive,
-    accuracy, naive_accuracy}, p50_traj_s: {...}, p90_traj_s: {...}}], "mean": {...}}.
+    With `noise` (a `core.simulator.uncertainty.NoiseModel` fitted on the calibration
+    steps) the prediction is the Monte-Carlo mean, with its P10–P90 `interval` and
+    whether the measured value is `covered`; `deterministic` keeps the replay of means.
+    Naive predictors: `naive` (mean of the fit steps' measured values) and
+    `naive_previous` (the closest earlier measured step). Steps with a partial workload
+    (`partial_steps`) are flagged and left out of `mean`. `mc_results` ({step:
+    `monte_carlo_step` result}) reuses Monte-Carlo replays already run.
+
+    Returns {"fit_steps", "partial_steps", "predictor", "steps": [{step, partial,
+    rollout_s: {measured, predicted, accuracy, rel_error, naive, naive_accuracy, ...},
+    p50_traj_s, p90_traj_s}], "mean": {...}}. Accuracy is None where it would be < 0.
     """
+    from core.simulator.uncertainty import monte_carlo_step
+
     cluster, limits = calibration.cluster, calibration.limits
     kv = limits.kv_capacity(cluster, model)
     env = _env(cluster, model, limits, calibration.coefficients, kv)
-    fit = [w for w in steps if w.step in set(calibration.fit_steps)]
-
-    def measured(w: StepWorkload) -> dict:
-        lat = w.sample_latency_s
-        out: dict[str, float | None] = {"rollout_s": w.measured_rollout_s, "p50_traj_s": None, "p90_traj_s": None}
-        if lat is not None and np.isfinite(lat).all():
-            out["p50_traj_s"] = float(np.median(lat))
-            out["p90_traj_s"] = float(np.percentile(lat, 90))
-        return out
-
-    fit_meas = [measured(w) for w in fit]
+    fit_ids = set(calibration.fit_steps)
+    fit = [w for w in steps if w.step in fit_ids]
+    partial = partial_steps(steps)
+    fit_meas = [measured_figures(w) for w in fit]
     naive = {}
-    for k in ("rollout_s", "p50_traj_s", "p90_traj_s"):
+    for k in FIGURES:
         vals = [m[k] for m in fit_meas if m[k] is not None]
         naive[k] = float(np.mean(vals)) if vals else None
+    meas_by_step = {w.step: measured_figures(w) for w in steps}
     rows = []
     for w in steps:
-        if w.step in calibration.fit_steps:
+        if w.step in fit_ids:
             continue
-        ro = rollout_batch(env, w)
-        pred = {
-            "rollout_s": ro.duration,
-            "p50_traj_s": float(np.median(ro.completion)),
-            "p90_traj_s": float(np.percentile(ro.completion, 90)),
-        }
-        meas = measured(w)
-        row: dict[str, Any] = {"step": w.step}
-        for k in pred:
-            row[k] = {
-                "measured": meas[k],
-                "predicted": pred[k],
-                "naive": naive[k],
-                "accuracy": _accuracy(pred[k], meas[k]),
-                "naive_accuracy": _accuracy(naive[k], meas[k]),
+        mc = (mc_results or {}).get(w.step)
+        if mc is None and noise is not None:
+            mc = monte_carlo_step(env, w, noise, n_runs=n_runs, seed=seed)
+        if mc is not None:
+            det = mc["deterministic"]
+            pred = {k: mc[k]["mean"] for k in FIGURES}
+        else:
+            ro = rollout_batch(env, w)
+            det = {
+                "rollout_s": ro.duration,
+                "p50_traj_s": float(np.median(ro.completion)),
+                "p90_traj_s": float(np.percentile(ro.completion, 90)),
             }
+            pred = det
+        meas = meas_by_step[w.step]
+        earlier = [s for s in meas_by_step if s < w.step and s not in partial]
+        prev = meas_by_step[max(earlier)] if earlier else {k: None for k in FIGURES}
+        row: dict = {"step": w.step, "partial": w.step in partial, "n_samples": w.n_samples}
+        for k in FIGURES:
+            others = {"naive": naive[k], "naive_previous": prev[k], "deterministic": det[k]}
+            row[k] = figure_row(pred[k], meas[k], others, mc[k] if mc is not None else None)
+        if mc is not None:
+            row["mc_runs"] = mc["n_runs"]
         rows.append(row)
-    mean = {}
-    for k in ("rollout_s", "p50_traj_s", "p90_traj_s"):
-        for a in ("accuracy", "naive_accuracy"):
-            vals = [r[k][a] for r in rows if r[k][a] is not None]
-            mean[f"{k}_{a}"] = float(np.mean(vals)) if vals else None
-    return {"fit_steps": list(calibration.fit_steps), "steps": rows, "mean": mean}
+    return {
+        "fit_steps": list(calibration.fit_steps),
+        "partial_steps": sorted(partial),
+        "predictor": "mc_mean" if noise is not None else "deterministic",
+        "steps": rows,
+        "mean": mean_of_rows(rows, partial),
+    }

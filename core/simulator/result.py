@@ -10,6 +10,7 @@
                update_actor, weight_sync) or "idle" (label = cause, see IDLE_CAUSES)
   idle_gpu_s   GPU-seconds idle per cause over the run; busy_gpu_s likewise
   throughput_tokens_per_s_per_gpu  generated tokens of trained samples / makespan / n_gpus
+  unused_gpus  GPUs of the budget that no stage uses with this layout (with a warning)
 `StepResult` fields:
   step, start, end, step_time (end − previous step's end: what the step adds to the
   makespan), stages (seconds per stage), windows ([start, end] per stage), n_samples,
@@ -82,6 +83,8 @@ class SimResult:
     config: dict
     idle_gpu_s: dict[str, float] = field(default_factory=dict)
     busy_gpu_s: float = 0.0
+    unused_gpus: int = 0  # GPUs of the budget no stage uses with this layout
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def generated_tokens(self) -> int:
@@ -105,6 +108,8 @@ class SimResult:
             "busy_gpu_s": self.busy_gpu_s,
             "idle_fraction": sum(self.idle_gpu_s.values()) / (self.n_gpus * self.makespan) if self.makespan else 0.0,
             "config": self.config,
+            "unused_gpus": self.unused_gpus,
+            "warnings": list(self.warnings),
             "steps": [s.to_dict() for s in self.steps],
         }
         if timeline:

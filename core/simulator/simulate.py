@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from core.simulator.config import ClusterConfig, EngineLimits, ModelConfig, Policy, to_dict
+from core.simulator.defaults import unused_gpus, unused_warning
 from core.simulator.policies import Env, policy_spec
 from core.simulator.predictor import EngineCoefficients, roofline_coefficients
 from core.simulator.result import SimResult, StepResult
@@ -21,18 +22,20 @@ def simulate(
     progress: Callable[[float], None] | None = None,
     *,
     coefficients: EngineCoefficients | None = None,
+    rollout_cache: dict | None = None,
 ) -> SimResult:
     """Replay `workload` (steps in order) and return stage times, timeline and idle split.
 
     `coefficients` (e.g. from `calibrate`) override the roofline engine coefficients.
-    `progress` is called with the fraction of steps done.
+    `progress` is called with the fraction of steps done. `rollout_cache` (a dict kept
+    by the caller) lets replays with the same rollout layout share batch rollouts.
     """
     if not workload:
         raise ValueError("workload: no steps to simulate")
     spec = policy_spec(policy.kind)
     cluster.check_fits(spec.disaggregated)
     coeffs = coefficients or roofline_coefficients(cluster, model)
-    env = Env(cluster, model, limits, policy, coeffs, limits.kv_capacity(cluster, model))
+    env = Env(cluster, model, limits, policy, coeffs, limits.kv_capacity(cluster, model), rollout_cache)
     steps, tb, makespan = spec.run(env, list(workload), progress or (lambda f: None))
     step_of = step_locator([s.end for s in steps], [s.step for s in steps])
     lanes, idle, busy, idle_step, busy_step = tb.finish(makespan, step_of)
@@ -47,6 +50,7 @@ def simulate(
         "coefficients": coeffs.to_dict(),
         "kv_capacity_tokens": env.kv_capacity,
     }
+    warning = unused_warning(cluster, spec.disaggregated)
     return SimResult(
         steps=steps,
         makespan=makespan,
@@ -55,6 +59,8 @@ def simulate(
         config=config,
         idle_gpu_s=idle,
         busy_gpu_s=busy,
+        unused_gpus=unused_gpus(cluster, spec.disaggregated),
+        warnings=[warning] if warning else [],
     )
 
 

@@ -112,6 +112,43 @@ class StepWorkload:
         )
         return cls(step=int(step), group=group, prompt_len=prompt, response_len=resp, **extra)
 
+    def subset_groups(self, groups: np.ndarray) -> StepWorkload:
+        """A step with only the given groups (renumbered 0..k-1 in the given order)."""
+        starts = self.group_slices()
+        idx = (
+            np.concatenate([np.arange(starts[g], starts[g + 1]) for g in groups])
+            if len(groups)
+            else np.zeros(0, np.int64)
+        )
+        sizes = starts[np.asarray(groups) + 1] - starts[np.asarray(groups)] if len(groups) else np.zeros(0, np.int64)
+        out = StepWorkload(
+            step=self.step,
+            group=np.repeat(np.arange(len(groups)), sizes),
+            prompt_len=self.prompt_len[idx],
+            response_len=self.response_len[idx],
+            dp_rank=None if self.dp_rank is None else self.dp_rank[idx],
+            sample_latency_s=None if self.sample_latency_s is None else self.sample_latency_s[idx],
+            max_response_len=self.max_response_len,
+        )
+        if self.is_multiturn:
+            remap = np.full(self.n_samples, -1, dtype=np.int64)
+            remap[idx] = np.arange(idx.size)
+            new_sample = remap[self.turn_sample]
+            keep = new_sample >= 0
+            order = np.argsort(new_sample[keep], kind="stable")
+            rows = np.flatnonzero(keep)[order]
+            out.turn_sample = new_sample[rows]
+            for name in (
+                "turn_prompt_tokens",
+                "turn_cached_tokens",
+                "turn_completion_tokens",
+                "turn_tool_latency_s",
+                "turn_engine_latency_s",
+            ):
+                v = getattr(self, name)
+                setattr(out, name, None if v is None else v[rows])
+        return out
+
 
 def _col(cols: dict, name: str, dtype=None):
     v = cols.get(name)

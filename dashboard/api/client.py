@@ -272,6 +272,16 @@ class ApiClient:
         streamed response (gzip-encoded when the API sends it so; `iter_raw` passes it on)."""
         return self.stream(f"/simulations/{job_id}/chrome-trace", params={"policy": policy})
 
+    def advise(self, body: dict) -> dict:
+        """Queue the configuration advisor's sweep (202, or 200 with an identical one): the job."""
+        return self._json(self._request("POST", "/advice", json=body), "/advice")
+
+    def advice_list(self, *, trace_id: str | int | None = None, limit: int | None = None) -> list[dict]:
+        return self._get("/advice", trace_id=trace_id, limit=limit)["items"]
+
+    def advice(self, job_id: str | int) -> dict:
+        return self._get(f"/advice/{job_id}")
+
     def create_workload(self, body: dict) -> dict:
         """Queue a fit (steps 0) and/or generation of a synthetic workload: the job."""
         return self._json(self._request("POST", "/workloads", json=body), "/workloads")

@@ -120,6 +120,26 @@ def predicted_vs_measured_figure(job: dict, trace_steps: list[dict] | None = Non
             hovertemplate="predicted rollout %{y:.1f} s<extra></extra>",
         )
     )
+    unc = sorted((result.get("uncertainty") or {}).get("steps") or [], key=lambda r: r["step"])
+    if unc:  # the Monte-Carlo mean (the prediction when calibrated) and its P10-P90
+        ux = [r["step"] for r in unc]
+        mean = [num(r["rollout_s"].get("mean")) for r in unc]
+        fig.add_trace(
+            go.Scatter(
+                name="predicted rollout, Monte-Carlo mean (P10-P90)",
+                x=ux,
+                y=mean,
+                mode="markers",
+                marker=dict(color=REPLAY_COLORS["a"], size=7, symbol="diamond"),
+                error_y=dict(
+                    type="data",
+                    symmetric=False,
+                    array=[(num(r["rollout_s"].get("p90")) or 0) - (m or 0) for r, m in zip(unc, mean)],
+                    arrayminus=[(m or 0) - (num(r["rollout_s"].get("p10")) or 0) for r, m in zip(unc, mean)],
+                ),
+                hovertemplate="MC mean %{y:.1f} s<extra></extra>",
+            )
+        )
     acc_rows = (result.get("accuracy") or {}).get("steps") or []
     naive = [(r["step"], num((r.get("rollout_s") or {}).get("naive"))) for r in acc_rows]
     naive = [(s, v) for s, v in naive if v is not None]
@@ -174,7 +194,9 @@ def accuracy_rows(result: dict) -> list[dict]:
     mean = acc.get("mean") or {}
     rows = []
     for key, label in ACCURACY_METRICS.items():
-        n = sum(1 for r in acc.get("steps") or [] if num((r.get(key) or {}).get("accuracy")) is not None)
+        n = sum(
+            1 for r in acc.get("steps") or [] if not r.get("partial") and (r.get(key) or {}).get("measured") is not None
+        )
         cal, naive = num(mean.get(f"{key}_accuracy")), num(mean.get(f"{key}_naive_accuracy"))
         if cal is None and naive is None:
             continue

@@ -103,9 +103,11 @@ def form(p: dict, d: dict) -> html.Div:
                 control("GPU", _dropdown("sim-gpu", list(p.get("gpus") or {}), d["gpu"])),
                 control("Model", _dropdown("sim-model", list(p.get("models") or {}), d["model"], width=190)),
                 control("GPUs", _number("sim-gpus", d["n_gpus"], minimum=1)),
-                control("Rollout replicas", _number("sim-replicas", d["replicas"], minimum=1)),
-                control("TP per replica", _number("sim-tp", d["tp"], minimum=1)),
-                control("Training DP", _number("sim-train-dp", d["train_dp"], minimum=1)),
+                control(
+                    "Rollout replicas", _number("sim-replicas", d["replicas"], minimum=1, placeholder="per policy")
+                ),
+                control("TP per replica", _number("sim-tp", d["tp"], minimum=1, placeholder="fits model")),
+                control("Training DP", _number("sim-train-dp", d["train_dp"], minimum=1, placeholder="per policy")),
             ),
             controls(
                 control("Max running sequences", _number("sim-max-seqs", d["max_running_seqs"], minimum=1)),
@@ -147,6 +149,14 @@ def form(p: dict, d: dict) -> html.Div:
                 ),
                 control("From step", _number("sim-step-from", d["step_from"])),
                 control("To step (excl.)", _number("sim-step-to", d["step_to"])),
+                control(
+                    "Forecast",
+                    dcc.Checklist(
+                        id="sim-forecast",
+                        options=[{"label": "predict later steps from earlier workloads", "value": "on"}],
+                        value=["on"] if d.get("forecast") else [],
+                    ),
+                ),
                 html.Button("Replay", id="sim-submit", n_clicks=0, className="button"),
             ),
             html.Div(id="sim-form-message"),
@@ -267,6 +277,7 @@ def layout(trace_id: str | None = None, job: str | None = None, rerun: str | Non
     State("sim-fit-steps", "value"),
     State("sim-step-from", "value"),
     State("sim-step-to", "value"),
+    State("sim-forecast", "value"),
     prevent_initial_call=True,
 )
 def submit(
@@ -287,6 +298,7 @@ def submit(
     fit_steps,
     step_from,
     step_to,
+    forecast=None,
 ):
     if not n:
         return no_update, no_update
@@ -306,6 +318,7 @@ def submit(
         fit_steps=fit_steps,
         step_from=step_from,
         step_to=step_to,
+        forecast=bool(forecast),
     )
     try:
         job = session.api().simulate(simulation_body(trace_id, values))
@@ -397,6 +410,12 @@ def _figures(job: dict, steps: list[dict]):
     job_id = job["id"]
     cards = [card(c["label"], c["value"], c["hint"], card_id=f"card-sim-{c['key']}") for c in summary_cards(job)]
     a_name, b_name = policy_names(job)
+    res = job["result"]
+    for which, name in (("a", a_name), ("b", b_name)):
+        for warning in (res.get(which) or {}).get("warnings") or []:
+            cards.append(alert(f"Policy {which.upper()} ({name}): {warning}", "info"))
+    if (res.get("uncertainty") or {}).get("warning"):
+        cards.append(alert(res["uncertainty"]["warning"], "info"))
     links = [
         html.A(
             f"Chrome trace, A ({a_name})",
@@ -426,7 +445,39 @@ def _figures(job: dict, steps: list[dict]):
     )
 
 
+def forecast_note(result: dict):
+    """One line per forecast step (workload drawn from earlier steps), when asked for."""
+    fc = result.get("forecast") or {}
+    items = []
+    for row in fc.get("steps") or []:
+        r = row.get("rollout_s") or {}
+        if r.get("predicted") is None:
+            continue
+        acc = r.get("accuracy")
+        err = r.get("rel_error")
+        how = f"{100 * acc:.1f}%" if acc is not None else ("—" if err is None else f"rel. error {100 * err:+.0f}%")
+        lo, hi = r.get("interval") or [None, None]
+        meas = "—" if r.get("measured") is None else f"{r['measured']:.1f} s"
+        items.append(
+            html.Li(
+                f"step {row['step']}: forecast {r['predicted']:.1f} s [P10-P90 {lo:.1f}-{hi:.1f}], measured {meas} ({how})"
+                + (" — partial workload" if row.get("partial") else "")
+            )
+        )
+    if not items:
+        return None
+    return html.Div(
+        [html.P("Forecast (workload drawn from earlier steps with drift):"), html.Ul(items)], id="sim-forecast-note"
+    )
+
+
 def accuracy_table(result: dict):
+    table = _accuracy_table(result)
+    note = forecast_note(result)
+    return table if note is None else html.Div([table, note])
+
+
+def _accuracy_table(result: dict):
     rows = accuracy_rows(result)
     if not rows:
         cal = result.get("calibration")

@@ -12,30 +12,34 @@ CALIBRATION_MODES = {"auto": "when measured", "on": "on", "off": "off"}
 
 
 def form_defaults(presets: dict, step_ids: list[int] | None = None) -> dict:
-    """Initial form values: the presets' defaults, enough GPUs for a disaggregated
-    policy B (rollout + training pools side by side), sync against one_step_off, and
-    the trace's whole step range [first, last + 1)."""
+    """Initial form values: the presets' shared defaults (GPU, model, GPU budget, policy
+    A against policy B) and the trace's whole step range [first, last + 1). The layout
+    (replicas, TP, training DP) is left empty: the API derives it per policy from the
+    same GPU budget (core/simulator/defaults.py), so policy A and B use the same GPUs."""
     d = presets.get("defaults") or {}
     cluster, limits = d.get("cluster") or {}, d.get("limits") or {}
-    replicas, tp, dp = cluster.get("rollout_replicas", 2), cluster.get("rollout_tp", 4), cluster.get("train_dp", 8)
     policies = presets.get("policies") or ["sync"]
     step_ids = sorted(step_ids or [])
+    want_a, want_b = d.get("policy_kind") or "sync", d.get("compare_policy") or "one_step_off"
+    if isinstance(d.get("policy"), str):
+        want_a = d["policy"]
     return {
-        "gpu": cluster.get("gpu", "H100"),
+        "gpu": d.get("gpu") or cluster.get("gpu", "H100"),
         "model": d.get("model"),
-        "n_gpus": max(int(cluster.get("n_gpus", 8)), replicas * tp + dp * cluster.get("train_tp", 1)),
-        "replicas": replicas,
-        "tp": tp,
-        "train_dp": dp,
+        "n_gpus": int(d.get("n_gpus") or cluster.get("n_gpus", 8)),
+        "replicas": None,
+        "tp": None,
+        "train_dp": None,
         "max_running_seqs": limits.get("max_running_seqs"),
         "kv_cache_tokens": limits.get("kv_cache_tokens"),
-        "policy_a": "sync" if "sync" in policies else policies[0],
-        "policy_b": "one_step_off" if "one_step_off" in policies else None,
-        "balancing": (d.get("policy") or {}).get("balancing", "none"),
+        "policy_a": want_a if want_a in policies else policies[0],
+        "policy_b": want_b if want_b in policies else None,
+        "balancing": (d.get("policy") or {}).get("balancing", "none") if isinstance(d.get("policy"), dict) else "none",
         "calibrate": "auto",
         "fit_steps": "",
         "step_from": step_ids[0] if step_ids else None,
         "step_to": step_ids[-1] + 1 if step_ids else None,
+        "forecast": False,
     }
 
 
@@ -142,6 +146,8 @@ def simulation_body(trace_id: int, values: dict) -> dict:
         body["calibrate"] = False
     elif mode == "on":
         body["calibrate"] = {"fit_steps": parse_steps(values.get("fit_steps"))}
+    if values.get("forecast"):
+        body["forecast"] = True
     lo, hi = _int_or_none(values.get("step_from")), _int_or_none(values.get("step_to"))
     if lo is not None or hi is not None:
         body["steps"] = [lo or 0, hi if hi is not None else 1 << 30]

@@ -9,6 +9,7 @@ from typing import Annotated
 import orjson
 import typer
 
+from core.simulator.defaults import DEFAULT_GPU, DEFAULT_MODEL, DEFAULT_N_GPUS, DEFAULT_POLICY
 from core.simulator.policies import POLICIES
 from rlvr_explorer.cli.main import INT_MAX, JsonFlag, _team_id, command, progress_bar
 
@@ -52,14 +53,16 @@ def _step_range_option(value: str | None) -> list[int] | None:
 @command()
 def simulate(
     trace_id: Annotated[int, typer.Argument(min=1, max=INT_MAX, help="The trace to replay")],
-    gpu: Annotated[str, typer.Option(metavar="GPU", help="GPU preset (H100, A100, H20, ...)")] = "H100",
-    model: Annotated[str, typer.Option(metavar="MODEL", help="Model preset (e.g. qwen2.5-7b)")] = "Qwen2.5-7B",
-    gpus: Annotated[int | None, _int_option("GPUs in the cluster (default 8)")] = None,
-    replicas: Annotated[int | None, _int_option("Rollout replicas (default 2)")] = None,
-    tp: Annotated[int | None, _int_option("Rollout tensor parallel size (default 4)")] = None,
-    train_dp: Annotated[int | None, _int_option("Training data-parallel ranks (default 8)")] = None,
+    gpu: Annotated[str, typer.Option(metavar="GPU", help="GPU preset (H100, A100, H20, ...)")] = DEFAULT_GPU,
+    model: Annotated[str, typer.Option(metavar="MODEL", help="Model preset (e.g. qwen2.5-7b)")] = DEFAULT_MODEL,
+    gpus: Annotated[int | None, _int_option(f"GPU budget of every policy (default {DEFAULT_N_GPUS})")] = None,
+    replicas: Annotated[int | None, _int_option("Rollout replicas (default: derived per policy from --gpus)")] = None,
+    tp: Annotated[
+        int | None, _int_option("Rollout tensor parallel size (default: smallest that fits the model)")
+    ] = None,
+    train_dp: Annotated[int | None, _int_option("Training data-parallel ranks (default: derived per policy)")] = None,
     max_running_seqs: Annotated[int | None, _int_option("Running sequences per replica (default 256)")] = None,
-    policy: Annotated[str, typer.Option(metavar="POLICY", help=POLICY_HELP)] = "sync",
+    policy: Annotated[str, typer.Option(metavar="POLICY", help=POLICY_HELP)] = DEFAULT_POLICY,
     compare: Annotated[str | None, typer.Option(metavar="POLICY", help="Policy B to compare with")] = None,
     calibrate_steps: Annotated[
         list[int] | None,
@@ -74,6 +77,30 @@ def simulate(
         bool, typer.Option("--no-calibrate", help="Never calibrate (roofline coefficients)")
     ] = False,
     steps: Annotated[str | None, typer.Option(metavar="FIRST:END", help="Step range (end exclusive)")] = None,
+    mc_runs: Annotated[
+        int | None, _int_option("Monte-Carlo runs of the residual noise (default: by a convergence check)")
+    ] = None,
+    seed: Annotated[int, _int_option("Seed of the Monte-Carlo replay", lo=0)] = 0,
+    deterministic: Annotated[
+        bool, typer.Option("--deterministic", help="No Monte-Carlo replay: predict with the replay of mean latencies")
+    ] = False,
+    rolling_origin: Annotated[
+        bool,
+        typer.Option(
+            "--rolling-origin",
+            help="Also evaluate accuracy by rolling origin (calibrate on earlier steps, predict each)",
+        ),
+    ] = False,
+    forecast: Annotated[
+        bool,
+        typer.Option(
+            "--forecast",
+            help="Also forecast each step after the calibration steps from earlier workloads only (drawn with drift)",
+        ),
+    ] = False,
+    window: Annotated[
+        int | None, _int_option("Rolling origin: calibrate on at most this many earlier steps (default 4)")
+    ] = None,
     as_json: JsonFlag = False,
     api_key: Annotated[str | None, KeyOption] = None,
 ) -> None:
@@ -92,6 +119,9 @@ def simulate(
         "compare_policy": compare,
         "calibrate": False if no_calibrate else ({"fit_steps": list(calibrate_steps)} if calibrate_steps else None),
         "steps": _step_range_option(steps),
+        "uncertainty": False if deterministic else {"runs": mc_runs, "seed": seed},
+        "rolling_origin": ({"window": window} if window else True) if rolling_origin else None,
+        "forecast": True if forecast else None,
     }
     try:
         params = simulation_params(body)
@@ -128,6 +158,14 @@ def _pct(x) -> str:
     return "-" if x is None else f"{100 * x:.1f}%"
 
 
+def _acc(fig: dict, prefix: str) -> str:
+    """Accuracy, or the signed relative error where accuracy would be below 0."""
+    a, e = fig.get(f"{prefix}accuracy"), fig.get(f"{prefix}rel_error")
+    if a is not None:
+        return _pct(a)
+    return "-" if e is None else f"rel. error {100 * e:+.0f}%"
+
+
 def _simulation_summary(trace, params: dict, result: dict) -> str:
     c, a, b = params["cluster"], result["a"], result["b"]
     name_a, name_b = params["policy"]["kind"], (params["compare_policy"] or {}).get("kind")
@@ -138,6 +176,12 @@ def _simulation_summary(trace, params: dict, result: dict) -> str:
         f"cluster: {c['n_gpus']} x {c['gpu']['name']}, rollout {c['rollout_replicas']} x TP{c['rollout_tp']}, "
         f"training DP{c['train_dp']} x TP{c['train_tp']}; model {params['model']['name']}",
     ]
+    cb = params.get("compare_cluster")
+    if cb is not None and name_b is not None:
+        lines.append(
+            f"cluster of {name_b}: the same {cb['n_gpus']} GPUs, rollout {cb['rollout_replicas']} x TP{cb['rollout_tp']}, "
+            f"training DP{cb['train_dp']} x TP{cb['train_tp']}"
+        )
     cal = result["calibration"]
     if cal is not None:
         lines.append(f"calibration: {cal['method']} on step(s) {', '.join(map(str, cal['fit_steps']))}")
@@ -165,6 +209,9 @@ def _simulation_summary(trace, params: dict, result: dict) -> str:
         f"makespan {name_a}: {a['makespan_s']:.1f} s, idle GPU share {_pct(idle_a)}, "
         f"{a['throughput_tokens_per_s_per_gpu']:.1f} generated tokens/s/GPU"
     )
+    for which, r in (("A", a), ("B", b)):
+        for warning in (r or {}).get("warnings") or []:
+            lines.append(f"warning (policy {which}): {warning}")
     if b is not None:
         t = result["compare"]["total"]
         lines.append(
@@ -172,21 +219,174 @@ def _simulation_summary(trace, params: dict, result: dict) -> str:
             f"{b['throughput_tokens_per_s_per_gpu']:.1f} generated tokens/s/GPU"
         )
         lines.append(f"speedup of {name_b} over {name_a}: {t['speedup']:.3f}x (saved {t['saved_s']:.1f} s)")
+    unc = result.get("uncertainty")
+    if unc is not None and unc["steps"]:
+        lines += [
+            "",
+            f"uncertainty (Monte-Carlo of the calibrated residual noise; mean [P{unc['interval'][0]}-P{unc['interval'][1]}]):",
+        ]
+        for row in unc["steps"]:
+            r = row["rollout_s"]
+            line = f"  step {row['step']}: rollout {r['mean']:.1f} s [{r['p10']:.1f}-{r['p90']:.1f}]"
+            if "step_s_a" in row:
+                sa = row["step_s_a"]
+                line += f", step {sa['mean']:.1f} s [{sa['p10']:.1f}-{sa['p90']:.1f}]"
+            line += f" ({row['n_runs']} runs)"
+            lines.append(line)
+        if unc.get("warning"):
+            lines.append(f"  warning: {unc['warning']}")
     acc = result["accuracy"]
     if acc is not None and acc["steps"]:
-        lines += ["", "accuracy on steps not used for fitting (predicted from their workload alone):"]
+        how = "Monte-Carlo mean" if acc.get("predictor") == "mc_mean" else "deterministic replay"
+        lines += ["", f"accuracy on steps not used for fitting (predicted from their workload alone, {how}):"]
         for row in acc["steps"]:
             r = row["rollout_s"]
             if r["measured"] is None:
                 continue
+            interval = f" [{r['interval'][0]:.1f}-{r['interval'][1]:.1f}]" if "interval" in r else ""
+            flag = " PARTIAL workload (kept out of the mean)" if row.get("partial") else ""
             lines.append(
-                f"  step {row['step']}: rollout measured {r['measured']:.1f} s, predicted {r['predicted']:.1f} s "
-                f"({_pct(r['accuracy'])}; naive {_pct(r['naive_accuracy'])}), p50 trajectory "
-                f"{_pct(row['p50_traj_s']['accuracy'])}, p90 trajectory {_pct(row['p90_traj_s']['accuracy'])}"
+                f"  step {row['step']}: rollout measured {r['measured']:.1f} s, predicted {r['predicted']:.1f} s{interval} "
+                f"({_acc(r, '')}; naive {_acc(r, 'naive_')}), p50 trajectory "
+                f"{_acc(row['p50_traj_s'], '')}, p90 trajectory {_acc(row['p90_traj_s'], '')}{flag}"
             )
         m = acc["mean"]
-        lines.append(f"  mean: rollout {_pct(m['rollout_s_accuracy'])} (naive {_pct(m['rollout_s_naive_accuracy'])})")
+        cov = m.get("rollout_s_coverage")
+        lines.append(
+            f"  mean over {len(m.get('steps', []))} step(s): rollout {_pct(m['rollout_s_accuracy'])} "
+            f"(naive {_pct(m['rollout_s_naive_accuracy'])})"
+            + ("" if cov is None else f", interval coverage {_pct(cov)}")
+        )
+    fc = result.get("forecast")
+    if fc is not None and fc["steps"]:
+        lines += ["", "forecast (workload drawn from earlier steps with drift, not the step's own; MC mean [P10-P90]):"]
+        for row in fc["steps"]:
+            r = row["rollout_s"]
+            flag = " PARTIAL workload (kept out of the mean)" if row.get("partial") else ""
+            meas = "-" if r["measured"] is None else f"{r['measured']:.1f} s"
+            lines.append(
+                f"  step {row['step']} (from {','.join(map(str, row['history']))}): rollout forecast "
+                f"{r['predicted']:.1f} s [{r['interval'][0]:.1f}-{r['interval'][1]:.1f}], measured {meas} "
+                f"({_acc(r, '')}; repeat previous {_acc(r, 'naive_previous_')}){flag}"
+            )
+        m = fc["mean"]
+        if m.get("steps"):
+            lines.append(
+                f"  mean over {len(m['steps'])} step(s): rollout {_pct(m.get('rollout_s_accuracy'))} "
+                f"(repeat previous {_pct(m.get('rollout_s_naive_previous_accuracy'))}), "
+                f"coverage {_pct(m.get('rollout_s_coverage'))}"
+            )
+    ro = result.get("rolling_origin")
+    if ro is not None:
+        lines += ["", _rolling_origin_summary(ro)]
     lines += ["", "(speedup = step time of A / step time of B; --json prints every number)"]
+    return "\n".join(lines)
+
+
+def _rolling_origin_summary(ro: dict) -> str:
+    win = "all earlier steps" if ro["window"] is None else f"at most {ro['window']} earlier steps"
+    how = "Monte-Carlo mean" if ro["predictor"] == "mc_mean" else "deterministic replay"
+    lines = [f"rolling-origin accuracy (each step predicted from a calibration on {win}; {how}):"]
+    for row in ro["steps"]:
+        r = row["rollout_s"]
+        if r["measured"] is None:
+            continue
+        flag = " PARTIAL workload (kept out of the mean)" if row.get("partial") else ""
+        lines.append(
+            f"  step {row['step']} (fit on {','.join(map(str, row['calibrated_on']))}): rollout measured "
+            f"{r['measured']:.1f} s, predicted {r['predicted']:.1f} s ({_acc(r, '')}); repeat previous "
+            f"{_acc(r, 'naive_previous_')}; mean of fitted {_acc(r, 'naive_')}{flag}"
+        )
+    m = ro["mean"]
+    if m.get("steps"):
+        lines.append(
+            f"  mean over {len(m['steps'])} eligible step(s): rollout {_pct(m.get('rollout_s_accuracy'))} "
+            f"(repeat previous {_pct(m.get('rollout_s_naive_previous_accuracy'))}, mean of fitted "
+            f"{_pct(m.get('rollout_s_naive_accuracy'))}, deterministic replay "
+            f"{_pct(m.get('rollout_s_deterministic_accuracy'))}), P10-P90 coverage {_pct(m.get('rollout_s_coverage'))}"
+        )
+    return "\n".join(lines)
+
+
+@command()
+def advise(
+    trace_id: Annotated[int, typer.Argument(min=1, max=INT_MAX, help="The trace to advise on")],
+    gpus: Annotated[int, _int_option("GPU budget every configuration uses", lo=1)] = DEFAULT_N_GPUS,
+    gpu: Annotated[str, typer.Option(metavar="GPU", help="GPU preset (H100, A100, H20, ...)")] = DEFAULT_GPU,
+    model: Annotated[str, typer.Option(metavar="MODEL", help="Model preset (e.g. qwen2.5-7b)")] = DEFAULT_MODEL,
+    policy: Annotated[
+        list[str] | None, typer.Option(metavar="POLICY", help="Policies to sweep (repeatable; default all)")
+    ] = None,
+    steps: Annotated[str | None, typer.Option(metavar="FIRST:END", help="Step range (end exclusive)")] = None,
+    no_calibrate: Annotated[bool, typer.Option("--no-calibrate", help="Roofline engine, no calibration")] = False,
+    workers: Annotated[int | None, _int_option("Processes for the sweep (default: the CPUs)", lo=1)] = None,
+    top: Annotated[int, _int_option("Configurations to print", lo=1)] = 15,
+    as_json: JsonFlag = False,
+    api_key: Annotated[str | None, KeyOption] = None,
+) -> None:
+    """Sweep layouts, policies, DP balancing and engine concurrency on a GPU budget; rank by step time."""
+    from backend.jobs.advice import advice_params
+    from backend.jobs.simulations import error_field
+    from backend.store.db import get_engine
+    from workers.runners.advice import advice_of
+    from workers.runners.simulations import load_columns, steps_of_columns
+
+    body = {"trace_id": trace_id, "gpu": gpu, "n_gpus": gpus, "model": model, "steps": _step_range_option(steps)}
+    if policy:
+        body["policies"] = list(policy)
+    if no_calibrate:
+        body["calibrate"] = False
+    try:
+        params = advice_params(body)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint=error_field(exc) or "options") from None
+    trace = _team_trace(trace_id, _team_id(api_key))
+    with get_engine().connect() as conn:
+        columns = load_columns(conn, trace, tuple(params["steps"]) if params["steps"] else None)
+    try:
+        workload = steps_of_columns(columns, trace.max_response_len)
+        if not workload:
+            raise ValueError("steps: no training steps to advise on")
+        bar, progress = progress_bar("advise")
+        try:
+            out = advice_of(workload, params, progress, workers=workers)
+            progress(1.0, "done")
+        finally:
+            bar.close()
+    except ValueError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    if as_json:
+        typer.echo(orjson.dumps(out, option=orjson.OPT_INDENT_2).decode())
+        return
+    typer.echo(_advice_summary(trace, params, out, top))
+
+
+def _advice_summary(trace, params: dict, out: dict, top: int) -> str:
+    cal = out.get("calibration")
+    lines = [
+        f"trace {trace.id} ({trace.name}): {out['workload']['steps']} steps; {params['n_gpus']} x {params['gpu']['name']}, "
+        f"model {params['model']['name']}; "
+        + (f"engine calibrated on step(s) {', '.join(map(str, cal['fit_steps']))}" if cal else "roofline engine"),
+        f"{out['n_configurations']} configurations ranked by predicted step time (mean over non-partial steps; P10-P90"
+        + (" of the Monte-Carlo replay)" if out.get("uncertainty") else ": no calibrated noise)"),
+        "",
+        f"{'rank':>4} {'step_s':>9} {'P10-P90':>17} {'vs best':>8}  configuration",
+    ]
+    for i, r in enumerate(out["ranking"][:top], 1):
+        s = r["step_s"]
+        lines.append(f"{i:>4} {s['mean']:>9.1f} {s['p10']:>8.1f}-{s['p90']:<8.1f} {r['vs_best']:>7.3f}x  {r['label']}")
+    lines += ["", "who wins where:"]
+    for rg in out["ranges"]:
+        a, b = rg["steps"]
+        where = f"step {a}" if a == b else f"steps {a}-{b}"
+        margin = (
+            f"{100 * rg['margin_min']:.1f}%"
+            if rg["margin_min"] == rg["margin_max"]
+            else (f"{100 * rg['margin_min']:.1f}-{100 * rg['margin_max']:.1f}%")
+        )
+        flag = " (partial workload)" if any(w["partial"] for w in out["per_step"] if a <= w["step"] <= b) else ""
+        lines.append(f"  {where}: {rg['winner']}, {margin} faster than the runner-up{flag}")
     return "\n".join(lines)
 
 

@@ -15,6 +15,12 @@ Job result (JSON):
   compare      `compare(a, b)`: total and per-step speedup of B over A (None without B)
   accuracy     `accuracy_report` on the steps not used for fitting (None without
                calibration or without other steps)
+  uncertainty  per step MC mean and P10-P90 of rollout time, median and p90 trajectory
+               completion (and sync step time), the fitted noise, coverage (None
+               without calibration on per-request latencies or with uncertainty false)
+  rolling_origin  `core.simulator.evaluation.rolling_origin` when asked for
+  forecast     `core.simulator.forecast.forecast_step` per step after the calibration
+               steps, with `mean`, when asked for
   calibration  `Calibration.to_dict` (None when not calibrated)
   workload     {"steps", "first_step", "last_step", "samples", "multiturn"}
 
@@ -33,6 +39,7 @@ replay with the calibrated coefficients, limits and training MFU.
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import logging
 import time
@@ -46,7 +53,7 @@ from sqlalchemy.exc import OperationalError
 
 from backend.formats.base import STEP_TIMING_COLUMNS
 from backend.jobs.contracts import chrome_trace_path
-from backend.jobs.simulations import configs_of
+from backend.jobs.simulations import compare_cluster_of, configs_of
 from backend.jobs.state import mark_failed, mark_running, mark_succeeded, set_progress
 from backend.store.db import get_engine, new_session
 from backend.store.models import Job, JobStatus, Trace, TraceStatus
@@ -62,11 +69,20 @@ from core.simulator import (
     compare,
     simulate,
 )
+from core.simulator.calibration import mean_of_rows, measured_figures, partial_steps
+from core.simulator.config import Policy
+from core.simulator.evaluation import noise_for, rolling_origin
+from core.simulator.forecast import forecast_step
+from core.simulator.policies.base import Env
+from core.simulator.predictor import roofline_coefficients
+from core.simulator.uncertainty import FIGURES, monte_carlo_step
 from core.simulator.workload import workload_from_columns
 
 log = logging.getLogger(__name__)
 
 TIMELINE_MAX_INTERVALS = 10_000
+# residual sd (log) above which the calibration is flagged as a poor fit
+POOR_FIT_SD = 0.5
 Progress = Callable[[float, str], None]
 
 # The columns the simulator's workload builder and the workload fit read, per table.
@@ -132,6 +148,9 @@ class Replay:
     b: SimResult | None
     calibration: Calibration | None
     accuracy: dict | None
+    uncertainty: dict | None = None
+    rolling_origin: dict | None = None
+    forecast: dict | None = None
 
 
 def has_measurements(w: StepWorkload) -> bool:
@@ -156,25 +175,38 @@ def replay(steps: list[StepWorkload], params: dict, progress: Progress | None = 
     report = progress or (lambda fraction, message: None)
     cluster, model, limits, policy_a, policy_b = configs_of(params)
     fit_ids = fit_steps_for(steps, params.get("calibrate"))
-    cal = acc = None
+    cal = acc = unc = noise = None
     coefficients = None
     lo = 0.05
     if fit_ids is not None:
         report(lo, f"calibrating on step(s) {', '.join(map(str, fit_ids))}")
         cal = calibrate(steps, cluster, model, limits, fit_steps=fit_ids)
         cluster, limits, coefficients = cal.cluster, cal.limits, cal.coefficients
+        mc_param = params.get("uncertainty", {})
+        noise = noise_for(steps, cal, model) if mc_param is not False else None
+        mc: dict[int, dict] = {}
+        if noise is not None:
+            report(0.3, "Monte-Carlo replay of the residual noise")
+            env = Env(cluster, model, limits, Policy(), coefficients, limits.kv_capacity(cluster, model))
+            runs, seed = (mc_param or {}).get("runs"), int((mc_param or {}).get("seed") or 0)
+            mc = {w.step: monte_carlo_step(env, w, noise, n_runs=runs, seed=seed) for w in steps}
+            unc = {"noise": noise.to_dict(), "steps": mc}
         if any(w.step not in fit_ids for w in steps):
             report(0.35, "predicting the other steps")
-            acc = accuracy_report(steps, cal, model)
+            acc = accuracy_report(steps, cal, model, noise=noise, mc_results=mc)
         lo = 0.4
     n_runs = 2 if policy_b is not None else 1
     width = (0.98 - lo) / n_runs
+
+    cluster_b = compare_cluster_of(params)
+    if cluster_b is not None and cal is not None:
+        cluster_b = dataclasses.replace(cluster_b, train_mfu=cluster.train_mfu)
 
     def run(policy, i: int) -> SimResult:
         start = lo + i * width
         return simulate(
             steps,
-            cluster,
+            cluster if i == 0 else cluster_b,
             model,
             limits,
             policy,
@@ -184,7 +216,41 @@ def replay(steps: list[StepWorkload], params: dict, progress: Progress | None = 
 
     a = run(policy_a, 0)
     b = run(policy_b, 1) if policy_b is not None else None
-    return Replay(steps, a, b, cal, acc)
+    ro = None
+    if params.get("rolling_origin"):
+        c0, m0, l0, _, _ = configs_of(params)
+        mc_param = params.get("uncertainty", {})
+        ro = rolling_origin(
+            steps,
+            c0,
+            m0,
+            l0,
+            window=params["rolling_origin"].get("window"),
+            monte_carlo=mc_param is not False,
+            n_runs=(mc_param or {}).get("runs"),
+            seed=int((mc_param or {}).get("seed") or 0),
+            progress=lambda f, m: report(0.98, f"rolling origin: {m}"),
+        )
+    fc = None
+    if params.get("forecast"):
+        mc_param = params.get("uncertainty", {})
+        fc = forecast_steps(
+            steps,
+            Env(
+                cluster,
+                model,
+                limits,
+                Policy(),
+                coefficients or roofline_coefficients(cluster, model),
+                limits.kv_capacity(cluster, model),
+            ),
+            noise if fit_ids is not None else None,
+            after=max(fit_ids) if fit_ids else None,
+            workloads=params["forecast"]["workloads"],
+            n_runs=(mc_param or {}).get("runs"),
+            seed=int((mc_param or {}).get("seed") or 0),
+        )
+    return Replay(steps, a, b, cal, acc, unc, ro, fc)
 
 
 def _timeline(result: SimResult, max_intervals: int) -> tuple[list[dict], dict | None]:
@@ -222,6 +288,69 @@ def _json(x):
     return orjson.loads(orjson.dumps(x, option=orjson.OPT_SERIALIZE_NUMPY))
 
 
+def forecast_steps(steps, env, noise, *, after, workloads, n_runs, seed) -> dict:
+    """Forecast every step after `after` (the last calibration step; None: after the
+    first step) from the non-partial steps before it; mean over non-partial targets."""
+    partial = partial_steps(steps)
+    after = steps[0].step if after is None else after
+    rows = []
+    for w in steps:
+        if w.step <= after:
+            continue
+        history = [h for h in steps if h.step < w.step and h.step not in partial]
+        if not history:
+            continue
+        row = forecast_step(env, history, w, noise, workloads=workloads, n_runs=n_runs, seed=seed)
+        row["partial"] = w.step in partial
+        rows.append(row)
+    return {"workloads": workloads, "steps": rows, "mean": mean_of_rows(rows, partial)}
+
+
+def uncertainty_dict(r: Replay) -> dict | None:
+    """Per step: MC mean and P10-P90 of the rollout figures (and of policy A's and B's
+    step time when the rollout is serial with training: sync), coverage of the measured
+    values."""
+    if r.uncertainty is None:
+        return None
+    mc = r.uncertainty["steps"]
+    a_steps = {s.step: s for s in r.a.steps}
+    b_steps = {s.step: s for s in r.b.steps} if r.b is not None else {}
+    kinds = {"a": r.a.config["policy"]["kind"], "b": r.b.config["policy"]["kind"] if r.b is not None else None}
+    rows = []
+    for w in r.steps:
+        m = mc.get(w.step)
+        if m is None:
+            continue
+        row: dict = {"step": w.step, "n_runs": m["n_runs"]}
+        meas = measured_figures(w)
+        for k in FIGURES:
+            row[k] = {x: m[k][x] for x in ("mean", "p10", "p90")}
+            row[k]["deterministic"] = m["deterministic"][k]
+            row[k]["measured"] = meas[k]
+            row[k]["covered"] = None if meas[k] is None else bool(m[k]["p10"] <= meas[k] <= m[k]["p90"])
+        for which, by in (("a", a_steps), ("b", b_steps)):
+            s = by.get(w.step)
+            if s is None or kinds[which] != "sync":
+                continue
+            # the step is the rollout then deterministic stages: shift the rollout's runs
+            shift = s.step_time - s.stages.get("rollout", 0.0)
+            row[f"step_s_{which}"] = {x: m["rollout_s"][x] + shift for x in ("mean", "p10", "p90")}
+            row[f"step_s_{which}"]["deterministic"] = s.step_time
+        rows.append(row)
+    cov = {}
+    for k in FIGURES:
+        c = [row[k]["covered"] for row in rows if row[k]["covered"] is not None]
+        cov[k] = float(np.mean(c)) if c else None
+    out = {"noise": r.uncertainty["noise"], "interval": [10, 90], "steps": rows, "coverage": cov, "warning": None}
+    sd = max(r.uncertainty["noise"]["sd"] or [0.0])
+    if sd > POOR_FIT_SD:
+        out["warning"] = (
+            f"the calibrated engine explains the measured latencies poorly (residual sd up to {sd:.2f} in log): "
+            "the Monte-Carlo mean and intervals are wide; try another replica layout or concurrency"
+        )
+    return out
+
+
 def result_dict(r: Replay, max_intervals: int = TIMELINE_MAX_INTERVALS) -> dict:
     return json_safe(
         {
@@ -229,6 +358,9 @@ def result_dict(r: Replay, max_intervals: int = TIMELINE_MAX_INTERVALS) -> dict:
             "b": sim_dict(r.b, max_intervals) if r.b is not None else None,
             "compare": compare(r.a, r.b) if r.b is not None else None,
             "accuracy": r.accuracy,
+            "uncertainty": uncertainty_dict(r),
+            "rolling_origin": r.rolling_origin,
+            "forecast": r.forecast,
             "calibration": r.calibration.to_dict() if r.calibration is not None else None,
             "workload": {
                 "steps": len(r.steps),

@@ -43,6 +43,17 @@ class SimulationRequest(BaseModel):
     compare_policy: Any = Field(None, description="Policy B, replayed on the same workload and compared with A")
     calibrate: Any = Field(None, description='null: when the trace has measured timings; false; or {"fit_steps": [0]}')
     steps: Any = Field(None, description="[first, end) step range; all steps when omitted")
+    forecast: Any = Field(
+        None,
+        description='Forecast the steps after the calibration steps from earlier workloads only: true or {"workloads": J}',
+    )
+    rolling_origin: Any = Field(
+        None, description='Also evaluate accuracy by rolling origin: true or {"window": W (null: all earlier steps)}'
+    )
+    uncertainty: Any = Field(
+        None,
+        description='Monte-Carlo replay of the calibrated residual noise: {"runs": N (default: by a convergence check), "seed": 0}, or false',
+    )
 
 
 def _unprocessable(exc: ValueError) -> HTTPException:

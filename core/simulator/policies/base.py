@@ -28,6 +28,9 @@ class Env:
     policy: Policy
     coefficients: EngineCoefficients
     kv_capacity: float
+    # optional {(step, dispatch): RolloutOutcome}: replays of the same rollout layout
+    # under other policies / balancing reuse the batch rollouts (the advisor's sweep)
+    rollout_cache: dict | None = None
 
     def new_cluster(self) -> RolloutCluster:
         return RolloutCluster(
@@ -59,6 +62,17 @@ def rollout_batch(env: Env, w: StepWorkload, *, keep_store: bool = False) -> Rol
     """All of a step's groups submitted together to fresh replicas (time 0 = start).
 
     A trajectory completes when its last turn ends plus any tool latency after it."""
+    cache = env.rollout_cache
+    key = (w.step, env.policy.dispatch, id(w))
+    if cache is not None and not keep_store and key in cache:
+        return cache[key]
+    out = _rollout_batch(env, w, keep_store)
+    if cache is not None and not keep_store:
+        cache[key] = out
+    return out
+
+
+def _rollout_batch(env: Env, w: StepWorkload, keep_store: bool) -> RolloutOutcome:
     rc = env.new_cluster()
     _, first, last = rc.add_step(w, np.arange(w.n_samples))
     replica = group_replicas(env, w)[w.group]

@@ -1,0 +1,178 @@
+"""Configuration advisor of one trace: a GPU type and budget in, configurations (rollout
+replicas x TP, training DP, policy, DP balancing, engine concurrency) ranked by
+predicted step time with P10-P90, who wins on which steps, the winner's step times.
+
+Ids: adv-gpu, adv-gpus, adv-model, adv-submit, adv-message, adv-job (store), adv-poll,
+adv-progress, adv-table, adv-ranges, adv-winner (chart).
+"""
+
+from __future__ import annotations
+
+import dash
+from dash import Input, Output, State, dcc, html, no_update
+
+from dashboard.api import session
+from dashboard.api.client import ApiError
+from dashboard.figures.advice import ranking_rows, winner_figure
+from dashboard.figures.common import empty_figure
+from dashboard.views.components import PAGE_TRACE_ID, alert, control, controls, graph, section
+from dashboard.views.formatting import job_active
+from dashboard.views.job_views import job_progress
+from dashboard.views.trace_frame import trace_page
+
+dash.register_page(
+    __name__,
+    path_template="/traces/<trace_id>/advise",
+    name="Advise",
+    title="Advise · RLVR Explorer",
+    nav="trace",
+    order=6,
+)
+
+
+def body(trace: dict) -> html.Div:
+    if not trace.get("n_samples"):
+        return alert("This trace has no samples (rollout lengths) to advise on.", "info")
+    api = session.api()
+    try:
+        p = api.simulation_presets()
+        history = api.advice_list(trace_id=trace["id"], limit=1)
+    except ApiError as exc:
+        return alert(exc.message)
+    d = p.get("defaults") or {}
+    shown = history[0] if history else None
+    return html.Div(
+        [
+            dcc.Store(id="adv-job", data=shown["id"] if shown else None),
+            dcc.Interval(id="adv-poll", interval=1500, disabled=not job_active(shown)),
+            section(
+                "Ask the advisor",
+                controls(
+                    control(
+                        "GPU",
+                        dcc.Dropdown(
+                            id="adv-gpu",
+                            options=list(p.get("gpus") or {}),
+                            value=d.get("gpu", "H100"),
+                            clearable=False,
+                            style={"minWidth": "150px"},
+                        ),
+                    ),
+                    control(
+                        "GPUs",
+                        dcc.Input(
+                            id="adv-gpus",
+                            type="number",
+                            min=1,
+                            step=1,
+                            value=d.get("n_gpus", 8),
+                            className="input",
+                            style={"width": "110px"},
+                        ),
+                    ),
+                    control(
+                        "Model",
+                        dcc.Dropdown(
+                            id="adv-model",
+                            options=list(p.get("models") or {}),
+                            value=d.get("model"),
+                            clearable=False,
+                            style={"minWidth": "190px"},
+                        ),
+                    ),
+                    html.Button("Advise", id="adv-submit", n_clicks=0, className="button"),
+                ),
+                html.Div(id="adv-message"),
+                help_text="Sweeps rollout replicas x TP, training DP, policy, DP balancing and engine concurrency on "
+                "this GPU budget (the engine calibrated on the trace's first step when it has measured timings) and "
+                "ranks them by predicted step time, mean over the non-partial steps, with the Monte-Carlo P10-P90.",
+            ),
+            html.Div(job_progress(shown, "advice") if shown else None, id="adv-progress"),
+            section("Ranked configurations", html.Div(id="adv-table")),
+            section("Who wins where", html.Div(id="adv-ranges")),
+            section("Step time of the best configuration", graph("adv-winner")),
+        ]
+    )
+
+
+def layout(trace_id: str | None = None, **_):
+    return trace_page(trace_id, __name__, "/advise", body)
+
+
+@dash.callback(
+    Output("adv-job", "data"),
+    Output("adv-message", "children"),
+    Output("adv-poll", "disabled", allow_duplicate=True),
+    Input("adv-submit", "n_clicks"),
+    State(PAGE_TRACE_ID, "data"),
+    State("adv-gpu", "value"),
+    State("adv-gpus", "value"),
+    State("adv-model", "value"),
+    prevent_initial_call=True,
+)
+def submit(n, trace_id, gpu, n_gpus, model):
+    if not n:
+        return no_update, no_update, no_update
+    try:
+        job = session.api().advise({"trace_id": trace_id, "gpu": gpu, "n_gpus": n_gpus, "model": model})
+    except ApiError as exc:
+        return no_update, alert(exc.message), no_update
+    return job["id"], alert(f"Advice {job['id']} started.", "ok"), False
+
+
+@dash.callback(
+    Output("adv-progress", "children"),
+    Output("adv-table", "children"),
+    Output("adv-ranges", "children"),
+    Output("adv-winner", "figure"),
+    Output("adv-poll", "disabled"),
+    Input("adv-job", "data"),
+    Input("adv-poll", "n_intervals"),
+)
+def show(job_id, _n):
+    empty = empty_figure("No advice yet: choose a GPU budget and press Advise", "Step time of the best configuration")
+    if job_id is None:
+        return None, None, None, empty, True
+    try:
+        job = session.api().advice(job_id)
+    except ApiError as exc:
+        return alert(exc.message), None, None, empty, True
+    if job.get("status") != "succeeded":
+        return job_progress(job, "advice"), None, None, empty, not job_active(job)
+    result = job.get("result") or {}
+    return None, ranking_table(result), ranges_list(result), winner_figure(result), True
+
+
+def ranking_table(result: dict):
+    rows = ranking_rows(result)
+    head = html.Tr(
+        [
+            html.Th("#"),
+            html.Th("Configuration"),
+            html.Th("Step time (s)", className="num"),
+            html.Th("P10-P90 (s)", className="num"),
+            html.Th("vs best", className="num"),
+        ]
+    )
+    body_rows = [
+        html.Tr(
+            [
+                html.Td(str(r["rank"])),
+                html.Td(r["label"]),
+                html.Td(f"{r['mean']:.1f}", className="num"),
+                html.Td(f"{r['p10']:.1f}-{r['p90']:.1f}", className="num"),
+                html.Td(f"{r['vs_best']:.3f}x", className="num"),
+            ]
+        )
+        for r in rows
+    ]
+    return html.Table([html.Thead(head), html.Tbody(body_rows)], className="table", id="adv-ranking")
+
+
+def ranges_list(result: dict):
+    items = []
+    for rg in result.get("ranges") or []:
+        a, b = rg["steps"]
+        where = f"step {a}" if a == b else f"steps {a}-{b}"
+        items.append(html.Li(f"{where}: {rg['winner']} — {100 * rg['margin_min']:.1f}% faster than the runner-up"))
+    return html.Ul(items) if items else None

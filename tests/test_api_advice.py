@@ -1,0 +1,62 @@
+"""The configuration advisor over REST on a real worker, and `rlvr-explorer advise`."""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+from typer.testing import CliRunner
+
+from rlvr_explorer.cli import app
+from tests.conftest import wait_for_job
+from tests.helpers import synthetic_rows, write_packed_dir, zip_folder
+
+URL = "/api/v1/advice"
+
+
+@pytest.fixture()
+def small_trace(api, tmp_path):
+    folder = write_packed_dir(tmp_path / "run", synthetic_rows(steps=3, groups=16, n=4))
+    r = api.post("/api/v1/traces", files=[("files", ("run.zip", zip_folder(folder), "application/zip"))])
+    assert r.status_code == 201, r.text
+    return r.json()
+
+
+def test_advice_job_ranks_configurations(api, worker, small_trace):
+    body = {"trace_id": small_trace["id"], "gpu": "h100", "n_gpus": 8, "model": "qwen2.5-7b"}
+    r = api.post(URL, json=body)
+    assert r.status_code == 202, r.text
+    job = wait_for_job(api, r.json()["id"], timeout=180)
+    assert job["status"] == "succeeded", job
+    assert job["kind"] == "advice"
+    res = job["result"]
+    assert res["n_configurations"] >= 50 and res["calibration"] is None  # packed lengths: no timings
+    means = [c["step_s"]["mean"] for c in res["ranking"]]
+    assert means == sorted(means)
+    assert {c["policy"] for c in res["ranking"]} == {"sync", "one_step_off", "partial", "async"}
+    assert [w["step"] for w in res["per_step"]] == [0, 1, 2] and res["ranges"]
+    assert api.post(URL, json=body).status_code == 200  # identical advice: the same job
+    assert api.get(URL, params={"trace_id": small_trace["id"]}).json()["items"][0]["id"] == job["id"]
+
+
+@pytest.mark.parametrize(
+    "change, field",
+    [({"n_gpus": 0}, "n_gpus"), ({"gpu": "TPU9"}, "cluster.gpu"), ({"policies": ["eventually"]}, "policies[0]")],
+)
+def test_bad_advice_is_422_naming_the_field(api, small_trace, change, field):
+    r = api.post(URL, json={"trace_id": small_trace["id"], **change})
+    assert r.status_code == 422, r.text
+    assert r.json()["detail"]["field"] == field
+
+
+@pytest.mark.parametrize("backend_env", ["sqlite"], indirect=True)
+def test_cli_advise(team_key, tmp_path):
+    runner = CliRunner()
+    folder = write_packed_dir(tmp_path / "run", synthetic_rows(steps=2, groups=8, n=4))
+    r = runner.invoke(app, ["ingest", str(folder), "--api-key", team_key], catch_exceptions=False)
+    trace_id = orjson.loads(r.stdout.strip().splitlines()[-1])["id"]
+    args = ["advise", str(trace_id), "--gpus", "8", "--gpu", "H100", "--workers", "1", "--api-key", team_key]
+    r = runner.invoke(app, args, catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    assert "configurations ranked by predicted step time" in r.stdout and "who wins where" in r.stdout
+    out = orjson.loads(runner.invoke(app, [*args, "--json"], catch_exceptions=False).stdout)
+    assert out["n_configurations"] >= 50

@@ -1,0 +1,79 @@
+"""The configuration advisor: a sweep over layouts x policies x balancing x concurrency on
+one GPU budget, ranked by predicted step time, with who wins where."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from core.simulator import MODEL_PRESETS, ClusterConfig, EngineLimits, Policy, StepWorkload, simulate
+from core.simulator.advisor import advise, default_grid, transfer_coefficients
+from core.simulator.predictor import roofline_coefficients
+
+MODEL = MODEL_PRESETS["Qwen2.5-7B"]
+
+
+def _steps(n_steps: int = 3) -> list[StepWorkload]:
+    rng = np.random.default_rng(0)
+    out = []
+    for s in range(n_steps):
+        scale = 1.0 + 0.5 * s  # responses lengthen: the winner may change
+        out.append(
+            StepWorkload.from_groups(
+                s, rng.integers(50, 300, 16), [rng.integers(10, int(800 * scale), 4) for _ in range(16)]
+            )
+        )
+    return out
+
+
+def test_the_grid_covers_the_budget_and_every_policy():
+    grid = default_grid(8, MODEL)
+    assert len(grid) >= 50
+    assert {c["policy"] for c in grid} == {"sync", "one_step_off", "partial", "async"}
+    for c in grid:
+        used = c["rollout_replicas"] * c["rollout_tp"]
+        if c["policy"] in ("sync", "partial"):
+            assert used == 8 and c["train_dp"] == 8
+        else:
+            assert used + c["train_dp"] == 8
+
+
+def test_advice_ranks_by_step_time_and_matches_a_direct_replay():
+    steps = _steps()
+    grid = default_grid(8, MODEL)
+    out = advise(steps, "H100", 8, MODEL, grid=grid, workers=2)
+    assert out["n_configurations"] == len(grid)
+    means = [r["step_s"]["mean"] for r in out["ranking"]]
+    assert means == sorted(means) and out["ranking"][0]["vs_best"] == 1.0
+    best = out["ranking"][0]
+    cluster = ClusterConfig(
+        n_gpus=8, rollout_replicas=best["rollout_replicas"], rollout_tp=best["rollout_tp"], train_dp=best["train_dp"]
+    )
+    limits = (
+        EngineLimits() if best["max_running_seqs"] is None else EngineLimits(max_running_seqs=best["max_running_seqs"])
+    )
+    direct = simulate(steps, cluster, MODEL, limits, Policy(kind=best["policy"], balancing=best["balancing"]))
+    assert best["step_s"]["mean"] == np.mean([s.step_time for s in direct.steps])
+    # who wins where: ranges cover every step, margins >= 0
+    covered = [s for r in out["ranges"] for s in range(r["steps"][0], r["steps"][1] + 1)]
+    assert covered == [0, 1, 2] and all(r["margin_min"] >= 0 for r in out["ranges"])
+    assert [w["step"] for w in out["per_step"]] == [0, 1, 2]
+
+
+def test_calibrated_coefficients_move_to_another_tp_by_the_roofline_ratio():
+    c1 = ClusterConfig(rollout_replicas=8, rollout_tp=1)
+    c4 = ClusterConfig(rollout_replicas=2, rollout_tp=4)
+    cal = roofline_coefficients(c1, MODEL).scaled(2.0)
+    moved = transfer_coefficients(cal, c1, c4, MODEL)
+    assert moved.decode_a == pytest.approx(2.0 * roofline_coefficients(c4, MODEL).decode_a)
+
+
+def test_dashboard_builders_read_the_advice():
+    from dashboard.figures.advice import ranking_rows, winner_figure
+
+    out = advise(_steps(2), "H100", 4, MODEL, grid=default_grid(4, MODEL)[:12], workers=1)
+    rows = ranking_rows(out, top=5)
+    assert [r["rank"] for r in rows] == [1, 2, 3, 4, 5] and rows[0]["label"] == out["best"]
+    fig = winner_figure(out)
+    assert len(fig.data) == 2 and list(fig.data[0].x) == [0, 1]
+    assert list(fig.data[0].y) == [s["mean"] for s in out["ranking"][0]["steps"]]
