@@ -46,6 +46,12 @@ COUNT_COLUMN = {
 
 Progress = Callable[[float, str], None]
 
+
+class Abandoned(Exception):
+    """Raised by a progress callback to stop an ingestion that another process now owns
+    (its job's lease was taken over): the trace and its rows are left to that process."""
+
+
 # Samples read back per query when computing the per-step summaries (bounds memory).
 SUMMARY_RANGE_SAMPLES = 2_000_000
 
@@ -213,12 +219,14 @@ def ingest_trace(
                 n_steps = loader.write_steps(cap)
                 _finish(conn, trace_id, loader, result, cap, n_steps, upload_format(sources))
                 conn.commit()
-            except BaseException:
+            except BaseException as exc:
                 conn.rollback()
-                if not atomic:
+                if not atomic and not isinstance(exc, Abandoned):
                     clear_trace_rows(conn, trace_id)
                     conn.commit()
                 raise
+    except Abandoned:
+        raise
     except IntegrityError as exc:
         message = _duplicate_message(exc)
         set_trace_status(engine, trace_id, TraceStatus.FAILED, message)

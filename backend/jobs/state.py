@@ -54,10 +54,6 @@ def _set(engine: Engine, job_id: int, **values: Any) -> None:
         conn.execute(update(Job).where(Job.id == job_id).values(**values))
 
 
-def mark_running(engine: Engine, job_id: int) -> None:
-    _set(engine, job_id, status=JobStatus.RUNNING, started_at=utcnow(), attempts=Job.attempts + 1, error=None)
-
-
 def set_progress(engine: Engine, job_id: int, progress: float, message: str | None = None) -> None:
     _set(engine, job_id, progress=float(progress), message=message)
 

@@ -1,0 +1,421 @@
+"""Job leases: a running job is held by one worker for a short time, renewed while it runs.
+
+- `claim` takes a queued job, or a running one whose lease expired, for this process
+  (a compare-and-set on the row, so of two messages for one job only one runs it);
+- the heartbeat, a thread in every process that runs jobs, renews the leases it holds
+  every `job_lease_s / 3` seconds (and touches `traces.updated_at` of inline ingestions);
+- the sweeper, a thread in every worker, queues again the jobs whose lease expired (their
+  worker was killed or its machine is gone), removing an abandoned ingestion's rows first,
+  fails them with the reason after `job_max_attempts`, sends queued jobs whose message
+  was never sent (the outbox: the broker was down) or was lost, and runs once at start.
+
+Timestamps are compared in Python-computed UTC, so workers' clocks must roughly agree
+(a skew of a few seconds only shortens or lengthens leases by as much).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime, timedelta
+from itertools import groupby
+
+from sqlalchemy import and_, or_, select, update
+from sqlalchemy.engine import Engine
+
+from backend.ingest.pipeline import Abandoned, clear_trace_rows
+from backend.jobs.contracts import INGEST_KIND, TASK_NAMES, task_name
+from backend.settings import Settings, get_settings
+from backend.store.models import Job, JobStatus, Trace, TraceStatus, utcnow
+
+log = logging.getLogger(__name__)
+
+# The API commits a job and then sends it: the sweeper leaves fresh outbox rows this long.
+OUTBOX_GRACE_S = 3.0
+
+
+def worker_id() -> str:
+    """Who holds a lease: host and process (a pool child has its own)."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def _lease(settings: Settings) -> timedelta:
+    return timedelta(seconds=settings.job_lease_s)
+
+
+def _engine() -> Engine:
+    from backend.store.db import get_engine
+
+    return get_engine()
+
+
+# --------------------------------------------------------------------------- claiming
+
+
+class LeaseLost(Abandoned):
+    """Another worker took the job over (this one stopped renewing in time): stop."""
+
+
+def claim(engine: Engine, job_ids: list[int]) -> list[int]:
+    """Mark the jobs running under this process's lease; returns those it got (a job that
+    finished, failed, or runs under another worker's live lease is left alone)."""
+    settings = get_settings()
+    me = worker_id()
+    got = []
+    for job_id in job_ids:
+        now = utcnow()
+        claimable = or_(
+            Job.status == JobStatus.QUEUED,
+            and_(
+                Job.status == JobStatus.RUNNING,
+                or_(Job.lease_until.is_(None), Job.lease_until < now, Job.worker == me),
+            ),
+        )
+        with engine.begin() as conn:
+            n = conn.execute(
+                update(Job)
+                .where(Job.id == job_id, claimable)
+                .values(
+                    status=JobStatus.RUNNING,
+                    started_at=now,
+                    attempts=Job.attempts + 1,
+                    error=None,
+                    worker=me,
+                    lease_until=now + _lease(settings),
+                )
+            ).rowcount
+        if n:
+            got.append(job_id)
+        else:
+            log.info("job %s not claimed (finished, or held by another worker)", job_id)
+    return got
+
+
+@contextmanager
+def running(job_ids: list[int], engine: Engine | None = None) -> Iterator[list[int]]:
+    """Claim the jobs and hold their leases for the block; yields the claimed ids."""
+    engine = engine or _engine()
+    got = claim(engine, job_ids)
+    _heartbeat().hold(got, owned=True)
+    try:
+        yield got
+    except Exception:
+        # Whatever went wrong (often the database), the lease is let go at once so the
+        # job is retried by the sweeper (or Celery's retry) instead of in `job_lease_s`.
+        _heartbeat().drop(got)
+        expire(engine, got)
+        raise
+    finally:
+        _heartbeat().drop(got)
+
+
+@contextmanager
+def sharing(job_ids: list[int]) -> Iterator[None]:
+    """Renew the leases of running jobs this process works on without owning them
+    (a step-range part of an analysis job)."""
+    _heartbeat().hold(job_ids, owned=False)
+    try:
+        yield
+    finally:
+        _heartbeat().drop(job_ids)
+
+
+@contextmanager
+def touching_trace(trace_id: int) -> Iterator[None]:
+    """Keep `updated_at` of a trace ingested in this process (inline, without a job)
+    fresh, so a re-upload can tell a live ingestion from one whose process died."""
+    _heartbeat().hold_trace(trace_id)
+    try:
+        yield
+    finally:
+        _heartbeat().drop_trace(trace_id)
+
+
+def lost(job_id: int) -> bool:
+    """Whether this process held the job's lease and another worker took it over."""
+    return job_id in _heartbeat().lost
+
+
+def expire(engine: Engine, job_ids: list[int]) -> None:
+    """Let go of running jobs' leases now (best effort: the database may be the trouble)."""
+    if not job_ids:
+        return
+    try:
+        with engine.begin() as conn:
+            conn.execute(
+                update(Job)
+                .where(Job.id.in_(job_ids), Job.status == JobStatus.RUNNING, Job.worker == worker_id())
+                .values(lease_until=utcnow())
+            )
+    except Exception as exc:
+        log.warning("could not release the leases of jobs %s: %s", job_ids, exc)
+
+
+# --------------------------------------------------------------------------- heartbeat
+
+
+class _Heartbeat:
+    """One thread per process renewing the leases it holds."""
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self.lock = threading.Lock()
+        self.jobs: dict[int, bool] = {}  # job id -> owned (renewed only while ours)
+        self.traces: set[int] = set()
+        self.lost: set[int] = set()
+        self.wake = threading.Event()
+        self.thread: threading.Thread | None = None
+
+    def _ensure_thread(self) -> None:
+        if self.thread is None or not self.thread.is_alive():
+            self.thread = threading.Thread(target=self._run, name="job-lease-heartbeat", daemon=True)
+            self.thread.start()
+
+    def hold(self, job_ids: list[int], owned: bool) -> None:
+        with self.lock:
+            for job_id in job_ids:
+                self.jobs[job_id] = owned
+                self.lost.discard(job_id)
+            if job_ids:
+                self._ensure_thread()
+
+    def drop(self, job_ids: list[int]) -> None:
+        with self.lock:
+            for job_id in job_ids:
+                self.jobs.pop(job_id, None)
+                self.lost.discard(job_id)
+
+    def hold_trace(self, trace_id: int) -> None:
+        with self.lock:
+            self.traces.add(trace_id)
+            self._ensure_thread()
+
+    def drop_trace(self, trace_id: int) -> None:
+        with self.lock:
+            self.traces.discard(trace_id)
+
+    def _run(self) -> None:
+        while True:
+            self.wake.wait(max(0.2, get_settings().job_lease_s / 3))
+            self.wake.clear()
+            try:
+                self.renew()
+            except Exception as exc:
+                log.warning("lease heartbeat failed: %s", exc)
+
+    def renew(self) -> None:
+        with self.lock:
+            owned = [j for j, o in self.jobs.items() if o]
+            shared = [j for j, o in self.jobs.items() if not o]
+            traces = list(self.traces)
+        if not (owned or shared or traces):
+            return
+        now = utcnow()
+        until = now + _lease(get_settings())
+        with _engine().begin() as conn:
+            if owned:
+                kept = set(
+                    conn.execute(
+                        update(Job)
+                        .where(Job.id.in_(owned), Job.status == JobStatus.RUNNING, Job.worker == worker_id())
+                        .values(lease_until=until)
+                        .returning(Job.id)
+                    ).scalars()
+                )
+                gone = set(owned) - kept
+                if gone:
+                    log.warning("lost the lease of jobs %s (taken over or finished)", sorted(gone))
+                    with self.lock:
+                        self.lost.update(j for j in gone if j in self.jobs)
+            if shared:
+                conn.execute(
+                    update(Job).where(Job.id.in_(shared), Job.status == JobStatus.RUNNING).values(lease_until=until)
+                )
+            if traces:
+                conn.execute(update(Trace).where(Trace.id.in_(traces)).values(updated_at=now))
+
+
+_heartbeats: dict[int, _Heartbeat] = {}
+_heartbeats_lock = threading.Lock()
+
+
+def _heartbeat() -> _Heartbeat:
+    """This process's heartbeat (a forked pool child gets its own: threads do not fork)."""
+    pid = os.getpid()
+    with _heartbeats_lock:
+        if pid not in _heartbeats:
+            _heartbeats.clear()
+            _heartbeats[pid] = _Heartbeat()
+        return _heartbeats[pid]
+
+
+# --------------------------------------------------------------------------- sweeper
+
+
+def sweep(engine: Engine | None = None, settings: Settings | None = None, requeue_s: float | None = None) -> dict:
+    """One pass: requeue (or fail) jobs with expired leases, send the outbox, resend
+    queued jobs whose message went out more than `requeue_s` ago. Safe to run in every
+    worker at once: each change is a compare-and-set on the job row."""
+    engine = engine or _engine()
+    settings = settings or get_settings()
+    stats = {"requeued": 0, "failed": 0, "sent": 0, "resent": 0}
+    now = utcnow()
+    with engine.connect() as conn:
+        expired = conn.execute(
+            select(Job.id, Job.kind, Job.trace_id, Job.attempts, Job.worker, Job.lease_until).where(
+                Job.status == JobStatus.RUNNING,
+                or_(
+                    Job.lease_until < now,
+                    and_(Job.lease_until.is_(None), Job.started_at < now - _lease(settings)),
+                ),
+            )
+        ).all()
+    for row in expired:
+        outcome = _requeue_or_fail(engine, settings, row, now)
+        if outcome:
+            stats[outcome] += 1
+    stats["sent"] = _send_outbox(engine)
+    stats["resent"] = _resend_stale(engine, requeue_s if requeue_s is not None else settings.job_requeue_s)
+    if any(stats.values()):
+        log.info("job sweep: %s", stats)
+    return stats
+
+
+def _requeue_or_fail(engine: Engine, settings: Settings, row, now: datetime) -> str | None:
+    still_expired = and_(
+        Job.id == row.id,
+        Job.status == JobStatus.RUNNING,
+        Job.lease_until.is_(None) if row.lease_until is None else Job.lease_until == row.lease_until,
+    )
+    give_up = row.attempts >= settings.job_max_attempts
+    reason = (
+        f"abandoned: the worker running it ({row.worker or 'unknown'}) stopped renewing its lease "
+        f"{row.attempts} time(s); not retried after {settings.job_max_attempts} attempts"
+    )
+    with engine.begin() as conn:
+        if give_up:
+            values = {"status": JobStatus.FAILED, "error": reason, "finished_at": now, "lease_until": None}
+        else:
+            values = {
+                "status": JobStatus.QUEUED,
+                "worker": None,
+                "lease_until": None,
+                "dispatched_at": None,
+                "message": f"requeued: worker {row.worker or 'unknown'} lost (attempt {row.attempts})",
+            }
+        if not conn.execute(update(Job).where(still_expired).values(**values)).rowcount:
+            return None  # another sweeper, or the worker itself, got there first
+        if row.kind == INGEST_KIND and row.trace_id is not None:
+            # The abandoned attempt's rows go now (SQLite commits per batch; Postgres
+            # rolled them back already), so nothing half-loaded is ever read.
+            clear_trace_rows(conn, row.trace_id)
+            conn.execute(
+                update(Trace)
+                .where(Trace.id == row.trace_id)
+                .values(
+                    status=TraceStatus.FAILED if give_up else TraceStatus.PENDING,
+                    error=reason if give_up else None,
+                )
+            )
+    log.warning("job %s (%s) %s", row.id, row.kind, "failed: " + reason if give_up else "requeued")
+    return "failed" if give_up else "requeued"
+
+
+def _send(engine: Engine, rows: list, condition_of) -> int:
+    """Send jobs (grouped per task and trace, as the API sends analyses) after marking
+    them sent with a compare-and-set, so two sweepers do not both send one."""
+    from backend.jobs.dispatch import QueueUnavailable, send
+
+    sent = 0
+
+    def key(r) -> tuple[str, int]:
+        # Analyses of one trace go as one task (it reads the columns once for all).
+        task = task_name(r.kind)
+        return (task, r.trace_id or 0) if task == TASK_NAMES["analyses"] else (task, -r.id)
+
+    for _key, group in groupby(sorted(rows, key=key), key=key):
+        group = list(group)
+        now = utcnow()
+        mine = []
+        with engine.begin() as conn:
+            for r in group:
+                if conn.execute(update(Job).where(condition_of(r)).values(dispatched_at=now)).rowcount:
+                    mine.append(r)
+        if not mine:
+            continue
+        try:
+            send([r.id for r in mine], mine[0].kind)
+        except QueueUnavailable as exc:
+            log.warning("job queue unavailable, jobs %s stay in the outbox: %s", [r.id for r in mine], exc)
+            with engine.begin() as conn:
+                conn.execute(
+                    update(Job)
+                    .where(Job.id.in_([r.id for r in mine]), Job.dispatched_at == now)
+                    .values(dispatched_at=None)
+                )
+            return sent
+        sent += len(mine)
+    return sent
+
+
+def _send_outbox(engine: Engine) -> int:
+    cutoff = utcnow() - timedelta(seconds=OUTBOX_GRACE_S)
+    with engine.connect() as conn:
+        rows = conn.execute(
+            select(Job.id, Job.kind, Job.trace_id).where(
+                Job.status == JobStatus.QUEUED,
+                Job.dispatched_at.is_(None),
+                or_(Job.created_at < cutoff, Job.attempts > 0),
+            )
+        ).all()
+    return _send(
+        engine, rows, lambda r: and_(Job.id == r.id, Job.status == JobStatus.QUEUED, Job.dispatched_at.is_(None))
+    )
+
+
+def _resend_stale(engine: Engine, requeue_s: float) -> int:
+    cutoff = utcnow() - timedelta(seconds=requeue_s)
+    with engine.connect() as conn:
+        rows = conn.execute(
+            select(Job.id, Job.kind, Job.trace_id, Job.dispatched_at).where(
+                Job.status == JobStatus.QUEUED, Job.dispatched_at < cutoff
+            )
+        ).all()
+    return _send(
+        engine,
+        rows,
+        lambda r: and_(Job.id == r.id, Job.status == JobStatus.QUEUED, Job.dispatched_at == r.dispatched_at),
+    )
+
+
+class Sweeper:
+    """The periodic sweep in a worker's main process: once at start (a queued job whose
+    message was lost with a dead worker is sent again then), then every `job_sweep_s`."""
+
+    def __init__(self) -> None:
+        self.stop_event = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="job-sweeper", daemon=True)
+
+    def start(self) -> Sweeper:
+        self.thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.stop_event.set()
+
+    def _run(self) -> None:
+        settings = get_settings()
+        first = True
+        while not self.stop_event.is_set():
+            try:
+                # At start, anything queued and sent before this worker existed may have
+                # lost its message: resend what is older than one lease.
+                sweep(settings=settings, requeue_s=min(settings.job_lease_s, settings.job_requeue_s) if first else None)
+                first = False
+            except Exception as exc:
+                log.warning("job sweep failed: %s", exc)
+            self.stop_event.wait(settings.job_sweep_s)
