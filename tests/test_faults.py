@@ -10,9 +10,15 @@ redis-server, a Postgres cluster in a temp folder); the shared ones are never to
 from __future__ import annotations
 
 import os
+import shutil
 import signal
+import socket
+import subprocess
+import tempfile
+import threading
 import time
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 from sqlalchemy import func, select, update
@@ -35,15 +41,13 @@ def _sample_count(trace_id: int) -> int:
 def fault_env(env, monkeypatch):
     """Short leases, a queue of this test's own (only workers started here take its
     jobs), every upload ingested by a worker."""
-    from backend.settings import get_settings
     from backend.store.db import reset_caches
 
     queue = f"{env.get('RLVR_QUEUE_NAME', 'rlvr')}-faults-{os.getpid()}-{time.monotonic_ns()}"
-    extra = {**LEASE, "RLVR_QUEUE_NAME": queue}
+    extra = {**LEASE, "RLVR_QUEUE_NAME": queue, "RLVR_INLINE_INGEST_MAX_BYTES": "0"}
     for key, value in extra.items():
         monkeypatch.setenv(key, value)
     reset_caches()
-    monkeypatch.setattr(get_settings(), "inline_ingest_max_bytes", 0)
     return {**env, **extra}
 
 
@@ -154,8 +158,241 @@ def test_reupload_of_a_stuck_trace_starts_it_again(api, fault_env):
 
 
 def _small_zip(seed: int) -> bytes:
-    import tempfile
     from pathlib import Path
 
     with tempfile.TemporaryDirectory() as tmp:
         return zip_folder(write_packed_dir(Path(tmp) / "run", synthetic_rows(steps=2, groups=4, n=2, seed=seed)))
+
+
+# --------------------------------------------------------------------------- private servers
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _wait_port(port: int, timeout: float = 20) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with socket.socket() as sock:
+            if sock.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.05)
+    raise RuntimeError(f"nothing listens on 127.0.0.1:{port}")
+
+
+class PrivateRedis:
+    """A redis-server of the test's own (no persistence), stopped and started at will."""
+
+    def __init__(self, folder: Path):
+        if shutil.which("redis-server") is None:
+            pytest.skip("redis-server not installed")
+        self.folder, self.port, self.proc = folder, _free_port(), None
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(
+            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+            cwd=self.folder,
+            stdout=(self.folder / "redis.log").open("ab"),
+            stderr=subprocess.STDOUT,
+        )
+        _wait_port(self.port)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(timeout=20)
+
+
+# --------------------------------------------------------------------------- broker down
+
+
+@pytest.mark.parametrize("backend_env", ["postgres"], indirect=True)
+def test_broker_down_and_back(api, fault_env, tmp_path, monkeypatch):
+    """Redis down at upload time: 503 with Retry-After; the job row waits in the outbox
+    (the same upload meanwhile hands back its trace), and once Redis is back the workers'
+    sweeper sends it: the trace is ingested once and its analyses run."""
+    from backend.store.db import new_session, reset_caches
+    from backend.store.models import Job
+
+    redis = PrivateRedis(tmp_path)
+    redis.start()
+    monkeypatch.setenv("RLVR_BROKER_URL", redis.url)
+    reset_caches()
+    worker_env = {**fault_env, "RLVR_BROKER_URL": redis.url}
+    worker = start_worker(worker_env, tmp_path / "worker.log", concurrency=1)
+    try:
+        redis.stop()
+        archive = _small_zip(3)
+        t0 = time.monotonic()
+        r = api.post("/api/v1/traces", files=[("files", ("run.zip", archive, "application/zip"))])
+        answered_s = time.monotonic() - t0
+        assert r.status_code == 503, r.text
+        assert int(r.headers["Retry-After"]) > 0
+        again = api.post("/api/v1/traces", files=[("files", ("run.zip", archive, "application/zip"))])
+        assert again.status_code == 200, again.text
+        trace_id = again.json()["id"]
+        assert again.json()["status"] == "pending" and again.json()["job_id"] is not None
+        job_id = again.json()["job_id"]
+        with new_session() as s:
+            job = s.get(Job, job_id)
+            assert job.status == "queued" and job.dispatched_at is None  # in the outbox
+        time.sleep(2)
+        redis.start()
+        back = time.monotonic()
+        job = wait_for_job(api, job_id, timeout=45)
+        done_s = time.monotonic() - back
+        assert job["status"] == "succeeded", job
+        assert job["attempts"] == 1
+        trace = api.get(f"/api/v1/traces/{trace_id}").json()
+        assert trace["status"] == "ready" and trace["n_samples"] == _sample_count(trace_id) == 2 * 4 * 2
+        # Nothing stuck: the default analyses queued after ingestion run too.
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            with new_session() as s:
+                statuses = set(s.scalars(select(Job.status).where(Job.trace_id == trace_id)))
+            if statuses <= {"succeeded", "failed"}:
+                break
+            time.sleep(0.2)
+        assert statuses == {"succeeded"}, statuses
+        print(f"\n[broker down] 503 in {answered_s:.2f} s; ingested {done_s:.1f} s after Redis was back")
+    finally:
+        stop_worker(worker)
+        redis.stop()
+
+
+class PrivatePostgres:
+    """A Postgres cluster of the test's own (initdb in a temp folder, trust auth, its own
+    port), stopped with `pg_ctl stop -m fast` and started again at will."""
+
+    def __init__(self):
+        bins = sorted(Path("/usr/lib/postgresql").glob("*/bin/pg_ctl"))
+        if not bins:
+            pytest.skip("no Postgres server binaries in /usr/lib/postgresql/*/bin")
+        self.bin = bins[-1].parent
+        self.port = _free_port()
+        # Postgres refuses to run as root: as root the cluster belongs to `postgres`, in a
+        # folder it can reach (pytest's tmp_path is private to root).
+        self.folder = Path(tempfile.mkdtemp(prefix="rlvr-faults-pg-"))
+        self.data = self.folder / "data"
+        self.as_user: list[str] = []
+        if os.geteuid() == 0:
+            shutil.chown(self.folder, "postgres", "postgres")
+            self.as_user = ["runuser", "-u", "postgres", "--"]
+        self.url = f"postgresql://postgres@127.0.0.1:{self.port}/rlvr"
+
+    def _run(self, *args: str, timeout: float = 60) -> None:
+        subprocess.run([*self.as_user, *args], check=True, capture_output=True, timeout=timeout)
+
+    def init(self) -> None:
+        self._run(str(self.bin / "initdb"), "-D", str(self.data), "-A", "trust", "-U", "postgres", "--no-sync")
+        self.start()
+        self._run(str(self.bin / "createdb"), "-h", "127.0.0.1", "-p", str(self.port), "-U", "postgres", "rlvr")
+
+    def start(self) -> None:
+        options = f"-p {self.port} -c listen_addresses=127.0.0.1 -k {self.folder} -c fsync=off"
+        self._run(
+            str(self.bin / "pg_ctl"), "-D", str(self.data), "-l", str(self.folder / "log"), "-o", options, "-w", "start"
+        )
+
+    def stop(self, mode: str = "fast") -> None:
+        self._run(str(self.bin / "pg_ctl"), "-D", str(self.data), "-m", mode, "-w", "stop")
+
+    def destroy(self) -> None:
+        try:
+            self.stop("immediate")
+        except subprocess.CalledProcessError:
+            pass  # not running
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+@pytest.fixture()
+def private_pg(tmp_path, monkeypatch):
+    """A deployment on a private Postgres (embedded filesystem broker in tmp_path) and an
+    API client with a team's key."""
+    from fastapi.testclient import TestClient
+
+    from backend.api import create_app
+    from backend.auth import create_team
+    from backend.store.db import reset_caches, session_scope
+    from backend.store.migrate import upgrade
+
+    pg = PrivatePostgres()
+    try:
+        pg.init()
+        upgrade(pg.url)
+        environment = {
+            **LEASE,
+            "RLVR_DATABASE_URL": pg.url,
+            "RLVR_DATA_DIR": str(tmp_path / "data"),
+            "RLVR_BROKER_URL": "filesystem://",
+        }
+        for key, value in environment.items():
+            monkeypatch.setenv(key, value)
+        monkeypatch.delenv("DATABASE_URL", raising=False)
+        monkeypatch.delenv("CELERY_BROKER_URL", raising=False)
+        reset_caches()
+        with session_scope() as session:
+            _team, key = create_team(session, "faults")
+        with TestClient(create_app()) as client:
+            client.headers["X-API-Key"] = key
+            yield pg, client
+    finally:
+        reset_caches()
+        pg.destroy()
+
+
+def test_database_restart_during_inline_upload(private_pg, tmp_path):
+    """Postgres stopped (`pg_ctl stop -m fast`) mid-ingestion of an inline upload: 503
+    with Retry-After, the load rolled back (no rows); while it is down every request is
+    a 503; once it is back, the same upload (after the dead attempt's lease) starts again
+    instead of handing back a trace stuck in "ingesting", and is ingested once."""
+    import psycopg
+
+    pg, api = private_pg
+    per_step = synthetic_rows(steps=80, groups=640, n=8)  # 409,600 samples
+    archive = zip_folder(write_packed_dir(tmp_path / "run", per_step))
+    result: dict = {}
+
+    def upload() -> None:
+        result["response"] = api.post("/api/v1/traces", files=[("files", ("run.zip", archive, "application/zip"))])
+
+    thread = threading.Thread(target=upload)
+    thread.start()
+    deadline = time.monotonic() + 30
+    status = None
+    while time.monotonic() < deadline and status != "ingesting":
+        with psycopg.connect(pg.url, autocommit=True) as conn:
+            row = conn.execute("SELECT status FROM traces").fetchone()
+        status = row[0] if row else None
+        time.sleep(0.05)
+    assert status == "ingesting", status
+    time.sleep(0.3)  # inside the COPY
+    pg.stop("fast")
+    stopped = time.monotonic()
+    thread.join(timeout=30)
+    r = result["response"]
+    assert r.status_code == 503, r.text
+    assert int(r.headers["Retry-After"]) > 0
+    down = api.get("/api/v1/traces")
+    assert down.status_code == 503 and "Retry-After" in down.headers
+
+    pg.start()
+    with psycopg.connect(pg.url, autocommit=True) as conn:
+        left = conn.execute("SELECT id, status FROM traces").fetchall()
+        assert conn.execute("SELECT count(*) FROM samples").fetchone()[0] == 0  # rolled back
+    # The trace may be left "ingesting" (the database was gone when the request tried to
+    # remove it); once its lease has run out nobody touches it and a re-upload restarts it.
+    assert all(s == "ingesting" for _id, s in left), left
+    time.sleep(max(0.0, float(LEASE["RLVR_JOB_LEASE_S"]) + 0.5 - (time.monotonic() - stopped)))
+    again = api.post("/api/v1/traces", files=[("files", ("run.zip", archive, "application/zip"))])
+    assert again.status_code == 201, again.text
+    trace = again.json()
+    assert trace["status"] == "ready" and trace["n_samples"] == 80 * 640 * 8
+    with psycopg.connect(pg.url, autocommit=True) as conn:
+        assert conn.execute("SELECT count(*) FROM traces").fetchone()[0] == 1
+        assert conn.execute("SELECT count(*) FROM samples").fetchone()[0] == 80 * 640 * 8
+    print(f"\n[db restart] stuck traces after restart: {len(left)}; re-upload restarted and ingested")

@@ -24,7 +24,7 @@ from contextlib import contextmanager
 from datetime import datetime, timedelta
 from itertools import groupby
 
-from sqlalchemy import and_, or_, select, update
+from sqlalchemy import and_, delete, or_, select, update
 from sqlalchemy.engine import Engine
 
 from backend.ingest.pipeline import Abandoned, clear_trace_rows
@@ -262,7 +262,7 @@ def sweep(engine: Engine | None = None, settings: Settings | None = None, requeu
     worker at once: each change is a compare-and-set on the job row."""
     engine = engine or _engine()
     settings = settings or get_settings()
-    stats = {"requeued": 0, "failed": 0, "sent": 0, "resent": 0}
+    stats = {"requeued": 0, "failed": 0, "sent": 0, "resent": 0, "dropped": 0}
     now = utcnow()
     with engine.connect() as conn:
         expired = conn.execute(
@@ -278,6 +278,7 @@ def sweep(engine: Engine | None = None, settings: Settings | None = None, requeu
         outcome = _requeue_or_fail(engine, settings, row, now)
         if outcome:
             stats[outcome] += 1
+    stats["dropped"] = _drop_dead_inline(engine, settings)
     stats["sent"] = _send_outbox(engine)
     stats["resent"] = _resend_stale(engine, requeue_s if requeue_s is not None else settings.job_requeue_s)
     if any(stats.values()):
@@ -323,6 +324,25 @@ def _requeue_or_fail(engine: Engine, settings: Settings, row, now: datetime) -> 
             )
     log.warning("job %s (%s) %s", row.id, row.kind, "failed: " + reason if give_up else "requeued")
     return "failed" if give_up else "requeued"
+
+
+def _drop_dead_inline(engine: Engine, settings: Settings) -> int:
+    """Delete traces ingested inline (no job) whose process stopped touching them two
+    leases ago (it died, or its database connection did): their upload is gone with the
+    request, so there is nothing to resume; their rows go with them (ON DELETE CASCADE)."""
+    cutoff = utcnow() - 2 * _lease(settings)
+    no_job = ~select(Job.id).where(Job.trace_id == Trace.id, Job.kind == INGEST_KIND).exists()
+    dead = and_(
+        Trace.status.in_([TraceStatus.PENDING, TraceStatus.INGESTING]),
+        Trace.updated_at < cutoff,
+        no_job,
+    )
+    with engine.begin() as conn:
+        ids = list(conn.execute(select(Trace.id).where(dead)).scalars())
+        if ids:
+            conn.execute(delete(Trace).where(Trace.id.in_(ids), dead))
+            log.warning("dropped traces %s: their inline ingestion stopped", ids)
+    return len(ids)
 
 
 def _send(engine: Engine, rows: list, condition_of) -> int:
