@@ -396,3 +396,37 @@ def test_database_restart_during_inline_upload(private_pg, tmp_path):
         assert conn.execute("SELECT count(*) FROM traces").fetchone()[0] == 1
         assert conn.execute("SELECT count(*) FROM samples").fetchone()[0] == 80 * 640 * 8
     print(f"\n[db restart] stuck traces after restart: {len(left)}; re-upload restarted and ingested")
+
+
+def test_database_restart_during_worker_ingestion(private_pg, tmp_path, monkeypatch):
+    """Postgres restarted while a worker ingests: the attempt's transaction is rolled
+    back by the server, the worker lets its lease go, and the job is retried and done
+    once (its worker's heartbeat and sweeper outlive the outage)."""
+    from backend.store.db import reset_caches
+
+    pg, api = private_pg
+    monkeypatch.setenv("RLVR_INLINE_INGEST_MAX_BYTES", "0")
+    reset_caches()
+    worker_env = {k: os.environ[k] for k in ("RLVR_DATABASE_URL", "RLVR_DATA_DIR", "RLVR_BROKER_URL", *LEASE)}
+    per_step = synthetic_rows(steps=80, groups=640, n=8)
+    archive = zip_folder(write_packed_dir(tmp_path / "run", per_step))
+    worker = start_worker(worker_env, tmp_path / "worker.log", concurrency=1)
+    try:
+        r = api.post("/api/v1/traces", files=[("files", ("run.zip", archive, "application/zip"))])
+        assert r.status_code == 202, r.text
+        job_id, trace_id = r.json()["job"]["id"], r.json()["trace"]["id"]
+        _wait_running(api, job_id)
+        pg.stop("fast")
+        time.sleep(2)
+        pg.start()
+        back = time.monotonic()
+        job = wait_for_job(api, job_id, timeout=50)
+        done_s = time.monotonic() - back
+    finally:
+        stop_worker(worker)
+    assert job["status"] == "succeeded", job
+    assert job["attempts"] >= 2
+    trace = api.get(f"/api/v1/traces/{trace_id}").json()
+    assert trace["status"] == "ready"
+    assert trace["n_samples"] == _sample_count(trace_id) == 80 * 640 * 8
+    print(f"\n[db restart, worker] done {done_s:.1f} s after Postgres was back, {job['attempts']} attempts")
