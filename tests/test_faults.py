@@ -68,7 +68,7 @@ def test_killed_worker_job_is_finished_by_another(api, fault_env, tmp_path):
     """SIGKILL the worker mid-ingestion: on Redis its message waits for the visibility
     timeout (an hour) and on the embedded transport it is gone, so it is the lease that
     brings the job back; the partial rows are removed before the retry."""
-    per_step = synthetic_rows(steps=40, groups=640, n=8)  # 204,800 samples: a few seconds of work
+    per_step = synthetic_rows(steps=24, groups=640, n=8)  # 122,880 samples: seconds of work
     archive = zip_folder(write_packed_dir(tmp_path / "run", per_step))
     first = start_worker(fault_env, tmp_path / "first.log", concurrency=1)
     try:
@@ -85,17 +85,64 @@ def test_killed_worker_job_is_finished_by_another(api, fault_env, tmp_path):
         stop_worker(first)
 
     second = start_worker(fault_env, tmp_path / "second.log", concurrency=1)
+    ready_s = time.monotonic() - killed_at
     try:
+        deadline = time.monotonic() + 60
+        while api.get(f"/api/v1/jobs/{job_id}").json()["attempts"] < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        retried_s = time.monotonic() - killed_at
         job = wait_for_job(api, job_id, timeout=60)
     finally:
         stop_worker(second)
-    recovered_s = time.monotonic() - killed_at
-    print(f"\n[{fault_env['RLVR_BROKER_URL'][:5]}] killed with {partial:,} rows in; done {recovered_s:.1f} s later")
+    done_s = time.monotonic() - killed_at
+    print(
+        f"\n[{fault_env['RLVR_BROKER_URL'][:5]}] killed with {partial:,} rows in; after the kill: second worker "
+        f"ready {ready_s:.1f} s, job running again {retried_s:.1f} s, done {done_s:.1f} s"
+    )
     assert job["status"] == "succeeded", job
     assert job["attempts"] == 2
     trace = api.get(f"/api/v1/traces/{trace_id}").json()
     assert trace["status"] == "ready"
-    assert trace["n_samples"] == _sample_count(trace_id) == 40 * 640 * 8
+    assert trace["n_samples"] == _sample_count(trace_id) == 24 * 640 * 8
+
+
+def _drop_messages(environment: dict[str, str]) -> int:
+    """Lose the queue's messages, as a worker killed with them fetched does."""
+    queue = environment["RLVR_QUEUE_NAME"]
+    if environment["RLVR_BROKER_URL"].startswith("redis"):
+        import redis
+
+        client = redis.Redis.from_url(environment["RLVR_BROKER_URL"])
+        keys = [k for k in client.scan_iter(match=f"{queue}*") if client.type(k) == b"list"]
+        return client.delete(*keys) if keys else 0
+    files = list((Path(environment["RLVR_DATA_DIR"]) / "queue").glob(f"*.{queue}.msg"))
+    for f in files:
+        f.unlink()
+    return len(files)
+
+
+@pytest.mark.parametrize("backend_env", ["sqlite"], indirect=True)
+def test_lost_message_is_sent_again_on_worker_start(api, fault_env, tmp_path):
+    """A queued job whose message is gone (the embedded transport deletes a message when
+    a worker fetches it, so one killed with a prefetched job loses it) is sent again
+    when a worker starts."""
+    from backend.store.db import new_session
+    from backend.store.models import Job, utcnow
+
+    r = api.post("/api/v1/traces", files=[("files", ("run.zip", _small_zip(4), "application/zip"))])
+    assert r.status_code == 202, r.text
+    job_id, trace_id = r.json()["job"]["id"], r.json()["trace"]["id"]
+    assert _drop_messages(fault_env) >= 1
+    with new_session() as s:
+        s.execute(update(Job).where(Job.id == job_id).values(dispatched_at=utcnow() - timedelta(minutes=5)))
+        s.commit()
+    worker = start_worker(fault_env, tmp_path / "worker.log", concurrency=1)
+    try:
+        job = wait_for_job(api, job_id, timeout=30)
+    finally:
+        stop_worker(worker)
+    assert job["status"] == "succeeded" and job["attempts"] == 1, job
+    assert api.get(f"/api/v1/traces/{trace_id}").json()["status"] == "ready"
 
 
 def test_job_of_a_worker_lost_too_often_fails_with_reason(api, fault_env):
@@ -127,6 +174,33 @@ def test_job_of_a_worker_lost_too_often_fails_with_reason(api, fault_env):
     trace = api.get(f"/api/v1/traces/{trace_id}").json()
     assert trace["status"] == "failed" and trace["error"]
     assert _sample_count(trace_id) == 0
+
+
+def test_sweeper_drops_an_abandoned_inline_ingestion(api, env):
+    """An inline ingestion whose process died (nobody touches its trace any more) is
+    removed with its rows; a live one (touched within two leases) is left alone."""
+    from backend.jobs.leases import sweep
+    from backend.settings import get_settings
+    from backend.store.db import get_engine, new_session
+    from backend.store.models import Trace, utcnow
+
+    ids = []
+    for seed in (5, 6):
+        r = api.post("/api/v1/traces", files=[("files", ("run.zip", _small_zip(seed), "application/zip"))])
+        assert r.status_code == 201, r.text
+        ids.append(r.json()["id"])
+    dead, live = ids
+    with new_session() as s:
+        s.execute(update(Trace).where(Trace.id.in_(ids)).values(status="ingesting"))
+        s.execute(update(Trace).where(Trace.id == dead).values(updated_at=utcnow() - timedelta(seconds=9)))
+        s.commit()
+    assert sweep(get_engine(), get_settings().model_copy(update={"job_lease_s": 4.0}))["dropped"] == 1
+    assert api.get(f"/api/v1/traces/{dead}").status_code == 404
+    assert _sample_count(dead) == 0
+    assert api.get(f"/api/v1/traces/{live}").json()["status"] == "ingesting"
+    with new_session() as s:  # not to be swept by a later test's worker
+        s.execute(update(Trace).where(Trace.id == live).values(status="ready"))
+        s.commit()
 
 
 def test_reupload_of_a_stuck_trace_starts_it_again(api, fault_env):
@@ -408,7 +482,7 @@ def test_database_restart_during_worker_ingestion(private_pg, tmp_path, monkeypa
     monkeypatch.setenv("RLVR_INLINE_INGEST_MAX_BYTES", "0")
     reset_caches()
     worker_env = {k: os.environ[k] for k in ("RLVR_DATABASE_URL", "RLVR_DATA_DIR", "RLVR_BROKER_URL", *LEASE)}
-    per_step = synthetic_rows(steps=80, groups=640, n=8)
+    per_step = synthetic_rows(steps=40, groups=640, n=8)
     archive = zip_folder(write_packed_dir(tmp_path / "run", per_step))
     worker = start_worker(worker_env, tmp_path / "worker.log", concurrency=1)
     try:
@@ -428,5 +502,5 @@ def test_database_restart_during_worker_ingestion(private_pg, tmp_path, monkeypa
     assert job["attempts"] >= 2
     trace = api.get(f"/api/v1/traces/{trace_id}").json()
     assert trace["status"] == "ready"
-    assert trace["n_samples"] == _sample_count(trace_id) == 80 * 640 * 8
+    assert trace["n_samples"] == _sample_count(trace_id) == 40 * 640 * 8
     print(f"\n[db restart, worker] done {done_s:.1f} s after Postgres was back, {job['attempts']} attempts")

@@ -39,8 +39,9 @@ OUTBOX_GRACE_S = 3.0
 
 
 def worker_id() -> str:
-    """Who holds a lease: host and process (a pool child has its own)."""
-    return f"{socket.gethostname()}:{os.getpid()}"
+    """Who holds a lease: host, process (a pool child has its own) and thread (a
+    threads pool runs several jobs in one process)."""
+    return f"{socket.gethostname()}:{os.getpid()}:{threading.get_ident()}"
 
 
 def _lease(settings: Settings) -> timedelta:
@@ -100,14 +101,14 @@ def running(job_ids: list[int], engine: Engine | None = None) -> Iterator[list[i
     """Claim the jobs and hold their leases for the block; yields the claimed ids."""
     engine = engine or _engine()
     got = claim(engine, job_ids)
-    _heartbeat().hold(got, owned=True)
+    _heartbeat().hold(got, owner=worker_id())
     try:
         yield got
-    except Exception:
+    except Exception as exc:
         # Whatever went wrong (often the database), the lease is let go at once so the
         # job is retried by the sweeper (or Celery's retry) instead of in `job_lease_s`.
         _heartbeat().drop(got)
-        expire(engine, got)
+        expire(engine, got, f"{type(exc).__name__}: {exc}")
         raise
     finally:
         _heartbeat().drop(got)
@@ -117,7 +118,7 @@ def running(job_ids: list[int], engine: Engine | None = None) -> Iterator[list[i
 def sharing(job_ids: list[int]) -> Iterator[None]:
     """Renew the leases of running jobs this process works on without owning them
     (a step-range part of an analysis job)."""
-    _heartbeat().hold(job_ids, owned=False)
+    _heartbeat().hold(job_ids, owner=None)
     try:
         yield
     finally:
@@ -140,8 +141,9 @@ def lost(job_id: int) -> bool:
     return job_id in _heartbeat().lost
 
 
-def expire(engine: Engine, job_ids: list[int]) -> None:
-    """Let go of running jobs' leases now (best effort: the database may be the trouble)."""
+def expire(engine: Engine, job_ids: list[int], why: str | None = None) -> None:
+    """Let go of running jobs' leases now, noting why in `message` (best effort: the
+    database may be the trouble)."""
     if not job_ids:
         return
     try:
@@ -149,7 +151,7 @@ def expire(engine: Engine, job_ids: list[int]) -> None:
             conn.execute(
                 update(Job)
                 .where(Job.id.in_(job_ids), Job.status == JobStatus.RUNNING, Job.worker == worker_id())
-                .values(lease_until=utcnow())
+                .values(lease_until=utcnow(), message=f"attempt stopped: {why}"[:2000] if why else Job.message)
             )
     except Exception as exc:
         log.warning("could not release the leases of jobs %s: %s", job_ids, exc)
@@ -164,7 +166,7 @@ class _Heartbeat:
     def __init__(self) -> None:
         self.pid = os.getpid()
         self.lock = threading.Lock()
-        self.jobs: dict[int, bool] = {}  # job id -> owned (renewed only while ours)
+        self.jobs: dict[int, str | None] = {}  # job id -> the claimant, None: shared
         self.traces: set[int] = set()
         self.lost: set[int] = set()
         self.wake = threading.Event()
@@ -175,10 +177,10 @@ class _Heartbeat:
             self.thread = threading.Thread(target=self._run, name="job-lease-heartbeat", daemon=True)
             self.thread.start()
 
-    def hold(self, job_ids: list[int], owned: bool) -> None:
+    def hold(self, job_ids: list[int], owner: str | None) -> None:
         with self.lock:
             for job_id in job_ids:
-                self.jobs[job_id] = owned
+                self.jobs[job_id] = owner
                 self.lost.discard(job_id)
             if job_ids:
                 self._ensure_thread()
@@ -209,28 +211,33 @@ class _Heartbeat:
 
     def renew(self) -> None:
         with self.lock:
-            owned = [j for j, o in self.jobs.items() if o]
-            shared = [j for j, o in self.jobs.items() if not o]
+            owned = {j: o for j, o in self.jobs.items() if o is not None}
+            shared = [j for j, o in self.jobs.items() if o is None]
             traces = list(self.traces)
         if not (owned or shared or traces):
             return
         now = utcnow()
         until = now + _lease(get_settings())
         with _engine().begin() as conn:
-            if owned:
-                kept = set(
+            kept: set[int] = set()
+            for owner in set(owned.values()):
+                kept.update(
                     conn.execute(
                         update(Job)
-                        .where(Job.id.in_(owned), Job.status == JobStatus.RUNNING, Job.worker == worker_id())
+                        .where(
+                            Job.id.in_([j for j, o in owned.items() if o == owner]),
+                            Job.status == JobStatus.RUNNING,
+                            Job.worker == owner,
+                        )
                         .values(lease_until=until)
                         .returning(Job.id)
                     ).scalars()
                 )
-                gone = set(owned) - kept
-                if gone:
-                    log.warning("lost the lease of jobs %s (taken over or finished)", sorted(gone))
-                    with self.lock:
-                        self.lost.update(j for j in gone if j in self.jobs)
+            gone = set(owned) - kept
+            if gone:
+                log.warning("lost the lease of jobs %s (taken over or finished)", sorted(gone))
+                with self.lock:
+                    self.lost.update(j for j in gone if j in self.jobs)
             if shared:
                 conn.execute(
                     update(Job).where(Job.id.in_(shared), Job.status == JobStatus.RUNNING).values(lease_until=until)
@@ -266,7 +273,7 @@ def sweep(engine: Engine | None = None, settings: Settings | None = None, requeu
     now = utcnow()
     with engine.connect() as conn:
         expired = conn.execute(
-            select(Job.id, Job.kind, Job.trace_id, Job.attempts, Job.worker, Job.lease_until).where(
+            select(Job.id, Job.kind, Job.trace_id, Job.attempts, Job.worker, Job.lease_until, Job.message).where(
                 Job.status == JobStatus.RUNNING,
                 or_(
                     Job.lease_until < now,
@@ -294,9 +301,11 @@ def _requeue_or_fail(engine: Engine, settings: Settings, row, now: datetime) -> 
     )
     give_up = row.attempts >= settings.job_max_attempts
     reason = (
-        f"abandoned: the worker running it ({row.worker or 'unknown'}) stopped renewing its lease "
-        f"{row.attempts} time(s); not retried after {settings.job_max_attempts} attempts"
+        f"abandoned after {row.attempts} attempts (job_max_attempts={settings.job_max_attempts}): "
+        f"the last worker ({row.worker or 'unknown'}) stopped renewing its lease"
     )
+    if row.message and row.message.startswith("attempt stopped: "):
+        reason += f"; {row.message}"
     with engine.begin() as conn:
         if give_up:
             values = {"status": JobStatus.FAILED, "error": reason, "finished_at": now, "lease_until": None}
