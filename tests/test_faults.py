@@ -168,7 +168,7 @@ def test_job_of_a_worker_lost_too_often_fails_with_reason(api, fault_env):
         )
         s.execute(update(Trace).where(Trace.id == trace_id).values(status="ingesting"))
         s.commit()
-    assert sweep(get_engine())["failed"] == 1
+    sweep(get_engine())  # (a worker's sweeper running beside this test may get there first)
     job = api.get(f"/api/v1/jobs/{job_id}").json()
     assert job["status"] == "failed" and "gone:1" in job["error"] and "attempts" in job["error"]
     trace = api.get(f"/api/v1/traces/{trace_id}").json()
@@ -194,7 +194,7 @@ def test_sweeper_drops_an_abandoned_inline_ingestion(api, env):
         s.execute(update(Trace).where(Trace.id.in_(ids)).values(status="ingesting"))
         s.execute(update(Trace).where(Trace.id == dead).values(updated_at=utcnow() - timedelta(seconds=9)))
         s.commit()
-    assert sweep(get_engine(), get_settings().model_copy(update={"job_lease_s": 4.0}))["dropped"] == 1
+    sweep(get_engine(), get_settings().model_copy(update={"job_lease_s": 4.0}))
     assert api.get(f"/api/v1/traces/{dead}").status_code == 404
     assert _sample_count(dead) == 0
     assert api.get(f"/api/v1/traces/{live}").json()["status"] == "ingesting"

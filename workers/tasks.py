@@ -89,6 +89,8 @@ def run_analyses(job_ids: list[int]) -> None:
     with leases.running(list(job_ids) if isinstance(job_ids, list) else [job_ids]) as claimed:
         if claimed:
             plan_and_run(claimed, send_parts)
+            # Jobs fanned out into parts stay running while the parts wait in the queue.
+            leases.extend(get_engine(), claimed, leases.fanout_lease_s())
 
 
 @celery_app.task(name=TASK_NAMES["analysis_part"], **RETRY)

@@ -24,7 +24,7 @@ from contextlib import contextmanager
 from datetime import datetime, timedelta
 from itertools import groupby
 
-from sqlalchemy import and_, delete, or_, select, update
+from sqlalchemy import and_, case, delete, or_, select, update
 from sqlalchemy.engine import Engine
 
 from backend.ingest.pipeline import Abandoned, clear_trace_rows
@@ -115,14 +115,43 @@ def running(job_ids: list[int], engine: Engine | None = None) -> Iterator[list[i
 
 
 @contextmanager
-def sharing(job_ids: list[int]) -> Iterator[None]:
-    """Renew the leases of running jobs this process works on without owning them
-    (a step-range part of an analysis job)."""
+def sharing(job_ids: list[int], engine: Engine | None = None) -> Iterator[None]:
+    """Renew the leases of running jobs this process works on without owning them (a
+    step-range part of an analysis job), and leave them a fan-out lease when done."""
+    engine = engine or _engine()
     _heartbeat().hold(job_ids, owner=None)
     try:
         yield
     finally:
         _heartbeat().drop(job_ids)
+        extend(engine, job_ids, fanout_lease_s())
+
+
+def fanout_lease_s() -> float:
+    """The lease of a job whose step-range parts wait in the queue: no part started or
+    finished for this long means they were lost (the job is then planned again)."""
+    settings = get_settings()
+    return max(settings.job_lease_s, settings.job_requeue_s)
+
+
+def extend(engine: Engine, job_ids: list[int], seconds: float) -> None:
+    """Make running jobs' leases last at least `seconds` from now (never shortened)."""
+    if not job_ids:
+        return
+    until = utcnow() + timedelta(seconds=seconds)
+    try:
+        with engine.begin() as conn:
+            conn.execute(
+                update(Job)
+                .where(Job.id.in_(job_ids), Job.status == JobStatus.RUNNING)
+                .values(lease_until=_at_least(until))
+            )
+    except Exception as exc:
+        log.warning("could not extend the leases of jobs %s: %s", job_ids, exc)
+
+
+def _at_least(until: datetime):
+    return case((Job.lease_until > until, Job.lease_until), else_=until)
 
 
 @contextmanager
@@ -218,6 +247,7 @@ class _Heartbeat:
             return
         now = utcnow()
         until = now + _lease(get_settings())
+        shared_until = now + timedelta(seconds=fanout_lease_s())
         with _engine().begin() as conn:
             kept: set[int] = set()
             for owner in set(owned.values()):
@@ -229,7 +259,7 @@ class _Heartbeat:
                             Job.status == JobStatus.RUNNING,
                             Job.worker == owner,
                         )
-                        .values(lease_until=until)
+                        .values(lease_until=_at_least(until))
                         .returning(Job.id)
                     ).scalars()
                 )
@@ -240,7 +270,9 @@ class _Heartbeat:
                     self.lost.update(j for j in gone if j in self.jobs)
             if shared:
                 conn.execute(
-                    update(Job).where(Job.id.in_(shared), Job.status == JobStatus.RUNNING).values(lease_until=until)
+                    update(Job)
+                    .where(Job.id.in_(shared), Job.status == JobStatus.RUNNING)
+                    .values(lease_until=_at_least(shared_until))
                 )
             if traces:
                 conn.execute(update(Trace).where(Trace.id.in_(traces)).values(updated_at=now))
