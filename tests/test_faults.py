@@ -238,6 +238,37 @@ def _small_zip(seed: int) -> bytes:
         return zip_folder(write_packed_dir(Path(tmp) / "run", synthetic_rows(steps=2, groups=4, n=2, seed=seed)))
 
 
+@pytest.mark.parametrize("backend_env", ["sqlite"], indirect=True)
+def test_requests_while_the_queue_is_unreachable(api, env, monkeypatch):
+    """Nothing listens at the broker's address: an inline upload is still ingested (its
+    default analyses wait in the outbox), an analysis request is a 503 whose retry hands
+    back the one job it kept, and a workload (never reused) is a 503 that keeps nothing."""
+    from backend.store.db import new_session, reset_caches
+    from backend.store.models import Job
+
+    monkeypatch.setenv("RLVR_BROKER_URL", f"redis://127.0.0.1:{_free_port()}/0")
+    reset_caches()
+    r = api.post("/api/v1/traces", files=[("files", ("run.zip", _small_zip(7), "application/zip"))])
+    assert r.status_code == 201, r.text
+    trace_id = r.json()["id"]
+    with new_session() as s:
+        waiting = s.execute(select(Job.status, Job.dispatched_at).where(Job.trace_id == trace_id)).all()
+    assert waiting and all(status == "queued" and sent is None for status, sent in waiting)
+
+    body = {"kind": "lengths", "params": {"infer_cap_min_hits": 4}}
+    down = api.post(f"/api/v1/traces/{trace_id}/analyses", json=body)
+    assert down.status_code == 503 and int(down.headers["Retry-After"]) > 0, down.text
+    again = api.post(f"/api/v1/traces/{trace_id}/analyses", json=body)
+    assert again.status_code == 200 and again.json()["status"] == "queued", again.text
+
+    with new_session() as s:
+        before = s.scalar(select(func.count()).select_from(Job).where(Job.kind == "workload"))
+    w = api.post("/api/v1/workloads", json={"trace_id": trace_id, "steps": 0})
+    assert w.status_code == 503, w.text
+    with new_session() as s:
+        assert s.scalar(select(func.count()).select_from(Job).where(Job.kind == "workload")) == before
+
+
 # --------------------------------------------------------------------------- private servers
 
 
@@ -332,6 +363,18 @@ def test_broker_down_and_back(api, fault_env, tmp_path, monkeypatch):
                 break
             time.sleep(0.2)
         assert statuses == {"succeeded"}, statuses
+
+        # An analysis requested while Redis is down: 503, the same request then hands
+        # back the one job it made (no duplicate), which runs once Redis is back.
+        redis.stop()
+        body = {"kind": "lengths", "params": {"infer_cap_min_hits": 3}}
+        down = api.post(f"/api/v1/traces/{trace_id}/analyses", json=body)
+        assert down.status_code == 503 and "Retry-After" in down.headers, down.text
+        again = api.post(f"/api/v1/traces/{trace_id}/analyses", json=body)
+        assert again.status_code == 200 and again.json()["status"] == "queued", again.text
+        redis.start()
+        analysis = wait_for_job(api, again.json()["id"], timeout=30)
+        assert analysis["status"] == "succeeded" and analysis["attempts"] == 1, analysis
         print(f"\n[broker down] 503 in {answered_s:.2f} s; ingested {done_s:.1f} s after Redis was back")
     finally:
         stop_worker(worker)
