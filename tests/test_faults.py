@@ -91,20 +91,25 @@ def _start_workers(*specs: tuple[dict[str, str], Path]) -> list[subprocess.Popen
 def test_killed_worker_job_is_finished_by_another(api, fault_env, tmp_path):
     """SIGKILL the worker mid-ingestion: on Redis its message waits for the visibility
     timeout (an hour) and on the embedded transport it is gone, so it is the lease that
-    brings the job back: another worker, alive all along, sees it expire and re-sends the
-    job (to its own queue here, so that the upload surely went to the first worker); the
-    partial rows are removed before the retry."""
+    brings the job back: the other worker on the queue, alive all along, sees it expire
+    and sends the job again; the partial rows are removed before the retry."""
+    from backend.store.db import new_session
+    from backend.store.models import Job
+
     per_step = synthetic_rows(steps=16, groups=640, n=8)  # 81,920 samples: seconds of work
     archive = zip_folder(write_packed_dir(tmp_path / "run", per_step))
-    other_env = {**fault_env, "RLVR_QUEUE_NAME": fault_env["RLVR_QUEUE_NAME"] + "-other"}
-    first, second = _start_workers((fault_env, tmp_path / "first.log"), (other_env, tmp_path / "second.log"))
+    workers = _start_workers((fault_env, tmp_path / "a.log"), (fault_env, tmp_path / "b.log"))
     try:
         r = api.post("/api/v1/traces", files=[("files", ("run.zip", archive, "application/zip"))])
         assert r.status_code == 202, r.text
         job_id, trace_id = r.json()["job"]["id"], r.json()["trace"]["id"]
         _wait_running(api, job_id)
-        os.killpg(first.pid, signal.SIGKILL)  # the whole worker: main process and pool
-        first.wait()
+        with new_session() as s:
+            holder = s.get(Job, job_id).worker  # host:pid:thread of the pool process
+        group = os.getpgid(int(holder.split(":")[1]))  # its worker's (a session of its own)
+        (killed,) = [w for w in workers if w.pid == group]
+        os.killpg(killed.pid, signal.SIGKILL)  # the whole worker: main process and pool
+        killed.wait()
         killed_at = time.monotonic()
         assert api.get(f"/api/v1/jobs/{job_id}").json()["status"] == "running"
         partial = _sample_count(trace_id)
@@ -114,8 +119,8 @@ def test_killed_worker_job_is_finished_by_another(api, fault_env, tmp_path):
         retried_s = time.monotonic() - killed_at
         job = wait_for_job(api, job_id, timeout=60)
     finally:
-        stop_worker(first)
-        stop_worker(second)
+        for w in workers:
+            stop_worker(w)
     done_s = time.monotonic() - killed_at
     print(
         f"\n[{fault_env['RLVR_BROKER_URL'][:5]}] killed with {partial:,} rows in; after the kill: "
@@ -123,6 +128,8 @@ def test_killed_worker_job_is_finished_by_another(api, fault_env, tmp_path):
     )
     assert job["status"] == "succeeded", job
     assert job["attempts"] == 2
+    with new_session() as s:
+        assert s.get(Job, job_id).worker != holder  # the survivor finished it
     trace = api.get(f"/api/v1/traces/{trace_id}").json()
     assert trace["status"] == "ready"
     assert trace["n_samples"] == _sample_count(trace_id) == 16 * 640 * 8
@@ -143,26 +150,26 @@ def _drop_messages(environment: dict[str, str]) -> int:
     return len(files)
 
 
-@pytest.mark.parametrize("backend_env", ["sqlite"], indirect=True)
-def test_lost_message_is_sent_again_on_worker_start(api, fault_env, tmp_path):
+def test_lost_message_is_sent_again(api, fault_env, tmp_path):
     """A queued job whose message is gone (the embedded transport deletes a message when
-    a worker fetches it, so one killed with a prefetched job loses it) is sent again
-    when a worker starts."""
-    from backend.store.db import new_session
-    from backend.store.models import Job, utcnow
+    a worker fetches it, so one killed with a prefetched job loses it) is sent again by
+    a worker's sweeper, which looks into the queue for the job's message (so well
+    before `job_requeue_s`, and without resending jobs that still have one)."""
+    from backend.jobs.broker import queued_job_ids
 
     r = api.post("/api/v1/traces", files=[("files", ("run.zip", _small_zip(4), "application/zip"))])
     assert r.status_code == 202, r.text
     job_id, trace_id = r.json()["job"]["id"], r.json()["trace"]["id"]
+    assert job_id in queued_job_ids()
     assert _drop_messages(fault_env) >= 1
-    with new_session() as s:
-        s.execute(update(Job).where(Job.id == job_id).values(dispatched_at=utcnow() - timedelta(minutes=5)))
-        s.commit()
+    assert job_id not in queued_job_ids()
+    lost_at = time.monotonic()
     worker = start_worker(fault_env, tmp_path / "worker.log", concurrency=1)
     try:
         job = wait_for_job(api, job_id, timeout=30)
     finally:
         stop_worker(worker)
+    assert time.monotonic() - lost_at < float(LEASE["RLVR_JOB_REQUEUE_S"])
     assert job["status"] == "succeeded" and job["attempts"] == 1, job
     assert api.get(f"/api/v1/traces/{trace_id}").json()["status"] == "ready"
 

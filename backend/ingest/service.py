@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 
 from sqlalchemy import delete, select
@@ -52,16 +52,12 @@ def _ingestion_alive(session: Session, trace: Trace) -> bool:
     ).first()
     now = utcnow()
     if job is None:  # inline: the request's heartbeat touches updated_at
-        return _aware(trace.updated_at) >= now - timedelta(seconds=get_settings().job_lease_s)
+        return leases.aware(trace.updated_at) >= now - timedelta(seconds=get_settings().job_lease_s)
     if job.status == JobStatus.QUEUED:  # sent, or in the outbox the sweeper sends
         return True
     if job.status == JobStatus.RUNNING:
-        return job.lease_until is not None and _aware(job.lease_until) >= now
+        return job.lease_until is not None and leases.aware(job.lease_until) >= now
     return False  # failed, or succeeded while the trace is not ready
-
-
-def _aware(t: datetime) -> datetime:
-    return t if t.tzinfo is not None else t.replace(tzinfo=UTC)  # SQLite returns naive UTC
 
 
 def _discard_attempt(session: Session, trace: Trace) -> None:

@@ -24,10 +24,11 @@ def _errors() -> tuple[type[BaseException], ...]:
     return (OperationalError, ConnectionError, TimeoutError, OSError)
 
 
-def send(job_ids: int | list[int], job_kind: str) -> None:
-    """Publish the message only; raises QueueUnavailable when the broker is unreachable."""
+def send(job_ids: int | list[int], job_kind: str, queue: str | None = None) -> None:
+    """Publish the message only (to `queue`, default the configured one); raises
+    QueueUnavailable when the broker is unreachable."""
     try:
-        producer().send_task(task_name(job_kind), args=[job_ids])
+        producer().send_task(task_name(job_kind), args=[job_ids], queue=queue)
     except _errors() as exc:
         raise QueueUnavailable(f"the job queue is unavailable: {exc}") from exc
 

@@ -21,7 +21,7 @@ import socket
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from itertools import groupby
 
 from sqlalchemy import and_, case, delete, or_, select, update
@@ -36,6 +36,9 @@ log = logging.getLogger(__name__)
 
 # The API commits a job and then sends it: the sweeper leaves fresh outbox rows this long.
 OUTBOX_GRACE_S = 3.0
+# A message just sent, or just fetched by a worker about to claim its job, is given this
+# long before its job counts as having lost it.
+MESSAGE_GRACE_S = 5.0
 
 
 def worker_id() -> str:
@@ -319,7 +322,7 @@ def sweep(engine: Engine | None = None, settings: Settings | None = None, requeu
             stats[outcome] += 1
     stats["dropped"] = _drop_dead_inline(engine, settings)
     stats["sent"] = _send_outbox(engine)
-    stats["resent"] = _resend_stale(engine, requeue_s if requeue_s is not None else settings.job_requeue_s)
+    stats["resent"] = _resend_lost(engine, settings, requeue_s if requeue_s is not None else settings.job_requeue_s)
     if any(stats.values()):
         log.info("job sweep: %s", stats)
     return stats
@@ -393,10 +396,13 @@ def _send(engine: Engine, rows: list, condition_of) -> int:
 
     sent = 0
 
-    def key(r) -> tuple[str, int]:
-        # Analyses of one trace go as one task (it reads the columns once for all).
+    def key(r) -> tuple[str, str, int]:
+        # Analyses of one trace go as one task (it reads the columns once for all), to
+        # the queue the job was made for (its deployment's).
         task = task_name(r.kind)
-        return (task, r.trace_id or 0) if task == TASK_NAMES["analyses"] else (task, -r.id)
+        return (
+            (r.queue or "", task, r.trace_id or 0) if task == TASK_NAMES["analyses"] else (r.queue or "", task, -r.id)
+        )
 
     for _key, group in groupby(sorted(rows, key=key), key=key):
         group = list(group)
@@ -409,7 +415,7 @@ def _send(engine: Engine, rows: list, condition_of) -> int:
         if not mine:
             continue
         try:
-            send([r.id for r in mine], mine[0].kind)
+            send([r.id for r in mine], mine[0].kind, mine[0].queue)
         except QueueUnavailable as exc:
             log.warning("job queue unavailable, jobs %s stay in the outbox: %s", [r.id for r in mine], exc)
             with engine.begin() as conn:
@@ -427,7 +433,7 @@ def _send_outbox(engine: Engine) -> int:
     cutoff = utcnow() - timedelta(seconds=OUTBOX_GRACE_S)
     with engine.connect() as conn:
         rows = conn.execute(
-            select(Job.id, Job.kind, Job.trace_id).where(
+            select(Job.id, Job.kind, Job.trace_id, Job.queue).where(
                 Job.status == JobStatus.QUEUED,
                 Job.dispatched_at.is_(None),
                 or_(Job.created_at < cutoff, Job.attempts > 0),
@@ -438,19 +444,40 @@ def _send_outbox(engine: Engine) -> int:
     )
 
 
-def _resend_stale(engine: Engine, requeue_s: float) -> int:
-    cutoff = utcnow() - timedelta(seconds=requeue_s)
+def _resend_lost(engine: Engine, settings: Settings, requeue_s: float) -> int:
+    """Send again queued jobs whose message is gone. On this deployment's queue, when the
+    broker can be inspected: those it holds no message for, sent over MESSAGE_GRACE_S
+    ago. Otherwise (another queue, or no inspection): those sent over `requeue_s` ago."""
+    from backend.jobs.broker import queued_job_ids
+
+    now = utcnow()
     with engine.connect() as conn:
         rows = conn.execute(
-            select(Job.id, Job.kind, Job.trace_id, Job.dispatched_at).where(
-                Job.status == JobStatus.QUEUED, Job.dispatched_at < cutoff
+            select(Job.id, Job.kind, Job.trace_id, Job.dispatched_at, Job.queue).where(
+                Job.status == JobStatus.QUEUED, Job.dispatched_at < now - timedelta(seconds=MESSAGE_GRACE_S)
             )
         ).all()
+    if not rows:
+        return 0
+    ours = {None, settings.queue_name}
+    held = queued_job_ids(settings) if any(r.queue in ours for r in rows) else None
+    stale = now - timedelta(seconds=requeue_s)
+
+    def lost(r) -> bool:
+        if held is not None and r.queue in ours:
+            return r.id not in held
+        return aware(r.dispatched_at) < stale
+
     return _send(
         engine,
-        rows,
+        [r for r in rows if lost(r)],
         lambda r: and_(Job.id == r.id, Job.status == JobStatus.QUEUED, Job.dispatched_at == r.dispatched_at),
     )
+
+
+def aware(t: datetime) -> datetime:
+    """A timestamp read back from the database as aware UTC (SQLite returns it naive)."""
+    return t if t.tzinfo is not None else t.replace(tzinfo=UTC)
 
 
 class Sweeper:

@@ -11,6 +11,7 @@ from sqlalchemy import select, update
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
 
+from backend.settings import get_settings
 from backend.store.models import Job, JobStatus, utcnow
 
 
@@ -29,6 +30,7 @@ def create_job(session: Session, *, team_id: int, trace_id: int | None, kind: st
         params_key=params_key(kind, params),
         status=JobStatus.QUEUED,
         progress=0.0,
+        queue=get_settings().queue_name,
     )
     session.add(job)
     session.flush()

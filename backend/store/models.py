@@ -227,6 +227,8 @@ class Job(Base):
     worker: Mapped[str | None] = mapped_column(String(200))
     # When the job's message was last sent; None on a queued job: not sent yet (the outbox).
     dispatched_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # The Celery queue the job is sent to (None: the sender's configured queue).
+    queue: Mapped[str | None] = mapped_column(String(200))
 
 
 class JobPart(Base):
