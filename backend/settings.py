@@ -36,9 +36,10 @@ class Settings(BaseSettings):
     # Job leases (backend.jobs.leases): a running job's worker renews its lease every
     # `job_lease_s / 3` seconds; a job whose lease expired is queued again by the sweeper
     # that runs in every worker every `job_sweep_s` seconds, at most `job_max_attempts`
-    # times, then it fails with the reason. A queued job whose message went out more than
-    # `job_requeue_s` ago and was not picked up (a message lost with its worker) is sent
-    # again; a queued job never sent (the broker was down) is sent once the broker is back.
+    # times, then it fails with the reason. A queued job whose message is gone (lost with
+    # a killed worker) is sent again: found by looking into the queue (embedded folder,
+    # Redis), or, where that is not possible, once it was sent over `job_requeue_s` ago; a
+    # queued job never sent (the broker was down) is sent once the broker is back.
     job_lease_s: float = Field(default=30.0, gt=0)
     job_sweep_s: float = Field(default=10.0, gt=0)
     job_requeue_s: float = Field(default=120.0, gt=0)

@@ -7,7 +7,8 @@
 - the sweeper, a thread in every worker, queues again the jobs whose lease expired (their
   worker was killed or its machine is gone), removing an abandoned ingestion's rows first,
   fails them with the reason after `job_max_attempts`, sends queued jobs whose message
-  was never sent (the outbox: the broker was down) or was lost, and runs once at start.
+  was never sent (the outbox: the broker was down) or was lost (the broker holds none
+  for them: `broker.queued_job_ids`), and runs once at start.
 
 Timestamps are compared in Python-computed UTC, so workers' clocks must roughly agree
 (a skew of a few seconds only shortens or lengthens leases by as much).
