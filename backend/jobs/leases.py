@@ -24,6 +24,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from itertools import groupby
+from pathlib import Path
 
 from sqlalchemy import and_, case, delete, or_, select, update
 from sqlalchemy.engine import Engine
@@ -309,7 +310,9 @@ def sweep(engine: Engine | None = None, settings: Settings | None = None, requeu
     now = utcnow()
     with engine.connect() as conn:
         expired = conn.execute(
-            select(Job.id, Job.kind, Job.trace_id, Job.attempts, Job.worker, Job.lease_until, Job.message).where(
+            select(
+                Job.id, Job.kind, Job.trace_id, Job.attempts, Job.worker, Job.lease_until, Job.message, Job.params
+            ).where(
                 Job.status == JobStatus.RUNNING,
                 or_(
                     Job.lease_until < now,
@@ -367,6 +370,10 @@ def _requeue_or_fail(engine: Engine, settings: Settings, row, now: datetime) -> 
                     error=reason if give_up else None,
                 )
             )
+    if give_up and row.kind == INGEST_KIND and (row.params or {}).get("folder"):
+        from backend.ingest.uploads import discard
+
+        discard(Path(row.params["folder"]))  # the stored upload, kept for retries until now
     log.warning("job %s (%s) %s", row.id, row.kind, "failed: " + reason if give_up else "requeued")
     return "failed" if give_up else "requeued"
 
@@ -497,14 +504,23 @@ class Sweeper:
         self.stop_event.set()
 
     def _run(self) -> None:
+        from backend.store.db import make_engine
+
         settings = get_settings()
+        # An engine of its own: pool processes forked later from this one (a replaced
+        # pool child) must not inherit connections in use here, as the cached one would.
+        engine = make_engine(settings.db_url)
         first = True
-        while not self.stop_event.is_set():
-            try:
-                # At start, anything queued and sent before this worker existed may have
-                # lost its message: resend what is older than one lease.
-                sweep(settings=settings, requeue_s=min(settings.job_lease_s, settings.job_requeue_s) if first else None)
-                first = False
-            except Exception as exc:
-                log.warning("job sweep failed: %s", exc)
-            self.stop_event.wait(settings.job_sweep_s)
+        try:
+            while not self.stop_event.is_set():
+                try:
+                    # At start, anything queued and sent before this worker existed may
+                    # have lost its message: resend what is older than one lease.
+                    requeue_s = min(settings.job_lease_s, settings.job_requeue_s) if first else None
+                    sweep(engine, settings, requeue_s=requeue_s)
+                    first = False
+                except Exception as exc:
+                    log.warning("job sweep failed: %s", exc)
+                self.stop_event.wait(settings.job_sweep_s)
+        finally:
+            engine.dispose()
