@@ -153,8 +153,9 @@ def _drop_messages(environment: dict[str, str]) -> int:
 def test_lost_message_is_sent_again(api, fault_env, tmp_path):
     """A queued job whose message is gone (the embedded transport deletes a message when
     a worker fetches it, so one killed with a prefetched job loses it) is sent again by
-    a worker's sweeper, which looks into the queue for the job's message (so well
-    before `job_requeue_s`, and without resending jobs that still have one)."""
+    a worker's sweeper, which looks into the queue for the job's message (so long before
+    `job_requeue_s`, and without resending jobs that still have one). Both brokers are
+    looked into; the resend is run end to end on the embedded one."""
     from backend.jobs.broker import queued_job_ids
 
     r = api.post("/api/v1/traces", files=[("files", ("run.zip", _small_zip(4), "application/zip"))])
@@ -163,13 +164,15 @@ def test_lost_message_is_sent_again(api, fault_env, tmp_path):
     assert job_id in queued_job_ids()
     assert _drop_messages(fault_env) >= 1
     assert job_id not in queued_job_ids()
-    lost_at = time.monotonic()
-    worker = start_worker(fault_env, tmp_path / "worker.log", concurrency=1)
+    if fault_env["RLVR_BROKER_URL"].startswith("redis"):
+        return  # (Redis keeps a fetched message until it is acknowledged)
+    # Leases and the age rule far longer than the test: only looking finds the loss.
+    slow = {**fault_env, "RLVR_JOB_LEASE_S": "300", "RLVR_JOB_REQUEUE_S": "600"}
+    worker = start_worker(slow, tmp_path / "worker.log", concurrency=1)
     try:
-        job = wait_for_job(api, job_id, timeout=30)
+        job = wait_for_job(api, job_id, timeout=60)
     finally:
         stop_worker(worker)
-    assert time.monotonic() - lost_at < float(LEASE["RLVR_JOB_REQUEUE_S"])
     assert job["status"] == "succeeded" and job["attempts"] == 1, job
     assert api.get(f"/api/v1/traces/{trace_id}").json()["status"] == "ready"
 
