@@ -209,6 +209,40 @@ def test_job_of_a_worker_lost_too_often_fails_with_reason(api, fault_env):
     assert _sample_count(trace_id) == 0
 
 
+def test_ingestion_taken_over_commits_nothing(api, fault_env):
+    """A worker that lost its job's lease (paused past it; another worker owns the job
+    now) finishes its load but its fence stops the commit: the trace is neither made
+    ready nor failed by it, and the job is left to the new owner."""
+    from backend.ingest.pipeline import Abandoned
+    from backend.ingest.service import ingest_stored
+    from backend.jobs import leases
+    from backend.settings import get_settings
+    from backend.store.db import new_session
+    from backend.store.models import Job, utcnow
+
+    r = api.post("/api/v1/traces", files=[("files", ("run.zip", _small_zip(8), "application/zip"))])
+    assert r.status_code == 202, r.text
+    job_id, trace_id = r.json()["job"]["id"], r.json()["trace"]["id"]
+    with new_session() as s:
+        folder = Path(s.get(Job, job_id).params["folder"])
+        s.execute(
+            update(Job)
+            .where(Job.id == job_id)
+            .values(status="running", worker="other:1:1", attempts=2, lease_until=utcnow() + timedelta(minutes=1))
+        )
+        s.commit()
+    with pytest.raises(Abandoned):
+        ingest_stored(trace_id, sorted(folder.iterdir()), get_settings(), None, None, fence=leases.fence(job_id))
+    trace = api.get(f"/api/v1/traces/{trace_id}").json()
+    assert trace["status"] not in ("ready", "failed") and trace["n_samples"] == 0, trace
+    job = api.get(f"/api/v1/jobs/{job_id}").json()
+    assert job["status"] == "running" and job["attempts"] == 2
+    with new_session() as s:
+        assert s.get(Job, job_id).worker == "other:1:1"
+        s.execute(update(Job).where(Job.id == job_id).values(status="failed", error="test over"))
+        s.commit()
+
+
 def test_sweeper_drops_an_abandoned_inline_ingestion(api, env):
     """An inline ingestion whose process died (nobody touches its trace any more) is
     removed with its rows; a live one (touched within two leases) is left alone."""

@@ -13,6 +13,7 @@ from sqlalchemy import select
 from sqlalchemy.exc import OperationalError
 
 from backend.formats.base import InputError
+from backend.ingest.pipeline import Abandoned
 from backend.jobs import leases
 from backend.jobs.contracts import INGEST_KIND, SIMULATION_KIND, TASK_NAMES, WORKLOAD_KIND
 from backend.jobs.state import mark_failed, mark_succeeded, set_progress
@@ -60,13 +61,14 @@ def ingest_upload(job_id: int) -> None:
                 job.params.get("format"),
                 job.params.get("max_response_len"),
                 progress=progress,
+                fence=leases.fence(job_id),
             )
         except InputError as exc:
             mark_failed(engine, job_id, str(exc))
             discard(folder)
             return
-        except (OperationalError, leases.LeaseLost):
-            raise
+        except (OperationalError, Abandoned):
+            raise  # retried; or another worker owns the job now
         except Exception as exc:  # a crash: the job says why instead of hanging
             log.exception("ingest job %s failed", job_id)
             mark_failed(engine, job_id, f"{type(exc).__name__}: {exc}")

@@ -12,7 +12,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
 from backend.formats.base import InputError
-from backend.ingest.pipeline import Progress, ingest_trace, set_trace_status
+from backend.ingest.pipeline import Fence, Progress, ingest_trace, set_trace_status
 from backend.ingest.uploads import StoredUpload, discard, upload_sources
 from backend.jobs import leases
 from backend.jobs.analyses import queue_default_analyses
@@ -154,8 +154,10 @@ def ingest_stored(
     forced_format: str | None,
     max_response_len: int | None,
     progress: Progress | None = None,
+    fence: Fence | None = None,
 ) -> None:
-    """Expand the stored files (archives, .gz) and ingest them into the trace."""
+    """Expand the stored files (archives, .gz) and ingest them into the trace (`fence`:
+    backend.ingest.pipeline.Fence, for an ingestion a job's lease owns)."""
     engine = get_engine()
     try:
         sources = upload_sources(files, settings)
@@ -169,6 +171,7 @@ def ingest_stored(
         forced_format=forced_format,
         max_response_len=max_response_len,
         progress=progress,
+        fence=fence,
     )
     with new_session() as session:
         queue_default_analyses(session, session.get(Trace, trace_id))

@@ -29,7 +29,7 @@ from pathlib import Path
 from sqlalchemy import and_, case, delete, or_, select, update
 from sqlalchemy.engine import Engine
 
-from backend.ingest.pipeline import Abandoned, clear_trace_rows
+from backend.ingest.pipeline import Abandoned, Fence, clear_trace_rows
 from backend.jobs.contracts import INGEST_KIND, TASK_NAMES, task_name
 from backend.settings import Settings, get_settings
 from backend.store.models import Job, JobStatus, Trace, TraceStatus, utcnow
@@ -168,6 +168,25 @@ def touching_trace(trace_id: int) -> Iterator[None]:
         yield
     finally:
         _heartbeat().drop_trace(trace_id)
+
+
+def fence(job_id: int) -> Fence:
+    """A fence for work this thread does under the job's lease: in a transaction, it
+    renews the lease if still held and raises LeaseLost if not, so that transaction
+    commits only while the job is this worker's (and the sweeper, which compares the
+    lease it saw expire, cannot requeue it meanwhile)."""
+    me = worker_id()
+
+    def check(conn) -> None:
+        held = conn.execute(
+            update(Job)
+            .where(Job.id == job_id, Job.status == JobStatus.RUNNING, Job.worker == me)
+            .values(lease_until=_at_least(utcnow() + _lease(get_settings())))
+        ).rowcount
+        if not held:
+            raise LeaseLost(f"job {job_id}: its lease was taken over by another worker")
+
+    return check
 
 
 def lost(job_id: int) -> bool:
