@@ -33,6 +33,17 @@ class Settings(BaseSettings):
     analysis_part_samples: int = 4_000_000
     # Redis broker: seconds before a job a dead worker held is handed to another worker.
     visibility_timeout_s: int = 3600
+    # Job leases (backend.jobs.leases): a running job's worker renews its lease every
+    # `job_lease_s / 3` seconds; a job whose lease expired is queued again by the sweeper
+    # that runs in every worker every `job_sweep_s` seconds, at most `job_max_attempts`
+    # times, then it fails with the reason. A queued job whose message is gone (lost with
+    # a killed worker) is sent again: found by looking into the queue (embedded folder,
+    # Redis), or, where that is not possible, once it was sent over `job_requeue_s` ago; a
+    # queued job never sent (the broker was down) is sent once the broker is back.
+    job_lease_s: float = Field(default=30.0, gt=0)
+    job_sweep_s: float = Field(default=10.0, gt=0)
+    job_requeue_s: float = Field(default=120.0, gt=0)
+    job_max_attempts: int = Field(default=3, ge=1)
     api_url: str = "http://127.0.0.1:8000"
     secret_key: str | None = None
 

@@ -8,12 +8,15 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+from celery.signals import worker_ready, worker_shutting_down
 from sqlalchemy import select
 from sqlalchemy.exc import OperationalError
 
 from backend.formats.base import InputError
+from backend.ingest.pipeline import Abandoned
+from backend.jobs import leases
 from backend.jobs.contracts import ADVICE_KIND, INGEST_KIND, SIMULATION_KIND, TASK_NAMES, WORKLOAD_KIND
-from backend.jobs.state import mark_failed, mark_running, mark_succeeded, set_progress
+from backend.jobs.state import mark_failed, mark_succeeded, set_progress
 from backend.settings import get_settings
 from backend.store.db import get_engine, new_session
 from backend.store.models import Job, JobStatus
@@ -35,34 +38,44 @@ def ingest_upload(job_id: int) -> None:
     from backend.ingest.service import ingest_stored
     from backend.ingest.uploads import discard
 
+    job_id = job_id[0] if isinstance(job_id, list) else job_id
     job = _load_job(job_id)
-    if job is None or job.status == JobStatus.SUCCEEDED:
+    if job is None or job.status in (JobStatus.SUCCEEDED, JobStatus.FAILED):
         return
     engine = get_engine()
-    mark_running(engine, job_id)
     folder = Path(job.params["folder"])
-    try:
-        ingest_stored(
-            job.trace_id,
-            sorted(p for p in folder.iterdir() if p.is_file()),
-            get_settings(),
-            job.params.get("format"),
-            job.params.get("max_response_len"),
-            progress=lambda fraction, message: set_progress(engine, job_id, fraction, message),
-        )
-    except InputError as exc:
-        mark_failed(engine, job_id, str(exc))
+
+    def progress(fraction: float, message: str) -> None:
+        if leases.lost(job_id):
+            raise leases.LeaseLost(f"job {job_id}: another worker took over its lease")
+        set_progress(engine, job_id, fraction, message)
+
+    with leases.running([job_id], engine) as claimed:
+        if not claimed:
+            return
+        try:
+            ingest_stored(
+                job.trace_id,
+                sorted(p for p in folder.iterdir() if p.is_file()),
+                get_settings(),
+                job.params.get("format"),
+                job.params.get("max_response_len"),
+                progress=progress,
+                fence=leases.fence(job_id),
+            )
+        except InputError as exc:
+            mark_failed(engine, job_id, str(exc))
+            discard(folder)
+            return
+        except (OperationalError, Abandoned):
+            raise  # retried; or another worker owns the job now
+        except Exception as exc:  # a crash: the job says why instead of hanging
+            log.exception("ingest job %s failed", job_id)
+            mark_failed(engine, job_id, f"{type(exc).__name__}: {exc}")
+            discard(folder)
+            return
         discard(folder)
-        return
-    except OperationalError:
-        raise
-    except Exception as exc:  # a crash: the job says why instead of hanging
-        log.exception("ingest job %s failed", job_id)
-        mark_failed(engine, job_id, f"{type(exc).__name__}: {exc}")
-        discard(folder)
-        return
-    discard(folder)
-    mark_succeeded(engine, job_id, {"trace_id": job.trace_id}, "ready")
+        mark_succeeded(engine, job_id, {"trace_id": job.trace_id}, "ready")
 
 
 @celery_app.task(name=TASK_NAMES["analyses"], **RETRY)
@@ -75,14 +88,19 @@ def run_analyses(job_ids: list[int]) -> None:
     def send_parts(ids: list[int], n_parts: int, shared: dict) -> None:
         group(analysis_part.s(ids, i, shared) for i in range(n_parts)).apply_async()
 
-    plan_and_run(list(job_ids) if isinstance(job_ids, list) else [job_ids], send_parts)
+    with leases.running(list(job_ids) if isinstance(job_ids, list) else [job_ids]) as claimed:
+        if claimed:
+            plan_and_run(claimed, send_parts)
+            # Jobs fanned out into parts stay running while the parts wait in the queue.
+            leases.extend(get_engine(), claimed, leases.fanout_lease_s())
 
 
 @celery_app.task(name=TASK_NAMES["analysis_part"], **RETRY)
 def analysis_part(job_ids: list[int], idx: int, shared: dict) -> None:
     from workers.runners.analyses import run_part
 
-    run_part(job_ids, idx, shared)
+    with leases.sharing(job_ids):
+        run_part(job_ids, idx, shared)
 
 
 @celery_app.task(name=TASK_NAMES[SIMULATION_KIND], **RETRY)
@@ -90,7 +108,10 @@ def run_simulation(job_id: int) -> None:
     """A simulator replay of a trace (or a synthetic workload) under one or two policies."""
     from workers.runners.simulations import run_simulation_job
 
-    run_simulation_job(job_id[0] if isinstance(job_id, list) else job_id)
+    job_id = job_id[0] if isinstance(job_id, list) else job_id
+    with leases.running([job_id]) as claimed:
+        if claimed:
+            run_simulation_job(job_id)
 
 
 @celery_app.task(name=TASK_NAMES[WORKLOAD_KIND], **RETRY)
@@ -98,7 +119,10 @@ def run_workload(job_id: int) -> None:
     """Fit a trace's length model and/or generate a synthetic workload, ingested as a trace."""
     from workers.runners.workloads import run_workload_job
 
-    run_workload_job(job_id[0] if isinstance(job_id, list) else job_id)
+    job_id = job_id[0] if isinstance(job_id, list) else job_id
+    with leases.running([job_id]) as claimed:
+        if claimed:
+            run_workload_job(job_id)
 
 
 @celery_app.task(name=TASK_NAMES[ADVICE_KIND], **RETRY)
@@ -106,4 +130,22 @@ def run_advice(job_id: int) -> None:
     """The configuration advisor's sweep over one trace."""
     from workers.runners.advice import run_advice_job
 
-    run_advice_job(job_id[0] if isinstance(job_id, list) else job_id)
+    job_id = job_id[0] if isinstance(job_id, list) else job_id
+    with leases.running([job_id]) as claimed:
+        if claimed:
+            run_advice_job(job_id)
+
+
+# The sweeper runs in every worker's main process (backend.jobs.leases).
+_sweeper: list[leases.Sweeper] = []
+
+
+@worker_ready.connect
+def _start_sweeper(**_kwargs) -> None:
+    _sweeper.append(leases.Sweeper().start())
+
+
+@worker_shutting_down.connect
+def _stop_sweeper(**_kwargs) -> None:
+    for sweeper in _sweeper:
+        sweeper.stop()

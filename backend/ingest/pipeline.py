@@ -46,6 +46,17 @@ COUNT_COLUMN = {
 
 Progress = Callable[[float, str], None]
 
+
+class Abandoned(Exception):
+    """Raised by a progress callback or a fence to stop an ingestion that another process
+    now owns (its job's lease was taken over): the trace and its rows are left to it."""
+
+
+# Raises Abandoned unless this process still owns the ingestion. Called inside the final
+# transaction, so a load commits only while it is owned, and before any clean-up.
+Fence = Callable[[Connection], None]
+
+
 # Samples read back per query when computing the per-step summaries (bounds memory).
 SUMMARY_RANGE_SAMPLES = 2_000_000
 
@@ -179,9 +190,11 @@ def ingest_trace(
     forced_format: str | None = None,
     max_response_len: int | None = None,
     progress: Progress | None = None,
+    fence: Fence | None = None,
 ) -> None:
     """Load `sources` into trace `trace_id` and mark it ready; on any error mark it failed
-    with the reason, leave no rows behind, and re-raise."""
+    with the reason, leave no rows behind, and re-raise. With a `fence`, an ingestion
+    another process has taken over commits nothing and touches neither trace nor rows."""
     total_bytes = sum(s.size or 0 for s in sources) or 1
     counter = [0]
     counted = [Source(s.name, (lambda s=s: _CountingStream(s.open(), counter)), s.size) for s in sources]
@@ -194,6 +207,18 @@ def ingest_trace(
         if progress and now - last_report[0] > 0.5:
             last_report[0] = now
             progress(min(counter[0] / total_bytes, 0.99), message)
+
+    def ours() -> bool:
+        if fence is None:
+            return True
+        try:
+            with engine.begin() as check:
+                fence(check)
+        except Abandoned:
+            return False
+        except Exception:
+            return True  # cannot tell (the database is down): clean up as usual
+        return True
 
     set_trace_status(engine, trace_id, TraceStatus.INGESTING, None)
     try:
@@ -212,27 +237,38 @@ def ingest_trace(
                     cap = loader.steps.inferred_cap()
                 n_steps = loader.write_steps(cap)
                 _finish(conn, trace_id, loader, result, cap, n_steps, upload_format(sources))
+                if fence is not None:
+                    fence(conn)
                 conn.commit()
-            except BaseException:
+            except BaseException as exc:
                 conn.rollback()
-                if not atomic:
+                if not atomic and not isinstance(exc, Abandoned) and ours():
                     clear_trace_rows(conn, trace_id)
                     conn.commit()
                 raise
-    except IntegrityError as exc:
-        message = _duplicate_message(exc)
-        set_trace_status(engine, trace_id, TraceStatus.FAILED, message)
-        raise InputError("upload", message) from exc
-    except InputError as exc:
-        set_trace_status(engine, trace_id, TraceStatus.FAILED, str(exc))
+    except Abandoned:
         raise
     except Exception as exc:
-        set_trace_status(engine, trace_id, TraceStatus.FAILED, f"ingestion failed: {exc}")
-        raise
+        if not ours():  # e.g. duplicate rows because another process loads the trace now
+            raise Abandoned(f"trace {trace_id}: another process owns its ingestion now") from exc
+        _fail(engine, trace_id, exc)
     if atomic:
         _refresh_planner_statistics(engine)
     if progress:
         progress(1.0, "ready")
+
+
+def _fail(engine: Engine, trace_id: int, exc: Exception) -> None:
+    """Mark the trace failed with the reason and re-raise (duplicates as bad input)."""
+    if isinstance(exc, IntegrityError):
+        message = _duplicate_message(exc)
+        set_trace_status(engine, trace_id, TraceStatus.FAILED, message)
+        raise InputError("upload", message) from exc
+    if isinstance(exc, InputError):
+        set_trace_status(engine, trace_id, TraceStatus.FAILED, str(exc))
+        raise exc
+    set_trace_status(engine, trace_id, TraceStatus.FAILED, f"ingestion failed: {exc}")
+    raise exc
 
 
 def _finish(

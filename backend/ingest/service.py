@@ -2,21 +2,28 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
 
 from sqlalchemy import delete, select
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
 from backend.formats.base import InputError
-from backend.ingest.pipeline import Progress, ingest_trace, set_trace_status
+from backend.ingest.pipeline import Fence, Progress, ingest_trace, set_trace_status
 from backend.ingest.uploads import StoredUpload, discard, upload_sources
+from backend.jobs import leases
 from backend.jobs.analyses import queue_default_analyses
 from backend.jobs.contracts import INGEST_KIND
 from backend.jobs.dispatch import dispatch
 from backend.jobs.state import create_job
-from backend.settings import Settings
+from backend.settings import Settings, get_settings
 from backend.store.db import get_engine, new_session
-from backend.store.models import Job, Trace, TraceStatus
+from backend.store.models import Job, JobStatus, Trace, TraceStatus, utcnow
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -27,7 +34,40 @@ class UploadOutcome:
 
 
 def _existing(session: Session, team_id: int, content_hash: str) -> Trace | None:
-    return session.scalars(select(Trace).where(Trace.team_id == team_id, Trace.content_hash == content_hash)).first()
+    """The team's trace of this content, unless it is one to start again: failed, or
+    stuck (pending/ingesting with no live ingestion: its job failed or lost its worker's
+    lease, or, ingested inline, its request's process stopped touching it)."""
+    trace = session.scalars(select(Trace).where(Trace.team_id == team_id, Trace.content_hash == content_hash)).first()
+    if trace is None or trace.status == TraceStatus.READY:
+        return trace
+    if trace.status == TraceStatus.FAILED or not _ingestion_alive(session, trace):
+        _discard_attempt(session, trace)
+        return None
+    return trace
+
+
+def _ingestion_alive(session: Session, trace: Trace) -> bool:
+    job = session.scalars(
+        select(Job).where(Job.trace_id == trace.id, Job.kind == INGEST_KIND).order_by(Job.id.desc())
+    ).first()
+    now = utcnow()
+    if job is None:  # inline: the request's heartbeat touches updated_at
+        return leases.aware(trace.updated_at) >= now - timedelta(seconds=get_settings().job_lease_s)
+    if job.status == JobStatus.QUEUED:  # sent, or in the outbox the sweeper sends
+        return True
+    if job.status == JobStatus.RUNNING:
+        return job.lease_until is not None and leases.aware(job.lease_until) >= now
+    return False  # failed, or succeeded while the trace is not ready
+
+
+def _discard_attempt(session: Session, trace: Trace) -> None:
+    """Remove a failed or stuck attempt (its rows and jobs go with it: ON DELETE CASCADE)."""
+    folders = session.scalars(select(Job.params).where(Job.trace_id == trace.id, Job.kind == INGEST_KIND)).all()
+    session.execute(delete(Trace).where(Trace.id == trace.id))
+    session.flush()
+    for params in folders:
+        if params and params.get("folder"):
+            discard(Path(params["folder"]))
 
 
 def accept_upload(
@@ -47,11 +87,9 @@ def accept_upload(
     Inline failures raise InputError and leave nothing behind: no rows, no trace.
     """
     existing = _existing(session, team_id, stored.content_hash)
-    if existing is not None and existing.status != TraceStatus.FAILED:
+    if existing is not None:
         discard(stored.folder)
         return UploadOutcome(existing, None, created=False)
-    if existing is not None:  # a failed earlier attempt: replace it
-        session.execute(delete(Trace).where(Trace.id == existing.id))
     trace = Trace(
         team_id=team_id,
         name=name or stored.files[0].name,
@@ -78,19 +116,35 @@ def accept_upload(
             },
         )
         session.commit()
+        # The job is committed: if the broker is down, QueueUnavailable (503) leaves it
+        # in the outbox, sent by the workers' sweeper once the broker is back.
         dispatch(job.id, INGEST_KIND)
         return UploadOutcome(trace, job, created=True)
     session.commit()
     try:
-        ingest_stored(trace.id, stored.files, settings, forced_format, max_response_len, progress)
+        with leases.touching_trace(trace.id):
+            ingest_stored(trace.id, stored.files, settings, forced_format, max_response_len, progress)
     except InputError:
         session.execute(delete(Trace).where(Trace.id == trace.id))
         session.commit()
+        raise
+    except DBAPIError:
+        # The database went away: leave no trace behind if it is back; if it
+        # is not, the trace stops being touched and a re-upload starts it again.
+        _forget(trace.id)
         raise
     finally:
         discard(stored.folder)
     session.refresh(trace)
     return UploadOutcome(trace, None, created=True)
+
+
+def _forget(trace_id: int) -> None:
+    try:
+        with get_engine().begin() as conn:
+            conn.execute(delete(Trace).where(Trace.id == trace_id))
+    except Exception as exc:
+        log.warning("could not remove trace %s after a failed inline ingestion: %s", trace_id, exc)
 
 
 def ingest_stored(
@@ -100,8 +154,10 @@ def ingest_stored(
     forced_format: str | None,
     max_response_len: int | None,
     progress: Progress | None = None,
+    fence: Fence | None = None,
 ) -> None:
-    """Expand the stored files (archives, .gz) and ingest them into the trace."""
+    """Expand the stored files (archives, .gz) and ingest them into the trace (`fence`:
+    backend.ingest.pipeline.Fence, for an ingestion a job's lease owns)."""
     engine = get_engine()
     try:
         sources = upload_sources(files, settings)
@@ -115,6 +171,7 @@ def ingest_stored(
         forced_format=forced_format,
         max_response_len=max_response_len,
         progress=progress,
+        fence=fence,
     )
     with new_session() as session:
         queue_default_analyses(session, session.get(Trace, trace_id))

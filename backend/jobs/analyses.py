@@ -5,13 +5,17 @@ word (core.analysis.registry); this module only turns that into job rows."""
 
 from __future__ import annotations
 
+import logging
+
 from sqlalchemy.orm import Session
 
-from backend.jobs.dispatch import dispatch
+from backend.jobs.dispatch import QueueUnavailable, dispatch
 from backend.jobs.state import create_job, find_reusable
 from backend.store.models import Job, Trace
 from backend.store.trace_tables import available_columns
 from core.analysis.registry import ANALYSES, default_analyses, resolve_params
+
+log = logging.getLogger(__name__)
 
 ANALYSIS_KINDS = tuple(ANALYSES)
 
@@ -59,5 +63,8 @@ def queue_default_analyses(session: Session, trace: Trace) -> list[Job]:
             jobs.append(create_job(session, team_id=trace.team_id, trace_id=trace.id, kind=kind, params=full))
     session.commit()
     if jobs:
-        dispatch([j.id for j in jobs], jobs[0].kind)
+        try:
+            dispatch([j.id for j in jobs], jobs[0].kind)
+        except QueueUnavailable as exc:  # the trace is ready; the outbox sends them later
+            log.warning("default analyses of trace %s wait for the job queue: %s", trace.id, exc)
     return jobs

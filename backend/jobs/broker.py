@@ -9,6 +9,9 @@ Celery result backend.
 
 from __future__ import annotations
 
+import base64
+import json
+import logging
 from typing import Any
 
 from celery import Celery
@@ -19,6 +22,8 @@ from backend.settings import Settings, get_settings
 fs_transport.register()
 
 APP_NAME = "rlvr_explorer"
+
+log = logging.getLogger(__name__)
 
 
 def broker_url(settings: Settings) -> str:
@@ -90,3 +95,66 @@ def producer() -> Celery:
     if key not in _producers:
         _producers[key] = make_celery(settings)
     return _producers[key]
+
+
+# --------------------------------------------------------------------------- inspection
+
+# kombu's Redis transport: a queue is a list per priority step ("<queue>\x06\x16<step>"
+# above 0), fetched-but-unacknowledged messages a hash of [payload, exchange, routing key].
+_REDIS_PRIORITY_SEP = "\x06\x16"
+_REDIS_PRIORITY_STEPS = (0, 3, 6, 9)
+_REDIS_UNACKED = "unacked"
+
+
+def _job_ids_of(payload: dict) -> set[int]:
+    """The job ids a task message carries (its first argument: an id or a list of ids)."""
+    body = payload.get("body")
+    if (payload.get("properties") or {}).get("body_encoding") == "base64":
+        body = base64.b64decode(body)
+    args = json.loads(body)[0]  # Celery message protocol 2: [args, kwargs, embed]
+    first = args[0] if args else None
+    ids = first if isinstance(first, list) else [first]
+    return {int(i) for i in ids if isinstance(i, int) and not isinstance(i, bool)}
+
+
+def queued_job_ids(settings: Settings | None = None) -> set[int] | None:
+    """Ids of the jobs that have a message in this deployment's queue (waiting, or
+    fetched by a worker and not yet acknowledged, on Redis), or None when the broker
+    cannot be inspected. A job queued in the database with no message here lost it."""
+    settings = settings or get_settings()
+    queue = settings.queue_name
+    try:
+        payloads: list[dict] = []
+        url = broker_url(settings)
+        if url.startswith(fs_transport.SCHEME):
+            for path in settings.queue_dir.glob(f"*.{queue}.msg"):
+                try:
+                    payloads.append(json.loads(path.read_bytes()))
+                except FileNotFoundError:
+                    continue  # fetched meanwhile
+        elif url.startswith(("redis://", "rediss://")):
+            import redis
+
+            client = redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=5)
+            try:
+                for step in _REDIS_PRIORITY_STEPS:
+                    key = queue if not step else f"{queue}{_REDIS_PRIORITY_SEP}{step}"
+                    payloads.extend(json.loads(m) for m in client.lrange(key, 0, -1))
+                for entry in client.hvals(_REDIS_UNACKED):
+                    payload, _exchange, routing_key = json.loads(entry)
+                    if routing_key == queue:
+                        payloads.append(payload)
+            finally:
+                client.close()
+        else:
+            return None
+        ids: set[int] = set()
+        for payload in payloads:
+            try:
+                ids |= _job_ids_of(payload)
+            except (ValueError, KeyError, IndexError, TypeError):
+                continue  # not one of our task messages
+        return ids
+    except Exception as exc:
+        log.warning("could not inspect the job queue: %s", exc)
+        return None

@@ -45,10 +45,11 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from sqlalchemy import delete
 from sqlalchemy.orm import Session
 
 from backend.jobs.contracts import SIMULATION_KIND, WORKLOAD_KIND
-from backend.jobs.dispatch import dispatch
+from backend.jobs.dispatch import QueueUnavailable, dispatch
 from backend.jobs.state import create_job, find_reusable
 from backend.store.models import Job
 from core.simulator.config import (
@@ -468,7 +469,7 @@ def queue_simulation(session: Session, team_id: int, params: dict) -> tuple[Job,
             return existing, False
     job = create_job(session, team_id=team_id, trace_id=trace_id, kind=SIMULATION_KIND, params=params)
     session.commit()
-    dispatch(job.id, SIMULATION_KIND)
+    _dispatch_or_drop(session, job, keep=trace_id is not None)
     return job, True
 
 
@@ -476,5 +477,18 @@ def queue_workload(session: Session, team_id: int, params: dict) -> Job:
     """Always a new job: it writes files that its download serves."""
     job = create_job(session, team_id=team_id, trace_id=params.get("trace_id"), kind=WORKLOAD_KIND, params=params)
     session.commit()
-    dispatch(job.id, WORKLOAD_KIND)
+    _dispatch_or_drop(session, job, keep=False)
     return job
+
+
+def _dispatch_or_drop(session: Session, job: Job, keep: bool) -> None:
+    """Send the job; if the broker is down (QueueUnavailable, a 503), a job that the same
+    request finds again (`keep`: reused by parameters) stays in the outbox, and one that
+    a retry would make anew is removed, so a retried request never runs twice."""
+    try:
+        dispatch(job.id, job.kind)
+    except QueueUnavailable:
+        if not keep:
+            session.execute(delete(Job).where(Job.id == job.id))
+            session.commit()
+        raise

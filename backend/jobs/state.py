@@ -11,6 +11,7 @@ from sqlalchemy import select, update
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
 
+from backend.settings import get_settings
 from backend.store.models import Job, JobStatus, utcnow
 
 
@@ -29,6 +30,7 @@ def create_job(session: Session, *, team_id: int, trace_id: int | None, kind: st
         params_key=params_key(kind, params),
         status=JobStatus.QUEUED,
         progress=0.0,
+        queue=get_settings().queue_name,
     )
     session.add(job)
     session.flush()
@@ -52,10 +54,6 @@ def find_reusable(session: Session, trace_id: int, kind: str, params: dict) -> J
 def _set(engine: Engine, job_id: int, **values: Any) -> None:
     with engine.begin() as conn:
         conn.execute(update(Job).where(Job.id == job_id).values(**values))
-
-
-def mark_running(engine: Engine, job_id: int) -> None:
-    _set(engine, job_id, status=JobStatus.RUNNING, started_at=utcnow(), attempts=Job.attempts + 1, error=None)
 
 
 def set_progress(engine: Engine, job_id: int, progress: float, message: str | None = None) -> None:

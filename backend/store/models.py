@@ -202,7 +202,10 @@ class JobStatus:
 
 class Job(Base):
     __tablename__ = "jobs"
-    __table_args__ = (Index("ix_jobs_trace_kind_key", "trace_id", "kind", "params_key"),)
+    __table_args__ = (
+        Index("ix_jobs_trace_kind_key", "trace_id", "kind", "params_key"),
+        Index("ix_jobs_status", "status"),
+    )
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     team_id: Mapped[int] = mapped_column(ForeignKey("teams.id", ondelete="CASCADE"), index=True)
     trace_id: Mapped[int | None] = mapped_column(_trace_fk())
@@ -222,6 +225,14 @@ class Job(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # A running job's lease: the worker renews it while the job runs (backend.jobs.leases);
+    # once it has expired (worker killed, machine gone) the sweeper queues the job again.
+    lease_until: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    worker: Mapped[str | None] = mapped_column(String(200))
+    # When the job's message was last sent; None on a queued job: not sent yet (the outbox).
+    dispatched_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # The Celery queue the job is sent to (None: the sender's configured queue).
+    queue: Mapped[str | None] = mapped_column(String(200))
 
 
 class JobPart(Base):

@@ -15,7 +15,7 @@ import os
 
 from sqlalchemy.exc import OperationalError
 
-from backend.jobs.state import mark_failed, mark_running, mark_succeeded
+from backend.jobs.state import mark_failed, mark_succeeded
 from backend.store.db import get_engine, new_session
 from backend.store.models import Job, JobStatus, Trace, TraceStatus
 from core.jsonable import json_safe
@@ -89,7 +89,6 @@ def run_advice_job(job_id: int) -> None:
             return
         params = dict(job.params)
         trace = session.get(Trace, params["trace_id"])
-    mark_running(engine, job_id)
     progress = _Throttled(job_id)
     try:
         if trace is None or trace.status != TraceStatus.READY:

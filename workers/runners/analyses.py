@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from sqlalchemy import func, select, update
 
-from backend.jobs.state import mark_failed, mark_running, mark_succeeded, set_progress
+from backend.jobs.state import mark_failed, mark_succeeded, set_progress
 from backend.settings import get_settings
 from backend.store.db import get_engine, new_session
 from backend.store.models import Job, JobPart, JobStatus, Sample, Step, Trace, TraceStatus
@@ -55,16 +55,14 @@ def _fail_all(jobs: list[Job], message: str) -> None:
 
 
 def plan_and_run(job_ids: list[int], send_part) -> None:
-    """Entry of the `run_analyses` task: run small traces here, fan big ones out."""
-    engine = get_engine()
+    """Entry of the `run_analyses` task (the jobs claimed, backend.jobs.leases): run
+    small traces here, fan big ones out."""
     jobs, trace = _jobs_and_trace(job_ids)
     if not jobs:
         return
     if trace is None or trace.status != TraceStatus.READY:
         _fail_all(jobs, "the trace is not ready (deleted, failed or still ingesting)")
         return
-    for job in jobs:
-        mark_running(engine, job.id)
     step_jobs = [j for j in jobs if ANALYSES[j.kind].reduce is not None]
     for job in jobs:
         if ANALYSES[job.kind].reduce is None:

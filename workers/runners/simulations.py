@@ -54,7 +54,7 @@ from sqlalchemy.exc import OperationalError
 from backend.formats.base import STEP_TIMING_COLUMNS
 from backend.jobs.contracts import chrome_trace_path
 from backend.jobs.simulations import compare_cluster_of, configs_of
-from backend.jobs.state import mark_failed, mark_running, mark_succeeded, set_progress
+from backend.jobs.state import mark_failed, mark_succeeded, set_progress
 from backend.store.db import get_engine, new_session
 from backend.store.models import Job, JobStatus, Trace, TraceStatus
 from backend.store.trace_tables import load_trace_tables
@@ -426,7 +426,6 @@ def run_simulation_job(job_id: int) -> None:
             return
         params = dict(job.params)
         trace = session.get(Trace, params["trace_id"]) if params.get("trace_id") is not None else None
-    mark_running(engine, job_id)
     progress = _Throttled(job_id)
     try:
         if params.get("trace_id") is not None:

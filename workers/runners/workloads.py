@@ -38,7 +38,7 @@ from backend.formats.base import InputError
 from backend.ingest.service import accept_upload, ingest_stored
 from backend.ingest.uploads import local_files
 from backend.jobs.contracts import WORKLOAD_ZIP, workload_dir
-from backend.jobs.state import mark_failed, mark_running, mark_succeeded, set_progress
+from backend.jobs.state import mark_failed, mark_succeeded, set_progress
 from backend.settings import get_settings
 from backend.store.db import get_engine, new_session
 from backend.store.models import Job, JobStatus, Trace, TraceStatus
@@ -176,7 +176,6 @@ def run_workload_job(job_id: int) -> None:
             return
         params, team_id = dict(job.params), job.team_id
         trace = session.get(Trace, params["trace_id"]) if params.get("trace_id") is not None else None
-    mark_running(engine, job_id)
 
     def progress(fraction: float, message: str) -> None:
         set_progress(engine, job_id, fraction, message)
