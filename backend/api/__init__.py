@@ -6,7 +6,7 @@ from __future__ import annotations
 from fastapi import APIRouter, FastAPI, HTTPException, Request
 from starlette.routing import Match
 
-from backend.api.errors import install_error_handlers
+from backend.api.errors import ERROR_RESPONSES, install_error_handlers
 from backend.api.routes import analyses, jobs, me, simulations, trace_data, traces, workloads
 
 API_PREFIX = "/api/v1"
@@ -21,7 +21,8 @@ def create_app() -> FastAPI:
         openapi_url=f"{API_PREFIX}/openapi.json",
         docs_url=f"{API_PREFIX}/docs",
     )
-    api = APIRouter(prefix=API_PREFIX)
+    # every route documents the ErrorResponse shape (FastAPI's own 422s follow it too)
+    api = APIRouter(prefix=API_PREFIX, responses=ERROR_RESPONSES)
     for module in (me, traces, trace_data, analyses, jobs, simulations, workloads):
         api.include_router(module.router)
     app.include_router(api)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
 from backend.api.schemas import ErrorResponse
@@ -17,7 +18,38 @@ ERROR_RESPONSES: dict = {
 }
 
 
+def _loc_field(loc) -> str | None:
+    """A validation error's location as a field name: ("body", "cluster", "n_gpus") ->
+    "cluster.n_gpus", ("query", "offset") -> "offset", list indices as [i]."""
+    parts = list(loc)
+    if parts and parts[0] in ("body", "query", "path", "header", "cookie", "form"):
+        parts = parts[1:]
+    out = ""
+    for p in parts:
+        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
+    return out or None
+
+
+def validation_detail(exc: RequestValidationError) -> dict:
+    """FastAPI's own validation errors in the declared ErrorResponse shape: the first
+    error's field and a message naming it (the values are not echoed in full)."""
+    errors = exc.errors()
+    first = errors[0] if errors else {}
+    field = _loc_field(first.get("loc", ()))
+    msg = str(first.get("msg", "invalid request")).removeprefix("Value error, ")
+    if first.get("type") == "json_invalid":
+        return {"message": f"body: invalid JSON ({first.get('ctx', {}).get('error', msg)})", "field": "body"}
+    message = f"{field}: {msg}" if field else msg
+    if len(errors) > 1:
+        message += f" (and {len(errors) - 1} more)"
+    return {"message": message, "field": field}
+
+
 def install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(RequestValidationError)
+    async def _validation_error(_request: Request, exc: RequestValidationError) -> JSONResponse:
+        return JSONResponse(status_code=422, content={"detail": validation_detail(exc)})
+
     @app.exception_handler(InputError)
     async def _input_error(_request: Request, exc: InputError) -> JSONResponse:
         return JSONResponse(status_code=422, content={"detail": exc.as_dict()})

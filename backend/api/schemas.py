@@ -3,9 +3,16 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from backend.store.ids import ID_MAX, ID_MIN
+
+# An id in a JSON body: a JSON integer in the id column's range (never 108.0 or "108").
+# Text parameters never hold NUL (Postgres text cannot store it).
+NO_NUL = r"^[^\x00]*$"
+BodyId = Annotated[int, Field(strict=True, ge=ID_MIN, le=ID_MAX)]
 
 
 class ErrorDetail(BaseModel):

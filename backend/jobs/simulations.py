@@ -38,6 +38,7 @@ from sqlalchemy.orm import Session
 from backend.jobs.contracts import SIMULATION_KIND, WORKLOAD_KIND
 from backend.jobs.dispatch import dispatch
 from backend.jobs.state import create_job, find_reusable
+from backend.store.ids import check_id
 from backend.store.models import Job
 from core.simulator.config import (
     BALANCING_MODES,
@@ -227,7 +228,7 @@ def simulation_params(body: dict) -> dict:
         "steps": _step_range(body.get("steps")),
     }
     if has_trace:
-        params["trace_id"] = _int(body["trace_id"], "trace_id", 1)
+        params["trace_id"] = check_id(body["trace_id"], "trace_id")
     else:
         params["workload"] = _workload_source(body["workload"])
         if params["calibrate"]:
@@ -306,7 +307,7 @@ def workload_params(body: dict, *, multiturn_trace: bool = False) -> dict:
         raise ValueError(f"task: must be a string, got {out['task']!r}")
     multiturn = multiturn_trace
     if has_trace:
-        out["trace_id"] = _int(body["trace_id"], "trace_id", 1)
+        out["trace_id"] = check_id(body["trace_id"], "trace_id")
     else:
         try:
             parsed = load_parameters(body["parameters"])
