@@ -39,6 +39,8 @@ def validation_detail(exc: RequestValidationError) -> dict:
     msg = str(first.get("msg", "invalid request")).removeprefix("Value error, ")
     if first.get("type") == "json_invalid":
         return {"message": f"body: invalid JSON ({first.get('ctx', {}).get('error', msg)})", "field": "body"}
+    if first.get("type") == "string_pattern_mismatch" and "\\x00" in str(first.get("ctx", {}).get("pattern", "")):
+        msg = "must not contain NUL characters"
     message = f"{field}: {msg}" if field else msg
     if len(errors) > 1:
         message += f" (and {len(errors) - 1} more)"

@@ -301,10 +301,14 @@ def workload_params(body: dict, *, multiturn_trace: bool = False) -> dict:
     }
     if not isinstance(out["ingest"], bool):
         raise ValueError(f"ingest: must be true or false, got {out['ingest']!r}")
-    if out["name"] is not None and not isinstance(out["name"], str):
-        raise ValueError(f"name: must be a string, got {out['name']!r}")
-    if out["task"] is not None and not isinstance(out["task"], str):
-        raise ValueError(f"task: must be a string, got {out['task']!r}")
+    for key, most in (("name", 300), ("task", 200)):  # the trace name / task label columns
+        value = out[key]
+        if value is None:
+            continue
+        if not isinstance(value, str):
+            raise ValueError(f"{key}: must be a string, got {value!r}")
+        if len(value) > most or "\0" in value:
+            raise ValueError(f"{key}: must be at most {most} characters without NUL, got {len(value)} characters")
     multiturn = multiturn_trace
     if has_trace:
         out["trace_id"] = check_id(body["trace_id"], "trace_id")

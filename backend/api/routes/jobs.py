@@ -15,7 +15,7 @@ from sqlalchemy.orm import defer
 
 from backend.api.deps import CurrentTeam, JobIdPath, OptionalTraceQuery, SessionDep, job_of_team
 from backend.api.errors import ERROR_RESPONSES
-from backend.api.schemas import JobList, JobOut
+from backend.api.schemas import NO_NUL, JobList, JobOut
 from backend.store.models import Job
 
 router = APIRouter(prefix="/jobs", tags=["jobs"], responses=ERROR_RESPONSES)
@@ -42,8 +42,8 @@ def list_jobs(
     session: SessionDep,
     team: CurrentTeam,
     trace: OptionalTraceQuery,
-    status_: Annotated[str | None, Query(alias="status")] = None,
-    kind: str | None = None,
+    status_: Annotated[str | None, Query(alias="status", max_length=20, pattern=NO_NUL)] = None,
+    kind: Annotated[str | None, Query(max_length=50, pattern=NO_NUL)] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 100,
     include_result: IncludeResult = False,
 ):

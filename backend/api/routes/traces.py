@@ -13,7 +13,7 @@ from backend.api.errors import ERROR_RESPONSES
 from backend.api.schemas import NO_NUL, JobOut, TraceOut, TracePage, UploadAccepted
 from backend.formats import FORMATS
 from backend.ingest.service import accept_upload
-from backend.ingest.uploads import store_upload
+from backend.ingest.uploads import discard, store_upload
 from backend.jobs.analyses import applicable_analyses
 from backend.jobs.contracts import INGEST_KIND
 from backend.store.ids import ID_MAX, INT4_MAX
@@ -38,6 +38,17 @@ def traces_out(session, traces: list[Trace]) -> list[TraceOut]:
         )
         for t in traces
     ]
+
+
+def _queued_ingest_of(session, folder) -> bool:
+    """An ingest job was committed for this upload folder (the worker will read it)."""
+    if folder is None:
+        return True
+    try:
+        jobs = session.scalars(select(Job.params).where(Job.kind == INGEST_KIND).order_by(Job.id.desc()).limit(20))
+        return any((p or {}).get("folder") == str(folder) for p in jobs)
+    except Exception:
+        return True  # the database is unreachable: keep the files rather than lose a queued upload
 
 
 def escape_like(text: str) -> str:
@@ -79,16 +90,23 @@ async def upload_trace(
             detail={"message": f"unknown format '{format}'; known: {', '.join(sorted(FORMATS))}", "field": "format"},
         )
     stored = await run_in_threadpool(store_upload, [(f.filename or "upload", f.file) for f in files], settings)
-    outcome = await run_in_threadpool(
-        accept_upload,
-        session,
-        settings,
-        team_id=team.id,
-        stored=stored,
-        name=name,
-        forced_format=format,
-        max_response_len=max_response_len,
-    )
+    try:
+        outcome = await run_in_threadpool(
+            accept_upload,
+            session,
+            settings,
+            team_id=team.id,
+            stored=stored,
+            name=name,
+            forced_format=format,
+            max_response_len=max_response_len,
+        )
+    except BaseException:
+        # a failed creation leaves no upload folder behind (a queued ingest keeps its own)
+        session.rollback()
+        if not _queued_ingest_of(session, stored.folder):
+            discard(stored.folder)
+        raise
     trace = trace_out(session, outcome.trace)
     if outcome.job is not None:
         response.status_code = status.HTTP_202_ACCEPTED
