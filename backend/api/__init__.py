@@ -8,6 +8,7 @@ from starlette.routing import Match
 
 from backend.api.errors import ERROR_RESPONSES, install_error_handlers
 from backend.api.routes import analyses, jobs, me, simulations, trace_data, traces, workloads
+from backend.api.security import SecurityHeaders, install_docs
 
 API_PREFIX = "/api/v1"
 
@@ -19,8 +20,11 @@ def create_app() -> FastAPI:
         description="Explore RLVR training traces: length distributions, GPU idle time, "
         "DP load imbalance, reward and tool latency, and what-if replays.",
         openapi_url=f"{API_PREFIX}/openapi.json",
-        docs_url=f"{API_PREFIX}/docs",
+        docs_url=None,  # served by install_docs with the app's own assets
+        redoc_url=None,
     )
+    app.add_middleware(SecurityHeaders)
+    install_docs(app, API_PREFIX)
     # every route documents the ErrorResponse shape (FastAPI's own 422s follow it too)
     api = APIRouter(prefix=API_PREFIX, responses=ERROR_RESPONSES)
     for module in (me, traces, trace_data, analyses, jobs, simulations, workloads):
