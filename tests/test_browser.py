@@ -614,3 +614,14 @@ def test_workload_page_fits_generates_and_downloads(browser, server, per_step, t
     names = b.wait(lambda: zipfile.ZipFile(path).namelist() if zipfile.is_zipfile(path) else None, "a whole zip")
     assert {"packed_lengths_step_0.jsonl", "packed_lengths_step_1.jsonl"} <= {n.split("/")[-1] for n in names}
     b.assert_console_clean()
+
+
+def test_api_docs_render_offline_under_the_csp(browser):
+    """Swagger UI and ReDoc draw the API from assets the app serves itself (no CDN), and
+    the Content-Security-Policy lets them (and the dashboard) run without console errors."""
+    browser.open("/api/v1/docs")
+    browser.wait(lambda: len(browser.css(".opblock")) > 10, "Swagger UI's operations")
+    browser.assert_console_clean()
+    browser.open("/api/v1/redoc")
+    browser.wait(lambda: browser.css("h1") and "RLVR Explorer" in browser.css("h1")[0].text, "ReDoc's title")
+    browser.assert_console_clean()
