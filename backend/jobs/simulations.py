@@ -31,6 +31,7 @@ Workload job parameters (`workload_params`):
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
 
 from sqlalchemy.orm import Session
@@ -38,7 +39,7 @@ from sqlalchemy.orm import Session
 from backend.jobs.contracts import SIMULATION_KIND, WORKLOAD_KIND
 from backend.jobs.dispatch import dispatch
 from backend.jobs.state import create_job, find_reusable
-from backend.store.ids import check_id
+from backend.store.ids import INT4_MAX, check_id
 from backend.store.models import Job
 from core.simulator.config import (
     BALANCING_MODES,
@@ -137,11 +138,14 @@ def presets() -> dict:
 # --------------------------------------------------------------------------- simulations
 
 
-def _int(value: Any, where: str, lo: int = 0) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or float(value) != int(value):
+def _int(value: Any, where: str, lo: int = 0, hi: int = INT4_MAX) -> int:
+    """An integer (an integral float too) in lo..hi (steps, counts and seeds are int32)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"{where}: must be an integer, got {value!r:.80}")
+    if isinstance(value, float) and (not math.isfinite(value) or value != int(value)):
         raise ValueError(f"{where}: must be an integer, got {value!r}")
-    if int(value) < lo:
-        raise ValueError(f"{where}: must be >= {lo}, got {value!r}")
+    if not lo <= int(value) <= hi:
+        raise ValueError(f"{where}: must be an integer in {lo}..{hi}, got {value!r}")
     return int(value)
 
 
