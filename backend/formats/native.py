@@ -230,6 +230,8 @@ def _csv_value_problem(col: str, value: str) -> str | None:
             return "missing value"
         if not _INT_RE.match(value):
             return f"expected an integer, got {show_value(value)}"
+        if not -(2**63) <= int(value) < 2**63:
+            return f"integer out of range, got {show_value(value)}"
     elif col in SAMPLE_BOOL_COLUMNS:
         if value not in _BOOL_WORDS:
             return f"expected true or false, got {show_value(value)}"
