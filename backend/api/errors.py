@@ -5,12 +5,14 @@ from __future__ import annotations
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from backend.api.schemas import ErrorResponse
 from backend.formats.base import InputError
 from backend.ingest.uploads import UploadTooLarge
 
 ERROR_RESPONSES: dict = {
+    400: {"model": ErrorResponse, "description": "Malformed request (e.g. an unreadable multipart body)."},
     401: {"model": ErrorResponse, "description": "Missing or invalid API key."},
     404: {"model": ErrorResponse, "description": "No such resource for this team."},
     413: {"model": ErrorResponse, "description": "Upload larger than the configured limit."},
@@ -48,6 +50,13 @@ def validation_detail(exc: RequestValidationError) -> dict:
 
 
 def install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        # every error in the ErrorResponse shape: framework errors ("Invalid multipart
+        # data.", "Method Not Allowed") carry a plain string detail
+        detail = exc.detail if isinstance(exc.detail, dict) else {"message": str(exc.detail)}
+        return JSONResponse(status_code=exc.status_code, content={"detail": detail}, headers=exc.headers)
+
     @app.exception_handler(RequestValidationError)
     async def _validation_error(_request: Request, exc: RequestValidationError) -> JSONResponse:
         return JSONResponse(status_code=422, content={"detail": validation_detail(exc)})
