@@ -40,12 +40,13 @@ def traces_out(session, traces: list[Trace]) -> list[TraceOut]:
     ]
 
 
-def _queued_ingest_of(session, folder) -> bool:
+def _queued_ingest_of(session, team_id: int, folder) -> bool:
     """An ingest job was committed for this upload folder (the worker will read it)."""
     if folder is None:
         return True
     try:
-        jobs = session.scalars(select(Job.params).where(Job.kind == INGEST_KIND).order_by(Job.id.desc()).limit(20))
+        query = select(Job.params).where(Job.team_id == team_id, Job.kind == INGEST_KIND)
+        jobs = session.scalars(query.order_by(Job.id.desc()).limit(20))
         return any((p or {}).get("folder") == str(folder) for p in jobs)
     except Exception:
         return True  # the database is unreachable: keep the files rather than lose a queued upload
@@ -101,10 +102,10 @@ async def upload_trace(
             forced_format=format,
             max_response_len=max_response_len,
         )
-    except BaseException:
+    except Exception:  # (not a cancellation: the ingest thread may still be reading the folder)
         # a failed creation leaves no upload folder behind (a queued ingest keeps its own)
         session.rollback()
-        if not _queued_ingest_of(session, stored.folder):
+        if not _queued_ingest_of(session, team.id, stored.folder):
             discard(stored.folder)
         raise
     trace = trace_out(session, outcome.trace)
