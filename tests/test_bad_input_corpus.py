@@ -258,6 +258,14 @@ def upload_cases() -> list[Case]:
             "gz-bad-content", [("s.csv.gz", gzip.compress(csv("0,0,0,x,6")))], file="s.csv", line=2, field="prompt_len"
         ),
     ]
+    # JSON nested deeper than any parser recurses, and NaN where a number must be finite
+    deep = b"[" * 20000 + b"]" * 20000 + b"\n"
+    c += [
+        Case("verl-deep-nesting", [("metrics.jsonl", deep)], {"format": "verl-jsonl"}, file="metrics.jsonl", line=1),
+        Case("detect-deep-nesting", [("metrics.jsonl", b'{"step": ' + deep)], file="metrics.jsonl"),
+        Case("packed-deep-nesting", [(name, deep)], file=name, line=1),
+        Case("native-jsonl-deep", [("s.jsonl", deep)], {"format": "native-jsonl"}, file="s.jsonl", line=1),
+    ]
     # what no reader can take
     c += [
         Case("unknown-format", [("notes.txt", b"hello")], file="notes.txt"),
