@@ -7,6 +7,8 @@ transport in the data folder, with a real worker process. Setting `DATABASE_URL`
 
 from __future__ import annotations
 
+import os
+import secrets
 from functools import lru_cache
 from pathlib import Path
 
@@ -45,6 +47,8 @@ class Settings(BaseSettings):
     job_requeue_s: float = Field(default=120.0, gt=0)
     job_max_attempts: int = Field(default=3, ge=1)
     api_url: str = "http://127.0.0.1:8000"
+    # Signs the dashboard's session cookies and seals the API key in them. Unset: one is
+    # made on first start and kept in the data folder (`session_secret`).
     secret_key: str | None = None
 
     @field_validator("data_dir")
@@ -74,6 +78,34 @@ class Settings(BaseSettings):
     @property
     def upload_dir(self) -> Path:
         return self.data_dir / "uploads"
+
+    @property
+    def secret_key_file(self) -> Path:
+        return self.data_dir / "secret_key"
+
+    def session_secret(self) -> str:
+        """`secret_key` (RLVR_SECRET_KEY) when set; else the secret kept in the data folder,
+        created on first start (mode 0600, atomically: concurrent first starts agree), so
+        restarts and the several processes of a deployment share it."""
+        if self.secret_key:
+            return self.secret_key
+        path = self.secret_key_file
+        if not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(f".secret_key.{os.getpid()}.{secrets.token_hex(4)}")
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as f:
+                f.write(secrets.token_urlsafe(48) + "\n")
+            try:
+                os.link(tmp, path)  # fails if another process got there first: use theirs
+            except FileExistsError:
+                pass
+            finally:
+                tmp.unlink(missing_ok=True)
+        secret = path.read_text().strip()
+        if len(secret) < 32:
+            raise RuntimeError(f"{path}: the session secret is too short (delete the file to make a new one)")
+        return secret
 
     def ensure_dirs(self) -> None:
         # The queue folder is only for the embedded filesystem broker (not with Redis).

@@ -6,7 +6,7 @@
 Pages live in `dashboard/pages/` (one module each, `dash.register_page`); navigation is
 generated from the page registry (see `dashboard.views.components`). The app never opens
 the database: every figure is built from API payloads fetched with the signed-in
-team's key (kept in Flask's session cookie, see `dashboard.api.session`).
+team's key (sealed in Flask's session cookie, see `dashboard.api.session`).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import httpx
 from dash import dcc, html
 
 from dashboard import callbacks
-from dashboard.api.session import API_BASE_URL, API_HTTP_CLIENT
+from dashboard.api.session import API_BASE_URL, API_HTTP_CLIENT, SessionInterface
 from dashboard.server import compression, downloads
 from dashboard.views import components
 
@@ -53,6 +53,7 @@ def create_dash(
     requests_pathname_prefix: str = "/",
     server: flask.Flask | bool | None = None,
     http_client: httpx.Client | None = None,
+    secret_key: str | None = None,
 ) -> dash.Dash:
     """Build the dashboard.
 
@@ -61,14 +62,20 @@ def create_dash(
         under a path (routes are still served at "/" of the WSGI app).
     server: an existing Flask app to attach to (default: a new one).
     http_client: an httpx.Client for the API (tests pass one with a MockTransport).
+    secret_key: signs the session cookie and seals the API key in it; the server passes
+        the deployment's (`Settings.session_secret`), shared by restarts and processes.
+        Without one: RLVR_SECRET_KEY, else a random one (sessions end with the process).
     """
     flask_server = server if isinstance(server, flask.Flask) else flask.Flask("dashboard")
-    flask_server.secret_key = os.environ.get("RLVR_SECRET_KEY") or flask_server.secret_key or secrets.token_hex(32)
+    flask_server.secret_key = (
+        secret_key or os.environ.get("RLVR_SECRET_KEY") or flask_server.secret_key or secrets.token_hex(32)
+    )
+    flask_server.session_interface = SessionInterface()
     flask_server.config.update(
         SESSION_COOKIE_NAME="rlvr_session",
         SESSION_COOKIE_HTTPONLY=True,
         SESSION_COOKIE_SAMESITE="Lax",
-        PERMANENT_SESSION_LIFETIME=timedelta(days=14),
+        PERMANENT_SESSION_LIFETIME=timedelta(hours=12),
     )
     flask_server.config[API_BASE_URL] = api_base_url
     flask_server.config[API_HTTP_CLIENT] = http_client

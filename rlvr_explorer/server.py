@@ -17,6 +17,7 @@ def create_server(*, with_dashboard: bool = True) -> FastAPI:
     """The API, and (by default) the Dash app (a Flask WSGI app) served at the root."""
     app = create_app()
     if with_dashboard:
-        dash_app = create_dash(get_settings().api_url)
+        settings = get_settings()
+        dash_app = create_dash(settings.api_url, secret_key=settings.session_secret())
         app.mount("/", WSGIMiddleware(dash_app.server))
     return app

@@ -765,3 +765,14 @@ def test_every_page_explains_its_empty_charts_and_counts_in_whole_ticks(browser,
     b.open(href.replace(server.base, ""))
     b.wait(lambda: "Accepted trace formats" in (b.text("formats-doc") or ""), "the formats page")
     b.assert_console_clean()
+
+
+def test_api_docs_render_offline_under_the_csp(browser):
+    """Swagger UI and ReDoc draw the API from assets the app serves itself (no CDN), and
+    the Content-Security-Policy lets them (and the dashboard) run without console errors."""
+    browser.open("/api/v1/docs")
+    browser.wait(lambda: len(browser.css(".opblock")) > 10, "Swagger UI's operations")
+    browser.assert_console_clean()
+    browser.open("/api/v1/redoc")
+    browser.wait(lambda: browser.css("h1") and "RLVR Explorer" in browser.css("h1")[0].text, "ReDoc's title")
+    browser.assert_console_clean()

@@ -8,6 +8,7 @@ import json
 import httpx
 import pytest
 
+from dashboard.api import session
 from dashboard.api.client import ApiClient, ApiError, api_root
 
 KEY = "team-key-123"
@@ -404,7 +405,7 @@ def test_analysis_results_stay_on_the_server_and_are_cached_per_team(app, stub):
         200, json={"id": 22, "kind": "longtail", "status": "running", "result": None}
     )
     with app.server.test_request_context():
-        flask.session["api_key"] = KEY
+        flask.session[session.KEY_FIELD] = session.seal_key(KEY)
         assert results.analysis_result({"job_id": 21, "note": None}, "imbalance") == (
             {"dp_size": 4},
             "Waiting for the imbalance analysis…",
@@ -419,7 +420,7 @@ def test_analysis_results_stay_on_the_server_and_are_cached_per_team(app, stub):
             "The longtail analysis is running…",
         )
     with app.server.test_request_context():
-        flask.session["api_key"] = "another team"
+        flask.session[session.KEY_FIELD] = session.seal_key("another team")
         result, note = results.analysis_result({"job_id": 21}, "imbalance")
         assert result is None and "invalid API key" in note  # the cache does not answer for another key
 
@@ -427,7 +428,7 @@ def test_analysis_results_stay_on_the_server_and_are_cached_per_team(app, stub):
 def test_cdf_draws_the_default_steps_in_the_first_round_and_redraws_for_chosen_ones(app, stub):
     client = app.server.test_client()
     with client.session_transaction() as sess:
-        sess["api_key"] = KEY
+        sess[session.KEY_FIELD] = session.seal_key(KEY, app.server)
     client.get("/_dash-layout")  # the app registers its callbacks on the first request
     main = next(k for k in app.callback_map if k.startswith("..dist-box.figure"))
     inputs = [
@@ -524,7 +525,7 @@ def test_downloads_pass_the_api_file_through(app, stub):
     client = app.server.test_client()
     assert client.get("/download/simulations/5/chrome-trace?policy=b").status_code == 401  # not signed in
     with client.session_transaction() as sess:
-        sess["api_key"] = KEY
+        sess[session.KEY_FIELD] = session.seal_key(KEY, app.server)
     r = client.get("/download/simulations/5/chrome-trace?policy=b")
     assert r.status_code == 200
     assert (
@@ -609,7 +610,7 @@ def test_simulate_page_opens_the_latest_replay_with_a_form_from_presets(app, stu
     )
     client = app.server.test_client()
     with client.session_transaction() as sess:
-        sess["api_key"] = KEY
+        sess[session.KEY_FIELD] = session.seal_key(KEY, app.server)
     page = _render(client, "/traces/7/simulate")
     assert _find(page, "sim-job")["props"]["data"] == 8  # the latest finished replay is shown
     assert _find(page, "sim-done")["props"]["data"] == 8
@@ -660,7 +661,7 @@ def test_analysis_panel_is_filled_when_the_page_is_built(app, stub):
     )
     client = app.server.test_client()
     with client.session_transaction() as sess:
-        sess["api_key"] = KEY
+        sess[session.KEY_FIELD] = session.seal_key(KEY, app.server)
     page = _render(client, "/traces/7/imbalance")
     store = _find(page, {"type": "analysis-result", "kind": "imbalance"})
     assert store["props"]["data"] == {"job_id": 31, "note": None}  # shown while the re-run goes on
@@ -680,13 +681,13 @@ def test_built_figures_are_cached_per_team(app):
         return {"figure": len(built)}
 
     with app.server.test_request_context():
-        flask.session["api_key"] = KEY
+        flask.session[session.KEY_FIELD] = session.seal_key(KEY)
         first = figure_cache.cached(("imbalance", 21, "tokens"), build)
         assert figure_cache.cached(("imbalance", 21, "tokens"), build) is first and len(built) == 1
         figure_cache.cached(("imbalance", 21, "cost"), build)  # other options: built again
         assert len(built) == 2
     with app.server.test_request_context():
-        flask.session["api_key"] = "another team"
+        flask.session[session.KEY_FIELD] = session.seal_key("another team")
         assert figure_cache.cached(("imbalance", 21, "tokens"), build) == {"figure": 3}  # never another team's
 
 
@@ -707,7 +708,7 @@ def test_prefetched_result_is_fetched_once(app, stub):
 
     stub.routes[("GET", "/api/v1/jobs/41")] = slow
     with app.server.test_request_context():
-        flask.session["api_key"] = KEY
+        flask.session[session.KEY_FIELD] = session.seal_key(KEY)
         results.prefetch(41)  # as a layout does
         assert results.job_result(41) == {"v": 1}  # waits for the fetch under way
         assert calls == ["prefetch-job-41"]

@@ -245,6 +245,20 @@ def test_no_steps_and_no_gpu_events_are_reported_not_fatal():
         (b'{"traceEvents": [{"cat": "kernel", "name": "k", "dur": 1}]}', "ts", 1),
         (b'{"traceEvents": [{"cat": "kernel", "name": "k", "ts": 1, "dur": 1}, 7]}', "traceEvents", 2),
         (b'{"distributedInfo": {"rank": "zero"}, "traceEvents": []}', "distributedInfo.rank", None),
+        # impossible events: refused, not stored as given, as 0 or as stream -1
+        (b'{"traceEvents": [{"cat": "cpu_op"}, {"cat": "kernel", "name": "k", "ts": 1, "dur": -5}]}', "dur", 2),
+        (b'{"traceEvents": [{"cat": "kernel", "name": "k", "ts": 1, "dur": 1}, {"cat": "kernel", "ts": 2}]}', "dur", 2),
+        (
+            b'{"traceEvents": [{"cat": "kernel", "name": "k", "ts": 1, "dur": 1, "args": {"stream": "s7"}}]}',
+            "args.stream",
+            1,
+        ),
+        (
+            b'{"traceEvents": [{"cat": "kernel", "name": "k", "ts": 1, "dur": 1, "args": {"stream": 1099511627776}}]}',
+            "stream",
+            1,
+        ),
+        (b'{"traceEvents": [{"cat": "kernel", "name": "k", "ts": 1e999, "dur": 1}]}', "ts", 1),
     ],
 )
 def test_bad_input_names_file_field_and_record(raw, field, line):

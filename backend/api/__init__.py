@@ -6,8 +6,9 @@ from __future__ import annotations
 from fastapi import APIRouter, FastAPI, HTTPException, Request
 from starlette.routing import Match
 
-from backend.api.errors import install_error_handlers
+from backend.api.errors import ERROR_RESPONSES, install_error_handlers
 from backend.api.routes import advice, analyses, jobs, me, simulations, trace_data, traces, workloads
+from backend.api.security import SecurityHeaders, install_docs
 
 API_PREFIX = "/api/v1"
 
@@ -19,9 +20,13 @@ def create_app() -> FastAPI:
         description="Explore RLVR training traces: length distributions, GPU idle time, "
         "DP load imbalance, reward and tool latency, and what-if replays.",
         openapi_url=f"{API_PREFIX}/openapi.json",
-        docs_url=f"{API_PREFIX}/docs",
+        docs_url=None,  # served by install_docs with the app's own assets
+        redoc_url=None,
     )
-    api = APIRouter(prefix=API_PREFIX)
+    app.add_middleware(SecurityHeaders)
+    install_docs(app, API_PREFIX)
+    # every route documents the ErrorResponse shape (FastAPI's own 422s follow it too)
+    api = APIRouter(prefix=API_PREFIX, responses=ERROR_RESPONSES)
     for module in (me, traces, trace_data, analyses, jobs, simulations, workloads, advice):
         api.include_router(module.router)
     app.include_router(api)

@@ -1,18 +1,29 @@
-"""Request dependencies: a DB session, the team behind the API key, a team's trace."""
+"""Request dependencies: a DB session, the team behind the API key, and the one
+ownership rule for ids.
+
+The ownership rule: an id that names a team's object — in a path, a query, a JSON body
+or a form field — is an integer in 1..2**31-1 (`backend.store.ids`; strictly typed in
+bodies: 108.0 and "108" are a 422, never coerced), and it resolves to an object of the
+caller's team or answers 404. Another team's object answers the same 404 as a missing
+one, so ids cannot be enumerated. Routes take ids only through `TraceDep`,
+`OptionalTraceQuery`, `owned_trace` (body fields) and `job_of_team`.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Annotated
+from typing import Annotated, Any
 
-from fastapi import Depends, Header, HTTPException, status
+from fastapi import Depends, Header, HTTPException, Path, Query, status
+from pydantic import BeforeValidator
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from backend.auth import team_for_key
 from backend.settings import Settings, get_settings
 from backend.store.db import new_session
-from backend.store.models import Team, Trace
+from backend.store.ids import ID_MAX, ID_MIN, check_id
+from backend.store.models import Job, Team, Trace
 
 
 def get_session() -> Iterator[Session]:
@@ -48,6 +59,22 @@ def get_current_team(
 CurrentTeam = Annotated[Team, Depends(get_current_team)]
 
 
+def _digits(value: Any) -> Any:
+    """Path and query ids arrive as text: only plain decimal digits are an id ("108.0",
+    "+108", " 108" and "1_08", which int() or pydantic would coerce, are refused)."""
+    if isinstance(value, str) and not (value.isascii() and value.isdigit()):
+        raise ValueError("must be an integer id (decimal digits)")
+    return value
+
+
+_Digits = BeforeValidator(_digits)
+TraceIdPath = Annotated[int, _Digits, Path(ge=ID_MIN, le=ID_MAX, description="A trace of your team")]
+JobIdPath = Annotated[int, _Digits, Path(ge=ID_MIN, le=ID_MAX, description="A job of your team")]
+TraceIdQuery = Annotated[
+    int | None, _Digits, Query(ge=ID_MIN, le=ID_MAX, description="Only jobs of this trace of your team")
+]
+
+
 def trace_of_team(session: Session, team: Team, trace_id: int) -> Trace:
     """The team's trace, or 404 — also for another team's trace, whose existence is not revealed."""
     trace = session.scalars(select(Trace).where(Trace.id == trace_id, Trace.team_id == team.id)).first()
@@ -56,8 +83,34 @@ def trace_of_team(session: Session, team: Team, trace_id: int) -> Trace:
     return trace
 
 
-def get_trace(trace_id: int, session: SessionDep, team: CurrentTeam) -> Trace:
+def owned_trace(session: Session, team: Team, value: Any, field: str = "trace_id") -> Trace:
+    """A trace id given in a body or form field: a strict integer id (else 422 naming the
+    field), and the team's trace (else 404)."""
+    try:
+        trace_id = check_id(value, field)
+    except ValueError as exc:
+        raise HTTPException(422, detail={"message": str(exc), "field": field}) from exc
     return trace_of_team(session, team, trace_id)
 
 
+def job_of_team(session: Session, team: Team, job_id: int, kind: str | None = None) -> Job:
+    """The team's job (of this kind), or 404 (also for another team's job)."""
+    where = [Job.id == job_id, Job.team_id == team.id]
+    if kind is not None:
+        where.append(Job.kind == kind)
+    job = session.scalars(select(Job).where(*where)).first()
+    if job is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, detail={"message": f"{kind or 'job'} {job_id} not found"})
+    return job
+
+
+def get_trace(trace_id: TraceIdPath, session: SessionDep, team: CurrentTeam) -> Trace:
+    return trace_of_team(session, team, trace_id)
+
+
+def get_optional_trace(session: SessionDep, team: CurrentTeam, trace_id: TraceIdQuery = None) -> Trace | None:
+    return None if trace_id is None else trace_of_team(session, team, trace_id)
+
+
 TraceDep = Annotated[Trace, Depends(get_trace)]
+OptionalTraceQuery = Annotated[Trace | None, Depends(get_optional_trace)]

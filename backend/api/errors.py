@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from sqlalchemy.exc import OperationalError
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from backend.api.schemas import ErrorResponse
 from backend.formats.base import InputError
@@ -12,6 +14,7 @@ from backend.ingest.uploads import UploadTooLarge
 from backend.jobs.dispatch import QueueUnavailable
 
 ERROR_RESPONSES: dict = {
+    400: {"model": ErrorResponse, "description": "Malformed request (e.g. an unreadable multipart body)."},
     401: {"model": ErrorResponse, "description": "Missing or invalid API key."},
     404: {"model": ErrorResponse, "description": "No such resource for this team."},
     413: {"model": ErrorResponse, "description": "Upload larger than the configured limit."},
@@ -34,7 +37,47 @@ def _unavailable(message: str) -> JSONResponse:
     )
 
 
+def _loc_field(loc) -> str | None:
+    """A validation error's location as a field name: ("body", "cluster", "n_gpus") ->
+    "cluster.n_gpus", ("query", "offset") -> "offset", list indices as [i]."""
+    parts = list(loc)
+    if parts and parts[0] in ("body", "query", "path", "header", "cookie", "form"):
+        parts = parts[1:]
+    out = ""
+    for p in parts:
+        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
+    return out or None
+
+
+def validation_detail(exc: RequestValidationError) -> dict:
+    """FastAPI's own validation errors in the declared ErrorResponse shape: the first
+    error's field and a message naming it (the values are not echoed in full)."""
+    errors = exc.errors()
+    first = errors[0] if errors else {}
+    field = _loc_field(first.get("loc", ()))
+    msg = str(first.get("msg", "invalid request")).removeprefix("Value error, ")
+    if first.get("type") == "json_invalid":
+        return {"message": f"body: invalid JSON ({first.get('ctx', {}).get('error', msg)})", "field": "body"}
+    if first.get("type") == "string_pattern_mismatch" and "\\x00" in str(first.get("ctx", {}).get("pattern", "")):
+        msg = "must not contain NUL characters"
+    message = f"{field}: {msg}" if field else msg
+    if len(errors) > 1:
+        message += f" (and {len(errors) - 1} more)"
+    return {"message": message, "field": field}
+
+
 def install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        # every error in the ErrorResponse shape: framework errors ("Invalid multipart
+        # data.", "Method Not Allowed") carry a plain string detail
+        detail = exc.detail if isinstance(exc.detail, dict) else {"message": str(exc.detail)}
+        return JSONResponse(status_code=exc.status_code, content={"detail": detail}, headers=exc.headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation_error(_request: Request, exc: RequestValidationError) -> JSONResponse:
+        return JSONResponse(status_code=422, content={"detail": validation_detail(exc)})
+
     @app.exception_handler(InputError)
     async def _input_error(_request: Request, exc: InputError) -> JSONResponse:
         return JSONResponse(status_code=422, content={"detail": exc.as_dict()})

@@ -2,10 +2,26 @@
 
 from __future__ import annotations
 
-from datetime import datetime
-from typing import Any
+from datetime import UTC, datetime
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+
+from backend.store.ids import ID_MAX, ID_MIN
+
+# An id in a JSON body: a JSON integer in the id column's range (never 108.0 or "108").
+
+
+def _utc(value: datetime) -> datetime:
+    """Stored times are UTC; SQLite hands them back naive: say so (RFC 3339 needs an offset)."""
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value
+
+
+UtcDatetime = Annotated[datetime, AfterValidator(_utc)]
+
+# Text parameters never hold NUL (Postgres text cannot store it).
+NO_NUL = r"^[^\x00]*$"
+BodyId = Annotated[int, Field(strict=True, ge=ID_MIN, le=ID_MAX)]
 
 
 class ErrorDetail(BaseModel):
@@ -47,8 +63,8 @@ class TraceOut(BaseModel):
     max_response_len: int | None
     tasks: list[str] = []
     metadata: dict[str, Any] = Field(default_factory=dict, validation_alias="meta")
-    created_at: datetime
-    updated_at: datetime
+    created_at: UtcDatetime
+    updated_at: UtcDatetime
     job_id: int | None = None
     # the analysis kinds this trace has the data for (the registry's `applicable`)
     analyses: list[str] = []
@@ -71,9 +87,9 @@ class JobOut(BaseModel):
     error: str | None
     result: dict[str, Any] | None
     attempts: int
-    created_at: datetime
-    started_at: datetime | None
-    finished_at: datetime | None
+    created_at: UtcDatetime
+    started_at: UtcDatetime | None
+    finished_at: UtcDatetime | None
 
 
 class JobList(BaseModel):

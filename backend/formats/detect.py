@@ -62,7 +62,7 @@ def _first_object(head: bytes, stream) -> dict | None:
     except orjson.JSONDecodeError:
         try:
             obj = stdlib_json(line)  # NaN / Infinity, as Python's json writes them
-        except ValueError:
+        except (ValueError, RecursionError):
             return None
     return obj if type(obj) is dict else None
 

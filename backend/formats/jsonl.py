@@ -74,7 +74,7 @@ def _fallback_parse(line: bytes, fallback, exc, name: str, line_no: int):
     if fallback is not None:
         try:
             return fallback(line)
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: absurdly deep nesting
             pass
     raise InputError(name, f"malformed JSON ({exc.msg})", line=line_no) from None
 

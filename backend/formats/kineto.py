@@ -9,7 +9,9 @@ What is read:
 - rank: `distributedInfo.rank`; else `rank-N` / `rank_N` / `rankN` in the file name;
   else 0.
 - GPU events: `cat` in {kernel, gpu_memcpy, gpu_memset}; device = `args.device`
-  (else `pid`), stream = `args.stream` (else `tid`; -1 when not an integer).
+  (else `pid`), stream = `args.stream` (an integer, else a 422; when absent `tid`, -1 when
+  that is not an integer). `ts` must be a finite number and `dur` a finite number >= 0
+  (a missing or negative `dur` is a 422 naming the event's index in traceEvents).
 - launch: the CPU runtime call (`cat` cuda_runtime / cuda_driver) with the same
   `args.correlation` (falling back to `args["External id"]` for GPU events no call matches
   by correlation, as in old traces); `launch_us` is its start, NaN when nothing matches. When several calls share an id the
@@ -303,7 +305,36 @@ def _float_column(file: str, rows: list, key: str, all_events: list, default=Non
         return column
     bad = next(i for i, v in enumerate(values) if not _is_number(v) or v != v)
     record = _record_of(all_events, rows[bad])
-    raise InputError(file, f"GPU event {key} is not a number: {values[bad]!r}", line=record, field=key)
+    problem = f"has no {key}" if values[bad] is None else f"{key} is not a number: {values[bad]!r}"
+    raise InputError(file, f"traceEvents[{record - 1}]: GPU event {problem}", line=record, field=key)
+
+
+def _check_finite(file: str, rows: list, column: np.ndarray, key: str, all_events: list, nonnegative=False) -> None:
+    """A GPU event's ts / dur is a finite number (and a dur is >= 0): else a 422 naming
+    the file, the event's position in traceEvents and the field."""
+    bad = ~np.isfinite(column)
+    if nonnegative:
+        bad |= column < 0
+    if bad.any():
+        i = int(np.argmax(bad))
+        record = _record_of(all_events, rows[i])
+        what = "negative" if np.isfinite(column[i]) else "not finite"
+        raise InputError(
+            file, f"traceEvents[{record - 1}]: GPU event {key} is {what}: {column[i]!r}", line=record, field=key
+        )
+
+
+def _check_streams(file: str, rows: list, streams: list, all_events: list) -> None:
+    """An `args.stream` given is an integer (a string like "s7" is refused, not read as -1)."""
+    for i, v in enumerate(streams):
+        if v is not None and not (type(v) is int or (type(v) is str and v.strip().lstrip("-").isdigit())):
+            record = _record_of(all_events, rows[i])
+            raise InputError(
+                file,
+                f"traceEvents[{record - 1}]: GPU event args.stream is not an integer: {v!r}",
+                line=record,
+                field="args.stream",
+            )
 
 
 def _is_number(v) -> bool:
@@ -371,6 +402,8 @@ def _gpu_columns(file: str, gpu: list, all_events: list, loose: bool) -> dict:
     args = _args_of(gpu)
     stream = list(map(_get_stream, args))
     device = list(map(_get_device, args))
+    if loose:
+        _check_streams(file, gpu, stream, all_events)
     if None in stream or None in device:
         if not loose:
             raise _NeedsLooseDecode  # fall back to tid / pid, which only the loose decode keeps
@@ -379,15 +412,28 @@ def _gpu_columns(file: str, gpu: list, all_events: list, loose: bool) -> dict:
     start = _fast_floats(gpu, _get_ts)
     if start is None:
         start = _float_column(file, gpu, "ts", all_events)
+    _check_finite(file, gpu, start, "ts", all_events)
     dur = _fast_floats(gpu, _get_dur)
-    if dur is None:
-        dur = _float_column(file, gpu, "dur", all_events, default=0.0)
+    if dur is None:  # a missing dur is an error, not a zero-length event
+        dur = _float_column(file, gpu, "dur", all_events)
+    _check_finite(file, gpu, dur, "dur", all_events, nonnegative=True)
+    stream_ids = _int_column(stream)
+    out_of_range = np.flatnonzero((stream_ids < -(2**31)) | (stream_ids > 2**31 - 1))
+    if len(out_of_range):
+        i = int(out_of_range[0])
+        record = _record_of(all_events, gpu[i])
+        raise InputError(
+            file,
+            f"traceEvents[{record - 1}]: GPU event stream out of range: {stream[i]!r}",
+            line=record,
+            field="stream",
+        )
     return {
         "name": names,
         "kind": kind,
         "start_us": start,
         "dur_us": dur,
-        "stream": _int_column(stream).astype(np.int32),
+        "stream": stream_ids.astype(np.int32),
         "device": _int_column(device),
         "correlation": _int_column(list(map(_get_correlation, args))),
     }

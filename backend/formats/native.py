@@ -95,7 +95,33 @@ def finish_samples(columns: dict, name: str, line_of: Callable[[int], int | None
             out[key] = as_seconds(arr, name=name, field=key, line_of=line_of)
         else:
             out[key] = arr
+    _check_unique_keys(out, name, line_of)
     return out
+
+
+KEY_COLUMNS = ("step", "group_idx", "sample_idx")
+
+
+def _check_unique_keys(columns: dict, name: str, line_of: Callable[[int], int | None]) -> None:
+    """(step, group_idx, sample_idx) is a sample's key: a repeat within the batch is a 422
+    naming both lines (across batches or files the store's unique key still refuses it)."""
+    s, g, k = (np.asarray(columns[c], dtype=np.int64) for c in KEY_COLUMNS)
+    if len(s) < 2:
+        return
+    order = np.lexsort((k, g, s))  # stable: equal keys keep file order
+    ss, gg, kk = s[order], g[order], k[order]
+    dup = np.flatnonzero((ss[1:] == ss[:-1]) & (gg[1:] == gg[:-1]) & (kk[1:] == kk[:-1]))
+    if not len(dup):
+        return
+    later = order[dup + 1]
+    j = int(np.argmin(later))
+    i, first = int(later[j]), int(order[dup[j]])
+    raise InputError(
+        name,
+        f"duplicate sample (step {s[i]}, group_idx {g[i]}, sample_idx {k[i]}): also on line {line_of(first)}",
+        line_of(i),
+        "sample_idx",
+    )
 
 
 def read_native_jsonl(source: Source, result: ReadResult) -> Iterator[TableBatch]:
@@ -204,6 +230,8 @@ def _csv_value_problem(col: str, value: str) -> str | None:
             return "missing value"
         if not _INT_RE.match(value):
             return f"expected an integer, got {show_value(value)}"
+        if not -(2**63) <= int(value) < 2**63:
+            return f"integer out of range, got {show_value(value)}"
     elif col in SAMPLE_BOOL_COLUMNS:
         if value not in _BOOL_WORDS:
             return f"expected true or false, got {show_value(value)}"

@@ -8,6 +8,7 @@ run starts by clearing rows a killed earlier attempt may have left.
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable
 from dataclasses import asdict
@@ -177,9 +178,19 @@ def clear_trace_rows(conn: Connection, trace_id: int) -> None:
         conn.execute(delete(model).where(model.trace_id == trace_id))
 
 
+_PG_KEY = re.compile(r"Key \(trace_id, ([\w, ]+)\)=\(\d+, ([^)]*)\)")
+
+
 def _duplicate_message(exc: IntegrityError) -> str:
-    detail = str(exc.orig).strip().splitlines()
-    return "duplicate rows in the upload (the same step/group/sample twice): " + " ".join(detail[:3])
+    """The store's unique-key refusal in the upload's terms (the key's columns and values
+    when the database names them), never the database's raw text."""
+    match = _PG_KEY.search(str(exc.orig))
+    key = ""
+    if match:
+        key = ": " + ", ".join(
+            f"{c.strip()} {v.strip()}" for c, v in zip(match.group(1).split(","), match.group(2).split(","))
+        )
+    return "duplicate rows in the upload (the same step/group/sample, or step/rank/phase, twice)" + key
 
 
 def ingest_trace(

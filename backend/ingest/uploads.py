@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from backend.formats.archive import Limits, expand_upload
-from backend.formats.base import Source
+from backend.formats.base import InputError, Source
 from backend.settings import Settings
 
 CHUNK = 1024 * 1024
@@ -30,9 +30,18 @@ class StoredUpload:
     content_hash: str
 
 
+# A file name is one path component on disk: at most 255 bytes (ext4, APFS, NTFS).
+MAX_NAME_BYTES = 255
+
+
 def _safe_name(name: str) -> str:
-    base = Path(name.replace("\\", "/")).name.strip() or "upload"
-    return base.lstrip(".") or "upload"
+    base = Path(name.replace("\\", "/").replace("\0", "")).name.strip() or "upload"
+    base = base.lstrip(".") or "upload"
+    if len(base.encode("utf-8", "surrogatepass")) > MAX_NAME_BYTES:
+        raise InputError(
+            base[:60] + "...", f"file name longer than {MAX_NAME_BYTES} bytes (UTF-8); rename the file", field="files"
+        )
+    return base
 
 
 def store_upload(items: Iterable[tuple[str, BinaryIO]], settings: Settings) -> StoredUpload:

@@ -43,6 +43,7 @@ Workload job parameters (`workload_params`):
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
 
 from sqlalchemy import delete
@@ -51,6 +52,7 @@ from sqlalchemy.orm import Session
 from backend.jobs.contracts import SIMULATION_KIND, WORKLOAD_KIND
 from backend.jobs.dispatch import QueueUnavailable, dispatch
 from backend.jobs.state import create_job, find_reusable
+from backend.store.ids import INT4_MAX, check_id
 from backend.store.models import Job
 from core.simulator.config import (
     BALANCING_MODES,
@@ -166,11 +168,14 @@ def presets() -> dict:
 # --------------------------------------------------------------------------- simulations
 
 
-def _int(value: Any, where: str, lo: int = 0) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or float(value) != int(value):
+def _int(value: Any, where: str, lo: int = 0, hi: int = INT4_MAX) -> int:
+    """An integer (an integral float too) in lo..hi (steps, counts and seeds are int32)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"{where}: must be an integer, got {value!r:.80}")
+    if isinstance(value, float) and (not math.isfinite(value) or value != int(value)):
         raise ValueError(f"{where}: must be an integer, got {value!r}")
-    if int(value) < lo:
-        raise ValueError(f"{where}: must be >= {lo}, got {value!r}")
+    if not lo <= int(value) <= hi:
+        raise ValueError(f"{where}: must be an integer in {lo}..{hi}, got {value!r}")
     return int(value)
 
 
@@ -333,7 +338,7 @@ def simulation_params(body: dict) -> dict:
         "forecast": _forecast(body.get("forecast")),
     }
     if has_trace:
-        params["trace_id"] = _int(body["trace_id"], "trace_id", 1)
+        params["trace_id"] = check_id(body["trace_id"], "trace_id")
     else:
         params["workload"] = _workload_source(body["workload"])
         if params["calibrate"]:
@@ -415,13 +420,17 @@ def workload_params(body: dict, *, multiturn_trace: bool = False) -> dict:
     }
     if not isinstance(out["ingest"], bool):
         raise ValueError(f"ingest: must be true or false, got {out['ingest']!r}")
-    if out["name"] is not None and not isinstance(out["name"], str):
-        raise ValueError(f"name: must be a string, got {out['name']!r}")
-    if out["task"] is not None and not isinstance(out["task"], str):
-        raise ValueError(f"task: must be a string, got {out['task']!r}")
+    for key, most in (("name", 300), ("task", 200)):  # the trace name / task label columns
+        value = out[key]
+        if value is None:
+            continue
+        if not isinstance(value, str):
+            raise ValueError(f"{key}: must be a string, got {value!r}")
+        if len(value) > most or "\0" in value:
+            raise ValueError(f"{key}: must be at most {most} characters without NUL, got {len(value)} characters")
     multiturn = multiturn_trace
     if has_trace:
-        out["trace_id"] = _int(body["trace_id"], "trace_id", 1)
+        out["trace_id"] = check_id(body["trace_id"], "trace_id")
     else:
         try:
             parsed = load_parameters(body["parameters"])

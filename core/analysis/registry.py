@@ -23,6 +23,7 @@ Entry points for the worker:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -177,14 +178,48 @@ def default_analyses(available: dict[str, set[str] | list[str] | tuple[str, ...]
     return [k for k in DEFAULT_ANALYSES if ANALYSES[k].applicable(available)]
 
 
+# Integer parameters whose default is None (inferred): when given, integers >= 1.
+_OPTIONAL_INT_PARAMS = frozenset({"max_response_len", "dp_size"})
+PARAM_INT_MAX = 2**31 - 1
+PARAM_STR_MAX = 200
+
+
+def _check_param(key: str, value, default):
+    """A parameter of the type of its default, within what the store and the analyses
+    hold (ValueError naming params.<key>)."""
+    where = f"params.{key}"
+    if value is None and default is None:
+        return None
+    if isinstance(default, bool):
+        if not isinstance(value, bool):
+            raise ValueError(f"{where}: must be true or false, got {value!r}")
+        return value
+    if isinstance(default, str):
+        if not isinstance(value, str) or len(value) > PARAM_STR_MAX or "\0" in value:
+            raise ValueError(f"{where}: must be a string of at most {PARAM_STR_MAX} characters, got {value!r:.80}")
+        return value
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ValueError(f"{where}: must be a finite number, got {value!r:.80}")
+    if isinstance(default, int) or key in _OPTIONAL_INT_PARAMS:
+        if value != int(value) or not (1 if default is None else 0) <= value <= PARAM_INT_MAX:
+            lo = 1 if default is None else 0
+            raise ValueError(f"{where}: must be an integer in {lo}..{PARAM_INT_MAX}, got {value!r:.80}")
+        return int(value)
+    if abs(value) > 1e15:
+        raise ValueError(f"{where}: must be at most 1e15 in magnitude, got {value!r}")
+    return float(value)
+
+
 def resolve_params(kind: str, params: dict | None = None) -> dict:
-    """Defaults overridden by `params`; unknown parameter names raise ValueError."""
+    """Defaults overridden by `params`; unknown parameter names, and values of another
+    type than the default's or out of range, raise ValueError."""
     spec = _spec(kind)
     params = dict(params or {})
     unknown = set(params) - set(spec.defaults)
     if unknown:
         raise ValueError(f"unknown parameter(s) for analysis '{kind}': {', '.join(sorted(unknown))}")
-    return {**spec.defaults, **params}
+    checked = {k: _check_param(k, v, spec.defaults[k]) for k, v in params.items()}
+    return {**spec.defaults, **checked}
 
 
 def run_analysis(kind: str, data: TraceData, params: dict | None = None) -> dict:

@@ -362,9 +362,13 @@ def _coerce(value: Any, default: Any, key: str, where: str) -> Any:
         raise ValueError(f"{where}: must be finite, got {value!r}")
     want_int = isinstance(default, int) or (default is None and key in {"kv_cache_tokens", "finished_groups"})
     if want_int:
-        if float(value) != int(value):
+        if value != int(value):
             raise ValueError(f"{where}: must be an integer, got {value!r}")
         value = int(value)
+        if value > CONFIG_INT_MAX:
+            raise ValueError(f"{where}: must be <= {CONFIG_INT_MAX}, got {value!r}")
+    elif abs(value) > CONFIG_FLOAT_MAX:
+        raise ValueError(f"{where}: must be at most {CONFIG_FLOAT_MAX:g} in magnitude, got {value!r}")
     else:
         value = float(value)
     if key in _POSITIVE and value <= 0:
@@ -375,6 +379,11 @@ def _coerce(value: Any, default: Any, key: str, where: str) -> Any:
     if key in _FRACTIONS and value > 1:
         raise ValueError(f"{where}: must be <= 1, got {value!r}")
     return value
+
+
+# Bounds of every config number: counts are int32, quantities stay far from overflow.
+CONFIG_INT_MAX = 2**31 - 1
+CONFIG_FLOAT_MAX = 1e30
 
 
 def to_dict(obj) -> dict:

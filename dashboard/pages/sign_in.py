@@ -10,16 +10,10 @@ from dash import Input, Output, State, dcc, html, no_update
 
 from dashboard.api import session
 from dashboard.api.client import ApiError
+from dashboard.api.session import safe_next
 from dashboard.views.components import alert, href
 
 dash.register_page(__name__, path="/sign-in", name="Sign in", title="Sign in · RLVR Explorer")
-
-
-def safe_next(target: str | None) -> str:
-    """Only same-app paths (no scheme, no //host) may follow a sign-in."""
-    if not target or not target.startswith("/") or target.startswith("//"):
-        return "/traces"
-    return target
 
 
 def layout(next: str | None = None, **_):

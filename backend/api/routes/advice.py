@@ -7,11 +7,11 @@ from typing import Annotated, Any
 from fastapi import APIRouter, HTTPException, Query, Response, status
 from pydantic import BaseModel, ConfigDict, Field
 
-from backend.api.deps import CurrentTeam, SessionDep, trace_of_team
+from backend.api.deps import CurrentTeam, JobIdPath, OptionalTraceQuery, SessionDep, job_of_team, owned_trace
 from backend.api.errors import ERROR_RESPONSES
 from backend.api.routes.jobs import IncludeResult, job_list, job_list_query
-from backend.api.routes.simulations import job_of_team, require_replayable
-from backend.api.schemas import JobList, JobOut
+from backend.api.routes.simulations import require_replayable
+from backend.api.schemas import BodyId, JobList, JobOut
 from backend.jobs.advice import advice_params, queue_advice
 from backend.jobs.contracts import ADVICE_KIND
 from backend.jobs.simulations import error_field
@@ -24,7 +24,7 @@ class AdviceRequest(BaseModel):
     """Fields are checked by the advisor's validation (a 422 names the field)."""
 
     model_config = ConfigDict(extra="allow")
-    trace_id: Any = Field(None, description="The team's trace to advise on")
+    trace_id: BodyId | None = Field(None, description="The team's trace to advise on")
     gpu: Any = Field(None, description='GPU preset, e.g. "H100"')
     n_gpus: Any = Field(None, description="The GPU budget every configuration uses")
     model: Any = Field(None, description='Model preset, e.g. "Qwen2.5-7B"')
@@ -47,11 +47,13 @@ class AdviceRequest(BaseModel):
 )
 def create_advice(body: AdviceRequest, session: SessionDep, team: CurrentTeam, response: Response):
     """Queue the advisor's sweep: configurations ranked by predicted step time."""
+    raw = body.model_dump(exclude_unset=True)
+    if raw.get("trace_id") is not None:  # ownership first: another team's id is a 404
+        require_replayable(owned_trace(session, team, raw["trace_id"]))
     try:
-        params = advice_params(body.model_dump(exclude_unset=True))
+        params = advice_params(raw)
     except ValueError as exc:
         raise HTTPException(422, detail={"message": str(exc), "field": error_field(exc)}) from exc
-    require_replayable(trace_of_team(session, team, params["trace_id"]))
     job, created = queue_advice(session, team.id, params)
     if not created:
         response.status_code = status.HTTP_200_OK
@@ -62,16 +64,17 @@ def create_advice(body: AdviceRequest, session: SessionDep, team: CurrentTeam, r
 def list_advice(
     session: SessionDep,
     team: CurrentTeam,
-    trace_id: int | None = None,
+    trace: OptionalTraceQuery,
     limit: Annotated[int, Query(ge=1, le=500)] = 100,
     include_result: IncludeResult = False,
 ):
+    """The team's advisor jobs, newest first (results only with `include_result=true`)."""
     where = [Job.team_id == team.id, Job.kind == ADVICE_KIND]
-    if trace_id is not None:
-        where.append(Job.trace_id == trace_id)
+    if trace is not None:
+        where.append(Job.trace_id == trace.id)
     return job_list(session.scalars(job_list_query(*where, include_result=include_result).limit(limit)), include_result)
 
 
 @router.get("/{job_id}", response_model=JobOut)
-def get_advice(job_id: int, session: SessionDep, team: CurrentTeam):
+def get_advice(job_id: JobIdPath, session: SessionDep, team: CurrentTeam):
     return job_of_team(session, team, job_id, ADVICE_KIND)

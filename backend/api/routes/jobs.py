@@ -9,13 +9,13 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, HTTPException, Query, status
+from fastapi import APIRouter, Query
 from sqlalchemy import Select, select
 from sqlalchemy.orm import defer
 
-from backend.api.deps import CurrentTeam, SessionDep
+from backend.api.deps import CurrentTeam, JobIdPath, OptionalTraceQuery, SessionDep, job_of_team
 from backend.api.errors import ERROR_RESPONSES
-from backend.api.schemas import JobList, JobOut
+from backend.api.schemas import NO_NUL, JobList, JobOut
 from backend.store.models import Job
 
 router = APIRouter(prefix="/jobs", tags=["jobs"], responses=ERROR_RESPONSES)
@@ -41,16 +41,16 @@ def job_list(jobs, include_result: bool) -> JobList:
 def list_jobs(
     session: SessionDep,
     team: CurrentTeam,
-    trace_id: int | None = None,
-    status_: Annotated[str | None, Query(alias="status")] = None,
-    kind: str | None = None,
+    trace: OptionalTraceQuery,
+    status_: Annotated[str | None, Query(alias="status", max_length=20, pattern=NO_NUL)] = None,
+    kind: Annotated[str | None, Query(max_length=50, pattern=NO_NUL)] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 100,
     include_result: IncludeResult = False,
 ):
     """The team's jobs, newest first (results only with `include_result=true`)."""
     where = [Job.team_id == team.id]
-    if trace_id is not None:
-        where.append(Job.trace_id == trace_id)
+    if trace is not None:
+        where.append(Job.trace_id == trace.id)
     if status_:
         where.append(Job.status == status_)
     if kind:
@@ -60,8 +60,5 @@ def list_jobs(
 
 
 @router.get("/{job_id}", response_model=JobOut)
-def get_job(job_id: int, session: SessionDep, team: CurrentTeam):
-    job = session.scalars(select(Job).where(Job.id == job_id, Job.team_id == team.id)).first()
-    if job is None:
-        raise HTTPException(status.HTTP_404_NOT_FOUND, detail={"message": f"job {job_id} not found"})
-    return job
+def get_job(job_id: JobIdPath, session: SessionDep, team: CurrentTeam):
+    return job_of_team(session, team, job_id)

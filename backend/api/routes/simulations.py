@@ -9,17 +9,18 @@ from typing import Annotated, Any, Literal
 import orjson
 from fastapi import APIRouter, Header, HTTPException, Query, Response, status
 from pydantic import BaseModel, ConfigDict, Field
-from sqlalchemy import select
 
-from backend.api.deps import CurrentTeam, SessionDep, trace_of_team
+from backend.api.deps import CurrentTeam, JobIdPath, OptionalTraceQuery, SessionDep, job_of_team, owned_trace
 from backend.api.errors import ERROR_RESPONSES
 from backend.api.routes.jobs import IncludeResult, job_list, job_list_query
 from backend.api.routes.trace_data import require_ready
-from backend.api.schemas import JobList, JobOut
+from backend.api.schemas import BodyId, JobList, JobOut
 from backend.jobs.contracts import SIMULATION_KIND, chrome_trace_path
 from backend.jobs.simulations import error_field, presets, queue_simulation, simulation_params
-from backend.store.models import Job, JobStatus, Team, Trace
+from backend.store.models import Job, JobStatus, Trace
 from core.simulator.result import chrome_trace_from_result
+
+TraceIdField = BodyId | None
 
 router = APIRouter(prefix="/simulations", tags=["simulations"], responses=ERROR_RESPONSES)
 
@@ -28,7 +29,7 @@ class SimulationRequest(BaseModel):
     """Fields are checked by the simulator's own validation (a 422 names the field)."""
 
     model_config = ConfigDict(extra="allow")
-    trace_id: Any = Field(None, description="The team's trace to replay (or give `workload`)")
+    trace_id: TraceIdField = Field(None, description="The team's trace to replay (or give `workload`)")
     workload: Any = Field(
         None,
         description="A synthetic source: {parameters (PolyTrace parameter file), task, steps, groups, samples_per_group, seed}",
@@ -58,14 +59,6 @@ class SimulationRequest(BaseModel):
 
 def _unprocessable(exc: ValueError) -> HTTPException:
     return HTTPException(422, detail={"message": str(exc), "field": error_field(exc)})
-
-
-def job_of_team(session, team: Team, job_id: int, kind: str) -> Job:
-    """The team's job of this kind, or 404 (also for another team's job)."""
-    job = session.scalars(select(Job).where(Job.id == job_id, Job.team_id == team.id, Job.kind == kind)).first()
-    if job is None:
-        raise HTTPException(status.HTTP_404_NOT_FOUND, detail={"message": f"{kind} {job_id} not found"})
-    return job
 
 
 def require_succeeded(job: Job) -> None:
@@ -105,12 +98,13 @@ def simulation_presets(_team: CurrentTeam) -> dict:
 )
 def create_simulation(body: SimulationRequest, session: SessionDep, team: CurrentTeam, response: Response):
     """Queue a replay of a trace under `policy` (and `compare_policy`)."""
+    raw = body.model_dump(exclude_unset=True)
+    if raw.get("trace_id") is not None:  # ownership first: another team's id is a 404
+        require_replayable(owned_trace(session, team, raw["trace_id"]))
     try:
-        params = simulation_params(body.model_dump(exclude_unset=True))
+        params = simulation_params(raw)
     except ValueError as exc:
         raise _unprocessable(exc) from exc
-    if params.get("trace_id") is not None:
-        require_replayable(trace_of_team(session, team, params["trace_id"]))
     job, created = queue_simulation(session, team.id, params)
     if not created:
         response.status_code = status.HTTP_200_OK
@@ -121,20 +115,20 @@ def create_simulation(body: SimulationRequest, session: SessionDep, team: Curren
 def list_simulations(
     session: SessionDep,
     team: CurrentTeam,
-    trace_id: int | None = None,
+    trace: OptionalTraceQuery,
     limit: Annotated[int, Query(ge=1, le=500)] = 100,
     include_result: IncludeResult = False,
 ):
     """The team's replays, newest first (results only with `include_result=true`)."""
     where = [Job.team_id == team.id, Job.kind == SIMULATION_KIND]
-    if trace_id is not None:
-        where.append(Job.trace_id == trace_id)
+    if trace is not None:
+        where.append(Job.trace_id == trace.id)
     jobs = session.scalars(job_list_query(*where, include_result=include_result).limit(limit))
     return job_list(jobs, include_result)
 
 
 @router.get("/{job_id}", response_model=JobOut)
-def get_simulation(job_id: int, session: SessionDep, team: CurrentTeam):
+def get_simulation(job_id: JobIdPath, session: SessionDep, team: CurrentTeam):
     return job_of_team(session, team, job_id, SIMULATION_KIND)
 
 
@@ -146,7 +140,7 @@ def get_simulation(job_id: int, session: SessionDep, team: CurrentTeam):
     },
 )
 def simulation_chrome_trace(
-    job_id: int,
+    job_id: JobIdPath,
     session: SessionDep,
     team: CurrentTeam,
     policy: Literal["a", "b"] = "a",

@@ -9,6 +9,7 @@ from typing import Annotated, Literal
 
 import orjson
 from fastapi import APIRouter, HTTPException, Query, Response, status
+from pydantic import Field
 from sqlalchemy import func, select
 
 from backend.api.deps import SessionDep, TraceDep
@@ -25,6 +26,7 @@ from backend.api.schemas import (
     SummaryOut,
 )
 from backend.store.columns import read_columns
+from backend.store.ids import INT4_MAX, INT4_MIN
 from backend.store.models import GpuEvent, GpuKernelName, RankTiming, Sample, Step, Trace, TraceStatus
 from core.analysis.gpu_export import chrome_trace_export
 from core.analysis.gpu_kinds import GpuKind
@@ -33,6 +35,13 @@ from core.analysis.stats import LOG_BIN_EDGES
 router = APIRouter(prefix="/traces/{trace_id}", tags=["trace data"], responses=ERROR_RESPONSES)
 
 KIND_NAMES = {k.value: k.name.lower() for k in GpuKind}
+
+# Steps and ranks are int4 columns; a value outside their range matches nothing, and is
+# refused (422) before the database sees it. Offsets are bounded by the row counts (int8).
+StepQuery = Annotated[int | None, Query(ge=INT4_MIN, le=INT4_MAX, description="Only this step")]
+RankQuery = Annotated[int | None, Query(ge=INT4_MIN, le=INT4_MAX, description="Only this rank")]
+OffsetQuery = Annotated[int, Query(ge=0, le=2**62)]
+TimeQuery = Annotated[float | None, Query(allow_inf_nan=False, ge=-1e300, le=1e300)]
 
 
 def require_ready(trace: Trace) -> None:
@@ -58,7 +67,7 @@ def step_summaries(
     session: SessionDep,
     trace: TraceDep,
     field: Literal["response", "prompt", "total"] = "response",
-    task: Annotated[str | None, Query(description="A task name; all samples when omitted")] = None,
+    task: Annotated[str | None, Query(max_length=300, description="A task name; all samples when omitted")] = None,
 ):
     """Per-step length statistics and log-bin histograms, precomputed at ingestion."""
     require_ready(trace)
@@ -88,9 +97,9 @@ def step_summaries(
 def list_samples(
     session: SessionDep,
     trace: TraceDep,
-    step: int | None = None,
+    step: StepQuery = None,
     limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: OffsetQuery = 0,
 ):
     require_ready(trace)
     where = [Sample.trace_id == trace.id]
@@ -117,7 +126,7 @@ def list_samples(
 
 
 @router.get("/rank-timings", response_model=RankTimingList)
-def list_rank_timings(session: SessionDep, trace: TraceDep, step: int | None = None):
+def list_rank_timings(session: SessionDep, trace: TraceDep, step: StepQuery = None):
     require_ready(trace)
     where = [RankTiming.trace_id == trace.id]
     if step is not None:
@@ -130,10 +139,10 @@ def list_rank_timings(session: SessionDep, trace: TraceDep, step: int | None = N
 def list_gpu_events(
     session: SessionDep,
     trace: TraceDep,
-    rank: int | None = None,
-    step: int | None = None,
-    start_us: float | None = None,
-    end_us: float | None = None,
+    rank: RankQuery = None,
+    step: StepQuery = None,
+    start_us: TimeQuery = None,
+    end_us: TimeQuery = None,
     limit: Annotated[int, Query(ge=1, le=200_000)] = 20_000,
 ):
     """GPU events overlapping [start_us, end_us) on a rank, in time order."""
@@ -179,10 +188,10 @@ def list_gpu_events(
 def export_chrome_trace(
     session: SessionDep,
     trace: TraceDep,
-    rank: Annotated[list[int] | None, Query()] = None,
-    step: int | None = None,
-    start_us: float | None = None,
-    end_us: float | None = None,
+    rank: Annotated[list[Annotated[int, Field(ge=INT4_MIN, le=INT4_MAX)]] | None, Query(max_length=10_000)] = None,
+    step: StepQuery = None,
+    start_us: TimeQuery = None,
+    end_us: TimeQuery = None,
 ):
     """The GPU events of a rank/step/time window as a downloadable Chrome trace."""
     require_ready(trace)

@@ -10,12 +10,13 @@ from sqlalchemy import delete, func, select
 
 from backend.api.deps import CurrentTeam, SessionDep, SettingsDep, TraceDep
 from backend.api.errors import ERROR_RESPONSES
-from backend.api.schemas import JobOut, TraceOut, TracePage, UploadAccepted
+from backend.api.schemas import NO_NUL, JobOut, TraceOut, TracePage, UploadAccepted
 from backend.formats import FORMATS
 from backend.ingest.service import accept_upload
-from backend.ingest.uploads import store_upload
+from backend.ingest.uploads import discard, store_upload
 from backend.jobs.analyses import applicable_analyses
 from backend.jobs.contracts import INGEST_KIND
+from backend.store.ids import ID_MAX, INT4_MAX
 from backend.store.models import Job, Trace
 
 router = APIRouter(prefix="/traces", tags=["traces"])
@@ -39,6 +40,23 @@ def traces_out(session, traces: list[Trace]) -> list[TraceOut]:
     ]
 
 
+def _queued_ingest_of(session, team_id: int, folder) -> bool:
+    """An ingest job was committed for this upload folder (the worker will read it)."""
+    if folder is None:
+        return True
+    try:
+        query = select(Job.params).where(Job.team_id == team_id, Job.kind == INGEST_KIND)
+        jobs = session.scalars(query.order_by(Job.id.desc()).limit(20))
+        return any((p or {}).get("folder") == str(folder) for p in jobs)
+    except Exception:
+        return True  # the database is unreachable: keep the files rather than lose a queued upload
+
+
+def escape_like(text: str) -> str:
+    """`text` for a LIKE pattern with ESCAPE '\\': its %, _ and \\ match themselves."""
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+
+
 def trace_out(session, trace: Trace) -> TraceOut:
     return traces_out(session, [trace])[0]
 
@@ -59,9 +77,11 @@ async def upload_trace(
     team: CurrentTeam,
     response: Response,
     files: Annotated[list[UploadFile], File(description="Trace files, or one .zip / .tar.gz of a run folder")],
-    name: Annotated[str | None, Form()] = None,
-    format: Annotated[str | None, Form(description="Force a format instead of detecting it")] = None,
-    max_response_len: Annotated[int | None, Form(gt=0, le=2**31 - 1)] = None,  # an INTEGER column
+    name: Annotated[str | None, Form(max_length=300, pattern=NO_NUL)] = None,
+    format: Annotated[
+        str | None, Form(max_length=50, pattern=NO_NUL, description="Force a format instead of detecting it")
+    ] = None,
+    max_response_len: Annotated[int | None, Form(gt=0, le=INT4_MAX)] = None,
 ):
     """Upload trace files. Small uploads are ingested during the request (201, or a 4xx
     naming file, line and field); large ones return 202 with the ingest job."""
@@ -71,16 +91,23 @@ async def upload_trace(
             detail={"message": f"unknown format '{format}'; known: {', '.join(sorted(FORMATS))}", "field": "format"},
         )
     stored = await run_in_threadpool(store_upload, [(f.filename or "upload", f.file) for f in files], settings)
-    outcome = await run_in_threadpool(
-        accept_upload,
-        session,
-        settings,
-        team_id=team.id,
-        stored=stored,
-        name=name,
-        forced_format=format,
-        max_response_len=max_response_len,
-    )
+    try:
+        outcome = await run_in_threadpool(
+            accept_upload,
+            session,
+            settings,
+            team_id=team.id,
+            stored=stored,
+            name=name,
+            forced_format=format,
+            max_response_len=max_response_len,
+        )
+    except Exception:  # (not a cancellation: the ingest thread may still be reading the folder)
+        # a failed creation leaves no upload folder behind (a queued ingest keeps its own)
+        session.rollback()
+        if not _queued_ingest_of(session, team.id, stored.folder):
+            discard(stored.folder)
+        raise
     trace = trace_out(session, outcome.trace)
     if outcome.job is not None:
         response.status_code = status.HTTP_202_ACCEPTED
@@ -95,15 +122,15 @@ def list_traces(
     session: SessionDep,
     team: CurrentTeam,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
-    offset: Annotated[int, Query(ge=0)] = 0,
-    status_: Annotated[str | None, Query(alias="status")] = None,
-    q: Annotated[str | None, Query(description="Substring of the name")] = None,
+    offset: Annotated[int, Query(ge=0, le=ID_MAX)] = 0,
+    status_: Annotated[str | None, Query(alias="status", max_length=20, pattern=NO_NUL)] = None,
+    q: Annotated[str | None, Query(max_length=300, pattern=NO_NUL, description="Substring of the name")] = None,
 ):
     where = [Trace.team_id == team.id]
     if status_:
         where.append(Trace.status == status_)
-    if q:
-        where.append(Trace.name.ilike(f"%{q}%"))
+    if q:  # a literal substring: % and _ match themselves
+        where.append(Trace.name.ilike(f"%{escape_like(q)}%", escape="\\"))
     total = session.scalar(select(func.count()).select_from(Trace).where(*where)) or 0
     traces = session.scalars(select(Trace).where(*where).order_by(Trace.id.desc()).limit(limit).offset(offset))
     return TracePage(items=traces_out(session, list(traces)), total=total)

@@ -9,10 +9,10 @@ from fastapi import APIRouter, HTTPException, Query, status
 from fastapi.responses import FileResponse
 from pydantic import BaseModel, ConfigDict, Field
 
-from backend.api.deps import CurrentTeam, SessionDep, trace_of_team
+from backend.api.deps import CurrentTeam, JobIdPath, SessionDep, job_of_team, owned_trace
 from backend.api.errors import ERROR_RESPONSES
 from backend.api.routes.jobs import IncludeResult, job_list, job_list_query
-from backend.api.routes.simulations import _unprocessable, job_of_team, require_replayable, require_succeeded
+from backend.api.routes.simulations import TraceIdField, _unprocessable, require_replayable, require_succeeded
 from backend.api.schemas import JobList, JobOut
 from backend.jobs.contracts import WORKLOAD_KIND, workload_zip
 from backend.jobs.simulations import queue_workload, workload_params
@@ -25,7 +25,7 @@ class WorkloadRequest(BaseModel):
     """Fields are checked by the generator's own validation (a 422 names the field)."""
 
     model_config = ConfigDict(extra="allow")
-    trace_id: Any = Field(None, description="The team's trace to fit (or give `parameters`)")
+    trace_id: TraceIdField = Field(None, description="The team's trace to fit (or give `parameters`)")
     parameters: Any = Field(
         None, description="PolyTrace's fitted-parameter file JSON (enhanced_task_distribution_parameters)"
     )
@@ -50,8 +50,8 @@ def create_workload(body: WorkloadRequest, session: SessionDep, team: CurrentTea
     """Queue a fit and/or generation; the result names the new trace and the files."""
     raw = body.model_dump(exclude_unset=True)
     multiturn = False
-    if raw.get("trace_id") is not None and isinstance(raw["trace_id"], int) and not isinstance(raw["trace_id"], bool):
-        trace = trace_of_team(session, team, raw["trace_id"])
+    if raw.get("trace_id") is not None:  # ownership first: another team's id is a 404
+        trace = owned_trace(session, team, raw["trace_id"])
         require_replayable(trace)
         multiturn = bool(trace.n_turns)
     try:
@@ -74,7 +74,7 @@ def list_workloads(
 
 
 @router.get("/{job_id}", response_model=JobOut)
-def get_workload(job_id: int, session: SessionDep, team: CurrentTeam):
+def get_workload(job_id: JobIdPath, session: SessionDep, team: CurrentTeam):
     return job_of_team(session, team, job_id, WORKLOAD_KIND)
 
 
@@ -86,7 +86,7 @@ def get_workload(job_id: int, session: SessionDep, team: CurrentTeam):
         409: {"description": "The job has not finished."},
     },
 )
-def download_workload(job_id: int, session: SessionDep, team: CurrentTeam):
+def download_workload(job_id: JobIdPath, session: SessionDep, team: CurrentTeam):
     """A .zip of the generated files (per-step JSONL, compact JSON, fitted model)."""
     job = job_of_team(session, team, job_id, WORKLOAD_KIND)
     require_succeeded(job)
