@@ -51,6 +51,7 @@ import msgspec
 import numpy as np
 
 from backend.formats.base import InputError, ReadResult, Source, TableBatch
+from backend.formats.kineto_events import EVENTS_DIR_STATE, save_file_events
 from core.analysis.gpu_kinds import GpuKind, kernel_kind
 
 GPU_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
@@ -104,6 +105,11 @@ def read_kineto(source: Source, result: ReadResult) -> Iterator[TableBatch]:
     step = assign_steps(launch_us, windows)
     n = len(gpu)
     _merge_metadata(result, source.name, rank, trace.distributedInfo, columns, windows, n)
+    keep_dir = result.state.get(EVENTS_DIR_STATE)
+    if keep_dir is not None:  # every event of the file, for the CPU-side analyses and the export
+        index = result.state.get("kineto_files_kept", 0)
+        result.state["kineto_files_kept"] = index + 1
+        save_file_events(keep_dir, index, source.name, rank, trace.traceEvents)
     del trace, gpu, runtime, step_marks  # the decoded events are no longer needed
     if not windows:
         result.skipped.append(f"{source.name}: no ProfilerStep#N annotations, every GPU event has step -1")
@@ -163,6 +169,12 @@ class _Args(msgspec.Struct, gc=False):
     device: int | None = None
     correlation: int | None = None
     external_id: int | None = msgspec.field(default=None, name="External id")
+    # kept for the whole-trace events (backend/formats/kineto_events.py)
+    bytes: Any = None
+    bandwidth: Any = msgspec.field(default=None, name="memory bandwidth (GB/s)")
+    name: Any = None  # metadata events (ph "M"): process / thread names
+    sort_index: Any = None
+    labels: Any = None
 
 
 class _Event(msgspec.Struct, gc=False):
@@ -171,6 +183,11 @@ class _Event(msgspec.Struct, gc=False):
     ts: float | None = None
     dur: float | None = None
     args: _Args | None = None
+    ph: Any = None
+    pid: Any = None
+    tid: Any = None
+    id: Any = None
+    bp: Any = None
 
 
 class _Trace(msgspec.Struct):
@@ -183,6 +200,11 @@ class _LooseArgs(msgspec.Struct, gc=False):
     device: Any = None
     correlation: Any = None
     external_id: Any = msgspec.field(default=None, name="External id")
+    bytes: Any = None
+    bandwidth: Any = msgspec.field(default=None, name="memory bandwidth (GB/s)")
+    name: Any = None
+    sort_index: Any = None
+    labels: Any = None
 
 
 class _LooseEvent(msgspec.Struct, gc=False):
@@ -193,6 +215,9 @@ class _LooseEvent(msgspec.Struct, gc=False):
     pid: Any = None  # device fallback
     tid: Any = None  # stream fallback
     args: _LooseArgs | None = None
+    ph: Any = None
+    id: Any = None
+    bp: Any = None
 
 
 class _LooseTrace(msgspec.Struct):

@@ -20,6 +20,7 @@ from sqlalchemy.exc import IntegrityError
 
 from backend.formats import read_sources, upload_format
 from backend.formats.base import STEP_TIMING_COLUMNS, InputError, ReadResult, Source, TableBatch
+from backend.formats.kineto_events import EVENTS_DIR_STATE, remove_events
 from backend.ingest.bulk import bulk_insert
 from backend.ingest.summaries import SUMMARY_COLUMNS, StepCounter, summarize_steps
 from backend.store.columns import read_columns
@@ -34,6 +35,7 @@ from backend.store.models import (
     TraceStatus,
     Turn,
 )
+from backend.store.trace_tables import trace_events_dir
 
 TRACE_TABLES = (Sample, Turn, ToolCall, RankTiming, GpuEvent, GpuKernelName, Step)
 COUNT_COLUMN = {
@@ -186,6 +188,10 @@ def ingest_trace(
     counter = [0]
     counted = [Source(s.name, (lambda s=s: _CountingStream(s.open(), counter)), s.size) for s in sources]
     result = ReadResult()
+    # Kineto files keep every event beside the database (CPU-side analyses, full export)
+    events_dir = trace_events_dir(trace_id)
+    remove_events(events_dir)
+    result.state[EVENTS_DIR_STATE] = events_dir
     atomic = engine.dialect.name == "postgresql"
     last_report = [0.0]
 
@@ -215,6 +221,7 @@ def ingest_trace(
                 conn.commit()
             except BaseException:
                 conn.rollback()
+                remove_events(events_dir)
                 if not atomic:
                     clear_trace_rows(conn, trace_id)
                     conn.commit()
