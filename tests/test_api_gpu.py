@@ -31,12 +31,53 @@ def test_window_listing(api, kineto_trace):
     assert len(limited["items"]) == 10 and limited["truncated"]
 
 
-def test_chrome_trace_download(api, kineto_trace):
+def test_chrome_trace_download_gpu_only(api, kineto_trace):
     trace, gpu = kineto_trace
-    r = api.get(f"/api/v1/traces/{trace['id']}/gpu-events/chrome-trace", params={"rank": 1})
+    r = api.get(f"/api/v1/traces/{trace['id']}/gpu-events/chrome-trace", params={"rank": 1, "events": "gpu"})
     assert r.status_code == 200
     assert "attachment" in r.headers["content-disposition"]
     body = r.json()
     complete = [e for e in body["traceEvents"] if e.get("ph") == "X"]
     assert len(complete) == len(gpu)
     assert {e["pid"] for e in complete} == {1}
+
+
+def _kinds(events: list[dict]) -> dict:
+    out: dict = {}
+    for e in events:
+        key = (e.get("ph"), e.get("cat") or "")
+        out[key] = out.get(key, 0) + 1
+    return out
+
+
+def test_chrome_trace_download_carries_every_event_kind(api, kineto_trace, shared_fixtures):
+    """The complete export: per (ph, cat), as many events as the original file holds,
+    for the whole trace and for a time window (recomputed from the raw file)."""
+    trace, _ = kineto_trace
+    raw = orjson.loads(gzip.decompress((shared_fixtures / "kineto" / "sampled_rank-1.json.gz").read_bytes()))
+    original = raw["traceEvents"]
+    whole = api.get(f"/api/v1/traces/{trace['id']}/gpu-events/chrome-trace").json()
+    assert _kinds(whole["traceEvents"]) == _kinds(original)
+    kinds = {k for k, _ in _kinds(original).items()}
+    assert {("X", "cpu_op"), ("X", "cuda_runtime"), ("X", "user_annotation"), ("X", "kernel")} <= kinds
+    # a window in the middle of the trace
+    ts = sorted(float(e["ts"]) for e in original if "ts" in e and e.get("ph") == "X")
+    t0, t1 = ts[len(ts) // 3], ts[len(ts) // 2]
+
+    def overlaps(e: dict) -> bool:
+        if e.get("ph") == "M":
+            return True
+        if "ts" not in e:
+            return False
+        t = float(e["ts"])
+        if e.get("ph") == "X":
+            return t < t1 and t + float(e.get("dur", 0)) > t0
+        return t0 <= t < t1
+
+    window = api.get(
+        f"/api/v1/traces/{trace['id']}/gpu-events/chrome-trace", params={"start_us": t0, "end_us": t1}
+    ).json()
+    assert _kinds(window["traceEvents"]) == _kinds([e for e in original if overlaps(e)])
+    # the timings and ids survive: every kernel keeps its correlation
+    kernels = [e for e in whole["traceEvents"] if e.get("cat") == "kernel"]
+    assert all("correlation" in e["args"] for e in kernels)

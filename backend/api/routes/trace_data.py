@@ -24,9 +24,11 @@ from backend.api.schemas import (
     StepStats,
     SummaryOut,
 )
+from backend.formats.kineto_events import load_events
 from backend.store.columns import read_columns
 from backend.store.models import GpuEvent, GpuKernelName, RankTiming, Sample, Step, Trace, TraceStatus
-from core.analysis.gpu_export import chrome_trace_export
+from backend.store.trace_tables import trace_events_dir
+from core.analysis.gpu_export import chrome_trace_export, full_chrome_trace, select_events
 from core.analysis.gpu_kinds import GpuKind
 from core.analysis.stats import LOG_BIN_EDGES
 
@@ -183,27 +185,46 @@ def export_chrome_trace(
     step: int | None = None,
     start_us: float | None = None,
     end_us: float | None = None,
+    events: Annotated[
+        Literal["all", "gpu"],
+        Query(
+            description="all: every event kept from the Kineto files (CPU ops, CUDA runtime calls, "
+            "annotations, flows, GPU work); gpu: GPU kernels / memcpy / memset only"
+        ),
+    ] = "all",
 ):
-    """The GPU events of a rank/step/time window as a downloadable Chrome trace."""
+    """A rank/step/time window (or the whole trace) as a downloadable Chrome trace.
+
+    With `events=all` (the default, when the ingest kept the trace's events) the export
+    holds every kind of event of the uploaded files in the window: events overlapping
+    [start_us, end_us); for a `step`, the CPU-side events inside its ProfilerStep plus the
+    GPU work and flow arrows they launched. Traces ingested before events were kept fall
+    back to the GPU events."""
     require_ready(trace)
-    conn = session.connection()
-    events = read_columns(
-        conn,
-        "gpu_events",
-        trace.id,
-        ["rank", "stream", "step", "kind", "name_id", "start_us", "dur_us"],
-        order_by="event_idx",
-    )
-    names = dict(
-        session.execute(
-            select(GpuKernelName.name_id, GpuKernelName.name).where(GpuKernelName.trace_id == trace.id)
-        ).all()
-    )
     window = None
     if start_us is not None or end_us is not None:
         window = (start_us if start_us is not None else float("-inf"), end_us if end_us is not None else float("inf"))
-    body = chrome_trace_export(events, ranks=rank, step=step, window_us=window, names=names)
     filename = f"trace-{trace.id}" + (f"-step{step}" if step is not None else "") + ".json"
+    kept = load_events(trace_events_dir(trace.id)) if events == "all" else None
+    if kept is not None:
+        steps = ((trace.meta or {}).get("kineto") or {}).get("steps")
+        idx = select_events(kept, ranks=rank, window_us=window, step=step, step_windows=steps)
+        body = full_chrome_trace(kept, idx)
+    else:
+        conn = session.connection()
+        gpu = read_columns(
+            conn,
+            "gpu_events",
+            trace.id,
+            ["rank", "stream", "step", "kind", "name_id", "start_us", "dur_us"],
+            order_by="event_idx",
+        )
+        names = dict(
+            session.execute(
+                select(GpuKernelName.name_id, GpuKernelName.name).where(GpuKernelName.trace_id == trace.id)
+            ).all()
+        )
+        body = chrome_trace_export(gpu, ranks=rank, step=step, window_us=window, names=names)
     return Response(
         orjson.dumps(body, option=orjson.OPT_SERIALIZE_NUMPY),
         media_type="application/json",
