@@ -81,3 +81,18 @@ def test_chrome_trace_download_carries_every_event_kind(api, kineto_trace, share
     # the timings and ids survive: every kernel keeps its correlation
     kernels = [e for e in whole["traceEvents"] if e.get("cat") == "kernel"]
     assert all("correlation" in e["args"] for e in kernels)
+
+
+def test_gpu_diff_between_two_traces(api, kineto_trace, shared_fixtures):
+    trace, _ = kineto_trace
+    path = shared_fixtures / "kineto" / "sampled_rank-0.json.gz"
+    r = api.post("/api/v1/traces", files=[("files", (path.name, path.read_bytes(), "application/gzip"))])
+    other = r.json()
+    d = api.get(f"/api/v1/traces/{other['id']}/gpu-diff", params={"test_trace_id": trace["id"]})
+    assert d.status_code == 200, d.text
+    body = d.json()
+    # HTA 0.5.0 TraceDiff on the same pair (rank 0 as control, rank 1 as test)
+    assert body["ops_diff"] == {"added": 4, "deleted": 29, "increased": 21, "decreased": 34, "unchanged": 310}
+    assert body["control"] == {"rank": 0, "step": 551, "trace_id": other["id"]}
+    missing = api.get(f"/api/v1/traces/{other['id']}/gpu-diff", params={"test_trace_id": 999_999})
+    assert missing.status_code == 404

@@ -346,3 +346,36 @@ def test_memory_bandwidth_and_annotations_on_hand_made_events():
     assert mb["mean"][0] == pytest.approx(4.0)
     ua = gpu_hta.user_annotation_breakdown(ev)
     assert ua["name"] == ["forward"] and ua["sum_us"].tolist() == [30.0]
+
+
+# TraceDiff.compare_traces / ops_diff (HTA 0.5.0; first rank, first ProfilerStep):
+# (control, test) -> (rows, ops_diff, control counts / us, test counts / us)
+HTA_DIFF = {
+    ("sampled_rank-0.json.gz", "sampled_rank-1.json.gz"): (
+        398,
+        {"added": 4, "deleted": 29, "increased": 21, "decreased": 34, "unchanged": 310},
+        (2403, 2235240.0),
+        (2339, 2245239.0),
+    ),
+    ("ns_resolution_rank-0.json.gz", "queue_length_rank-0.json.gz"): (
+        408,
+        {"added": 221, "deleted": 120, "increased": 46, "decreased": 17, "unchanged": 4},
+        (8601, 280089.0),
+        (13187, 1256359.0),
+    ),
+}
+
+
+@needs_fixtures
+@pytest.mark.parametrize("pair", list(HTA_DIFF))
+def test_trace_diff_matches_hta(pair, tmp_path):
+    n_rows, groups, control, test = HTA_DIFF[pair]
+    _, _, a = _load([pair[0]], tmp_path / "a")
+    _, _, b = _load([pair[1]], tmp_path / "b")
+    d = gpu_hta.trace_diff(a, b)
+    rows = d["rows"]
+    assert len(rows["name"]) == n_rows
+    assert d["ops_diff"] == groups
+    assert (sum(rows["control_counts"]), sum(rows["control_total_us"])) == control
+    assert (sum(rows["test_counts"]), sum(rows["test_total_us"])) == test
+    assert all(c == t - k for c, t, k in zip(rows["diff_counts"], rows["test_counts"], rows["control_counts"]))

@@ -11,7 +11,7 @@ import orjson
 from fastapi import APIRouter, HTTPException, Query, Response, status
 from sqlalchemy import func, select
 
-from backend.api.deps import SessionDep, TraceDep
+from backend.api.deps import CurrentTeam, SessionDep, TraceDep, trace_of_team
 from backend.api.errors import ERROR_RESPONSES
 from backend.api.schemas import (
     GpuEventOut,
@@ -29,6 +29,7 @@ from backend.store.columns import read_columns
 from backend.store.models import GpuEvent, GpuKernelName, RankTiming, Sample, Step, Trace, TraceStatus
 from backend.store.trace_tables import trace_events_dir
 from core.analysis.gpu_export import chrome_trace_export, full_chrome_trace, select_events
+from core.analysis.gpu_hta import trace_diff
 from core.analysis.gpu_kinds import GpuKind
 from core.analysis.stats import LOG_BIN_EDGES
 
@@ -230,3 +231,51 @@ def export_chrome_trace(
         media_type="application/json",
         headers={"Content-Disposition": f'attachment; filename="{filename}"'},
     )
+
+
+@router.get("/gpu-diff")
+def gpu_trace_diff(
+    session: SessionDep,
+    trace: TraceDep,
+    team: CurrentTeam,
+    test_trace_id: Annotated[int, Query(description="The trace compared against this one (same team)")],
+    control_rank: int | None = None,
+    test_rank: int | None = None,
+    control_step: int | None = None,
+    test_step: int | None = None,
+    device: Literal["all", "cpu", "gpu"] = "all",
+):
+    """Ops and kernels added, removed and changed in count and time from this trace (the
+    control) to `test_trace_id` (HTA TraceDiff.compare_traces: by default the first rank
+    and the first ProfilerStep of each). Both must be Kineto traces whose events were
+    kept at ingest."""
+    require_ready(trace)
+    other = trace_of_team(session, team, test_trace_id)
+    require_ready(other)
+    kept = []
+    for t in (trace, other):
+        ev = load_events(trace_events_dir(t.id))
+        if ev is None:
+            raise HTTPException(
+                status.HTTP_409_CONFLICT,
+                detail={
+                    "message": f"trace {t.id} has no kept Kineto events (not a Kineto trace, or ingested "
+                    "before events were kept: upload it again)"
+                },
+            )
+        kept.append(ev)
+    try:
+        result = trace_diff(
+            kept[0],
+            kept[1],
+            control_rank=control_rank,
+            test_rank=test_rank,
+            control_iteration=control_step,
+            test_iteration=test_step,
+            device=device,
+        )
+    except ValueError as exc:
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_ENTITY, detail={"message": str(exc)}) from None
+    result["control"]["trace_id"] = trace.id
+    result["test"]["trace_id"] = other.id
+    return Response(orjson.dumps(result, option=orjson.OPT_SERIALIZE_NUMPY), media_type="application/json")
