@@ -379,3 +379,48 @@ def test_trace_diff_matches_hta(pair, tmp_path):
     assert (sum(rows["control_counts"]), sum(rows["control_total_us"])) == control
     assert (sum(rows["test_counts"]), sum(rows["test_total_us"])) == test
     assert all(c == t - k for c, t, k in zip(rows["diff_counts"], rows["test_counts"], rows["control_counts"]))
+
+
+@needs_fixtures
+def test_potential_stragglers_sampled(tmp_path):
+    # HTA 0.5.0 get_potential_stragglers() on the two sampled ranks: [0, 1]
+    _, _, ev = _load(JOBS["sampled"], tmp_path)
+    out = gpu_hta.potential_stragglers(ev)
+    assert sorted(out["stragglers"]) == [0, 1]
+    assert out["kernel"].startswith("ncclKernel_SendRecv")
+
+
+def test_potential_stragglers_late_start_rank():
+    """Three ranks, two steps; rank 2 starts its all-reduce last in both steps."""
+    parts = []
+    for rank, late in ((0, 0), (1, 5), (2, 40)):
+        evs = []
+        for k, t0 in enumerate((0, 1000)):
+            evs.append(
+                {
+                    "ph": "X",
+                    "cat": "user_annotation",
+                    "name": f"ProfilerStep#{k + 1}",
+                    "pid": 1,
+                    "tid": 1,
+                    "ts": t0,
+                    "dur": 1000,
+                }
+            )
+            evs.append(_launch(10 + k, t0 + 1, 2))
+            evs.append(
+                _kernel(
+                    10 + k, "ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*)", t0 + 100 + late, 300 - late - rank
+                )
+            )
+        evs.append(
+            {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#3", "pid": 1, "tid": 1, "ts": 2000, "dur": 10}
+        )
+        _, _, ev = _trace(evs)
+        ev.rank[:] = rank
+        parts.append(ev)
+    from core.analysis.gpu_events import TraceEvents
+
+    out = gpu_hta.potential_stragglers(TraceEvents.concat(parts), num_candidates=1)
+    assert out["stragglers"] == [2]
+    assert out["counts"] == {0: 0, 1: 0, 2: 2}

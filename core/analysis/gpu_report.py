@@ -8,7 +8,8 @@ rank), ``kernel_breakdown`` ({"by_type", "kernels"}), ``per_step`` ({"temporal",
 "idle"} per ProfilerStep) and, when every event of the trace was kept at ingest
 (`TraceData.gpu_trace`), ``queue_length`` ({"summary", "blocked"} per rank and stream),
 ``launch_stats`` (per rank), ``memory_bw`` (per rank and copy kind) and
-``user_annotations`` (per rank and annotation); ``cpu_side`` says whether those four
+``user_annotations`` (per rank and annotation), ``potential_stragglers`` (HTA's
+late-start rule over ranks); ``cpu_side`` says whether those four
 could be computed. Tables are lists of row dicts.
 """
 
@@ -69,6 +70,11 @@ def gpu_timeline_report(
         out["launch_stats"] = rows(gpu_hta.kernel_launch_stats(trace_events, frames))
         out["memory_bw"] = rows(gpu_hta.memory_bw_summary(trace_events, frames))
         out["user_annotations"] = rows(gpu_hta.user_annotation_breakdown(trace_events, frames))
+        hta_stragglers = gpu_hta.potential_stragglers(trace_events, frames)
+        if "metric" in hta_stragglers:
+            hta_stragglers["metric"] = rows(hta_stragglers["metric"])
+            hta_stragglers["counts"] = [{"rank": r, "steps": c} for r, c in sorted(hta_stragglers["counts"].items())]
+        out["potential_stragglers"] = json_safe(hta_stragglers)
     return out
 
 
