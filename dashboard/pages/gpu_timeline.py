@@ -23,6 +23,16 @@ from dashboard.figures.gpu import (
     temporal_breakdown_figure,
     top_kernels_rows,
 )
+from dashboard.figures.gpu_hta import (
+    annotation_rows,
+    kernel_type_rows,
+    launch_stats_rows,
+    memory_bw_rows,
+    overlap_figure,
+    per_step_figure,
+    queue_length_figure,
+    stragglers_text,
+)
 from dashboard.figures.stages import has_stage_timings, stage_gantt_figure
 from dashboard.server.figure_cache import cached
 from dashboard.server.results import analysis_result
@@ -124,6 +134,25 @@ def body(trace: dict) -> html.Div:
                 html.Div(className="grid-2", children=[graph("gpu-kinds"), graph("gpu-stragglers")]),
                 html.H4("Top kernels"),
                 html.Div(id="gpu-top-kernels"),
+            ),
+            section(
+                "Overlap, launch queue, launches, memory, annotations (HTA definitions)",
+                html.Div(className="grid-2", children=[graph("gpu-overlap"), graph("gpu-queue")]),
+                graph("gpu-per-step"),
+                html.P(id="gpu-hta-stragglers"),
+                html.H4("Kernel launches per rank"),
+                html.Div(id="gpu-launch-table"),
+                html.H4("Time by kernel type and overlap of types (all ranks)"),
+                html.Div(id="gpu-kernel-type-table"),
+                html.H4("Memory copy bandwidth"),
+                html.Div(id="gpu-membw-table"),
+                html.H4("User annotations on the GPU timeline"),
+                html.Div(id="gpu-annotation-table"),
+                help_text="Overlap: share of NCCL time during which a computation kernel also ran. Launch queue: "
+                "GPU operations launched by the CPU and not yet started, per stream (mean / max over the queue's "
+                "changes; a full queue holds 1024). Launch delay: GPU start minus the end of its CPU launch call. "
+                "Bandwidth: the running sum of concurrent copies' GB/s per copy kind. All as Holistic Trace "
+                "Analysis 0.5.0 computes them (its window: the last ProfilerStep is left out).",
             ),
         ]
     return html.Div(parts)
@@ -299,4 +328,66 @@ def _breakdowns(result: dict):
         kernel_kind_figure(kernels.get("by_kind")),
         straggler_figure((result.get("stragglers") or {}).get("per_rank")),
         top_kernels_table(top_kernels_rows(kernels.get("top_kernels"))),
+    )
+
+
+def rows_table(rows: list[dict], empty: str = "Nothing to show.") -> html.Table | html.P:
+    """A plain table of formatted row dicts (numbers right-aligned)."""
+    if not rows:
+        return html.P(empty, className="muted")
+    keys = list(rows[0])
+    numeric = {k for k in keys if all(isinstance(r[k], (int, float)) or str(r[k])[:1].isdigit() for r in rows)}
+    head = html.Tr([html.Th(k, className="num" if k in numeric else None) for k in keys])
+    body = [
+        html.Tr(
+            [
+                html.Td(
+                    str(r[k])[:140],
+                    title=str(r[k]) if len(str(r[k])) > 140 else None,
+                    className="num" if k in numeric else None,
+                )
+                for k in keys
+            ]
+        )
+        for r in rows
+    ]
+    return html.Table([html.Thead(head), html.Tbody(body)], className="table")
+
+
+NO_CPU_SIDE = "Needs the trace's CPU-side events (kept for Kineto traces ingested from now on; upload it again)."
+
+
+@dash.callback(
+    Output("gpu-overlap", "figure"),
+    Output("gpu-queue", "figure"),
+    Output("gpu-per-step", "figure"),
+    Output("gpu-hta-stragglers", "children"),
+    Output("gpu-launch-table", "children"),
+    Output("gpu-kernel-type-table", "children"),
+    Output("gpu-membw-table", "children"),
+    Output("gpu-annotation-table", "children"),
+    Input({"type": RESULT, "kind": "gpu_timeline"}, "data"),
+)
+def fill_hta(data):
+    result, note = analysis_result(data, "GPU timeline")
+    if result is None:
+        fig = empty_figure(note)
+        muted = html.P(note, className="muted")
+        return fig, fig, fig, note, muted, muted, muted, muted
+    return cached(("gpu-hta", data["job_id"]), lambda: _hta_panels(result))
+
+
+def _hta_panels(result: dict):
+    cpu = bool(result.get("cpu_side"))
+    return (
+        overlap_figure(result.get("comm_comp_overlap")),
+        queue_length_figure((result.get("queue_length") or {}).get("summary")) if cpu else empty_figure(NO_CPU_SIDE),
+        per_step_figure((result.get("per_step") or {}).get("temporal")),
+        stragglers_text(result.get("potential_stragglers")) if cpu else NO_CPU_SIDE,
+        rows_table(launch_stats_rows(result.get("launch_stats")), NO_CPU_SIDE if not cpu else "No launches."),
+        rows_table(kernel_type_rows(result.get("kernel_breakdown")), "No kernels."),
+        rows_table(memory_bw_rows(result.get("memory_bw")), NO_CPU_SIDE if not cpu else "No memory copies."),
+        rows_table(
+            annotation_rows(result.get("user_annotations")), NO_CPU_SIDE if not cpu else "No GPU user annotations."
+        ),
     )

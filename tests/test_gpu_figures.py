@@ -1,0 +1,62 @@
+"""The HTA panels of the GPU-timeline page, fed with the analysis' real output."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from backend.formats.base import ReadResult, Source
+from backend.formats.kineto import read_kineto
+from backend.formats.kineto_events import EVENTS_DIR_STATE, load_events
+from core.analysis.gpu_report import gpu_timeline_report
+from dashboard.figures import gpu_hta as figs
+
+FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "kineto"
+
+
+@pytest.fixture(scope="module")
+def result(tmp_path_factory):
+    if not FIXTURES.is_dir():
+        pytest.skip(f"Kineto fixtures not found at {FIXTURES}")
+    folder = tmp_path_factory.mktemp("events")
+    rr = ReadResult()
+    rr.state[EVENTS_DIR_STATE] = folder
+    parts: dict[str, list] = {}
+    for f in ("sampled_rank-0.json.gz", "sampled_rank-1.json.gz"):
+        path = FIXTURES / f
+        for batch in read_kineto(Source(f, lambda p=path: gzip.open(p, "rb")), rr):
+            for k, v in batch.columns.items():
+                parts.setdefault(k, []).append(v)
+    events = {k: ([x for c in v for x in c] if k == "name" else np.concatenate(v)) for k, v in parts.items()}
+    out = gpu_timeline_report(
+        events, events["name"], rr.info.metadata["kineto"]["steps"], trace_events=load_events(folder)
+    )
+    return json.loads(json.dumps(out))  # as the API serves it
+
+
+def test_panels_from_real_result(result):
+    ov = figs.overlap_figure(result["comm_comp_overlap"])
+    assert list(ov.data[0].x) == pytest.approx([11.81, 20.05], abs=0.01)
+    q = figs.queue_length_figure(result["queue_length"]["summary"])
+    assert len(q.data) == 2 and len(q.data[0].y) == 10  # 5 streams x 2 ranks
+    assert figs.per_step_figure(result["per_step"]["temporal"]).data  # one step per rank
+    launch = figs.launch_stats_rows(result["launch_stats"])
+    assert [r["launches"] for r in launch] == ["602", "577"]
+    types = figs.kernel_type_rows(result["kernel_breakdown"])
+    assert types[0] == {"kernel type": "COMMUNICATION", "time (ms)": "305.58", "share (%)": "55.5"}
+    assert len(figs.memory_bw_rows(result["memory_bw"])) == 8
+    assert figs.annotation_rows(result["user_annotations"]) == []
+    assert "rank 0, 1" in figs.stragglers_text(result["potential_stragglers"])
+
+
+def test_panels_without_data():
+    assert figs.overlap_figure([]).layout.annotations
+    assert figs.queue_length_figure(None).layout.annotations
+    assert figs.per_step_figure([]).layout.annotations
+    assert figs.stragglers_text({"stragglers": [], "note": "one rank: nothing to compare"}).endswith(
+        "(one rank: nothing to compare)."
+    )
