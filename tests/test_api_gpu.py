@@ -96,3 +96,12 @@ def test_gpu_diff_between_two_traces(api, kineto_trace, shared_fixtures):
     assert body["control"] == {"rank": 0, "step": 551, "trace_id": other["id"]}
     missing = api.get(f"/api/v1/traces/{other['id']}/gpu-diff", params={"test_trace_id": 999_999})
     assert missing.status_code == 404
+
+
+def test_gpu_events_name_search_and_launch(api, kineto_trace):
+    trace, gpu = kineto_trace
+    want = sum(1 for e in gpu if "nccl" in e["name"].lower())
+    page = api.get(f"/api/v1/traces/{trace['id']}/gpu-events", params={"name": "NCCL", "limit": 5000}).json()
+    assert len(page["items"]) == want > 0
+    assert all("nccl" in i["name"].lower() for i in page["items"])
+    assert any(i["launch_us"] is not None and i["launch_us"] <= i["start_us"] for i in page["items"])

@@ -60,3 +60,24 @@ def test_panels_without_data():
     assert figs.stragglers_text({"stragglers": [], "note": "one rank: nothing to compare"}).endswith(
         "(one rank: nothing to compare)."
     )
+
+
+def test_compare_diff_panels_from_real_diff(tmp_path):
+    if not FIXTURES.is_dir():
+        pytest.skip(f"Kineto fixtures not found at {FIXTURES}")
+    from core.analysis.gpu_hta import trace_diff
+    from dashboard.figures import gpu_diff as compare
+
+    kept = []
+    for i, f in enumerate(("sampled_rank-0.json.gz", "sampled_rank-1.json.gz")):
+        rr = ReadResult()
+        rr.state[EVENTS_DIR_STATE] = tmp_path / str(i)
+        path = FIXTURES / f
+        for _ in read_kineto(Source(f, lambda p=path: gzip.open(p, "rb")), rr):
+            pass
+        kept.append(load_events(tmp_path / str(i)))
+    diff = json.loads(json.dumps(trace_diff(kept[0], kept[1])))
+    assert "4 added, 29 deleted" in compare.diff_summary(diff).children
+    fig = compare.diff_figure(diff)
+    assert len(fig.data[0].y) == 20
+    assert len(compare.diff_table(diff).children[1].children) == compare.DIFF_ROWS

@@ -138,8 +138,10 @@ def list_gpu_events(
     start_us: float | None = None,
     end_us: float | None = None,
     limit: Annotated[int, Query(ge=1, le=200_000)] = 20_000,
+    name: Annotated[str | None, Query(max_length=200, description="kernel name contains (case-insensitive)")] = None,
 ):
-    """GPU events overlapping [start_us, end_us) on a rank, in time order."""
+    """GPU events overlapping [start_us, end_us) on a rank, in time order (optionally only
+    those whose kernel name contains `name`)."""
     require_ready(trace)
     where = [GpuEvent.trace_id == trace.id]
     if rank is not None:
@@ -150,6 +152,8 @@ def list_gpu_events(
         where.append(GpuEvent.start_us < end_us)
     if start_us is not None:
         where.append(GpuEvent.start_us + GpuEvent.dur_us > start_us)
+    if name:
+        where.append(func.lower(GpuKernelName.name).contains(name.lower(), autoescape=True))
     rows = session.execute(
         select(GpuEvent, GpuKernelName.name)
         .join(
@@ -169,6 +173,7 @@ def list_gpu_events(
             name=name,
             start_us=e.start_us,
             dur_us=e.dur_us,
+            launch_us=None if e.launch_us is None or e.launch_us != e.launch_us else e.launch_us,
         )
         for e, name in rows[:limit]
     ]
