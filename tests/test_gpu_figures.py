@@ -81,3 +81,51 @@ def test_compare_diff_panels_from_real_diff(tmp_path):
     fig = compare.diff_figure(diff)
     assert len(fig.data[0].y) == 20
     assert len(compare.diff_table(diff).children[1].children) == compare.DIFF_ROWS
+
+
+def test_gantt_detail_view_names_flows_and_absolute_axis():
+    from dashboard.figures.gpu import kernel_gantt_figure
+
+    events = [
+        {
+            "rank": 0,
+            "stream": 7,
+            "step": 1,
+            "kind": "compute",
+            "name": "void gemm_kernel<float>(int)",
+            "start_us": 1_000_500.0,
+            "dur_us": 400.0,
+            "launch_us": 1_000_100.0,
+        },
+        {
+            "rank": 0,
+            "stream": 9,
+            "step": 1,
+            "kind": "communication",
+            "name": "ncclDevKernel_AllReduce(x)",
+            "start_us": 1_000_950.0,
+            "dur_us": 30.0,
+            "launch_us": 1_000_200.0,
+        },
+    ]
+    origin = 1_000_000.0
+    fig = kernel_gantt_figure(
+        events,
+        origin_us=origin,
+        origin_label="t0",
+        labels=True,
+        flows=True,
+        x_range_us=(1_000_400.0, 1_001_000.0),
+        highlight="nccl",
+    )
+    by_name = {t.name: t for t in fig.data}
+    # the axis keeps the trace origin: the zoomed range is shown as 0.4 .. 1.0 ms from t0
+    assert tuple(fig.layout.xaxis.range) == pytest.approx((0.4, 1.0))
+    assert [x for x in by_name["compute"].x if x == x] == pytest.approx([0.5, 0.9])
+    # names on the bars (both are wider than 1/40 of the 600 us view)
+    assert [t[:4] for t in by_name["kernel names"].text] == ["gemm", "nccl"]  # shortened to fit
+    # a CPU-launch row per rank and an arrow launch -> start for each event
+    assert fig.layout.yaxis.ticktext[0] == "rank 0 launches (CPU)"
+    arrows = [x for x in by_name["launch -> kernel"].x if x == x]
+    assert arrows == pytest.approx([0.1, 0.5, 0.2, 0.95])
+    assert "matches 'nccl'" in by_name

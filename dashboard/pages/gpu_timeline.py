@@ -19,6 +19,7 @@ from dashboard.figures.gpu import (
     idle_breakdown_figure,
     kernel_gantt_figure,
     kernel_kind_figure,
+    short_kernel_name,
     straggler_figure,
     temporal_breakdown_figure,
     top_kernels_rows,
@@ -37,7 +38,7 @@ from dashboard.figures.stages import has_stage_timings, stage_gantt_figure
 from dashboard.server.figure_cache import cached
 from dashboard.server.results import analysis_result
 from dashboard.views.components import PAGE_TRACE_ID, RESULT, alert, control, controls, graph, section
-from dashboard.views.formatting import kineto_ranks, kineto_steps, step_window, zoom_range
+from dashboard.views.formatting import kineto_ranks, kineto_steps, zoom_range
 from dashboard.views.panels import analysis_panel
 from dashboard.views.trace_frame import trace_page
 
@@ -69,10 +70,13 @@ def body(trace: dict) -> html.Div:
     parts = [
         controls(
             control(
-                "Step",
+                "ProfilerStep" if kineto_steps(trace) else "Step",
                 dcc.Dropdown(
                     id="gpu-step",
-                    options=[{"label": f"step {s}", "value": s} for s in step_ids],
+                    options=[
+                        {"label": f"ProfilerStep#{s}" if s in set(kineto_steps(trace)) else f"step {s}", "value": s}
+                        for s in step_ids
+                    ],
                     value=first,
                     clearable=False,
                     style={"minWidth": "160px"},
@@ -113,6 +117,19 @@ def body(trace: dict) -> html.Div:
                         "Load detail for the zoomed range", id="gpu-zoom-load", n_clicks=0, className="button small"
                     ),
                     html.Button("Whole step", id="gpu-zoom-reset", n_clicks=0, className="button small secondary"),
+                    dcc.Input(
+                        id="gpu-search",
+                        type="search",
+                        placeholder="find a kernel by name",
+                        debounce=True,
+                        style={"minWidth": "220px"},
+                    ),
+                    dcc.Dropdown(
+                        id="gpu-search-hits",
+                        options=[],
+                        placeholder="matches: choose one to jump to it",
+                        style={"minWidth": "340px"},
+                    ),
                     html.Button(
                         "Download window (Chrome trace JSON)",
                         id="gpu-download",
@@ -124,8 +141,11 @@ def body(trace: dict) -> html.Div:
                 html.Div(id="gpu-download-message"),
                 html.Div(id="gpu-window-info", className="muted"),
                 graph("gpu-kernel-gantt"),
-                help_text="Zoom with the mouse; a grey bar on a rank's 'idle' row is time when none of its streams ran. "
-                "The download opens in Perfetto (ui.perfetto.dev) or chrome://tracing.",
+                help_text="Zoom with the mouse, then load detail: the detail view names the kernels on their bars and "
+                "draws an arrow from each CPU launch to its kernel. The time axis keeps one origin (shown in its title) "
+                "through every zoom. A grey bar on a rank's 'idle' row is time when none of its streams ran. "
+                "The download (every event of the window: CPU ops, runtime calls, annotations, flows, GPU work) "
+                "opens in Perfetto (ui.perfetto.dev) or chrome://tracing.",
             ),
             section(
                 "Where GPU time goes (HTA definitions)",
@@ -184,11 +204,18 @@ def fill_stage_gantt(step, steps, trace_id):
     Input("gpu-zoom-load", "n_clicks"),
     Input("gpu-zoom-reset", "n_clicks"),
     Input("gpu-step", "value"),
+    Input("gpu-search-hits", "value"),
     State("gpu-kernel-gantt", "relayoutData"),
     State("gpu-origin", "data"),
     prevent_initial_call=True,
 )
-def set_window(_load, _reset, _step, relayout, origin):
+def set_window(_load, _reset, _step, hit, relayout, origin):
+    if ctx.triggered_id == "gpu-search-hits":
+        if not hit:
+            return no_update
+        start, dur = (float(x) for x in str(hit).split(":")[:2])
+        pad = max(20 * dur, 200.0)  # the match and some context around it
+        return {"start_us": start - pad, "end_us": start + dur + pad, "focus": True}
     if ctx.triggered_id != "gpu-zoom-load":
         return None
     rng = zoom_range(relayout)
@@ -220,34 +247,87 @@ def _fetch_events(trace_id, ranks, step, window) -> tuple[list[dict], bool]:
     Input("gpu-step", "value"),
     Input("gpu-ranks", "value"),
     Input("gpu-window", "data"),
+    State("gpu-search", "value"),
+    State("gpu-origin", "data"),
     State(PAGE_TRACE_ID, "data"),
 )
-def fill_kernel_gantt(step, ranks, window, trace_id):
+def fill_kernel_gantt(step, ranks, window, search, origin, trace_id):
     try:
         trace = session.api().get_trace(trace_id)
         events, truncated = _fetch_events(trace_id, ranks, step, window)
     except ApiError as exc:
         return empty_figure(exc.message), no_update, alert(exc.message)
-    if window:
-        origin, label = window["start_us"], "the window start"
-    else:
-        sw = step_window(trace, step, ranks) if step is not None else None
-        origin, label = (sw[0], f"the start of step {step}") if sw else (None, "the first event")
-        if origin is not None and events:
-            origin = min(origin, min(e["start_us"] for e in events))
-            label = f"the start of step {step}" if origin == sw[0] else "the first GPU event of the step"
+    # One origin for the whole trace (the first ProfilerStep's start, else the first GPU
+    # event seen), kept through every zoom so times stay comparable.
+    if origin is None:
+        origin = trace_origin(trace)
+    if origin is None and events:
+        origin = min(e["start_us"] for e in events)
+    detail = bool(window)
     fig = kernel_gantt_figure(
         events,
         truncated=truncated,
         origin_us=origin,
-        origin_label=label,
-        title=f"GPU kernels, step {step}" if not window else "GPU kernels, zoomed window",
+        origin_label=f"t0 = {origin:,.0f} us (trace clock)" if origin is not None else "the first event",
+        title=f"GPU kernels, ProfilerStep#{step}" if not window else "GPU kernels, detail",
+        labels=detail or len(events) <= 300,
+        flows=detail,
+        x_range_us=(window["start_us"], window["end_us"]) if window else None,
+        highlight=search or None,
     )
-    what = f"window {(window['end_us'] - window['start_us']) / 1000:,.2f} ms" if window else f"step {step}"
+    what = f"window {(window['end_us'] - window['start_us']) / 1000:,.3f} ms" if window else f"step {step}"
+    if window and origin is not None:
+        what += f" at {(window['start_us'] - origin) / 1000:,.3f} ms"
     info = f"{len(events):,} GPU events, {what}" + (
         " — only the first ones: zoom in and load detail" if truncated else ""
     )
     return fig, origin, info
+
+
+def trace_origin(trace: dict) -> float | None:
+    """Start of the earliest ProfilerStep over all ranks (the time axis' t0)."""
+    windows = ((trace.get("metadata") or {}).get("kineto") or {}).get("steps") or {}
+    starts = [float(w[1]) for ws in windows.values() for w in ws]
+    return min(starts) if starts else None
+
+
+SEARCH_HITS = 100
+
+
+@dash.callback(
+    Output("gpu-search-hits", "options"),
+    Output("gpu-search-hits", "value"),
+    Input("gpu-search", "value"),
+    State("gpu-ranks", "value"),
+    State("gpu-origin", "data"),
+    State(PAGE_TRACE_ID, "data"),
+    prevent_initial_call=True,
+)
+def search_kernels(text, ranks, origin, trace_id):
+    """Kernels whose name contains the text (on the chosen ranks): one option per match,
+    in time order; choosing one zooms the Gantt onto it."""
+    if not text:
+        return [], None
+    api = session.api()
+    hits: list[dict] = []
+    try:
+        for r in ranks or [None]:
+            hits += api.gpu_events(trace_id, rank=r, name=text, limit=SEARCH_HITS).get("items", [])
+    except ApiError as exc:
+        return [{"label": exc.message, "value": "", "disabled": True}], None
+    hits.sort(key=lambda e: e["start_us"])
+    t0 = origin if origin is not None else (hits[0]["start_us"] if hits else 0.0)
+    options = [
+        {
+            "label": f"{short_kernel_name(e['name'], 50)} · rank {e['rank']} stream {e['stream']} · "
+            f"{(e['start_us'] - t0) / 1000:,.3f} ms",
+            "value": f"{e['start_us']}:{e['dur_us']}:{e['rank']}",
+        }
+        for e in hits[:SEARCH_HITS]
+    ]
+    if not options:
+        return [{"label": f"no kernel name contains '{text}'", "value": "", "disabled": True}], None
+    return options, None
 
 
 @dash.callback(
