@@ -29,11 +29,9 @@ from core.analysis.gpu_events import PH_COMPLETE, TraceEvents
 from core.analysis.gpu_intervals import dense_codes, merge_by_group, union_by_group
 from core.analysis.gpu_kinds import GpuKind
 from core.analysis.gpu_timeline import (
-    _names_or_none,
     _subset,
     _times,
     event_names,
-    hta_compute_mask,
     hta_window_mask,
     idle_breakdown,
     temporal_breakdown,
@@ -184,6 +182,34 @@ def hta_frames(ev: TraceEvents, *, include_last_step: bool = False, window: bool
     return frames
 
 
+def name_codes(events: Events, names=None) -> tuple[np.ndarray, list[str]]:
+    """(code per event, distinct names): `name_id` and the lookup when the events carry
+    them (no per-event string list is built), else the interned `name` column."""
+    if "name_id" in events and names is not None and "name" not in events:
+        ids = np.asarray(events["name_id"], dtype=np.int64)
+        if isinstance(names, Mapping):
+            top = int(ids.max()) + 1 if len(ids) else 0
+            table = [names.get(i, "") for i in range(top)]
+        else:
+            table = list(names)
+        return ids, table
+    values = event_names(events, names)
+    index: dict[str, int] = {}
+    codes = np.fromiter((index.setdefault(v, len(index)) for v in values), np.int64, len(values))
+    return codes, list(index)
+
+
+def compute_mask(events: Events, names=None) -> np.ndarray:
+    """HTA's COMPUTATION kernels (as hta_compute_mask), decided once per distinct name."""
+    kind = np.asarray(events["kind"])
+    try:
+        codes, table = name_codes(events, names)
+    except KeyError:
+        return kind == GpuKind.COMPUTE
+    not_compute = np.array([_NOT_COMPUTE.match(n) is not None for n in table] or [False], dtype=bool)
+    return (kind == GpuKind.COMPUTE) & ~not_compute[codes] if len(codes) else kind == GpuKind.COMPUTE
+
+
 # --- communication / computation overlap (gpu_events) ----------------------------------
 
 
@@ -201,8 +227,7 @@ def comm_comp_overlap(
     Columns: rank, comm_us (union of communication), comp_us (union of computation),
     overlap_us, comm_comp_overlap_pct (NaN when the rank has no communication).
     """
-    all_names = _names_or_none(events, names)
-    compute = hta_compute_mask(np.asarray(events["kind"]), all_names)
+    compute = compute_mask(events, names)
     comm = np.asarray(events["kind"]) == GpuKind.COMMUNICATION
     if hta_compat:
         keep = hta_window_mask(events, step_windows)
@@ -251,17 +276,13 @@ def gpu_kernel_breakdown(
     are — as in HTA — taken over the folded kernels' sums.
     """
     keep = hta_window_mask(events, step_windows)
-    all_names = event_names(events, names)
+    codes_all, distinct = name_codes(events, names)
     sub = _subset(events, keep)
-    kept_names = [n for n, k in zip(all_names, keep.tolist()) if k]
+    name_codes_kept = codes_all[keep]
     start, end = _times(sub, True)
     dur = end - start
-    codes_by_name: dict[str, int] = {}
-    name_codes = np.fromiter(
-        (codes_by_name.setdefault(n, len(codes_by_name)) for n in kept_names), np.int64, len(kept_names)
-    )
-    distinct = list(codes_by_name)
-    ktype = _type_codes(distinct, name_codes) if len(kept_names) else np.zeros(0, np.int8)
+    type_of_name = _type_codes(distinct, np.arange(len(distinct))) if distinct else np.zeros(0, np.int8)
+    ktype = type_of_name[name_codes_kept] if len(name_codes_kept) else np.zeros(0, np.int8)
     rank = np.asarray(sub["rank"], dtype=np.int64)
     analysed = ["COMPUTATION", "COMMUNICATION"] + (["MEMORY"] if include_memory_kernels else [])
 
@@ -275,9 +296,9 @@ def gpu_kernel_breakdown(
         bounds_t, bounds_d = [], []
         for bit, kt in enumerate(analysed):
             m = in_rank & (ktype == KERNEL_TYPES.index(kt))
-            _, s, e = merge_by_group(np.zeros(int(m.sum()), np.int64), start[m], end[m])
-            bounds_t += [s, e]
-            bounds_d += [np.full(len(s), 1 << bit), np.full(len(e), -(1 << bit))]
+            _, s_, e_ = merge_by_group(np.zeros(int(m.sum()), np.int64), start[m], end[m])
+            bounds_t += [s_, e_]
+            bounds_d += [np.full(len(s_), 1 << bit), np.full(len(e_), -(1 << bit))]
         t = np.concatenate(bounds_t) if bounds_t else np.zeros(0)
         d = np.concatenate(bounds_d) if bounds_d else np.zeros(0, np.int64)
         order = np.argsort(t, kind="stable")
@@ -291,9 +312,7 @@ def gpu_kernel_breakdown(
             m = np.flatnonzero(in_rank & (ktype == KERNEL_TYPES.index(kt)))
             if not len(m):
                 continue
-            _aggregate_kernels(
-                rows, [distinct[c] for c in name_codes[m].tolist()], dur[m], r, kt, num_kernels, duration_ratio
-            )
+            _aggregate_kernels(rows, name_codes_kept[m], distinct, dur[m], r, kt, num_kernels, duration_ratio)
     grand = sum(totals.values())
     by_type = sorted(totals.items(), key=lambda kv: -kv[1])
     return {
@@ -306,11 +325,12 @@ def gpu_kernel_breakdown(
     }
 
 
-def _aggregate_kernels(rows, names, dur, rank, kind, num_kernels, duration_ratio, allow=()) -> None:
-    """HTA _aggr_gpu_kernel_time for one (rank, type): appends to `rows`."""
-    codes_by: dict[str, int] = {}
-    codes = np.fromiter((codes_by.setdefault(n, len(codes_by)) for n in names), np.int64, len(names))
-    distinct = np.array(list(codes_by), dtype=object)
+def _aggregate_kernels(rows, name_code, table, dur, rank, kind, num_kernels, duration_ratio, allow=()) -> None:
+    """HTA _aggr_gpu_kernel_time for one (rank, type): appends to `rows`. `name_code`
+    indexes `table` (the names)."""
+    used, codes = np.unique(np.asarray(name_code, dtype=np.int64), return_inverse=True)
+    codes = codes.reshape(-1)
+    distinct = np.array([table[i] for i in used.tolist()], dtype=object)
     k = len(distinct)
     cnt = np.bincount(codes, minlength=k)
     sums = np.bincount(codes, weights=dur, minlength=k)
@@ -371,15 +391,23 @@ def per_step_breakdowns(
     idle_breakdown columns."""
     step = np.asarray(events["step"], dtype=np.int64)
     keep = hta_window_mask(events, step_windows)
-    all_names = _names_or_none(events, names)
+    # HTA's compute rule decided once; each step's subset then carries it in `kind`
+    # (3 = a GPU event HTA does not count as computation), so no names are needed
+    kind = np.asarray(events["kind"]).astype(np.int8)
+    hta_kind = np.where(
+        compute_mask(events, names), np.int8(GpuKind.COMPUTE), np.where(kind == GpuKind.COMPUTE, np.int8(3), kind)
+    )
+    base = {k: np.asarray(v) for k, v in events.items() if k not in ("name", "name_id")}
+    base["kind"] = hta_kind
+    order = np.argsort(step, kind="stable")
+    sorted_steps = step[order]
     out_t: dict[str, list] = {}
     out_i: dict[str, list] = {}
     for s in np.unique(step[keep & (step >= 0)]).tolist():
-        m = keep & (step == s)
-        sub = {k: np.asarray(v)[m] for k, v in events.items() if k not in ("name", "name_id")}
-        sub_names = [n for n, x in zip(all_names, m.tolist()) if x] if all_names is not None else None
-        if sub_names is not None:
-            sub["name"] = sub_names
+        lo, hi = np.searchsorted(sorted_steps, [s, s + 1])
+        rows_s = order[lo:hi]
+        rows_s = np.sort(rows_s[keep[rows_s]])
+        sub = {k: v[rows_s] for k, v in base.items()}
         # one step: the window rule keeps everything; rounding still applies
         t = temporal_breakdown(sub, None, hta_compat=True)
         i = idle_breakdown(sub, None, hta_compat=True)
@@ -630,8 +658,7 @@ def user_annotation_breakdown(
         m = np.flatnonzero(ev.cat[f.idx] == cat)
         if not len(m):
             continue
-        names = [ev.names[i] for i in ev.name[f.idx[m]].tolist()]
-        _aggregate_kernels(rows, names, f.dur[m], r, "", num_kernels, duration_ratio)
+        _aggregate_kernels(rows, ev.name[f.idx[m]], ev.names, f.dur[m], r, "", num_kernels, duration_ratio)
     order = sorted(range(len(rows["name"])), key=lambda i: (rows["rank"][i], rows["name"][i]))
     return {
         k: ([rows[k][i] for i in order] if k == "name" else np.asarray([rows[k][i] for i in order]))
