@@ -105,3 +105,13 @@ def test_gpu_events_name_search_and_launch(api, kineto_trace):
     assert len(page["items"]) == want > 0
     assert all("nccl" in i["name"].lower() for i in page["items"])
     assert any(i["launch_us"] is not None and i["launch_us"] <= i["start_us"] for i in page["items"])
+
+
+def test_search_events_of_every_kind(api, kineto_trace, shared_fixtures):
+    trace, _ = kineto_trace
+    raw = orjson.loads(gzip.decompress((shared_fixtures / "kineto" / "sampled_rank-1.json.gz").read_bytes()))
+    want = [e for e in raw["traceEvents"] if e.get("ph") == "X" and "aten::mm" in e.get("name", "").lower()]
+    r = api.get(f"/api/v1/traces/{trace['id']}/gpu-events/search", params={"name": "ATEN::MM", "limit": 5000}).json()
+    assert r["total"] == len(want) > 0
+    assert {i["cat"] for i in r["items"]} == {e["cat"] for e in want}
+    assert [i["ts_us"] for i in r["items"]] == sorted(i["ts_us"] for i in r["items"])

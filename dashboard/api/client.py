@@ -210,6 +210,10 @@ class ApiClient:
             name=name,
         )
 
+    def search_events(self, trace_id: str | int, name: str, *, rank=None, limit: int = 200) -> dict:
+        """Events of any kind (CPU ops, annotations, kernels...) whose name contains `name`."""
+        return self._get(f"/traces/{trace_id}/gpu-events/search", name=name, rank=rank, limit=limit)
+
     def gpu_diff(self, trace_id: str | int, test_trace_id: str | int, **params) -> dict:
         """Ops and kernels added / removed / changed from `trace_id` to `test_trace_id`
         (control_rank, test_rank, control_step, test_step, device)."""

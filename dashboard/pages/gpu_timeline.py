@@ -120,7 +120,7 @@ def body(trace: dict) -> html.Div:
                     dcc.Input(
                         id="gpu-search",
                         type="search",
-                        placeholder="find a kernel by name",
+                        placeholder="find a kernel or op by name",
                         debounce=True,
                         style={"minWidth": "220px"},
                     ),
@@ -304,29 +304,43 @@ SEARCH_HITS = 100
     prevent_initial_call=True,
 )
 def search_kernels(text, ranks, origin, trace_id):
-    """Kernels whose name contains the text (on the chosen ranks): one option per match,
-    in time order; choosing one zooms the Gantt onto it."""
+    """Kernels and CPU ops whose name contains the text (on the chosen ranks): one option
+    per match, in time order; choosing one zooms the Gantt onto it."""
     if not text:
         return [], None
     api = session.api()
     hits: list[dict] = []
     try:
-        for r in ranks or [None]:
-            hits += api.gpu_events(trace_id, rank=r, name=text, limit=SEARCH_HITS).get("items", [])
+        try:  # every kind of event (CPU ops too) when the trace's events were kept
+            found = api.search_events(trace_id, text, rank=list(ranks) if ranks else None, limit=SEARCH_HITS)
+            hits = [
+                {
+                    "name": e["name"],
+                    "rank": e["rank"],
+                    "where": e["cat"] if e["stream"] < 0 else f"stream {e['stream']}",
+                    "start_us": e["ts_us"],
+                    "dur_us": e["dur_us"],
+                }
+                for e in found.get("items", [])
+            ]
+        except ApiError:
+            for r in ranks or [None]:
+                for e in api.gpu_events(trace_id, rank=r, name=text, limit=SEARCH_HITS).get("items", []):
+                    hits.append({**e, "where": f"stream {e['stream']}"})
     except ApiError as exc:
         return [{"label": exc.message, "value": "", "disabled": True}], None
     hits.sort(key=lambda e: e["start_us"])
     t0 = origin if origin is not None else (hits[0]["start_us"] if hits else 0.0)
     options = [
         {
-            "label": f"{short_kernel_name(e['name'], 50)} · rank {e['rank']} stream {e['stream']} · "
+            "label": f"{short_kernel_name(e['name'], 50)} · rank {e['rank']} {e['where']} · "
             f"{(e['start_us'] - t0) / 1000:,.3f} ms",
             "value": f"{e['start_us']}:{e['dur_us']}:{e['rank']}",
         }
         for e in hits[:SEARCH_HITS]
     ]
     if not options:
-        return [{"label": f"no kernel name contains '{text}'", "value": "", "disabled": True}], None
+        return [{"label": f"no kernel or op name contains '{text}'", "value": "", "disabled": True}], None
     return options, None
 
 

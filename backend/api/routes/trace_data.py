@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
+import numpy as np
 import orjson
 from fastapi import APIRouter, HTTPException, Query, Response, status
 from sqlalchemy import func, select
@@ -178,6 +179,45 @@ def list_gpu_events(
         for e, name in rows[:limit]
     ]
     return GpuEventPage(items=items, truncated=len(rows) > limit)
+
+
+@router.get("/gpu-events/search")
+def search_trace_events(
+    session: SessionDep,
+    trace: TraceDep,
+    name: Annotated[str, Query(min_length=1, max_length=200, description="name contains (case-insensitive)")],
+    rank: Annotated[list[int] | None, Query()] = None,
+    limit: Annotated[int, Query(ge=1, le=5000)] = 200,
+):
+    """Events of any kind (CPU ops, annotations, runtime calls, GPU kernels...) whose name
+    contains `name`, in time order: `{"items": [{rank, cat, name, ts_us, dur_us,
+    stream}], "total": matches}`. Needs the events kept at ingest (409 otherwise)."""
+    require_ready(trace)
+    kept = load_events(trace_events_dir(trace.id))
+    if kept is None:
+        raise HTTPException(
+            status.HTTP_409_CONFLICT,
+            detail={"message": f"trace {trace.id} has no kept Kineto events (search its GPU events instead)"},
+        )
+    needle = name.lower()
+    wanted = {n for n in kept.names if needle in n.lower()}
+    hit = kept.name_mask(wanted) & (kept.ph == 0) & (kept.cat != kept.cat_id("Trace"))
+    if rank:
+        hit &= np.isin(kept.rank, rank)
+    idx = np.flatnonzero(hit)
+    idx = idx[np.argsort(kept.ts[idx], kind="stable")]
+    items = [
+        {
+            "rank": int(kept.rank[i]),
+            "cat": kept.cats[kept.cat[i]],
+            "name": kept.names[kept.name[i]],
+            "ts_us": float(kept.ts[i]),
+            "dur_us": float(kept.dur[i]),
+            "stream": int(kept.stream[i]),
+        }
+        for i in idx[:limit].tolist()
+    ]
+    return {"items": items, "total": int(len(idx))}
 
 
 @router.get(
