@@ -37,6 +37,10 @@ merge without clobbering each other) goes to ``result.info.metadata["kineto"]``:
 
 The step windows let analyses reproduce HTA's filtering exactly (it drops GPU events
 launched after the start of the last ProfilerStep).
+
+When the ingest asks for it (``result.state[EVENTS_DIR_STATE]``), every event of the file
+is also written as columns beside the database (backend/formats/kineto_events.py), from
+the same decode.
 """
 
 from __future__ import annotations
