@@ -36,15 +36,29 @@ _arg = {
 }
 
 
+def _is_not_none(v) -> bool:
+    return v is not None
+
+
+def _intern(values: list) -> tuple[np.ndarray, list]:
+    """(codes, distinct values in first-seen order): one dict lookup per value, no
+    Python-level loop body (map + fromiter)."""
+    index = {v: i for i, v in enumerate(dict.fromkeys(values))}
+    codes = np.fromiter(map(index.__getitem__, values), dtype=np.int32, count=len(values))
+    return codes, list(index)
+
+
 def _codes(values: list, table: dict) -> np.ndarray:
-    return np.fromiter(
-        (table.setdefault("" if v is None else str(v), len(table)) for v in values), np.int32, len(values)
-    )
+    codes, distinct = _intern(values)
+    remap = np.array([table.setdefault("" if v is None else str(v), len(table)) for v in distinct] or [0], np.int32)
+    return remap[codes] if len(values) else codes
 
 
 def _ints(values: list, labels: dict | None = None) -> np.ndarray:
-    try:
-        return np.fromiter((-1 if v is None else v for v in values), dtype=np.int64, count=len(values))
+    try:  # numbers and None (-> NaN -> -1); exact for ids below 2**53
+        as_float = np.array(values, dtype=np.float64)
+        if not (np.abs(as_float[~np.isnan(as_float)]) >= 2**53).any():
+            return np.where(np.isnan(as_float), -1, as_float).astype(np.int64)
     except (TypeError, ValueError, OverflowError):
         pass
     out = np.full(len(values), -1, dtype=np.int64)
@@ -64,7 +78,7 @@ def _ints(values: list, labels: dict | None = None) -> np.ndarray:
 
 def _floats(values: list) -> np.ndarray:
     try:
-        return np.fromiter((np.nan if v is None else v for v in values), dtype=np.float64, count=len(values))
+        return np.array(values, dtype=np.float64)  # None -> NaN
     except (TypeError, ValueError):
         out = np.full(len(values), np.nan)
         for i, v in enumerate(values):
@@ -78,14 +92,14 @@ def _floats(values: list) -> np.ndarray:
 def file_events(rank: int, events: list) -> tuple[dict[str, np.ndarray], dict]:
     """(columns, strings) of one file's decoded events (the reader's structs)."""
     n = len(events)
-    phases = list(map(_get["ph"], events))
-    ph = np.fromiter((PH_CODE.get(p, PH_OTHER) for p in phases), np.int8, n)
+    ph_codes, ph_values = _intern(list(map(_get["ph"], events)))
+    ph = np.array([PH_CODE.get(p, PH_OTHER) for p in ph_values] or [0], dtype=np.int8)[ph_codes]
     names: dict[str, int] = {}
     cats: dict[str, int] = {}
     labels: dict[str, int] = {}
-    args = [a for a in map(_get["args"], events)]
+    args = list(map(_get["args"], events))
+    has_args = np.fromiter(map(_is_not_none, args), bool, n)
     present = [a for a in args if a is not None]
-    has_args = np.fromiter((a is not None for a in args), bool, n)
 
     def arg_column(key: str, kind: str) -> np.ndarray:
         values = list(map(_arg[key], present))
@@ -94,7 +108,8 @@ def file_events(rank: int, events: list) -> tuple[dict[str, np.ndarray], dict]:
         out[has_args] = col
         return out
 
-    bp = list(map(_get["bp"], events))
+    bp_codes, bp_values = _intern(list(map(_get["bp"], events)))
+    bp_e = np.array([v == "e" for v in bp_values] or [False], dtype=np.int8)[bp_codes]
     cols = {
         "rank": np.full(n, rank, dtype=np.int64),
         "ph": ph,
@@ -111,7 +126,7 @@ def file_events(rank: int, events: list) -> tuple[dict[str, np.ndarray], dict]:
         "bytes": arg_column("bytes", "float"),
         "bandwidth_gbps": arg_column("bandwidth", "float"),
         "flow_id": _ints(list(map(_get["id"], events)), labels),
-        "flow_bp_e": np.fromiter((b == "e" for b in bp), np.int8, n),
+        "flow_bp_e": bp_e,
     }
     meta = []
     for i in np.flatnonzero(ph == PH_CODE["M"]).tolist():
