@@ -708,6 +708,8 @@ def potential_stragglers(
     for r, f in frames.items():
         m = np.isin(f.iteration, steps)
         parts.append((r, f, np.flatnonzero(m)))
+    if not any(len(m) for _, _, m in parts):
+        return {"stragglers": [], "note": "no events inside the chosen ProfilerSteps"}
     t_min = min(float(f.ts[m].min()) for _, f, m in parts if len(m))
     t_max = max(float((f.ts[m] + f.dur[m]).max()) for _, f, m in parts if len(m))
     n_iters = len({int(x) for _, f, m in parts for x in np.unique(f.iteration[m])})
