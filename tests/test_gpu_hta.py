@@ -424,3 +424,15 @@ def test_potential_stragglers_late_start_rank():
     out = gpu_hta.potential_stragglers(TraceEvents.concat(parts), num_candidates=1)
     assert out["stragglers"] == [2]
     assert out["counts"] == {0: 0, 1: 0, 2: 2}
+
+
+def test_time_blocked_on_a_full_queue():
+    # three launches at 0, 1, 2 on one stream; kernels start at 10, 20, 30
+    evs = [_launch(i + 1, i, 1) for i in range(3)] + [_kernel(i + 1, "gemm", 10 * (i + 1), 5) for i in range(3)]
+    _, _, ev = _trace(evs)
+    q = gpu_hta.queue_length(ev, max_queue_length=2)
+    # queue: 1 @0, 2 @1, 3 @2, 2 @10, 1 @20, 0 @30 -> at >= 2 from 1 to 20: 19 us
+    assert q["summary"]["max"].tolist() == [3.0]
+    assert q["blocked"]["duration_at_max_us"].tolist() == [19.0]
+    # HTA's trace duration: first to last event start (0 .. 30)
+    assert q["blocked"]["relative_duration"][0] == pytest.approx(19 / 30)
