@@ -115,3 +115,13 @@ def test_search_events_of_every_kind(api, kineto_trace, shared_fixtures):
     assert r["total"] == len(want) > 0
     assert {i["cat"] for i in r["items"]} == {e["cat"] for e in want}
     assert [i["ts_us"] for i in r["items"]] == sorted(i["ts_us"] for i in r["items"])
+
+
+def test_kept_events_go_with_the_trace(api, kineto_trace):
+    from backend.store.trace_tables import trace_events_dir
+
+    trace, _ = kineto_trace
+    folder = trace_events_dir(trace["id"])
+    assert sorted(p.suffix for p in folder.iterdir()) == [".json", ".npz"]
+    assert api.delete(f"/api/v1/traces/{trace['id']}").status_code == 204
+    assert not folder.exists()
