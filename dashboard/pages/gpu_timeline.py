@@ -214,7 +214,7 @@ def set_window(_load, _reset, _step, hit, relayout, origin):
         if not hit:
             return no_update
         start, dur = (float(x) for x in str(hit).split(":")[:2])
-        pad = max(20 * dur, 200.0)  # the match and some context around it
+        pad = max(200.0, min(20 * dur, 5000.0))  # the match and some context around it
         return {"start_us": start - pad, "end_us": start + dur + pad, "focus": True}
     if ctx.triggered_id != "gpu-zoom-load":
         return None
