@@ -83,16 +83,15 @@ def per_step_figure(table) -> go.Figure:
     title = "Idle share per ProfilerStep"
     if not cols or not cols.get("step"):
         return empty_figure("No per-step figures (the trace has fewer than two ProfilerSteps)", title)
-    fig = styled_figure(title, x_title="ProfilerStep", y_title="idle (% of kernel time)")
+    fig = styled_figure(title, x_title="ProfilerStep", y_title="idle (% of kernel time)", barmode="group")
     for r in sorted(set(cols["rank"])):
         idx = [i for i, x in enumerate(cols["rank"]) if x == r]
         fig.add_trace(
-            go.Scatter(
+            go.Bar(
                 name=f"rank {r}",
-                x=[cols["step"][i] for i in idx],
+                x=[str(cols["step"][i]) for i in idx],
                 y=[cols["idle_pct"][i] for i in idx],
                 customdata=[cols["compute_pct"][i] for i in idx],
-                mode="lines+markers",
                 hovertemplate=f"rank {r}, step %{{x}}: idle %{{y:.2f}}%, compute %{{customdata:.2f}}%<extra></extra>",
             )
         )
