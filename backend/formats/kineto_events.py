@@ -3,11 +3,11 @@
 The Kineto reader decodes each file once; besides the `gpu_events` rows it writes, when
 the ingest pipeline asks for it (``result.state[EVENTS_DIR_STATE]`` = a folder), the whole
 file as `core.analysis.gpu_events.TraceEvents` columns: ``events-<i>.npz`` (numeric
-columns, uncompressed numpy) and ``events-<i>.json`` (file name, rank, the string tables
+columns, uncompressed numpy, ~110 bytes per event: about half the JSON) and ``events-<i>.json`` (file name, rank, the string tables
 and the metadata events).
 
 Why columns and not the uploaded JSON: the CPU-side analyses and the Chrome-trace export
-then cost one `np.load` (~40 bytes per event, a few ms per 100k events) instead of a
+then cost one `np.load` (a few ms per 100k events) instead of a
 second JSON decode of the file; the original files are 5-10x larger uncompressed and
 gzip would cost more to write than the reader spends decoding. What is dropped: event
 args other than stream, device, correlation, External id, bytes and memory bandwidth
