@@ -9,9 +9,18 @@ and a generated multi-rank trace of >= 1M GPU events, time
         + get_idle_time_breakdown(ranks=all), HolisticTraceAnalysis 0.5.0 in its own venv
         (bench/out/hta-venv, created on first run), run in a subprocess that prints JSON;
 
-then print both timings, the speed ratio (target >= 10x) and, per rank, the difference in
-idle %, compute % and non-compute % (target <= 0.5 pp), plus the largest difference in
-the idle-breakdown shares (host wait / kernel wait / other, per stream).
+then print both timings, the speed ratio and, per rank, the difference in idle %,
+compute % and non-compute % (target <= 0.5 pp), plus the largest difference in the
+idle-breakdown shares (host wait / kernel wait / other, per stream). Also per job:
+
+  end to end: `rlvr-explorer ingest FILES` (a subprocess: decode, gpu_events rows into
+        the embedded SQLite store, every event kept as columns, the analysis job queued)
+        then the queued gpu_timeline job run by the worker's runner
+        (`workers.runners.analyses.plan_and_run`, a second subprocess: read the store,
+        every GPU analysis, result stored) -- wall and CPU time of both, their peak RSS;
+        against HTA's load + temporal + idle (target 20x);
+  in-process: the reader + temporal + idle above (target 50x), its decode rate (MB/s of
+        uncompressed JSON) and this process's peak RSS; HTA's peak RSS beside it.
 
     .venv/bin/python bench/kineto.py            # fixtures + generated 1M-event trace
     .venv/bin/python bench/kineto.py --quick    # fixtures only
@@ -73,9 +82,15 @@ def hta_worker(trace_dir: str) -> None:
     idle, _ = analyzer.get_idle_time_breakdown(ranks=ranks, visualize=False)
     t3, c3 = time.perf_counter(), cpu_seconds()
     unit = next(c for c in temporal.columns if c.startswith("kernel_time(")).split("(")[1].rstrip(")")
+    import resource
+
+    peak = max(
+        resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    )
     print(
         json.dumps(
             {
+                "peak_rss_mb": peak / 1024,
                 "seconds": {"parse": t1 - t0, "temporal": t2 - t1, "idle": t3 - t2, "total": t3 - t0, "cpu": c3 - c0},
                 "temporal": [
                     {
@@ -113,14 +128,23 @@ def ensure_hta_venv() -> None:
 
 
 def run_hta(trace_dir: Path) -> dict:
+    c0 = os.times()
     proc = subprocess.run(
         [str(HTA_PYTHON), str(Path(__file__).resolve()), "--hta-worker", str(trace_dir)],
         capture_output=True,
         text=True,
     )
+    c1 = os.times()
     if proc.returncode != 0:
         raise RuntimeError(f"HTA failed on {trace_dir}:\n{proc.stderr[-4000:]}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    # HTA parses ranks in a multiprocessing pool whose workers its own os.times() may not
+    # count; the CPU of the whole subprocess tree, seen from here, is the honest figure
+    # (it also includes HTA's imports, which the inner timer leaves out)
+    outer = (c1.children_user + c1.children_system) - (c0.children_user + c0.children_system)
+    out["seconds"]["cpu_inner"] = out["seconds"]["cpu"]
+    out["seconds"]["cpu"] = max(out["seconds"]["cpu"], outer)
+    return out
 
 
 # --- our side --------------------------------------------------------------------------
@@ -211,6 +235,83 @@ def compare(ours: dict, hta: dict) -> dict:
         mine = ours_ratio.get((h["rank"], h["stream"], h["category"]), 0.0)
         worst = max(worst, abs(100 * mine - 100 * h["idle_time"] / total))
     return {"ranks": rows, "idle_share_max_diff_pp": worst}
+
+
+# --- end to end: CLI ingest, then the worker's runner on the queued job ---------------------
+
+RUN_QUEUED = """
+import json, sys, time
+from sqlalchemy import select
+from backend.store.db import new_session
+from backend.store.models import Job
+from workers.runners.analyses import plan_and_run
+with new_session() as s:
+    ids = [j.id for j in s.scalars(select(Job).where(Job.kind != "ingest").order_by(Job.id))]
+plan_and_run(ids, send_part=lambda *a, **k: None)
+with new_session() as s:
+    jobs = list(s.scalars(select(Job).where(Job.id.in_(ids))))
+    out = {j.kind: {"status": j.status, "keys": sorted((j.result or {}).keys()), "error": j.error} for j in jobs}
+print(json.dumps(out))
+"""
+
+
+def _children_cpu() -> float:
+    t = os.times()
+    return t.children_user + t.children_system
+
+
+def run_end_to_end(files: list[Path]) -> dict:
+    """`rlvr-explorer ingest FILES` then the queued analyses, in fresh subprocesses on a
+    scratch embedded store; wall / CPU seconds of each and the largest peak RSS."""
+    import resource
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="kineto-e2e-") as tmp:
+        env = {**os.environ, "RLVR_DATA_DIR": str(Path(tmp) / "data"), "PYTHONPATH": str(ROOT)}
+        env.pop("RLVR_DATABASE_URL", None)
+        env.pop("DATABASE_URL", None)
+        # the schema is made once per install (not timed)
+        subprocess.run(
+            [sys.executable, "-m", "rlvr_explorer", "migrate"], env=env, cwd=tmp, check=True, capture_output=True
+        )
+        c0, t0 = _children_cpu(), time.perf_counter()
+        subprocess.run(
+            [sys.executable, "-m", "rlvr_explorer", "ingest", *map(str, files)],
+            env=env,
+            cwd=tmp,
+            check=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        t1, c1 = time.perf_counter(), _children_cpu()
+        proc = subprocess.run(
+            [sys.executable, "-c", RUN_QUEUED], env=env, cwd=tmp, check=True, capture_output=True, text=True
+        )
+        t2, c2 = time.perf_counter(), _children_cpu()
+        jobs = json.loads(proc.stdout.strip().splitlines()[-1])
+        kept = sum(f.stat().st_size for f in (Path(tmp) / "data" / "kineto").rglob("*") if f.is_file())
+    gpu = jobs.get("gpu_timeline", {})
+    if gpu.get("status") != "succeeded":
+        raise RuntimeError(f"gpu_timeline job did not succeed: {gpu}")
+    return {
+        "seconds": {"ingest": t1 - t0, "analyses": t2 - t1, "total": t2 - t0},
+        "cpu": {"ingest": c1 - c0, "analyses": c2 - c1, "total": c2 - c0},
+        "peak_rss_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024,
+        "result_fields": gpu.get("keys"),
+        "kept_events_mb": kept / 1e6,
+    }
+
+
+def uncompressed_mb(files: list[Path]) -> float:
+    total = 0
+    for f in files:
+        if f.suffix == ".gz":
+            with gzip.open(f, "rb") as fh:
+                while chunk := fh.read(1 << 24):
+                    total += len(chunk)
+        else:
+            total += f.stat().st_size
+    return total / 1e6
 
 
 # --- generated multi-rank trace --------------------------------------------------------
@@ -515,6 +616,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="skip the generated 1M-event trace")
     parser.add_argument("--hta-worker", metavar="DIR", help=argparse.SUPPRESS)
+    parser.add_argument("--no-parallel", action="store_true", help="skip the 2-process reader run")
     args = parser.parse_args()
     if args.hta_worker:
         hta_worker(args.hta_worker)
@@ -533,15 +635,41 @@ def main() -> None:
         jobs.append((f"generated ({GENERATED['ranks']} ranks)", generated_job(GENERATED)))
 
     summary = []
+    e2e_rows = []
     for label, folder in jobs:
         files = sorted(p for p in folder.iterdir() if p.name.endswith((".json", ".json.gz")))
         repeats = 3 if sum(p.stat().st_size for p in files) < 50e6 else 1  # best of 3 on small inputs
         ours = min((run_ours(files) for _ in range(repeats)), key=lambda r: r["seconds"]["total"])
         parallel = None
-        if len(files) > 1:
+        if len(files) > 1 and not args.no_parallel:
             parallel = min((run_ours(files, processes=2) for _ in range(repeats)), key=lambda r: r["seconds"]["total"])
+        print(f"end to end (CLI ingest + queued analyses) on {label} ...", flush=True)
+        e2e = min((run_end_to_end(files) for _ in range(repeats)), key=lambda r: r["seconds"]["total"])
         print(f"running HTA on {label} ...", flush=True)
-        summary.append(report(label, ours, parallel, run_hta(folder)))
+        hta = run_hta(folder)
+        summary.append(report(label, ours, parallel, hta))
+        mb = uncompressed_mb(files)
+        import resource
+
+        e2e_rows.append(
+            {
+                "label": label,
+                "mb": mb,
+                "e2e": e2e,
+                "hta": hta,
+                "ours": ours,
+                "decode_mb_s": mb / ours["seconds"]["read"],
+                "ours_peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+            }
+        )
+        print(
+            f"  end to end: ingest {e2e['seconds']['ingest']:.2f}s + analyses {e2e['seconds']['analyses']:.2f}s = "
+            f"{e2e['seconds']['total']:.2f}s wall, {e2e['cpu']['total']:.2f}s CPU, peak {e2e['peak_rss_mb']:.0f} MB, "
+            f"kept events {e2e['kept_events_mb']:.1f} MB; vs HTA {hta['seconds']['total']:.2f}s wall / "
+            f"{hta['seconds']['cpu']:.2f}s CPU incl. its pool and imports, {hta['seconds']['cpu_inner']:.2f}s by its own timer (peak {hta.get('peak_rss_mb', float('nan')):.0f} MB): "
+            f"{hta['seconds']['total'] / e2e['seconds']['total']:.1f}x wall, "
+            f"{hta['seconds']['cpu'] / e2e['cpu']['total']:.1f}x CPU"
+        )
 
     print("\n== summary (targets: >= 10x faster, <= 0.5 pp; HTA parses ranks in parallel, 2 processes here)")
     print(
@@ -554,6 +682,23 @@ def main() -> None:
         print(
             f"  {s['label']:<22}{s['events']:>12,}{s['ours_s']:>11.3f}{par_s}{s['hta_s']:>9.2f}"
             f"{s['ratio']:>9.1f}x{par_r}{s['cpu_ratio']:>10.1f}x{s['worst_pp']:>8.2f}{s['idle_pp']:>9.2f}"
+        )
+    print(
+        "\n== end to end (targets: 20x end to end, 50x in-process; wall and CPU; the machine is shared, "
+        f"load average now {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores)"
+    )
+    print(
+        f"  {'trace':<22}{'JSON MB':>9}{'e2e s':>8}{'e2e cpu':>9}{'HTA s':>8}{'HTA cpu':>9}{'e2e x':>7}{'cpu x':>7}"
+        f"{'in-proc x':>10}{'cpu x':>7}{'MB/s':>7}{'peak MB ours/e2e/HTA':>22}"
+    )
+    for r in e2e_rows:
+        e, h, o = r["e2e"], r["hta"], r["ours"]
+        print(
+            f"  {r['label']:<22}{r['mb']:>9.1f}{e['seconds']['total']:>8.2f}{e['cpu']['total']:>9.2f}"
+            f"{h['seconds']['total']:>8.2f}{h['seconds']['cpu']:>9.2f}"
+            f"{h['seconds']['total'] / e['seconds']['total']:>6.1f}x{h['seconds']['cpu'] / e['cpu']['total']:>6.1f}x"
+            f"{h['seconds']['total'] / o['seconds']['total']:>9.1f}x{h['seconds']['cpu'] / o['seconds']['cpu']:>6.1f}x"
+            f"{r['decode_mb_s']:>7.0f}{r['ours_peak_mb']:>8.0f}/{e['peak_rss_mb']:.0f}/{h.get('peak_rss_mb', 0):.0f}"
         )
 
 

@@ -326,5 +326,7 @@ def test_params_are_checked_and_recorded():
 def test_spec_tables_include_each_tables_required_columns():
     for kind, spec in ANALYSES.items():
         for table, cols in spec.tables.items():
+            if table not in TABLE_CLASSES:  # kineto_events: the kept Kineto files, not columns
+                continue
             required = {f.name for f in fields(TABLE_CLASSES[table]) if f.default is MISSING}
             assert required <= set(cols), (kind, table, required - set(cols))

@@ -77,3 +77,10 @@ def test_gpu_timeline_two_ranks(api, worker, shared_fixtures):
         assert abs(by_rank[rank]["idle_pct"] - idle) <= 0.5
         assert abs(by_rank[rank]["compute_pct"] - compute) <= 0.5
     assert job["result"]["idle"] and job["result"]["kernel_types"]
+    # the CPU-side HTA analyses ran on the events kept at ingest (HTA 0.5.0 figures)
+    result = job["result"]
+    assert result["cpu_side"] is True
+    overlap = {r["rank"]: r["comm_comp_overlap_pct"] for r in result["comm_comp_overlap"]}
+    assert abs(overlap[0] - 11.81) <= 0.01 and abs(overlap[1] - 20.05) <= 0.01
+    assert [r["n_launches"] for r in result["launch_stats"]] == [602, 577]
+    assert sorted(result["potential_stragglers"]["stragglers"]) == [0, 1]

@@ -205,6 +205,8 @@ class GpuEventOut(BaseModel):
     name: str
     start_us: float
     dur_us: float
+    # start of the CPU runtime call that launched it (None when unknown)
+    launch_us: float | None = None
 
 
 class GpuEventPage(BaseModel):

@@ -39,6 +39,10 @@ merge without clobbering each other) goes to ``result.info.metadata["kineto"]``:
 
 The step windows let analyses reproduce HTA's filtering exactly (it drops GPU events
 launched after the start of the last ProfilerStep).
+
+When the ingest asks for it (``result.state[EVENTS_DIR_STATE]``), every event of the file
+is also written as columns beside the database (backend/formats/kineto_events.py), from
+the same decode.
 """
 
 from __future__ import annotations
@@ -53,6 +57,7 @@ import msgspec
 import numpy as np
 
 from backend.formats.base import InputError, ReadResult, Source, TableBatch
+from backend.formats.kineto_events import EVENTS_DIR_STATE, save_file_events
 from core.analysis.gpu_kinds import GpuKind, kernel_kind
 
 GPU_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
@@ -106,6 +111,11 @@ def read_kineto(source: Source, result: ReadResult) -> Iterator[TableBatch]:
     step = assign_steps(launch_us, windows)
     n = len(gpu)
     _merge_metadata(result, source.name, rank, trace.distributedInfo, columns, windows, n)
+    keep_dir = result.state.get(EVENTS_DIR_STATE)
+    if keep_dir is not None:  # every event of the file, for the CPU-side analyses and the export
+        index = result.state.get("kineto_files_kept", 0)
+        result.state["kineto_files_kept"] = index + 1
+        save_file_events(keep_dir, index, source.name, rank, trace.traceEvents)
     del trace, gpu, runtime, step_marks  # the decoded events are no longer needed
     if not windows:
         result.skipped.append(f"{source.name}: no ProfilerStep#N annotations, every GPU event has step -1")
@@ -165,6 +175,12 @@ class _Args(msgspec.Struct, gc=False):
     device: int | None = None
     correlation: int | None = None
     external_id: int | None = msgspec.field(default=None, name="External id")
+    # kept for the whole-trace events (backend/formats/kineto_events.py)
+    bytes: Any = None
+    bandwidth: Any = msgspec.field(default=None, name="memory bandwidth (GB/s)")
+    name: Any = None  # metadata events (ph "M"): process / thread names
+    sort_index: Any = None
+    labels: Any = None
 
 
 class _Event(msgspec.Struct, gc=False):
@@ -173,6 +189,11 @@ class _Event(msgspec.Struct, gc=False):
     ts: float | None = None
     dur: float | None = None
     args: _Args | None = None
+    ph: Any = None
+    pid: Any = None
+    tid: Any = None
+    id: Any = None
+    bp: Any = None
 
 
 class _Trace(msgspec.Struct):
@@ -185,6 +206,11 @@ class _LooseArgs(msgspec.Struct, gc=False):
     device: Any = None
     correlation: Any = None
     external_id: Any = msgspec.field(default=None, name="External id")
+    bytes: Any = None
+    bandwidth: Any = msgspec.field(default=None, name="memory bandwidth (GB/s)")
+    name: Any = None
+    sort_index: Any = None
+    labels: Any = None
 
 
 class _LooseEvent(msgspec.Struct, gc=False):
@@ -195,6 +221,9 @@ class _LooseEvent(msgspec.Struct, gc=False):
     pid: Any = None  # device fallback
     tid: Any = None  # stream fallback
     args: _LooseArgs | None = None
+    ph: Any = None
+    id: Any = None
+    bp: Any = None
 
 
 class _LooseTrace(msgspec.Struct):

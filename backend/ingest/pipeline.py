@@ -21,6 +21,7 @@ from sqlalchemy.exc import IntegrityError
 
 from backend.formats import read_sources, upload_format
 from backend.formats.base import STEP_TIMING_COLUMNS, InputError, ReadResult, Source, TableBatch
+from backend.formats.kineto_events import EVENTS_DIR_STATE, remove_events
 from backend.ingest.bulk import bulk_insert
 from backend.ingest.summaries import SUMMARY_COLUMNS, StepCounter, summarize_steps
 from backend.store.columns import read_columns
@@ -35,6 +36,7 @@ from backend.store.models import (
     TraceStatus,
     Turn,
 )
+from backend.store.trace_tables import trace_events_dir
 
 TRACE_TABLES = (Sample, Turn, ToolCall, RankTiming, GpuEvent, GpuKernelName, Step)
 COUNT_COLUMN = {
@@ -210,6 +212,10 @@ def ingest_trace(
     counter = [0]
     counted = [Source(s.name, (lambda s=s: _CountingStream(s.open(), counter)), s.size) for s in sources]
     result = ReadResult()
+    # Kineto files keep every event beside the database (CPU-side analyses, full export)
+    events_dir = trace_events_dir(trace_id)
+    remove_events(events_dir)
+    result.state[EVENTS_DIR_STATE] = events_dir
     atomic = engine.dialect.name == "postgresql"
     last_report = [0.0]
 
@@ -253,6 +259,8 @@ def ingest_trace(
                 conn.commit()
             except BaseException as exc:
                 conn.rollback()
+                if not isinstance(exc, Abandoned) and ours():
+                    remove_events(events_dir)  # the kept Kineto events of this attempt
                 if not atomic and not isinstance(exc, Abandoned) and ours():
                     clear_trace_rows(conn, trace_id)
                     conn.commit()

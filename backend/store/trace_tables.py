@@ -7,6 +7,8 @@ from sqlalchemy import select
 from sqlalchemy.engine import Connection
 
 from backend.formats.base import STEP_TIMING_COLUMNS
+from backend.formats.kineto_events import load_events
+from backend.settings import get_settings
 from backend.store.columns import read_columns
 from backend.store.models import GpuKernelName, Step, Trace
 from core.analysis.tables import TraceData
@@ -26,6 +28,15 @@ KEYS = {
     "tool_calls": ("trace_id", "step", "group_idx", "sample_idx", "call_idx"),
     "rank_timings": ("trace_id", "step", "rank", "phase"),
 }
+
+
+# Not a table: asks `load_trace_data` for every event of the Kineto files (TraceData.gpu_trace).
+TRACE_EVENTS = "kineto_events"
+
+
+def trace_events_dir(trace_id: int):
+    """Where the ingest keeps a Kineto trace's events (backend/formats/kineto_events.py)."""
+    return get_settings().data_dir / "kineto" / str(int(trace_id))
 
 
 def available_columns(trace: Trace) -> dict[str, set[str]]:
@@ -80,12 +91,16 @@ def load_trace_data(
             ).all()
         )
         gpu_names = [names.get(i, "") for i in range(max(names, default=-1) + 1)]
+    gpu_trace = None
+    if TRACE_EVENTS in tables and "gpu_events" in loaded:
+        gpu_trace = load_events(trace_events_dir(trace.id))
     return TraceData.from_tables(
         loaded,
         max_response_len=trace.max_response_len,
         task_names=dict(enumerate(trace.tasks or [])),
         gpu_names=gpu_names,
         gpu_step_windows=((trace.meta or {}).get("kineto") or {}).get("steps"),
+        gpu_trace=gpu_trace,
     )
 
 

@@ -88,3 +88,157 @@ def chrome_trace_export(
         "displayTimeUnit": "ms",
         "otherData": {"matched_events": matched, "exported_events": len(idx), "dropped_events": matched - len(idx)},
     }
+
+
+# --- complete export: every kept event (TraceEvents) ---------------------------------------
+
+RANK_PID_STRIDE = 100_000_000  # several ranks in one file: pid -> rank * stride + pid
+
+
+def select_events(
+    ev,
+    *,
+    ranks: int | Sequence[int] | None = None,
+    window_us: tuple[float, float] | None = None,
+    step: int | None = None,
+    step_windows: Mapping | None = None,
+) -> np.ndarray:
+    """Indices of the events of `ev` (a TraceEvents) an export of this selection holds.
+
+    `window_us` = (t0, t1): events overlapping [t0, t1) (instants and flow points with
+    t0 <= ts < t1). `step`: the CPU-side events inside the rank's ProfilerStep window
+    (`step_windows` = {rank: [[step, start, end], ...]}) plus the GPU events and flow
+    arrows whose correlation id one of those CPU events carries (GPU work launched in the
+    step runs after it on the GPU clock). Metadata events of the selected ranks always
+    come along.
+    """
+    from core.analysis.gpu_events import PH_COMPLETE, PH_META
+
+    keep = np.ones(len(ev), dtype=bool)
+    if ranks is not None:
+        keep &= np.isin(ev.rank, np.atleast_1d(np.asarray(ranks, dtype=np.int64)))
+    ts = ev.ts
+    dur = np.where(np.isnan(ev.dur), 0.0, ev.dur)
+    is_meta = ev.ph == PH_META
+    with np.errstate(invalid="ignore"):
+        if window_us is not None:
+            t0, t1 = window_us
+            span = ev.ph == PH_COMPLETE
+            inside = np.where(span, (ts < t1) & (ts + dur > t0), (ts >= t0) & (ts < t1))
+            keep &= inside | is_meta
+        if step is not None:
+            gpu_side = ev.stream >= 0
+            chosen = np.zeros(len(ev), dtype=bool)
+            for r, wins in (step_windows or {}).items():
+                for s, a, b in wins:
+                    if int(s) == int(step):
+                        chosen |= (ev.rank == int(r)) & ~gpu_side & (ts >= a) & (ts < b)
+            corr = np.unique(ev.correlation[chosen & (ev.correlation >= 0)])
+            linked = (gpu_side & np.isin(ev.correlation, corr)) | (
+                (ev.flow_id >= 0) & np.isin(ev.flow_id, corr) & ~(ev.ph == PH_COMPLETE)
+            )
+            keep &= chosen | linked | is_meta
+    return np.flatnonzero(keep)
+
+
+def full_chrome_trace(ev, idx: np.ndarray, *, max_events: int = 2_000_000) -> dict:
+    """Chrome trace-event JSON of the events `idx` of `ev` (a TraceEvents), in file order:
+    complete events, flow arrows (ph s / f with their id, bp "e"), instants and metadata,
+    with the kept args (stream, device, correlation, External id, bytes, memory bandwidth).
+    One rank keeps its original pids; several ranks get pid = rank * 1e8 + pid and
+    "rank N" in their process names, so Perfetto keeps them apart."""
+    from core.analysis.gpu_events import PH_META, PHASES
+
+    idx = np.asarray(idx, dtype=np.int64)
+    meta_rows = idx[ev.ph[idx] == PH_META]
+    idx = idx[ev.ph[idx] != PH_META]
+    matched = len(idx)
+    idx = idx[:max_events]
+    ranks = sorted({int(r) for r in np.unique(ev.rank[idx])} | {int(r) for r in np.unique(ev.rank[meta_rows])})
+    multi = len(ranks) > 1
+
+    def ident(values: np.ndarray) -> list:
+        out = values.tolist()
+        if ev.labels:
+            out = [ev.labels[-2 - v] if v <= -2 else v for v in out]
+        return out
+
+    rank_l = ev.rank[idx].tolist()
+    pid_l = ident(ev.pid[idx])
+    if multi:
+        pid_l = [r * RANK_PID_STRIDE + p if isinstance(p, int) else f"{r}:{p}" for r, p in zip(rank_l, pid_l)]
+    tid_l = ident(ev.tid[idx])
+    names = ev.names
+    cats = ev.cats
+    cols = {
+        "ph": ev.ph[idx].tolist(),
+        "cat": ev.cat[idx].tolist(),
+        "name": ev.name[idx].tolist(),
+        "ts": ev.ts[idx].tolist(),
+        "dur": ev.dur[idx].tolist(),
+        "stream": ev.stream[idx].tolist(),
+        "device": ev.device[idx].tolist(),
+        "correlation": ev.correlation[idx].tolist(),
+        "external_id": ev.external_id[idx].tolist(),
+        "bytes": ev.bytes[idx].tolist(),
+        "bw": ev.bandwidth_gbps[idx].tolist(),
+        "flow_id": ident(ev.flow_id[idx]),
+        "bp": ev.flow_bp_e[idx].tolist(),
+    }
+    trace: list[dict] = []
+    for m in (ev.meta[i] for i in range(len(ev.meta))):
+        if m["rank"] not in ranks:
+            continue
+        pid = m["pid"]
+        if multi and isinstance(pid, int):
+            pid = m["rank"] * RANK_PID_STRIDE + pid
+        entry = {"ph": "M", "name": m["name"], "pid": pid, "tid": m["tid"], "args": dict(m.get("args", {}))}
+        if multi and m["name"] == "process_name" and "name" in entry["args"]:
+            entry["args"]["name"] = f"rank {m['rank']} {entry['args']['name']}"
+        trace.append(entry)
+    for i in range(len(idx)):
+        ph = PHASES[cols["ph"][i]]
+        e: dict = {"ph": ph if ph != "other" else "X", "pid": pid_l[i], "tid": tid_l[i]}
+        cat = cats[cols["cat"][i]]
+        if cat:
+            e["cat"] = cat
+        e["name"] = names[cols["name"][i]]
+        ts = cols["ts"][i]
+        if ts == ts:
+            e["ts"] = ts
+        d = cols["dur"][i]
+        if d == d:
+            e["dur"] = d
+        if ph in ("s", "f"):
+            if cols["flow_id"][i] != -1:
+                e["id"] = cols["flow_id"][i]
+            if cols["bp"][i]:
+                e["bp"] = "e"
+        else:
+            args: dict = {}
+            for key, out_key in (
+                ("external_id", "External id"),
+                ("device", "device"),
+                ("stream", "stream"),
+                ("correlation", "correlation"),
+            ):
+                if cols[key][i] != -1:
+                    args[out_key] = cols[key][i]
+            if cols["bytes"][i] == cols["bytes"][i]:
+                args["bytes"] = cols["bytes"][i]
+            if cols["bw"][i] == cols["bw"][i]:
+                args["memory bandwidth (GB/s)"] = cols["bw"][i]
+            if args:
+                e["args"] = args
+        trace.append(e)
+    return {
+        "traceEvents": trace,
+        "displayTimeUnit": "ms",
+        "otherData": {
+            "matched_events": matched,
+            "exported_events": len(idx),
+            "dropped_events": matched - len(idx),
+            "ranks": ranks,
+            "pid_per_rank": RANK_PID_STRIDE if multi else None,
+        },
+    }

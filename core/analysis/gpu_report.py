@@ -2,8 +2,15 @@
 
 Result fields: ``temporal`` (per rank, `temporal_breakdown` columns), ``idle`` (per rank
 and stream, `idle_breakdown`), ``kernel_types`` (`kernel_type_breakdown`),
-``stragglers`` ({"per_rank", "per_step"} of `stragglers`), ``ranks`` (the ranks seen).
-Tables are lists of row dicts.
+``stragglers`` ({"per_rank", "per_step"} of `stragglers`), ``ranks`` (the ranks seen);
+from core/analysis/gpu_hta.py (HTA 0.5.0's other analyses): ``comm_comp_overlap`` (per
+rank), ``kernel_breakdown`` ({"by_type", "kernels"}), ``per_step`` ({"temporal",
+"idle"} per ProfilerStep) and, when every event of the trace was kept at ingest
+(`TraceData.gpu_trace`), ``queue_length`` ({"summary", "blocked"} per rank and stream),
+``launch_stats`` (per rank), ``memory_bw`` (per rank and copy kind) and
+``user_annotations`` (per rank and annotation), ``potential_stragglers`` (HTA's
+late-start rule over ranks); ``cpu_side`` says whether those four
+could be computed. Tables are lists of row dicts.
 """
 
 from __future__ import annotations
@@ -12,13 +19,14 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from core.analysis import gpu_hta
 from core.analysis.gpu_stragglers import stragglers
 from core.analysis.gpu_timeline import idle_breakdown, kernel_type_breakdown, temporal_breakdown
 from core.analysis.tables import TraceData
 from core.jsonable import json_safe
 
 
-def rows(table: Mapping[str, np.ndarray]) -> list[dict]:
+def rows(table: Mapping[str, np.ndarray | list]) -> list[dict]:
     """Column table -> list of row dicts (JSON-safe)."""
     cols = {k: json_safe(np.asarray(v)) for k, v in table.items()}
     n = len(next(iter(cols.values()), []))
@@ -40,15 +48,34 @@ def gpu_timeline_report(
     *,
     hta_compat: bool = True,
     straggler_tolerance: float = 0.05,
+    trace_events=None,
 ) -> dict:
     temporal = temporal_breakdown(events, step_windows, names=names, hta_compat=hta_compat)
-    return {
+    out = {
         "ranks": sorted({int(r) for r in np.unique(np.asarray(events["rank"]))}),
         "temporal": rows(temporal),
         "idle": rows(idle_breakdown(events, step_windows, hta_compat=hta_compat)),
         "kernel_types": _tables(kernel_type_breakdown(events, names=names)),
         "stragglers": _tables(stragglers(events, tolerance=straggler_tolerance)),
+        "comm_comp_overlap": rows(gpu_hta.comm_comp_overlap(events, step_windows, names=names, hta_compat=hta_compat)),
+        "kernel_breakdown": _tables(gpu_hta.gpu_kernel_breakdown(events, step_windows, names=names)),
+        "per_step": _tables(gpu_hta.per_step_breakdowns(events, step_windows, names=names))
+        if "step" in events
+        else {"temporal": [], "idle": []},
+        "cpu_side": trace_events is not None and len(trace_events) > 0,
     }
+    if out["cpu_side"]:
+        frames = gpu_hta.hta_frames(trace_events)
+        out["queue_length"] = _tables(gpu_hta.queue_length(trace_events, frames))
+        out["launch_stats"] = rows(gpu_hta.kernel_launch_stats(trace_events, frames))
+        out["memory_bw"] = rows(gpu_hta.memory_bw_summary(trace_events, frames))
+        out["user_annotations"] = rows(gpu_hta.user_annotation_breakdown(trace_events, frames))
+        hta_stragglers = gpu_hta.potential_stragglers(trace_events, frames)
+        if "metric" in hta_stragglers:
+            hta_stragglers["metric"] = rows(hta_stragglers["metric"])
+            hta_stragglers["counts"] = [{"rank": r, "steps": c} for r, c in sorted(hta_stragglers["counts"].items())]
+        out["potential_stragglers"] = json_safe(hta_stragglers)
+    return out
 
 
 def analyze_gpu_timeline(data: TraceData, *, hta_compat: bool = True, straggler_tolerance: float = 0.05) -> dict:
@@ -61,4 +88,5 @@ def analyze_gpu_timeline(data: TraceData, *, hta_compat: bool = True, straggler_
         data.gpu_step_windows,
         hta_compat=hta_compat,
         straggler_tolerance=straggler_tolerance,
+        trace_events=data.gpu_trace,
     )

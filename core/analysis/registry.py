@@ -162,7 +162,12 @@ ANALYSES["data_efficiency"] = AnalysisSpec(
 ANALYSES["gpu_timeline"] = AnalysisSpec(
     kind="gpu_timeline",
     title="GPU timeline",
-    tables={"gpu_events": ("rank", "stream", "step", "kind", "name_id", "start_us", "dur_us", "launch_us")},
+    # "kineto_events": every event of the Kineto files, when the ingest kept them (the
+    # CPU-side analyses: queue length, launch statistics, memory bandwidth, annotations)
+    tables={
+        "gpu_events": ("rank", "stream", "step", "kind", "name_id", "start_us", "dur_us", "launch_us"),
+        "kineto_events": (),
+    },
     required={"gpu_events": ("rank", "stream", "step", "kind", "name_id", "start_us", "dur_us", "launch_us")},
     defaults={"hta_compat": True, "straggler_tolerance": 0.05},
     run=gpu_report.analyze_gpu_timeline,

@@ -199,6 +199,8 @@ class TraceData:
     task_names: dict[int, str] = field(default_factory=dict)
     gpu_names: list[str] = field(default_factory=list)
     gpu_step_windows: dict | None = None
+    # every event of a Kineto trace (core.analysis.gpu_events.TraceEvents), when kept
+    gpu_trace: Any = None
 
     @classmethod
     def from_tables(
@@ -209,6 +211,7 @@ class TraceData:
         task_names: dict[int, str] | None = None,
         gpu_names: list[str] | None = None,
         gpu_step_windows: dict | None = None,
+        gpu_trace: Any = None,
     ) -> TraceData:
         """From {table: {column: array}}; unknown tables and columns are ignored."""
         kwargs = {
@@ -222,6 +225,7 @@ class TraceData:
             task_names=dict(task_names or {}),
             gpu_names=list(gpu_names or []),
             gpu_step_windows=gpu_step_windows,
+            gpu_trace=gpu_trace,
         )
 
     def tables(self) -> dict[str, _Columns]:

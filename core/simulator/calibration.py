@@ -30,7 +30,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from scipy.optimize import least_squares
 
 from core.simulator.config import ClusterConfig, EngineLimits, ModelConfig, Policy
 from core.simulator.policies.base import Env, rollout_batch
@@ -175,6 +174,8 @@ def _fit_turn_latency(fit, cluster, model, limits, start, candidates, max_evalua
 
     def solve(lim: EngineLimits, x_start: np.ndarray, tol: float):
         kv = lim.kv_capacity(cluster, model)
+        from scipy.optimize import least_squares  # lazy: scipy costs ~1 s of import for every CLI command
+
         sol = least_squares(
             residual_fn(lim, kv),
             x_start,

@@ -202,11 +202,28 @@ class ApiClient:
         start_us: float | None = None,
         end_us: float | None = None,
         limit: int | None = None,
+        name: str | None = None,
     ) -> dict:
-        """`{"items": [event], "truncated": bool}`: events overlapping the window."""
+        """`{"items": [event], "truncated": bool}`: events overlapping the window (whose
+        kernel name contains `name`, case-insensitive, when given)."""
         return self._get(
-            f"/traces/{trace_id}/gpu-events", rank=rank, step=step, start_us=start_us, end_us=end_us, limit=limit
+            f"/traces/{trace_id}/gpu-events",
+            rank=rank,
+            step=step,
+            start_us=start_us,
+            end_us=end_us,
+            limit=limit,
+            name=name,
         )
+
+    def search_events(self, trace_id: str | int, name: str, *, rank=None, limit: int = 200) -> dict:
+        """Events of any kind (CPU ops, annotations, kernels...) whose name contains `name`."""
+        return self._get(f"/traces/{trace_id}/gpu-events/search", name=name, rank=rank, limit=limit)
+
+    def gpu_diff(self, trace_id: str | int, test_trace_id: str | int, **params) -> dict:
+        """Ops and kernels added / removed / changed from `trace_id` to `test_trace_id`
+        (control_rank, test_rank, control_step, test_step, device)."""
+        return self._get(f"/traces/{trace_id}/gpu-diff", test_trace_id=test_trace_id, **params)
 
     def chrome_trace(
         self,

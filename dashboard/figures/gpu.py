@@ -63,9 +63,18 @@ def kernel_gantt_figure(
     origin_us: float | None = None,
     origin_label: str = "the first event",
     title: str = "GPU kernels per rank and stream",
+    labels: bool = False,
+    flows: bool = False,
+    x_range_us: tuple[float, float] | None = None,
+    highlight: str | None = None,
 ) -> go.Figure:
     """Gantt of GPU events; x = ms from `origin_us` (default: the first event), which
-    the axis title names with `origin_label` (e.g. "the step start")."""
+    the axis title names with `origin_label` (e.g. "the step start").
+
+    Detail view options: `labels` writes the (short) kernel name on every bar wide enough
+    to hold it (at most LABEL_LIMIT bars); `flows` adds a "launches (CPU)" row per rank
+    and an arrow from each event's CPU launch (`launch_us`) to its start; `x_range_us`
+    fixes the visible range; `highlight` (a substring) outlines the matching events."""
     if not events:
         return empty_figure("No GPU events in this window", title)
     rank = np.array([e["rank"] for e in events], dtype=np.int64)
@@ -80,7 +89,13 @@ def kernel_gantt_figure(
     labels: list[str] = []
     row_of: dict[tuple[int, int], int] = {}
     idle_row: dict[int, int] = {}
+    cpu_row: dict[int, int] = {}
+    launch = np.array([np.nan if e.get("launch_us") is None else e["launch_us"] for e in events], dtype=np.float64)
+    flows = flows and bool(np.isfinite(launch).any())
     for r in np.unique(rank):
+        if flows:
+            cpu_row[int(r)] = len(labels)
+            labels.append(f"rank {r} launches (CPU)")
         idle_row[int(r)] = len(labels)
         labels.append(f"rank {r} idle")
         for s in np.unique(stream[rank == r]):
@@ -138,6 +153,28 @@ def kernel_gantt_figure(
                 hovertemplate="idle until %{x:.3f} ms<extra></extra>",
             )
         )
+    if flows:
+        _add_flows(fig, rank, row, start, launch, cpu_row, to_ms)
+    visible = (float(start.min()), float(end.max())) if x_range_us is None else x_range_us
+    if labels:
+        _add_labels(fig, names, start, end, row, to_ms, visible)
+    if highlight:
+        hit = np.array([highlight.lower() in n.lower() for n in names], dtype=bool)
+        if hit.any():
+            xs, ys = _segments(to_ms(start[hit]), to_ms(end[hit]), row[hit])
+            fig.add_trace(
+                go.Scattergl(
+                    name=f"matches '{highlight}'",
+                    x=xs,
+                    y=ys,
+                    mode="lines+markers",
+                    line=dict(color="#E15759", width=2),
+                    marker=dict(color="#E15759", size=6, symbol="line-ns-open"),
+                    hoverinfo="skip",
+                )
+            )
+    if x_range_us is not None:
+        fig.update_xaxes(range=[to_ms(x_range_us[0]), to_ms(x_range_us[1])])
     fig.update_yaxes(
         tickmode="array",
         tickvals=list(range(len(labels))),
@@ -147,6 +184,70 @@ def kernel_gantt_figure(
         zeroline=False,
     )
     return fig
+
+
+LABEL_LIMIT = 400
+FLOW_LIMIT = 3000
+
+
+def _add_labels(fig, names, start, end, row, to_ms, visible) -> None:
+    """Kernel names written on the bars that are at least ~1/40 of the visible span."""
+    lo, hi = float(visible[0]), float(visible[1])
+    span = max(hi - lo, 1e-9)
+    vis = np.flatnonzero((end > lo) & (start < hi) & ((np.minimum(end, hi) - np.maximum(start, lo)) >= span / 40))
+    if len(vis) > LABEL_LIMIT:
+        vis = vis[np.argsort(-(end - start)[vis], kind="stable")[:LABEL_LIMIT]]
+    if not len(vis):
+        return
+    mid = (np.maximum(start[vis], lo) + np.minimum(end[vis], hi)) / 2
+    width_chars = np.maximum(((np.minimum(end[vis], hi) - np.maximum(start[vis], lo)) / span * 160).astype(int), 4)
+    fig.add_trace(
+        go.Scatter(
+            name="kernel names",
+            x=to_ms(mid),
+            y=row[vis],
+            mode="text",
+            text=[short_kernel_name(names[i], int(w)) for i, w in zip(vis.tolist(), width_chars.tolist())],
+            textfont=dict(size=10, color="#222"),
+            hoverinfo="skip",
+            showlegend=False,
+        )
+    )
+
+
+def _add_flows(fig, rank, row, start, launch, cpu_row, to_ms) -> None:
+    """Launch -> kernel arrows: a marker on the rank's CPU row at the launch, a thin line
+    to the event's start on its stream row."""
+    have = np.flatnonzero(np.isfinite(launch))[:FLOW_LIMIT]
+    if not len(have):
+        return
+    y0 = np.array([cpu_row[int(r)] for r in rank[have]], dtype=np.float64)
+    n = len(have)
+    xs = np.empty(3 * n)
+    ys = np.empty(3 * n)
+    xs[0::3], xs[1::3], xs[2::3] = to_ms(launch[have]), to_ms(start[have]), np.nan
+    ys[0::3], ys[1::3], ys[2::3] = y0, row[have], np.nan
+    fig.add_trace(
+        go.Scattergl(
+            name="launch -> kernel",
+            x=xs,
+            y=ys,
+            mode="lines",
+            line=dict(color="rgba(80,80,80,0.45)", width=1),
+            hoverinfo="skip",
+        )
+    )
+    fig.add_trace(
+        go.Scattergl(
+            name="CPU launch",
+            x=to_ms(launch[have]),
+            y=y0,
+            mode="markers",
+            marker=dict(color="#555", size=5, symbol="triangle-down"),
+            customdata=(start[have] - launch[have]),
+            hovertemplate="launch at %{x:.3f} ms; the GPU started %{customdata:,.1f} us later<extra></extra>",
+        )
+    )
 
 
 # -- breakdowns from the "gpu_timeline" analysis (core/analysis/gpu_report.py:

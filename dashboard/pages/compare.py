@@ -1,7 +1,9 @@
-"""Two traces side by side: length percentiles over steps, pooled CDFs and stage times.
+"""Two traces side by side: length percentiles over steps, pooled CDFs and stage times,
+and for two Kineto traces the GPU trace diff (ops and kernels added, removed, changed).
 
 Query: /compare?a=<trace id>&b=<trace id>. Ids: cmp-a, cmp-b, cmp-field, cmp-keys;
-charts cmp-lengths, cmp-cdf, cmp-stages-a, cmp-stages-b.
+charts cmp-lengths, cmp-cdf, cmp-stages-a, cmp-stages-b, cmp-diff-chart; cmp-diff-device,
+cmp-diff-summary, cmp-diff-table.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from dashboard.api import session
 from dashboard.api.client import ApiError
 from dashboard.figures.common import empty_figure
 from dashboard.figures.compare import compare_cdf_figure, compare_percentiles_figure
+from dashboard.figures.gpu_diff import diff_figure, diff_summary, diff_table
 from dashboard.figures.stages import stage_time_figure
 from dashboard.views.components import alert, control, controls, graph, section, sign_in_required, signed_in
 
@@ -78,6 +81,29 @@ def layout(a: str | None = None, b: str | None = None, **_):
                     section("Stage time, trace B", graph("cmp-stages-b")),
                 ],
             ),
+            section(
+                "GPU trace diff (Kineto): A is the control, B the test",
+                controls(
+                    control(
+                        "Events",
+                        dcc.RadioItems(
+                            id="cmp-diff-device",
+                            value="all",
+                            inline=True,
+                            options=[
+                                {"label": "CPU ops and GPU kernels", "value": "all"},
+                                {"label": "CPU ops", "value": "cpu"},
+                                {"label": "GPU kernels", "value": "gpu"},
+                            ],
+                        ),
+                    )
+                ),
+                html.Div(id="cmp-diff-summary"),
+                graph("cmp-diff-chart"),
+                html.Div(id="cmp-diff-table"),
+                help_text="As Holistic Trace Analysis' TraceDiff: per op or kernel name, the count and total time in "
+                "the first rank's first ProfilerStep of each trace; added = only in B, deleted = only in A.",
+            ),
         ]
     )
 
@@ -138,3 +164,26 @@ def _stack_top(fig) -> float:
         for x, y in zip(tr.x or [], tr.y or []):
             totals[x] = totals.get(x, 0.0) + (y or 0.0)
     return max(totals.values(), default=0.0)
+
+
+@dash.callback(
+    Output("cmp-diff-summary", "children"),
+    Output("cmp-diff-chart", "figure"),
+    Output("cmp-diff-table", "children"),
+    Input("cmp-a", "value"),
+    Input("cmp-b", "value"),
+    Input("cmp-diff-device", "value"),
+)
+def fill_diff(a, b, device):
+    if a is None or b is None:
+        return None, empty_figure("Choose two Kineto traces"), None
+    api = session.api()
+    try:
+        ta, tb = api.get_trace(a), api.get_trace(b)
+        if not ta.get("n_gpu_events") or not tb.get("n_gpu_events"):
+            note = "The GPU trace diff needs two Kineto (PyTorch profiler) traces."
+            return html.P(note, className="muted"), empty_figure(note), None
+        diff = api.gpu_diff(a, b, device=device or "all")
+    except ApiError as exc:
+        return alert(exc.message), empty_figure(exc.message), None
+    return diff_summary(diff), diff_figure(diff), diff_table(diff)

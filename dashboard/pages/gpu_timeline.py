@@ -19,15 +19,26 @@ from dashboard.figures.gpu import (
     idle_breakdown_figure,
     kernel_gantt_figure,
     kernel_kind_figure,
+    short_kernel_name,
     straggler_figure,
     temporal_breakdown_figure,
     top_kernels_rows,
+)
+from dashboard.figures.gpu_hta import (
+    annotation_rows,
+    kernel_type_rows,
+    launch_stats_rows,
+    memory_bw_rows,
+    overlap_figure,
+    per_step_figure,
+    queue_length_figure,
+    stragglers_text,
 )
 from dashboard.figures.stages import has_stage_timings, stage_gantt_figure
 from dashboard.server.figure_cache import cached
 from dashboard.server.results import analysis_result
 from dashboard.views.components import PAGE_TRACE_ID, RESULT, alert, control, controls, graph, section
-from dashboard.views.formatting import kineto_ranks, kineto_steps, step_window, zoom_range
+from dashboard.views.formatting import kineto_ranks, kineto_steps, zoom_range
 from dashboard.views.panels import analysis_panel
 from dashboard.views.trace_frame import trace_page
 
@@ -59,10 +70,13 @@ def body(trace: dict) -> html.Div:
     parts = [
         controls(
             control(
-                "Step",
+                "ProfilerStep" if kineto_steps(trace) else "Step",
                 dcc.Dropdown(
                     id="gpu-step",
-                    options=[{"label": f"step {s}", "value": s} for s in step_ids],
+                    options=[
+                        {"label": f"ProfilerStep#{s}" if s in set(kineto_steps(trace)) else f"step {s}", "value": s}
+                        for s in step_ids
+                    ],
                     value=first,
                     clearable=False,
                     style={"minWidth": "160px"},
@@ -103,6 +117,19 @@ def body(trace: dict) -> html.Div:
                         "Load detail for the zoomed range", id="gpu-zoom-load", n_clicks=0, className="button small"
                     ),
                     html.Button("Whole step", id="gpu-zoom-reset", n_clicks=0, className="button small secondary"),
+                    dcc.Input(
+                        id="gpu-search",
+                        type="search",
+                        placeholder="find a kernel or op by name",
+                        debounce=True,
+                        style={"minWidth": "220px"},
+                    ),
+                    dcc.Dropdown(
+                        id="gpu-search-hits",
+                        options=[],
+                        placeholder="matches: choose one to jump to it",
+                        style={"minWidth": "340px"},
+                    ),
                     html.Button(
                         "Download window (Chrome trace JSON)",
                         id="gpu-download",
@@ -114,8 +141,11 @@ def body(trace: dict) -> html.Div:
                 html.Div(id="gpu-download-message"),
                 html.Div(id="gpu-window-info", className="muted"),
                 graph("gpu-kernel-gantt"),
-                help_text="Zoom with the mouse; a grey bar on a rank's 'idle' row is time when none of its streams ran. "
-                "The download opens in Perfetto (ui.perfetto.dev) or chrome://tracing.",
+                help_text="Zoom with the mouse, then load detail: the detail view names the kernels on their bars and "
+                "draws an arrow from each CPU launch to its kernel. The time axis keeps one origin (shown in its title) "
+                "through every zoom. A grey bar on a rank's 'idle' row is time when none of its streams ran. "
+                "The download (every event of the window: CPU ops, runtime calls, annotations, flows, GPU work) "
+                "opens in Perfetto (ui.perfetto.dev) or chrome://tracing.",
             ),
             section(
                 "Where GPU time goes (HTA definitions)",
@@ -124,6 +154,25 @@ def body(trace: dict) -> html.Div:
                 html.Div(className="grid-2", children=[graph("gpu-kinds"), graph("gpu-stragglers")]),
                 html.H4("Top kernels"),
                 html.Div(id="gpu-top-kernels"),
+            ),
+            section(
+                "Overlap, launch queue, launches, memory, annotations (HTA definitions)",
+                html.Div(className="grid-2", children=[graph("gpu-overlap"), graph("gpu-queue")]),
+                graph("gpu-per-step"),
+                html.P(id="gpu-hta-stragglers"),
+                html.H4("Kernel launches per rank"),
+                html.Div(id="gpu-launch-table"),
+                html.H4("Time by kernel type and overlap of types (all ranks)"),
+                html.Div(id="gpu-kernel-type-table"),
+                html.H4("Memory copy bandwidth"),
+                html.Div(id="gpu-membw-table"),
+                html.H4("User annotations on the GPU timeline"),
+                html.Div(id="gpu-annotation-table"),
+                help_text="Overlap: share of NCCL time during which a computation kernel also ran. Launch queue: "
+                "GPU operations launched by the CPU and not yet started, per stream (mean / max over the queue's "
+                "changes; a full queue holds 1024). Launch delay: GPU start minus the end of its CPU launch call. "
+                "Bandwidth: the running sum of concurrent copies' GB/s per copy kind. All as Holistic Trace "
+                "Analysis 0.5.0 computes them (its window: the last ProfilerStep is left out).",
             ),
         ]
     return html.Div(parts)
@@ -155,11 +204,18 @@ def fill_stage_gantt(step, steps, trace_id):
     Input("gpu-zoom-load", "n_clicks"),
     Input("gpu-zoom-reset", "n_clicks"),
     Input("gpu-step", "value"),
+    Input("gpu-search-hits", "value"),
     State("gpu-kernel-gantt", "relayoutData"),
     State("gpu-origin", "data"),
     prevent_initial_call=True,
 )
-def set_window(_load, _reset, _step, relayout, origin):
+def set_window(_load, _reset, _step, hit, relayout, origin):
+    if ctx.triggered_id == "gpu-search-hits":
+        if not hit:
+            return no_update
+        start, dur = (float(x) for x in str(hit).split(":")[:2])
+        pad = max(200.0, min(20 * dur, 5000.0))  # the match and some context around it
+        return {"start_us": start - pad, "end_us": start + dur + pad, "focus": True}
     if ctx.triggered_id != "gpu-zoom-load":
         return None
     rng = zoom_range(relayout)
@@ -191,34 +247,101 @@ def _fetch_events(trace_id, ranks, step, window) -> tuple[list[dict], bool]:
     Input("gpu-step", "value"),
     Input("gpu-ranks", "value"),
     Input("gpu-window", "data"),
+    State("gpu-search", "value"),
+    State("gpu-origin", "data"),
     State(PAGE_TRACE_ID, "data"),
 )
-def fill_kernel_gantt(step, ranks, window, trace_id):
+def fill_kernel_gantt(step, ranks, window, search, origin, trace_id):
     try:
         trace = session.api().get_trace(trace_id)
         events, truncated = _fetch_events(trace_id, ranks, step, window)
     except ApiError as exc:
         return empty_figure(exc.message), no_update, alert(exc.message)
-    if window:
-        origin, label = window["start_us"], "the window start"
-    else:
-        sw = step_window(trace, step, ranks) if step is not None else None
-        origin, label = (sw[0], f"the start of step {step}") if sw else (None, "the first event")
-        if origin is not None and events:
-            origin = min(origin, min(e["start_us"] for e in events))
-            label = f"the start of step {step}" if origin == sw[0] else "the first GPU event of the step"
+    # One origin for the whole trace (the first ProfilerStep's start, else the first GPU
+    # event seen), kept through every zoom so times stay comparable.
+    if origin is None:
+        origin = trace_origin(trace)
+    if origin is None and events:
+        origin = min(e["start_us"] for e in events)
+    detail = bool(window)
     fig = kernel_gantt_figure(
         events,
         truncated=truncated,
         origin_us=origin,
-        origin_label=label,
-        title=f"GPU kernels, step {step}" if not window else "GPU kernels, zoomed window",
+        origin_label=f"t0 = {origin:,.0f} us (trace clock)" if origin is not None else "the first event",
+        title=f"GPU kernels, ProfilerStep#{step}" if not window else "GPU kernels, detail",
+        labels=detail or len(events) <= 300,
+        flows=detail,
+        x_range_us=(window["start_us"], window["end_us"]) if window else None,
+        highlight=search or None,
     )
-    what = f"window {(window['end_us'] - window['start_us']) / 1000:,.2f} ms" if window else f"step {step}"
+    what = f"window {(window['end_us'] - window['start_us']) / 1000:,.3f} ms" if window else f"step {step}"
+    if window and origin is not None:
+        what += f" at {(window['start_us'] - origin) / 1000:,.3f} ms"
     info = f"{len(events):,} GPU events, {what}" + (
         " — only the first ones: zoom in and load detail" if truncated else ""
     )
     return fig, origin, info
+
+
+def trace_origin(trace: dict) -> float | None:
+    """Start of the earliest ProfilerStep over all ranks (the time axis' t0)."""
+    windows = ((trace.get("metadata") or {}).get("kineto") or {}).get("steps") or {}
+    starts = [float(w[1]) for ws in windows.values() for w in ws]
+    return min(starts) if starts else None
+
+
+SEARCH_HITS = 100
+
+
+@dash.callback(
+    Output("gpu-search-hits", "options"),
+    Output("gpu-search-hits", "value"),
+    Input("gpu-search", "value"),
+    State("gpu-ranks", "value"),
+    State("gpu-origin", "data"),
+    State(PAGE_TRACE_ID, "data"),
+    prevent_initial_call=True,
+)
+def search_kernels(text, ranks, origin, trace_id):
+    """Kernels and CPU ops whose name contains the text (on the chosen ranks): one option
+    per match, in time order; choosing one zooms the Gantt onto it."""
+    if not text:
+        return [], None
+    api = session.api()
+    hits: list[dict] = []
+    try:
+        try:  # every kind of event (CPU ops too) when the trace's events were kept
+            found = api.search_events(trace_id, text, rank=list(ranks) if ranks else None, limit=SEARCH_HITS)
+            hits = [
+                {
+                    "name": e["name"],
+                    "rank": e["rank"],
+                    "where": e["cat"] if e["stream"] < 0 else f"stream {e['stream']}",
+                    "start_us": e["ts_us"],
+                    "dur_us": e["dur_us"],
+                }
+                for e in found.get("items", [])
+            ]
+        except ApiError:
+            for r in ranks or [None]:
+                for e in api.gpu_events(trace_id, rank=r, name=text, limit=SEARCH_HITS).get("items", []):
+                    hits.append({**e, "where": f"stream {e['stream']}"})
+    except ApiError as exc:
+        return [{"label": exc.message, "value": "", "disabled": True}], None
+    hits.sort(key=lambda e: e["start_us"])
+    t0 = origin if origin is not None else (hits[0]["start_us"] if hits else 0.0)
+    options = [
+        {
+            "label": f"{short_kernel_name(e['name'], 50)} · rank {e['rank']} {e['where']} · "
+            f"{(e['start_us'] - t0) / 1000:,.3f} ms",
+            "value": f"{e['start_us']}:{e['dur_us']}:{e['rank']}",
+        }
+        for e in hits[:SEARCH_HITS]
+    ]
+    if not options:
+        return [{"label": f"no kernel or op name contains '{text}'", "value": "", "disabled": True}], None
+    return options, None
 
 
 @dash.callback(
@@ -299,4 +422,66 @@ def _breakdowns(result: dict):
         kernel_kind_figure(kernels.get("by_kind")),
         straggler_figure((result.get("stragglers") or {}).get("per_rank")),
         top_kernels_table(top_kernels_rows(kernels.get("top_kernels"))),
+    )
+
+
+def rows_table(rows: list[dict], empty: str = "Nothing to show.") -> html.Table | html.P:
+    """A plain table of formatted row dicts (numbers right-aligned)."""
+    if not rows:
+        return html.P(empty, className="muted")
+    keys = list(rows[0])
+    numeric = {k for k in keys if all(isinstance(r[k], (int, float)) or str(r[k])[:1].isdigit() for r in rows)}
+    head = html.Tr([html.Th(k, className="num" if k in numeric else None) for k in keys])
+    body = [
+        html.Tr(
+            [
+                html.Td(
+                    str(r[k])[:140],
+                    title=str(r[k]) if len(str(r[k])) > 140 else None,
+                    className="num" if k in numeric else None,
+                )
+                for k in keys
+            ]
+        )
+        for r in rows
+    ]
+    return html.Table([html.Thead(head), html.Tbody(body)], className="table")
+
+
+NO_CPU_SIDE = "Needs the trace's CPU-side events (kept for Kineto traces ingested from now on; upload it again)."
+
+
+@dash.callback(
+    Output("gpu-overlap", "figure"),
+    Output("gpu-queue", "figure"),
+    Output("gpu-per-step", "figure"),
+    Output("gpu-hta-stragglers", "children"),
+    Output("gpu-launch-table", "children"),
+    Output("gpu-kernel-type-table", "children"),
+    Output("gpu-membw-table", "children"),
+    Output("gpu-annotation-table", "children"),
+    Input({"type": RESULT, "kind": "gpu_timeline"}, "data"),
+)
+def fill_hta(data):
+    result, note = analysis_result(data, "GPU timeline")
+    if result is None:
+        fig = empty_figure(note)
+        muted = html.P(note, className="muted")
+        return fig, fig, fig, note, muted, muted, muted, muted
+    return cached(("gpu-hta", data["job_id"]), lambda: _hta_panels(result))
+
+
+def _hta_panels(result: dict):
+    cpu = bool(result.get("cpu_side"))
+    return (
+        overlap_figure(result.get("comm_comp_overlap")),
+        queue_length_figure((result.get("queue_length") or {}).get("summary")) if cpu else empty_figure(NO_CPU_SIDE),
+        per_step_figure((result.get("per_step") or {}).get("temporal")),
+        stragglers_text(result.get("potential_stragglers")) if cpu else NO_CPU_SIDE,
+        rows_table(launch_stats_rows(result.get("launch_stats")), NO_CPU_SIDE if not cpu else "No launches."),
+        rows_table(kernel_type_rows(result.get("kernel_breakdown")), "No kernels."),
+        rows_table(memory_bw_rows(result.get("memory_bw")), NO_CPU_SIDE if not cpu else "No memory copies."),
+        rows_table(
+            annotation_rows(result.get("user_annotations")), NO_CPU_SIDE if not cpu else "No GPU user annotations."
+        ),
     )

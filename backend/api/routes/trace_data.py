@@ -7,12 +7,13 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
+import numpy as np
 import orjson
 from fastapi import APIRouter, HTTPException, Query, Response, status
 from pydantic import Field
 from sqlalchemy import func, select
 
-from backend.api.deps import SessionDep, TraceDep
+from backend.api.deps import CurrentTeam, SessionDep, TraceDep, trace_of_team
 from backend.api.errors import ERROR_RESPONSES
 from backend.api.schemas import (
     GpuEventOut,
@@ -25,10 +26,13 @@ from backend.api.schemas import (
     StepStats,
     SummaryOut,
 )
+from backend.formats.kineto_events import load_events
 from backend.store.columns import read_columns
 from backend.store.ids import INT4_MAX, INT4_MIN
 from backend.store.models import GpuEvent, GpuKernelName, RankTiming, Sample, Step, Trace, TraceStatus
-from core.analysis.gpu_export import chrome_trace_export
+from backend.store.trace_tables import trace_events_dir
+from core.analysis.gpu_export import chrome_trace_export, full_chrome_trace, select_events
+from core.analysis.gpu_hta import trace_diff
 from core.analysis.gpu_kinds import GpuKind
 from core.analysis.stats import LOG_BIN_EDGES
 
@@ -144,8 +148,10 @@ def list_gpu_events(
     start_us: TimeQuery = None,
     end_us: TimeQuery = None,
     limit: Annotated[int, Query(ge=1, le=200_000)] = 20_000,
+    name: Annotated[str | None, Query(max_length=200, description="kernel name contains (case-insensitive)")] = None,
 ):
-    """GPU events overlapping [start_us, end_us) on a rank, in time order."""
+    """GPU events overlapping [start_us, end_us) on a rank, in time order (optionally only
+    those whose kernel name contains `name`)."""
     require_ready(trace)
     where = [GpuEvent.trace_id == trace.id]
     if rank is not None:
@@ -156,6 +162,8 @@ def list_gpu_events(
         where.append(GpuEvent.start_us < end_us)
     if start_us is not None:
         where.append(GpuEvent.start_us + GpuEvent.dur_us > start_us)
+    if name:
+        where.append(func.lower(GpuKernelName.name).contains(name.lower(), autoescape=True))
     rows = session.execute(
         select(GpuEvent, GpuKernelName.name)
         .join(
@@ -175,10 +183,50 @@ def list_gpu_events(
             name=name,
             start_us=e.start_us,
             dur_us=e.dur_us,
+            launch_us=None if e.launch_us is None or e.launch_us != e.launch_us else e.launch_us,
         )
         for e, name in rows[:limit]
     ]
     return GpuEventPage(items=items, truncated=len(rows) > limit)
+
+
+@router.get("/gpu-events/search")
+def search_trace_events(
+    session: SessionDep,
+    trace: TraceDep,
+    name: Annotated[str, Query(min_length=1, max_length=200, description="name contains (case-insensitive)")],
+    rank: Annotated[list[int] | None, Query()] = None,
+    limit: Annotated[int, Query(ge=1, le=5000)] = 200,
+):
+    """Events of any kind (CPU ops, annotations, runtime calls, GPU kernels...) whose name
+    contains `name`, in time order: `{"items": [{rank, cat, name, ts_us, dur_us,
+    stream}], "total": matches}`. Needs the events kept at ingest (409 otherwise)."""
+    require_ready(trace)
+    kept = load_events(trace_events_dir(trace.id))
+    if kept is None:
+        raise HTTPException(
+            status.HTTP_409_CONFLICT,
+            detail={"message": f"trace {trace.id} has no kept Kineto events (search its GPU events instead)"},
+        )
+    needle = name.lower()
+    wanted = {n for n in kept.names if needle in n.lower()}
+    hit = kept.name_mask(wanted) & (kept.ph == 0) & (kept.cat != kept.cat_id("Trace"))
+    if rank:
+        hit &= np.isin(kept.rank, rank)
+    idx = np.flatnonzero(hit)
+    idx = idx[np.argsort(kept.ts[idx], kind="stable")]
+    items = [
+        {
+            "rank": int(kept.rank[i]),
+            "cat": kept.cats[kept.cat[i]],
+            "name": kept.names[kept.name[i]],
+            "ts_us": float(kept.ts[i]),
+            "dur_us": float(kept.dur[i]),
+            "stream": int(kept.stream[i]),
+        }
+        for i in idx[:limit].tolist()
+    ]
+    return {"items": items, "total": int(len(idx))}
 
 
 @router.get(
@@ -192,29 +240,96 @@ def export_chrome_trace(
     step: StepQuery = None,
     start_us: TimeQuery = None,
     end_us: TimeQuery = None,
+    events: Annotated[
+        Literal["all", "gpu"],
+        Query(
+            description="all: every event kept from the Kineto files (CPU ops, CUDA runtime calls, "
+            "annotations, flows, GPU work); gpu: GPU kernels / memcpy / memset only"
+        ),
+    ] = "all",
 ):
-    """The GPU events of a rank/step/time window as a downloadable Chrome trace."""
+    """A rank/step/time window (or the whole trace) as a downloadable Chrome trace.
+
+    With `events=all` (the default, when the ingest kept the trace's events) the export
+    holds every kind of event of the uploaded files in the window: events overlapping
+    [start_us, end_us); for a `step`, the CPU-side events inside its ProfilerStep plus the
+    GPU work and flow arrows they launched. Traces ingested before events were kept fall
+    back to the GPU events."""
     require_ready(trace)
-    conn = session.connection()
-    events = read_columns(
-        conn,
-        "gpu_events",
-        trace.id,
-        ["rank", "stream", "step", "kind", "name_id", "start_us", "dur_us"],
-        order_by="event_idx",
-    )
-    names = dict(
-        session.execute(
-            select(GpuKernelName.name_id, GpuKernelName.name).where(GpuKernelName.trace_id == trace.id)
-        ).all()
-    )
     window = None
     if start_us is not None or end_us is not None:
         window = (start_us if start_us is not None else float("-inf"), end_us if end_us is not None else float("inf"))
-    body = chrome_trace_export(events, ranks=rank, step=step, window_us=window, names=names)
     filename = f"trace-{trace.id}" + (f"-step{step}" if step is not None else "") + ".json"
+    kept = load_events(trace_events_dir(trace.id)) if events == "all" else None
+    if kept is not None:
+        steps = ((trace.meta or {}).get("kineto") or {}).get("steps")
+        idx = select_events(kept, ranks=rank, window_us=window, step=step, step_windows=steps)
+        body = full_chrome_trace(kept, idx)
+    else:
+        conn = session.connection()
+        gpu = read_columns(
+            conn,
+            "gpu_events",
+            trace.id,
+            ["rank", "stream", "step", "kind", "name_id", "start_us", "dur_us"],
+            order_by="event_idx",
+        )
+        names = dict(
+            session.execute(
+                select(GpuKernelName.name_id, GpuKernelName.name).where(GpuKernelName.trace_id == trace.id)
+            ).all()
+        )
+        body = chrome_trace_export(gpu, ranks=rank, step=step, window_us=window, names=names)
     return Response(
         orjson.dumps(body, option=orjson.OPT_SERIALIZE_NUMPY),
         media_type="application/json",
         headers={"Content-Disposition": f'attachment; filename="{filename}"'},
     )
+
+
+@router.get("/gpu-diff")
+def gpu_trace_diff(
+    session: SessionDep,
+    trace: TraceDep,
+    team: CurrentTeam,
+    test_trace_id: Annotated[int, Query(description="The trace compared against this one (same team)")],
+    control_rank: int | None = None,
+    test_rank: int | None = None,
+    control_step: int | None = None,
+    test_step: int | None = None,
+    device: Literal["all", "cpu", "gpu"] = "all",
+):
+    """Ops and kernels added, removed and changed in count and time from this trace (the
+    control) to `test_trace_id` (HTA TraceDiff.compare_traces: by default the first rank
+    and the first ProfilerStep of each). Both must be Kineto traces whose events were
+    kept at ingest."""
+    require_ready(trace)
+    other = trace_of_team(session, team, test_trace_id)
+    require_ready(other)
+    kept = []
+    for t in (trace, other):
+        ev = load_events(trace_events_dir(t.id))
+        if ev is None:
+            raise HTTPException(
+                status.HTTP_409_CONFLICT,
+                detail={
+                    "message": f"trace {t.id} has no kept Kineto events (not a Kineto trace, or ingested "
+                    "before events were kept: upload it again)"
+                },
+            )
+        kept.append(ev)
+    try:
+        result = trace_diff(
+            kept[0],
+            kept[1],
+            control_rank=control_rank,
+            test_rank=test_rank,
+            control_iteration=control_step,
+            test_iteration=test_step,
+            device=device,
+        )
+    except ValueError as exc:
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_ENTITY, detail={"message": str(exc)}) from None
+    result["control"]["trace_id"] = trace.id
+    result["test"]["trace_id"] = other.id
+    return Response(orjson.dumps(result, option=orjson.OPT_SERIALIZE_NUMPY), media_type="application/json")

@@ -12,12 +12,14 @@ from backend.api.deps import CurrentTeam, SessionDep, SettingsDep, TraceDep
 from backend.api.errors import ERROR_RESPONSES
 from backend.api.schemas import NO_NUL, JobOut, TraceOut, TracePage, UploadAccepted
 from backend.formats import FORMATS
+from backend.formats.kineto_events import remove_events
 from backend.ingest.service import accept_upload
 from backend.ingest.uploads import discard, store_upload
 from backend.jobs.analyses import applicable_analyses
 from backend.jobs.contracts import INGEST_KIND
 from backend.store.ids import ID_MAX, INT4_MAX
 from backend.store.models import Job, Trace
+from backend.store.trace_tables import trace_events_dir
 
 router = APIRouter(prefix="/traces", tags=["traces"])
 
@@ -146,4 +148,5 @@ def delete_trace(session: SessionDep, trace: TraceDep) -> Response:
     # Rows of every table (and the trace's jobs) go with it: ON DELETE CASCADE.
     session.execute(delete(Trace).where(Trace.id == trace.id))
     session.commit()
+    remove_events(trace_events_dir(trace.id))  # the Kineto events kept beside the database
     return Response(status_code=status.HTTP_204_NO_CONTENT)

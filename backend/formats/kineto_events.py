@@ -1,0 +1,177 @@
+"""Every event of an uploaded Kineto file, kept beside the database as columns.
+
+The Kineto reader decodes each file once; besides the `gpu_events` rows it writes, when
+the ingest pipeline asks for it (``result.state[EVENTS_DIR_STATE]`` = a folder), the whole
+file as `core.analysis.gpu_events.TraceEvents` columns: ``events-<i>.npz`` (numeric
+columns, uncompressed numpy, ~110 bytes per event: about half the JSON) and ``events-<i>.json`` (file name, rank, the string tables
+and the metadata events).
+
+Why columns and not the uploaded JSON: the CPU-side analyses and the Chrome-trace export
+then cost one `np.load` (a few ms per 100k events) instead of a
+second JSON decode of the file; the original files are 5-10x larger uncompressed and
+gzip would cost more to write than the reader spends decoding. What is dropped: event
+args other than stream, device, correlation, External id, bytes and memory bandwidth
+(cpu_op input shapes, kernel grid/block sizes...), so an exported trace carries every
+event with its timing, ids and flows, but not those details.
+"""
+
+from __future__ import annotations
+
+import json
+import operator
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from core.analysis.gpu_events import FLOAT_COLUMNS, INT_COLUMNS, PH_CODE, PH_OTHER, TraceEvents
+
+EVENTS_DIR_STATE = "kineto_events_dir"
+
+_get = {k: operator.attrgetter(k) for k in ("ph", "cat", "name", "ts", "dur", "pid", "tid", "id", "bp", "args")}
+_arg = {
+    k: operator.attrgetter(k)
+    for k in ("stream", "device", "correlation", "external_id", "bytes", "bandwidth", "name", "sort_index", "labels")
+}
+
+
+def _is_not_none(v) -> bool:
+    return v is not None
+
+
+def _intern(values: list) -> tuple[np.ndarray, list]:
+    """(codes, distinct values in first-seen order): one dict lookup per value, no
+    Python-level loop body (map + fromiter)."""
+    index = {v: i for i, v in enumerate(dict.fromkeys(values))}
+    codes = np.fromiter(map(index.__getitem__, values), dtype=np.int32, count=len(values))
+    return codes, list(index)
+
+
+def _codes(values: list, table: dict) -> np.ndarray:
+    codes, distinct = _intern(values)
+    remap = np.array([table.setdefault("" if v is None else str(v), len(table)) for v in distinct] or [0], np.int32)
+    return remap[codes] if len(values) else codes
+
+
+def _ints(values: list, labels: dict | None = None) -> np.ndarray:
+    try:  # numbers and None (-> NaN -> -1); exact for ids below 2**53
+        as_float = np.array(values, dtype=np.float64)
+        if not (np.abs(as_float[~np.isnan(as_float)]) >= 2**53).any():
+            return np.where(np.isnan(as_float), -1, as_float).astype(np.int64)
+    except (TypeError, ValueError, OverflowError):
+        pass
+    out = np.full(len(values), -1, dtype=np.int64)
+    for i, v in enumerate(values):
+        if v is None:
+            continue
+        if isinstance(v, bool):
+            out[i] = int(v)
+            continue
+        try:
+            out[i] = int(v)
+        except (TypeError, ValueError, OverflowError):
+            if labels is not None:
+                out[i] = -2 - labels.setdefault(str(v), len(labels))
+    return out
+
+
+def _floats(values: list) -> np.ndarray:
+    try:
+        return np.array(values, dtype=np.float64)  # None -> NaN
+    except (TypeError, ValueError):
+        out = np.full(len(values), np.nan)
+        for i, v in enumerate(values):
+            try:
+                out[i] = float(v)
+            except (TypeError, ValueError):
+                pass
+        return out
+
+
+def file_events(rank: int, events: list) -> tuple[dict[str, np.ndarray], dict]:
+    """(columns, strings) of one file's decoded events (the reader's structs)."""
+    n = len(events)
+    ph_codes, ph_values = _intern(list(map(_get["ph"], events)))
+    ph = np.array([PH_CODE.get(p, PH_OTHER) for p in ph_values] or [0], dtype=np.int8)[ph_codes]
+    names: dict[str, int] = {}
+    cats: dict[str, int] = {}
+    labels: dict[str, int] = {}
+    args = list(map(_get["args"], events))
+    has_args = np.fromiter(map(_is_not_none, args), bool, n)
+    present = [a for a in args if a is not None]
+
+    def arg_column(key: str, kind: str) -> np.ndarray:
+        values = list(map(_arg[key], present))
+        col = _ints(values) if kind == "int" else _floats(values)
+        out = np.full(n, -1 if kind == "int" else np.nan, dtype=col.dtype)
+        out[has_args] = col
+        return out
+
+    bp_codes, bp_values = _intern(list(map(_get["bp"], events)))
+    bp_e = np.array([v == "e" for v in bp_values] or [False], dtype=np.int8)[bp_codes]
+    cols = {
+        "rank": np.full(n, rank, dtype=np.int64),
+        "ph": ph,
+        "cat": _codes(list(map(_get["cat"], events)), cats),
+        "name": _codes(list(map(_get["name"], events)), names),
+        "ts": _floats(list(map(_get["ts"], events))),
+        "dur": _floats(list(map(_get["dur"], events))),
+        "pid": _ints(list(map(_get["pid"], events)), labels),
+        "tid": _ints(list(map(_get["tid"], events)), labels),
+        "stream": arg_column("stream", "int"),
+        "device": arg_column("device", "int"),
+        "correlation": arg_column("correlation", "int"),
+        "external_id": arg_column("external_id", "int"),
+        "bytes": arg_column("bytes", "float"),
+        "bandwidth_gbps": arg_column("bandwidth", "float"),
+        "flow_id": _ints(list(map(_get["id"], events)), labels),
+        "flow_bp_e": bp_e,
+    }
+    meta = []
+    for i in np.flatnonzero(ph == PH_CODE["M"]).tolist():
+        e = events[i]
+        a = e.args
+        entry: dict[str, Any] = {"rank": rank, "name": e.name, "pid": e.pid, "tid": e.tid}
+        if a is not None:
+            entry["args"] = {k: getattr(a, k) for k in ("name", "sort_index", "labels") if getattr(a, k) is not None}
+        meta.append(entry)
+    strings = {"rank": rank, "names": list(names), "cats": list(cats), "labels": list(labels), "meta": meta}
+    return cols, strings
+
+
+def save_file_events(folder: str | Path, index: int, file: str, rank: int, events: list) -> None:
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    cols, strings = file_events(rank, events)
+    np.savez(folder / f"events-{index}.npz", **cols)
+    (folder / f"events-{index}.json").write_text(json.dumps({"file": file, **strings}))
+
+
+def load_events(folder: str | Path) -> TraceEvents | None:
+    """The kept events of one trace (all its files), or None when nothing was kept."""
+    folder = Path(folder)
+    parts = []
+    for js in sorted(folder.glob("events-*.json"), key=lambda p: int(p.stem.split("-")[1])):
+        strings = json.loads(js.read_text())
+        with np.load(js.with_suffix(".npz")) as z:
+            cols = {k: z[k] for k in z.files}
+        parts.append(
+            TraceEvents(
+                **cols,
+                names=strings["names"],
+                cats=strings["cats"],
+                labels=strings["labels"],
+                meta=strings["meta"],
+            )
+        )
+    if not parts:
+        return None
+    return parts[0] if len(parts) == 1 else TraceEvents.concat(parts)
+
+
+def remove_events(folder: str | Path) -> None:
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+__all__ = ["EVENTS_DIR_STATE", "INT_COLUMNS", "FLOAT_COLUMNS", "load_events", "remove_events", "save_file_events"]
