@@ -4,6 +4,9 @@
 from __future__ import annotations
 
 from fastapi import APIRouter, FastAPI, HTTPException, Request
+from fastapi.openapi.docs import get_swagger_ui_html
+from fastapi.responses import HTMLResponse
+from fastapi.staticfiles import StaticFiles
 from starlette.routing import Match
 
 from backend.api.errors import install_error_handlers
@@ -19,8 +22,10 @@ def create_app() -> FastAPI:
         description="Explore RLVR training traces: length distributions, GPU idle time, "
         "DP load imbalance, reward and tool latency, and what-if replays.",
         openapi_url=f"{API_PREFIX}/openapi.json",
-        docs_url=f"{API_PREFIX}/docs",
+        docs_url=None,
+        redoc_url=None,
     )
+    _local_docs(app)
     api = APIRouter(prefix=API_PREFIX)
     for module in (me, traces, trace_data, analyses, jobs, simulations, workloads):
         api.include_router(module.router)
@@ -33,6 +38,25 @@ def create_app() -> FastAPI:
 
     _api_not_found(app)
     return app
+
+
+def _local_docs(app: FastAPI) -> None:
+    """Swagger UI at /api/v1/docs from the files the swagger-ui-bundle package ships (no
+    asset from another host: the docs work offline and under a strict CSP)."""
+    from swagger_ui_bundle import swagger_ui_path
+
+    static = f"{API_PREFIX}/docs/static"
+    app.mount(static, StaticFiles(directory=swagger_ui_path), name="swagger-ui")
+
+    @app.get(f"{API_PREFIX}/docs", include_in_schema=False)
+    def swagger_ui() -> HTMLResponse:
+        return get_swagger_ui_html(
+            openapi_url=app.openapi_url or f"{API_PREFIX}/openapi.json",
+            title=f"{app.title} - API docs",
+            swagger_js_url=f"{static}/swagger-ui-bundle.js",
+            swagger_css_url=f"{static}/swagger-ui.css",
+            swagger_favicon_url=f"{static}/favicon-32x32.png",
+        )
 
 
 def _api_not_found(app: FastAPI) -> None:
