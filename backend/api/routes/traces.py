@@ -15,7 +15,7 @@ from backend.formats import FORMATS
 from backend.ingest.service import accept_upload
 from backend.ingest.uploads import store_upload
 from backend.jobs.analyses import applicable_analyses
-from backend.jobs.contracts import INGEST_KIND
+from backend.jobs.contracts import INGEST_KIND, remove_artefacts
 from backend.store.models import Job, Trace
 
 router = APIRouter(prefix="/traces", tags=["traces"])
@@ -116,7 +116,10 @@ def get_trace(session: SessionDep, trace: TraceDep):
 
 @router.delete("/{trace_id}", status_code=status.HTTP_204_NO_CONTENT, responses=ERROR_RESPONSES)
 def delete_trace(session: SessionDep, trace: TraceDep) -> Response:
-    # Rows of every table (and the trace's jobs) go with it: ON DELETE CASCADE.
+    # Rows of every table (and the trace's jobs) go with it: ON DELETE CASCADE; the
+    # files its jobs wrote under the data folder (replays, workloads) are removed after.
+    jobs = session.execute(select(Job.kind, Job.id).where(Job.trace_id == trace.id)).all()
     session.execute(delete(Trace).where(Trace.id == trace.id))
     session.commit()
+    remove_artefacts(jobs)
     return Response(status_code=status.HTTP_204_NO_CONTENT)
