@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 
 from sqlalchemy import delete, select
@@ -17,6 +18,17 @@ from backend.jobs.state import create_job
 from backend.settings import Settings
 from backend.store.db import get_engine, new_session
 from backend.store.models import Job, Trace, TraceStatus
+
+_inline_slots: dict[int, threading.BoundedSemaphore] = {}
+_slots_lock = threading.Lock()
+
+
+def _inline_slot(settings: Settings) -> threading.BoundedSemaphore:
+    """The process' inline-ingestion slots: uploads beyond them go to a worker, so
+    uploads cannot take every thread and connection the reads need."""
+    n = max(0, settings.inline_ingest_concurrency)
+    with _slots_lock:
+        return _inline_slots.setdefault(n, threading.BoundedSemaphore(n))
 
 
 @dataclass
@@ -63,8 +75,12 @@ def accept_upload(
     )
     session.add(trace)
     session.flush()
-    if inline is None:
-        inline = stored.size_bytes <= settings.inline_ingest_max_bytes
+    slot = None
+    if inline is None:  # the API: small, and a free slot
+        slot = _inline_slot(settings)
+        inline = stored.size_bytes <= settings.inline_ingest_max_bytes and slot.acquire(blocking=False)
+        if not inline:
+            slot = None
     if not inline:
         job = create_job(
             session,
@@ -80,14 +96,16 @@ def accept_upload(
         session.commit()
         dispatch(job.id, INGEST_KIND)
         return UploadOutcome(trace, job, created=True)
-    session.commit()
     try:
+        session.commit()
         ingest_stored(trace.id, stored.files, settings, forced_format, max_response_len, progress)
     except InputError:
         session.execute(delete(Trace).where(Trace.id == trace.id))
         session.commit()
         raise
     finally:
+        if slot is not None:
+            slot.release()
         discard(stored.folder)
     session.refresh(trace)
     return UploadOutcome(trace, None, created=True)

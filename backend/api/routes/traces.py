@@ -70,6 +70,9 @@ async def upload_trace(
             422,
             detail={"message": f"unknown format '{format}'; known: {', '.join(sorted(FORMATS))}", "field": "format"},
         )
+    # The key's lookup ends its transaction here: no connection is held while the
+    # upload is copied and hashed (seconds for a large one).
+    await run_in_threadpool(session.commit)
     stored = await run_in_threadpool(store_upload, [(f.filename or "upload", f.file) for f in files], settings)
     outcome = await run_in_threadpool(
         accept_upload,

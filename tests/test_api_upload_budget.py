@@ -1,0 +1,74 @@
+"""Uploads cannot take what reads need: the pool is sized from the settings, no
+connection is held while an upload is copied and hashed, and inline ingestions are
+bounded (beyond the slots an upload goes to a worker: 202)."""
+
+from __future__ import annotations
+
+import pytest
+
+from backend.settings import get_settings
+from backend.store.db import get_engine
+from tests.helpers import synthetic_rows, write_packed_dir, zip_folder
+
+
+def post(api, archive: bytes, name: str):
+    return api.post("/api/v1/traces", files=[("files", ("run.zip", archive, "application/zip"))], data={"name": name})
+
+
+@pytest.mark.parametrize("backend_env", ["postgres"], indirect=True)
+def test_pool_is_sized_from_the_settings(env, monkeypatch):
+    from backend.store.db import reset_caches
+
+    monkeypatch.setenv("RLVR_DB_POOL_SIZE", "17")
+    monkeypatch.setenv("RLVR_DB_MAX_OVERFLOW", "3")
+    monkeypatch.setenv("RLVR_DB_POOL_TIMEOUT_S", "7")
+    reset_caches()
+    pool = get_engine().pool
+    assert (pool.size(), pool._max_overflow, pool._timeout) == (17, 3, 7.0)
+
+
+def test_no_connection_is_held_while_an_upload_is_stored(api, monkeypatch, tmp_path):
+    import backend.api.routes.traces as routes
+
+    held = []
+    store = routes.store_upload
+
+    def watched(files, settings):
+        held.append(get_engine().pool.checkedout())
+        return store(files, settings)
+
+    monkeypatch.setattr(routes, "store_upload", watched)
+    archive = zip_folder(write_packed_dir(tmp_path / "run", synthetic_rows(steps=2, groups=4, n=2)))
+    assert post(api, archive, "watched").status_code == 201
+    assert held == [0]
+
+
+def test_inline_ingestions_are_bounded_beyond_them_a_worker_job(api, tmp_path):
+    from backend.ingest.service import _inline_slot
+
+    settings = get_settings()
+    assert settings.inline_ingest_concurrency >= 1
+    slot = _inline_slot(settings)
+    taken = 0
+    while slot.acquire(blocking=False):  # every slot busy, as with concurrent uploads
+        taken += 1
+    assert taken == settings.inline_ingest_concurrency
+    try:
+        busy = zip_folder(write_packed_dir(tmp_path / "a", synthetic_rows(steps=2, groups=4, n=2, seed=5)))
+        r = post(api, busy, "while busy")
+        assert r.status_code == 202, r.text
+        assert r.json()["job"]["kind"] == "ingest" and r.json()["trace"]["status"] == "pending"
+    finally:
+        for _ in range(taken):
+            slot.release()
+    free = zip_folder(write_packed_dir(tmp_path / "b", synthetic_rows(steps=2, groups=4, n=2, seed=6)))
+    r = post(api, free, "slot free")
+    assert r.status_code == 201 and r.json()["status"] == "ready", r.text
+    # the slot was given back
+    assert slot.acquire(blocking=False)
+    slot.release()
+
+
+def test_large_uploads_default_to_a_worker():
+    # a single 12 MB line took its request 50-69 s inline: above a few MB, a worker ingests
+    assert get_settings().inline_ingest_max_bytes <= 4 * 1024**2
