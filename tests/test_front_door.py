@@ -93,7 +93,10 @@ def test_sigterm_to_serve_stops_its_worker(tmp_path):
         while b"ready." not in (tmp_path / "serve.log").read_bytes():
             assert time.monotonic() < deadline, "the worker did not start"
             time.sleep(0.5)
-        assert len(live_session_pids(proc.pid)) >= 2
+        pids = live_session_pids(proc.pid)
+        assert len(pids) >= 2
+        # the worker runs at a lower CPU priority than the server
+        assert sorted(os.getpriority(os.PRIO_PROCESS, pid) for pid in pids)[-1] == 10
         proc.send_signal(signal.SIGTERM)
         proc.wait(30)
         deadline = time.monotonic() + 30
@@ -177,3 +180,30 @@ def test_worker_started_by_serve_stops_when_its_parent_is_gone(tmp_path):
     finally:
         kill_session(proc.pid)
         log.close()
+
+
+def test_api_with_several_server_processes(tmp_path):
+    port = free_port()
+    proc = subprocess.Popen(
+        cli("api", "--no-dashboard", "--workers", "2", "--port", str(port)),
+        env=embedded_env(tmp_path),
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert proc.poll() is None and time.monotonic() < deadline, "api --workers 2 did not answer"
+            try:
+                body = urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v1/health", timeout=2).read()
+                break
+            except OSError:
+                time.sleep(0.5)
+        assert b"ok" in body
+        assert len(live_session_pids(proc.pid)) >= 3  # the supervisor and its two servers
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(30)
+    finally:
+        kill_session(proc.pid)

@@ -54,11 +54,15 @@ def _tie_to_parent() -> None:  # runs in the child between fork and exec
             libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
 
 
+WORKER_NICE = 10  # beside the server on one machine: reads come before ingestion
+
+
 def start_worker(concurrency: int) -> subprocess.Popen:
-    """The worker, in its own process group, told who its parent is."""
+    """The worker, in its own process group, told who its parent is, at a lower CPU
+    priority than the server (pages stay quick while it ingests or replays)."""
     env = {**os.environ, PARENT_ENV: str(os.getpid())}
     return subprocess.Popen(
-        [sys.executable, "-m", "rlvr_explorer", "worker", f"--concurrency={concurrency}"],
+        [sys.executable, "-m", "rlvr_explorer", "worker", f"--concurrency={concurrency}", f"--nice={WORKER_NICE}"],
         env=env,
         process_group=0,
         preexec_fn=_tie_to_parent,

@@ -190,11 +190,14 @@ def write_demo_trace(folder: Path, steps: int, groups: int, n_sampling: int) -> 
 def worker(
     concurrency: Annotated[int, typer.Option(help="Worker processes")] = 2,
     loglevel: str = "INFO",
+    nice: Annotated[int, typer.Option(help="Lower the worker's CPU priority by this much (beside an API)")] = 0,
 ) -> None:
     """Run a Celery worker (embedded transport, or the broker in CELERY_BROKER_URL)."""
     from rlvr_explorer.cli.lifecycle import watch_parent
     from workers.celery_app import celery_app
 
+    if nice > 0:
+        os.nice(nice)
     watch_parent()
     celery_app.worker_main(
         ["worker", f"--loglevel={loglevel}", f"--concurrency={concurrency}", "--without-gossip", "--without-mingle"]
@@ -206,8 +209,16 @@ def api(
     host: str = "127.0.0.1",
     port: int = 8000,
     dashboard: Annotated[bool, typer.Option(help="Also serve the dashboard at /")] = True,
+    workers: Annotated[int, typer.Option(help="Server processes (uvicorn workers)")] = 1,
 ) -> None:
     """Run the REST API (and the dashboard) with uvicorn."""
+    if workers > 1:
+        import uvicorn
+
+        os.environ.setdefault("RLVR_API_URL", f"http://127.0.0.1:{port}")
+        factory = "create_server" if dashboard else "create_api_server"
+        uvicorn.run(f"rlvr_explorer.server:{factory}", factory=True, host=host, port=port, workers=workers)
+        return
     _run_api(host, port, dashboard)
 
 
