@@ -67,7 +67,8 @@ def test_ingest_on_a_fresh_data_folder_migrates_first(tmp_path):
     assert '"status":"ready"' in result.stdout
 
 
-def test_sigterm_to_serve_stops_its_worker(tmp_path):
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_sigterm_to_serve_stops_its_worker(tmp_path, sig):
     port = free_port()
     log = (tmp_path / "serve.log").open("wb")
     proc = subprocess.Popen(
@@ -97,7 +98,7 @@ def test_sigterm_to_serve_stops_its_worker(tmp_path):
         assert len(pids) >= 2
         # the worker runs at a lower CPU priority than the server
         assert sorted(os.getpriority(os.PRIO_PROCESS, pid) for pid in pids)[-1] == 10
-        proc.send_signal(signal.SIGTERM)
+        proc.send_signal(sig)
         proc.wait(30)
         deadline = time.monotonic() + 30
         while live_session_pids(proc.pid) and time.monotonic() < deadline:
@@ -105,7 +106,7 @@ def test_sigterm_to_serve_stops_its_worker(tmp_path):
         left = subprocess.run(
             ["ps", "-o", "pid,ppid,stat,cmd", "-s", str(proc.pid)], capture_output=True, text=True
         ).stdout
-        assert not live_session_pids(proc.pid), f"left running after SIGTERM to serve:\n{left}"
+        assert not live_session_pids(proc.pid), f"left running after {sig.name} to serve:\n{left}"
     finally:
         kill_session(proc.pid)
         log.close()
