@@ -30,6 +30,9 @@ class Settings(BaseSettings):
     db_pool_size: int = 10
     db_max_overflow: int = 30
     db_pool_timeout_s: float = 30.0
+    # API requests in progress at once per process (others wait their turn); kept below
+    # the pool and the thread pool (backend/api/limits.py).
+    api_max_concurrent_requests: int = 32
     max_upload_bytes: int = 4 * 1024**3
     max_uncompressed_bytes: int = 32 * 1024**3
     max_archive_files: int = 100_000

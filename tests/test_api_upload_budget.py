@@ -72,3 +72,43 @@ def test_inline_ingestions_are_bounded_beyond_them_a_worker_job(api, tmp_path):
 def test_large_uploads_default_to_a_worker():
     # a single 12 MB line took its request 50-69 s inline: above a few MB, a worker ingests
     assert get_settings().inline_ingest_max_bytes <= 4 * 1024**2
+
+
+def test_requests_in_progress_stay_below_the_pool_and_the_threads():
+    """More requests than connections in progress at once could deadlock the pool
+    against the thread pool (backend/api/limits.py): the middleware lets N in at once."""
+    import asyncio
+
+    from backend.api.limits import THREADPOOL_TOKENS, ConcurrencyLimit, request_limit
+
+    settings = get_settings()
+    limit = request_limit(settings.db_pool_size, settings.db_max_overflow, settings.api_max_concurrent_requests)
+    assert limit < settings.db_pool_size + settings.db_max_overflow and limit < THREADPOOL_TOKENS
+    assert request_limit(5, 10, 32) == 13
+
+    state = {"now": 0, "most": 0}
+
+    async def app(scope, receive, send):
+        state["now"] += 1
+        state["most"] = max(state["most"], state["now"])
+        await asyncio.sleep(0.01)
+        state["now"] -= 1
+
+    limited = ConcurrencyLimit(app, limit=3, prefix="/api/")
+
+    async def run():
+        scope = {"type": "http", "path": "/api/v1/traces"}
+        await asyncio.gather(*(limited(scope, None, None) for _ in range(20)))
+        assert state["most"] == 3
+        state["most"] = 0
+        # the dashboard's pages and the health check are not counted
+        await asyncio.gather(*(limited({"type": "http", "path": "/traces"}, None, None) for _ in range(20)))
+        assert state["most"] == 20
+
+    asyncio.run(run())
+
+
+def test_the_api_has_the_limit(client):
+    from backend.api.limits import ConcurrencyLimit
+
+    assert any(m.cls is ConcurrencyLimit for m in client.app.user_middleware)
