@@ -196,7 +196,7 @@ def main() -> int:
     ap.add_argument("--upload-mb", type=float, default=50.0)
     ap.add_argument("--max-wait", type=float, default=180.0, help="phase 2 ends by then, uploads ready or not")
     ap.add_argument("--worker-concurrency", type=int, default=2)
-    ap.add_argument("--worker-nice", type=int, default=10, help="the worker's CPU priority below the API's")
+    ap.add_argument("--worker-nice", type=int, default=0, help="lower the worker's CPU priority by this much")
     ap.add_argument("--api-workers", type=int, default=2, help="uvicorn processes of `rlvr-explorer api`")
     ap.add_argument("--pg", default=DEFAULT_ADMIN_URL)
     ap.add_argument("--redis", default="redis://127.0.0.1:6379/13")
@@ -280,8 +280,8 @@ def main() -> int:
             def until_uploads_done():
                 for t in uploaders:
                     t.start()
-                for t in uploaders:
-                    t.join(max(0.0, deadline - time.monotonic()))
+                for t in uploaders:  # (+ a last status poll's time: none is cut by the teardown)
+                    t.join(max(0.0, deadline - time.monotonic()) + 35)
                 time.sleep(max(0.0, args.seconds - (time.monotonic() - start)))
 
             t2, s2 = read_phase(base, key, trace_id, args.readers, until_uploads_done)
