@@ -22,9 +22,19 @@ class Settings(BaseSettings):
     data_dir: Path = Path("data")
     database_url: str | None = Field(default=None, validation_alias=AliasChoices("RLVR_DATABASE_URL", "DATABASE_URL"))
     broker_url: str | None = Field(default=None, validation_alias=AliasChoices("RLVR_BROKER_URL", "CELERY_BROKER_URL"))
-    # Uploads up to this size are ingested during the request (errors come back as 4xx);
-    # larger ones are ingested by a worker job and the API answers 202.
-    inline_ingest_max_bytes: int = 16 * 1024**2
+    # Uploads up to this size are ingested during the request (errors come back as 4xx),
+    # at most `inline_ingest_concurrency` at a time per API process; larger ones, and
+    # any beyond that number, are ingested by a worker job and the API answers 202.
+    inline_ingest_max_bytes: int = 4 * 1024**2
+    inline_ingest_concurrency: int = 1
+    # Database connections per process: the pool, the extra connections above it, and
+    # how long a request waits for one before failing.
+    db_pool_size: int = 10
+    db_max_overflow: int = 30
+    db_pool_timeout_s: float = 30.0
+    # API requests in progress at once per process (others wait their turn); kept below
+    # the pool and the thread pool (backend/api/limits.py).
+    api_max_concurrent_requests: int = 32
     max_upload_bytes: int = 4 * 1024**3
     max_uncompressed_bytes: int = 32 * 1024**3
     max_archive_files: int = 100_000

@@ -127,13 +127,13 @@ def chromium(width: int = 1400, height: int = 1000, *, network_log: bool = False
 
 def sign_in(driver, base: str, key: str) -> None:
     from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as EC
     from selenium.webdriver.support.ui import WebDriverWait
 
     driver.get(base + "/sign-in")
-    WebDriverWait(driver, 30).until(lambda d: d.find_elements(By.ID, "sign-in-key"))
-    driver.find_element(By.ID, "sign-in-key").send_keys(key)
-    driver.find_element(By.ID, "sign-in-submit").click()
-    WebDriverWait(driver, 30).until(lambda d: d.find_elements(By.ID, "team-name"))
+    WebDriverWait(driver, 30).until(EC.element_to_be_clickable((By.ID, "sign-in-key"))).send_keys(key)
+    WebDriverWait(driver, 30).until(EC.element_to_be_clickable((By.ID, "sign-in-submit"))).click()
+    WebDriverWait(driver, 30).until(EC.presence_of_element_located((By.ID, "team-name")))
 
 
 CHARTS_STATE = """

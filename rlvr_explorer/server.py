@@ -21,3 +21,8 @@ def create_server(*, with_dashboard: bool = True) -> FastAPI:
         dash_app = create_dash(settings.api_url, secret_key=settings.session_secret())
         app.mount("/", WSGIMiddleware(dash_app.server))
     return app
+
+
+def create_api_server() -> FastAPI:
+    """The API alone (a factory for `uvicorn --factory`, as `api --workers N --no-dashboard` runs it)."""
+    return create_server(with_dashboard=False)

@@ -174,6 +174,40 @@ class Browser:
         self.assert_console_clean()
         raise AssertionError(f"timed out waiting for {what} (last: {last!r})")
 
+    def element(self, selector: str, what: str | None = None, *, clickable: bool = False, timeout: float = TIMEOUT):
+        """The element, once it is in the page (and, with `clickable`, visible and
+        enabled): an explicit wait, as Dash renders a page's parts after it loads.
+        `selector` is an element id, or a CSS selector when it starts with `#`, `.` or
+        contains a space or a bracket."""
+        from selenium.common.exceptions import StaleElementReferenceException, TimeoutException
+        from selenium.webdriver.common.by import By
+        from selenium.webdriver.support import expected_conditions as EC
+        from selenium.webdriver.support.ui import WebDriverWait
+
+        by_css = selector[:1] in "#." or any(c in selector for c in " [>:")
+        locator = (By.CSS_SELECTOR, selector) if by_css else (By.ID, selector)
+        condition = EC.element_to_be_clickable if clickable else EC.presence_of_element_located
+        try:
+            return WebDriverWait(self.d, timeout, ignored_exceptions=[StaleElementReferenceException]).until(
+                condition(locator)
+            )
+        except TimeoutException:
+            self.assert_console_clean()
+            raise AssertionError(f"timed out waiting for {what or selector} ({selector})") from None
+
+    def click(self, selector: str, what: str | None = None, timeout: float = TIMEOUT) -> None:
+        """Click the element once it is clickable (again if Dash re-rendered it meanwhile)."""
+        from selenium.common.exceptions import StaleElementReferenceException
+
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                self.element(selector, what, clickable=True, timeout=max(1.0, deadline - time.monotonic())).click()
+                return
+            except StaleElementReferenceException:
+                if time.monotonic() > deadline:
+                    raise
+
     def css(self, selector: str):
         from selenium.webdriver.common.by import By
 
@@ -211,13 +245,12 @@ class Browser:
         return self.wait(ready, f"chart {chart_id} with {names or 'data'}")
 
     def sign_in(self, key: str) -> None:
-        from selenium.webdriver.common.by import By
 
         self.open("/sign-in")
-        box = self.wait(lambda: self.d.find_element(By.ID, "sign-in-key"), "the sign-in form")
+        box = self.element("sign-in-key", "the sign-in form", clickable=True)
         box.clear()
         box.send_keys(key)
-        self.d.find_element(By.ID, "sign-in-submit").click()
+        self.click("sign-in-submit", "the sign-in button")
 
     def assert_console_clean(self) -> None:
         severe = [e for e in self.d.get_log("browser") if e["level"] == "SEVERE"]
@@ -269,8 +302,7 @@ def test_sign_in_upload_and_every_trace_page(browser, server, per_step, tmp_path
     # upload a run folder's files by drag-and-drop input; the trace appears, ready
     folder = write_packed_dir(tmp_path / "run", per_step)
     files = sorted(folder.iterdir())
-    upload_input = b.wait(lambda: b.css("#trace-upload input[type=file]"), "the upload input")[0]
-    upload_input.send_keys("\n".join(str(f) for f in files))
+    b.element("#trace-upload input[type=file]", "the upload input").send_keys("\n".join(str(f) for f in files))
     ok = b.wait(lambda: b.text("upload-ok"), "the upload confirmation")
     assert f"{STEPS} steps" in ok and f"{STEPS * 16 * 4:,} samples" in ok
     # every file is listed, in the order they are read, under one collapsed line with their count
@@ -335,7 +367,7 @@ def test_sign_in_upload_and_every_trace_page(browser, server, per_step, tmp_path
         ),
         "succeeded analysis jobs",
     )
-    row = b.css("#jobs-table tr[data-kind=longtail]")[0]
+    row = b.element("#jobs-table tr[data-kind=longtail]", "the longtail job's row")
     trace_name = server.api.get(f"/traces/{trace_id}").json()["name"]
     assert row.find_element("css selector", ".job-trace").text == trace_name  # the trace by name, not id
     assert "tail fraction 0.1" in row.find_element("css selector", ".job-params").text  # readable, not JSON
@@ -349,7 +381,7 @@ def test_sign_in_upload_and_every_trace_page(browser, server, per_step, tmp_path
     field.send_keys(Keys.CONTROL, "a")  # (clear() bypasses React: the old text would stay)
     field.send_keys(Keys.DELETE)
     field.send_keys("0.2")
-    b.d.find_element("id", "rerun-submit").click()
+    b.click("rerun-submit", "the re-run button")
     started = b.wait(lambda: b.text("rerun-message"), "the re-run message")
     assert "Started job" in started, started
     job_id = int(started.split()[2])
@@ -404,13 +436,13 @@ def test_overview_cards_show_the_api_numbers(browser, server, per_step, tmp_path
 def test_upload_error_is_shown_next_to_its_file(browser, server, per_step, tmp_path):
     b = browser
     b.sign_in(server.key)
-    b.wait(lambda: b.css("#trace-upload input[type=file]"), "the traces page")
+    upload_input = b.element("#trace-upload input[type=file]", "the traces page's upload input")
     good = write_packed_dir(tmp_path / "bad", per_step[:1])
     bad = good / "packed_lengths_step_1.jsonl"
     rows = [dict(r) for r in per_step[1]]
     rows[2]["output"] = "many"  # line 3 is broken
     bad.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    b.css("#trace-upload input[type=file]")[0].send_keys(f"{good / 'packed_lengths_step_0.jsonl'}\n{bad}")
+    upload_input.send_keys(f"{good / 'packed_lengths_step_0.jsonl'}\n{bad}")
     err = b.wait(
         lambda: b.css("#upload-status li[data-file='packed_lengths_step_1.jsonl'] .file-error"),
         "the error next to the bad file",
@@ -422,7 +454,6 @@ def test_upload_error_is_shown_next_to_its_file(browser, server, per_step, tmp_p
 
 
 def test_compare_delete_sign_out_and_other_team(browser, server, per_step, tmp_path):
-    from selenium.webdriver.common.by import By
     from selenium.webdriver.support import expected_conditions as EC
     from selenium.webdriver.support.ui import WebDriverWait
 
@@ -441,15 +472,14 @@ def test_compare_delete_sign_out_and_other_team(browser, server, per_step, tmp_p
 
     # delete C with confirmation
     b.open("/traces")
-    button = b.wait(lambda: b.d.find_element(By.CSS_SELECTOR, f"tr[data-trace-id='{c['id']}'] button"), "C's row")
-    button.click()
+    b.click(f"tr[data-trace-id='{c['id']}'] button", "C's delete button")
     WebDriverWait(b.d, 10).until(EC.alert_is_present())
     b.d.switch_to.alert.accept()
     b.wait(lambda: not b.css(f"tr[data-trace-id='{c['id']}']"), "C gone from the table")
     assert server.api.get(f"/traces/{c['id']}").status_code == 404
 
     # sign out: pages send the browser to sign in again
-    b.d.find_element(By.ID, "sign-out").click()
+    b.click("sign-out", "the sign-out button")
     b.wait(lambda: "/sign-in" in b.d.current_url, "the sign-in page after signing out")
     b.open(f"/traces/{a['id']}")
     b.wait(lambda: "/sign-in" in b.d.current_url, "sign-in required again")
@@ -487,7 +517,7 @@ def test_gpu_timeline_page_on_kineto_traces(browser, server, shared_fixtures, do
             "Plotly.relayout(p, {'xaxis.range[0]': 0, 'xaxis.range[1]': 50});"
         )
         time.sleep(0.3)  # the zoom reaches Dash as the graph's relayoutData
-        b.d.find_element("id", "gpu-zoom-load").click()
+        b.click("gpu-zoom-load", "the load-window button")
         time.sleep(0.7)
         return None
 
@@ -505,7 +535,7 @@ def test_gpu_timeline_page_on_kineto_traces(browser, server, shared_fixtures, do
 
     # the window downloads as Chrome-trace JSON
     before = set(downloads.iterdir())
-    b.d.find_element("id", "gpu-download").click()
+    b.click("gpu-download", "the download button")
     path = b.wait(lambda: [p for p in set(downloads.iterdir()) - before if p.suffix == ".json"], "the download")[0]
     body = json.loads(b.wait(lambda: path.read_text() or None, "the downloaded file"))
     assert body["traceEvents"]
@@ -544,7 +574,7 @@ def test_multiturn_page_on_search_r1(browser, server, shared_fixtures):
 def _number_input(b, element_id: str, value) -> None:
     from selenium.webdriver.common.keys import Keys
 
-    box = b.d.find_element("id", element_id)
+    box = b.element(element_id, clickable=True)
     box.send_keys(Keys.CONTROL, "a")  # (clear() bypasses React)
     box.send_keys(Keys.DELETE)
     box.send_keys(str(value))
@@ -569,10 +599,10 @@ def test_simulate_page_replays_sync_against_one_step_off(browser, server, per_st
     b.wait(lambda: "None yet" in (b.text("sim-history") or ""), "the empty replay list")
     # the form starts from the presets: sync against one_step_off on one GPU budget (the
     # layout left to the API, derived per policy)
-    assert b.d.find_element("id", "sim-gpus").get_attribute("value") == "8"
-    assert b.d.find_element("id", "sim-replicas").get_attribute("value") == ""
+    assert b.element("sim-gpus", "the GPUs box").get_attribute("value") == "8"
+    assert b.element("sim-replicas", "the replicas box").get_attribute("value") == ""
     _number_input(b, "sim-max-seqs", 64)
-    b.d.find_element("id", "sim-submit").click()
+    b.click("sim-submit", "the replay button")
     b.wait(lambda: "started" in (b.text("sim-form-message") or ""), "the replay to start")
     shown = b.wait(lambda: _card_value(b, "card-sim-speedup"), "the speedup card", timeout=120)
     job = _latest_simulation(server, trace["id"])
@@ -591,11 +621,11 @@ def test_simulate_page_replays_sync_against_one_step_off(browser, server, per_st
     starts = [v for v in gantt["rollout"]["x"][0::3]]
     first = job["result"]["a"]["timeline"][0]["intervals"]
     assert starts[0] == pytest.approx(next(iv[0] for iv in first if iv[3] == "rollout"), rel=1e-6)
-    assert b.css(f"#sim-history tr[data-job-id='{job['id']}']")
+    b.element(f"#sim-history tr[data-job-id='{job['id']}']", "the replay in the history")
 
     # the simulated timeline downloads as Chrome trace JSON
     before = set(downloads.iterdir())
-    b.d.find_element("id", "sim-download-b").click()
+    b.click("sim-download-b", "the timeline download button")
     path = b.wait(lambda: [p for p in set(downloads.iterdir()) - before if p.suffix == ".json"], "the download")[0]
     events = json.loads(b.wait(lambda: path.read_text() or None, "the downloaded file"))["traceEvents"]
     assert any(e.get("name") == "rollout" and e.get("ph") == "X" for e in events)
@@ -619,12 +649,11 @@ def test_simulate_page_shows_calibrated_accuracy_on_search_r1(browser, server, s
     b.sign_in(server.key)
     b.wait(lambda: b.css("#traces-table tr[data-trace-id]"), "the traces page")
     b.open(f"/traces/{trace['id']}/simulate")
-    b.wait(lambda: b.css("#sim-calibrate input[value=on]"), "the form")
-    b.css("#sim-calibrate input[value=on]")[0].click()
-    b.d.find_element("id", "sim-fit-steps").send_keys("0")
-    assert b.d.find_element("id", "sim-step-from").get_attribute("value") == "0"
-    assert b.d.find_element("id", "sim-step-to").get_attribute("value") == "2"
-    b.d.find_element("id", "sim-submit").click()
+    b.click("#sim-calibrate input[value=on]", "the form's calibrate switch")
+    b.element("sim-fit-steps", "the fit-steps box", clickable=True).send_keys("0")
+    assert b.element("sim-step-from").get_attribute("value") == "0"
+    assert b.element("sim-step-to").get_attribute("value") == "2"
+    b.click("sim-submit", "the replay button")
     shown = b.wait(
         lambda: (_card_value(b, "card-sim-accuracy-rollout") or "").rstrip("%") or None,
         "the rollout accuracy",
@@ -637,7 +666,7 @@ def test_simulate_page_shows_calibrated_accuracy_on_search_r1(browser, server, s
     # the Monte-Carlo mean on the one eligible step (docs/simulator.md): better than naive
     assert job["result"]["accuracy"]["predictor"] == "mc_mean"
     assert accuracy > job["result"]["accuracy"]["mean"]["rollout_s_naive_accuracy"]
-    row = b.css("#sim-accuracy-table tr[data-metric=rollout_s] td")
+    row = b.wait(lambda: b.css("#sim-accuracy-table tr[data-metric=rollout_s] td"), "the accuracy table")
     assert [c.text for c in row[1:3]] == [
         f"{100 * accuracy:.1f}%",
         f"{100 * job['result']['accuracy']['mean']['rollout_s_naive_accuracy']:.1f}%",
@@ -660,8 +689,8 @@ def test_workload_page_fits_generates_and_downloads(browser, server, per_step, t
     _number_input(b, "wl-steps", 2)
     _number_input(b, "wl-groups", 8)
     _number_input(b, "wl-samples", 3)
-    b.d.find_element("id", "wl-submit").click()
-    link = b.wait(lambda: b.d.find_element("id", "wl-trace-link"), "the new trace's link", timeout=120)
+    b.click("wl-submit", "the generate button")
+    link = b.element("wl-trace-link", "the new trace's link", timeout=120)
     new_id = int(link.get_attribute("href").rstrip("/").split("/")[-1])
     new = server.wait_ready(new_id)
     assert (new["n_steps"], new["n_samples"]) == (2, 2 * 8 * 3)
@@ -673,7 +702,7 @@ def test_workload_page_fits_generates_and_downloads(browser, server, per_step, t
         [fit["prompt"]["lognorm"], fit["prompt"]["gamma"], fit["response"]["lognorm"], fit["response"]["gamma"]]
     )
     before = set(downloads.iterdir())
-    b.d.find_element("id", "wl-download").click()
+    b.click("wl-download", "the zip download button")
     path = b.wait(lambda: [p for p in set(downloads.iterdir()) - before if p.suffix == ".zip"], "the zip")[0]
     names = b.wait(lambda: zipfile.ZipFile(path).namelist() if zipfile.is_zipfile(path) else None, "a whole zip")
     assert {"packed_lengths_step_0.jsonl", "packed_lengths_step_1.jsonl"} <= {n.split("/")[-1] for n in names}

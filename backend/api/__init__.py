@@ -7,8 +7,10 @@ from fastapi import APIRouter, FastAPI, HTTPException, Request
 from starlette.routing import Match
 
 from backend.api.errors import ERROR_RESPONSES, install_error_handlers
+from backend.api.limits import ConcurrencyLimit, request_limit
 from backend.api.routes import advice, analyses, jobs, me, simulations, trace_data, traces, workloads
 from backend.api.security import SecurityHeaders, install_docs
+from backend.settings import get_settings
 
 API_PREFIX = "/api/v1"
 
@@ -31,6 +33,12 @@ def create_app() -> FastAPI:
         api.include_router(module.router)
     app.include_router(api)
     install_error_handlers(app)
+    settings = get_settings()
+    app.add_middleware(
+        ConcurrencyLimit,
+        limit=request_limit(settings.db_pool_size, settings.db_max_overflow, settings.api_max_concurrent_requests),
+        prefix=API_PREFIX + "/",
+    )
 
     @app.get(f"{API_PREFIX}/health", tags=["health"])
     def health() -> dict:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import threading
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -24,6 +25,17 @@ from backend.store.db import get_engine, new_session
 from backend.store.models import Job, JobStatus, Trace, TraceStatus, utcnow
 
 log = logging.getLogger(__name__)
+
+_inline_slots: dict[int, threading.BoundedSemaphore] = {}
+_slots_lock = threading.Lock()
+
+
+def _inline_slot(settings: Settings) -> threading.BoundedSemaphore:
+    """The process' inline-ingestion slots: uploads beyond them go to a worker, so
+    uploads cannot take every thread and connection the reads need."""
+    n = max(0, settings.inline_ingest_concurrency)
+    with _slots_lock:
+        return _inline_slots.setdefault(n, threading.BoundedSemaphore(n))
 
 
 @dataclass
@@ -101,8 +113,12 @@ def accept_upload(
     )
     session.add(trace)
     session.flush()
-    if inline is None:
-        inline = stored.size_bytes <= settings.inline_ingest_max_bytes
+    slot = None
+    if inline is None:  # the API: small, and a free slot
+        slot = _inline_slot(settings)
+        inline = stored.size_bytes <= settings.inline_ingest_max_bytes and slot.acquire(blocking=False)
+        if not inline:
+            slot = None
     if not inline:
         job = create_job(
             session,
@@ -120,8 +136,8 @@ def accept_upload(
         # in the outbox, sent by the workers' sweeper once the broker is back.
         dispatch(job.id, INGEST_KIND)
         return UploadOutcome(trace, job, created=True)
-    session.commit()
     try:
+        session.commit()
         with leases.touching_trace(trace.id):
             ingest_stored(trace.id, stored.files, settings, forced_format, max_response_len, progress)
     except InputError:
@@ -134,6 +150,8 @@ def accept_upload(
         _forget(trace.id)
         raise
     finally:
+        if slot is not None:
+            slot.release()
         discard(stored.folder)
     session.refresh(trace)
     return UploadOutcome(trace, None, created=True)

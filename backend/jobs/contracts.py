@@ -7,6 +7,7 @@ the workers compute artefact paths (and delete them with their job or trace) her
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 from backend.settings import get_settings
@@ -63,3 +64,10 @@ def artefact_dirs(job_kind: str, job_id: int) -> list[Path]:
     if job_kind == WORKLOAD_KIND:
         return [workload_dir(job_id)]
     return []
+
+
+def remove_artefacts(jobs) -> None:
+    """Remove the folders of `jobs`, (kind, id) pairs whose rows are gone (or going)."""
+    for job_kind, job_id in jobs:
+        for folder in artefact_dirs(job_kind, job_id):
+            shutil.rmtree(folder, ignore_errors=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
+import socket
 import sys
 import tempfile
 from pathlib import Path
@@ -61,6 +61,14 @@ def migrate(as_json: JsonFlag = False) -> None:
     typer.echo(orjson.dumps({"database": where, "at_head": True}).decode() if as_json else f"database at head: {where}")
 
 
+def _ensure_schema() -> None:
+    """Commands that read or write the database first bring it to the schema's head
+    (idempotent), so a fresh data folder needs no `migrate` first."""
+    from backend.store.migrate import upgrade
+
+    upgrade(_settings().db_url)
+
+
 def _redact(url: str) -> str:
     if "@" in url and "://" in url:
         scheme, rest = url.split("://", 1)
@@ -77,6 +85,7 @@ def create_team(
     from backend.auth import create_team as _create
     from backend.store.db import session_scope
 
+    _ensure_schema()
     with session_scope() as session:
         team, key = _create(session, name)
         team_id = team.id
@@ -154,6 +163,7 @@ def ingest(
     from backend.store.db import session_scope
 
     settings = _settings()
+    _ensure_schema()
     team_id = _team_id(api_key)
     stored = local_files(paths)
     if not stored.files:
@@ -178,7 +188,13 @@ def ingest(
         raise typer.Exit(2) from exc
     finally:
         bar.close()
-    typer.echo(orjson.dumps(summary).decode() if as_json else ingest_text(summary))
+    if as_json:
+        typer.echo(orjson.dumps(summary).decode())
+        return
+    typer.echo(ingest_text(summary))
+    if not sys.stdout.isatty():
+        # piped into a script or a log: the same record as one JSON line, last
+        typer.echo(orjson.dumps(summary).decode())
 
 
 def ingest_summary(session, trace, *, already_uploaded: bool) -> dict:
@@ -303,10 +319,17 @@ def write_demo_trace(folder: Path, steps: int, groups: int, n_sampling: int) -> 
 def worker(
     concurrency: Annotated[int, typer.Option(min=1, max=256, help="Worker processes")] = 2,
     loglevel: Annotated[str, typer.Option(metavar="LEVEL", help="DEBUG, INFO, WARNING or ERROR")] = "INFO",
+    nice: Annotated[
+        int, typer.Option(min=0, max=19, help="Lower the worker's CPU priority by this much (beside an API)")
+    ] = 0,
 ) -> None:
     """Run a Celery worker (embedded transport, or the broker in CELERY_BROKER_URL)."""
+    from rlvr_explorer.cli.lifecycle import watch_parent
     from workers.celery_app import celery_app
 
+    if nice > 0:
+        os.nice(nice)
+    watch_parent()
     celery_app.worker_main(
         ["worker", f"--loglevel={loglevel}", f"--concurrency={concurrency}", "--without-gossip", "--without-mingle"]
     )
@@ -317,14 +340,27 @@ def api(
     host: Annotated[str, typer.Option(metavar="HOST", help="Address to listen on")] = "127.0.0.1",
     port: Annotated[int, typer.Option(min=1, max=65535, help="Port to listen on")] = 8000,
     dashboard: Annotated[bool, typer.Option(help="Also serve the dashboard at /")] = True,
+    workers: Annotated[int, typer.Option(help="Server processes (uvicorn workers)")] = 1,
 ) -> None:
     """Run the REST API (and the dashboard) with uvicorn."""
+    if workers > 1:
+        import uvicorn
+
+        os.environ.setdefault("RLVR_API_URL", f"http://127.0.0.1:{port}")
+        factory = "create_server" if dashboard else "create_api_server"
+        uvicorn.run(f"rlvr_explorer.server:{factory}", factory=True, host=host, port=port, workers=workers)
+        return
+    _run_api(host, port, dashboard)
+
+
+def _run_api(host: str, port: int, dashboard: bool, sock: socket.socket | None = None) -> None:
     import uvicorn
 
     os.environ.setdefault("RLVR_API_URL", f"http://127.0.0.1:{port}")
     from rlvr_explorer.server import create_server
 
-    uvicorn.run(create_server(with_dashboard=dashboard), host=host, port=port, log_level="info")
+    config = uvicorn.Config(create_server(with_dashboard=dashboard), host=host, port=port, log_level="info")
+    uvicorn.Server(config).run(sockets=[sock] if sock is not None else None)
 
 
 @command()
@@ -334,28 +370,34 @@ def serve(
     seed_demo: Annotated[bool, typer.Option("--demo/--no-demo", help="Ingest the demo trace when empty")] = True,
     concurrency: Annotated[int, typer.Option(min=1, max=256, help="Worker processes")] = 2,
 ) -> None:
-    """Everything on one machine: migrations, a worker process, API and dashboard."""
+    """Everything on one machine: migrations, a worker process, API and dashboard.
+
+    The port is bound first (a busy port fails at once, exit 1); SIGTERM or SIGINT stop
+    the worker with the server."""
     from backend.store.db import session_scope
     from backend.store.models import Trace
+    from rlvr_explorer.cli.lifecycle import PortInUse, bind_listener, exit_on_signal, start_worker, stop_worker
 
-    os.environ.setdefault("RLVR_API_URL", f"http://127.0.0.1:{port}")
-    migrate()
-    team_id, key = local_team_key()
-    with session_scope() as session:
-        empty = not session.scalar(select(func.count()).select_from(Trace).where(Trace.team_id == team_id))
-    if seed_demo and empty:
-        demo(api_key=key, as_json=False)
-    worker_proc = subprocess.Popen(
-        [sys.executable, "-m", "rlvr_explorer", "worker", f"--concurrency={concurrency}"],
-        env={**os.environ},
-    )
-    typer.echo(f"\n  RLVR Explorer: http://{host}:{port}/   (API docs: http://{host}:{port}/api/v1/docs)")
-    typer.echo(f"  Team API key: {key}\n")
     try:
-        api(host=host, port=port, dashboard=True)
-    finally:
-        worker_proc.send_signal(signal.SIGTERM)
+        sock = bind_listener(host, port)
+    except PortInUse as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from exc
+    signal.signal(signal.SIGTERM, exit_on_signal)
+    with sock:
+        os.environ.setdefault("RLVR_API_URL", f"http://127.0.0.1:{port}")
+        migrate()
+        team_id, key = local_team_key()
+        with session_scope() as session:
+            empty = not session.scalar(select(func.count()).select_from(Trace).where(Trace.team_id == team_id))
+        if seed_demo and empty:
+            demo(api_key=key)
+        worker_proc = start_worker(concurrency)
         try:
-            worker_proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            worker_proc.kill()
+            typer.echo(f"\n  RLVR Explorer: http://{host}:{port}/   (API docs: http://{host}:{port}/api/v1/docs)")
+            typer.echo(f"  Team API key: {key}\n")
+            _run_api(host, port, True, sock)
+        finally:
+            for sig in (signal.SIGTERM, signal.SIGINT):  # cleanup is bounded: let it finish
+                signal.signal(sig, signal.SIG_IGN)
+            stop_worker(worker_proc)

@@ -9,14 +9,15 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Query
-from sqlalchemy import Select, select
+from fastapi import APIRouter, HTTPException, Query, Response, status
+from sqlalchemy import Select, delete, select
 from sqlalchemy.orm import defer
 
 from backend.api.deps import CurrentTeam, JobIdPath, OptionalTraceQuery, SessionDep, job_of_team
 from backend.api.errors import ERROR_RESPONSES
 from backend.api.schemas import NO_NUL, JobList, JobOut
-from backend.store.models import Job
+from backend.jobs.contracts import remove_artefacts
+from backend.store.models import Job, JobStatus
 
 router = APIRouter(prefix="/jobs", tags=["jobs"], responses=ERROR_RESPONSES)
 
@@ -62,3 +63,20 @@ def list_jobs(
 @router.get("/{job_id}", response_model=JobOut)
 def get_job(job_id: JobIdPath, session: SessionDep, team: CurrentTeam):
     return job_of_team(session, team, job_id)
+
+
+@router.delete("/{job_id}", status_code=status.HTTP_204_NO_CONTENT, responses={409: {"description": "Not finished."}})
+def delete_job(job_id: JobIdPath, session: SessionDep, team: CurrentTeam) -> Response:
+    """Delete a finished job, its parts and the files it wrote (a replay's timelines, a
+    workload's files). A generated trace is not deleted with it: delete it on its own."""
+    job = job_of_team(session, team, job_id)
+    if job.status not in (JobStatus.SUCCEEDED, JobStatus.FAILED):
+        raise HTTPException(
+            status.HTTP_409_CONFLICT,
+            detail={"message": f"job {job_id} is {job.status}: delete it when it has finished"},
+        )
+    kind = job.kind
+    session.execute(delete(Job).where(Job.id == job_id))
+    session.commit()
+    remove_artefacts([(kind, job_id)])
+    return Response(status_code=status.HTTP_204_NO_CONTENT)

@@ -16,7 +16,7 @@ from backend.formats.kineto_events import remove_events
 from backend.ingest.service import accept_upload
 from backend.ingest.uploads import discard, store_upload
 from backend.jobs.analyses import applicable_analyses
-from backend.jobs.contracts import INGEST_KIND
+from backend.jobs.contracts import INGEST_KIND, remove_artefacts
 from backend.store.ids import ID_MAX, INT4_MAX
 from backend.store.models import Job, Trace
 from backend.store.trace_tables import trace_events_dir
@@ -92,6 +92,9 @@ async def upload_trace(
             422,
             detail={"message": f"unknown format '{format}'; known: {', '.join(sorted(FORMATS))}", "field": "format"},
         )
+    # The key's lookup ends its transaction here: no connection is held while the
+    # upload is copied and hashed (seconds for a large one).
+    await run_in_threadpool(session.commit)
     stored = await run_in_threadpool(store_upload, [(f.filename or "upload", f.file) for f in files], settings)
     try:
         outcome = await run_in_threadpool(
@@ -145,8 +148,11 @@ def get_trace(session: SessionDep, trace: TraceDep):
 
 @router.delete("/{trace_id}", status_code=status.HTTP_204_NO_CONTENT, responses=ERROR_RESPONSES)
 def delete_trace(session: SessionDep, trace: TraceDep) -> Response:
-    # Rows of every table (and the trace's jobs) go with it: ON DELETE CASCADE.
+    # Rows of every table (and the trace's jobs) go with it: ON DELETE CASCADE; the
+    # files its jobs wrote under the data folder (replays, workloads) are removed after.
+    jobs = session.execute(select(Job.kind, Job.id).where(Job.trace_id == trace.id)).all()
     session.execute(delete(Trace).where(Trace.id == trace.id))
     session.commit()
     remove_events(trace_events_dir(trace.id))  # the Kineto events kept beside the database
+    remove_artefacts(jobs)
     return Response(status_code=status.HTTP_204_NO_CONTENT)

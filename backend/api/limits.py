@@ -1,0 +1,39 @@
+"""At most N API requests in progress per process; the others wait for a slot, holding
+nothing but their socket.
+
+Why: a request takes a database connection in its first dependency (the API key's team)
+and keeps it while it waits for a worker thread for its next step (the trace, the
+endpoint). With more requests in progress than connections, the threads can all be
+taken by requests waiting for a connection while the connections are held by requests
+waiting for a thread: nothing moves until the pool's timeout, then 500s. Keeping the
+number in progress below both the pool (size + overflow) and the thread pool (40)
+rules that out."""
+
+from __future__ import annotations
+
+import asyncio
+
+THREADPOOL_TOKENS = 40  # anyio's default, which runs the sync endpoints and dependencies
+
+
+def request_limit(pool_size: int, max_overflow: int, wanted: int) -> int:
+    """The number of API requests let in at once: as wanted, but below the connections
+    and the threads (a few kept for the requests' other steps)."""
+    return max(1, min(wanted, pool_size + max_overflow - 2, THREADPOOL_TOKENS - 4))
+
+
+class ConcurrencyLimit:
+    """ASGI middleware: HTTP requests under `prefix` wait for one of `limit` slots."""
+
+    def __init__(self, app, limit: int, prefix: str = "/api/") -> None:
+        self.app, self.limit, self.prefix = app, limit, prefix
+        self._slots: asyncio.Semaphore | None = None
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http" or not scope["path"].startswith(self.prefix) or scope["path"].endswith("/health"):
+            await self.app(scope, receive, send)
+            return
+        if self._slots is None:
+            self._slots = asyncio.Semaphore(self.limit)
+        async with self._slots:
+            await self.app(scope, receive, send)

@@ -1,0 +1,210 @@
+"""The front door, as a user meets it: `ingest` on a fresh data folder, `serve` stopped
+by SIGTERM (no worker left behind), `serve` on a busy port (fails at once), the API docs
+page (no asset from another host). Real processes, each bounded in time."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from tests.conftest import ROOT
+from tests.helpers import synthetic_rows, write_packed_dir
+
+
+def embedded_env(tmp_path: Path) -> dict[str, str]:
+    """The embedded default (SQLite + filesystem transport) in a fresh data folder."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RLVR_") and "DATABASE_URL" not in k}
+    env.pop("CELERY_BROKER_URL", None)
+    return {**env, "RLVR_DATA_DIR": str(tmp_path / "data"), "HOME": str(tmp_path)}
+
+
+def cli(*args: str) -> list[str]:
+    return [sys.executable, "-m", "rlvr_explorer", *args]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def live_session_pids(sid: int) -> list[int]:
+    """Processes of session `sid`, not counting zombies (exited, waiting to be reaped)."""
+    out = subprocess.run(["ps", "-eo", "pid=,sid=,stat="], capture_output=True, text=True).stdout
+    rows = [line.split() for line in out.splitlines() if line.strip()]
+    return [int(r[0]) for r in rows if int(r[1]) == sid and not r[2].startswith("Z")]
+
+
+def kill_session(sid: int) -> None:
+    for pid in live_session_pids(sid):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def test_ingest_on_a_fresh_data_folder_migrates_first(tmp_path):
+    folder = write_packed_dir(tmp_path / "run", synthetic_rows(steps=2, groups=4, n=2))
+    result = subprocess.run(
+        cli("ingest", str(folder), "--name", "first", "--json"),
+        env=embedded_env(tmp_path),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert '"status":"ready"' in result.stdout
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_sigterm_to_serve_stops_its_worker(tmp_path, sig):
+    port = free_port()
+    log = (tmp_path / "serve.log").open("wb")
+    proc = subprocess.Popen(
+        cli("serve", "--no-demo", "--port", str(port), "--concurrency", "1"),
+        env=embedded_env(tmp_path),
+        cwd=tmp_path,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            assert proc.poll() is None, (tmp_path / "serve.log").read_text()[-2000:]
+            assert time.monotonic() < deadline, "serve did not answer within 90 s"
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v1/health", timeout=2)
+                break
+            except OSError:
+                time.sleep(0.5)
+        # the worker is up too (it is the process to stop with serve)
+        deadline = time.monotonic() + 60
+        while b"ready." not in (tmp_path / "serve.log").read_bytes():
+            assert time.monotonic() < deadline, "the worker did not start"
+            time.sleep(0.5)
+        pids = live_session_pids(proc.pid)
+        assert len(pids) >= 2
+        # the worker runs at a lower CPU priority than the server
+        assert sorted(os.getpriority(os.PRIO_PROCESS, pid) for pid in pids)[-1] == 10
+        proc.send_signal(sig)
+        proc.wait(30)
+        deadline = time.monotonic() + 30
+        while live_session_pids(proc.pid) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        left = subprocess.run(
+            ["ps", "-o", "pid,ppid,stat,cmd", "-s", str(proc.pid)], capture_output=True, text=True
+        ).stdout
+        assert not live_session_pids(proc.pid), f"left running after {sig.name} to serve:\n{left}"
+    finally:
+        kill_session(proc.pid)
+        log.close()
+
+
+def test_serve_on_a_busy_port_fails_fast_before_migrating(tmp_path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        proc = subprocess.Popen(
+            cli("serve", "--no-demo", "--port", str(port)),
+            env=embedded_env(tmp_path),
+            cwd=tmp_path,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
+        try:
+            out, err = proc.communicate(timeout=20)
+        except subprocess.TimeoutExpired:
+            kill_session(proc.pid)
+            proc.communicate()
+            pytest.fail("serve on a busy port still running after 20 s")
+        time.sleep(1)
+        left = live_session_pids(proc.pid)
+        kill_session(proc.pid)
+    assert proc.returncode != 0
+    assert f"port {port}" in err and "already in use" in err, err[-2000:]
+    assert not left, "a process of serve outlived it"
+    assert "RLVR Explorer: http" not in out  # no banner
+    assert not (tmp_path / "data" / "rlvr.sqlite3").exists()  # no migrations ran
+
+
+def test_api_docs_page_loads_nothing_from_another_host(env):
+    from backend.api import create_app
+
+    with TestClient(create_app()) as client:
+        page = client.get("/api/v1/docs")
+        assert page.status_code == 200
+        assets = re.findall(r"""(?:src|href)=["']([^"']+)""", page.text)
+        assert assets and not [a for a in assets if re.match(r"(https?:)?//", a)], assets
+        for asset in assets:
+            assert client.get(asset).status_code == 200, asset
+        assert "/api/v1/openapi.json" in page.text
+
+
+def test_worker_started_by_serve_stops_when_its_parent_is_gone(tmp_path):
+    """SIGKILL to serve (no cleanup can run): the worker still stops by itself."""
+    port = free_port()
+    log = (tmp_path / "serve.log").open("wb")
+    proc = subprocess.Popen(
+        cli("serve", "--no-demo", "--port", str(port), "--concurrency", "1"),
+        env=embedded_env(tmp_path),
+        cwd=ROOT,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 90
+        while b"ready." not in (tmp_path / "serve.log").read_bytes():
+            assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "serve.log").read_text()[-2000:]
+            time.sleep(0.5)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+        deadline = time.monotonic() + 30
+        while live_session_pids(proc.pid) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert not live_session_pids(proc.pid), "the worker outlived a killed serve"
+    finally:
+        kill_session(proc.pid)
+        log.close()
+
+
+def test_api_with_several_server_processes(tmp_path):
+    port = free_port()
+    proc = subprocess.Popen(
+        cli("api", "--no-dashboard", "--workers", "2", "--port", str(port)),
+        env=embedded_env(tmp_path),
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert proc.poll() is None and time.monotonic() < deadline, "api --workers 2 did not answer"
+            try:
+                body = urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v1/health", timeout=2).read()
+                break
+            except OSError:
+                time.sleep(0.5)
+        assert b"ok" in body
+        assert len(live_session_pids(proc.pid)) >= 3  # the supervisor and its two servers
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(30)
+    finally:
+        kill_session(proc.pid)
