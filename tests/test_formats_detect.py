@@ -12,6 +12,7 @@ from backend.formats import FORMATS, detect_format, read_sources, upload_format
 from backend.formats.archive import expand_upload
 from backend.formats.base import InputError, ReadResult, Source
 from core.analysis.tables import TABLE_CLASSES
+from tests import format_writers as fw
 
 PACKED = {
     "step": 0,
@@ -110,6 +111,16 @@ EXAMPLES = {
     "native-jsonl": ("samples.jsonl", lambda p: line(NATIVE) + line({**NATIVE, "sample_idx": 1}), {"samples": 2}),
     "native-parquet": ("samples.parquet", _parquet, {"samples": 2}),
     "kineto": ("rank-0.json", lambda p: orjson.dumps(KINETO), {"gpu_events": 1}),
+    "tensorboard": ("events.out.tfevents.1700000000.host.1.0", lambda p: fw.tensorboard_bytes(2), {"steps": 2}),
+    "wandb-csv": ("history.csv", lambda p: fw.wandb_csv(2), {"steps": 2}),
+    "wandb-parquet": ("history.parquet", lambda p: fw.wandb_parquet(2), {"steps": 2}),
+    "areal-perf": ("traces-r0.jsonl", lambda p: fw.areal_perf(0, 2), {"rank_timings": 4}),
+    "areal-sessions": (
+        "sessions-r0.jsonl",
+        lambda p: fw.areal_sessions(0, 1, 2),
+        {"samples": 2, "turns": 4, "tool_calls": 2},
+    ),
+    "otlp-json": ("traces.json", lambda p: orjson.dumps(fw.otlp_request(unstepped=False)), {"rank_timings": 4}),
 }
 
 
