@@ -158,6 +158,27 @@ class SampleOut(BaseModel):
 class SamplePage(BaseModel):
     items: list[SampleOut]
     total: int
+    # True when counting stopped at SAMPLE_COUNT_CAP matches: `total` is then a floor.
+    total_is_lower_bound: bool = False
+
+
+class TurnOut(BaseModel):
+    turn: int
+    prompt_tokens: int | None
+    cached_tokens: int | None
+    new_prompt_tokens: int | None
+    completion_tokens: int | None
+    engine_latency_s: float | None
+    tool_call_count: int | None
+    tool_latency_s: float | None
+    finish_reason: str | None
+
+
+class TurnList(BaseModel):
+    step: int
+    group_idx: int
+    sample_idx: int
+    items: list[TurnOut]
 
 
 class RankTimingOut(BaseModel):

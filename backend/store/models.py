@@ -105,6 +105,8 @@ class Step(Base):
 
 class Sample(Base):
     __tablename__ = "samples"
+    # The drill-down from a length histogram bin: filter and sort by response length.
+    __table_args__ = (Index("ix_samples_trace_response_len", "trace_id", "response_len"),)
     trace_id: Mapped[int] = mapped_column(_trace_fk(), primary_key=True)
     step: Mapped[int] = mapped_column(Integer, primary_key=True)
     group_idx: Mapped[int] = mapped_column(Integer, primary_key=True)

@@ -23,9 +23,21 @@ from backend.api.schemas import (
     StepOut,
     StepStats,
     SummaryOut,
+    TurnList,
+    TurnOut,
 )
 from backend.store.columns import read_columns
-from backend.store.models import GpuEvent, GpuKernelName, RankTiming, Sample, Step, Trace, TraceStatus
+from backend.store.models import (
+    GpuEvent,
+    GpuKernelName,
+    RankTiming,
+    Sample,
+    Step,
+    ToolCall,
+    Trace,
+    TraceStatus,
+    Turn,
+)
 from core.analysis.gpu_export import chrome_trace_export
 from core.analysis.gpu_kinds import GpuKind
 from core.analysis.stats import LOG_BIN_EDGES
@@ -84,26 +96,71 @@ def step_summaries(
     )
 
 
+SampleSort = Literal[
+    "step",
+    "group_idx",
+    "sample_idx",
+    "rank",
+    "dp_rank",
+    "prompt_len",
+    "response_len",
+    "truncated",
+    "reward",
+    "num_turns",
+    "num_tool_calls",
+    "latency_s",
+]
+# Counting stops here: a filter over 10 M samples answers in O(page + cap), not O(trace).
+SAMPLE_COUNT_CAP = 100_000
+
+
 @router.get("/samples", response_model=SamplePage)
 def list_samples(
     session: SessionDep,
     trace: TraceDep,
-    step: int | None = None,
+    step: Annotated[int | None, Query(description="One step")] = None,
+    step_min: Annotated[int | None, Query(description="Steps from (inclusive)")] = None,
+    step_max: Annotated[int | None, Query(description="Steps up to (inclusive)")] = None,
+    response_len_min: Annotated[int | None, Query(description="Response length from (inclusive)")] = None,
+    response_len_max: Annotated[int | None, Query(description="Response length below (exclusive)")] = None,
+    dp_rank: int | None = None,
+    num_turns: int | None = None,
+    truncated: bool | None = None,
+    sort: Annotated[SampleSort, Query(description="A sample column")] = "step",
+    order: Literal["asc", "desc"] = "asc",
     limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
     offset: Annotated[int, Query(ge=0)] = 0,
 ):
+    """Samples matching every given filter, sorted by `sort` (ties in (step, group,
+    sample) order) and paged. Step filters use the primary key, length filters and
+    length sorts the (trace_id, response_len) index; `total` counts at most
+    SAMPLE_COUNT_CAP matches (`total_is_lower_bound` says when it stopped)."""
     require_ready(trace)
     where = [Sample.trace_id == trace.id]
     if step is not None:
         where.append(Sample.step == step)
-    total = session.scalar(select(func.count()).select_from(Sample).where(*where)) or 0
-    rows = session.scalars(
-        select(Sample)
-        .where(*where)
-        .order_by(Sample.step, Sample.group_idx, Sample.sample_idx)
-        .limit(limit)
-        .offset(offset)
-    )
+    if step_min is not None:
+        where.append(Sample.step >= step_min)
+    if step_max is not None:
+        where.append(Sample.step <= step_max)
+    if response_len_min is not None:
+        where.append(Sample.response_len >= response_len_min)
+    if response_len_max is not None:
+        where.append(Sample.response_len < response_len_max)
+    if dp_rank is not None:
+        where.append(Sample.dp_rank == dp_rank)
+    if num_turns is not None:
+        where.append(Sample.num_turns == num_turns)
+    if truncated is not None:
+        where.append(Sample.truncated.is_(truncated))
+    matching = select(Sample.step).where(*where).limit(SAMPLE_COUNT_CAP + 1).subquery()
+    total = session.scalar(select(func.count()).select_from(matching)) or 0
+    key = getattr(Sample, sort)
+    primary = key.desc() if order == "desc" else key.asc()
+    if sort in ("rank", "dp_rank", "truncated", "reward", "num_turns", "num_tool_calls", "latency_s"):
+        primary = primary.nulls_last()
+    tiebreak = [c.desc() if order == "desc" else c.asc() for c in (Sample.step, Sample.group_idx, Sample.sample_idx)]
+    rows = session.scalars(select(Sample).where(*where).order_by(primary, *tiebreak).limit(limit).offset(offset))
     tasks = trace.tasks or []
     items = [
         SampleOut(
@@ -113,7 +170,61 @@ def list_samples(
         )
         for r in rows
     ]
-    return SamplePage(items=items, total=total)
+    return SamplePage(items=items, total=min(total, SAMPLE_COUNT_CAP), total_is_lower_bound=total > SAMPLE_COUNT_CAP)
+
+
+@router.get("/samples/{step}/{group_idx}/{sample_idx}/turns", response_model=TurnList)
+def sample_turns(session: SessionDep, trace: TraceDep, step: int, group_idx: int, sample_idx: int):
+    """One trajectory's turns in order: engine latency, the tool time of the calls made
+    after the turn, cached vs new prompt tokens."""
+    require_ready(trace)
+    key = (
+        Sample.trace_id == trace.id,
+        Sample.step == step,
+        Sample.group_idx == group_idx,
+        Sample.sample_idx == sample_idx,
+    )
+    if session.scalar(select(func.count()).select_from(Sample).where(*key)) == 0:
+        raise HTTPException(
+            status.HTTP_404_NOT_FOUND,
+            detail={"message": f"no sample ({step}, {group_idx}, {sample_idx}) in trace {trace.id}"},
+        )
+    turn_key = (
+        Turn.trace_id == trace.id,
+        Turn.step == step,
+        Turn.group_idx == group_idx,
+        Turn.sample_idx == sample_idx,
+    )
+    call_key = (
+        ToolCall.trace_id == trace.id,
+        ToolCall.step == step,
+        ToolCall.group_idx == group_idx,
+        ToolCall.sample_idx == sample_idx,
+    )
+    tool_time = dict(
+        session.execute(
+            select(ToolCall.turn, func.sum(ToolCall.latency_s)).where(*call_key).group_by(ToolCall.turn)
+        ).all()
+    )
+    items = []
+    for t in session.scalars(select(Turn).where(*turn_key).order_by(Turn.turn)):
+        new = None
+        if t.prompt_tokens is not None:
+            new = t.prompt_tokens - (t.cached_tokens or 0)
+        items.append(
+            TurnOut(
+                turn=t.turn,
+                prompt_tokens=t.prompt_tokens,
+                cached_tokens=t.cached_tokens,
+                new_prompt_tokens=new,
+                completion_tokens=t.completion_tokens,
+                engine_latency_s=t.engine_latency_s,
+                tool_call_count=t.tool_call_count,
+                tool_latency_s=tool_time.get(t.turn),
+                finish_reason=t.finish_reason,
+            )
+        )
+    return TurnList(step=step, group_idx=group_idx, sample_idx=sample_idx, items=items)
 
 
 @router.get("/rank-timings", response_model=RankTimingList)
