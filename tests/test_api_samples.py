@@ -143,3 +143,17 @@ def test_turns_with_cached_tokens(api, shared_fixtures):
     for t in turns:
         if t["prompt_tokens"] is not None and t["cached_tokens"] is not None:
             assert t["new_prompt_tokens"] == t["prompt_tokens"] - t["cached_tokens"]
+    # The step's request timeline: every trajectory, engine then tool time back to back,
+    # sorted by end; its end is the sum of the sample's turns' engine and tool latency.
+    step = api.get(f"/api/v1/traces/{trace_id}/steps/{first['step']}/trajectories").json()["items"]
+    ends = [t["end_s"] for t in step]
+    assert ends == sorted(ends) and len(step) == first_step_count(api, trace_id, first["step"])
+    mine = next(t for t in step if (t["group_idx"], t["sample_idx"]) == (first["group_idx"], first["sample_idx"]))
+    measured = sum((t["engine_latency_s"] or 0) + (t["tool_latency_s"] or 0) for t in turns)
+    assert mine["end_s"] == pytest.approx(measured)
+    assert {s[0] for t in step for s in t["segments"]} == {"engine", "tool"}
+    assert api.get(f"/api/v1/traces/{trace_id}/steps/999/trajectories").status_code == 404
+
+
+def first_step_count(api, trace_id, step) -> int:
+    return api.get(f"/api/v1/traces/{trace_id}/samples", params={"step": step, "limit": 1}).json()["total"]

@@ -174,6 +174,23 @@ class TurnOut(BaseModel):
     finish_reason: str | None
 
 
+class TrajectoryOut(BaseModel):
+    group_idx: int
+    sample_idx: int
+    response_len: int
+    num_turns: int | None
+    truncated: bool
+    discarded: bool
+    # [kind ("engine" | "tool"), start_s, seconds] in the trajectory's own time from 0
+    segments: list[tuple[str, float, float]]
+    end_s: float
+
+
+class TrajectoryList(BaseModel):
+    step: int
+    items: list[TrajectoryOut]
+
+
 class TurnList(BaseModel):
     step: int
     group_idx: int

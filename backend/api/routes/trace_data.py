@@ -23,6 +23,8 @@ from backend.api.schemas import (
     StepOut,
     StepStats,
     SummaryOut,
+    TrajectoryList,
+    TrajectoryOut,
     TurnList,
     TurnOut,
 )
@@ -111,7 +113,7 @@ SampleSort = Literal[
     "latency_s",
 ]
 # Counting stops here: a filter over 10 M samples answers in O(page + cap), not O(trace).
-SAMPLE_COUNT_CAP = 100_000
+SAMPLE_COUNT_CAP = 10_000
 
 
 @router.get("/samples", response_model=SamplePage)
@@ -225,6 +227,87 @@ def sample_turns(session: SessionDep, trace: TraceDep, step: int, group_idx: int
             )
         )
     return TurnList(step=step, group_idx=group_idx, sample_idx=sample_idx, items=items)
+
+
+DISCARD_FINISH = ("abort", "aborted", "error", "cancelled", "canceled")
+DISCARD_TOOL_STATUS = ("error", "failed", "timeout", "rejected", "dropped")
+TRAJECTORY_LIMIT = 20_000
+
+
+@router.get("/steps/{step}/trajectories", response_model=TrajectoryList)
+def step_trajectories(session: SessionDep, trace: TraceDep, step: int):
+    """One step's trajectories as measured request timelines: each turn's engine time
+    then its tool calls' time, back to back from 0 (the engine and tool time a
+    trajectory spent, not wall-clock placement, which traces do not record). Sorted by
+    end: the long tail are the last. Truncated = the sample's flag; discarded = a turn
+    that finished with abort/error or a tool call that failed (DISCARD_* above). At
+    most TRAJECTORY_LIMIT trajectories."""
+    require_ready(trace)
+    samples = session.execute(
+        select(
+            Sample.group_idx,
+            Sample.sample_idx,
+            Sample.response_len,
+            Sample.num_turns,
+            Sample.truncated,
+            Sample.latency_s,
+        )
+        .where(Sample.trace_id == trace.id, Sample.step == step)
+        .order_by(Sample.group_idx, Sample.sample_idx)
+        .limit(TRAJECTORY_LIMIT)
+    ).all()
+    if not samples:
+        raise HTTPException(
+            status.HTTP_404_NOT_FOUND, detail={"message": f"no samples at step {step} in trace {trace.id}"}
+        )
+    turns: dict[tuple[int, int], list] = {}
+    for g, i, turn, engine, finish in session.execute(
+        select(Turn.group_idx, Turn.sample_idx, Turn.turn, Turn.engine_latency_s, Turn.finish_reason)
+        .where(Turn.trace_id == trace.id, Turn.step == step)
+        .order_by(Turn.group_idx, Turn.sample_idx, Turn.turn)
+    ):
+        turns.setdefault((g, i), []).append((turn, engine, finish))
+    tools: dict[tuple[int, int, int | None], float] = {}
+    failed: set[tuple[int, int]] = set()
+    for g, i, turn, latency, tool_status in session.execute(
+        select(ToolCall.group_idx, ToolCall.sample_idx, ToolCall.turn, ToolCall.latency_s, ToolCall.status).where(
+            ToolCall.trace_id == trace.id, ToolCall.step == step
+        )
+    ):
+        tools[(g, i, turn)] = tools.get((g, i, turn), 0.0) + (latency or 0.0)
+        if (tool_status or "").lower() in DISCARD_TOOL_STATUS:
+            failed.add((g, i))
+    items = []
+    for g, i, response_len, num_turns, truncated, latency in samples:
+        segments: list[tuple[str, float, float]] = []
+        t = 0.0
+        discarded = (g, i) in failed
+        for turn, engine, finish in turns.get((g, i), []):
+            if engine:
+                segments.append(("engine", t, engine))
+                t += engine
+            tool = tools.get((g, i, turn))
+            if tool:
+                segments.append(("tool", t, tool))
+                t += tool
+            discarded = discarded or (finish or "").lower() in DISCARD_FINISH
+        if not segments and latency:
+            segments.append(("engine", 0.0, latency))
+            t = latency
+        items.append(
+            TrajectoryOut(
+                group_idx=g,
+                sample_idx=i,
+                response_len=response_len,
+                num_turns=num_turns,
+                truncated=bool(truncated),
+                discarded=discarded,
+                segments=segments,
+                end_s=t,
+            )
+        )
+    items.sort(key=lambda x: x.end_s)
+    return TrajectoryList(step=step, items=items)
 
 
 @router.get("/rank-timings", response_model=RankTimingList)
