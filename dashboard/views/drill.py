@@ -32,10 +32,21 @@ def _int(value) -> int | None:
     return int(round(f)) if f == f else None
 
 
+def _values(array) -> list[float]:
+    """A figure array as floats: a list, or plotly's typed-array form {dtype, bdata}."""
+    if isinstance(array, dict) and "bdata" in array:
+        import base64
+
+        import numpy as np
+
+        return np.frombuffer(base64.b64decode(array["bdata"]), dtype=np.dtype(array["dtype"])).astype(float).tolist()
+    return [float(e) for e in array]
+
+
 def _bin(y, figure: dict | None) -> tuple[int, int] | None:
     """The [lo, hi) length bin holding `y`, from the heatmap's y edges."""
     try:
-        edges = [float(e) for e in figure["data"][0]["y"]]  # type: ignore[index]
+        edges = _values(figure["data"][0]["y"])  # type: ignore[index]
         y = float(y)
     except (TypeError, ValueError, KeyError, IndexError):
         return None
