@@ -28,6 +28,9 @@ from backend.formats.step_metrics import StepMetrics
 _HEADER = struct.Struct("<QI")
 _FOOTER = struct.Struct("<I")
 _MAX_RECORD = 1 << 30
+# An Event record starts with one of its fields' tags: wall_time (1, double), step (2,
+# varint) or file_version / summary ... (3.., length-delimited).
+_EVENT_FIRST_TAGS = {0x09, 0x10, 0x1A, 0x22, 0x2A, 0x32, 0x3A, 0x42, 0x4A, 0x52}
 
 
 def _masked_crc(data: bytes) -> int:
@@ -65,8 +68,8 @@ def iter_records(stream, name: str) -> Iterator[tuple[int, bytes]]:
 
 def looks_like_tfrecord(head: bytes) -> bool:
     """A first record whose length CRC checks out."""
-    if len(head) < 12:
-        return False
+    if len(head) < 13 or head[12] not in _EVENT_FIRST_TAGS:
+        return False  # cheap test first: spares other files TensorBoard's import
     length, length_crc = _HEADER.unpack(head[:12])
     return length < _MAX_RECORD and _masked_crc(head[:8]) == length_crc
 
