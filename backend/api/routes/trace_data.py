@@ -154,10 +154,14 @@ def list_samples(
     if num_turns is not None:
         where.append(Sample.num_turns == num_turns)
     if truncated is not None:
-        where.append(Sample.truncated.is_(truncated))
+        where.append(Sample.truncated.is_(True) if truncated else Sample.truncated.is_(False))
     matching = select(Sample.step).where(*where).limit(SAMPLE_COUNT_CAP + 1).subquery()
     total = session.scalar(select(func.count()).select_from(matching)) or 0
     key = getattr(Sample, sort)
+    if sort == "response_len" and (step is not None or step_min is not None or step_max is not None):
+        # Within steps the primary key range plus a top-k sort is cheap; walking the
+        # whole trace's length index for a step's rows is not (the planner may pick it).
+        key = key + 0
     primary = key.desc() if order == "desc" else key.asc()
     if sort in ("rank", "dp_rank", "truncated", "reward", "num_turns", "num_tool_calls", "latency_s"):
         primary = primary.nulls_last()
