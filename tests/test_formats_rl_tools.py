@@ -226,6 +226,9 @@ def run_folder(root: Path) -> Path:
     (root / "tb" / "events.out.tfevents.1700000000.host.1.0").write_bytes(fw.tensorboard_bytes(3))
     (root / "wandb").mkdir()
     (root / "wandb" / "history.csv").write_bytes(fw.wandb_csv(3))
+    (root / "wandb" / "history-eval.parquet").write_bytes(fw.wandb_parquet(3))
+    (root / "otel").mkdir()
+    (root / "otel" / "traces.jsonl").write_bytes(orjson.dumps(fw.otlp_request("w0", unstepped=False)) + b"\n")
     (root / "perf_tracer").mkdir()
     (root / "perf_tracer" / "traces-r0.jsonl").write_bytes(fw.areal_perf(0, 2))
     (root / "session_tracer").mkdir()
@@ -248,7 +251,12 @@ def test_cli_ingests_every_format_without_format_flag(env, tmp_path):
         timings = s.scalars(select(RankTiming).where(RankTiming.trace_id == summary["id"])).all()
         samples = s.scalars(select(Sample).where(Sample.trace_id == summary["id"])).all()
     assert steps[1].t_gen == 11.0 and steps[2].metrics["train/loss"] == pytest.approx(0.3)
-    assert {t.phase for t in timings} == {"train.rollout", "fsdp_engine.train_batch"}
+    assert {t.phase for t in timings} == {
+        "train.rollout",
+        "fsdp_engine.train_batch",
+        "state:rollout",
+        "generate_sequences",
+    }
     assert sorted(round(x.latency_s, 3) for x in samples) == [2.0, 2.1, 2.2, 2.3]
 
 
