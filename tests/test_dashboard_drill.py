@@ -37,3 +37,10 @@ def test_rank_and_turns():
     assert drill_params("imb-heatmap", click(x=2, y=5)) == {"step": 2, "dp_rank": 5}
     assert drill_params("mt-counts", click(x=3)) == {"num_turns": 3}
     assert drill_params("mt-counts", {"points": [{"curveNumber": 1, "x": 3}]}) == {}
+
+
+def test_cdf_curve_step_and_length():
+    fig = {"data": [{"name": "step 0"}, {"name": "step 4"}]}
+    point = {"points": [{"curveNumber": 1, "x": 300.0}]}
+    assert drill_params("dist-cdf", point, fig) == {"step": 4, "response_len_max": 301}
+    assert drill_params("longtail-finish", click(x=2)) == {"step": 2}

@@ -4,8 +4,10 @@ length bin, a DP rank, a turn count), `drill_href` into the samples page's URL.
 
 Which charts drill, and to what:
 
-- x = step: dist-box, dist-percentiles, dist-tail, imb-ratio, imb-saving, mt-steps,
-  lat-reward, lat-tools -> ``step``;
+- x = step: dist-box, dist-percentiles, dist-tail, longtail-idle, longtail-finish,
+  imb-ratio, imb-saving, mt-steps, lat-reward, lat-tools -> ``step``;
+- dist-cdf (one curve per step, named "step N"; x = length) -> that ``step`` and
+  ``response_len_max`` = x + 1 (the samples at or below the clicked length);
 - dist-heatmap (step x length bin) -> ``step`` and the bin's ``response_len_min`` /
   ``response_len_max`` (response lengths only: other fields drill to the step);
 - imb-heatmap (step x DP rank) -> ``step`` and ``dp_rank``;
@@ -16,9 +18,28 @@ from __future__ import annotations
 
 from bisect import bisect_right
 
-STEP_X = {"dist-box", "dist-percentiles", "dist-tail", "imb-ratio", "imb-saving", "mt-steps", "lat-reward", "lat-tools"}
+STEP_X = {
+    "dist-box",
+    "dist-percentiles",
+    "dist-tail",
+    "longtail-idle",
+    "longtail-finish",
+    "imb-ratio",
+    "imb-saving",
+    "mt-steps",
+    "lat-reward",
+    "lat-tools",
+}
 DRILL_GRAPHS = {
-    "distributions": ("dist-box", "dist-heatmap", "dist-percentiles", "dist-tail"),
+    "distributions": (
+        "dist-box",
+        "dist-heatmap",
+        "dist-percentiles",
+        "dist-tail",
+        "dist-cdf",
+        "longtail-idle",
+        "longtail-finish",
+    ),
     "imbalance": ("imb-heatmap", "imb-ratio", "imb-saving"),
     "multiturn": ("mt-counts", "mt-steps", "lat-reward", "lat-tools"),
 }
@@ -72,6 +93,15 @@ def drill_params(graph_id: str, click: dict | None, figure: dict | None = None, 
             if found is not None:
                 out["response_len_min"], out["response_len_max"] = found
         return out
+    if graph_id == "dist-cdf":
+        curve = point.get("curveNumber", 0)
+        traces = (figure or {}).get("data") or []
+        name = str(traces[curve].get("name", "")) if 0 <= curve < len(traces) else ""
+        step = _int(name[5:]) if name.startswith("step ") else None
+        out = {"step": step} if step is not None else {}
+        if field == "response" and x is not None:
+            out["response_len_max"] = x + 1
+        return out
     if graph_id == "imb-heatmap":
         y = _int(point.get("y"))
         out = {"step": x} if x is not None else {}
@@ -106,24 +136,25 @@ def register_drill(page: str, field_id: str | None = None) -> None:
     from dashboard.views.components import PAGE_TRACE_ID
 
     graphs = DRILL_GRAPHS[page]
-    states = [State(PAGE_TRACE_ID, "data"), State("dist-heatmap", "figure") if page == "distributions" else None]
+    figures = [State(g, "figure") for g in graphs if g in ("dist-heatmap", "dist-cdf")]
+    states = [State(PAGE_TRACE_ID, "data"), *figures]
     if field_id:
         states.append(State(field_id, "value"))
 
     @dash.callback(
         Output(f"{page}-drill", "href"),
         *[Input(g, "clickData") for g in graphs],
-        *[s for s in states if s is not None],
+        *states,
         prevent_initial_call=True,
     )
     def _drill(*args):
         clicks = dict(zip(graphs, args[: len(graphs)]))
         rest = list(args[len(graphs) :])
         trace_id = rest.pop(0)
-        figure = rest.pop(0) if page == "distributions" else None
+        figs = {s.component_id: rest.pop(0) for s in figures}
         field = (rest.pop(0) if field_id else None) or "response"
         graph_id = dash.ctx.triggered_id
-        params = drill_params(graph_id, clicks.get(graph_id), figure, field=field)
+        params = drill_params(graph_id, clicks.get(graph_id), figs.get(graph_id), field=field)
         if not params or trace_id is None:
             return dash.no_update
         return drill_href(trace_id, params)
