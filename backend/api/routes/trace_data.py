@@ -113,7 +113,7 @@ SampleSort = Literal[
     "latency_s",
 ]
 # Counting stops here: a filter over 10 M samples answers in O(page + cap), not O(trace).
-SAMPLE_COUNT_CAP = 10_000
+SAMPLE_COUNT_CAP = 2_000
 
 
 @router.get("/samples", response_model=SamplePage)
