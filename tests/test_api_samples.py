@@ -156,4 +156,14 @@ def test_turns_with_cached_tokens(api, shared_fixtures):
 
 
 def first_step_count(api, trace_id, step) -> int:
-    return api.get(f"/api/v1/traces/{trace_id}/samples", params={"step": step, "limit": 1}).json()["total"]
+    steps = api.get(f"/api/v1/traces/{trace_id}/steps").json()["items"]
+    return next(s["n_samples"] for s in steps if s["step"] == step)
+
+
+def test_total_is_capped(api, native, monkeypatch):
+    from backend.api.routes import trace_data
+
+    trace_id, _ = native
+    monkeypatch.setattr(trace_data, "SAMPLE_COUNT_CAP", 100)
+    body = api.get(f"/api/v1/traces/{trace_id}/samples", params={"step_min": 0, "limit": 10}).json()
+    assert body["total"] == 100 and body["total_is_lower_bound"] and len(body["items"]) == 10
