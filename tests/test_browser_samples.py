@@ -68,6 +68,19 @@ def test_click_a_step_opens_its_samples_sorted_server_side(browser, server, tmp_
     assert [int(r[5].replace(",", "")) for r in rows] == expected
     b.assert_console_clean()
 
+    # a DP rank of a step, from the imbalance heatmap
+    b.open(f"/traces/{trace['id']}/imbalance")
+    b.wait(lambda: (b.chart("imb-heatmap") or [{}])[0].get("type") == "heatmap", "the imbalance heatmap", timeout=120)
+    time.sleep(0.5)
+    click_plot(b, "imb-heatmap", 0.5, 0.5)
+    b.wait(lambda: "/samples" in b.d.current_url, "the samples page after the heatmap click")
+    query = parse_qs(urlparse(b.d.current_url).query)
+    step, rank = int(query["step"][0]), int(query["dp_rank"][0])
+    rows = b.wait(lambda: table_rows(b), "the rank's samples")
+    want = sum(len(r["output"]) for r in per_step[step] if r["dp_rank"] == rank)
+    assert len(rows) == min(50, want) and {(r[0], r[3]) for r in rows} == {(str(step), str(rank))}
+    b.assert_console_clean()
+
 
 def test_request_timeline_and_turns_for_search_r1(browser, server, shared_fixtures):  # noqa: F811
     b = browser

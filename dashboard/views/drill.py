@@ -129,32 +129,32 @@ def drill_location(page: str):
 
 
 def register_drill(page: str, field_id: str | None = None) -> None:
-    """A callback: a click on any of DRILL_GRAPHS[page] opens the samples page."""
+    """One callback per chart of DRILL_GRAPHS[page] (a page may lack some of them): its
+    click opens the samples page filtered to the clicked mark."""
     import dash
     from dash import Input, Output, State
 
     from dashboard.views.components import PAGE_TRACE_ID
 
-    graphs = DRILL_GRAPHS[page]
-    figures = [State(g, "figure") for g in graphs if g in ("dist-heatmap", "dist-cdf")]
-    states = [State(PAGE_TRACE_ID, "data"), *figures]
-    if field_id:
-        states.append(State(field_id, "value"))
+    for graph_id in DRILL_GRAPHS[page]:
+        states = [State(PAGE_TRACE_ID, "data")]
+        if graph_id in ("dist-heatmap", "dist-cdf"):
+            states.append(State(graph_id, "figure"))
+        if field_id:
+            states.append(State(field_id, "value"))
 
-    @dash.callback(
-        Output(f"{page}-drill", "href"),
-        *[Input(g, "clickData") for g in graphs],
-        *states,
-        prevent_initial_call=True,
-    )
-    def _drill(*args):
-        clicks = dict(zip(graphs, args[: len(graphs)]))
-        rest = list(args[len(graphs) :])
-        trace_id = rest.pop(0)
-        figs = {s.component_id: rest.pop(0) for s in figures}
-        field = (rest.pop(0) if field_id else None) or "response"
-        graph_id = dash.ctx.triggered_id
-        params = drill_params(graph_id, clicks.get(graph_id), figs.get(graph_id), field=field)
-        if not params or trace_id is None:
-            return dash.no_update
-        return drill_href(trace_id, params)
+        def _drill(click, trace_id, *rest, graph_id=graph_id):
+            rest_list = list(rest)
+            figure = rest_list.pop(0) if graph_id in ("dist-heatmap", "dist-cdf") else None
+            field = (rest_list.pop(0) if field_id else None) or "response"
+            params = drill_params(graph_id, click, figure, field=field)
+            if not params or trace_id is None:
+                return dash.no_update
+            return drill_href(trace_id, params)
+
+        dash.callback(
+            Output(f"{page}-drill", "href", allow_duplicate=True),
+            Input(graph_id, "clickData"),
+            *states,
+            prevent_initial_call=True,
+        )(_drill)
