@@ -34,6 +34,15 @@ def click_plot(b: Browser, chart_id: str, fx: float, fy: float = 0.5) -> None:
     ).click().perform()
 
 
+def x_fraction(b: Browser, chart_id: str, x: float) -> float:
+    """Where data x sits across the chart's plot area (0 left .. 1 right)."""
+    return b.d.execute_script(
+        f"var p = document.getElementById('{chart_id}').querySelector('.js-plotly-plot');"
+        "var ax = p._fullLayout.xaxis; return ax.l2p(arguments[0]) / ax._length;",
+        x,
+    )
+
+
 def test_click_a_step_opens_its_samples_sorted_server_side(browser, server, tmp_path):  # noqa: F811
     b = browser
     per_step = synthetic_rows(steps=5, groups=16, n=4, seed=5)
@@ -99,4 +108,17 @@ def test_request_timeline_and_turns_for_search_r1(browser, server, shared_fixtur
     turns = b.wait_chart("sample-turns", "engine latency", "tool latency")
     assert len(turns["engine latency"]["x"]) >= 1
     b.wait_chart("sample-tokens", "cached prompt tokens", "new prompt tokens")
+    b.assert_console_clean()
+
+    # from the Multi-turn page's per-step chart to that step's samples and timeline
+    b.open(f"/traces/{trace['id']}/multiturn")
+    b.wait(lambda: len(b.chart("mt-steps") or []) > 0 and b.chart("mt-steps")[0].get("x"), "mt-steps", timeout=120)
+    time.sleep(0.5)
+    click_plot(b, "mt-steps", x_fraction(b, "mt-steps", 1))
+    b.wait(lambda: "/samples" in b.d.current_url, "the samples page after the mt-steps click")
+    step = int(parse_qs(urlparse(b.d.current_url).query)["step"][0])
+    assert step == 1
+    rows = b.wait(lambda: table_rows(b), "the step's samples")
+    assert rows and {r[0] for r in rows} == {str(step)}
+    b.wait_chart("request-timeline", "engine time", "tool time")
     b.assert_console_clean()
