@@ -165,5 +165,8 @@ def test_total_is_capped(api, native, monkeypatch):
 
     trace_id, _ = native
     monkeypatch.setattr(trace_data, "SAMPLE_COUNT_CAP", 100)
-    body = api.get(f"/api/v1/traces/{trace_id}/samples", params={"step_min": 0, "limit": 10}).json()
+    body = api.get(f"/api/v1/traces/{trace_id}/samples", params={"response_len_min": 0, "limit": 10}).json()
     assert body["total"] == 100 and body["total_is_lower_bound"] and len(body["items"]) == 10
+    # steps only: exact, from the per-step counts
+    body = api.get(f"/api/v1/traces/{trace_id}/samples", params={"step_min": 1, "limit": 10}).json()
+    assert body["total"] == 500 and not body["total_is_lower_bound"]

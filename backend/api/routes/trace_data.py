@@ -135,8 +135,9 @@ def list_samples(
 ):
     """Samples matching every given filter, sorted by `sort` (ties in (step, group,
     sample) order) and paged. Step filters use the primary key, length filters and
-    length sorts the (trace_id, response_len) index; `total` counts at most
-    SAMPLE_COUNT_CAP matches (`total_is_lower_bound` says when it stopped)."""
+    length sorts the (trace_id, response_len) index; `total` is exact from the steps
+    table when only steps are filtered, else counts at most SAMPLE_COUNT_CAP matches
+    (`total_is_lower_bound` says when it stopped)."""
     require_ready(trace)
     where = [Sample.trace_id == trace.id]
     if step is not None:
@@ -155,8 +156,23 @@ def list_samples(
         where.append(Sample.num_turns == num_turns)
     if truncated is not None:
         where.append(Sample.truncated.is_(True) if truncated else Sample.truncated.is_(False))
-    matching = select(Sample.step).where(*where).limit(SAMPLE_COUNT_CAP + 1).subquery()
-    total = session.scalar(select(func.count()).select_from(matching)) or 0
+    step_only = all(v is None for v in (response_len_min, response_len_max, dp_rank, num_turns, truncated))
+    if step_only:
+        # Exact and O(steps): the per-step sample counts written at ingestion.
+        step_where = [Step.trace_id == trace.id]
+        if step is not None:
+            step_where.append(Step.step == step)
+        if step_min is not None:
+            step_where.append(Step.step >= step_min)
+        if step_max is not None:
+            step_where.append(Step.step <= step_max)
+        total = session.scalar(select(func.coalesce(func.sum(Step.n_samples), 0)).where(*step_where)) or 0
+        capped = False
+    else:
+        matching = select(Sample.step).where(*where).limit(SAMPLE_COUNT_CAP + 1).subquery()
+        total = session.scalar(select(func.count()).select_from(matching)) or 0
+        capped = total > SAMPLE_COUNT_CAP
+        total = min(total, SAMPLE_COUNT_CAP)
     key = getattr(Sample, sort)
     if sort == "response_len" and (step is not None or step_min is not None or step_max is not None):
         # Within steps the primary key range plus a top-k sort is cheap; walking the
@@ -176,7 +192,7 @@ def list_samples(
         )
         for r in rows
     ]
-    return SamplePage(items=items, total=min(total, SAMPLE_COUNT_CAP), total_is_lower_bound=total > SAMPLE_COUNT_CAP)
+    return SamplePage(items=items, total=int(total), total_is_lower_bound=capped)
 
 
 @router.get("/samples/{step}/{group_idx}/{sample_idx}/turns", response_model=TurnList)
