@@ -12,6 +12,7 @@ from backend.formats import FORMATS, detect_format, read_sources, upload_format
 from backend.formats.archive import expand_upload
 from backend.formats.base import InputError, ReadResult, Source
 from core.analysis.tables import TABLE_CLASSES
+from tests import format_writers as fw
 
 PACKED = {
     "step": 0,
@@ -79,9 +80,27 @@ def _parquet(path: Path) -> bytes:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    pq.write_table(pa.table({k: [v, v] for k, v in NATIVE.items()}), path)
+    rows = {k: [v, v] for k, v in NATIVE.items()}
+    rows["sample_idx"] = [0, 1]  # two samples of one group (a duplicate key is refused)
+    pq.write_table(pa.table(rows), path)
     return path.read_bytes()
 
+
+DAPO = {
+    "workload_step": 0,
+    "trainer_step": 1,
+    "gen_batch_index": 0,
+    "prompt_count": 1,
+    "n_sampling": 2,
+    "train_batch_size": 1,
+    "num_prompt_in_batch_before": 0,
+    "kept_prompt_count": 1,
+    "used_prompt_count": 1,
+    "kept_prompt_indices": [0],
+    "used_prompt_indices": [0],
+}
+# Files a format's example is read beside (a DAPO file alone is no trace).
+COMPANIONS = {"dapo-filter": [("packed_lengths_step_0.jsonl", line(PACKED))]}
 
 # One small file per registered format, named as users name them:
 # (file name, content from the path, rows read per table).
@@ -110,6 +129,18 @@ EXAMPLES = {
     "native-jsonl": ("samples.jsonl", lambda p: line(NATIVE) + line({**NATIVE, "sample_idx": 1}), {"samples": 2}),
     "native-parquet": ("samples.parquet", _parquet, {"samples": 2}),
     "kineto": ("rank-0.json", lambda p: orjson.dumps(KINETO), {"gpu_events": 1}),
+    # marks for the packed-length samples: read with the packed file beside it (COMPANIONS)
+    "dapo-filter": ("dapo_filter_indices.jsonl", lambda p: line(DAPO), {"samples": 2}),
+    "tensorboard": ("events.out.tfevents.1700000000.host.1.0", lambda p: fw.tensorboard_bytes(2), {"steps": 2}),
+    "wandb-csv": ("history.csv", lambda p: fw.wandb_csv(2), {"steps": 2}),
+    "wandb-parquet": ("history.parquet", lambda p: fw.wandb_parquet(2), {"steps": 2}),
+    "areal-perf": ("traces-r0.jsonl", lambda p: fw.areal_perf(0, 2), {"rank_timings": 4}),
+    "areal-sessions": (
+        "sessions-r0.jsonl",
+        lambda p: fw.areal_sessions(0, 1, 2),
+        {"samples": 2, "turns": 4, "tool_calls": 2},
+    ),
+    "otlp-json": ("traces.json", lambda p: orjson.dumps(fw.otlp_request(unstepped=False)), {"rank_timings": 4}),
 }
 
 
@@ -122,28 +153,13 @@ def test_every_registered_format_detects_and_reads_its_own_files(tmp_path, fmt):
     path = tmp_path / name
     src = write(path, content(path))
     assert detect_format(src) == fmt
+    others = [write(tmp_path / n, c) for n, c in COMPANIONS.get(fmt, [])]
     result = ReadResult()
     read: dict[str, int] = {}
-    for batch in read_sources([src], None, result):
+    for batch in read_sources([src, *others], None, result):
         read[batch.table] = read.get(batch.table, 0) + len(batch)
     assert read == rows and result.skipped == []
     assert set(read) <= set(TABLE_CLASSES)
-
-
-def test_registry_names():
-    assert set(FORMATS) == {
-        "dapo-filter",
-        "polytrace-packed",
-        "polytrace-reward",
-        "polytrace-multiturn",
-        "polytrace-compact",
-        "verl-jsonl",
-        "verl-console",
-        "native-csv",
-        "native-jsonl",
-        "native-parquet",
-        "kineto",
-    }
 
 
 @pytest.mark.parametrize(

@@ -179,6 +179,44 @@ class SampleOut(BaseModel):
 class SamplePage(BaseModel):
     items: list[SampleOut]
     total: int
+    # True when counting stopped at SAMPLE_COUNT_CAP matches: `total` is then a floor.
+    total_is_lower_bound: bool = False
+
+
+class TurnOut(BaseModel):
+    turn: int
+    prompt_tokens: int | None
+    cached_tokens: int | None
+    new_prompt_tokens: int | None
+    completion_tokens: int | None
+    engine_latency_s: float | None
+    tool_call_count: int | None
+    tool_latency_s: float | None
+    finish_reason: str | None
+
+
+class TrajectoryOut(BaseModel):
+    group_idx: int
+    sample_idx: int
+    response_len: int
+    num_turns: int | None
+    truncated: bool
+    discarded: bool
+    # [kind ("engine" | "tool"), start_s, seconds] in the trajectory's own time from 0
+    segments: list[tuple[str, float, float]]
+    end_s: float
+
+
+class TrajectoryList(BaseModel):
+    step: int
+    items: list[TrajectoryOut]
+
+
+class TurnList(BaseModel):
+    step: int
+    group_idx: int
+    sample_idx: int
+    items: list[TurnOut]
 
 
 class RankTimingOut(BaseModel):

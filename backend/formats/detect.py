@@ -20,6 +20,13 @@ dapo-filter                 ``dapo_filter_indices*.jsonl`` (marks for the packed
                             read before the other files of the upload)
 kineto                      ``backend.formats.kineto.looks_like_kineto`` (``.json`` object with
                             traceEvents / schemaVersion / deviceProperties / distributedInfo)
+tensorboard                 ``events.out.tfevents.*``; or a first TFRecord whose length CRC checks
+wandb-csv / wandb-parquet   a ``.csv`` / ``.parquet`` / ``.pq`` with a ``_step`` column (before
+                            native-csv / native-parquet)
+areal-perf                  ``traces-rN.jsonl``; or a first line with ph, ts and name (a Chrome
+                            trace event)
+areal-sessions              ``sessions-rN.jsonl``; or a first line with task_id and session_id
+otlp-json                   a JSON object whose first key is ``resourceSpans``
 ==========================  ==================================================================
 """
 
@@ -34,8 +41,11 @@ from backend.formats.jsonl import stdlib_json
 from backend.formats.kineto import looks_like_kineto
 from backend.formats.native import REQUIRED_SAMPLE_COLUMNS
 from backend.formats.registry import KNOWN_UNUSED, NAME_PATTERNS
+from backend.formats.tensorboard import looks_like_tfrecord
 from backend.formats.verl_logs import CONSOLE_STEP
+from backend.formats.wandb_history import STEP_COLUMN, parquet_columns
 
+_OTLP_HEAD = re.compile(rb'^\s*(?:\xef\xbb\xbf)?\s*\{\s*"resourceSpans"\s*:')
 _COMPACT_HEAD = re.compile(rb'^\s*(?:\xef\xbb\xbf)?\s*\{\s*"\d+"\s*:')
 _LOG_SUFFIXES = (".log", ".txt", ".out", ".err")
 HEAD_BYTES = 64 << 10
@@ -79,6 +89,28 @@ def _jsonl_kind(obj: dict) -> str | None:
         return "polytrace-multiturn"
     if all(k in keys for k in REQUIRED_SAMPLE_COLUMNS):
         return "native-jsonl"
+    if "ph" in keys and "ts" in keys and "name" in keys:
+        return "areal-perf"
+    if "task_id" in keys and "session_id" in keys:
+        return "areal-sessions"
+    return None
+
+
+def _wandb_history(source: Source, base: str) -> str | None:
+    """wandb-csv / wandb-parquet when a CSV / Parquet file has a ``_step`` column."""
+    import csv
+
+    from backend.formats.native import _seekable
+
+    if base.endswith(".csv"):
+        with source.open() as stream:
+            first = stream.readline(1 << 20).decode("utf-8-sig", errors="replace")
+        header = next(csv.reader([first]), [])
+        return "wandb-csv" if STEP_COLUMN in (h.strip() for h in header) else None
+    if base.endswith((".parquet", ".pq")):
+        with source.open() as raw, _seekable(raw) as stream:
+            names = parquet_columns(stream)
+        return "wandb-parquet" if names and STEP_COLUMN in names else None
     return None
 
 
@@ -101,6 +133,9 @@ def _has_console_lines(source: Source, head: bytes, name: str) -> bool:
 def detect_format(source: Source) -> str | None:
     """The format name of `source`, or None when no reader recognises it."""
     base = base_name(source.name)
+    history = _wandb_history(source, base)
+    if history is not None:
+        return history
     for pattern, fmt in NAME_PATTERNS:
         if pattern.match(base):
             return fmt
@@ -114,6 +149,10 @@ def detect_format(source: Source) -> str | None:
             return "kineto"
         if _COMPACT_HEAD.match(head):
             return "polytrace-compact"
+        if _OTLP_HEAD.match(head):
+            return "otlp-json"
+        if looks_like_tfrecord(head):
+            return "tensorboard"
         first_obj = _first_object(head, stream)
     if first_obj is not None:
         kind = _jsonl_kind(first_obj)

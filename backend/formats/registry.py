@@ -5,12 +5,16 @@ from __future__ import annotations
 
 import re
 
+from backend.formats.areal import read_areal_perf, read_areal_sessions
 from backend.formats.base import Reader
 from backend.formats.dapo import read_dapo_filter
 from backend.formats.kineto import read_kineto
 from backend.formats.native import read_native_csv, read_native_jsonl, read_native_parquet
+from backend.formats.otlp import read_otlp
 from backend.formats.polytrace import read_compact, read_multiturn_workload, read_packed_lengths, read_reward_timings
+from backend.formats.tensorboard import read_tensorboard
 from backend.formats.verl_logs import read_verl_console, read_verl_jsonl
+from backend.formats.wandb_history import read_wandb_csv, read_wandb_parquet
 
 FORMATS: dict[str, Reader] = {
     "polytrace-packed": read_packed_lengths,
@@ -24,9 +28,18 @@ FORMATS: dict[str, Reader] = {
     "native-parquet": read_native_parquet,
     "kineto": read_kineto,
     "dapo-filter": read_dapo_filter,
+    "tensorboard": read_tensorboard,
+    "wandb-csv": read_wandb_csv,
+    "wandb-parquet": read_wandb_parquet,
+    "areal-perf": read_areal_perf,
+    "areal-sessions": read_areal_sessions,
+    "otlp-json": read_otlp,
 }
 
 NAME_PATTERNS = (
+    (re.compile(r"^events\.out\.tfevents\..+"), "tensorboard"),
+    (re.compile(r"^traces-r\d+\.jsonl?$"), "areal-perf"),
+    (re.compile(r"^sessions-r\d+\.jsonl?$"), "areal-sessions"),
     (re.compile(r"^packed_lengths_step_?\d+.*\.jsonl?$"), "polytrace-packed"),
     (re.compile(r"^reward_timings_step_?\d+.*\.jsonl?$"), "polytrace-reward"),
     (re.compile(r"^multiturn_workload_step_?\d+.*\.jsonl?$"), "polytrace-multiturn"),
@@ -38,4 +51,8 @@ NAME_PATTERNS = (
 KNOWN_UNUSED = (
     (re.compile(r"^enhanced_task_distribution_parameters.*\.json$"), "fitted distribution parameters, not a trace"),
     (re.compile(r"^readme(\.\w+)?$"), "documentation"),
+    (
+        re.compile(r"^run-.*\.wandb$"),
+        "W&B offline run (not read: only the wandb package reads it; `wandb sync` it and export the history as CSV/Parquet)",
+    ),
 )

@@ -170,8 +170,13 @@ class _Loader:
             rows[summary.step] = {**asdict(summary), "metrics": {}}
         for step, measured in self.measured.items():
             rows.setdefault(step, {"step": step, "summary": {}, "metrics": {}}).update(measured)
-        if rows:
-            self.conn.execute(insert(Step), [{"trace_id": self.trace_id, **r} for r in rows.values()])
+        # One INSERT per key set: steps with samples carry the summary columns, steps
+        # measured only (a log's steps past the samples') do not.
+        by_keys: dict[tuple, list[dict]] = {}
+        for r in rows.values():
+            by_keys.setdefault(tuple(sorted(r)), []).append({"trace_id": self.trace_id, **r})
+        for group in by_keys.values():
+            self.conn.execute(insert(Step), group)
         return len(rows)
 
 

@@ -22,6 +22,7 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    text,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -105,6 +106,18 @@ class Step(Base):
 
 class Sample(Base):
     __tablename__ = "samples"
+    # The drill-down from a length histogram bin: filter and sort by response length.
+    # The drill-down's truncated filter: a partial index of the (few) truncated samples.
+    __table_args__ = (
+        Index("ix_samples_trace_response_len", "trace_id", "response_len"),
+        Index(
+            "ix_samples_trace_truncated_step",
+            "trace_id",
+            "step",
+            postgresql_where=text("truncated IS TRUE"),
+            sqlite_where=text("truncated IS TRUE"),
+        ),
+    )
     trace_id: Mapped[int] = mapped_column(_trace_fk(), primary_key=True)
     step: Mapped[int] = mapped_column(Integer, primary_key=True)
     group_idx: Mapped[int] = mapped_column(Integer, primary_key=True)

@@ -187,8 +187,18 @@ class ApiClient:
     def summaries(self, trace_id: str | int, *, field: str = "response", task: str | None = None) -> dict:
         return self._get(f"/traces/{trace_id}/summaries", field=field, task=task)
 
-    def samples(self, trace_id: str | int, *, step: int | None = None, limit: int = 100, offset: int = 0) -> dict:
-        return self._get(f"/traces/{trace_id}/samples", step=step, limit=limit, offset=offset)
+    def samples(
+        self, trace_id: str | int, *, step: int | None = None, limit: int = 100, offset: int = 0, **filters
+    ) -> dict:
+        """A page of samples; `filters`: step_min, step_max, response_len_min, response_len_max,
+        dp_rank, num_turns, truncated, sort, order (see GET /traces/{id}/samples)."""
+        return self._get(f"/traces/{trace_id}/samples", step=step, limit=limit, offset=offset, **filters)
+
+    def sample_turns(self, trace_id: str | int, step: int, group_idx: int, sample_idx: int) -> dict:
+        return self._get(f"/traces/{trace_id}/samples/{step}/{group_idx}/{sample_idx}/turns")
+
+    def step_trajectories(self, trace_id: str | int, step: int) -> dict:
+        return self._get(f"/traces/{trace_id}/steps/{step}/trajectories")
 
     def rank_timings(self, trace_id: str | int, *, step: int | None = None) -> list[dict]:
         return self._get(f"/traces/{trace_id}/rank-timings", step=step)["items"]

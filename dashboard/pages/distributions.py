@@ -27,6 +27,7 @@ from dashboard.figures.longtail import longtail_engine_figure, longtail_finish_f
 from dashboard.server.figure_cache import cached
 from dashboard.server.results import analysis_result
 from dashboard.views.components import PAGE_TRACE_ID, RESULT, alert, control, controls, graph, section
+from dashboard.views.drill import drill_location, register_drill
 from dashboard.views.formatting import PHASES, filter_phase
 from dashboard.views.panels import analysis_panel
 from dashboard.views.trace_frame import trace_page
@@ -47,6 +48,7 @@ def body(trace: dict) -> html.Div:
         return alert("This trace has no samples (it may be a GPU-timeline or metric-log trace).", "info")
     return html.Div(
         [
+            drill_location("distributions"),
             controls(
                 control(
                     "Length",
@@ -122,6 +124,9 @@ def body(trace: dict) -> html.Div:
             ),
         ]
     )
+
+
+register_drill("distributions", "dist-field")
 
 
 def layout(trace_id: str | None = None, **_):

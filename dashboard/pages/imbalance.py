@@ -23,6 +23,7 @@ from dashboard.figures.imbalance import (
 from dashboard.server.figure_cache import cached
 from dashboard.server.results import analysis_result
 from dashboard.views.components import RESULT, alert, card, control, controls, graph, section
+from dashboard.views.drill import drill_location, register_drill
 from dashboard.views.formatting import human_ratio, human_share
 from dashboard.views.panels import analysis_panel
 from dashboard.views.trace_frame import trace_page
@@ -47,6 +48,7 @@ def body(trace: dict) -> html.Div:
         )
     return html.Div(
         [
+            drill_location("imbalance"),
             analysis_panel("imbalance", "imbalance analysis", trace["id"]),
             controls(
                 control(
@@ -92,6 +94,9 @@ def body(trace: dict) -> html.Div:
             ),
         ]
     )
+
+
+register_drill("imbalance")
 
 
 def layout(trace_id: str | None = None, **_):

@@ -26,6 +26,7 @@ from dashboard.figures.multiturn import (
 from dashboard.server.figure_cache import cached
 from dashboard.server.results import analysis_result
 from dashboard.views.components import RESULT, alert, graph, section
+from dashboard.views.drill import drill_location, register_drill
 from dashboard.views.panels import analysis_panel
 from dashboard.views.trace_frame import trace_page
 
@@ -63,7 +64,10 @@ def body(trace: dict) -> html.Div:
         )
     if not parts:
         return alert("This trace has no turns, tool calls or reward timings.", "info")
-    return html.Div(parts)
+    return html.Div([drill_location("multiturn"), *parts])
+
+
+register_drill("multiturn")
 
 
 def layout(trace_id: str | None = None, **_):

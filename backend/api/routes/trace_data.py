@@ -9,7 +9,7 @@ from typing import Annotated, Literal
 
 import numpy as np
 import orjson
-from fastapi import APIRouter, HTTPException, Query, Response, status
+from fastapi import APIRouter, HTTPException, Path, Query, Response, status
 from pydantic import Field
 from sqlalchemy import func, select
 
@@ -25,11 +25,25 @@ from backend.api.schemas import (
     StepOut,
     StepStats,
     SummaryOut,
+    TrajectoryList,
+    TrajectoryOut,
+    TurnList,
+    TurnOut,
 )
 from backend.formats.kineto_events import load_events
 from backend.store.columns import read_columns
 from backend.store.ids import INT4_MAX, INT4_MIN
-from backend.store.models import GpuEvent, GpuKernelName, RankTiming, Sample, Step, Trace, TraceStatus
+from backend.store.models import (
+    GpuEvent,
+    GpuKernelName,
+    RankTiming,
+    Sample,
+    Step,
+    ToolCall,
+    Trace,
+    TraceStatus,
+    Turn,
+)
 from backend.store.trace_tables import trace_events_dir
 from core.analysis.gpu_export import chrome_trace_export, full_chrome_trace, select_events
 from core.analysis.gpu_hta import trace_diff
@@ -46,6 +60,7 @@ StepQuery = Annotated[int | None, Query(ge=INT4_MIN, le=INT4_MAX, description="O
 RankQuery = Annotated[int | None, Query(ge=INT4_MIN, le=INT4_MAX, description="Only this rank")]
 OffsetQuery = Annotated[int, Query(ge=0, le=2**62)]
 TimeQuery = Annotated[float | None, Query(allow_inf_nan=False, ge=-1e300, le=1e300)]
+Int4Path = Annotated[int, Path(ge=INT4_MIN, le=INT4_MAX)]
 
 
 def require_ready(trace: Trace) -> None:
@@ -97,26 +112,95 @@ def step_summaries(
     )
 
 
+SampleSort = Literal[
+    "step",
+    "group_idx",
+    "sample_idx",
+    "rank",
+    "dp_rank",
+    "prompt_len",
+    "response_len",
+    "truncated",
+    "reward",
+    "num_turns",
+    "num_tool_calls",
+    "latency_s",
+]
+# Counting stops here: a filter over 10 M samples answers in O(page + cap), not O(trace).
+SAMPLE_COUNT_CAP = 2_000
+
+
 @router.get("/samples", response_model=SamplePage)
 def list_samples(
     session: SessionDep,
     trace: TraceDep,
     step: StepQuery = None,
+    step_min: Annotated[int | None, Query(ge=INT4_MIN, le=INT4_MAX, description="Steps from (inclusive)")] = None,
+    step_max: Annotated[int | None, Query(ge=INT4_MIN, le=INT4_MAX, description="Steps up to (inclusive)")] = None,
+    response_len_min: Annotated[
+        int | None, Query(ge=INT4_MIN, le=INT4_MAX, description="Response length from (inclusive)")
+    ] = None,
+    response_len_max: Annotated[
+        int | None, Query(ge=INT4_MIN, le=INT4_MAX, description="Response length below (exclusive)")
+    ] = None,
+    dp_rank: Annotated[int | None, Query(ge=INT4_MIN, le=INT4_MAX)] = None,
+    num_turns: Annotated[int | None, Query(ge=INT4_MIN, le=INT4_MAX)] = None,
+    truncated: bool | None = None,
+    sort: Annotated[SampleSort, Query(description="A sample column")] = "step",
+    order: Literal["asc", "desc"] = "asc",
     limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
     offset: OffsetQuery = 0,
 ):
+    """Samples matching every given filter, sorted by `sort` (ties in (step, group,
+    sample) order) and paged. Step filters use the primary key, length filters and
+    length sorts the (trace_id, response_len) index; `total` is exact from the steps
+    table when only steps are filtered, else counts at most SAMPLE_COUNT_CAP matches
+    (`total_is_lower_bound` says when it stopped)."""
     require_ready(trace)
     where = [Sample.trace_id == trace.id]
     if step is not None:
         where.append(Sample.step == step)
-    total = session.scalar(select(func.count()).select_from(Sample).where(*where)) or 0
-    rows = session.scalars(
-        select(Sample)
-        .where(*where)
-        .order_by(Sample.step, Sample.group_idx, Sample.sample_idx)
-        .limit(limit)
-        .offset(offset)
-    )
+    if step_min is not None:
+        where.append(Sample.step >= step_min)
+    if step_max is not None:
+        where.append(Sample.step <= step_max)
+    if response_len_min is not None:
+        where.append(Sample.response_len >= response_len_min)
+    if response_len_max is not None:
+        where.append(Sample.response_len < response_len_max)
+    if dp_rank is not None:
+        where.append(Sample.dp_rank == dp_rank)
+    if num_turns is not None:
+        where.append(Sample.num_turns == num_turns)
+    if truncated is not None:
+        where.append(Sample.truncated.is_(True) if truncated else Sample.truncated.is_(False))
+    step_only = all(v is None for v in (response_len_min, response_len_max, dp_rank, num_turns, truncated))
+    if step_only:
+        # Exact and O(steps): the per-step sample counts written at ingestion.
+        step_where = [Step.trace_id == trace.id]
+        if step is not None:
+            step_where.append(Step.step == step)
+        if step_min is not None:
+            step_where.append(Step.step >= step_min)
+        if step_max is not None:
+            step_where.append(Step.step <= step_max)
+        total = session.scalar(select(func.coalesce(func.sum(Step.n_samples), 0)).where(*step_where)) or 0
+        capped = False
+    else:
+        matching = select(Sample.step).where(*where).limit(SAMPLE_COUNT_CAP + 1).subquery()
+        total = session.scalar(select(func.count()).select_from(matching)) or 0
+        capped = total > SAMPLE_COUNT_CAP
+        total = min(total, SAMPLE_COUNT_CAP)
+    key = getattr(Sample, sort)
+    if sort == "response_len" and (step is not None or step_min is not None or step_max is not None):
+        # Within steps the primary key range plus a top-k sort is cheap; walking the
+        # whole trace's length index for a step's rows is not (the planner may pick it).
+        key = key + 0
+    primary = key.desc() if order == "desc" else key.asc()
+    if sort in ("rank", "dp_rank", "truncated", "reward", "num_turns", "num_tool_calls", "latency_s"):
+        primary = primary.nulls_last()
+    tiebreak = [c.desc() if order == "desc" else c.asc() for c in (Sample.step, Sample.group_idx, Sample.sample_idx)]
+    rows = session.scalars(select(Sample).where(*where).order_by(primary, *tiebreak).limit(limit).offset(offset))
     tasks = trace.tasks or []
     items = [
         SampleOut(
@@ -126,7 +210,142 @@ def list_samples(
         )
         for r in rows
     ]
-    return SamplePage(items=items, total=total)
+    return SamplePage(items=items, total=int(total), total_is_lower_bound=capped)
+
+
+@router.get("/samples/{step}/{group_idx}/{sample_idx}/turns", response_model=TurnList)
+def sample_turns(session: SessionDep, trace: TraceDep, step: Int4Path, group_idx: Int4Path, sample_idx: Int4Path):
+    """One trajectory's turns in order: engine latency, the tool time of the calls made
+    after the turn, cached vs new prompt tokens."""
+    require_ready(trace)
+    key = (
+        Sample.trace_id == trace.id,
+        Sample.step == step,
+        Sample.group_idx == group_idx,
+        Sample.sample_idx == sample_idx,
+    )
+    if session.scalar(select(func.count()).select_from(Sample).where(*key)) == 0:
+        raise HTTPException(
+            status.HTTP_404_NOT_FOUND,
+            detail={"message": f"no sample ({step}, {group_idx}, {sample_idx}) in trace {trace.id}"},
+        )
+    turn_key = (
+        Turn.trace_id == trace.id,
+        Turn.step == step,
+        Turn.group_idx == group_idx,
+        Turn.sample_idx == sample_idx,
+    )
+    call_key = (
+        ToolCall.trace_id == trace.id,
+        ToolCall.step == step,
+        ToolCall.group_idx == group_idx,
+        ToolCall.sample_idx == sample_idx,
+    )
+    tool_time = dict(
+        session.execute(
+            select(ToolCall.turn, func.sum(ToolCall.latency_s)).where(*call_key).group_by(ToolCall.turn)
+        ).all()
+    )
+    items = []
+    for t in session.scalars(select(Turn).where(*turn_key).order_by(Turn.turn)):
+        new = None
+        if t.prompt_tokens is not None:
+            new = t.prompt_tokens - (t.cached_tokens or 0)
+        items.append(
+            TurnOut(
+                turn=t.turn,
+                prompt_tokens=t.prompt_tokens,
+                cached_tokens=t.cached_tokens,
+                new_prompt_tokens=new,
+                completion_tokens=t.completion_tokens,
+                engine_latency_s=t.engine_latency_s,
+                tool_call_count=t.tool_call_count,
+                tool_latency_s=tool_time.get(t.turn),
+                finish_reason=t.finish_reason,
+            )
+        )
+    return TurnList(step=step, group_idx=group_idx, sample_idx=sample_idx, items=items)
+
+
+DISCARD_FINISH = ("abort", "aborted", "error", "cancelled", "canceled")
+DISCARD_TOOL_STATUS = ("error", "failed", "timeout", "rejected", "dropped")
+TRAJECTORY_LIMIT = 20_000
+
+
+@router.get("/steps/{step}/trajectories", response_model=TrajectoryList)
+def step_trajectories(session: SessionDep, trace: TraceDep, step: Int4Path):
+    """One step's trajectories as measured request timelines: each turn's engine time
+    then its tool calls' time, back to back from 0 (the engine and tool time a
+    trajectory spent, not wall-clock placement, which traces do not record). Sorted by
+    end: the long tail are the last. Truncated = the sample's flag; discarded = a turn
+    that finished with abort/error or a tool call that failed (DISCARD_* above). At
+    most TRAJECTORY_LIMIT trajectories."""
+    require_ready(trace)
+    samples = session.execute(
+        select(
+            Sample.group_idx,
+            Sample.sample_idx,
+            Sample.response_len,
+            Sample.num_turns,
+            Sample.truncated,
+            Sample.latency_s,
+        )
+        .where(Sample.trace_id == trace.id, Sample.step == step)
+        .order_by(Sample.group_idx, Sample.sample_idx)
+        .limit(TRAJECTORY_LIMIT)
+    ).all()
+    if not samples:
+        raise HTTPException(
+            status.HTTP_404_NOT_FOUND, detail={"message": f"no samples at step {step} in trace {trace.id}"}
+        )
+    turns: dict[tuple[int, int], list] = {}
+    for g, i, turn, engine, finish in session.execute(
+        select(Turn.group_idx, Turn.sample_idx, Turn.turn, Turn.engine_latency_s, Turn.finish_reason)
+        .where(Turn.trace_id == trace.id, Turn.step == step)
+        .order_by(Turn.group_idx, Turn.sample_idx, Turn.turn)
+    ):
+        turns.setdefault((g, i), []).append((turn, engine, finish))
+    tools: dict[tuple[int, int, int | None], float] = {}
+    failed: set[tuple[int, int]] = set()
+    for g, i, turn, latency, tool_status in session.execute(
+        select(ToolCall.group_idx, ToolCall.sample_idx, ToolCall.turn, ToolCall.latency_s, ToolCall.status).where(
+            ToolCall.trace_id == trace.id, ToolCall.step == step
+        )
+    ):
+        tools[(g, i, turn)] = tools.get((g, i, turn), 0.0) + (latency or 0.0)
+        if (tool_status or "").lower() in DISCARD_TOOL_STATUS:
+            failed.add((g, i))
+    items = []
+    for g, i, response_len, num_turns, truncated, latency in samples:
+        segments: list[tuple[str, float, float]] = []
+        t = 0.0
+        discarded = (g, i) in failed
+        for turn, engine, finish in turns.get((g, i), []):
+            if engine:
+                segments.append(("engine", t, engine))
+                t += engine
+            tool = tools.get((g, i, turn))
+            if tool:
+                segments.append(("tool", t, tool))
+                t += tool
+            discarded = discarded or (finish or "").lower() in DISCARD_FINISH
+        if not segments and latency:
+            segments.append(("engine", 0.0, latency))
+            t = latency
+        items.append(
+            TrajectoryOut(
+                group_idx=g,
+                sample_idx=i,
+                response_len=response_len,
+                num_turns=num_turns,
+                truncated=bool(truncated),
+                discarded=discarded,
+                segments=segments,
+                end_s=t,
+            )
+        )
+    items.sort(key=lambda x: x.end_s)
+    return TrajectoryList(step=step, items=items)
 
 
 @router.get("/rank-timings", response_model=RankTimingList)

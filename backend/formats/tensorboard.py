@@ -1,0 +1,130 @@
+"""TensorBoard event files (``events.out.tfevents.*``) -> per-step metrics (``steps``).
+
+The file is a sequence of TFRecords (``uint64 length, uint32 masked CRC32C of the
+length, data, uint32 masked CRC32C of the data``), each an ``Event`` protocol buffer.
+Events are decoded with TensorBoard's own message classes
+(``tensorboard.compat.proto.event_pb2``) and tensors with its ``tensor_util``; only
+the record framing is read here, over the upload's stream (TensorBoard's
+``EventFileLoader`` needs a file path and checks CRCs in pure Python at ~20k
+records/s, so it cannot read an archive member or a large file fast enough). The
+length CRC of every record is checked; a corrupt body fails to decode.
+
+Scalars are read in both shapes TensorBoard writes: TF1 / tensorboardX / PyTorch
+``simple_value`` and TF2 ``tensor`` summaries holding one number. Each (step, tag)
+becomes ``metrics[tag]``; ``timing_s/*`` (verl's tracking logger logs its metrics to
+TensorBoard under the same names) also fill the stage timings t_gen ... t_step, as
+for verl logs. Histograms, images, text and graph events are skipped.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator
+
+from backend.formats.base import InputError, ReadResult, Source, TableBatch
+from backend.formats.jsonl import INT32_MAX
+from backend.formats.step_metrics import StepMetrics
+
+_HEADER = struct.Struct("<QI")
+_FOOTER = struct.Struct("<I")
+_MAX_RECORD = 1 << 30
+# An Event record starts with one of its fields' tags: wall_time (1, double), step (2,
+# varint) or file_version / summary ... (3.., length-delimited).
+_EVENT_FIRST_TAGS = {0x09, 0x10, 0x1A, 0x22, 0x2A, 0x32, 0x3A, 0x42, 0x4A, 0x52}
+
+
+def _masked_crc(data: bytes) -> int:
+    from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import masked_crc32c
+
+    return masked_crc32c(data)
+
+
+def iter_records(stream, name: str, block: int = 1 << 20) -> Iterator[tuple[int, bytes]]:
+    """(1-based record number, record body) for each TFRecord of `stream`, read in
+    blocks (one read per block, not three per record)."""
+    from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import masked_crc32c
+
+    number = 0
+    buf = b""
+    pos = 0
+    unpack = _HEADER.unpack_from
+    eof = False
+    while True:
+        if len(buf) - pos < 12 and not eof:
+            more = stream.read(block)
+            eof = not more
+            buf = buf[pos:] + more
+            pos = 0
+        if pos >= len(buf):
+            return
+        number += 1
+        if len(buf) - pos < 12:
+            raise InputError(name, "truncated record header (the file ends mid-record)", number, "record")
+        length, length_crc = unpack(buf, pos)
+        if number == 1 and masked_crc32c(buf[pos : pos + 8]) != length_crc:
+            raise InputError(
+                name, "record length fails its CRC check: not a TFRecord event file, or corrupt", number, "record"
+            )
+        if length > _MAX_RECORD:
+            raise InputError(name, f"record of {length} bytes is too large", number, "record")
+        end = pos + 12 + length + 4
+        while len(buf) < end and not eof:
+            more = stream.read(max(block, end - len(buf)))
+            eof = not more
+            buf = buf[pos:] + more
+            end -= pos
+            pos = 0
+        if len(buf) < end:
+            raise InputError(name, "truncated record (the file ends mid-record)", number, "record")
+        yield number, buf[pos + 12 : end - 4]
+        pos = end
+
+
+def looks_like_tfrecord(head: bytes) -> bool:
+    """A first record whose length CRC checks out."""
+    if len(head) < 13 or head[12] not in _EVENT_FIRST_TAGS:
+        return False  # cheap test first: spares other files TensorBoard's import
+    length, length_crc = _HEADER.unpack(head[:12])
+    return length < _MAX_RECORD and _masked_crc(head[:8]) == length_crc
+
+
+def read_tensorboard(source: Source, result: ReadResult) -> Iterator[TableBatch]:
+    """TensorBoard scalars -> ``steps`` batches (bounded memory, see StepMetrics)."""
+    from google.protobuf.message import DecodeError
+    from tensorboard.compat.proto import event_pb2
+    from tensorboard.util import tensor_util
+
+    name = source.name
+    buffer = StepMetrics()
+    parse = event_pb2.Event.FromString
+    add = buffer.add
+    with source.open() as stream:
+        for number, body in iter_records(stream, name):
+            try:
+                event = parse(body)
+            except DecodeError as exc:
+                raise InputError(name, f"not a TensorBoard Event record: {exc}", number, "record") from exc
+            if not event.HasField("summary"):
+                continue
+            step = event.step
+            if not 0 <= step <= INT32_MAX:
+                raise InputError(name, f"step {step} out of range", number, "step")
+            for value in event.summary.value:
+                if value.HasField("simple_value"):
+                    point = value.simple_value
+                elif value.HasField("tensor") and not value.tensor.tensor_shape.dim:
+                    try:
+                        point = float(tensor_util.make_ndarray(value.tensor).item())
+                    except (TypeError, ValueError):
+                        continue  # a string tensor (text summary)
+                else:
+                    continue
+                spilled = add(step, value.tag, point)
+                if spilled is not None:
+                    yield spilled
+    if buffer.points == 0:
+        result.skipped.append(f"{name}: no scalar summaries (only histograms, images or graphs)")
+        return
+    last = buffer.finish()
+    if last is not None:
+        yield last
