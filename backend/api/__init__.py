@@ -7,7 +7,7 @@ from fastapi import APIRouter, FastAPI, HTTPException, Request
 from starlette.routing import Match
 
 from backend.api.errors import install_error_handlers
-from backend.api.routes import analyses, jobs, me, simulations, trace_data, traces, workloads
+from backend.api.routes import analyses, jobs, live, me, simulations, trace_data, traces, workloads
 
 API_PREFIX = "/api/v1"
 
@@ -22,7 +22,7 @@ def create_app() -> FastAPI:
         docs_url=f"{API_PREFIX}/docs",
     )
     api = APIRouter(prefix=API_PREFIX)
-    for module in (me, traces, trace_data, analyses, jobs, simulations, workloads):
+    for module in (me, traces, live, trace_data, analyses, jobs, simulations, workloads):
         api.include_router(module.router)
     app.include_router(api)
     install_error_handlers(app)

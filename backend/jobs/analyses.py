@@ -5,6 +5,7 @@ word (core.analysis.registry); this module only turns that into job rows."""
 
 from __future__ import annotations
 
+from sqlalchemy import func
 from sqlalchemy.orm import Session
 
 from backend.jobs.dispatch import dispatch
@@ -61,3 +62,20 @@ def queue_default_analyses(session: Session, trace: Trace) -> list[Job]:
     if jobs:
         dispatch([j.id for j in jobs], jobs[0].kind)
     return jobs
+
+
+def invalidate_analyses(session: Session, trace_id: int, tables: set[str] | list[str]) -> list[str]:
+    """Keep results of analysis kinds that read any of `tables` from being reused (their
+    data changed): their jobs keep their rows but lose their reuse key. Returns the kinds."""
+    from sqlalchemy import update
+
+    changed = set(tables)
+    kinds = [kind for kind, spec in ANALYSES.items() if changed & set(spec.tables)]
+    if kinds:
+        session.execute(
+            update(Job)
+            .where(Job.trace_id == trace_id, Job.kind.in_(kinds), ~Job.params_key.startswith("stale-"))
+            .values(params_key="stale-" + func.substr(Job.params_key, 1, 58))
+        )
+        session.commit()
+    return kinds

@@ -1,0 +1,145 @@
+"""Attach files to an existing trace, live traces (Client.log, close) and per-step
+series, on SQLite and Postgres. Expected figures are recomputed from the rows the test
+wrote, not through product code."""
+
+from __future__ import annotations
+
+import numpy as np
+import orjson
+import pytest
+from sqlalchemy import func, select
+
+from backend.store.db import new_session
+from backend.store.models import Job, Sample
+from tests.helpers import dapo_run, jsonl, responses_of, synthetic_rows
+
+
+def upload(api, files, **form):
+    return api.post("/api/v1/traces", files=[("files", f) for f in files], data=form)
+
+
+def attach(api, trace_id, files, **form):
+    return api.post(f"/api/v1/traces/{trace_id}/files", files=[("files", f) for f in files], data=form)
+
+
+def step_file(rows):
+    return (f"packed_lengths_step_{rows[0]['step']}.jsonl", jsonl(rows), "application/jsonl")
+
+
+def n_samples(trace_id):
+    with new_session() as s:
+        return s.scalar(select(func.count()).select_from(Sample).where(Sample.trace_id == trace_id))
+
+
+@pytest.fixture()
+def per_step():
+    return synthetic_rows(steps=4, groups=8, n=4)
+
+
+@pytest.fixture()
+def base(api, per_step):
+    r = upload(api, [step_file(per_step[0]), step_file(per_step[1])], name="run")
+    assert r.status_code == 201, r.text
+    return r.json()
+
+
+def test_attach_more_steps_then_idempotent(api, base, per_step):
+    tid = base["id"]
+    r = attach(api, tid, [step_file(per_step[2]), step_file(per_step[3])])
+    assert r.status_code == 201, r.text
+    body = r.json()
+    assert body["created"] and body["steps"] == [2, 3]
+    assert body["trace"]["n_steps"] == 4 and body["trace"]["n_samples"] == 4 * 8 * 4
+    summaries = api.get(f"/api/v1/traces/{tid}/summaries").json()["steps"]
+    assert [s["step"] for s in summaries] == [0, 1, 2, 3]
+    for s in summaries:
+        values = responses_of(per_step, s["step"])
+        assert s["count"] == values.size and s["max"] == values.max()
+        assert s["p99"] == pytest.approx(np.percentile(values, 99))
+    again = attach(api, tid, [step_file(per_step[2]), step_file(per_step[3])])
+    assert again.status_code == 200 and not again.json()["created"]
+    assert n_samples(tid) == 4 * 8 * 4
+
+
+def test_attach_is_all_or_nothing(api, base, per_step):
+    tid = base["id"]
+    bad = jsonl(per_step[3])[:-1] + b',"oops"\n'
+    r = attach(api, tid, [step_file(per_step[2]), ("packed_lengths_step_3.jsonl", b'{"step": 3, "input": "x"}\n', "x")])
+    assert r.status_code == 422, r.text
+    assert r.json()["detail"]["file"] == "packed_lengths_step_3.jsonl"
+    assert r.json()["detail"]["line"] == 1
+    assert n_samples(tid) == 2 * 8 * 4
+    # a step the trace already has: nothing of the attach stays
+    r = attach(api, tid, [step_file(per_step[2]), step_file(per_step[1])])
+    assert r.status_code == 422, r.text
+    assert "already in trace" in r.json()["detail"]["message"]
+    assert n_samples(tid) == 2 * 8 * 4
+    assert api.get(f"/api/v1/traces/{tid}").json()["n_steps"] == 2
+    assert bad  # (kept for the reader: the shape of a corrupt line)
+
+
+def test_attach_metric_log_fills_timings_and_series(api, base):
+    tid = base["id"]
+    log = [{"step": s, "data": {"timing_s/gen": 10.0 + s, "actor/entropy": 0.5 - 0.1 * s}} for s in (0, 1, 5)]
+    r = attach(api, tid, [("metrics.jsonl", jsonl(log), "application/jsonl")])
+    assert r.status_code == 201, r.text
+    assert set(r.json()["tables"]) >= {"steps"}
+    steps = {s["step"]: s for s in api.get(f"/api/v1/traces/{tid}/steps").json()["items"]}
+    assert steps[1]["t_gen"] == 11.0 and steps[1]["n_samples"] == 32  # merged into the sampled step
+    assert steps[5]["t_gen"] == 15.0 and steps[5]["n_samples"] == 0
+    series = api.get(f"/api/v1/traces/{tid}/series").json()
+    assert "t_gen" in series["keys"] and "actor/entropy" in series["keys"] and "response/p99" in series["keys"]
+    chosen = api.get(f"/api/v1/traces/{tid}/series", params={"keys": "t_gen,actor/entropy"}).json()
+    assert chosen["steps"] == [0, 1, 5]
+    assert chosen["series"]["t_gen"] == [10.0, 11.0, 15.0]
+    assert chosen["series"]["actor/entropy"] == pytest.approx([0.5, 0.4, 0.0])
+    missing = api.get(f"/api/v1/traces/{tid}/series", params={"keys": "nope"})
+    assert missing.status_code == 404
+
+
+def test_attach_dapo_marks_to_existing_samples(api):
+    packed, filt = dapo_run(gen_steps=3)
+    r = upload(api, [step_file(rows) for rows in packed], name="dapo")
+    assert r.status_code == 201, r.text
+    tid = r.json()["id"]
+    r = attach(api, tid, [("dapo_filter_indices.jsonl", jsonl(filt), "application/jsonl")])
+    assert r.status_code == 201, r.text
+    with new_session() as s:
+        marks = s.execute(select(Sample.step, Sample.group_idx, Sample.filter_mark).where(Sample.trace_id == tid)).all()
+    for step, group, mark in marks:
+        line = filt[step]
+        want = 2 if group in line["used_prompt_indices"] else 1 if group in line["kept_prompt_indices"] else 0
+        assert mark == want
+    assert "data_efficiency" in api.get(f"/api/v1/traces/{tid}").json()["analyses"]
+
+
+def test_attach_invalidates_reused_analyses(api, base, per_step):
+    tid = base["id"]
+    with new_session() as s:
+        before = {j.kind: j.params_key for j in s.scalars(select(Job).where(Job.trace_id == tid))}
+    assert before  # default analyses were queued at upload
+    attach(api, tid, [step_file(per_step[2])])
+    with new_session() as s:
+        jobs = list(s.scalars(select(Job).where(Job.trace_id == tid)))
+    fresh = {j.kind for j in jobs if not j.params_key.startswith("stale-") and j.id}
+    stale = {j.kind for j in jobs if j.params_key.startswith("stale-")}
+    assert set(before) <= stale and set(before) <= fresh
+
+
+def test_live_trace_client_log_and_close(api):
+    r = api.post("/api/v1/traces/live", json={"name": "live run"})
+    assert r.status_code == 201, r.text
+    trace = r.json()
+    assert trace["live"] and trace["n_steps"] == 0
+    tid = trace["id"]
+    for step in range(3):
+        body = {"steps": [{"step": step, "metrics": {"timing_s/step": 2.0 * step, "loss": 1.0 / (step + 1)}}]}
+        r = api.post(f"/api/v1/traces/{tid}/steps", json=body)
+        assert r.status_code == 201, r.text
+    again = api.post(f"/api/v1/traces/{tid}/steps", json=body)
+    assert again.status_code == 200 and again.json()["n_steps"] == 3
+    series = api.get(f"/api/v1/traces/{tid}/series", params={"keys": ["t_step", "loss"]}).json()
+    assert series["live"] and series["series"]["t_step"] == [0.0, 2.0, 4.0]
+    closed = api.post(f"/api/v1/traces/{tid}/close").json()
+    assert closed["live"] is False
+    assert orjson.loads(api.get(f"/api/v1/traces/{tid}").content)["live"] is False
