@@ -88,6 +88,22 @@ def _decode(contents: str) -> bytes:
     return base64.b64decode(contents.split(",", 1)[1] if "," in contents else contents)
 
 
+# A file input keeps its value, so choosing a file of the same name again (the fixed
+# version of a refused file) would not fire: clear it once the server answered.
+dash.clientside_callback(
+    """
+    function(_result) {
+        var input = document.querySelector('#attach-upload input[type=file]');
+        if (input) { input.value = ''; }
+        return null;
+    }
+    """,
+    Output("attach-upload", "contents"),
+    Input("attach-result", "children"),
+    prevent_initial_call=True,
+)
+
+
 @dash.callback(
     Output("attach-result", "children"),
     Output("attach-have", "children"),

@@ -1,0 +1,122 @@
+"""Growing traces in a real browser (headless Chromium, the fixtures of
+tests/test_browser.py): files added on the Add files tab, and a run followed by
+`rlvr-explorer watch` whose new steps appear on the open page without a reload."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from tests.conftest import ROOT
+from tests.helpers import jsonl, synthetic_rows
+from tests.test_browser import Browser, browser, downloads, responses, server  # noqa: F401
+
+pytestmark = pytest.mark.browser
+
+
+def step_path(folder, rows):
+    path = folder / f"packed_lengths_step_{rows[0]['step']}.jsonl"
+    path.write_bytes(jsonl(rows))
+    return path
+
+
+def p50_line(b: Browser, steps: list[int]):
+    """The distributions page's p50 line once it shows exactly these steps."""
+
+    def ready():
+        data = b.chart("dist-percentiles")
+        line = next((t for t in data or [] if t.get("name") == "p50"), None)
+        return line if line and list(line["x"]) == steps else None
+
+    return b.wait(ready, f"the p50 line over steps {steps}")
+
+
+def test_add_files_tab_attaches_and_reports_errors(browser, server, tmp_path):  # noqa: F811
+    b = browser
+    per_step = synthetic_rows(steps=3, groups=8, n=4, seed=11)
+    folder = tmp_path / "run"
+    folder.mkdir()
+    trace = server.upload([step_path(folder, per_step[0]), step_path(folder, per_step[1])], "attach me")
+    b.sign_in(server.key)
+    b.wait(lambda: b.text("team-name") == "local", "signed in")
+
+    b.open(f"/traces/{trace['id']}/files")
+    b.wait(lambda: "2 steps" in (b.text("attach-have") or ""), "what the trace holds")
+    assert "no GPU events" in b.text("attach-have")
+    bad = folder / "sub"
+    bad.mkdir()
+    (bad / "packed_lengths_step_2.jsonl").write_bytes(b'{"step": 2, "input": 5, "output": [1, "x"]}\n')
+    b.css("#attach-upload input[type=file]")[0].send_keys(str(bad / "packed_lengths_step_2.jsonl"))
+    err = b.wait(lambda: b.text("attach-error"), "the attach error")
+    assert "packed_lengths_step_2.jsonl" in err and "line 1" in err
+    assert server.api.get(f"/traces/{trace['id']}").json()["n_steps"] == 2  # nothing added
+
+    b.css("#attach-upload input[type=file]")[0].send_keys(str(step_path(folder, per_step[2])))
+    ok = b.wait(lambda: b.text("attach-created"), "the attach confirmation")
+    assert "3 steps" in ok and f"{3 * 8 * 4:,} samples" in ok
+    b.open(f"/traces/{trace['id']}/distributions")
+    line = p50_line(b, [0, 1, 2])
+    assert line["y"] == pytest.approx([np.percentile(responses(r), 50) for r in per_step])
+    b.assert_console_clean()
+
+
+def test_watch_streams_steps_into_the_open_page(browser, server, tmp_path):  # noqa: F811
+    b = browser
+    per_step = synthetic_rows(steps=4, groups=8, n=4, seed=12)
+    run = tmp_path / "live-run"
+    run.mkdir()
+    step_path(run, per_step[0])
+    log = tmp_path / "watch.log"
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "rlvr_explorer",
+            "watch",
+            str(run),
+            "--name",
+            "live run",
+            "--server",
+            server.base,
+            "--api-key",
+            server.key,
+            "--interval",
+            "0.3",
+        ],
+        cwd=ROOT,
+        env=server.env,
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    try:
+        state = run / ".rlvr-watch.json"
+        b.wait(lambda: state.exists(), "the watcher's state file")
+        import json
+
+        trace_id = json.loads(state.read_text())["trace_id"]
+        b.wait(lambda: server.api.get(f"/traces/{trace_id}").json()["n_samples"], "step 0 on the server")
+        b.sign_in(server.key)
+        b.wait(lambda: b.text("team-name") == "local", "signed in")
+        b.open(f"/traces/{trace_id}/distributions")
+        b.wait(lambda: (b.text("trace-live") or "").lower() == "live", "the live badge")
+        p50_line(b, [0])
+        b.d.execute_script("window.__same_page = true;")
+        for step in (1, 2, 3):
+            step_path(run, per_step[step])
+            line = p50_line(b, list(range(step + 1)))
+            assert line["y"][-1] == pytest.approx(np.percentile(responses(per_step[step]), 50))
+            assert b.d.execute_script("return window.__same_page === true;"), "the page reloaded"
+        proc.send_signal(signal.SIGTERM)  # the watcher closes the trace on its way out
+        assert proc.wait(timeout=30) == 0, log.read_text()[-2000:]
+        b.wait(lambda: (b.text("trace-live") or "").lower() == "closed", "the closed badge")
+        assert server.api.get(f"/traces/{trace_id}").json()["live"] is False
+        b.assert_console_clean()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
