@@ -141,3 +141,13 @@ def test_live_trace_client_log_and_close(api):
     closed = api.post(f"/api/v1/traces/{tid}/close").json()
     assert closed["live"] is False
     assert orjson.loads(api.get(f"/api/v1/traces/{tid}").content)["live"] is False
+
+
+def test_upload_with_a_metric_log_missing_a_step(api, per_step):
+    """Packed lengths for steps 0-3 and a verl log without step 2: one upload (the step
+    rows differ in the keys they have)."""
+    log = [{"step": s, "data": {"timing_s/gen": 1.0 + s}} for s in (0, 1, 3)]
+    r = upload(api, [*(step_file(rows) for rows in per_step), ("metrics.jsonl", jsonl(log), "x")], name="gap")
+    assert r.status_code == 201, r.text
+    steps = {s["step"]: s for s in api.get(f"/api/v1/traces/{r.json()['id']}/steps").json()["items"]}
+    assert steps[2]["t_gen"] is None and steps[2]["n_samples"] == 32 and steps[3]["t_gen"] == 4.0

@@ -120,3 +120,68 @@ def test_watch_streams_steps_into_the_open_page(browser, server, tmp_path):  # n
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_metric_explorer_smooths_aligns_and_shares_its_url(browser, server, downloads, tmp_path):  # noqa: F811
+    import csv
+
+    b = browser
+    folder = tmp_path / "m"
+    folder.mkdir()
+    runs = []
+    for i, (offset, n_steps) in enumerate(((0, 6), (3, 4))):
+        per_step = synthetic_rows(steps=n_steps, groups=4, n=4, seed=20 + i)
+        files = [
+            step_path(folder / f"r{i}", rows) if (folder / f"r{i}").mkdir(exist_ok=True) is None else None
+            for rows in per_step
+        ]
+        log = folder / f"r{i}" / "metrics.jsonl"
+        # step 2 is missing from the log: a gap
+        log.write_bytes(
+            jsonl([{"step": s, "data": {"timing_s/gen": 10.0 + s * (i + 1)}} for s in range(n_steps) if s != 2])
+        )
+        runs.append((server.upload([*files, log], f"metrics run {i}"), per_step, offset))
+    (a, per_a, _), (c, per_c, _) = runs
+    b.sign_in(server.key)
+    b.wait(lambda: b.text("team-name") == "local", "signed in")
+    b.open(f"/metrics?traces={a['id']},{c['id']}&keys=t_gen,response/p99&smooth=ema&w=0.5&offsets={c['id']}:3")
+
+    def lines():
+        data = b.chart("metrics-chart") or []
+        got = {(t["meta"]["trace_id"], t["meta"]["key"]): t for t in data if t.get("meta")}
+        return got if len(got) == 4 else None
+
+    got = b.wait(lines, "four lines (2 traces x 2 series)")
+    gen_a = got[(a["id"], "t_gen")]
+    # EMA w=0.5 over the logged steps 0,1,3,4,5 of 10+s; a break (None) where step 2 is missing
+    raw = [10.0 + s for s in (0, 1, 3, 4, 5)]
+    ema = [raw[0]]
+    for v in raw[1:]:
+        ema.append(0.5 * ema[-1] + 0.5 * v)
+    assert [x for x in gen_a["x"] if x is not None] == [0, 1, 3, 4, 5]
+    assert [y for y in gen_a["y"] if y is not None] == pytest.approx(ema)
+    gen_c = got[(c["id"], "t_gen")]
+    assert [x for x in gen_c["x"] if x is not None] == [3, 4, 6]  # steps 0, 1, 3 moved by the offset 3
+    p99 = got[(a["id"], "response/p99")]
+    want = [np.percentile(responses(r), 99) for r in per_a]
+    ema99 = [want[0]]
+    for v in want[1:]:
+        ema99.append(0.5 * ema99[-1] + 0.5 * v)
+    assert p99["y"] == pytest.approx(ema99)
+
+    # another smoothing: the URL follows, so the view can be shared
+    b.d.find_element("css selector", "#metrics-smooth input[value=none]").click()
+    b.wait(lambda: "smooth=" not in b.d.current_url and "keys=t_gen" in b.d.current_url, "the URL without smoothing")
+    b.wait(
+        lambda: [y for y in (lines() or {}).get((a["id"], "t_gen"), {}).get("y", []) if y is not None] == raw,
+        "the raw values",
+    )
+    b.d.find_element("css selector", "#metrics-csv").click()
+    path = downloads / "metrics.csv"
+    b.wait(lambda: path.exists() and path.stat().st_size > 0, "the CSV download")
+    rows = list(csv.DictReader(path.open()))
+    assert {r["key"] for r in rows} == {"t_gen", "response/p99"}
+    gen_rows = [r for r in rows if r["key"] == "t_gen" and int(r["trace_id"]) == c["id"]]
+    assert [int(r["step"]) for r in gen_rows] == [3, 4, 6]
+    assert [float(r["raw"]) for r in gen_rows] == [10.0, 12.0, 16.0]
+    b.assert_console_clean()

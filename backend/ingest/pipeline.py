@@ -157,7 +157,12 @@ class _Loader:
         for step, measured in self.measured.items():
             rows.setdefault(step, {"step": step, "summary": {}, "metrics": {}}).update(measured)
         if rows:
-            self.conn.execute(insert(Step), [{"trace_id": self.trace_id, **r} for r in rows.values()])
+            # one executemany needs the same keys in every row: a step the metric log
+            # lacks (or a logged step without samples) gets NULL for what it has not
+            keys = {k for r in rows.values() for k in r}
+            self.conn.execute(
+                insert(Step), [{"trace_id": self.trace_id, **dict.fromkeys(keys), **r} for r in rows.values()]
+            )
         return len(rows)
 
 
