@@ -151,3 +151,49 @@ def test_upload_with_a_metric_log_missing_a_step(api, per_step):
     assert r.status_code == 201, r.text
     steps = {s["step"]: s for s in api.get(f"/api/v1/traces/{r.json()['id']}/steps").json()["items"]}
     assert steps[2]["t_gen"] is None and steps[2]["n_samples"] == 32 and steps[3]["t_gen"] == 4.0
+
+
+def test_attach_kineto_ranks_to_a_trace(api, base, shared_fixtures):
+    """Two Kineto files of one run attached one after the other: event numbers and kernel
+    names continue, the per-rank metadata merges, the GPU analysis applies."""
+    import gzip
+
+    paths = [shared_fixtures / "kineto" / f"sampled_rank-{r}.json.gz" for r in (0, 1)]
+    tid = base["id"]
+    total = 0
+    for path in paths:
+        raw = orjson.loads(gzip.decompress(path.read_bytes()))["traceEvents"]
+        total += sum(1 for e in raw if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset"))
+        r = attach(api, tid, [(path.name, path.read_bytes(), "application/gzip")])
+        assert r.status_code == 201, r.text
+    trace = api.get(f"/api/v1/traces/{tid}").json()
+    assert trace["n_gpu_events"] == total and trace["n_samples"] == 2 * 8 * 4
+    assert len(trace["metadata"]["kineto"]["ranks"]) == 2
+    assert "gpu_timeline" in trace["analyses"]
+    events = api.get(f"/api/v1/traces/{tid}/gpu-events", params={"limit": 200_000}).json()
+    assert len(events["items"]) == total and all(e["name"] for e in events["items"])
+
+
+def test_cli_ingest_into(env, tmp_path, per_step):
+    from typer.testing import CliRunner
+
+    from rlvr_explorer.cli import app
+    from tests.helpers import write_packed_dir
+
+    runner = CliRunner()
+    first = write_packed_dir(tmp_path / "a", per_step[:2])
+    r = runner.invoke(app, ["ingest", str(first), "--name", "cli"])
+    assert r.exit_code == 0, r.output
+    tid = orjson.loads(r.output[r.output.rindex('{"id"') :].splitlines()[0])["id"]
+    more = write_packed_dir(tmp_path / "b", per_step[2:])
+    r = runner.invoke(app, ["ingest", str(more), "--into", str(tid)])
+    assert r.exit_code == 0, r.output
+    out = orjson.loads(r.output[r.output.rindex('{"id"') :].splitlines()[0])
+    assert out["attached"] and out["steps"] == 4 and out["samples"] == 4 * 8 * 4
+    again = runner.invoke(app, ["ingest", str(more), "--into", str(tid)])
+    assert orjson.loads(again.output[again.output.rindex('{"id"') :].splitlines()[0])["attached"] is False
+    bad = tmp_path / "c"
+    bad.mkdir()
+    (bad / "packed_lengths_step_9.jsonl").write_bytes(b'{"step": 9, "input": 3, "output": ["x"]}\n')
+    r = runner.invoke(app, ["ingest", str(bad), "--into", str(tid)])
+    assert r.exit_code == 2 and "packed_lengths_step_9.jsonl" in r.output
