@@ -197,3 +197,23 @@ def test_cli_ingest_into(env, tmp_path, per_step):
     (bad / "packed_lengths_step_9.jsonl").write_bytes(b'{"step": 9, "input": 3, "output": ["x"]}\n')
     r = runner.invoke(app, ["ingest", str(bad), "--into", str(tid)])
     assert r.exit_code == 2 and "packed_lengths_step_9.jsonl" in r.output
+
+
+def test_series_include_per_step_analysis_figures(api, base, per_step):
+    """A finished default analysis adds its per-step numbers as series (recomputed here
+    from the rows: the long-tail idle fraction with one engine per DP rank)."""
+    from backend.store.db import session_scope
+    from backend.store.models import Job, JobStatus
+
+    tid = base["id"]
+    with session_scope() as s:
+        job = s.scalars(select(Job).where(Job.trace_id == tid, Job.kind == "longtail")).first()
+        assert job is not None
+        job.status = JobStatus.SUCCEEDED
+        job.result = {"steps": [{"step": 0, "idle_fraction": 0.25, "tokens": {"max_over_mean": 1.5}}, {"step": 7}]}
+    body = api.get(f"/api/v1/traces/{tid}/series").json()
+    assert "longtail/idle_fraction" in body["keys"] and "longtail/tokens.max_over_mean" in body["keys"]
+    chosen = api.get(f"/api/v1/traces/{tid}/series", params={"keys": "longtail/idle_fraction,response/max"}).json()
+    assert chosen["steps"] == [0, 1]
+    assert chosen["series"]["longtail/idle_fraction"] == [0.25, None]
+    assert chosen["series"]["response/max"] == [float(responses_of(per_step, s).max()) for s in (0, 1)]

@@ -3,7 +3,10 @@
 Keys: the stage timings (``t_gen`` ... ``t_step``), the step counts (``n_samples``,
 ``prompt_tokens``, ``response_tokens``), every per-step length statistic of the
 summaries over all samples (``response/p99``, ``prompt/mean``, ``total/tail_ratio`` ...)
-and every metric key the framework logged (``actor/entropy``, ``timing_s/gen`` ...).
+and every metric key the framework logged (``actor/entropy``, ``timing_s/gen`` ...),
+plus the per-step figures of the trace's finished default analyses, named
+``<kind>/<field>`` (``longtail/idle_fraction``, ``imbalance/tokens.max_over_mean`` ...):
+every number of a result's per-step entries, one level of nesting deep.
 """
 
 from __future__ import annotations
@@ -40,6 +43,26 @@ def _row_values(row) -> dict[str, float | None]:
     for key, v in (row.metrics or {}).items():
         values.setdefault(key, v)
     return values
+
+
+def analysis_series(results: dict[str, dict]) -> dict[str, dict[int, float]]:
+    """{"<kind>/<field>": {step: value}} from analysis results with per-step entries."""
+    out: dict[str, dict[int, float]] = {}
+    for kind, result in results.items():
+        for entry in (result or {}).get("steps") or []:
+            if not isinstance(entry, dict) or type(entry.get("step")) is not int:
+                continue
+            step = entry["step"]
+            for name, value in entry.items():
+                if name == "step":
+                    continue
+                if type(value) in (int, float):
+                    out.setdefault(f"{kind}/{name}", {})[step] = value
+                elif isinstance(value, dict):
+                    for sub, v in value.items():
+                        if type(v) in (int, float):
+                            out.setdefault(f"{kind}/{name}.{sub}", {})[step] = v
+    return out
 
 
 def series_keys(rows) -> list[str]:

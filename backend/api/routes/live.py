@@ -24,7 +24,7 @@ from backend.ingest.attach import attach_sources, attach_stored, refresh_analyse
 from backend.ingest.uploads import StoredUpload, store_upload
 from backend.store.db import get_engine
 from backend.store.models import Step, Trace, TraceStatus
-from backend.store.series import SERIES_LIMIT, series_keys, series_values
+from backend.store.series import SERIES_LIMIT, analysis_series, series_keys, series_values
 
 router = APIRouter(prefix="/traces", tags=["live traces"], responses=ERROR_RESPONSES)
 
@@ -213,13 +213,53 @@ def get_series(
         .order_by(Step.step)
     ).all()
     available = series_keys(rows)
+    from_analyses = analysis_series(_default_results(session, trace.id))
+    available += sorted(from_analyses)
     unknown = [k for k in wanted if k not in available]
     if unknown:
         raise HTTPException(
             404, detail={"message": f"trace {trace.id} has no series {', '.join(unknown[:5])}", "field": "keys"}
         )
-    steps, series = series_values(rows, wanted)
+    extra = {k: from_analyses[k] for k in wanted if k in from_analyses}
+    steps, series = series_values(rows, [k for k in wanted if k not in extra])
+    if extra:
+        all_steps = sorted(set(steps) | {s for v in extra.values() for s in v})
+        index = {s: i for i, s in enumerate(steps)}
+        series = {k: [v[index[s]] if s in index else None for s in all_steps] for k, v in series.items()}
+        series.update({k: [v.get(s) for s in all_steps] for k, v in extra.items()})
+        steps = all_steps
+    series = {k: series[k] for k in wanted}
     return SeriesOut(trace_id=trace.id, live=trace.live, steps=steps, series=series, keys=available)
+
+
+SERIES_ANALYSES = ("longtail", "imbalance", "data_efficiency", "latency")
+
+
+def _default_results(session, trace_id: int) -> dict[str, dict]:
+    """The newest succeeded result of each per-step analysis run with default parameters
+    (results made stale by an attach are not used)."""
+    from backend.jobs.state import params_key
+    from backend.store.models import Job, JobStatus
+    from core.analysis.registry import ANALYSES, resolve_params
+
+    out: dict[str, dict] = {}
+    for kind in SERIES_ANALYSES:
+        if kind not in ANALYSES:
+            continue
+        result = session.scalars(
+            select(Job.result)
+            .where(
+                Job.trace_id == trace_id,
+                Job.kind == kind,
+                Job.status == JobStatus.SUCCEEDED,
+                Job.params_key == params_key(kind, resolve_params(kind, {})),
+            )
+            .order_by(Job.id.desc())
+            .limit(1)
+        ).first()
+        if result:
+            out[kind] = result
+    return out
 
 
 __all__ = ["router", "StoredUpload"]
