@@ -186,9 +186,14 @@ class ApiClient:
         path = f"/traces/{trace_id}/files"
         return self._json(self._request("POST", path, files=parts, data=data, timeout=UPLOAD_TIMEOUT), path)
 
-    def series(self, trace_id: str | int, keys: list[str] | None = None) -> dict:
-        """Per-step series: `{"steps", "series": {key: values}, "keys", "live"}`."""
-        return self._get(f"/traces/{trace_id}/series", keys=",".join(keys) if keys else None)
+    def series(self, trace_id: str | int, keys: list[str] | None = None, *, skip_missing: bool = False) -> dict:
+        """Per-step series: `{"steps", "series": {key: values}, "keys", "live"}`
+        (`skip_missing`: keys the trace lacks are left out instead of a 404)."""
+        return self._get(
+            f"/traces/{trace_id}/series",
+            keys=",".join(keys) if keys else None,
+            missing="skip" if skip_missing else None,
+        )
 
     def steps(self, trace_id: str | int) -> list[dict]:
         return self._get(f"/traces/{trace_id}/steps")["items"]

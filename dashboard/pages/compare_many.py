@@ -28,6 +28,7 @@ from dashboard.figures.compare_many import (
     stages_figure,
 )
 from dashboard.figures.metrics import parse_offsets
+from dashboard.server import results as results_cache
 from dashboard.views.components import alert, control, controls, graph, section, sign_in_required, signed_in
 
 dash.register_page(
@@ -101,11 +102,18 @@ def layout(traces: str | None = None, offsets: str | None = None, **_):
 
 
 def _results(api, trace_id) -> dict:
-    out: dict = {}
-    for job in api.analyses(trace_id, include_result=True):
+    """The newest succeeded result per kind: the job list without results, then each
+    chosen result through the server-side result cache (results are megabytes)."""
+    chosen: dict = {}
+    for job in api.analyses(trace_id):
         kind = job.get("kind")
-        if kind in KINDS and kind not in out and job.get("status") == "succeeded" and job.get("result"):
-            out[kind] = job["result"]
+        if kind in KINDS and kind not in chosen and job.get("status") == "succeeded":
+            chosen[kind] = job["id"]
+    out = {}
+    for kind, job_id in chosen.items():
+        result = results_cache.job(job_id).get("result")
+        if result:
+            out[kind] = result
     return out
 
 

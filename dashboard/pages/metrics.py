@@ -160,9 +160,9 @@ def _payloads(trace_ids: list[int], keys: list[str]) -> tuple[list[dict], list[s
     payloads, all_keys, notes = [], {}, []
     for tid in trace_ids:
         try:
-            listing = api.series(tid)
-            have = [k for k in keys if k in listing["keys"]]
-            body = api.series(tid, have) if have else {**listing, "series": {}}
+            # one request: the values of the chosen keys this trace has, and every key it has
+            body = api.series(tid, keys, skip_missing=True)
+            listing = body
             trace = api.get_trace(tid)
         except ApiError as exc:
             notes.append(f"#{tid}: {exc.message}")

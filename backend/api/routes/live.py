@@ -4,8 +4,10 @@ watch`) streams steps into, closing them, and per-step series for the metric exp
 from __future__ import annotations
 
 import hashlib
+import threading
 import uuid
-from typing import Annotated, Any
+from collections import OrderedDict
+from typing import Annotated, Any, Literal
 
 import orjson
 from fastapi import APIRouter, File, Form, HTTPException, Query, Response, UploadFile, status
@@ -182,6 +184,9 @@ def get_series(
     session: SessionDep,
     trace: TraceDep,
     keys: Annotated[list[str] | None, Query(description="series to return (repeat, or comma-separated)")] = None,
+    missing: Annotated[
+        Literal["error", "skip"], Query(description="a key the trace lacks: 404 (error) or left out (skip)")
+    ] = "error",
 ):
     """The trace's per-step series: every verl metric key, every stage timing
     (``t_gen`` ...) and every per-step length statistic (``response/p99`` ...), listed
@@ -213,10 +218,12 @@ def get_series(
         .order_by(Step.step)
     ).all()
     available = series_keys(rows)
-    from_analyses = analysis_series(_default_results(session, trace.id))
+    from_analyses = _analysis_series(session, trace.id)
     available += sorted(from_analyses)
     unknown = [k for k in wanted if k not in available]
-    if unknown:
+    if unknown and missing == "skip":
+        wanted = [k for k in wanted if k in available]
+    elif unknown:
         raise HTTPException(
             404, detail={"message": f"trace {trace.id} has no series {', '.join(unknown[:5])}", "field": "keys"}
         )
@@ -235,19 +242,26 @@ def get_series(
 SERIES_ANALYSES = ("longtail", "imbalance", "data_efficiency", "latency")
 
 
-def _default_results(session, trace_id: int) -> dict[str, dict]:
-    """The newest succeeded result of each per-step analysis run with default parameters
-    (results made stale by an attach are not used)."""
+# {job id: its per-step series}: a finished job's result never changes, and results are
+# big (a long-tail result of a 10 M-sample trace is ~11 MB of JSON), so each is read once
+_SERIES_CACHE: OrderedDict[int, dict] = OrderedDict()
+_SERIES_CACHE_SIZE = 64
+_series_lock = threading.Lock()
+
+
+def _analysis_series(session, trace_id: int) -> dict[str, dict[int, float]]:
+    """The per-step series of the newest succeeded job of each per-step analysis run with
+    default parameters (results made stale by an attach are not used)."""
     from backend.jobs.state import params_key
     from backend.store.models import Job, JobStatus
     from core.analysis.registry import ANALYSES, resolve_params
 
-    out: dict[str, dict] = {}
+    out: dict[str, dict[int, float]] = {}
     for kind in SERIES_ANALYSES:
         if kind not in ANALYSES:
             continue
-        result = session.scalars(
-            select(Job.result)
+        job_id = session.scalars(
+            select(Job.id)
             .where(
                 Job.trace_id == trace_id,
                 Job.kind == kind,
@@ -257,8 +271,18 @@ def _default_results(session, trace_id: int) -> dict[str, dict]:
             .order_by(Job.id.desc())
             .limit(1)
         ).first()
-        if result:
-            out[kind] = result
+        if job_id is None:
+            continue
+        with _series_lock:
+            cached = _SERIES_CACHE.get(job_id)
+        if cached is None:
+            result = session.scalar(select(Job.result).where(Job.id == job_id))
+            cached = analysis_series({kind: result or {}})
+            with _series_lock:
+                _SERIES_CACHE[job_id] = cached
+                while len(_SERIES_CACHE) > _SERIES_CACHE_SIZE:
+                    _SERIES_CACHE.popitem(last=False)
+        out.update(cached)
     return out
 
 
