@@ -415,6 +415,13 @@ def bench_pages(
                 ("simulate", f"/traces/{tid}/simulate", None),
                 ("workload", f"/traces/{tid}/workload", None),
                 ("compare", f"/compare?a={tid}&b={tid}", None),
+                (
+                    "compare many",
+                    f"/compare/many?traces={','.join(map(str, dict.fromkeys([tid, *extra.values()])))}",
+                    None,
+                ),
+                ("metrics", f"/metrics?traces={tid}&keys=response/p99,response/mean&smooth=ema&w=0.6", None),
+                ("add files", f"/traces/{tid}/files", "#attach-have li"),
                 ("jobs", "/jobs", "#jobs-table tr[data-job-id]"),
             ]
             # first visits: the server's result and figure caches are empty (the browser

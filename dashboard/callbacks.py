@@ -70,6 +70,7 @@ def register(app: dash.Dash) -> None:
         return _if_changed(state, shown), status_line(job), not job_active(job)
 
     _trace_status_callback(app)
+    _live_trace_callback(app)
 
 
 def _trace_status_callback(app: dash.Dash) -> None:
@@ -96,6 +97,45 @@ def _trace_status_callback(app: dash.Dash) -> None:
         if job and job_active(job):
             return c.progress(job.get("progress"), job.get("message") or job.get("status")), no_update, False
         return html.Span(trace.get("status"), className="muted"), no_update, False
+
+
+def _live_trace_callback(app: dash.Dash) -> None:
+    from dashboard.server.figure_cache import note_trace_version
+    from dashboard.views.trace_frame import live_version
+
+    @app.callback(
+        Output(c.PAGE_TRACE_ID, "data", allow_duplicate=True),
+        Output("trace-live-version", "data"),
+        Output("trace-live", "children"),
+        Output("trace-live-steps", "children"),
+        Output("trace-live-poll", "disabled"),
+        Output("trace-live-reload", "href"),
+        Input("trace-live-poll", "n_intervals"),
+        State(c.PAGE_TRACE_ID, "data"),
+        State("trace-live-version", "data"),
+        State("_pages_location", "pathname"),
+        State("_pages_location", "search"),
+        prevent_initial_call=True,
+    )
+    def poll_live_trace(n, trace_id, shown, pathname, search):
+        """A live trace grew: its figures are dropped and the page's callbacks (all fed by
+        the trace-id store) run again; when its sections change, the page reloads."""
+        try:
+            trace = session.api().get_trace(trace_id)
+        except ApiError:
+            return no_update, no_update, no_update, no_update, no_update, no_update
+        version = live_version(trace)
+        live = version["live"]
+        label = "live" if live else "closed"
+        steps = f" {trace.get('n_steps', 0)} steps" + (" so far" if live else "")
+        if version == shown:
+            return no_update, no_update, label, steps, not live, no_update
+        note_trace_version(trace)
+        if shown and version["shape"] != shown.get("shape"):
+            query = "&".join(p for p in (search or "").lstrip("?").split("&") if p and not p.startswith("v="))
+            target = f"{pathname}?{query + '&' if query else ''}v={n}"
+            return no_update, version, label, steps, not live, target
+        return trace_id, version, label, steps, not live, no_update
 
 
 def _if_changed(state: dict, shown: dict | None):

@@ -17,6 +17,10 @@ ERROR_RESPONSES: dict = {
     400: {"model": ErrorResponse, "description": "Malformed request (e.g. an unreadable multipart body)."},
     401: {"model": ErrorResponse, "description": "Missing or invalid API key."},
     404: {"model": ErrorResponse, "description": "No such resource for this team."},
+    409: {
+        "model": ErrorResponse,
+        "description": "Not in a state for this request (a trace not ready, a job not finished, no kept events).",
+    },
     413: {"model": ErrorResponse, "description": "Upload larger than the configured limit."},
     422: {"model": ErrorResponse, "description": "Bad input: the message names file, line and field."},
     503: {

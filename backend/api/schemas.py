@@ -66,6 +66,7 @@ class TraceOut(BaseModel):
     created_at: UtcDatetime
     updated_at: UtcDatetime
     job_id: int | None = None
+    live: bool = False  # still being written (watch, Client); pages poll it
     # the analysis kinds this trace has the data for (the registry's `applicable`)
     analyses: list[str] = []
 

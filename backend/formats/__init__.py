@@ -27,8 +27,11 @@ def _upload_label(sources: list[Source]) -> str:
     return tops.pop() if len(tops) == 1 else "upload"
 
 
-def read_sources(sources: list[Source], forced_format: str | None, result: ReadResult) -> Iterator[TableBatch]:
-    """Batches of every readable source; `forced_format` skips detection for all of them."""
+def read_sources(
+    sources: list[Source], forced_format: str | None, result: ReadResult, *, marks_alone: bool = False
+) -> Iterator[TableBatch]:
+    """Batches of every readable source; `forced_format` skips detection for all of them.
+    `marks_alone`: a DAPO filter file alone is readable (attaching marks to a trace)."""
     if forced_format is not None and forced_format not in FORMATS:
         raise InputError(
             _upload_label(sources) if sources else "upload",
@@ -48,7 +51,7 @@ def read_sources(sources: list[Source], forced_format: str | None, result: ReadR
         if fmt is None:
             result.skipped.append(skip_note(source))
             continue
-        readable += fmt != "dapo-filter"  # marks alone are no trace
+        readable += marks_alone or fmt != "dapo-filter"  # marks alone are no trace
         yield from FORMATS[fmt](source, result)
     note = unmatched_note(result)
     if note:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 
+from sqlalchemy import func
 from sqlalchemy.orm import Session
 
 from backend.jobs.dispatch import QueueUnavailable, dispatch
@@ -68,3 +69,20 @@ def queue_default_analyses(session: Session, trace: Trace) -> list[Job]:
         except QueueUnavailable as exc:  # the trace is ready; the outbox sends them later
             log.warning("default analyses of trace %s wait for the job queue: %s", trace.id, exc)
     return jobs
+
+
+def invalidate_analyses(session: Session, trace_id: int, tables: set[str] | list[str]) -> list[str]:
+    """Keep results of analysis kinds that read any of `tables` from being reused (their
+    data changed): their jobs keep their rows but lose their reuse key. Returns the kinds."""
+    from sqlalchemy import update
+
+    changed = set(tables)
+    kinds = [kind for kind, spec in ANALYSES.items() if changed & set(spec.tables)]
+    if kinds:
+        session.execute(
+            update(Job)
+            .where(Job.trace_id == trace_id, Job.kind.in_(kinds), ~Job.params_key.startswith("stale-"))
+            .values(params_key="stale-" + func.substr(Job.params_key, 1, 58))
+        )
+        session.commit()
+    return kinds

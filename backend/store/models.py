@@ -22,6 +22,7 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    false,
     text,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
@@ -76,8 +77,25 @@ class Trace(Base):
     # Task names; a sample's task_id indexes this list.
     tasks: Mapped[list] = mapped_column(JSON, default=list)
     meta: Mapped[dict] = mapped_column(JSON, default=dict)
+    # A run still being written (watch, Client): pages poll it until it is closed.
+    live: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow, onupdate=utcnow)
+
+
+class TraceAttachment(Base):
+    """Content attached to an existing trace (POST /traces/{id}/files), by content hash:
+    attaching the same content again is a no-op."""
+
+    __tablename__ = "trace_attachments"
+    trace_id: Mapped[int] = mapped_column(_trace_fk(), primary_key=True)
+    content_hash: Mapped[str] = mapped_column(String(64), primary_key=True)
+    names: Mapped[list] = mapped_column(JSON, default=list)
+    size_bytes: Mapped[int] = mapped_column(BigInteger, default=0)
+    # tables that received rows, and the steps touched
+    tables: Mapped[list] = mapped_column(JSON, default=list)
+    steps: Mapped[list] = mapped_column(JSON, default=list)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 
 class Step(Base):

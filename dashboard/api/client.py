@@ -181,6 +181,26 @@ class ApiClient:
             return UploadResult(trace=body["trace"], job=body.get("job"), status_code=202)
         return UploadResult(trace=body, job=None, status_code=resp.status_code)
 
+    def attach_files(
+        self, trace_id: str | int, files: Iterable[tuple[str, bytes]], *, format: str | None = None
+    ) -> dict:
+        """POST files to an existing trace: `{"trace", "created", "tables", "steps", "skipped"}`."""
+        parts = [("files", (fname, content, "application/octet-stream")) for fname, content in files]
+        if not parts:
+            raise ApiError(400, "No files to upload")
+        data = {"format": format} if format else {}
+        path = f"/traces/{trace_id}/files"
+        return self._json(self._request("POST", path, files=parts, data=data, timeout=UPLOAD_TIMEOUT), path)
+
+    def series(self, trace_id: str | int, keys: list[str] | None = None, *, skip_missing: bool = False) -> dict:
+        """Per-step series: `{"steps", "series": {key: values}, "keys", "live"}`
+        (`skip_missing`: keys the trace lacks are left out instead of a 404)."""
+        return self._get(
+            f"/traces/{trace_id}/series",
+            keys=",".join(keys) if keys else None,
+            missing="skip" if skip_missing else None,
+        )
+
     def steps(self, trace_id: str | int) -> list[dict]:
         return self._get(f"/traces/{trace_id}/steps")["items"]
 

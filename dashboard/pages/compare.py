@@ -44,6 +44,7 @@ def layout(a: str | None = None, b: str | None = None, **_):
     return html.Div(
         [
             html.H2("Compare two traces"),
+            dcc.Link("Compare up to 12 traces, with step offsets →", href=dash.get_relative_path("/compare/many")),
             controls(
                 control(
                     "Trace A",

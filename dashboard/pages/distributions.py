@@ -26,6 +26,7 @@ from dashboard.figures.distributions import (
 from dashboard.figures.longtail import longtail_engine_figure, longtail_finish_figure, longtail_idle_figure
 from dashboard.server.figure_cache import cached
 from dashboard.server.results import analysis_result
+from dashboard.views.attach_hint import upload_hint
 from dashboard.views.components import PAGE_TRACE_ID, RESULT, alert, control, controls, graph, section
 from dashboard.views.drill import drill_location, register_drill
 from dashboard.views.formatting import PHASES, filter_phase
@@ -45,7 +46,9 @@ dash.register_page(
 def body(trace: dict) -> html.Div:
     tasks = trace.get("tasks") or []
     if not trace.get("n_samples"):
-        return alert("This trace has no samples (it may be a GPU-timeline or metric-log trace).", "info")
+        return upload_hint(
+            trace["id"], "This trace has no samples (it may be a GPU-timeline or metric-log trace).", "samples"
+        )
     return html.Div(
         [
             drill_location("distributions"),

@@ -37,6 +37,7 @@ from dashboard.figures.gpu_hta import (
 from dashboard.figures.stages import has_stage_timings, stage_gantt_figure
 from dashboard.server.figure_cache import cached
 from dashboard.server.results import analysis_result
+from dashboard.views.attach_hint import upload_hint
 from dashboard.views.components import PAGE_TRACE_ID, RESULT, alert, control, controls, graph, section
 from dashboard.views.formatting import kineto_ranks, kineto_steps, zoom_range
 from dashboard.views.panels import analysis_panel
@@ -64,7 +65,13 @@ def body(trace: dict) -> html.Div:
     step_ids = sorted(set(kineto_steps(trace)) | {s["step"] for s in steps})
     has_stages = has_stage_timings(steps) or bool(trace.get("n_rank_timings"))
     if not has_gpu and not has_stages:
-        return alert("This trace has no GPU events, stage timings or per-rank timings.", "info")
+        return upload_hint(
+            trace["id"],
+            "This trace has no GPU events, stage timings or per-rank timings.",
+            "gpu_events",
+            "steps",
+            "rank_timings",
+        )
     ranks = kineto_ranks(trace)
     first = kineto_steps(trace)[0] if kineto_steps(trace) else (step_ids[0] if step_ids else None)
     parts = [

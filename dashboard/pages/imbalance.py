@@ -22,6 +22,7 @@ from dashboard.figures.imbalance import (
 )
 from dashboard.server.figure_cache import cached
 from dashboard.server.results import analysis_result
+from dashboard.views.attach_hint import upload_hint
 from dashboard.views.components import RESULT, alert, card, control, controls, graph, section
 from dashboard.views.drill import drill_location, register_drill
 from dashboard.views.formatting import human_ratio, human_share
@@ -40,7 +41,7 @@ dash.register_page(
 
 def body(trace: dict) -> html.Div:
     if not trace.get("n_samples"):
-        return alert("This trace has no samples, so no per-rank token loads.", "info")
+        return upload_hint(trace["id"], "This trace has no samples, so no per-rank token loads.", "samples")
     if "imbalance" not in trace.get("analyses", ["imbalance"]):
         # the registry's word (TraceOut.analyses): no dp_rank per sample, nothing to balance
         return alert(

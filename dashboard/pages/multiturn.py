@@ -25,7 +25,8 @@ from dashboard.figures.multiturn import (
 )
 from dashboard.server.figure_cache import cached
 from dashboard.server.results import analysis_result
-from dashboard.views.components import RESULT, alert, graph, section
+from dashboard.views.attach_hint import upload_hint
+from dashboard.views.components import RESULT, graph, section
 from dashboard.views.drill import drill_location, register_drill
 from dashboard.views.panels import analysis_panel
 from dashboard.views.trace_frame import trace_page
@@ -63,7 +64,9 @@ def body(trace: dict) -> html.Div:
             )
         )
     if not parts:
-        return alert("This trace has no turns, tool calls or reward timings.", "info")
+        return upload_hint(
+            trace["id"], "This trace has no turns, tool calls or reward timings.", "turns", "rank_timings"
+        )
     return html.Div([drill_location("multiturn"), *parts])
 
 

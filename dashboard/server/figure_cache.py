@@ -43,6 +43,26 @@ def cached(parts: tuple, build: Callable[[], T]) -> T:
     return value
 
 
+_versions: dict[tuple, tuple] = {}
+
+
+def note_trace_version(trace: dict) -> bool:
+    """Traces grow (files attached, live runs): when a trace's version (update time and
+    counts) differs from the one last seen, its figures are dropped. True when it did."""
+    api = session.api()
+    tid = trace.get("id")
+    version = (trace.get("updated_at"), trace.get("n_steps"), trace.get("n_samples"), trace.get("live"))
+    key = (api.root, tid)
+    with _lock:
+        before = _versions.get(key)
+        _versions[key] = version
+        if before is None or before == version:
+            return False
+        for k in [k for k in _cache if len(k) > 3 and k[0] == api.root and k[3] in (tid, str(tid))]:
+            del _cache[k]
+    return True
+
+
 def clear() -> None:
     with _lock:
         _cache.clear()

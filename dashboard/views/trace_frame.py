@@ -14,6 +14,7 @@ from dash import dcc, html
 
 from dashboard.api import session
 from dashboard.api.client import ApiError
+from dashboard.server.figure_cache import note_trace_version
 from dashboard.views.components import PAGE_TRACE_ID, alert, sign_in_required, signed_in, trace_header
 
 
@@ -31,10 +32,44 @@ def trace_page(trace_id: str | None, module: str, path_suffix: str, body_fn: Cal
             return sign_in_required(path)
         msg = f"Trace {trace_id} not found." if exc.not_found else exc.message
         return html.Div([trace_header(None, trace_id, module), alert(msg, id="trace-error")])
+    note_trace_version(trace)
     head = [trace_header(trace, trace_id, module), dcc.Store(id=PAGE_TRACE_ID, data=trace["id"])]
+    if trace.get("live"):
+        head.append(live_marker(trace))
     if trace.get("status") != "ready":
         return html.Div(head + [trace_status(trace)])
     return html.Div(head + [body_fn(trace)])
+
+
+def live_version(trace: dict) -> dict:
+    """What a live page redraws on (counts, update time) and reloads on (which tables
+    have data, which analyses apply: the page's sections change)."""
+    tables = [k for k in ("n_samples", "n_turns", "n_rank_timings", "n_gpu_events", "n_steps") if trace.get(k)]
+    return {
+        "updated_at": trace.get("updated_at"),
+        "n_steps": trace.get("n_steps"),
+        "n_samples": trace.get("n_samples"),
+        "shape": [tables, sorted(trace.get("analyses") or [])],
+        "live": bool(trace.get("live")),
+    }
+
+
+LIVE_POLL_MS = 2000
+
+
+def live_marker(trace: dict) -> html.Div:
+    """A live trace: the badge, and a poll that redraws the page's charts when steps
+    arrive (the callback in `dashboard.callbacks`)."""
+    return html.Div(
+        [
+            html.Span("live", id="trace-live", className="badge live", title="The run is still being written"),
+            html.Span(f" {trace.get('n_steps', 0)} steps so far", id="trace-live-steps", className="muted"),
+            dcc.Interval(id="trace-live-poll", interval=LIVE_POLL_MS),
+            dcc.Store(id="trace-live-version", data=live_version(trace)),
+            dcc.Location(id="trace-live-reload", refresh=True),
+        ],
+        className="live-marker",
+    )
 
 
 def trace_status(trace: dict) -> html.Div:

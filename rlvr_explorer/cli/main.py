@@ -1,4 +1,4 @@
-"""The `rlvr-explorer` command: serve, api, worker, migrate, ingest, demo, create-team."""
+"""The `rlvr-explorer` command: serve, api, worker, migrate, ingest, watch, demo, create-team."""
 
 from __future__ import annotations
 
@@ -155,6 +155,9 @@ def ingest(
     api_key: Annotated[
         str | None, typer.Option(envvar="RLVR_API_KEY", metavar="KEY", help="Team key (default: local team)")
     ] = None,
+    into: Annotated[
+        int | None, typer.Option(min=1, max=INT_MAX, metavar="TRACE_ID", help="Attach the files to this existing trace")
+    ] = None,
 ) -> None:
     """Ingest trace files into the database, then queue the default analyses."""
     from backend.formats.base import InputError
@@ -168,6 +171,9 @@ def ingest(
     stored = local_files(paths)
     if not stored.files:
         raise typer.BadParameter("no files found", param_hint="PATHS")
+    if into is not None:
+        _attach_into(into, team_id, stored, format)
+        return
     bar, progress = progress_bar("ingest")
     try:
         with session_scope() as session:
@@ -279,6 +285,58 @@ def _needs(message: str) -> str:
     the uploaded files do not have (...)' -> 'A + B, or C'."""
     wants = message.split(": it needs ", 1)[-1].split(", which ", 1)[0]
     return ", or ".join(alt.replace(" and ", " + ") for alt in wants.split(" or "))
+
+
+def _attach_into(trace_id: int, team_id: int, stored, format: str | None) -> None:
+    from backend.formats.base import InputError
+    from backend.ingest.attach import attach_stored
+    from backend.store.db import session_scope
+    from backend.store.models import Trace, TraceStatus
+
+    with session_scope() as session:
+        trace = session.get(Trace, trace_id)
+        if trace is None or trace.team_id != team_id:
+            raise typer.BadParameter(f"trace {trace_id} not found", param_hint="--into")
+        if trace.status != TraceStatus.READY:
+            raise typer.BadParameter(f"trace {trace_id} is {trace.status}, not ready", param_hint="--into")
+        try:
+            outcome = attach_stored(session, _settings(), trace_id, stored, format)
+        except InputError as exc:
+            typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(2) from exc
+        session.expire_all()
+        trace = session.get(Trace, trace_id)
+        summary = {
+            "id": trace.id,
+            "attached": outcome.created,
+            "tables": outcome.tables,
+            "steps_touched": len(outcome.steps),
+            "steps": trace.n_steps,
+            "samples": trace.n_samples,
+            "skipped": outcome.skipped,
+        }
+    typer.echo(orjson.dumps(summary).decode())
+
+
+@command()
+def watch(
+    run_dir: Annotated[Path, typer.Argument(exists=True, file_okay=False, help="The run folder the trainer writes")],
+    into: Annotated[int | None, typer.Option(help="Stream into this existing trace")] = None,
+    name: Annotated[str | None, typer.Option(help="Name of a new live trace (default: the folder name)")] = None,
+    server: Annotated[str, typer.Option(envvar="RLVR_API_URL", help="The server")] = "http://127.0.0.1:8000",
+    api_key: Annotated[str | None, typer.Option(envvar="RLVR_API_KEY", help="Team key (default: local team)")] = None,
+    interval: Annotated[float, typer.Option(help="Seconds between looks at the folder")] = 2.0,
+    idle_exit: Annotated[float | None, typer.Option(help="Stop after this many seconds without news")] = None,
+    close: Annotated[bool, typer.Option("--close/--keep-open", help="Close the trace on exit")] = True,
+) -> None:
+    """Follow a run folder as the trainer writes it and stream new steps to a trace."""
+    from rlvr_explorer.cli.watch import run_watch
+
+    key = api_key if api_key is not None else local_team_key()[1]
+    code = run_watch(
+        run_dir, server=server, api_key=key, into=into, name=name, interval=interval, idle_exit=idle_exit, close=close
+    )
+    raise typer.Exit(code)
 
 
 @command()

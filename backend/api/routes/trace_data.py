@@ -414,7 +414,7 @@ def search_trace_events(
     session: SessionDep,
     trace: TraceDep,
     name: Annotated[str, Query(min_length=1, max_length=200, description="name contains (case-insensitive)")],
-    rank: Annotated[list[int] | None, Query()] = None,
+    rank: Annotated[list[Annotated[int, Field(ge=INT4_MIN, le=INT4_MAX)]] | None, Query(max_length=10_000)] = None,
     limit: Annotated[int, Query(ge=1, le=5000)] = 200,
 ):
     """Events of any kind (CPU ops, annotations, runtime calls, GPU kernels...) whose name
