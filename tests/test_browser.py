@@ -509,7 +509,7 @@ def test_gpu_timeline_page_on_kineto_traces(browser, server, shared_fixtures, do
 
     # zoom into the first 50 ms and load every event of that window from the server
     def zoomed_info():
-        if "window 50.00 ms" in (b.text("gpu-window-info") or ""):
+        if "window 50.000 ms" in (b.text("gpu-window-info") or ""):
             return b.text("gpu-window-info")
         # (again each round: a figure update that lands after the zoom resets it)
         b.d.execute_script(
@@ -524,14 +524,17 @@ def test_gpu_timeline_page_on_kineto_traces(browser, server, shared_fixtures, do
     info = b.wait(zoomed_info, "the zoomed window")
     zoomed = b.wait_chart("gpu-kernel-gantt", "compute")
     # every event drawn overlaps the window [0, 50] ms (segments are start, end, gap)
-    segs = [
-        (t["x"][i], t["x"][i + 1])
+    bars = [
+        t
         for t in zoomed.values()
-        if t["name"] != "idle (no stream busy)"
-        for i in range(0, len(t["x"]), 3)
+        if "idle" not in t["name"]
+        and len(t["x"]) % 3 == 0
+        and all(g is None for g in t["x"][2::3])  # kernel bars: (start, end, gap); not names or flows
     ]
+    segs = [(t["x"][i], t["x"][i + 1]) for t in bars for i in range(0, len(t["x"]), 3)]
     assert segs and all(s0 <= 50.0 + 1e-6 and s1 >= -1e-6 for s0, s1 in segs)
-    assert int(info.split()[0].replace(",", "")) == len(segs) < 1179
+    # the detail view draws each event of the window once per rank lane shown
+    assert 0 < int(info.split()[0].replace(",", "")) <= len(segs) < 2 * 1179
 
     # the window downloads as Chrome-trace JSON
     before = set(downloads.iterdir())

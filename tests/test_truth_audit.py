@@ -740,6 +740,10 @@ def run_table(c: Ctx) -> None:
 def upload(api, paths: list[Path]) -> dict:
     files = [("files", (p.name, p.read_bytes(), "application/octet-stream")) for p in paths]
     r = api.post("/api/v1/traces", files=files)
+    if r.status_code == 202:  # above the inline limit: a worker ingests it
+        job = wait_for_job(api, r.json()["job"]["id"])
+        assert job["status"] == "succeeded", job
+        return api.get(f"/api/v1/traces/{r.json()['trace']['id']}").json()
     assert r.status_code == 201, r.text
     return r.json()
 

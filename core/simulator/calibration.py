@@ -39,7 +39,7 @@ from core.simulator.workload import StepWorkload
 
 _LOG_LO, _LOG_HI = math.log(1e-15), math.log(1e3)
 # An "unbounded" KV cache as a finite token count (JSON-safe, never reached).
-UNBOUNDED_KV = 10**12
+UNBOUNDED_KV = 2**31 - 1  # the largest the config accepts (an INTEGER), effectively unbounded
 
 
 @dataclass

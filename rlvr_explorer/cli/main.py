@@ -212,7 +212,7 @@ def ingest_summary(session, trace, *, already_uploaded: bool) -> dict:
 
     queued = session.scalars(
         select(Job.kind)
-        .where(Job.trace_id == trace.id, Job.kind.in_(tuple(ANALYSES)), Job.status == JobStatus.QUEUED)
+        .where(Job.trace_id == trace.id, Job.kind.in_(tuple(ANALYSES)), Job.status != JobStatus.FAILED)
         .order_by(Job.id)
     ).all()
     not_applicable = {}

@@ -13,7 +13,7 @@ from fastapi import APIRouter, HTTPException, Path, Query, Response, status
 from pydantic import Field
 from sqlalchemy import func, select
 
-from backend.api.deps import CurrentTeam, SessionDep, TraceDep, trace_of_team
+from backend.api.deps import CurrentTeam, SessionDep, TraceDep, _Digits, trace_of_team
 from backend.api.errors import ERROR_RESPONSES
 from backend.api.schemas import (
     GpuEventOut,
@@ -32,7 +32,7 @@ from backend.api.schemas import (
 )
 from backend.formats.kineto_events import load_events
 from backend.store.columns import read_columns
-from backend.store.ids import INT4_MAX, INT4_MIN
+from backend.store.ids import ID_MAX, ID_MIN, INT4_MAX, INT4_MIN
 from backend.store.models import (
     GpuEvent,
     GpuKernelName,
@@ -511,7 +511,9 @@ def gpu_trace_diff(
     session: SessionDep,
     trace: TraceDep,
     team: CurrentTeam,
-    test_trace_id: Annotated[int, Query(description="The trace compared against this one (same team)")],
+    test_trace_id: Annotated[
+        int, _Digits, Query(ge=ID_MIN, le=ID_MAX, description="The trace compared against this one (same team)")
+    ],
     control_rank: int | None = None,
     test_rank: int | None = None,
     control_step: int | None = None,
