@@ -207,10 +207,21 @@ def test_series_include_per_step_analysis_figures(api, base, per_step):
 
     tid = base["id"]
     with session_scope() as s:
-        job = s.scalars(select(Job).where(Job.trace_id == tid, Job.kind == "longtail")).first()
-        assert job is not None
-        job.status = JobStatus.SUCCEEDED
-        job.result = {"steps": [{"step": 0, "idle_fraction": 0.25, "tokens": {"max_over_mean": 1.5}}, {"step": 7}]}
+        queued = s.scalars(select(Job).where(Job.trace_id == tid, Job.kind == "longtail")).first()
+        assert queued is not None
+        # a finished job of its own (a worker of the session may be running the queued one)
+        s.add(
+            Job(
+                team_id=queued.team_id,
+                trace_id=tid,
+                kind="longtail",
+                params=queued.params,
+                params_key=queued.params_key,
+                status=JobStatus.SUCCEEDED,
+                progress=1.0,
+                result={"steps": [{"step": 0, "idle_fraction": 0.25, "tokens": {"max_over_mean": 1.5}}, {"step": 7}]},
+            )
+        )
     body = api.get(f"/api/v1/traces/{tid}/series").json()
     assert "longtail/idle_fraction" in body["keys"] and "longtail/tokens.max_over_mean" in body["keys"]
     chosen = api.get(f"/api/v1/traces/{tid}/series", params={"keys": "longtail/idle_fraction,response/max"}).json()
