@@ -40,6 +40,20 @@ def _int_option(help: str, lo: int | None = None, metavar: str = "INTEGER"):
 KeyOption = typer.Option(envvar="RLVR_API_KEY", metavar="KEY", help="Team key (default: local team)")
 
 
+def _trace_workload(trace, steps: list[int] | None, what: str) -> list:
+    """The trace's training steps (in [first, end) when given) as simulator workloads;
+    ValueError when there are none."""
+    from backend.store.db import get_engine
+    from workers.runners.simulations import load_columns, steps_of_columns
+
+    with get_engine().connect() as conn:
+        columns = load_columns(conn, trace, tuple(steps) if steps else None)
+    workload = steps_of_columns(columns, trace.max_response_len)
+    if not workload:
+        raise ValueError(f"steps: no training steps to {what}")
+    return workload
+
+
 def _step_range_option(value: str | None) -> list[int] | None:
     if not value:
         return None
@@ -106,8 +120,7 @@ def simulate(
 ) -> None:
     """Replay a trace on a described cluster in this process (no worker needed)."""
     from backend.jobs.simulations import error_field, simulation_params
-    from backend.store.db import get_engine
-    from workers.runners.simulations import load_columns, replay, result_dict, steps_of_columns
+    from workers.runners.simulations import replay, result_dict
 
     cluster = {"gpu": gpu, "n_gpus": gpus, "rollout_replicas": replicas, "rollout_tp": tp, "train_dp": train_dp}
     body = {
@@ -128,12 +141,8 @@ def simulate(
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint=error_field(exc) or "options") from None
     trace = _team_trace(trace_id, _team_id(api_key))
-    with get_engine().connect() as conn:
-        columns = load_columns(conn, trace, tuple(params["steps"]) if params["steps"] else None)
     try:
-        workload = steps_of_columns(columns, trace.max_response_len)
-        if not workload:
-            raise ValueError("steps: no training steps to replay")
+        workload = _trace_workload(trace, params["steps"], "replay")
         bar, progress = progress_bar("simulate")
         try:
             outcome = replay(workload, params, progress)
@@ -327,9 +336,7 @@ def advise(
     """Sweep layouts, policies, DP balancing and engine concurrency on a GPU budget; rank by step time."""
     from backend.jobs.advice import advice_params
     from backend.jobs.simulations import error_field
-    from backend.store.db import get_engine
     from workers.runners.advice import advice_of
-    from workers.runners.simulations import load_columns, steps_of_columns
 
     body = {"trace_id": trace_id, "gpu": gpu, "n_gpus": gpus, "model": model, "steps": _step_range_option(steps)}
     if policy:
@@ -341,12 +348,8 @@ def advise(
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint=error_field(exc) or "options") from None
     trace = _team_trace(trace_id, _team_id(api_key))
-    with get_engine().connect() as conn:
-        columns = load_columns(conn, trace, tuple(params["steps"]) if params["steps"] else None)
     try:
-        workload = steps_of_columns(columns, trace.max_response_len)
-        if not workload:
-            raise ValueError("steps: no training steps to advise on")
+        workload = _trace_workload(trace, params["steps"], "advise on")
         bar, progress = progress_bar("advise")
         try:
             out = advice_of(workload, params, progress, workers=workers)
