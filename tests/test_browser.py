@@ -244,13 +244,16 @@ class Browser:
 
         return self.wait(ready, f"chart {chart_id} with {names or 'data'}")
 
-    def sign_in(self, key: str) -> None:
-
+    def sign_in(self, key: str, valid: bool = True) -> None:
+        """Sign in with `key`; for a valid key, wait for the redirect away from the form,
+        so that a page opened next is not replaced by that late redirect."""
         self.open("/sign-in")
         box = self.element("sign-in-key", "the sign-in form", clickable=True)
         box.clear()
         box.send_keys(key)
         self.click("sign-in-submit", "the sign-in button")
+        if valid:
+            self.wait(lambda: "/sign-in" not in self.d.current_url, "the redirect after signing in")
 
     def assert_console_clean(self) -> None:
         severe = [e for e in self.d.get_log("browser") if e["level"] == "SEVERE"]
@@ -294,7 +297,7 @@ def test_sign_in_upload_and_every_trace_page(browser, server, per_step, tmp_path
     # a page needs a team: the browser is sent to sign in, and comes back afterwards
     b.open("/traces")
     b.wait(lambda: "/sign-in" in b.d.current_url and b.css("#sign-in-key"), "redirect to sign-in")
-    b.sign_in("not-a-key")
+    b.sign_in("not-a-key", valid=False)
     b.wait(lambda: "not valid" in (b.text("sign-in-message") or ""), "the wrong-key message")
     b.sign_in(server.key)
     b.wait(lambda: b.d.current_url.endswith("/traces") and b.text("team-name") == "local", "signed in on /traces")
