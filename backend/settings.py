@@ -35,6 +35,8 @@ class Settings(BaseSettings):
     # API requests in progress at once per process (others wait their turn); kept below
     # the pool and the thread pool (backend/api/limits.py).
     api_max_concurrent_requests: int = 32
+    # ... of which reads (GET): few, since they share one process's GIL (backend/api/limits.py).
+    api_max_concurrent_reads: int = 4
     max_upload_bytes: int = 4 * 1024**3
     max_uncompressed_bytes: int = 32 * 1024**3
     max_archive_files: int = 100_000

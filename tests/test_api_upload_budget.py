@@ -104,6 +104,16 @@ def test_requests_in_progress_stay_below_the_pool_and_the_threads():
         # the dashboard's pages and the health check are not counted
         await asyncio.gather(*(limited({"type": "http", "path": "/traces"}, None, None) for _ in range(20)))
         assert state["most"] == 20
+        # reads have a lane of their own inside the limit; writes are not held up by it
+        lanes = ConcurrencyLimit(app, limit=5, prefix="/api/", reads=2)
+        state["most"] = 0
+        read = {"type": "http", "method": "GET", "path": "/api/v1/traces"}
+        await asyncio.gather(*(lanes(read, None, None) for _ in range(20)))
+        assert state["most"] == 2
+        state["most"] = 0
+        write = {**read, "method": "POST"}
+        await asyncio.gather(*(lanes(s, None, None) for s in [read] * 10 + [write] * 10))
+        assert state["most"] == 5
 
     asyncio.run(run())
 

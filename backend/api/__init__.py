@@ -37,6 +37,7 @@ def create_app() -> FastAPI:
     app.add_middleware(
         ConcurrencyLimit,
         limit=request_limit(settings.db_pool_size, settings.db_max_overflow, settings.api_max_concurrent_requests),
+        reads=settings.api_max_concurrent_reads,
         prefix=API_PREFIX + "/",
     )
 
