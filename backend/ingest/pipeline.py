@@ -180,6 +180,14 @@ class _Loader:
         return len(rows)
 
 
+def _still_there(conn: Connection, trace_id: int) -> None:
+    """Before a commit: the trace was not deleted meanwhile (the bulk tables have no
+    foreign key to refuse its rows). The row lock (Postgres; SQLite's write lock is
+    already held) keeps a delete waiting until this commit, so it then removes them."""
+    if conn.scalar(select(Trace.id).where(Trace.id == trace_id).with_for_update()) is None:
+        raise Abandoned(f"trace {trace_id} was deleted during its ingestion")
+
+
 def clear_trace_rows(conn: Connection, trace_id: int) -> None:
     for model in TRACE_TABLES:
         conn.execute(delete(model).where(model.trace_id == trace_id))
@@ -252,15 +260,18 @@ def ingest_trace(
                 for batch in read_sources(counted, forced_format, result):
                     loader.add(batch)
                     if not atomic:
+                        _still_there(conn, trace_id)
                         conn.commit()
                     report(f"loaded {sum(loader.counts.values()):,} rows")
                 cap = max_response_len or result.info.max_response_len
                 if cap is None:
                     cap = loader.steps.inferred_cap()
+                _still_there(conn, trace_id)  # (else the steps' foreign key refuses them)
                 n_steps = loader.write_steps(cap)
                 _finish(conn, trace_id, loader, result, cap, n_steps, upload_format(sources))
                 if fence is not None:
                     fence(conn)
+                _still_there(conn, trace_id)
                 conn.commit()
             except BaseException as exc:
                 conn.rollback()

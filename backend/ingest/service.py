@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 
-from sqlalchemy import delete, select
+from sqlalchemy import select
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
@@ -22,6 +22,7 @@ from backend.jobs.dispatch import dispatch
 from backend.jobs.state import create_job
 from backend.settings import Settings, get_settings
 from backend.store.db import get_engine, new_session
+from backend.store.deletion import delete_traces
 from backend.store.models import Job, JobStatus, Trace, TraceStatus, utcnow
 
 log = logging.getLogger(__name__)
@@ -73,9 +74,9 @@ def _ingestion_alive(session: Session, trace: Trace) -> bool:
 
 
 def _discard_attempt(session: Session, trace: Trace) -> None:
-    """Remove a failed or stuck attempt (its rows and jobs go with it: ON DELETE CASCADE)."""
+    """Remove a failed or stuck attempt, its rows and jobs."""
     folders = session.scalars(select(Job.params).where(Job.trace_id == trace.id, Job.kind == INGEST_KIND)).all()
-    session.execute(delete(Trace).where(Trace.id == trace.id))
+    delete_traces(session, Trace.id == trace.id)
     session.flush()
     for params in folders:
         if params and params.get("folder"):
@@ -141,7 +142,7 @@ def accept_upload(
         with leases.touching_trace(trace.id):
             ingest_stored(trace.id, stored.files, settings, forced_format, max_response_len, progress)
     except InputError:
-        session.execute(delete(Trace).where(Trace.id == trace.id))
+        delete_traces(session, Trace.id == trace.id)
         session.commit()
         raise
     except DBAPIError:
@@ -160,7 +161,7 @@ def accept_upload(
 def _forget(trace_id: int) -> None:
     try:
         with get_engine().begin() as conn:
-            conn.execute(delete(Trace).where(Trace.id == trace_id))
+            delete_traces(conn, Trace.id == trace_id)
     except Exception as exc:
         log.warning("could not remove trace %s after a failed inline ingestion: %s", trace_id, exc)
 

@@ -26,12 +26,13 @@ from datetime import UTC, datetime, timedelta
 from itertools import groupby
 from pathlib import Path
 
-from sqlalchemy import and_, case, delete, or_, select, update
+from sqlalchemy import and_, case, or_, select, update
 from sqlalchemy.engine import Engine
 
 from backend.ingest.pipeline import Abandoned, Fence, clear_trace_rows
 from backend.jobs.contracts import INGEST_KIND, TASK_NAMES, task_name
 from backend.settings import Settings, get_settings
+from backend.store.deletion import delete_traces
 from backend.store.models import Job, JobStatus, Trace, TraceStatus, utcnow
 
 log = logging.getLogger(__name__)
@@ -400,7 +401,7 @@ def _requeue_or_fail(engine: Engine, settings: Settings, row, now: datetime) -> 
 def _drop_dead_inline(engine: Engine, settings: Settings) -> int:
     """Delete traces ingested inline (no job) whose process stopped touching them two
     leases ago (it died, or its database connection did): their upload is gone with the
-    request, so there is nothing to resume; their rows go with them (ON DELETE CASCADE)."""
+    request, so there is nothing to resume; their rows go with them."""
     cutoff = utcnow() - 2 * _lease(settings)
     no_job = ~select(Job.id).where(Job.trace_id == Trace.id, Job.kind == INGEST_KIND).exists()
     dead = and_(
@@ -409,9 +410,8 @@ def _drop_dead_inline(engine: Engine, settings: Settings) -> int:
         no_job,
     )
     with engine.begin() as conn:
-        ids = list(conn.execute(select(Trace.id).where(dead)).scalars())
+        ids = delete_traces(conn, dead)
         if ids:
-            conn.execute(delete(Trace).where(Trace.id.in_(ids), dead))
             log.warning("dropped traces %s: their inline ingestion stopped", ids)
     return len(ids)
 

@@ -6,7 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, File, Form, HTTPException, Query, Response, UploadFile, status
 from fastapi.concurrency import run_in_threadpool
-from sqlalchemy import delete, func, select
+from sqlalchemy import func, select
 
 from backend.api.deps import CurrentTeam, SessionDep, SettingsDep, TraceDep
 from backend.api.errors import ERROR_RESPONSES
@@ -17,6 +17,7 @@ from backend.ingest.service import accept_upload
 from backend.ingest.uploads import discard, store_upload
 from backend.jobs.analyses import applicable_analyses
 from backend.jobs.contracts import INGEST_KIND, remove_artefacts
+from backend.store.deletion import delete_traces
 from backend.store.ids import ID_MAX, INT4_MAX
 from backend.store.models import Job, Trace
 from backend.store.trace_tables import trace_events_dir
@@ -148,10 +149,10 @@ def get_trace(session: SessionDep, trace: TraceDep):
 
 @router.delete("/{trace_id}", status_code=status.HTTP_204_NO_CONTENT, responses=ERROR_RESPONSES)
 def delete_trace(session: SessionDep, trace: TraceDep) -> Response:
-    # Rows of every table (and the trace's jobs) go with it: ON DELETE CASCADE; the
-    # files its jobs wrote under the data folder (replays, workloads) are removed after.
+    # Rows of every table and the trace's jobs go with it (backend/store/deletion.py);
+    # the files its jobs wrote under the data folder (replays, workloads) are removed after.
     jobs = session.execute(select(Job.kind, Job.id).where(Job.trace_id == trace.id)).all()
-    session.execute(delete(Trace).where(Trace.id == trace.id))
+    delete_traces(session, Trace.id == trace.id)
     session.commit()
     remove_events(trace_events_dir(trace.id))  # the Kineto events kept beside the database
     remove_artefacts(jobs)

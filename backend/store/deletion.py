@@ -1,0 +1,25 @@
+"""Deleting traces with every row of theirs.
+
+The tables with a foreign key to traces (steps, attachments, kernel names, jobs) follow
+by ON DELETE CASCADE; the bulk tables have none (backend/store/models.py says why), so
+their rows are deleted here, in the same transaction.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import ColumnElement, delete
+from sqlalchemy.engine import Connection
+from sqlalchemy.orm import Session
+
+from backend.store.models import GpuEvent, RankTiming, Sample, ToolCall, Trace, Turn
+
+BULK_TABLES = (Sample, Turn, ToolCall, RankTiming, GpuEvent)
+
+
+def delete_traces(conn: Connection | Session, *where: ColumnElement[bool]) -> list[int]:
+    """Delete the traces matching `where` and all their rows; their ids."""
+    ids = list(conn.execute(delete(Trace).where(*where).returning(Trace.id)).scalars())
+    if ids:
+        for model in BULK_TABLES:
+            conn.execute(delete(model).where(model.trace_id.in_(ids)))
+    return ids
