@@ -194,7 +194,7 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=30.0)
     ap.add_argument("--uploads", type=int, default=5)
     ap.add_argument("--upload-mb", type=float, default=50.0)
-    ap.add_argument("--max-wait", type=float, default=180.0, help="phase 2 ends by then, uploads ready or not")
+    ap.add_argument("--max-wait", type=float, default=600.0, help="phase 2 ends by then, uploads ready or not")
     ap.add_argument("--worker-concurrency", type=int, default=2)
     ap.add_argument("--worker-nice", type=int, default=0, help="lower the worker's CPU priority by this much")
     ap.add_argument("--api-workers", type=int, default=2, help="uvicorn processes of `rlvr-explorer api`")

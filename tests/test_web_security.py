@@ -269,3 +269,20 @@ def test_q_matches_percent_and_underscore_literally(api, tmp_path):
     assert found("\\") == []
     assert found("done") == ["100% done", "1000 done"]
     assert found(uuid.uuid4().hex) == []
+
+
+def test_a_team_found_by_key_is_cached_and_an_unknown_key_is_not(env):
+    """GET requests name their team with every call: a found team is kept for
+    TEAM_CACHE_S (no query), an unknown key asks the database every time."""
+    from backend.auth import cached_team, create_team, lookup_team
+    from backend.store.db import session_scope
+
+    with session_scope() as s:
+        team, key = create_team(s, f"cached-{uuid.uuid4().hex[:8]}")
+        team_id = team.id
+    assert cached_team(key) is None
+    found = lookup_team(key)
+    assert found is not None and found.id == team_id
+    again = cached_team(key)
+    assert again is found and again.name.startswith("cached-")
+    assert lookup_team("rlvr_not-a-key") is None and cached_team("rlvr_not-a-key") is None
