@@ -183,7 +183,25 @@ def test_worker_started_by_serve_stops_when_its_parent_is_gone(tmp_path):
         log.close()
 
 
+def _health(port: int, proc: subprocess.Popen, what: str) -> bytes:
+    deadline = time.monotonic() + 60
+    while True:
+        assert proc.poll() is None and time.monotonic() < deadline, what
+        try:
+            return urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v1/health", timeout=2).read()
+        except OSError:
+            time.sleep(0.5)
+
+
+def _server_pids(supervisor: int) -> set[int]:
+    out = subprocess.run(["ps", "-ww", "-eo", "pid=,ppid=,args="], capture_output=True, text=True).stdout
+    rows = [line.split(None, 2) for line in out.splitlines() if line.strip()]
+    return {int(r[0]) for r in rows if int(r[1]) == supervisor and "spawn_main" in r[2]}
+
+
 def test_api_with_several_server_processes(tmp_path):
+    """`api --workers 2`: two server processes, each with its own socket on the port (the
+    kernel spreads connections over them); one that dies is replaced; SIGTERM stops all."""
     port = free_port()
     proc = subprocess.Popen(
         cli("api", "--no-dashboard", "--workers", "2", "--port", str(port)),
@@ -194,17 +212,36 @@ def test_api_with_several_server_processes(tmp_path):
         start_new_session=True,
     )
     try:
+        assert b"ok" in _health(port, proc, "api --workers 2 did not answer")
+        servers = _server_pids(proc.pid)
+        assert len(servers) == 2, servers
+        os.kill(min(servers), signal.SIGKILL)
         deadline = time.monotonic() + 60
-        while True:
-            assert proc.poll() is None and time.monotonic() < deadline, "api --workers 2 did not answer"
-            try:
-                body = urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v1/health", timeout=2).read()
-                break
-            except OSError:
-                time.sleep(0.5)
-        assert b"ok" in body
-        assert len(live_session_pids(proc.pid)) >= 3  # the supervisor and its two servers
+        while len(_server_pids(proc.pid) - servers) < 1 or len(_server_pids(proc.pid)) < 2:
+            assert time.monotonic() < deadline, "the killed server process was not replaced"
+            time.sleep(0.5)
+        assert b"ok" in _health(port, proc, "api answered no more after a server process died")
         proc.send_signal(signal.SIGTERM)
-        proc.wait(30)
+        assert proc.wait(30) == 0
+        deadline = time.monotonic() + 15
+        while live_session_pids(proc.pid) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert not live_session_pids(proc.pid), "a server process outlived the supervisor"
     finally:
         kill_session(proc.pid)
+
+
+def test_api_workers_on_a_busy_port_fail_fast(tmp_path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        out = subprocess.run(
+            cli("api", "--no-dashboard", "--workers", "2", "--port", str(port)),
+            env=embedded_env(tmp_path),
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert out.returncode == 1 and "already in use" in out.stderr, out.stderr[-2000:]

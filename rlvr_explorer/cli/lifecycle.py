@@ -47,7 +47,8 @@ def bind_listener(host: str, port: int) -> socket.socket:
     return sock
 
 
-def _tie_to_parent() -> None:  # runs in the child between fork and exec
+def tie_to_parent() -> None:
+    """SIGTERM to this process when its parent dies (Linux; elsewhere a no-op)."""
     if sys.platform.startswith("linux"):
         with contextlib.suppress(OSError, AttributeError):
             libc = ctypes.CDLL(None, use_errno=True)
@@ -65,7 +66,7 @@ def start_worker(concurrency: int) -> subprocess.Popen:
         [sys.executable, "-m", "rlvr_explorer", "worker", f"--concurrency={concurrency}", f"--nice={WORKER_NICE}"],
         env=env,
         process_group=0,
-        preexec_fn=_tie_to_parent,
+        preexec_fn=tie_to_parent,  # runs in the child between fork and exec
     )
 
 

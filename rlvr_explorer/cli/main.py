@@ -402,12 +402,17 @@ def api(
 ) -> None:
     """Run the REST API (and the dashboard) with uvicorn."""
     if workers > 1:
-        import uvicorn
+        from rlvr_explorer.cli.api_processes import run_api_processes
+        from rlvr_explorer.cli.lifecycle import PortInUse
 
         os.environ.setdefault("RLVR_API_URL", f"http://127.0.0.1:{port}")
         factory = "create_server" if dashboard else "create_api_server"
-        uvicorn.run(f"rlvr_explorer.server:{factory}", factory=True, host=host, port=port, workers=workers)
-        return
+        try:
+            code = run_api_processes(host, port, workers, f"rlvr_explorer.server:{factory}")
+        except PortInUse as exc:
+            typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(1) from exc
+        raise typer.Exit(code)
     _run_api(host, port, dashboard)
 
 
