@@ -100,7 +100,19 @@ def create_dash(
     callbacks.register(app)
     downloads.register(flask_server)
     compression.register(flask_server)
+    _register_component_assets(app)
     return app
+
+
+def _register_component_assets(app: dash.Dash) -> None:
+    """Serve the index page once now: Dash sets itself up on its first request and
+    registers the component libraries' scripts then, refusing meanwhile to serve a
+    script it has not registered. With several server processes a browser's first
+    script requests can be a fresh process's first, concurrent requests (one answered
+    500 "dash is not a registered library" in the compose check)."""
+    response = app.server.test_client().get("/")
+    if response.status_code != 200 or not app.registered_paths:
+        raise RuntimeError(f"the dashboard's index did not render ({response.status_code})")
 
 
 def _most_specific_templates_first() -> None:

@@ -71,3 +71,22 @@ def test_unknown_api_paths_answer_json_404(client, api):
     wrong_method = client.request("PUT", "/api/v1/jobs")  # a known path: still "method not allowed"
     assert wrong_method.status_code == 405 and "PUT" in wrong_method.json()["detail"]["message"]
     assert client.get("/api/v1/health").json() == {"status": "ok"}
+
+
+def test_a_fresh_server_serves_the_component_scripts_asked_at_once(env):
+    """With several server processes a browser's first script requests can be a fresh
+    process's first requests, all at once: none may fail while Dash sets itself up."""
+    import re
+    from concurrent.futures import ThreadPoolExecutor
+
+    from fastapi.testclient import TestClient
+
+    from rlvr_explorer.server import create_server
+
+    index = TestClient(create_server()).get("/sign-in").text
+    scripts = re.findall(r'src="(/_dash-component-suites/[^"]+)"', index)
+    assert len(scripts) >= 4
+    fresh = TestClient(create_server())  # another process: no request served yet
+    with ThreadPoolExecutor(len(scripts)) as pool:
+        codes = list(pool.map(lambda src: fresh.get(src).status_code, scripts))
+    assert codes == [200] * len(scripts)
