@@ -172,7 +172,10 @@ def test_matches_hta(job, tmp_path):
     assert set(got) == set(ref["queue_length"])
     for key, (count, mean, top) in ref["queue_length"].items():
         assert got[key][0] == count and got[key][2] == top
-        assert got[key][1] == pytest.approx(mean, rel=2e-6, abs=1e-4)  # ties in HTA's unstable sort
+        # HTA sorts by ts with numpy's unstable quicksort, whose order of equal
+        # timestamps follows the CPU's SIMD dispatch: the mean moves by up to 3e-4
+        # between machines (count and max stay exact, above)
+        assert got[key][1] == pytest.approx(mean, rel=1e-3)
     assert len(gpu_hta.queue_length(ev, frames)["blocked"]["rank"]) == 0
 
     ls = gpu_hta.kernel_launch_stats(ev, frames)
@@ -208,7 +211,7 @@ def test_matches_hta(job, tmp_path):
     assert set(got_bw) == set(ref["memory_bw"])
     for key, (count, mean, top) in ref["memory_bw"].items():
         assert got_bw[key][0] == count
-        assert got_bw[key][1] == pytest.approx(mean, abs=1e-4)
+        assert got_bw[key][1] == pytest.approx(mean, rel=1e-3, abs=1e-4)  # the same unstable tie order
         assert got_bw[key][2] == pytest.approx(top, abs=1e-4)
 
     ua = gpu_hta.user_annotation_breakdown(ev, frames)
