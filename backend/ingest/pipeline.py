@@ -25,20 +25,17 @@ from backend.formats.kineto_events import EVENTS_DIR_STATE, remove_events
 from backend.ingest.bulk import bulk_insert
 from backend.ingest.summaries import SUMMARY_COLUMNS, StepCounter, summarize_steps
 from backend.store.columns import read_columns
+from backend.store.deletion import BULK_TABLES
 from backend.store.models import (
-    GpuEvent,
     GpuKernelName,
-    RankTiming,
-    Sample,
     Step,
-    ToolCall,
     Trace,
     TraceStatus,
-    Turn,
 )
 from backend.store.trace_tables import trace_events_dir
 
-TRACE_TABLES = (Sample, Turn, ToolCall, RankTiming, GpuEvent, GpuKernelName, Step)
+# every table holding a trace's rows: the bulk ones, its kernel names and its steps
+TRACE_TABLES = (*BULK_TABLES, GpuKernelName, Step)
 COUNT_COLUMN = {
     "samples": "n_samples",
     "turns": "n_turns",
