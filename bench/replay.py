@@ -1,7 +1,8 @@
 """Benchmark the uncertainty-aware replay and the advisor; print figures against targets.
 
 1. Deterministic replay of a synthetic 500 steps × 8,192 samples trace (sync, 64 H100s,
-   as bench/simulator.py) — target < 20 s.
+   as bench/simulator.py) — target < 20 s — with its batch rollouts forked ahead on
+   `--workers` processes (what `simulate` does on this machine), and in one process.
 2. Monte-Carlo replay of the Search-R1 fixture (../shared/fixtures), calibrated on
    step 0, default number of runs (convergence check) over every step — target < 10 s
    (calibration reported apart).
@@ -44,16 +45,20 @@ def search_r1_steps():
     return workload_from_columns(cols["samples"], cols["turns"], cols["tool_calls"])
 
 
-def bench_deterministic(steps: int, groups: int, n: int) -> None:
+def bench_deterministic(steps: int, groups: int, n: int, workers: int) -> None:
     from bench.simulator import synthetic_workload
 
     work = synthetic_workload(steps, groups, n)
     cluster = ClusterConfig(n_gpus=64, rollout_replicas=16, rollout_tp=4, train_dp=64)
-    t = time.perf_counter()
-    r = simulate(work, cluster, MODEL_PRESETS["Qwen2.5-7B"], EngineLimits(), Policy())
-    dt = time.perf_counter() - t
+    times = {}
+    for w in (workers, 1):  # the rollouts forked ahead, and the baseline in one process
+        t = time.perf_counter()
+        r = simulate(work, cluster, MODEL_PRESETS["Qwen2.5-7B"], EngineLimits(), Policy(), workers=w)
+        times[w] = time.perf_counter() - t
+    dt = times[workers]
     print(
-        f"deterministic replay {steps} x {groups * n:,} samples: {dt:.1f} s (target < 20 s: {dt / 20:.2f} of it), "
+        f"deterministic replay {steps} x {groups * n:,} samples: {dt:.1f} s on {workers} processes "
+        f"(target < 20 s: {dt / 20:.2f} of it), {times[1]:.1f} s in one ({times[1] / dt:.2f}x), "
         f"makespan {r.makespan:.0f} s"
     )
 
@@ -104,7 +109,7 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=2)
     args = ap.parse_args()
     if not args.skip_det:
-        bench_deterministic(args.steps, args.groups, args.n)
+        bench_deterministic(args.steps, args.groups, args.n, args.workers)
     if FIXTURE.is_dir():
         bench_monte_carlo()
         if args.advisor:

@@ -2,15 +2,32 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import gc
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 from core.simulator.config import ClusterConfig, EngineLimits, ModelConfig, Policy, to_dict
 from core.simulator.defaults import unused_gpus, unused_warning
+from core.simulator.parallel_rollouts import prefill_rollouts
 from core.simulator.policies import Env, policy_spec
 from core.simulator.predictor import EngineCoefficients, roofline_coefficients
 from core.simulator.result import SimResult, StepResult
 from core.simulator.timeline import step_locator
 from core.simulator.workload import StepWorkload
+
+
+@contextmanager
+def _cyclic_gc_paused() -> Iterator[None]:
+    """The replay allocates millions of short-lived tuples and floats that reference
+    counting frees, and no cycles; the cyclic collector would only walk the growing
+    results again and again (a quarter of a 500-step replay's time)."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 def simulate(
@@ -23,12 +40,15 @@ def simulate(
     *,
     coefficients: EngineCoefficients | None = None,
     rollout_cache: dict | None = None,
+    workers: int | None = None,
 ) -> SimResult:
     """Replay `workload` (steps in order) and return stage times, timeline and idle split.
 
     `coefficients` (e.g. from `calibrate`) override the roofline engine coefficients.
     `progress` is called with the fraction of steps done. `rollout_cache` (a dict kept
     by the caller) lets replays with the same rollout layout share batch rollouts.
+    Without one, a big replay of a batch-rollout policy computes its rollouts ahead in
+    `workers` processes (default: the CPUs, where forking is safe; 1 = this process).
     """
     if not workload:
         raise ValueError("workload: no steps to simulate")
@@ -36,7 +56,16 @@ def simulate(
     cluster.check_fits(spec.disaggregated)
     coeffs = coefficients or roofline_coefficients(cluster, model)
     env = Env(cluster, model, limits, policy, coeffs, limits.kv_capacity(cluster, model), rollout_cache)
-    steps, tb, makespan = spec.run(env, list(workload), progress or (lambda f: None))
+    report = progress or (lambda f: None)
+    run_progress = report
+    with _cyclic_gc_paused():
+        if (
+            spec.batch_rollouts
+            and rollout_cache is None
+            and prefill_rollouts(env, list(workload), lambda f: report(0.9 * f), workers)
+        ):
+            run_progress = lambda f: report(0.9 + 0.1 * f)  # noqa: E731
+        steps, tb, makespan = spec.run(env, list(workload), run_progress)
     step_of = step_locator([s.end for s in steps], [s.step for s in steps])
     lanes, idle, busy, idle_step, busy_step = tb.finish(makespan, step_of)
     for s in steps:

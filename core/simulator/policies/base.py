@@ -63,16 +63,22 @@ def rollout_batch(env: Env, w: StepWorkload, *, keep_store: bool = False) -> Rol
 
     A trajectory completes when its last turn ends plus any tool latency after it."""
     cache = env.rollout_cache
-    key = (w.step, env.policy.dispatch, id(w))
+    key = rollout_key(env, w)
     if cache is not None and not keep_store and key in cache:
         return cache[key]
-    out = _rollout_batch(env, w, keep_store)
+    out = uncached_rollout_batch(env, w, keep_store)
     if cache is not None and not keep_store:
         cache[key] = out
     return out
 
 
-def _rollout_batch(env: Env, w: StepWorkload, keep_store: bool) -> RolloutOutcome:
+def rollout_key(env: Env, w: StepWorkload) -> tuple:
+    """What a batch rollout depends on beyond the env's engines: the step's workload
+    (this very object) and how groups are dispatched to replicas."""
+    return (w.step, env.policy.dispatch, id(w))
+
+
+def uncached_rollout_batch(env: Env, w: StepWorkload, keep_store: bool) -> RolloutOutcome:
     rc = env.new_cluster()
     _, first, last = rc.add_step(w, np.arange(w.n_samples))
     replica = group_replicas(env, w)[w.group]

@@ -55,5 +55,6 @@ SPEC = PolicySpec(
     disaggregated=True,
     fields=(),
     help="disaggregated; rollout of step k+1 overlaps training of step k",
+    batch_rollouts=True,
     run=run_one_step_off,
 )

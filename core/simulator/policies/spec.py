@@ -16,3 +16,6 @@ class PolicySpec:
     help: str
     # run(env, workload, progress) -> (step results, timeline builder, makespan)
     run: Callable
+    # each step rolled out as one batch on fresh replicas (`base.rollout_batch`): the
+    # steps' rollouts are independent of each other and can be computed ahead
+    batch_rollouts: bool = False

@@ -43,5 +43,6 @@ SPEC = PolicySpec(
     disaggregated=False,
     fields=(),
     help="colocated; rollout, reward, forward passes and update in sequence, all GPUs time-shared",
+    batch_rollouts=True,
     run=run_sync,
 )
