@@ -11,7 +11,7 @@ one, so ids cannot be enumerated. Routes take ids only through `TraceDep`,
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
 from fastapi import Depends, Header, HTTPException, Path, Query, status
@@ -27,12 +27,15 @@ from backend.store.ids import ID_MAX, ID_MIN, check_id
 from backend.store.models import Job, Team, Trace
 
 
-def get_session() -> Iterator[Session]:
+async def get_session() -> AsyncIterator[Session]:
+    """A session for the request. Made in the event loop (no I/O: a connection is taken
+    at the first query) to save a sync dependency's hop to a worker thread and back on
+    every request; closed in one (returning the connection rolls it back)."""
     session = new_session()
     try:
         yield session
     finally:
-        session.close()
+        await run_in_threadpool(session.close)
 
 
 SessionDep = Annotated[Session, Depends(get_session)]

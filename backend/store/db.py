@@ -3,10 +3,12 @@ process can share the file; Postgres connections use psycopg 3 (for COPY)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import lru_cache
 
+import orjson
 from sqlalchemy import create_engine, event
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session, sessionmaker
@@ -14,11 +16,22 @@ from sqlalchemy.orm import Session, sessionmaker
 from backend.settings import get_settings
 
 
+def json_loads(text: str | bytes):
+    """JSON columns decoded with orjson (several times faster than the standard library on
+    per-step summaries and results, a tenth of a read's CPU); the standard library for
+    what orjson refuses (NaN, which the standard library writes)."""
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return json.loads(text)
+
+
 def make_engine(url: str) -> Engine:
     if url.startswith("sqlite"):
         settings = get_settings()
         engine = create_engine(
             url,
+            json_deserializer=json_loads,
             connect_args={"timeout": 60, "check_same_thread": False},
             pool_size=settings.db_pool_size,
             max_overflow=settings.db_max_overflow,
@@ -38,6 +51,7 @@ def make_engine(url: str) -> Engine:
     settings = get_settings()
     return create_engine(
         url,
+        json_deserializer=json_loads,
         pool_pre_ping=True,
         pool_size=settings.db_pool_size,
         max_overflow=settings.db_max_overflow,
