@@ -17,9 +17,10 @@
    run has no GPU events or turns). Reported per page: seconds from navigation until
    every chart has drawn its data, on the first visit (the server's result and figure
    caches empty) and on a later one ("drawn s"), and for the later one the bytes
-   transferred over the network (response bodies as sent, gzip-compressed; the JS
-   bundles come from the browser cache after the first page, as for any returning
-   user) and the number of requests. Target: every page < 1.5 s and < 2 MB.
+   transferred over the network (response bodies as sent, gzip-compressed) and the
+   number of requests. Browser assets are warm on both, as for any returning user: the
+   JS bundles are in the browser's caches from visits to a small warm-up trace first.
+   Target: every page's first and later visit < 1.5 s, and < 2 MB.
 
 Ingesting 10 M samples takes minutes: `--data DIR` keeps the folder, and a second run
 with the same DIR reuses the trace, the analyses and the replay. `--quick` is a small
@@ -392,6 +393,17 @@ def fixture_traces(b, api) -> dict[str, int]:
     return out
 
 
+def warm_up_trace(b, api) -> int:
+    """A small trace of its own to warm the browser's caches on (`rlvr-explorer demo`'s)."""
+    from rlvr_explorer.cli.main import write_demo_trace
+
+    with tempfile.TemporaryDirectory(prefix="rlvr-bench-warm-") as tmp:
+        folder = write_demo_trace(Path(tmp), 12, 64, 8)
+        trace_id = b.upload(api, sorted(folder.glob("*.jsonl")), "warm-up: small demo run")["id"]
+    b.wait_analyses(api, trace_id)
+    return trace_id
+
+
 def bench_pages(
     data_dir: Path, steps: int, groups: int, n: int, dp_size: int, sim_steps: int, database_url: str | None
 ) -> tuple[dict, list[tuple[str, float, float, int, int]]]:
@@ -402,6 +414,7 @@ def bench_pages(
         api = b.api_client(base, key)
         run_jobs(api, tid, min(sim_steps, steps))
         extra = fixture_traces(b, api)
+        warm_up = warm_up_trace(b, api)
         driver = b.chromium(1400, 1000, network_log=True)
         try:
             b.sign_in(driver, base, key)
@@ -424,8 +437,13 @@ def bench_pages(
                 ("add files", f"/traces/{tid}/files", "#attach-have li"),
                 ("jobs", "/jobs", "#jobs-table tr[data-job-id]"),
             ]
-            # first visits: the server's result and figure caches are empty (the browser
-            # cache holds the JS bundles after the first page, as for any returning user)
+            # Browser assets warm, as for any returning user: a few visits to the pages of
+            # a small trace of its own put the JS bundles (plotly.js among them) in the
+            # browser's HTTP and compiled-code caches, and leave the measured traces' results
+            # and figures uncached on the server. First visits then find cold server caches.
+            for _ in range(3):
+                for page in ("", "/distributions", "/imbalance"):
+                    b.timed_page_load(driver, f"{base}/traces/{warm_up}{page}")
             first = {
                 name: b.timed_page_load(driver, base + path, ready_selector=selector)[0]
                 for name, path, selector in pages
@@ -477,7 +495,7 @@ def main() -> int:
     print(f"{'page':<16}{'first visit s':>14}{'drawn s':>9}{'transfer KB':>13}{'requests':>10}  target met")
     ok = True
     for name, first, secs, nbytes, requests in rows:
-        good = secs < TARGET_S and nbytes < TARGET_BYTES
+        good = max(first, secs) < TARGET_S and nbytes < TARGET_BYTES
         ok &= good
         print(f"{name:<16}{first:>14.2f}{secs:>9.2f}{nbytes / 1024:>13.1f}{requests:>10}  {'yes' if good else 'NO'}")
     return 0 if ok else 1

@@ -503,7 +503,7 @@ def test_gpu_timeline_page_on_kineto_traces(browser, server, shared_fixtures, do
     b.wait(lambda: b.css("#traces-table tr[data-trace-id]"), "the traces page")
     b.open(f"/traces/{trace['id']}/gpu")
     gantt = b.wait_chart("gpu-kernel-gantt", "compute", "communication")
-    assert gantt["compute"]["type"] == "scattergl"
+    assert gantt["compute"]["type"] == "scatter"
     temporal = b.wait_chart("gpu-temporal", "idle", "compute")
     # Holistic Trace Analysis's reference figures for these ranks (fixtures README)
     assert temporal["idle"]["x"] == pytest.approx([53.56, 54.72], abs=0.01)

@@ -316,7 +316,7 @@ def test_kernel_gantt_rows_kinds_and_ms_axis():
     idle = by_name["idle (no stream busy)"]
     assert [x for x in idle.x if x == x] == [0.5, 2.0]  # rank 0 idle from 0.5 ms to 2 ms
     assert comp.text[0].startswith("gemm") and comp.text[1] == ""
-    assert comp.type == "scattergl"
+    assert comp.type == "scatter"
     assert fig.layout.xaxis.title.text == "time (ms) from the step start"
 
 

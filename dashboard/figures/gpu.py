@@ -124,7 +124,7 @@ def kernel_gantt_figure(
         text = np.full(3 * sel.size, "", dtype=object)
         text[0::3] = [f"{short_kernel_name(names[i])}<br>{(end[i] - start[i]):,.1f} us" for i in sel]
         fig.add_trace(
-            go.Scattergl(
+            go.Scatter(
                 name=k,
                 x=xs,
                 y=ys,
@@ -144,7 +144,7 @@ def kernel_gantt_figure(
     if gx0:
         xs, ys = _segments(np.array(gx0), np.array(gx1), np.array(gy, dtype=np.float32))
         fig.add_trace(
-            go.Scattergl(
+            go.Scatter(
                 name="idle (no stream busy)",
                 x=xs,
                 y=ys,
@@ -163,7 +163,7 @@ def kernel_gantt_figure(
         if hit.any():
             xs, ys = _segments(to_ms(start[hit]), to_ms(end[hit]), row[hit])
             fig.add_trace(
-                go.Scattergl(
+                go.Scatter(
                     name=f"matches '{highlight}'",
                     x=xs,
                     y=ys,
@@ -228,7 +228,7 @@ def _add_flows(fig, rank, row, start, launch, cpu_row, to_ms) -> None:
     xs[0::3], xs[1::3], xs[2::3] = to_ms(launch[have]), to_ms(start[have]), np.nan
     ys[0::3], ys[1::3], ys[2::3] = y0, row[have], np.nan
     fig.add_trace(
-        go.Scattergl(
+        go.Scatter(
             name="launch -> kernel",
             x=xs,
             y=ys,
@@ -238,7 +238,7 @@ def _add_flows(fig, rank, row, start, launch, cpu_row, to_ms) -> None:
         )
     )
     fig.add_trace(
-        go.Scattergl(
+        go.Scatter(
             name="CPU launch",
             x=to_ms(launch[have]),
             y=y0,
