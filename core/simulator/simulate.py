@@ -56,16 +56,17 @@ def simulate(
     cluster.check_fits(spec.disaggregated)
     coeffs = coefficients or roofline_coefficients(cluster, model)
     env = Env(cluster, model, limits, policy, coeffs, limits.kv_capacity(cluster, model), rollout_cache)
+    steps_in = list(workload)
     report = progress or (lambda f: None)
     run_progress = report
     with _cyclic_gc_paused():
         if (
             spec.batch_rollouts
             and rollout_cache is None
-            and prefill_rollouts(env, list(workload), lambda f: report(0.9 * f), workers)
+            and prefill_rollouts(env, steps_in, lambda f: report(0.9 * f), workers)
         ):
             run_progress = lambda f: report(0.9 + 0.1 * f)  # noqa: E731
-        steps, tb, makespan = spec.run(env, list(workload), run_progress)
+        steps, tb, makespan = spec.run(env, steps_in, run_progress)
     step_of = step_locator([s.end for s in steps], [s.step for s in steps])
     lanes, idle, busy, idle_step, busy_step = tb.finish(makespan, step_of)
     for s in steps:
