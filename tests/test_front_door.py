@@ -53,6 +53,27 @@ def kill_session(sid: int) -> None:
             pass
 
 
+def health(port: int, proc: subprocess.Popen, what: str, timeout: float = 60, log: Path | None = None) -> bytes:
+    """The health answer of the server `proc` started on `port`, waiting for it; fails
+    naming `what` (and the tail of `log`) when `proc` exits or `timeout` passes."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if proc.poll() is not None or time.monotonic() >= deadline:
+            tail = log.read_text()[-2000:] if log is not None else ""
+            raise AssertionError(f"{what}\n{tail}")
+        try:
+            return urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v1/health", timeout=2).read()
+        except OSError:
+            time.sleep(0.5)
+
+
+def wait_session_gone(sid: int, timeout: float) -> None:
+    """Until no process of session `sid` is left, at most `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while live_session_pids(sid) and time.monotonic() < deadline:
+        time.sleep(0.5)
+
+
 def test_ingest_on_a_fresh_data_folder_migrates_first(tmp_path):
     folder = write_packed_dir(tmp_path / "run", synthetic_rows(steps=2, groups=4, n=2))
     result = subprocess.run(
@@ -80,15 +101,7 @@ def test_sigterm_to_serve_stops_its_worker(tmp_path, sig):
         start_new_session=True,
     )
     try:
-        deadline = time.monotonic() + 90
-        while True:
-            assert proc.poll() is None, (tmp_path / "serve.log").read_text()[-2000:]
-            assert time.monotonic() < deadline, "serve did not answer within 90 s"
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v1/health", timeout=2)
-                break
-            except OSError:
-                time.sleep(0.5)
+        health(port, proc, "serve did not answer within 90 s", timeout=90, log=tmp_path / "serve.log")
         # the worker is up too (it is the process to stop with serve)
         deadline = time.monotonic() + 60
         while b"ready." not in (tmp_path / "serve.log").read_bytes():
@@ -100,9 +113,7 @@ def test_sigterm_to_serve_stops_its_worker(tmp_path, sig):
         assert sorted(os.getpriority(os.PRIO_PROCESS, pid) for pid in pids)[-1] == 10
         proc.send_signal(sig)
         proc.wait(30)
-        deadline = time.monotonic() + 30
-        while live_session_pids(proc.pid) and time.monotonic() < deadline:
-            time.sleep(0.5)
+        wait_session_gone(proc.pid, 30)
         left = subprocess.run(
             ["ps", "-o", "pid,ppid,stat,cmd", "-s", str(proc.pid)], capture_output=True, text=True
         ).stdout
@@ -174,23 +185,11 @@ def test_worker_started_by_serve_stops_when_its_parent_is_gone(tmp_path):
             time.sleep(0.5)
         proc.send_signal(signal.SIGKILL)
         proc.wait(10)
-        deadline = time.monotonic() + 30
-        while live_session_pids(proc.pid) and time.monotonic() < deadline:
-            time.sleep(0.5)
+        wait_session_gone(proc.pid, 30)
         assert not live_session_pids(proc.pid), "the worker outlived a killed serve"
     finally:
         kill_session(proc.pid)
         log.close()
-
-
-def _health(port: int, proc: subprocess.Popen, what: str) -> bytes:
-    deadline = time.monotonic() + 60
-    while True:
-        assert proc.poll() is None and time.monotonic() < deadline, what
-        try:
-            return urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v1/health", timeout=2).read()
-        except OSError:
-            time.sleep(0.5)
 
 
 def _server_pids(supervisor: int) -> set[int]:
@@ -212,20 +211,18 @@ def test_api_with_several_server_processes(tmp_path):
         start_new_session=True,
     )
     try:
-        assert b"ok" in _health(port, proc, "api --workers 2 did not answer")
+        assert b"ok" in health(port, proc, "api --workers 2 did not answer")
         servers = _server_pids(proc.pid)
         assert len(servers) == 2, servers
         os.kill(min(servers), signal.SIGKILL)
         deadline = time.monotonic() + 60
-        while len(_server_pids(proc.pid) - servers) < 1 or len(_server_pids(proc.pid)) < 2:
+        while len(now := _server_pids(proc.pid)) < 2 or not now - servers:
             assert time.monotonic() < deadline, "the killed server process was not replaced"
             time.sleep(0.5)
-        assert b"ok" in _health(port, proc, "api answered no more after a server process died")
+        assert b"ok" in health(port, proc, "api answered no more after a server process died")
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(30) == 0
-        deadline = time.monotonic() + 15
-        while live_session_pids(proc.pid) and time.monotonic() < deadline:
-            time.sleep(0.5)
+        wait_session_gone(proc.pid, 15)
         assert not live_session_pids(proc.pid), "a server process outlived the supervisor"
     finally:
         kill_session(proc.pid)
