@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from core.simulator import MODEL_PRESETS, ClusterConfig, EngineLimits, Policy, StepWorkload, parallel_rollouts, simulate
+from core.simulator.policies import base as policy_base
 from core.workload.synthetic import packed_length_rows
 
 # the module (the package's `simulate` is the function)
@@ -44,10 +45,16 @@ def test_forked_rollouts_give_the_same_replay(monkeypatch, kind):
     monkeypatch.setattr(
         simulate_module, "prefill_rollouts", lambda *a: forked_ahead.append(real(*a)) or forked_ahead[-1]
     )
+    # rollouts computed in this process (the forked children's calls are not counted)
+    in_process: list[int] = []
+    compute = policy_base.uncached_rollout_batch
+    monkeypatch.setattr(policy_base, "uncached_rollout_batch", lambda *a: in_process.append(1) or compute(*a))
     serial = replay(kind, workers=1)
+    assert len(in_process) == len(serial.steps)
     seen: list[float] = []
     forked = replay(kind, workers=2, seen=seen)
     assert forked_ahead == [False, True]
+    assert len(in_process) == len(serial.steps)  # the policy's loop found every rollout computed ahead
     assert forked.makespan == serial.makespan
     assert [s.step_time for s in forked.steps] == [s.step_time for s in serial.steps]
     for a, b in zip(forked.steps, serial.steps):
@@ -58,8 +65,8 @@ def test_forked_rollouts_give_the_same_replay(monkeypatch, kind):
 
 
 def test_small_workloads_and_threaded_processes_stay_in_one_process():
-    env_work = workload(steps=2, groups=4)
-    assert not parallel_rollouts.prefill_rollouts(None, env_work, lambda f: None, workers=2)  # type: ignore[arg-type]
+    small = workload(steps=2, groups=4)
+    assert not parallel_rollouts.prefill_rollouts(None, small, lambda f: None, workers=2)  # type: ignore[arg-type]
     stop = threading.Event()
     t = threading.Thread(target=stop.wait)
     t.start()
