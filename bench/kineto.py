@@ -63,6 +63,33 @@ def cpu_seconds() -> float:
     return t.user + t.system + t.children_user + t.children_system
 
 
+def peak_rss_mb() -> float:
+    """This process's peak resident memory since start or the last `reset_peak_rss()`
+    (Linux VmHWM: per address space, so neither a parent's pages nor an earlier
+    measurement leak into it, as they do into getrusage's ru_maxrss)."""
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmHWM")) / 1024
+
+
+def reset_peak_rss() -> None:
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+
+
+# Run before a measured subprocess's own code: at exit it appends the largest peak RSS
+# (MB) of the process and of its reaped children (worker pools) to $BENCH_PEAK_FILE.
+PEAK_AT_EXIT = """
+import atexit, os, resource, runpy, sys
+def _write_peak():
+    with open("/proc/self/status") as f:
+        own = next(int(line.split()[1]) for line in f if line.startswith("VmHWM"))
+    children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    with open(os.environ["BENCH_PEAK_FILE"], "a") as f:
+        f.write(f"{max(own, children) / 1024}\\n")
+atexit.register(_write_peak)
+"""
+
+
 # --- HTA side (runs inside the HTA venv) ----------------------------------------------
 
 
@@ -84,9 +111,7 @@ def hta_worker(trace_dir: str) -> None:
     unit = next(c for c in temporal.columns if c.startswith("kernel_time(")).split("(")[1].rstrip(")")
     import resource
 
-    peak = max(
-        resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    )
+    peak = max(peak_rss_mb() * 1024, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
     print(
         json.dumps(
             {
@@ -171,6 +196,7 @@ def run_ours(files: list[Path], processes: int = 1) -> dict:
 
     from core.analysis.gpu_timeline import idle_breakdown, temporal_breakdown
 
+    reset_peak_rss()
     c0, t0 = cpu_seconds(), time.perf_counter()
     if processes > 1 and len(files) > 1:
         import multiprocessing
@@ -195,6 +221,7 @@ def run_ours(files: list[Path], processes: int = 1) -> dict:
     return {
         "seconds": {"read": t1 - t0, "temporal": t2 - t1, "idle": t3 - t2, "total": t3 - t0, "cpu": c3 - c0},
         "n_events": int(len(events["rank"])),
+        "peak_rss_mb": peak_rss_mb(),  # this process's (the readers' pool, if any, not counted)
         "temporal": temporal,
         "idle": idle,
     }
@@ -255,6 +282,15 @@ print(json.dumps(out))
 """
 
 
+INGEST_CLI = (
+    PEAK_AT_EXIT
+    + """
+sys.argv = ["rlvr-explorer", *sys.argv[1:]]
+runpy.run_module("rlvr_explorer", run_name="__main__")
+"""
+)
+
+
 def _children_cpu() -> float:
     t = os.times()
     return t.children_user + t.children_system
@@ -262,12 +298,17 @@ def _children_cpu() -> float:
 
 def run_end_to_end(files: list[Path]) -> dict:
     """`rlvr-explorer ingest FILES` then the queued analyses, in fresh subprocesses on a
-    scratch embedded store; wall / CPU seconds of each and the largest peak RSS."""
-    import resource
+    scratch embedded store; wall / CPU seconds of each and each one's peak RSS."""
     import tempfile
 
     with tempfile.TemporaryDirectory(prefix="kineto-e2e-") as tmp:
-        env = {**os.environ, "RLVR_DATA_DIR": str(Path(tmp) / "data"), "PYTHONPATH": str(ROOT)}
+        peaks = Path(tmp) / "peaks"
+        env = {
+            **os.environ,
+            "RLVR_DATA_DIR": str(Path(tmp) / "data"),
+            "PYTHONPATH": str(ROOT),
+            "BENCH_PEAK_FILE": str(peaks),
+        }
         env.pop("RLVR_DATABASE_URL", None)
         env.pop("DATABASE_URL", None)
         # the schema is made once per install (not timed)
@@ -276,7 +317,7 @@ def run_end_to_end(files: list[Path]) -> dict:
         )
         c0, t0 = _children_cpu(), time.perf_counter()
         subprocess.run(
-            [sys.executable, "-m", "rlvr_explorer", "ingest", *map(str, files)],
+            [sys.executable, "-c", INGEST_CLI, "ingest", *map(str, files)],
             env=env,
             cwd=tmp,
             check=True,
@@ -285,18 +326,24 @@ def run_end_to_end(files: list[Path]) -> dict:
         )
         t1, c1 = time.perf_counter(), _children_cpu()
         proc = subprocess.run(
-            [sys.executable, "-c", RUN_QUEUED], env=env, cwd=tmp, check=True, capture_output=True, text=True
+            [sys.executable, "-c", PEAK_AT_EXIT + RUN_QUEUED],
+            env=env,
+            cwd=tmp,
+            check=True,
+            capture_output=True,
+            text=True,
         )
         t2, c2 = time.perf_counter(), _children_cpu()
         jobs = json.loads(proc.stdout.strip().splitlines()[-1])
         kept = sum(f.stat().st_size for f in (Path(tmp) / "data" / "kineto").rglob("*") if f.is_file())
+        ingest_peak, analyses_peak = (float(x) for x in peaks.read_text().split())
     gpu = jobs.get("gpu_timeline", {})
     if gpu.get("status") != "succeeded":
         raise RuntimeError(f"gpu_timeline job did not succeed: {gpu}")
     return {
         "seconds": {"ingest": t1 - t0, "analyses": t2 - t1, "total": t2 - t0},
         "cpu": {"ingest": c1 - c0, "analyses": c2 - c1, "total": c2 - c0},
-        "peak_rss_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024,
+        "peak_rss_mb": {"ingest": ingest_peak, "analyses": analyses_peak},
         "result_fields": gpu.get("keys"),
         "kept_events_mb": kept / 1e6,
     }
@@ -649,8 +696,6 @@ def main() -> None:
         hta = run_hta(folder)
         summary.append(report(label, ours, parallel, hta))
         mb = uncompressed_mb(files)
-        import resource
-
         e2e_rows.append(
             {
                 "label": label,
@@ -659,12 +704,13 @@ def main() -> None:
                 "hta": hta,
                 "ours": ours,
                 "decode_mb_s": mb / ours["seconds"]["read"],
-                "ours_peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                "ours_peak_mb": ours["peak_rss_mb"],
             }
         )
         print(
             f"  end to end: ingest {e2e['seconds']['ingest']:.2f}s + analyses {e2e['seconds']['analyses']:.2f}s = "
-            f"{e2e['seconds']['total']:.2f}s wall, {e2e['cpu']['total']:.2f}s CPU, peak {e2e['peak_rss_mb']:.0f} MB, "
+            f"{e2e['seconds']['total']:.2f}s wall, {e2e['cpu']['total']:.2f}s CPU, peak {e2e['peak_rss_mb']['ingest']:.0f} MB ingest / "
+            f"{e2e['peak_rss_mb']['analyses']:.0f} MB analyses, "
             f"kept events {e2e['kept_events_mb']:.1f} MB; vs HTA {hta['seconds']['total']:.2f}s wall / "
             f"{hta['seconds']['cpu']:.2f}s CPU incl. its pool and imports, {hta['seconds']['cpu_inner']:.2f}s by its own timer (peak {hta.get('peak_rss_mb', float('nan')):.0f} MB): "
             f"{hta['seconds']['total'] / e2e['seconds']['total']:.1f}x wall, "
@@ -698,7 +744,7 @@ def main() -> None:
             f"{h['seconds']['total']:>8.2f}{h['seconds']['cpu']:>9.2f}"
             f"{h['seconds']['total'] / e['seconds']['total']:>6.1f}x{h['seconds']['cpu'] / e['cpu']['total']:>6.1f}x"
             f"{h['seconds']['total'] / o['seconds']['total']:>9.1f}x{h['seconds']['cpu'] / o['seconds']['cpu']:>6.1f}x"
-            f"{r['decode_mb_s']:>7.0f}{r['ours_peak_mb']:>8.0f}/{e['peak_rss_mb']:.0f}/{h.get('peak_rss_mb', 0):.0f}"
+            f"{r['decode_mb_s']:>7.0f}{r['ours_peak_mb']:>8.0f}/{max(e['peak_rss_mb'].values()):.0f}/{h.get('peak_rss_mb', 0):.0f}"
         )
 
 

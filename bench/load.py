@@ -4,7 +4,7 @@ On Postgres + Redis, with the API (`rlvr-explorer api`, uvicorn) and a worker
 (`rlvr-explorer worker`) run as subprocesses against a throwaway database, a Redis
 database of its own and a queue name of its own, everything on loopback:
 
-  phase 1  50 readers (threads, one keep-alive httpx client each) for 30 s over list /
+  phase 1  50 readers (aiohttp on one event loop, a keep-alive connection each) for 30 s over list /
            get / steps / summaries / analyses of an ingested trace
            (target: p99 < 500 ms, 0 errors);
   phase 2  the same readers while 5 clients each upload a 50 MB PolyTrace packed-lengths
@@ -23,6 +23,7 @@ timeout, each phase a deadline, and the subprocesses are stopped on the way out.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import os
 import signal
@@ -36,6 +37,7 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import aiohttp
 import httpx
 import numpy as np
 import orjson
@@ -76,6 +78,7 @@ class Tally:
     latencies: list[float] = field(default_factory=list)
     by_kind: dict[str, list[float]] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
+    client_cpu_s: float = 0.0
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def add(self, kind: str, seconds: float, error: str | None) -> None:
@@ -86,35 +89,53 @@ class Tally:
                 self.errors.append(error)
 
 
-def reader(base: str, key: str, trace_id: int, stop: threading.Event, tally: Tally, offset: int) -> None:
-    paths = list(zip(KINDS, ("/traces", "", "/steps", "/summaries", "/analyses")))
-    paths = [(k, p if k == "list" else f"/traces/{trace_id}{p}") for k, p in paths]
+def reader_paths(trace_id: int) -> list[tuple[str, str]]:
+    suffixes = ("/traces", "", "/steps", "/summaries", "/analyses")
+    return [(k, p if k == "list" else f"/traces/{trace_id}{p}") for k, p in zip(KINDS, suffixes)]
+
+
+async def reader(
+    session: aiohttp.ClientSession, base: str, trace_id: int, stop: threading.Event, tally: Tally, offset: int
+) -> None:
+    """One reader: its own keep-alive connection, one request at a time, no think time."""
+    paths = reader_paths(trace_id)
     i = offset
-    with httpx.Client(base_url=base + "/api/v1", headers={"X-API-Key": key}, timeout=30) as client:
-        while not stop.is_set():
-            kind, path = paths[i % len(paths)]
-            i += 1
-            t = time.perf_counter()
-            try:
-                r = client.get(path)
-                error = None if r.status_code == 200 else f"{r.status_code} {path}: {r.text[:120]}"
-            except httpx.HTTPError as exc:
-                error = f"{type(exc).__name__} {path}"
-            tally.add(kind, time.perf_counter() - t, error)
+    while not stop.is_set():
+        kind, path = paths[i % len(paths)]
+        i += 1
+        t = time.perf_counter()
+        try:
+            async with session.get(base + "/api/v1" + path) as r:
+                body = await r.read()  # the whole (gzip-compressed) body, as sent
+                error = None if r.status == 200 else f"{r.status} {path}: {body[:120]!r}"
+        except (TimeoutError, aiohttp.ClientError) as exc:
+            error = f"{type(exc).__name__} {path}"
+        tally.add(kind, time.perf_counter() - t, error)
+
+
+async def readers_main(base: str, key: str, trace_id: int, readers: int, stop: threading.Event, tally: Tally) -> None:
+    # One event loop drives every reader: a thread per reader (as with httpx before) spent
+    # the machine's CPU and the GIL on the client, and its queueing was counted as latency.
+    connector = aiohttp.TCPConnector(limit=readers, force_close=False)
+    headers = {"X-API-Key": key, "Accept-Encoding": "gzip"}
+    timeout = aiohttp.ClientTimeout(total=30)
+    async with aiohttp.ClientSession(
+        connector=connector, headers=headers, timeout=timeout, auto_decompress=False
+    ) as session:
+        await asyncio.gather(*(reader(session, base, trace_id, stop, tally, n) for n in range(readers)))
 
 
 def read_phase(base, key, trace_id, readers: int, until) -> tuple[Tally, float]:
+    """Run `readers` readers until `until()` returns; (tally, seconds). The tally also
+    records the CPU seconds this process (the load generator) spent meanwhile."""
     tally, stop = Tally(), threading.Event()
-    threads = [
-        threading.Thread(target=reader, args=(base, key, trace_id, stop, tally, n), daemon=True) for n in range(readers)
-    ]
-    t0 = time.perf_counter()
-    for t in threads:
-        t.start()
+    loop = threading.Thread(target=lambda: asyncio.run(readers_main(base, key, trace_id, readers, stop, tally)))
+    c0, t0 = time.process_time(), time.perf_counter()
+    loop.start()
     until()
     stop.set()
-    for t in threads:
-        t.join(40)
+    loop.join(40)
+    tally.client_cpu_s = time.process_time() - c0
     return tally, time.perf_counter() - t0
 
 
@@ -184,7 +205,8 @@ def row(name: str, tally: Tally, seconds: float) -> str:
     lat = np.array(tally.latencies) * 1000 if tally.latencies else np.zeros(1)
     return (
         f"{name:<28} {len(tally.latencies):>8} {len(tally.latencies) / seconds:>8.1f} "
-        f"{np.percentile(lat, 50):>8.0f} {np.percentile(lat, 99):>8.0f} {lat.max():>8.0f} {len(tally.errors):>7}"
+        f"{np.percentile(lat, 50):>8.0f} {np.percentile(lat, 99):>8.0f} {lat.max():>8.0f} {len(tally.errors):>7} "
+        f"{1000 * tally.client_cpu_s / max(1, len(tally.latencies)):>13.2f}"
     )
 
 
@@ -296,7 +318,9 @@ def main() -> int:
                     r.delete(k)
 
     print()
-    print(f"{'phase':<28} {'requests':>8} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8} {'errors':>7}")
+    print(
+        f"{'phase':<28} {'requests':>8} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8} {'errors':>7} {'client ms/req':>13}"
+    )
     print(row("1: reads alone", t1, s1))
     print(row(f"2: reads + {args.uploads} uploads", t2, s2))
     print()
