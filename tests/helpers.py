@@ -10,6 +10,7 @@ import numpy as np
 import orjson
 
 from core.analysis.gpu_kinds import GpuKind
+from core.workload.polytrace_rows import TURN_COLUMNS
 from core.workload.synthetic import packed_length_rows
 
 
@@ -58,21 +59,7 @@ def synthetic_trace_tables(seed: int = 3) -> dict[str, dict[str, np.ndarray]]:
     for k in ("dp_rank", "rank", "tp_rank", "task_id", "validate", "truncated", "num_turns", "num_tool_calls"):
         s[k] = []
     s["latency_s"] = []
-    t: dict[str, list] = {
-        k: []
-        for k in (
-            "step",
-            "group_idx",
-            "sample_idx",
-            "turn",
-            "prompt_tokens",
-            "cached_tokens",
-            "completion_tokens",
-            "engine_latency_s",
-            "tool_call_count",
-            "finish_reason",
-        )
-    }
+    t: dict[str, list] = {k: [] for k in (*TURN_COLUMNS, "finish_reason")}
     c: dict[str, list] = {
         k: []
         for k in (

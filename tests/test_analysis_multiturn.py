@@ -11,6 +11,7 @@ import pytest
 from core.analysis.multiturn import analyze_multiturn, reduce_multiturn
 from core.analysis.stats import LOG_BIN_EDGES
 from core.analysis.tables import TraceData
+from core.workload.polytrace_rows import TURN_COLUMNS
 
 # (step, group, sample) -> turns [(prompt, cached, completion, tool_calls)]
 TRAJ = {
@@ -27,20 +28,7 @@ def latency_of(p, c):
 
 
 def turn_table(traj=TRAJ, with_counts=True):
-    cols = {
-        k: []
-        for k in (
-            "step",
-            "group_idx",
-            "sample_idx",
-            "turn",
-            "prompt_tokens",
-            "cached_tokens",
-            "completion_tokens",
-            "engine_latency_s",
-            "tool_call_count",
-        )
-    }
+    cols: dict[str, list] = {k: [] for k in TURN_COLUMNS}
     for key, turns in traj.items():
         for i, (p, ca, co, tc) in enumerate(turns):
             for name, v in zip(("step", "group_idx", "sample_idx"), key):

@@ -17,6 +17,20 @@ from __future__ import annotations
 
 import numpy as np
 
+# The `turns` columns of a multi-turn trajectory (finish_reason aside, which only the
+# upload readers keep).
+TURN_COLUMNS = (
+    "step",
+    "group_idx",
+    "sample_idx",
+    "turn",
+    "prompt_tokens",
+    "cached_tokens",
+    "completion_tokens",
+    "engine_latency_s",
+    "tool_call_count",
+)
+
 
 def packed_rows_to_columns(rows: list[dict]) -> dict[str, np.ndarray]:
     rows = sorted(
@@ -69,20 +83,7 @@ def multiturn_rows_to_columns(rows: list[dict]) -> dict[str, dict]:
             "latency_s",
         )
     }
-    turns: dict[str, list] = {
-        k: []
-        for k in (
-            "step",
-            "group_idx",
-            "sample_idx",
-            "turn",
-            "prompt_tokens",
-            "cached_tokens",
-            "completion_tokens",
-            "engine_latency_s",
-            "tool_call_count",
-        )
-    }
+    turns: dict[str, list] = {k: [] for k in TURN_COLUMNS}
     calls: dict[str, list] = {
         k: [] for k in ("step", "group_idx", "sample_idx", "call_idx", "turn", "latency_s", "response_tokens")
     }
