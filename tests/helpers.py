@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import io
+import subprocess
+import time
+import urllib.request
 import zipfile
 from pathlib import Path
 
@@ -237,3 +240,17 @@ def write_dapo_dir(folder: Path, packed: list[list[dict]], filt: list[dict]) -> 
     write_packed_dir(folder, packed)
     (folder / "dapo_filter_indices.jsonl").write_bytes(jsonl(filt))
     return folder
+
+
+def health(port: int, proc: subprocess.Popen, what: str, timeout: float = 60, log: Path | None = None) -> bytes:
+    """The health answer of the server `proc` started on `port`, waiting for it; fails
+    naming `what` (and the tail of `log`) when `proc` exits or `timeout` passes."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if proc.poll() is not None or time.monotonic() >= deadline:
+            tail = log.read_text()[-2000:] if log is not None else ""
+            raise AssertionError(f"{what}\n{tail}")
+        try:
+            return urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v1/health", timeout=2).read()
+        except OSError:
+            time.sleep(0.5)

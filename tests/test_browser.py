@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import ROOT
-from tests.helpers import synthetic_rows, write_packed_dir
+from tests.helpers import health, synthetic_rows, write_packed_dir
 
 pytestmark = pytest.mark.browser
 
@@ -94,18 +94,7 @@ def server(tmp_path_factory):
     )
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 90
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"server exited:\n{log.read_text()[-3000:]}")
-            try:
-                if httpx.get(base + "/api/v1/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"server did not start:\n{log.read_text()[-3000:]}")
-            time.sleep(0.5)
+        health(port, proc, "serve did not answer within 90 s", timeout=90, log=log)
         yield Server(base, (data / "local_team_key").read_text().strip(), env, log)
     finally:
         if proc.poll() is None:

@@ -11,14 +11,13 @@ import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
 
 from tests.conftest import ROOT
-from tests.helpers import synthetic_rows, write_packed_dir
+from tests.helpers import health, synthetic_rows, write_packed_dir
 
 
 def embedded_env(tmp_path: Path) -> dict[str, str]:
@@ -51,20 +50,6 @@ def kill_session(sid: int) -> None:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-
-
-def health(port: int, proc: subprocess.Popen, what: str, timeout: float = 60, log: Path | None = None) -> bytes:
-    """The health answer of the server `proc` started on `port`, waiting for it; fails
-    naming `what` (and the tail of `log`) when `proc` exits or `timeout` passes."""
-    deadline = time.monotonic() + timeout
-    while True:
-        if proc.poll() is not None or time.monotonic() >= deadline:
-            tail = log.read_text()[-2000:] if log is not None else ""
-            raise AssertionError(f"{what}\n{tail}")
-        try:
-            return urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v1/health", timeout=2).read()
-        except OSError:
-            time.sleep(0.5)
 
 
 def wait_session_gone(sid: int, timeout: float) -> None:

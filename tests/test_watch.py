@@ -21,7 +21,7 @@ import orjson
 import pytest
 
 from tests.conftest import ROOT
-from tests.helpers import jsonl, responses_of, synthetic_rows
+from tests.helpers import health, jsonl, responses_of, synthetic_rows
 
 TIMEOUT = 60
 
@@ -62,17 +62,7 @@ def live_server(tmp_path_factory):
     )
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(log.read_text()[-3000:])
-            try:
-                if httpx.get(base + "/api/v1/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() < deadline, log.read_text()[-3000:]
-            time.sleep(0.3)
+        health(port, proc, "api did not answer within 60 s", timeout=60, log=log)
         yield {"base": base, "key": key, "env": env}
     finally:
         proc.send_signal(signal.SIGINT)
