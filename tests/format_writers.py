@@ -1,6 +1,6 @@
 """Small files in the formats of other tools, written the way those tools write them
 (TensorBoard's own event writer and protos, pyarrow / csv for W&B history, JSON lines
-for AReaL and OTLP), for the reader tests."""
+for AReaL and OTLP, Chrome-trace JSON for the PyTorch profiler), for the reader tests."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import csv
 import io
 from pathlib import Path
 
+import numpy as np
 import orjson
 
 
@@ -173,3 +174,92 @@ def otlp_request(worker: str = "worker-0", steps: int = 2, unstepped: bool = Tru
             }
         ]
     }
+
+
+def kineto_rank_trace(
+    rank: int, steps: int = 3, ops_per_step: int = 40, seed: int = 0, bad_event: bool = False
+) -> bytes:
+    """One rank's PyTorch-profiler trace with every event kind the reader keeps:
+    ProfilerStep annotations, cpu_ops each launching a kernel (compute, NCCL or a copy,
+    with its size and bandwidth) through a cuda_runtime call, ac2g flow arrows, a GPU user
+    annotation and the process / thread metadata events. `bad_event`: one kernel has a
+    negative duration (the reader refuses it, naming the event)."""
+    rng = np.random.default_rng(seed * 100 + rank)
+    pid, tid, events = 100 + rank, 200 + rank, []
+    events += [
+        {"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": f"rank {rank}"}},
+        {"ph": "M", "name": "thread_name", "pid": 0, "tid": 7, "args": {"name": "stream 7"}},
+    ]
+    t, corr = 1000.0, 1
+    for step in range(steps):
+        start = t
+        for op in range(ops_per_step):
+            kind = op % 5
+            name, cat, stream, extra = "sm90_gemm_bf16", "kernel", 7, {}
+            if kind == 3:
+                name, stream = "ncclDevKernel_AllReduce_Sum_bf16_RING_LL", 9
+            elif kind == 4:
+                name, cat, stream = "Memcpy HtoD (Pageable -> Device)", "gpu_memcpy", 11
+                extra = {"bytes": 4096, "memory bandwidth (GB/s)": 12.5}
+            dur = float(rng.integers(5, 50))
+            events += [
+                {"ph": "X", "cat": "cpu_op", "name": f"aten::op{kind}", "pid": pid, "tid": tid, "ts": t, "dur": 6.0},
+                {
+                    "ph": "X",
+                    "cat": "cuda_runtime",
+                    "name": "cudaLaunchKernel",
+                    "pid": pid,
+                    "tid": tid,
+                    "ts": t + 1,
+                    "dur": 3.0,
+                    "args": {"correlation": corr, "External id": corr},
+                },
+                {"ph": "s", "cat": "ac2g", "name": "ac2g", "id": corr, "pid": pid, "tid": tid, "ts": t + 1},
+                {
+                    "ph": "X",
+                    "cat": cat,
+                    "name": name,
+                    "pid": 0,
+                    "tid": stream,
+                    "ts": t + 20,
+                    "dur": -1.0 if bad_event and op == 7 else dur,
+                    "args": {"device": 0, "stream": stream, "correlation": corr, "External id": corr, **extra},
+                },
+                {
+                    "ph": "f",
+                    "cat": "ac2g",
+                    "name": "ac2g",
+                    "id": corr,
+                    "pid": 0,
+                    "tid": stream,
+                    "ts": t + 20,
+                    "bp": "e",
+                },
+            ]
+            t += dur + float(rng.integers(1, 10))
+            corr += 1
+        events.append(
+            {
+                "ph": "X",
+                "cat": "user_annotation",
+                "name": f"ProfilerStep#{step}",
+                "pid": pid,
+                "tid": tid,
+                "ts": start,
+                "dur": t - start,
+            }
+        )
+        events.append(
+            {
+                "ph": "X",
+                "cat": "gpu_user_annotation",
+                "name": "forward",
+                "pid": 0,
+                "tid": 7,
+                "ts": start + 20,
+                "dur": (t - start) / 2,
+            }
+        )
+        t += 100.0
+    doc = {"schemaVersion": 1, "distributedInfo": {"rank": rank, "world_size": 4}, "traceEvents": events}
+    return orjson.dumps(doc)

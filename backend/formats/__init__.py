@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from backend.formats.base import InputError, ReadResult, Source, TableBatch
 from backend.formats.dapo import unmatched_note
 from backend.formats.detect import base_name, detect_format, natural_key, skip_note
+from backend.formats.kineto_ahead import kineto_read_ahead
 from backend.formats.registry import FORMATS
 
 __all__ = ["FORMATS", "detect_format", "natural_key", "read_sources", "upload_format"]
@@ -46,13 +47,20 @@ def read_sources(
     def order(s: Source) -> tuple:
         return (not base_name(s.name).startswith("dapo_filter_indices"), natural_key(s.name))
 
-    for source in sorted(sources, key=order):
-        fmt = forced_format or detect_format(source)
-        if fmt is None:
-            result.skipped.append(skip_note(source))
-            continue
-        readable += marks_alone or fmt != "dapo-filter"  # marks alone are no trace
-        yield from FORMATS[fmt](source, result)
+    ordered = sorted(sources, key=order)
+    formats = [forced_format or detect_format(s) for s in ordered]
+    ahead = kineto_read_ahead([s for s, f in zip(ordered, formats) if f == "kineto"], result)
+    try:
+        for source, fmt in zip(ordered, formats):
+            if fmt is None:
+                result.skipped.append(skip_note(source))
+                continue
+            readable += marks_alone or fmt != "dapo-filter"  # marks alone are no trace
+            reader = ahead.reader if ahead is not None and fmt == "kineto" else FORMATS[fmt]
+            yield from reader(source, result)
+    finally:
+        if ahead is not None:
+            ahead.close()
     note = unmatched_note(result)
     if note:
         result.skipped.append(note)

@@ -89,6 +89,9 @@ class InputError(ValueError):
     def as_dict(self) -> dict:
         return {"file": self.file, "line": self.line, "field": self.field, "message": str(self)}
 
+    def __reduce__(self):  # pickled whole (from a reader in another process), not by its text
+        return type(self), (self.file, self.reason, self.line, self.field)
+
 
 @dataclass
 class Source:

@@ -110,7 +110,7 @@ def read_kineto(source: Source, result: ReadResult) -> Iterator[TableBatch]:
     windows = _step_windows(step_marks)
     step = assign_steps(launch_us, windows)
     n = len(gpu)
-    _merge_metadata(result, source.name, rank, trace.distributedInfo, columns, windows, n)
+    merge_kineto_metadata(result, _file_metadata(source.name, rank, trace.distributedInfo, columns, windows, n))
     keep_dir = result.state.get(EVENTS_DIR_STATE)
     if keep_dir is not None:  # every event of the file, for the CPU-side analyses and the export
         index = result.state.get("kineto_files_kept", 0)
@@ -516,20 +516,35 @@ def _step_windows(marks: list) -> list[tuple[int, float, float]]:
     return windows
 
 
-def _merge_metadata(result: ReadResult, file: str, rank: int, info: Any, columns: dict, windows, n: int) -> None:
-    """Fold this file's facts into metadata["kineto"]; a rank may come in several files
-    (e.g. two profiling windows of one run), so per-rank entries accumulate."""
-    kineto = result.info.metadata.setdefault("kineto", {})
+def _file_metadata(file: str, rank: int, info: Any, columns: dict, windows, n: int) -> dict:
+    """One file's facts, in the shape of metadata["kineto"]."""
     key = str(rank)
-    kineto["ranks"] = sorted(set(kineto.get("ranks", [])) | {rank})
+    part: dict[str, Any] = {"ranks": [rank]}
     if isinstance(info, dict) and info.get("world_size") is not None:
-        kineto["world_size"] = info["world_size"]
-    files = kineto.setdefault("files", {})
-    files[key] = sorted(set(files.get(key, [])) | {file})
-    for field_name, values in (("devices", columns["device"]), ("streams", columns["stream"])):
-        per_rank = kineto.setdefault(field_name, {})
-        per_rank[key] = sorted(set(per_rank.get(key, [])) | set(np.unique(values).tolist()))
+        part["world_size"] = info["world_size"]
+    part["files"] = {key: [file]}
+    part["devices"] = {key: np.unique(columns["device"]).tolist()}
+    part["streams"] = {key: np.unique(columns["stream"]).tolist()}
+    part["gpu_events"] = {key: n}
+    part["steps"] = {key: [[s, a, b] for s, a, b in windows]}
+    return part
+
+
+def merge_kineto_metadata(result: ReadResult, part: dict) -> None:
+    """Fold one file's (or several files') metadata["kineto"] into the upload's; a rank
+    may come in several files (e.g. two profiling windows of one run), so per-rank
+    entries accumulate."""
+    kineto = result.info.metadata.setdefault("kineto", {})
+    kineto["ranks"] = sorted(set(kineto.get("ranks", [])) | set(part.get("ranks", [])))
+    if "world_size" in part:
+        kineto["world_size"] = part["world_size"]
+    for field_name in ("files", "devices", "streams"):
+        into = kineto.setdefault(field_name, {})
+        for key, values in part.get(field_name, {}).items():
+            into[key] = sorted(set(into.get(key, [])) | set(values))
     counts = kineto.setdefault("gpu_events", {})
-    counts[key] = counts.get(key, 0) + n
+    for key, n in part.get("gpu_events", {}).items():
+        counts[key] = counts.get(key, 0) + n
     steps = kineto.setdefault("steps", {})
-    steps[key] = sorted(steps.get(key, []) + [[s, a, b] for s, a, b in windows], key=lambda w: w[1])
+    for key, windows in part.get("steps", {}).items():
+        steps[key] = sorted(steps.get(key, []) + windows, key=lambda w: w[1])

@@ -8,9 +8,11 @@ run starts by clearing rows a killed earlier attempt may have left.
 
 from __future__ import annotations
 
+import multiprocessing as mp
 import re
 import time
 from collections.abc import Callable
+from contextlib import closing
 from dataclasses import asdict
 from typing import IO
 
@@ -62,19 +64,22 @@ SUMMARY_RANGE_SAMPLES = 2_000_000
 
 
 class _CountingStream:
-    """Wraps a binary stream to count bytes read (for progress)."""
+    """Wraps a binary stream to count bytes read (for progress). The count lives in
+    shared memory: Kineto files read ahead in forked processes
+    (backend/formats/kineto_ahead.py) count into it too (an update lost to a race
+    between them only shows a little less progress)."""
 
-    def __init__(self, raw: IO[bytes], counter: list[int]):
+    def __init__(self, raw: IO[bytes], counter):
         self._raw, self._counter = raw, counter
 
     def read(self, n: int = -1) -> bytes:
         data = self._raw.read(n)
-        self._counter[0] += len(data)
+        self._counter.value += len(data)
         return data
 
     def readline(self, n: int = -1) -> bytes:
         data = self._raw.readline(n)
-        self._counter[0] += len(data)
+        self._counter.value += len(data)
         return data
 
     def __iter__(self):
@@ -219,7 +224,7 @@ def ingest_trace(
     with the reason, leave no rows behind, and re-raise. With a `fence`, an ingestion
     another process has taken over commits nothing and touches neither trace nor rows."""
     total_bytes = sum(s.size or 0 for s in sources) or 1
-    counter = [0]
+    counter = mp.RawValue("q", 0)
     counted = [Source(s.name, (lambda s=s: _CountingStream(s.open(), counter)), s.size) for s in sources]
     result = ReadResult()
     # Kineto files keep every event beside the database (CPU-side analyses, full export)
@@ -233,7 +238,7 @@ def ingest_trace(
         now = time.monotonic()
         if progress and now - last_report[0] > 0.5:
             last_report[0] = now
-            progress(min(counter[0] / total_bytes, 0.99), message)
+            progress(min(counter.value / total_bytes, 0.99), message)
 
     def ours() -> bool:
         if fence is None:
@@ -254,12 +259,15 @@ def ingest_trace(
             conn.commit()
             loader = _Loader(conn, trace_id)
             try:
-                for batch in read_sources(counted, forced_format, result):
-                    loader.add(batch)
-                    if not atomic:
-                        _still_there(conn, trace_id)
-                        conn.commit()
-                    report(f"loaded {sum(loader.counts.values()):,} rows")
+                # closed at once on an error: files still being read ahead are waited for
+                # before the clean-up below removes what they wrote
+                with closing(read_sources(counted, forced_format, result)) as batches:
+                    for batch in batches:
+                        loader.add(batch)
+                        if not atomic:
+                            _still_there(conn, trace_id)
+                            conn.commit()
+                        report(f"loaded {sum(loader.counts.values()):,} rows")
                 cap = max_response_len or result.info.max_response_len
                 if cap is None:
                     cap = loader.steps.inferred_cap()

@@ -229,6 +229,9 @@ class _Heartbeat:
     def _ensure_thread(self) -> None:
         if self.thread is None or not self.thread.is_alive():
             self.thread = threading.Thread(target=self._run, name="job-lease-heartbeat", daemon=True)
+            # it sleeps and renews leases in the database; a child forked beside it for pure
+            # work (core.forking) never uses the database, so none of its locks
+            self.thread.fork_safe = True  # type: ignore[attr-defined]
             self.thread.start()
 
     def hold(self, job_ids: list[int], owner: str | None) -> None:

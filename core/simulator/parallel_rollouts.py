@@ -7,20 +7,17 @@ big replay they are computed first, spread over processes, and put in the replay
 rollout cache; the policy's own loop then finds each one there. The results are the
 same as computing them in order (`tests/test_parallel_rollouts.py`).
 
-Only where forking is safe and pays: a process with no other threads (a threaded
-process can deadlock its forked child on a lock some thread held), not a daemonic one
-(a Celery prefork child may not have children), and a workload big enough that a fork
-costs little next to it.
+Only where forking is safe (`core.forking`) and pays: a workload big enough that a
+fork costs little next to it.
 """
 
 from __future__ import annotations
 
 import multiprocessing as mp
-import os
-import threading
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 
+from core.forking import fork_workers
 from core.simulator.policies.base import Env, RolloutOutcome, rollout_key, uncached_rollout_batch
 from core.simulator.workload import StepWorkload
 
@@ -31,11 +28,8 @@ _JOB: tuple[Env, list[StepWorkload]] | None = None  # set in the parent, inherit
 
 
 def rollout_workers() -> int:
-    """How many processes to use here: the CPUs this process may run on (at most
-    MAX_WORKERS), or 1 where forking is not safe."""
-    if "fork" not in mp.get_all_start_methods() or mp.current_process().daemon or threading.active_count() > 1:
-        return 1
-    return max(1, min(MAX_WORKERS, len(os.sched_getaffinity(0))))
+    """How many processes to use here (`core.forking.fork_workers`, at most MAX_WORKERS)."""
+    return fork_workers(MAX_WORKERS)
 
 
 def _rollouts(indices: list[int]) -> list[RolloutOutcome]:
