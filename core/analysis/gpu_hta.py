@@ -503,6 +503,14 @@ def queue_length(
 # --- kernel launch statistics (TraceEvents) ---------------------------------------------
 
 
+def _concat_ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """concatenate(arange(s, s + n) for s, n in zip(starts, lengths)), without a loop."""
+    lengths = np.asarray(lengths, dtype=np.int64)
+    total = int(lengths.sum())
+    first = np.cumsum(lengths) - lengths  # where each range begins in the output
+    return np.repeat(np.asarray(starts, dtype=np.int64) - first, lengths) + np.arange(total, dtype=np.int64)
+
+
 def kernel_launch_stats(
     ev: TraceEvents,
     frames: dict[int, Frame] | None = None,
@@ -539,11 +547,7 @@ def kernel_launch_stats(
         hi = np.searchsorted(keys, corr[cpu], side="right")
         n_pairs = hi - lo
         ci = np.repeat(cpu, n_pairs)
-        gi = (
-            g_order[np.concatenate([np.arange(a, b) for a, b in zip(lo.tolist(), hi.tolist())])]
-            if len(cpu)
-            else np.zeros(0, np.int64)
-        )
+        gi = g_order[_concat_ranges(lo, n_pairs)]
         cpu_d = dur[ci]
         gpu_d = dur[gi]
         delay = np.clip(f.ts[gi] - f.ts[ci] - cpu_d, 0, None)
