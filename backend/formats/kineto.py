@@ -57,7 +57,7 @@ import msgspec
 import numpy as np
 
 from backend.formats.base import InputError, ReadResult, Source, TableBatch
-from backend.formats.kineto_events import EVENTS_DIR_STATE, save_file_events
+from backend.formats.kineto_events import EVENTS_DIR_STATE, intern_values, save_file_events
 from core.analysis.gpu_kinds import GpuKind, kernel_kind
 
 GPU_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
@@ -307,10 +307,7 @@ def _pick(items: list, idx: np.ndarray) -> list:
 
 def _split_events(events: list) -> tuple[list, list, list]:
     """GPU events, runtime calls and ProfilerStep annotations, in file order."""
-    cats = list(map(_get_cat, events))
-    distinct = list(dict.fromkeys(cats))
-    code_of = {c: i for i, c in enumerate(distinct)}
-    codes = np.fromiter(map(code_of.__getitem__, cats), dtype=np.int32, count=len(cats))
+    codes, distinct = intern_values(map(_get_cat, events), len(events))
 
     def where(test) -> np.ndarray:
         return np.flatnonzero(np.array([test(c) for c in distinct], dtype=bool)[codes]) if len(codes) else codes
@@ -423,9 +420,8 @@ def _gpu_columns(file: str, gpu: list, all_events: list, loose: bool) -> dict:
     if set(map(type, names)) - {str}:
         names = [v if type(v) is str else ("" if v is None else str(v)) for v in names]
     # Intern names so the regex classification runs once per distinct kernel name.
-    index = {v: i for i, v in enumerate(dict.fromkeys(names))}
-    codes = np.fromiter(map(index.__getitem__, names), dtype=np.int64, count=n)
-    kind = np.array([kernel_kind(v) for v in index], dtype=np.int8)[codes] if n else np.zeros(0, np.int8)
+    codes, distinct = intern_values(names, n)
+    kind = np.array([kernel_kind(v) for v in distinct], dtype=np.int8)[codes] if n else np.zeros(0, np.int8)
     kind[np.fromiter(map(MEMORY_CATS.__contains__, map(_get_cat, gpu)), dtype=bool, count=n)] = GpuKind.MEMORY
 
     args = _args_of(gpu)

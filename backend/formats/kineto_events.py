@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import operator
 import shutil
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -40,21 +41,34 @@ def _is_not_none(v) -> bool:
     return v is not None
 
 
-def _intern(values: list) -> tuple[np.ndarray, list]:
-    """(codes, distinct values in first-seen order): one dict lookup per value, no
-    Python-level loop body (map + fromiter)."""
-    index = {v: i for i, v in enumerate(dict.fromkeys(values))}
-    codes = np.fromiter(map(index.__getitem__, values), dtype=np.int32, count=len(values))
+class _FirstSeen(dict):
+    """value -> its number in first-seen order; a value not seen yet is numbered when
+    looked up (only then does Python code run: once per distinct value)."""
+
+    def __missing__(self, key):
+        code = self[key] = len(self)
+        return code
+
+
+def intern_values(values: Iterable, n: int) -> tuple[np.ndarray, list]:
+    """(codes, distinct values in first-seen order) of `n` values: one dict lookup per
+    value, no Python-level loop body and no list of the values (map + fromiter)."""
+    index = _FirstSeen()
+    codes = np.fromiter(map(index.__getitem__, values), dtype=np.int32, count=n)
     return codes, list(index)
 
 
-def _codes(values: list, table: dict) -> np.ndarray:
-    codes, distinct = _intern(values)
+def _codes(values: Iterable, n: int, table: dict) -> np.ndarray:
+    codes, distinct = intern_values(values, n)
     remap = np.array([table.setdefault("" if v is None else str(v), len(table)) for v in distinct] or [0], np.int32)
-    return remap[codes] if len(values) else codes
+    return remap[codes] if n else codes
 
 
 def _ints(values: list, labels: dict | None = None) -> np.ndarray:
+    try:  # integers only (the usual pid / tid): straight in
+        return np.fromiter(values, dtype=np.int64, count=len(values))
+    except (TypeError, ValueError, OverflowError):
+        pass
     try:  # numbers and None (-> NaN -> -1); exact for ids below 2**53
         as_float = np.array(values, dtype=np.float64)
         if not (np.abs(as_float[~np.isnan(as_float)]) >= 2**53).any():
@@ -92,7 +106,7 @@ def _floats(values: list) -> np.ndarray:
 def file_events(rank: int, events: list) -> tuple[dict[str, np.ndarray], dict]:
     """(columns, strings) of one file's decoded events (the reader's structs)."""
     n = len(events)
-    ph_codes, ph_values = _intern(list(map(_get["ph"], events)))
+    ph_codes, ph_values = intern_values(map(_get["ph"], events), n)
     ph = np.array([PH_CODE.get(p, PH_OTHER) for p in ph_values] or [0], dtype=np.int8)[ph_codes]
     names: dict[str, int] = {}
     cats: dict[str, int] = {}
@@ -108,13 +122,13 @@ def file_events(rank: int, events: list) -> tuple[dict[str, np.ndarray], dict]:
         out[has_args] = col
         return out
 
-    bp_codes, bp_values = _intern(list(map(_get["bp"], events)))
+    bp_codes, bp_values = intern_values(map(_get["bp"], events), n)
     bp_e = np.array([v == "e" for v in bp_values] or [False], dtype=np.int8)[bp_codes]
     cols = {
         "rank": np.full(n, rank, dtype=np.int64),
         "ph": ph,
-        "cat": _codes(list(map(_get["cat"], events)), cats),
-        "name": _codes(list(map(_get["name"], events)), names),
+        "cat": _codes(map(_get["cat"], events), n, cats),
+        "name": _codes(map(_get["name"], events), n, names),
         "ts": _floats(list(map(_get["ts"], events))),
         "dur": _floats(list(map(_get["dur"], events))),
         "pid": _ints(list(map(_get["pid"], events)), labels),
@@ -174,4 +188,12 @@ def remove_events(folder: str | Path) -> None:
     shutil.rmtree(folder, ignore_errors=True)
 
 
-__all__ = ["EVENTS_DIR_STATE", "INT_COLUMNS", "FLOAT_COLUMNS", "load_events", "remove_events", "save_file_events"]
+__all__ = [
+    "EVENTS_DIR_STATE",
+    "INT_COLUMNS",
+    "FLOAT_COLUMNS",
+    "intern_values",
+    "load_events",
+    "remove_events",
+    "save_file_events",
+]
