@@ -17,10 +17,13 @@ idle-breakdown shares (host wait / kernel wait / other, per stream). Also per jo
         the embedded SQLite store, every event kept as columns, the analysis job queued)
         then the queued gpu_timeline job run by the worker's runner
         (`workers.runners.analyses.plan_and_run`, a second subprocess: read the store,
-        every GPU analysis, result stored) -- wall and CPU time of both, their peak RSS;
-        against HTA's load + temporal + idle (target 20x);
+        every GPU analysis, result stored) -- wall and CPU time of both, the peak memory
+        of each (all its processes: the ingest forks readers), against HTA's load +
+        temporal + idle (target 20x) and HTA's peak memory (with its parsing pool);
   in-process: the reader + temporal + idle above (target 50x), its decode rate (MB/s of
-        uncompressed JSON) and this process's peak RSS; HTA's peak RSS beside it.
+        uncompressed JSON) and this process's peak RSS.
+Memory of a process tree is the peak of its summed Pss (a page shared after a fork counts
+once), sampled every 50 ms.
 
     .venv/bin/python bench/kineto.py            # fixtures + generated 1M-event trace
     .venv/bin/python bench/kineto.py --quick    # fixtures only
@@ -76,18 +79,42 @@ def reset_peak_rss() -> None:
         f.write("5")
 
 
-# Run before a measured subprocess's own code: at exit it appends the largest peak RSS
-# (MB) of the process and of its reaped children (worker pools) to $BENCH_PEAK_FILE.
-PEAK_AT_EXIT = """
-import atexit, os, resource, runpy, sys
-def _write_peak():
-    with open("/proc/self/status") as f:
-        own = next(int(line.split()[1]) for line in f if line.startswith("VmHWM"))
-    children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    with open(os.environ["BENCH_PEAK_FILE"], "a") as f:
-        f.write(f"{max(own, children) / 1024}\\n")
-atexit.register(_write_peak)
-"""
+def _tree_pss_mb(pid: int) -> float:
+    """Memory of a process and all its descendants now: the sum of their Pss (a page
+    shared by n processes, e.g. after a fork, counts 1/n in each), in MB."""
+    todo, total = [pid], 0
+    while todo:
+        p = todo.pop()
+        try:
+            for task in Path(f"/proc/{p}/task").iterdir():
+                todo += [int(c) for c in (task / "children").read_text().split()]
+            with open(f"/proc/{p}/smaps_rollup") as f:
+                total += next(int(line.split()[1]) for line in f if line.startswith("Pss:"))
+        except (OSError, StopIteration, ValueError):
+            pass  # the process ended meanwhile
+    return total / 1024
+
+
+def run_sampled(cmd: list[str], **kwargs) -> tuple[str, float]:
+    """Run `cmd` to completion (check=True); (its stdout, the peak of its process tree's
+    memory, sampled every 50 ms)."""
+    import threading
+
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kwargs)
+    peak, done = [0.0], threading.Event()
+
+    def sample() -> None:
+        while not done.wait(0.05):
+            peak[0] = max(peak[0], _tree_pss_mb(proc.pid))
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    out, err = proc.communicate()
+    done.set()
+    sampler.join()
+    if proc.returncode:
+        raise RuntimeError(f"{' '.join(cmd[:4])} ... failed ({proc.returncode}):\n{err[-4000:]}")
+    return out, peak[0]
 
 
 # --- HTA side (runs inside the HTA venv) ----------------------------------------------
@@ -154,15 +181,10 @@ def ensure_hta_venv() -> None:
 
 def run_hta(trace_dir: Path) -> dict:
     c0 = os.times()
-    proc = subprocess.run(
-        [str(HTA_PYTHON), str(Path(__file__).resolve()), "--hta-worker", str(trace_dir)],
-        capture_output=True,
-        text=True,
-    )
+    stdout, peak = run_sampled([str(HTA_PYTHON), str(Path(__file__).resolve()), "--hta-worker", str(trace_dir)])
     c1 = os.times()
-    if proc.returncode != 0:
-        raise RuntimeError(f"HTA failed on {trace_dir}:\n{proc.stderr[-4000:]}")
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    out = json.loads(stdout.strip().splitlines()[-1])
+    out["peak_rss_mb"] = peak  # the whole tree's, not the largest process's it reports
     # HTA parses ranks in a multiprocessing pool whose workers its own os.times() may not
     # count; the CPU of the whole subprocess tree, seen from here, is the honest figure
     # (it also includes HTA's imports, which the inner timer leaves out)
@@ -282,15 +304,6 @@ print(json.dumps(out))
 """
 
 
-INGEST_CLI = (
-    PEAK_AT_EXIT
-    + """
-sys.argv = ["rlvr-explorer", *sys.argv[1:]]
-runpy.run_module("rlvr_explorer", run_name="__main__")
-"""
-)
-
-
 def _children_cpu() -> float:
     t = os.times()
     return t.children_user + t.children_system
@@ -298,17 +311,12 @@ def _children_cpu() -> float:
 
 def run_end_to_end(files: list[Path]) -> dict:
     """`rlvr-explorer ingest FILES` then the queued analyses, in fresh subprocesses on a
-    scratch embedded store; wall / CPU seconds of each and each one's peak RSS."""
+    scratch embedded store; wall / CPU seconds of each and the peak memory of each one's
+    processes together (the ingest forks readers)."""
     import tempfile
 
     with tempfile.TemporaryDirectory(prefix="kineto-e2e-") as tmp:
-        peaks = Path(tmp) / "peaks"
-        env = {
-            **os.environ,
-            "RLVR_DATA_DIR": str(Path(tmp) / "data"),
-            "PYTHONPATH": str(ROOT),
-            "BENCH_PEAK_FILE": str(peaks),
-        }
+        env = {**os.environ, "RLVR_DATA_DIR": str(Path(tmp) / "data"), "PYTHONPATH": str(ROOT)}
         env.pop("RLVR_DATABASE_URL", None)
         env.pop("DATABASE_URL", None)
         # the schema is made once per install (not timed)
@@ -316,34 +324,21 @@ def run_end_to_end(files: list[Path]) -> dict:
             [sys.executable, "-m", "rlvr_explorer", "migrate"], env=env, cwd=tmp, check=True, capture_output=True
         )
         c0, t0 = _children_cpu(), time.perf_counter()
-        subprocess.run(
-            [sys.executable, "-c", INGEST_CLI, "ingest", *map(str, files)],
-            env=env,
-            cwd=tmp,
-            check=True,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
+        _, ingest_peak = run_sampled(
+            [sys.executable, "-m", "rlvr_explorer", "ingest", *map(str, files)], env=env, cwd=tmp
         )
         t1, c1 = time.perf_counter(), _children_cpu()
-        proc = subprocess.run(
-            [sys.executable, "-c", PEAK_AT_EXIT + RUN_QUEUED],
-            env=env,
-            cwd=tmp,
-            check=True,
-            capture_output=True,
-            text=True,
-        )
+        out, analyses_peak = run_sampled([sys.executable, "-c", RUN_QUEUED], env=env, cwd=tmp)
         t2, c2 = time.perf_counter(), _children_cpu()
-        jobs = json.loads(proc.stdout.strip().splitlines()[-1])
+        jobs = json.loads(out.strip().splitlines()[-1])
         kept = sum(f.stat().st_size for f in (Path(tmp) / "data" / "kineto").rglob("*") if f.is_file())
-        ingest_peak, analyses_peak = (float(x) for x in peaks.read_text().split())
     gpu = jobs.get("gpu_timeline", {})
     if gpu.get("status") != "succeeded":
         raise RuntimeError(f"gpu_timeline job did not succeed: {gpu}")
     return {
         "seconds": {"ingest": t1 - t0, "analyses": t2 - t1, "total": t2 - t0},
         "cpu": {"ingest": c1 - c0, "analyses": c2 - c1, "total": c2 - c0},
-        "peak_rss_mb": {"ingest": ingest_peak, "analyses": analyses_peak},
+        "peak_mb": {"ingest": ingest_peak, "analyses": analyses_peak},
         "result_fields": gpu.get("keys"),
         "kept_events_mb": kept / 1e6,
     }
@@ -709,8 +704,8 @@ def main() -> None:
         )
         print(
             f"  end to end: ingest {e2e['seconds']['ingest']:.2f}s + analyses {e2e['seconds']['analyses']:.2f}s = "
-            f"{e2e['seconds']['total']:.2f}s wall, {e2e['cpu']['total']:.2f}s CPU, peak {e2e['peak_rss_mb']['ingest']:.0f} MB ingest / "
-            f"{e2e['peak_rss_mb']['analyses']:.0f} MB analyses, "
+            f"{e2e['seconds']['total']:.2f}s wall, {e2e['cpu']['total']:.2f}s CPU, peak {e2e['peak_mb']['ingest']:.0f} MB ingest / "
+            f"{e2e['peak_mb']['analyses']:.0f} MB analyses, "
             f"kept events {e2e['kept_events_mb']:.1f} MB; vs HTA {hta['seconds']['total']:.2f}s wall / "
             f"{hta['seconds']['cpu']:.2f}s CPU incl. its pool and imports, {hta['seconds']['cpu_inner']:.2f}s by its own timer (peak {hta.get('peak_rss_mb', float('nan')):.0f} MB): "
             f"{hta['seconds']['total'] / e2e['seconds']['total']:.1f}x wall, "
@@ -744,7 +739,7 @@ def main() -> None:
             f"{h['seconds']['total']:>8.2f}{h['seconds']['cpu']:>9.2f}"
             f"{h['seconds']['total'] / e['seconds']['total']:>6.1f}x{h['seconds']['cpu'] / e['cpu']['total']:>6.1f}x"
             f"{h['seconds']['total'] / o['seconds']['total']:>9.1f}x{h['seconds']['cpu'] / o['seconds']['cpu']:>6.1f}x"
-            f"{r['decode_mb_s']:>7.0f}{r['ours_peak_mb']:>8.0f}/{max(e['peak_rss_mb'].values()):.0f}/{h.get('peak_rss_mb', 0):.0f}"
+            f"{r['decode_mb_s']:>7.0f}{r['ours_peak_mb']:>8.0f}/{max(e['peak_mb'].values()):.0f}/{h.get('peak_rss_mb', 0):.0f}"
         )
 
 

@@ -15,12 +15,19 @@ import os
 import threading
 
 
+def fork_safe() -> bool:
+    """Whether this process may fork workers (see the module docstring)."""
+    if "fork" not in mp.get_all_start_methods() or mp.current_process().daemon:
+        return False
+    others = [t for t in threading.enumerate() if t is not threading.current_thread()]
+    return all(getattr(t, "fork_safe", False) for t in others)
+
+
+def cpus() -> int:
+    return len(os.sched_getaffinity(0))
+
+
 def fork_workers(limit: int) -> int:
     """How many processes to use here: the CPUs this process may run on (at most
     `limit`), or 1 where forking is not safe."""
-    others = [t for t in threading.enumerate() if t is not threading.current_thread()]
-    if "fork" not in mp.get_all_start_methods() or mp.current_process().daemon:
-        return 1
-    if any(not getattr(t, "fork_safe", False) for t in others):
-        return 1
-    return max(1, min(limit, len(os.sched_getaffinity(0))))
+    return max(1, min(limit, cpus())) if fork_safe() else 1

@@ -1,13 +1,15 @@
-"""Kineto files read ahead in forked processes (backend/formats/kineto_ahead.py) give
+"""Kineto files read ahead in a forked process (backend/formats/kineto_ahead.py) give
 the same trace as reading them in turn: rows, kernel names, metadata and kept events; a
-bad file fails the upload with the same error and leaves nothing behind.
+bad file fails the upload with the same error and leaves nothing behind; which uploads
+are read ahead.
 
 Each ingest runs `rlvr-explorer ingest` in a fresh interpreter (a process with no other
 threads, where the read-ahead may fork), with the size threshold lowered or raised so
-that these small files are read ahead or in turn."""
+that these small files are read ahead or in turn (or left as it is)."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import sqlite3
@@ -24,7 +26,8 @@ from tests.format_writers import kineto_rank_trace
 INGEST = """
 import json, runpy, sys
 import backend.formats.kineto_ahead as ahead
-ahead.MIN_BYTES = 0 if sys.argv[1] == "ahead" else 1 << 62
+if sys.argv[1] != "default":
+    ahead.MIN_BYTES = 0 if sys.argv[1] == "ahead" else 1 << 62
 pools = []
 original = ahead.KinetoReadAhead.__init__
 def counted(self, *args, **kwargs):
@@ -39,7 +42,9 @@ finally:
 """
 
 
-def ingest(tmp: Path, mode: str, files: list[Path]) -> tuple[subprocess.CompletedProcess, Path]:
+def ingest(
+    tmp: Path, mode: str, files: list[Path], pools: int | None = None
+) -> tuple[subprocess.CompletedProcess, Path]:
     data = tmp / mode
     env = {k: v for k, v in os.environ.items() if not k.startswith("RLVR_") and k != "DATABASE_URL"}
     env.update(RLVR_DATA_DIR=str(data), PYTHONPATH=str(ROOT))
@@ -51,7 +56,8 @@ def ingest(tmp: Path, mode: str, files: list[Path]) -> tuple[subprocess.Complete
         text=True,
         timeout=180,
     )
-    assert f"POOLS {int(mode == 'ahead')}" in proc.stderr, proc.stderr[-3000:]
+    expected = int(mode == "ahead") if pools is None else pools
+    assert f"POOLS {expected}" in proc.stderr, proc.stderr[-3000:]
     return proc, data
 
 
@@ -83,14 +89,26 @@ def stored(data: Path) -> dict:
         db.close()
 
 
-def write_job(folder: Path, ranks: int, bad_rank: int | None = None) -> list[Path]:
+def write_job(folder: Path, ranks: int, bad_rank: int | None = None, gz: bool = False) -> list[Path]:
     folder.mkdir()
     files = []
     for rank in range(ranks):
-        path = folder / f"rank-{rank}.json"
-        path.write_bytes(kineto_rank_trace(rank, seed=rank, bad_event=rank == bad_rank))
+        data = kineto_rank_trace(rank, seed=rank, bad_event=rank == bad_rank)
+        path = folder / (f"rank-{rank}.json" + (".gz" if gz else ""))
+        path.write_bytes(gzip.compress(data) if gz else data)
         files.append(path)
     return files
+
+
+def test_small_plain_files_are_read_in_turn_and_compressed_ones_ahead(tmp_path):
+    """The size rule: plain files below MIN_BYTES in all are not worth a fork; a
+    compressed file's size is unknown until it is read, so those are read ahead."""
+    plain, _ = ingest(tmp_path, "default", write_job(tmp_path / "plain", ranks=2), pools=0)
+    assert plain.returncode == 0, plain.stderr
+    (tmp_path / "gz-data").mkdir()
+    compressed, data = ingest(tmp_path / "gz-data", "default", write_job(tmp_path / "gz", ranks=2, gz=True), pools=1)
+    assert compressed.returncode == 0, compressed.stderr
+    assert stored(data)["n_events"] == 2 * 3 * 40
 
 
 def test_read_ahead_stores_the_same_trace_as_reading_in_turn(tmp_path):

@@ -98,15 +98,14 @@ def rank_from_file_name(name: str) -> int | None:
 
 def read_kineto(source: Source, result: ReadResult) -> Iterator[TableBatch]:
     """Yield `gpu_events` batches for one rank's Kineto trace; see the module docstring."""
-    with source.open() as fh:
-        raw = fh.read()
-    trace = _decode(source.name, raw)
+    # The file's bytes live only while they are decoded (they are as big as the decoded
+    # events); a trace that needs the lenient decode is read again.
+    trace = _decode(source.name, _read_all(source))
     try:
         rank, gpu, runtime, step_marks, columns, launch_us = _extract(source.name, trace)
     except _NeedsLooseDecode:
-        trace = _decode(source.name, raw, loose=True)
+        trace = _decode(source.name, _read_all(source), loose=True)
         rank, gpu, runtime, step_marks, columns, launch_us = _extract(source.name, trace)
-    del raw
     windows = _step_windows(step_marks)
     step = assign_steps(launch_us, windows)
     n = len(gpu)
@@ -139,6 +138,11 @@ def read_kineto(source: Source, result: ReadResult) -> Iterator[TableBatch]:
                 "launch_us": launch_us[lo:hi],
             },
         )
+
+
+def _read_all(source: Source) -> bytes:
+    with source.open() as fh:
+        return fh.read()
 
 
 def assign_steps(launch_us: np.ndarray, windows: list[tuple[int, float, float]]) -> np.ndarray:

@@ -1,13 +1,19 @@
-"""An upload's Kineto files read ahead, several at once, in forked processes.
+"""An upload's Kineto files read ahead in a forked process while this one stores them.
 
 A Kineto file is one JSON document, decoded whole: reading one rank's file is CPU work
 from the first byte to the last (decode, columns, the kept events), and the files of a
-job are independent. So where forking is safe (`core.forking`) and the files are big
-enough to pay for it, each file is read by `read_kineto` in a pool of processes, one
-file per task, while this process stores the batches of the files before it. The
-upload's reader loop (`backend.formats.read_sources`) takes each file's batches in its
-own turn, so rows, kept-event files and metadata are the same as reading them in order
+job are independent. So where forking is safe (`core.forking`), on two CPUs or more, a
+reader process reads the files by `read_kineto`, one after another, while this process
+stores the batches of the files before them. The upload's reader loop
+(`backend.formats.read_sources`) takes each file's batches in its own turn, so rows,
+kept-event files and metadata are the same as reading them in turn
 (`tests/test_kineto_ahead.py`), and a bad file fails the upload with the same error.
+
+One reader, not one per CPU: a decoded file takes about 3.5 times its size (its bytes
+while decoding plus ~520 bytes per event), and an upload's memory should stay about that
+of reading in turn. `rlvr-explorer ingest` of the generated 8-rank trace of
+bench/kineto.py (8 x 137 MB): in turn 27.7 s, 0.64 GB; one reader 19.7 s, 0.75 GB; two
+readers 13.6 s, 1.2 GB.
 """
 
 from __future__ import annotations
@@ -19,10 +25,10 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from backend.formats.base import ReadResult, Source, TableBatch
 from backend.formats.kineto import merge_kineto_metadata, read_kineto
 from backend.formats.kineto_events import EVENTS_DIR_STATE
-from core.forking import fork_workers
+from core.forking import cpus, fork_safe
 
 MIN_BYTES = 64 * 1024**2  # below this, a file reads in well under a second: not worth a fork
-MAX_WORKERS = 2  # each holds one decoded file (~4x its size) in memory
+MAX_WORKERS = 1  # each holds one decoded file (~4x its size) in memory
 
 _FILES: list[Source] = []  # set in the parent before the fork, inherited by the children
 
@@ -38,26 +44,32 @@ def _read_file(index: int, kept_index: int, events_dir: str | None) -> tuple[lis
 
 class KinetoReadAhead:
     """The pool reading `sources` (an upload's Kineto files, in the order the reader loop
-    takes them); `reader` stands in for `read_kineto` for those sources."""
+    takes them, a few files ahead of it); `reader` stands in for `read_kineto` for those
+    sources, taken in that order."""
 
-    def __init__(self, sources: list[Source], result: ReadResult, workers: int):
+    def __init__(self, sources: list[Source], result: ReadResult):
         global _FILES
-        self._result = result
         _FILES = list(sources)
         first_kept = result.state.get("kineto_files_kept", 0)
         events_dir = result.state.get(EVENTS_DIR_STATE)
-        self._pool = ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("fork"))
-        self._futures: dict[int, Future] = {
-            id(source): self._pool.submit(_read_file, i, first_kept + i, events_dir) for i, source in enumerate(sources)
-        }
+        self._pool = ProcessPoolExecutor(max_workers=1, mp_context=mp.get_context("fork"))
+        self._todo = [(i, first_kept + i, events_dir) for i in range(len(sources))]
+        self._ids = [id(s) for s in sources]
+        self._futures: dict[int, Future] = {}
+        # files handed to the reader at most: one being read, one read and waiting here
+        self._window = 2
+        self._submit()  # the first submit forks the reader (fork pools start theirs at once)
         _FILES = []  # the children have their copy
 
+    def _submit(self) -> None:
+        while self._todo and len(self._futures) < self._window:
+            args = self._todo.pop(0)
+            self._futures[self._ids[args[0]]] = self._pool.submit(_read_file, *args)
+
     def reader(self, source: Source, result: ReadResult) -> Iterator[TableBatch]:
-        future = self._futures.pop(id(source), None)
-        if future is None:  # not one of ours (cannot happen from read_sources): read it here
-            yield from read_kineto(source, result)
-            return
+        future = self._futures.pop(id(source))  # taken in order: always read ahead by now
         batches, kineto, skipped = future.result()  # a reader's InputError is raised here
+        self._submit()
         if EVENTS_DIR_STATE in result.state:
             result.state["kineto_files_kept"] = result.state.get("kineto_files_kept", 0) + 1
         merge_kineto_metadata(result, kineto)
@@ -71,9 +83,11 @@ class KinetoReadAhead:
 
 
 def kineto_read_ahead(sources: list[Source], result: ReadResult) -> KinetoReadAhead | None:
-    """A read-ahead pool for these Kineto files, or None where reading them in turn is as
-    good (one file, small files, or forking not safe here)."""
-    workers = min(fork_workers(MAX_WORKERS), len(sources))
-    if workers < 2 or sum(s.size or 0 for s in sources) < MIN_BYTES:
+    """A reader process for these Kineto files, or None where reading them in turn is as
+    good: one file, files known to be small (compressed ones have no size until read:
+    they count as big), one CPU, or forking not safe here."""
+    if len(sources) < 2 or cpus() < 2 or not fork_safe():
         return None
-    return KinetoReadAhead(sources, result, workers)
+    if all(s.size is not None for s in sources) and sum(s.size or 0 for s in sources) < MIN_BYTES:
+        return None
+    return KinetoReadAhead(sources, result)
