@@ -27,10 +27,9 @@ from backend.formats.kineto import merge_kineto_metadata, read_kineto
 from backend.formats.kineto_events import EVENTS_DIR_STATE
 from core.forking import cpus, fork_safe
 
-MIN_BYTES = 64 * 1024**2  # below this, a file reads in well under a second: not worth a fork
-MAX_WORKERS = 1  # each holds one decoded file (~4x its size) in memory
+MIN_BYTES = 64 * 1024**2  # below this the files read in well under a second: not worth a fork
 
-_FILES: list[Source] = []  # set in the parent before the fork, inherited by the children
+_FILES: list[Source] = []  # set in the parent before the fork, inherited by the reader
 
 
 def _read_file(index: int, kept_index: int, events_dir: str | None) -> tuple[list[TableBatch], dict, list[str]]:
@@ -43,9 +42,9 @@ def _read_file(index: int, kept_index: int, events_dir: str | None) -> tuple[lis
 
 
 class KinetoReadAhead:
-    """The pool reading `sources` (an upload's Kineto files, in the order the reader loop
-    takes them, a few files ahead of it); `reader` stands in for `read_kineto` for those
-    sources, taken in that order."""
+    """The reader process for `sources` (an upload's Kineto files, in the order the
+    reader loop takes them), a file or two ahead of it; `reader` stands in for
+    `read_kineto` for those sources, taken in that order."""
 
     def __init__(self, sources: list[Source], result: ReadResult):
         global _FILES
@@ -59,7 +58,7 @@ class KinetoReadAhead:
         # files handed to the reader at most: one being read, one read and waiting here
         self._window = 2
         self._submit()  # the first submit forks the reader (fork pools start theirs at once)
-        _FILES = []  # the children have their copy
+        _FILES = []  # the reader has its copy
 
     def _submit(self) -> None:
         while self._todo and len(self._futures) < self._window:
