@@ -27,6 +27,7 @@ from core.analysis.registry import (
     run_analysis_chunked,
 )
 from core.analysis.tables import TABLE_CLASSES, TraceData
+from core.workload.polytrace_rows import TURN_COLUMNS
 from core.workload.synthetic import packed_length_rows
 
 PACKED = ("verl_video_qwen2_5_vl_7b", "verl_dapo_qwen2_5_32b", "rllm_deepcoder_14b_16k")
@@ -85,14 +86,7 @@ def multiturn_trace(records: list[dict]) -> TraceData:
         for turn in r["turns"]:
             for name, v in zip(("step", "group_idx", "sample_idx"), key):
                 t[name].append(v)
-            for name in (
-                "turn",
-                "prompt_tokens",
-                "cached_tokens",
-                "completion_tokens",
-                "engine_latency_s",
-                "tool_call_count",
-            ):
+            for name in TURN_COLUMNS[3:]:  # after step, group_idx, sample_idx
                 t[name].append(turn[name])
         for call in r["tool_calls"]:
             for name, v in zip(("step", "group_idx", "sample_idx"), key):
