@@ -4,18 +4,16 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, HTTPException, Query, Response, status
+from fastapi import APIRouter, Query, Response, status
 from pydantic import BaseModel, ConfigDict, Field
 
-from backend.api.deps import CurrentTeam, JobIdPath, OptionalTraceQuery, SessionDep, job_of_team, owned_trace
+from backend.api.deps import CurrentTeam, JobIdPath, OptionalTraceQuery, SessionDep, job_of_team
 from backend.api.errors import ERROR_RESPONSES
-from backend.api.routes.jobs import IncludeResult, job_list, job_list_query
-from backend.api.routes.simulations import require_replayable
+from backend.api.routes.jobs import IncludeResult, team_jobs
+from backend.api.routes.simulations import queue_from_request
 from backend.api.schemas import BodyId, JobList, JobOut
 from backend.jobs.advice import advice_params, queue_advice
 from backend.jobs.contracts import ADVICE_KIND
-from backend.jobs.simulations import error_field
-from backend.store.models import Job
 
 router = APIRouter(prefix="/advice", tags=["advice"], responses=ERROR_RESPONSES)
 
@@ -47,17 +45,7 @@ class AdviceRequest(BaseModel):
 )
 def create_advice(body: AdviceRequest, session: SessionDep, team: CurrentTeam, response: Response):
     """Queue the advisor's sweep: configurations ranked by predicted step time."""
-    raw = body.model_dump(exclude_unset=True)
-    if raw.get("trace_id") is not None:  # ownership first: another team's id is a 404
-        require_replayable(owned_trace(session, team, raw["trace_id"]))
-    try:
-        params = advice_params(raw)
-    except ValueError as exc:
-        raise HTTPException(422, detail={"message": str(exc), "field": error_field(exc)}) from exc
-    job, created = queue_advice(session, team.id, params)
-    if not created:
-        response.status_code = status.HTTP_200_OK
-    return job
+    return queue_from_request(body, session, team, response, advice_params, queue_advice)
 
 
 @router.get("", response_model=JobList)
@@ -69,10 +57,7 @@ def list_advice(
     include_result: IncludeResult = False,
 ):
     """The team's advisor jobs, newest first (results only with `include_result=true`)."""
-    where = [Job.team_id == team.id, Job.kind == ADVICE_KIND]
-    if trace is not None:
-        where.append(Job.trace_id == trace.id)
-    return job_list(session.scalars(job_list_query(*where, include_result=include_result).limit(limit)), include_result)
+    return team_jobs(session, team, ADVICE_KIND, trace, limit, include_result)
 
 
 @router.get("/{job_id}", response_model=JobOut)

@@ -38,6 +38,15 @@ def job_list(jobs, include_result: bool) -> JobList:
     return JobList(items=[JobOut(**{f: getattr(j, f) for f in _SUMMARY_FIELDS}, result=None) for j in jobs])
 
 
+def team_jobs(session, team, kind: str, trace, limit: int, include_result: bool) -> JobList:
+    """The team's jobs of one kind (of one trace, when given), newest first: the list
+    endpoints of replays, advice and workloads."""
+    where = [Job.team_id == team.id, Job.kind == kind]
+    if trace is not None:
+        where.append(Job.trace_id == trace.id)
+    return job_list(session.scalars(job_list_query(*where, include_result=include_result).limit(limit)), include_result)
+
+
 @router.get("", response_model=JobList)
 def list_jobs(
     session: SessionDep,

@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from backend.api.deps import CurrentTeam, JobIdPath, OptionalTraceQuery, SessionDep, job_of_team, owned_trace
 from backend.api.errors import ERROR_RESPONSES
-from backend.api.routes.jobs import IncludeResult, job_list, job_list_query
+from backend.api.routes.jobs import IncludeResult, team_jobs
 from backend.api.routes.trace_data import require_ready
 from backend.api.schemas import BodyId, JobList, JobOut
 from backend.jobs.contracts import SIMULATION_KIND, chrome_trace_path
@@ -98,14 +98,22 @@ def simulation_presets(_team: CurrentTeam) -> dict:
 )
 def create_simulation(body: SimulationRequest, session: SessionDep, team: CurrentTeam, response: Response):
     """Queue a replay of a trace under `policy` (and `compare_policy`)."""
+    return queue_from_request(body, session, team, response, simulation_params, queue_simulation)
+
+
+def queue_from_request(body: BaseModel, session, team, response: Response, to_params, queue) -> Job:
+    """The create shape of the jobs that replay a trace (replays, advice): the trace's
+    ownership first (another team's id is a 404), then `to_params` on the request (a
+    ValueError is a 422 naming the field), then `queue`; an identical job that exists
+    already is answered 200 instead of 202."""
     raw = body.model_dump(exclude_unset=True)
-    if raw.get("trace_id") is not None:  # ownership first: another team's id is a 404
+    if raw.get("trace_id") is not None:
         require_replayable(owned_trace(session, team, raw["trace_id"]))
     try:
-        params = simulation_params(raw)
+        params = to_params(raw)
     except ValueError as exc:
         raise _unprocessable(exc) from exc
-    job, created = queue_simulation(session, team.id, params)
+    job, created = queue(session, team.id, params)
     if not created:
         response.status_code = status.HTTP_200_OK
     return job
@@ -120,11 +128,7 @@ def list_simulations(
     include_result: IncludeResult = False,
 ):
     """The team's replays, newest first (results only with `include_result=true`)."""
-    where = [Job.team_id == team.id, Job.kind == SIMULATION_KIND]
-    if trace is not None:
-        where.append(Job.trace_id == trace.id)
-    jobs = session.scalars(job_list_query(*where, include_result=include_result).limit(limit))
-    return job_list(jobs, include_result)
+    return team_jobs(session, team, SIMULATION_KIND, trace, limit, include_result)
 
 
 @router.get("/{job_id}", response_model=JobOut)

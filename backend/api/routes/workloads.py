@@ -11,12 +11,11 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from backend.api.deps import CurrentTeam, JobIdPath, SessionDep, job_of_team, owned_trace
 from backend.api.errors import ERROR_RESPONSES
-from backend.api.routes.jobs import IncludeResult, job_list, job_list_query
+from backend.api.routes.jobs import IncludeResult, team_jobs
 from backend.api.routes.simulations import TraceIdField, _unprocessable, require_replayable, require_succeeded
 from backend.api.schemas import JobList, JobOut
 from backend.jobs.contracts import WORKLOAD_KIND, workload_zip
 from backend.jobs.simulations import queue_workload, workload_params
-from backend.store.models import Job
 
 router = APIRouter(prefix="/workloads", tags=["workloads"], responses=ERROR_RESPONSES)
 
@@ -69,8 +68,7 @@ def list_workloads(
     include_result: IncludeResult = False,
 ):
     """The team's workload jobs, newest first (results only with `include_result=true`)."""
-    query = job_list_query(Job.team_id == team.id, Job.kind == WORKLOAD_KIND, include_result=include_result)
-    return job_list(session.scalars(query.limit(limit)), include_result)
+    return team_jobs(session, team, WORKLOAD_KIND, None, limit, include_result)
 
 
 @router.get("/{job_id}", response_model=JobOut)
