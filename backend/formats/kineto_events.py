@@ -162,26 +162,42 @@ def save_file_events(folder: str | Path, index: int, file: str, rank: int, event
     (folder / f"events-{index}.json").write_text(json.dumps({"file": file, **strings}))
 
 
+class _KeptFile:
+    """One kept file, its columns read from the .npz when asked (one at a time)."""
+
+    def __init__(self, npz: Path, strings: dict):
+        self._npz = np.load(npz)
+        self.names, self.cats = strings["names"], strings["cats"]
+        self.labels, self.meta = strings["labels"], strings["meta"]
+
+    def __len__(self) -> int:
+        return len(self._npz["ph"])
+
+    def __getattr__(self, column: str) -> np.ndarray:
+        if column.startswith("_"):
+            raise AttributeError(column)
+        return self._npz[column]
+
+    def whole(self) -> TraceEvents:
+        cols = {k: self._npz[k] for k in self._npz.files}
+        return TraceEvents(**cols, names=self.names, cats=self.cats, labels=self.labels, meta=self.meta)
+
+    def close(self) -> None:
+        self._npz.close()
+
+
 def load_events(folder: str | Path) -> TraceEvents | None:
     """The kept events of one trace (all its files), or None when nothing was kept."""
     folder = Path(folder)
-    parts = []
-    for js in sorted(folder.glob("events-*.json"), key=lambda p: int(p.stem.split("-")[1])):
-        strings = json.loads(js.read_text())
-        with np.load(js.with_suffix(".npz")) as z:
-            cols = {k: z[k] for k in z.files}
-        parts.append(
-            TraceEvents(
-                **cols,
-                names=strings["names"],
-                cats=strings["cats"],
-                labels=strings["labels"],
-                meta=strings["meta"],
-            )
-        )
-    if not parts:
-        return None
-    return parts[0] if len(parts) == 1 else TraceEvents.concat(parts)
+    files = sorted(folder.glob("events-*.json"), key=lambda p: int(p.stem.split("-")[1]))
+    parts = [_KeptFile(js.with_suffix(".npz"), json.loads(js.read_text())) for js in files]
+    try:
+        if len(parts) < 2:
+            return parts[0].whole() if parts else None
+        return TraceEvents.concat(parts)
+    finally:
+        for part in parts:
+            part.close()
 
 
 def remove_events(folder: str | Path) -> None:

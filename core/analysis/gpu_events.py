@@ -17,7 +17,9 @@ flow_bp_e (1 when a flow end binds to the enclosing slice, "bp": "e").
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
+from typing import Any
 
 import numpy as np
 
@@ -83,18 +85,29 @@ class TraceEvents:
         return sorted({int(r) for r in np.unique(self.rank)})
 
     @classmethod
-    def concat(cls, parts: list[TraceEvents]) -> TraceEvents:
-        """One table of several (per-file) tables, with merged string tables."""
+    def concat(cls, parts: Sequence[Any]) -> TraceEvents:
+        """One table of several (per-file) tables, with merged string tables. A part is
+        anything with the columns as attributes, `len()`, names, cats, labels and meta: a
+        TraceEvents, or a file read one column at a time (the kept events), so that only
+        the output and one part's column are in memory at once."""
         names: dict[str, int] = {}
         cats: dict[str, int] = {}
         labels: dict[str, int] = {}
-        cols: dict[str, list] = {c: [] for c in cls.COLUMNS}
-        meta: list[dict] = []
+        maps = []
         for p in parts:
-            name_map = np.array([names.setdefault(n, len(names)) for n in p.names] or [0], dtype=np.int32)
-            cat_map = np.array([cats.setdefault(c, len(cats)) for c in p.cats] or [0], dtype=np.int32)
-            label_map = np.array([labels.setdefault(x, len(labels)) for x in p.labels] or [0], dtype=np.int64)
-            for c in cls.COLUMNS:
+            maps.append(
+                (
+                    np.array([names.setdefault(n, len(names)) for n in p.names] or [0], dtype=np.int32),
+                    np.array([cats.setdefault(c, len(cats)) for c in p.cats] or [0], dtype=np.int32),
+                    np.array([labels.setdefault(x, len(labels)) for x in p.labels] or [0], dtype=np.int64),
+                )
+            )
+        sizes = [len(p) for p in parts]
+        cols: dict[str, np.ndarray] = {}
+        for c in cls.COLUMNS:
+            out: np.ndarray | None = None
+            lo = 0
+            for p, size, (name_map, cat_map, label_map) in zip(parts, sizes, maps):
                 v = getattr(p, c)
                 if c == "name":
                     v = name_map[v]
@@ -102,12 +115,15 @@ class TraceEvents:
                     v = cat_map[v]
                 elif c in ("pid", "tid") and p.labels:
                     v = np.where(v <= -2, -2 - label_map[np.clip(-2 - v, 0, None)], v)
-                cols[c].append(v)
-            meta.extend(p.meta)
+                if out is None:
+                    out = np.empty(sum(sizes), dtype=v.dtype)
+                out[lo : lo + size] = v
+                lo += size
+            cols[c] = out if out is not None else np.zeros(0)
         return cls(
-            **{c: np.concatenate(v) if v else np.zeros(0) for c, v in cols.items()},
+            **cols,
             names=list(names),
             cats=list(cats),
             labels=list(labels),
-            meta=meta,
+            meta=[m for p in parts for m in p.meta],
         )
