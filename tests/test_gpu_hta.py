@@ -10,6 +10,7 @@ from hand-made events without the product code.
 from __future__ import annotations
 
 import gzip
+import io
 from pathlib import Path
 
 import numpy as np
@@ -298,6 +299,34 @@ def _kernel(corr: int, name: str, ts: float, dur: float, stream: int = 7, cat: s
         "dur": dur,
         "args": {"correlation": corr, "stream": stream, "device": 0, **args},
     }
+
+
+def test_kept_events_of_several_files_keep_their_labels_and_negative_ids(tmp_path):
+    """Non-integer pids / tids are kept as labels (code -2 - index) and re-numbered when
+    files are put together; a real negative id (a fixture has tid -247463936) is kept."""
+    import orjson
+
+    folder = tmp_path / "events"
+    result = ReadResult()
+    result.state[EVENTS_DIR_STATE] = str(folder)
+    docs = [
+        [{"ph": "X", "cat": "cpu_op", "name": "a", "pid": "Traces", "tid": -247463936, "ts": 1.0, "dur": 1.0}],
+        [
+            {"ph": "X", "cat": "cpu_op", "name": "b", "pid": "Spans", "tid": 7, "ts": 2.0, "dur": 1.0},
+            {"ph": "X", "cat": "cpu_op", "name": "c", "pid": "Traces", "tid": "main", "ts": 3.0, "dur": 1.0},
+        ],
+    ]
+    for rank, events in enumerate(docs):
+        raw = orjson.dumps({"distributedInfo": {"rank": rank}, "traceEvents": events})
+        list(read_kineto(Source(f"rank-{rank}.json", lambda raw=raw: io.BytesIO(raw), len(raw)), result))
+    ev = load_events(folder)
+    assert ev is not None and len(ev) == 3
+
+    def decoded(ids):
+        return [ev.labels[-2 - i] if i <= -2 and -2 - i < len(ev.labels) else i for i in ids.tolist()]
+
+    assert decoded(ev.pid) == ["Traces", "Spans", "Traces"]
+    assert decoded(ev.tid) == [-247463936, 7, "main"]
 
 
 def test_overlap_queue_and_launch_on_hand_made_events():

@@ -114,7 +114,11 @@ class TraceEvents:
                 elif c == "cat":
                     v = cat_map[v]
                 elif c in ("pid", "tid") and p.labels:
-                    v = np.where(v <= -2, -2 - label_map[np.clip(-2 - v, 0, None)], v)
+                    # a label's code is -2 - its index; a negative id beyond the labels
+                    # is a real one (a fixture has tid -247463936) and stays as it is
+                    code = -2 - v
+                    is_label = (code >= 0) & (code < len(p.labels))
+                    v = np.where(is_label, -2 - label_map[np.where(is_label, code, 0)], v)
                 if out is None:
                     out = np.empty(sum(sizes), dtype=v.dtype)
                 out[lo : lo + size] = v
