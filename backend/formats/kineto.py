@@ -1,8 +1,11 @@
 """PyTorch profiler (Kineto) Chrome-trace JSON -> `gpu_events` batches.
 
 One file per rank (`.json`, or `.json.gz` which `Source.open` already decompresses).
-The whole file is decoded at once (Kineto writes one JSON document, not lines) by msgspec
-into slim structs, then every column is built with a few list comprehensions and numpy.
+Kineto writes one JSON document, not lines: msgspec checks the whole document and leaves
+each event as a slice of the file's bytes, then decodes the events `CHUNK_EVENTS` at a
+time into slim structs, and every column is built chunk by chunk with a few list
+comprehensions and numpy. Only one chunk's structs are alive at a time: a reader holds
+the file's bytes and its columns, about twice the file's size, not ~520 bytes per event.
 
 What is read:
 
@@ -51,13 +54,13 @@ import operator
 import re
 from collections.abc import Iterator
 from pathlib import PurePosixPath
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
 import numpy as np
 
 from backend.formats.base import InputError, ReadResult, Source, TableBatch
-from backend.formats.kineto_events import EVENTS_DIR_STATE, intern_values, save_file_events
+from backend.formats.kineto_events import EVENTS_DIR_STATE, KeptColumns, intern_values
 from core.analysis.gpu_kinds import GpuKind, kernel_kind
 
 GPU_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
@@ -69,6 +72,7 @@ RUNTIME_CATS = frozenset({"cuda_runtime", "cuda_driver", "Runtime"})
 NOT_STEP_CATS = GPU_CATS | RUNTIME_CATS | {"gpu_user_annotation", "ac2g", "fwdbwd", "python_function", None}
 
 BATCH_ROWS = 262_144
+CHUNK_EVENTS = 32_768  # events decoded at a time (~25 MB of structs for 7 MB of JSON)
 
 _STEP_NAME = re.compile(r"ProfilerStep\s*#\s*(\d+)")
 _RANK_IN_NAME = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
@@ -98,24 +102,25 @@ def rank_from_file_name(name: str) -> int | None:
 
 def read_kineto(source: Source, result: ReadResult) -> Iterator[TableBatch]:
     """Yield `gpu_events` batches for one rank's Kineto trace; see the module docstring."""
-    # The file's bytes live only while they are decoded (they are as big as the decoded
-    # events); a trace that needs the lenient decode is read again.
-    trace = _decode(source.name, _read_all(source))
-    try:
-        rank, gpu, runtime, step_marks, columns, launch_us = _extract(source.name, trace)
-    except _NeedsLooseDecode:
-        trace = _decode(source.name, _read_all(source), loose=True)
-        rank, gpu, runtime, step_marks, columns, launch_us = _extract(source.name, trace)
-    windows = _step_windows(step_marks)
-    step = assign_steps(launch_us, windows)
-    n = len(gpu)
-    merge_kineto_metadata(result, _file_metadata(source.name, rank, trace.distributedInfo, columns, windows, n))
+    raws, info = _decode_outline(source.name, _read_all(source))
+    rank = _rank_of(source.name, info)
     keep_dir = result.state.get(EVENTS_DIR_STATE)
-    if keep_dir is not None:  # every event of the file, for the CPU-side analyses and the export
+    try:
+        events = _read_events(source.name, rank, raws, keep=keep_dir is not None, loose=False)
+    except _NeedsLooseDecode:
+        events = _read_events(source.name, rank, raws, keep=keep_dir is not None, loose=True)
+    del raws  # and with them the file's bytes, which they point into
+    columns = events.gpu
+    launch_us = _launch_times(columns, events.runtime)
+    windows = _step_windows(events.step_marks)
+    step = assign_steps(launch_us, windows)
+    n = len(columns["start_us"])
+    merge_kineto_metadata(result, _file_metadata(source.name, rank, info, columns, windows, n))
+    if keep_dir is not None and events.kept is not None:  # for the CPU-side analyses and the export
         index = result.state.get("kineto_files_kept", 0)
         result.state["kineto_files_kept"] = index + 1
-        save_file_events(keep_dir, index, source.name, rank, trace.traceEvents)
-    del trace, gpu, runtime, step_marks  # the decoded events are no longer needed
+        events.kept.save(keep_dir, index, source.name)
+    del events
     if not windows:
         result.skipped.append(f"{source.name}: no ProfilerStep#N annotations, every GPU event has step -1")
     if n == 0:
@@ -200,11 +205,6 @@ class _Event(msgspec.Struct, gc=False):
     bp: Any = None
 
 
-class _Trace(msgspec.Struct):
-    traceEvents: list[_Event] | None = None
-    distributedInfo: Any = None
-
-
 class _LooseArgs(msgspec.Struct, gc=False):
     stream: Any = None
     device: Any = None
@@ -230,47 +230,89 @@ class _LooseEvent(msgspec.Struct, gc=False):
     bp: Any = None
 
 
-class _LooseTrace(msgspec.Struct):
-    traceEvents: list[_LooseEvent] | None = None
+class _Outline(msgspec.Struct):
+    """The document with each event left undecoded (a slice of the file's bytes)."""
+
+    traceEvents: list[msgspec.Raw] | None = None
     distributedInfo: Any = None
 
 
-_STRICT = msgspec.json.Decoder(_Trace)
-_LOOSE = msgspec.json.Decoder(_LooseTrace)
+_OUTLINE = msgspec.json.Decoder(_Outline)
+_STRICT = msgspec.json.Decoder(list[_Event])
+_LOOSE = msgspec.json.Decoder(list[_LooseEvent])
 _BYTE_POS = re.compile(r"byte (\d+)")
 _ERROR_PATH = re.compile(r"at `\$\.traceEvents\[(\d+)\](?:\.([\w.]+))?`")
+_CHUNK_PATH = re.compile(r"`\$\[(\d+)\]")
 
 
 class _NeedsLooseDecode(Exception):
     """The typed fast path met a trace it cannot take; decode again leniently."""
 
 
-def _decode(file: str, raw: bytes, loose: bool = False) -> _Trace | _LooseTrace:
+def _decode_outline(file: str, raw: bytes) -> tuple[list[msgspec.Raw], Any]:
+    """(traceEvents, distributedInfo) of the document, checked as JSON whole; each
+    event is kept undecoded, a slice of `raw` (about 50 bytes per event)."""
     if raw.startswith(b"\xef\xbb\xbf"):
         raw = raw[3:]
     try:
-        trace = (_LOOSE if loose else _STRICT).decode(raw)
+        outline = _OUTLINE.decode(raw)
     except msgspec.ValidationError as exc:
-        if loose:
-            raise _validation_error(file, str(exc)) from None
-        return _decode(file, raw, loose=True)
+        raise _validation_error(file, str(exc)) from None
     except msgspec.DecodeError as exc:
         match = _BYTE_POS.search(str(exc))
         end = int(match.group(1)) if match else len(raw)  # no position: truncated input
         line = raw.count(b"\n", 0, end) + 1
         raise InputError(file, f"not valid JSON: {exc}", line=line) from None
-    if trace.traceEvents is None:
+    if outline.traceEvents is None:
         raise InputError(file, "Kineto trace: traceEvents is missing", field="traceEvents")
-    return trace
+    return outline.traceEvents, outline.distributedInfo
 
 
-def _extract(file: str, trace):
-    events = trace.traceEvents
-    rank = _rank_of(file, trace.distributedInfo)
-    gpu, runtime, step_marks = _split_events(events)
-    columns = _gpu_columns(file, gpu, events, loose=isinstance(trace, _LooseTrace))
-    launch_us = _launch_times(columns, gpu, runtime)
-    return rank, gpu, runtime, step_marks, columns, launch_us
+def _decode_chunk(file: str, raws: list, offset: int, loose: bool) -> list:
+    """Events `offset`... of traceEvents (their raw JSON) decoded into structs."""
+    try:
+        return (_LOOSE if loose else _STRICT).decode(b"[" + b",".join(raws) + b"]")
+    except msgspec.ValidationError as exc:
+        if not loose:
+            raise _NeedsLooseDecode from None
+        # name the event by its place in the file's traceEvents, not in the chunk
+        message = _CHUNK_PATH.sub(lambda m: f"`$.traceEvents[{int(m.group(1)) + offset}]", str(exc))
+        raise _validation_error(file, message) from None
+
+
+class _Chunk(NamedTuple):
+    """Decoded events and the position of the first one in traceEvents (for errors)."""
+
+    events: list
+    offset: int
+
+
+class _FileEvents(NamedTuple):
+    gpu: dict  # the GPU events' columns (`_gpu_columns`), in file order
+    runtime: dict  # the runtime calls' ts, correlation and External id
+    step_marks: list  # the ProfilerStep#N annotations (structs)
+    kept: KeptColumns | None  # every event, when the ingest keeps them
+
+
+def _read_events(file: str, rank: int, raws: list, *, keep: bool, loose: bool) -> _FileEvents:
+    """The file's events decoded a chunk at a time: only one chunk's structs are alive,
+    so a reader holds the file's bytes and its columns, not every decoded event."""
+    kept = KeptColumns(rank, len(raws)) if keep else None
+    names: dict[str, int] = {}
+    gpu_parts, runtime_parts, step_marks = [], [], []
+    for offset in range(0, max(len(raws), 1), CHUNK_EVENTS):  # one (maybe empty) chunk at least
+        events = _decode_chunk(file, raws[offset : offset + CHUNK_EVENTS], offset, loose)
+        gpu, runtime, marks = _split_events(events)
+        gpu_parts.append(_gpu_columns(file, gpu, _Chunk(events, offset), loose, names))
+        runtime_parts.append(_runtime_columns(runtime, loose))
+        step_marks.extend(marks)
+        if kept is not None:
+            kept.add(events)
+        del events, gpu, runtime
+    gpu_columns = {k: np.concatenate([p[k] for p in gpu_parts]) for k in gpu_parts[0]}
+    gpu_columns["name"] = np.array(list(names) or [""], dtype=object)[gpu_columns.pop("name_code")].tolist()
+    runtime_columns = {k: np.concatenate([p[k] for p in runtime_parts]) for k in runtime_parts[0]}
+    return _FileEvents(gpu_columns, runtime_columns, step_marks, kept)
 
 
 def _validation_error(file: str, message: str) -> InputError:
@@ -303,6 +345,7 @@ _get_args = operator.attrgetter("args")
 _get_stream = operator.attrgetter("stream")
 _get_device = operator.attrgetter("device")
 _get_correlation = operator.attrgetter("correlation")
+_get_external_id = operator.attrgetter("external_id")
 
 
 def _pick(items: list, idx: np.ndarray) -> list:
@@ -323,7 +366,7 @@ def _split_events(events: list) -> tuple[list, list, list]:
     return gpu, runtime, steps
 
 
-def _float_column(file: str, rows: list, key: str, all_events: list, default=None) -> np.ndarray:
+def _float_column(file: str, rows: list, key: str, chunk: _Chunk, default=None) -> np.ndarray:
     values = [getattr(e, key) for e in rows]
     if default is not None:
         values = [default if v is None else v for v in values]
@@ -334,12 +377,12 @@ def _float_column(file: str, rows: list, key: str, all_events: list, default=Non
     if column is not None and not np.isnan(column).any():  # None would convert to NaN
         return column
     bad = next(i for i, v in enumerate(values) if not _is_number(v) or v != v)
-    record = _record_of(all_events, rows[bad])
+    record = _record_of(chunk, rows[bad])
     problem = f"has no {key}" if values[bad] is None else f"{key} is not a number: {values[bad]!r}"
     raise InputError(file, f"traceEvents[{record - 1}]: GPU event {problem}", line=record, field=key)
 
 
-def _check_finite(file: str, rows: list, column: np.ndarray, key: str, all_events: list, nonnegative=False) -> None:
+def _check_finite(file: str, rows: list, column: np.ndarray, key: str, chunk: _Chunk, nonnegative=False) -> None:
     """A GPU event's ts / dur is a finite number (and a dur is >= 0): else a 422 naming
     the file, the event's position in traceEvents and the field."""
     bad = ~np.isfinite(column)
@@ -347,18 +390,18 @@ def _check_finite(file: str, rows: list, column: np.ndarray, key: str, all_event
         bad |= column < 0
     if bad.any():
         i = int(np.argmax(bad))
-        record = _record_of(all_events, rows[i])
+        record = _record_of(chunk, rows[i])
         what = "negative" if np.isfinite(column[i]) else "not finite"
         raise InputError(
             file, f"traceEvents[{record - 1}]: GPU event {key} is {what}: {column[i]!r}", line=record, field=key
         )
 
 
-def _check_streams(file: str, rows: list, streams: list, all_events: list) -> None:
+def _check_streams(file: str, rows: list, streams: list, chunk: _Chunk) -> None:
     """An `args.stream` given is an integer (a string like "s7" is refused, not read as -1)."""
     for i, v in enumerate(streams):
         if v is not None and not (type(v) is int or (type(v) is str and v.strip().lstrip("-").isdigit())):
-            record = _record_of(all_events, rows[i])
+            record = _record_of(chunk, rows[i])
             raise InputError(
                 file,
                 f"traceEvents[{record - 1}]: GPU event args.stream is not an integer: {v!r}",
@@ -371,9 +414,9 @@ def _is_number(v) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
-def _record_of(all_events: list, event) -> int:
+def _record_of(chunk: _Chunk, event) -> int:
     """1-based position of `event` in traceEvents (only computed on errors)."""
-    return next(i for i, e in enumerate(all_events) if e is event) + 1
+    return chunk.offset + next(i for i, e in enumerate(chunk.events) if e is event) + 1
 
 
 def _as_ints(values: list, default: int = -1) -> np.ndarray:
@@ -418,7 +461,8 @@ def _args_of(rows: list) -> list:
 _NO_ARGS = _LooseArgs()
 
 
-def _gpu_columns(file: str, gpu: list, all_events: list, loose: bool) -> dict:
+def _gpu_columns(file: str, gpu: list, chunk: _Chunk, loose: bool, names_seen: dict[str, int]) -> dict:
+    """The GPU events' columns; a name is a code numbered in `names_seen`."""
     n = len(gpu)
     names = list(map(_get_name, gpu))
     if set(map(type, names)) - {str}:
@@ -426,13 +470,14 @@ def _gpu_columns(file: str, gpu: list, all_events: list, loose: bool) -> dict:
     # Intern names so the regex classification runs once per distinct kernel name.
     codes, distinct = intern_values(names, n)
     kind = np.array([kernel_kind(v) for v in distinct], dtype=np.int8)[codes] if n else np.zeros(0, np.int8)
+    file_codes = np.array([names_seen.setdefault(v, len(names_seen)) for v in distinct] or [0], np.int32)[codes]
     kind[np.fromiter(map(MEMORY_CATS.__contains__, map(_get_cat, gpu)), dtype=bool, count=n)] = GpuKind.MEMORY
 
     args = _args_of(gpu)
     stream = list(map(_get_stream, args))
     device = list(map(_get_device, args))
     if loose:
-        _check_streams(file, gpu, stream, all_events)
+        _check_streams(file, gpu, stream, chunk)
     if None in stream or None in device:
         if not loose:
             raise _NeedsLooseDecode  # fall back to tid / pid, which only the loose decode keeps
@@ -440,17 +485,17 @@ def _gpu_columns(file: str, gpu: list, all_events: list, loose: bool) -> dict:
         device = [e.pid if v is None else v for v, e in zip(device, gpu)]
     start = _fast_floats(gpu, _get_ts)
     if start is None:
-        start = _float_column(file, gpu, "ts", all_events)
-    _check_finite(file, gpu, start, "ts", all_events)
+        start = _float_column(file, gpu, "ts", chunk)
+    _check_finite(file, gpu, start, "ts", chunk)
     dur = _fast_floats(gpu, _get_dur)
     if dur is None:  # a missing dur is an error, not a zero-length event
-        dur = _float_column(file, gpu, "dur", all_events)
-    _check_finite(file, gpu, dur, "dur", all_events, nonnegative=True)
+        dur = _float_column(file, gpu, "dur", chunk)
+    _check_finite(file, gpu, dur, "dur", chunk, nonnegative=True)
     stream_ids = _int_column(stream)
     out_of_range = np.flatnonzero((stream_ids < -(2**31)) | (stream_ids > 2**31 - 1))
     if len(out_of_range):
         i = int(out_of_range[0])
-        record = _record_of(all_events, gpu[i])
+        record = _record_of(chunk, gpu[i])
         raise InputError(
             file,
             f"traceEvents[{record - 1}]: GPU event stream out of range: {stream[i]!r}",
@@ -458,37 +503,49 @@ def _gpu_columns(file: str, gpu: list, all_events: list, loose: bool) -> dict:
             field="stream",
         )
     return {
-        "name": names,
+        "name_code": file_codes,
         "kind": kind,
         "start_us": start,
         "dur_us": dur,
         "stream": stream_ids.astype(np.int32),
         "device": _int_column(device),
         "correlation": _int_column(list(map(_get_correlation, args))),
+        "external_id": _int_column(list(map(_get_external_id, args))),
     }
 
 
-def _launch_times(columns: dict, gpu: list, runtime: list) -> np.ndarray:
+def _runtime_columns(runtime: list, loose: bool) -> dict:
+    """ts (NaN where not a number), correlation and External id of runtime calls."""
+    ts = None
+    if not loose:  # typed: numbers or None
+        try:
+            ts = np.fromiter(map(_get_ts, runtime), dtype=np.float64, count=len(runtime))
+        except TypeError:
+            pass
+    if ts is None:
+        ts = np.asarray([e.ts if _is_number(e.ts) else np.nan for e in runtime], dtype=np.float64)
+    args = _args_of(runtime)
+    return {
+        "ts": ts,
+        "correlation": _int_column(list(map(_get_correlation, args))),
+        "external_id": _int_column(list(map(_get_external_id, args))),
+    }
+
+
+def _launch_times(gpu: dict, runtime: dict) -> np.ndarray:
     """Start of each GPU event's runtime call: by correlation id, else by External id."""
-    n = len(gpu)
+    n = len(gpu["start_us"])
     launch = np.full(n, np.nan)
-    if not runtime or n == 0:
+    if len(runtime["ts"]) == 0 or n == 0:
         return launch
-    try:
-        rt_ts = np.fromiter(map(_get_ts, runtime), dtype=np.float64, count=len(runtime))
-    except (TypeError, ValueError):
-        rt_ts = np.asarray([e.ts if _is_number(e.ts) else np.nan for e in runtime], dtype=np.float64)
-    rt_args = _args_of(runtime)
-    todo = columns["correlation"] >= 0
+    todo = gpu["correlation"] >= 0
     if todo.any():
-        idx = _last_match(_int_column(list(map(_get_correlation, rt_args))), columns["correlation"][todo])
-        launch[todo] = np.where(idx >= 0, rt_ts[idx], np.nan)
+        idx = _last_match(runtime["correlation"], gpu["correlation"][todo])
+        launch[todo] = np.where(idx >= 0, runtime["ts"][idx], np.nan)
     todo = np.flatnonzero(np.isnan(launch))
     if len(todo):  # older traces link kernels to launches by External id only
-        get_ext = operator.attrgetter("external_id")
-        ext = _int_column(list(map(get_ext, _args_of(_pick(gpu, todo)))))
-        idx = _last_match(_int_column(list(map(get_ext, rt_args))), ext)
-        launch[todo] = np.where(idx >= 0, rt_ts[idx], np.nan)
+        idx = _last_match(runtime["external_id"], gpu["external_id"][todo])
+        launch[todo] = np.where(idx >= 0, runtime["ts"][idx], np.nan)
     return launch
 
 

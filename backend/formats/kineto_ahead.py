@@ -1,19 +1,19 @@
-"""An upload's Kineto files read ahead in a forked process while this one stores them.
+"""An upload's Kineto files read ahead in forked processes while this one stores them.
 
-A Kineto file is one JSON document, decoded whole: reading one rank's file is CPU work
-from the first byte to the last (decode, columns, the kept events), and the files of a
-job are independent. So where forking is safe (`core.forking`), on two CPUs or more, a
-reader process reads the files by `read_kineto`, one after another, while this process
-stores the batches of the files before them. The upload's reader loop
+Reading one rank's Kineto file is CPU work from the first byte to the last (decode,
+columns, the kept events), and the files of a job are independent. So where forking is
+safe (`core.forking`), on two CPUs or more, reader processes (one per CPU, at most
+`MAX_READERS`) read the files by `read_kineto` while this process stores the batches of
+the files before them. The upload's reader loop
 (`backend.formats.read_sources`) takes each file's batches in its own turn, so rows,
 kept-event files and metadata are the same as reading them in turn
 (`tests/test_kineto_ahead.py`), and a bad file fails the upload with the same error.
 
-One reader, not one per CPU: a decoded file takes about 3.5 times its size (its bytes
-while decoding plus ~520 bytes per event), and an upload's memory should stay about that
-of reading in turn. `rlvr-explorer ingest` of the generated 8-rank trace of
-bench/kineto.py (8 x 137 MB): in turn 27.7 s, 0.64 GB; one reader 19.7 s, 0.75 GB; two
-readers 13.6 s, 1.2 GB.
+At most two readers: a file being read takes about twice its size (the reader decodes
+it a chunk of events at a time), and an upload's memory should stay under 1 GB for
+the generated 8-rank trace of bench/kineto.py (8 x 137 MB). `rlvr-explorer ingest` of
+it, measured on one day: one reader decoding whole files 48.2 s, 0.74 GB; two readers
+decoding in chunks 36.4 s, 0.76 GB (two readers decoding whole files took 1.2 GB).
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from backend.formats.kineto import merge_kineto_metadata, read_kineto
 from backend.formats.kineto_events import EVENTS_DIR_STATE
 from core.forking import cpus, fork_safe
 
+MAX_READERS = 2
 MIN_BYTES = 64 * 1024**2  # below this the files read in well under a second: not worth a fork
 
 _FILES: list[Source] = []  # set in the parent before the fork, inherited by the reader
@@ -51,12 +52,13 @@ class KinetoReadAhead:
         _FILES = list(sources)
         first_kept = result.state.get("kineto_files_kept", 0)
         events_dir = result.state.get(EVENTS_DIR_STATE)
-        self._pool = ProcessPoolExecutor(max_workers=1, mp_context=mp.get_context("fork"))
+        readers = min(MAX_READERS, cpus())
+        self._pool = ProcessPoolExecutor(max_workers=readers, mp_context=mp.get_context("fork"))
         self._todo = [(i, first_kept + i, events_dir) for i in range(len(sources))]
         self._ids = [id(s) for s in sources]
         self._futures: dict[int, Future] = {}
-        # files handed to the reader at most: one being read, one read and waiting here
-        self._window = 2
+        # files handed to the readers at most: one being read by each, one read and waiting here
+        self._window = readers + 1
         self._submit()  # the first submit forks the reader (fork pools start theirs at once)
         _FILES = []  # the reader has its copy
 

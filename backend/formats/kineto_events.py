@@ -1,6 +1,7 @@
 """Every event of an uploaded Kineto file, kept beside the database as columns.
 
-The Kineto reader decodes each file once; besides the `gpu_events` rows it writes, when
+The Kineto reader decodes each file once (a chunk of events at a time); besides the
+`gpu_events` rows it writes, when
 the ingest pipeline asks for it (``result.state[EVENTS_DIR_STATE]`` = a folder), the whole
 file as `core.analysis.gpu_events.TraceEvents` columns: ``events-<i>.npz`` (numeric
 columns, uncompressed numpy, ~110 bytes per event: about half the JSON) and ``events-<i>.json`` (file name, rank, the string tables
@@ -103,14 +104,22 @@ def _floats(values: list) -> np.ndarray:
         return out
 
 
-def file_events(rank: int, events: list) -> tuple[dict[str, np.ndarray], dict]:
-    """(columns, strings) of one file's decoded events (the reader's structs)."""
+_COLUMN_DTYPES = {
+    **{k: np.int64 for k in INT_COLUMNS},
+    **{k: np.float64 for k in FLOAT_COLUMNS},
+    "ph": np.int8,
+    "cat": np.int32,
+    "name": np.int32,
+    "flow_bp_e": np.int8,
+}
+
+
+def _chunk_columns(rank: int, events: list, names: dict, cats: dict, labels: dict) -> dict[str, np.ndarray]:
+    """The columns of some decoded events (the reader's structs); their names, cats and
+    labels are numbered in the tables given, which a file's chunks share."""
     n = len(events)
     ph_codes, ph_values = intern_values(map(_get["ph"], events), n)
     ph = np.array([PH_CODE.get(p, PH_OTHER) for p in ph_values] or [0], dtype=np.int8)[ph_codes]
-    names: dict[str, int] = {}
-    cats: dict[str, int] = {}
-    labels: dict[str, int] = {}
     args = list(map(_get["args"], events))
     has_args = np.fromiter(map(_is_not_none, args), bool, n)
     present = [a for a in args if a is not None]
@@ -124,7 +133,7 @@ def file_events(rank: int, events: list) -> tuple[dict[str, np.ndarray], dict]:
 
     bp_codes, bp_values = intern_values(map(_get["bp"], events), n)
     bp_e = np.array([v == "e" for v in bp_values] or [False], dtype=np.int8)[bp_codes]
-    cols = {
+    return {
         "rank": np.full(n, rank, dtype=np.int64),
         "ph": ph,
         "cat": _codes(map(_get["cat"], events), n, cats),
@@ -142,6 +151,9 @@ def file_events(rank: int, events: list) -> tuple[dict[str, np.ndarray], dict]:
         "flow_id": _ints(list(map(_get["id"], events)), labels),
         "flow_bp_e": bp_e,
     }
+
+
+def _meta_entries(rank: int, events: list, ph: np.ndarray) -> list[dict]:
     meta = []
     for i in np.flatnonzero(ph == PH_CODE["M"]).tolist():
         e = events[i]
@@ -150,16 +162,46 @@ def file_events(rank: int, events: list) -> tuple[dict[str, np.ndarray], dict]:
         if a is not None:
             entry["args"] = {k: getattr(a, k) for k in ("name", "sort_index", "labels") if getattr(a, k) is not None}
         meta.append(entry)
-    strings = {"rank": rank, "names": list(names), "cats": list(cats), "labels": list(labels), "meta": meta}
-    return cols, strings
+    return meta
 
 
-def save_file_events(folder: str | Path, index: int, file: str, rank: int, events: list) -> None:
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    cols, strings = file_events(rank, events)
-    np.savez(folder / f"events-{index}.npz", **cols)
-    (folder / f"events-{index}.json").write_text(json.dumps({"file": file, **strings}))
+class KeptColumns:
+    """Every event of one file as columns, filled a chunk of decoded events at a time in
+    file order (the reader decodes a file in chunks, so only a chunk's structs are alive)."""
+
+    def __init__(self, rank: int, n: int):
+        self.rank = rank
+        self.columns: dict[str, np.ndarray] = {k: np.empty(n, dtype=t) for k, t in _COLUMN_DTYPES.items()}
+        self._names: dict[str, int] = {}
+        self._cats: dict[str, int] = {}
+        self._labels: dict[str, int] = {}
+        self._meta: list[dict] = []
+        self._filled = 0
+
+    def add(self, events: list) -> None:
+        lo, hi = self._filled, self._filled + len(events)
+        chunk = _chunk_columns(self.rank, events, self._names, self._cats, self._labels)
+        for key, column in chunk.items():
+            self.columns[key][lo:hi] = column
+        self._meta.extend(_meta_entries(self.rank, events, chunk["ph"]))
+        self._filled = hi
+
+    def strings(self) -> dict:
+        return {
+            "rank": self.rank,
+            "names": list(self._names),
+            "cats": list(self._cats),
+            "labels": list(self._labels),
+            "meta": self._meta,
+        }
+
+    def save(self, folder: str | Path, index: int, file: str) -> None:
+        """Write ``events-<index>.npz`` / ``.json`` into `folder`."""
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        columns: dict[str, Any] = self.columns  # (numpy's stubs take a keyword for allow_pickle)
+        np.savez(folder / f"events-{index}.npz", **columns)
+        (folder / f"events-{index}.json").write_text(json.dumps({"file": file, **self.strings()}))
 
 
 class _KeptFile:
@@ -211,5 +253,5 @@ __all__ = [
     "intern_values",
     "load_events",
     "remove_events",
-    "save_file_events",
+    "KeptColumns",
 ]
