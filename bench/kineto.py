@@ -725,6 +725,7 @@ def main() -> None:
         hta = run_hta(folder)
         summary.append(report(label, ours, parallel, hta))
         mb = uncompressed_mb(files)
+        # the least of the runs: a ceiling on our ratio errs towards the generous side
         floor = min(decode_floor_cpu(files) for _ in range(repeats))
         e2e_rows.append(
             {

@@ -25,12 +25,12 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from backend.formats.base import ReadResult, Source, TableBatch
 from backend.formats.kineto import merge_kineto_metadata, read_kineto
 from backend.formats.kineto_events import EVENTS_DIR_STATE
-from core.forking import cpus, fork_safe
+from core.forking import fork_workers
 
 MAX_READERS = 2
 MIN_BYTES = 64 * 1024**2  # below this the files read in well under a second: not worth a fork
 
-_FILES: list[Source] = []  # set in the parent before the fork, inherited by the reader
+_FILES: list[Source] = []  # set in the parent before the fork, inherited by the readers
 
 
 def _read_file(index: int, kept_index: int, events_dir: str | None) -> tuple[list[TableBatch], dict, list[str]]:
@@ -43,24 +43,23 @@ def _read_file(index: int, kept_index: int, events_dir: str | None) -> tuple[lis
 
 
 class KinetoReadAhead:
-    """The reader process for `sources` (an upload's Kineto files, in the order the
-    reader loop takes them), a file or two ahead of it; `reader` stands in for
+    """`readers` processes reading `sources` (an upload's Kineto files, in the order the
+    reader loop takes them) up to `readers` + 1 files ahead of it; `reader` stands in for
     `read_kineto` for those sources, taken in that order."""
 
-    def __init__(self, sources: list[Source], result: ReadResult):
+    def __init__(self, sources: list[Source], result: ReadResult, readers: int):
         global _FILES
         _FILES = list(sources)
         first_kept = result.state.get("kineto_files_kept", 0)
         events_dir = result.state.get(EVENTS_DIR_STATE)
-        readers = min(MAX_READERS, cpus())
         self._pool = ProcessPoolExecutor(max_workers=readers, mp_context=mp.get_context("fork"))
         self._todo = [(i, first_kept + i, events_dir) for i in range(len(sources))]
         self._ids = [id(s) for s in sources]
         self._futures: dict[int, Future] = {}
         # files handed to the readers at most: one being read by each, one read and waiting here
         self._window = readers + 1
-        self._submit()  # the first submit forks the reader (fork pools start theirs at once)
-        _FILES = []  # the reader has its copy
+        self._submit()  # the first submit forks the readers (fork pools start theirs at once)
+        _FILES = []  # the readers have their copy
 
     def _submit(self) -> None:
         while self._todo and len(self._futures) < self._window:
@@ -84,11 +83,12 @@ class KinetoReadAhead:
 
 
 def kineto_read_ahead(sources: list[Source], result: ReadResult) -> KinetoReadAhead | None:
-    """A reader process for these Kineto files, or None where reading them in turn is as
+    """Reader processes for these Kineto files, or None where reading them in turn is as
     good: one file, files known to be small (compressed ones have no size until read:
     they count as big), one CPU, or forking not safe here."""
-    if len(sources) < 2 or cpus() < 2 or not fork_safe():
+    readers = fork_workers(MAX_READERS)
+    if len(sources) < 2 or readers < 2:
         return None
     if all(s.size is not None for s in sources) and sum(s.size or 0 for s in sources) < MIN_BYTES:
         return None
-    return KinetoReadAhead(sources, result)
+    return KinetoReadAhead(sources, result, readers)

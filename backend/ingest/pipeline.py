@@ -65,9 +65,9 @@ SUMMARY_RANGE_SAMPLES = 2_000_000
 
 class _CountingStream:
     """Wraps a binary stream to count bytes read (for progress). The count lives in
-    shared memory: Kineto files read ahead in a forked process
+    shared memory: Kineto files read ahead in forked processes
     (backend/formats/kineto_ahead.py) count into it too (an update lost to a race
-    between the two only shows a little less progress)."""
+    between them only shows a little less progress)."""
 
     def __init__(self, raw: IO[bytes], counter):
         self._raw, self._counter = raw, counter

@@ -23,7 +23,7 @@ LOCAL_TEAM = "local"
 # The database's INTEGER columns hold at most this; the API takes the same bounds.
 INT_MAX = 2**31 - 1
 # tqdm's monitor thread only re-checks stalled bars; without it the CLI stays one thread,
-# so an ingest may read Kineto files in a forked process (backend/formats/kineto_ahead.py).
+# so an ingest may read Kineto files in forked processes (backend/formats/kineto_ahead.py).
 tqdm.monitor_interval = 0
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print a JSON object for scripts instead of the summary")]
