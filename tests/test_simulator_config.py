@@ -14,7 +14,7 @@ from core.simulator.config import (
     config_from_dict,
     to_dict,
 )
-from core.simulator.policies import POLICIES, policy_spec
+from core.simulator.policies import POLICIES, make_policy, policy_spec
 from core.simulator.predictor import EngineCoefficients, roofline_coefficients
 
 
@@ -37,8 +37,9 @@ def test_from_dict_overrides_presets():
     m = ModelConfig.from_dict({"preset": "Qwen2.5-32B", "layers": 10})
     assert m.layers == 10 and m.hidden == 5120
     assert ModelConfig.from_dict("Qwen2.5-14B") == MODEL_PRESETS["Qwen2.5-14B"]
-    p = Policy.from_dict({"kind": "partial", "over_provision": 1.5, "balancing": "kk"})
-    assert (p.kind, p.over_provision, p.balancing) == ("partial", 1.5, "kk")
+    p = make_policy({"kind": "partial", "params": {"over_provision": 1.5}, "balancing": "kk"})
+    assert (p.kind, p.params["over_provision"], p.balancing) == ("partial", 1.5, "kk")
+    assert p.params["finished_groups"] is None  # every declared parameter, resolved
 
 
 @pytest.mark.parametrize(
@@ -57,6 +58,11 @@ def test_from_dict_overrides_presets():
         (lambda kind: policy_spec(kind), "eventually", "policy.kind"),
         (Policy.from_dict, {"balancing": "random"}, "policy.balancing"),
         (Policy.from_dict, {"dispatch": "random"}, "policy.dispatch"),
+        (make_policy, {"kind": "partial", "params": {"over_provision": 0.5}}, "policy.params.over_provision"),
+        (make_policy, {"kind": "partial", "params": {"over_provision": True}}, "policy.params.over_provision"),
+        (make_policy, {"kind": "sync", "params": {"staleness": 1}}, "policy.params.staleness"),
+        (make_policy, {"kind": "async", "params": {"staleness": 1.5}}, "policy.params.staleness"),
+        (make_policy, {"kind": "async", "params": []}, "policy.params"),
         (Policy.from_dict, {"over_provision": 0.5}, "policy.over_provision"),
         (Policy.from_dict, {"ref_pass": "yes"}, "policy.ref_pass"),
         (EngineCoefficients.from_dict, {"decode_a": 1}, "coefficients.decode_b"),
@@ -107,11 +113,17 @@ def test_roofline_coefficients_follow_the_hardware():
 
 
 def test_policy_registry_declares_each_policy():
-    """Each policy module registers itself, owns its fields, and says whether it needs
-    separate rollout and training pools; the fields are real `Policy` fields."""
-    assert set(POLICIES) == {"sync", "one_step_off", "partial", "async"}
-    assert {k for k, s in POLICIES.items() if s.disaggregated} == {"one_step_off", "async"}
-    policy_fields = set(to_dict(Policy()))
-    for spec in POLICIES.values():
-        assert set(spec.fields) <= policy_fields and spec.help
-    assert POLICIES["partial"].fields == ("finished_groups", "over_provision")
+    """Each policy module registers itself with a help line and its parameters, each
+    declared with a type, a default that passes its own checks and a help line."""
+    shared = set(to_dict(Policy()))
+    for kind, spec in POLICIES.items():
+        assert spec.kind == kind and spec.help
+        defaults = spec.resolve({})
+        for info in spec.param_infos:
+            assert info.help and info.name not in shared
+            assert getattr(defaults, info.name) == info.default
+            for value in info.grid:
+                assert getattr(spec.resolve({info.name: value}), info.name) == value
+    infos = {i.name: i for i in POLICIES["partial"].param_infos}
+    assert infos["over_provision"].type == "number" and infos["over_provision"].ge == 1.0
+    assert infos["finished_groups"].type == "integer" and infos["finished_groups"].nullable

@@ -94,7 +94,7 @@ def test_compare_reports_speedup_and_where_time_went():
     ws = long_tailed(steps=3, groups=64)
     cluster = ClusterConfig(n_gpus=16, rollout_replicas=4, rollout_tp=4, train_dp=16)
     a = simulate(ws, cluster, MODEL, EngineLimits(), Policy("sync"))
-    b = simulate(ws, cluster, MODEL, EngineLimits(), Policy("partial", over_provision=1.5))
+    b = simulate(ws, cluster, MODEL, EngineLimits(), Policy("partial", params={"over_provision": 1.5}))
     c = compare(a, b)
     assert c["total"]["speedup"] == pytest.approx(a.makespan / b.makespan)
     assert [p["step"] for p in c["per_step"]] == [0, 1, 2]
@@ -112,7 +112,7 @@ def test_long_tail_partial_rollout_and_one_step_off_beat_sync():
     colocated = ClusterConfig(n_gpus=n, rollout_replicas=4, rollout_tp=4, train_dp=16)
     split = ClusterConfig(n_gpus=n, rollout_replicas=2, rollout_tp=4, train_dp=8)  # same 16 GPUs
     sync = simulate(ws, colocated, MODEL, EngineLimits(), Policy("sync"))
-    partial = simulate(ws, colocated, MODEL, EngineLimits(), Policy("partial", over_provision=1.5))
+    partial = simulate(ws, colocated, MODEL, EngineLimits(), Policy("partial", params={"over_provision": 1.5}))
     off = simulate(ws, split, MODEL, EngineLimits(), Policy("one_step_off"))
     assert partial.makespan < sync.makespan
     assert off.makespan < sync.makespan
@@ -159,8 +159,8 @@ def test_more_replicas_plateau_once_the_longest_sample_dominates():
 def test_async_staleness_bound():
     ws = long_tailed(steps=4, groups=32)
     split = ClusterConfig(n_gpus=16, rollout_replicas=2, rollout_tp=4, train_dp=8)
-    strict = simulate(ws, split, MODEL, EngineLimits(), Policy("async", staleness=0))
-    loose = simulate(ws, split, MODEL, EngineLimits(), Policy("async", staleness=2))
+    strict = simulate(ws, split, MODEL, EngineLimits(), Policy("async", params={"staleness": 0}))
+    loose = simulate(ws, split, MODEL, EngineLimits(), Policy("async", params={"staleness": 2}))
     assert all(s.rollout["stale_groups"] == 0 for s in strict.steps)
     assert any(s.rollout["stale_groups"] > 0 for s in loose.steps)
     assert loose.makespan <= strict.makespan

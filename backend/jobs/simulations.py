@@ -75,7 +75,7 @@ from core.simulator.defaults import (
     defaults_dict,
     layout_for,
 )
-from core.simulator.policies import POLICIES, policy_spec
+from core.simulator.policies import POLICIES, make_policy, policy_spec
 
 WORKLOAD_FORMATS = ("packed", "compact", "multiturn")
 # Generated workloads larger than this are refused (the files and the ingest would be huge).
@@ -145,7 +145,8 @@ def presets() -> dict:
         "policies": list(POLICIES),
         "disaggregated_policies": [k for k, spec in POLICIES.items() if spec.disaggregated],
         "policy_help": {k: spec.help for k, spec in POLICIES.items()},
-        "policy_fields": {k: list(spec.fields) for k, spec in POLICIES.items()},
+        "policy_params": {k: [i.to_dict() for i in spec.param_infos] for k, spec in POLICIES.items()},
+        "policy_papers": {k: spec.paper for k, spec in POLICIES.items()},
         "balancing": list(BALANCING_MODES),
         "dispatch": list(DISPATCH_MODES),
         "workload_formats": list(WORKLOAD_FORMATS),
@@ -181,9 +182,7 @@ def _int(value: Any, where: str, lo: int = 0, hi: int = INT4_MAX) -> int:
 
 def _policy(d: Any, where: str) -> Policy:
     try:
-        policy = Policy.from_dict(d)
-        policy_spec(policy.kind)
-        return policy
+        return make_policy(d)
     except ValueError as exc:  # the messages say "policy..."; name the field asked about
         msg = str(exc)
         raise ValueError(where + msg[len("policy") :] if msg.startswith("policy") else f"{where}: {msg}") from None
@@ -383,8 +382,8 @@ def _workload_source(d: Any) -> dict:
 def configs_of(params: dict) -> tuple[ClusterConfig, ModelConfig, EngineLimits, Policy, Policy | None]:
     """The config objects of stored (resolved) simulation parameters (cluster of A)."""
     c, m, lim, p = config_from_dict({k: params[k] for k in ("cluster", "model", "limits", "policy")})
-    b = Policy.from_dict(params["compare_policy"]) if params.get("compare_policy") else None
-    return c, m, lim, p, b
+    b = make_policy(params["compare_policy"]) if params.get("compare_policy") else None
+    return c, m, lim, make_policy(p), b
 
 
 def compare_cluster_of(params: dict) -> ClusterConfig | None:

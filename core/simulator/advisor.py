@@ -37,7 +37,6 @@ from core.simulator.uncertainty import NoiseModel, monte_carlo, request_latencie
 from core.simulator.workload import StepWorkload
 
 ROLLOUT_SHARES = (0.25, 0.5, 0.75)
-STREAMING = ("partial", "async")  # policies that run their own engines (no cached batch rollouts)
 
 
 def _tps(model: ModelConfig, gpu: GpuSpec, budget: int) -> list[int]:
@@ -80,7 +79,7 @@ def default_grid(
             if (replicas, tp, train) in seen:
                 continue
             seen.add((replicas, tp, train))
-            for bal, conc in itertools.product(balancing if kind not in STREAMING else ("none",), concurrency):
+            for bal, conc in itertools.product(balancing if spec.batch_rollouts else ("none",), concurrency):
                 grid.append(
                     {
                         "policy": kind,
@@ -155,6 +154,8 @@ def _run_layout(task: tuple) -> list[dict]:
     out = []
     for c in configs:
         cluster = dataclasses.replace(base, rollout_replicas=replicas, rollout_tp=tp, train_dp=c["train_dp"])
+        spec = POLICIES[c["policy"]]
+        batch = spec.batch_rollouts
         policy = Policy(kind=c["policy"], balancing=c["balancing"])
         r = simulate(
             steps,
@@ -163,15 +164,15 @@ def _run_layout(task: tuple) -> list[dict]:
             limits,
             policy,
             coefficients=coeffs,
-            rollout_cache=None if c["policy"] in STREAMING else cache,
+            rollout_cache=cache if batch else None,
         )
-        serial = not POLICIES[c["policy"]].disaggregated
+        serial = not spec.disaggregated
         rows = []
         for s in r.steps:
             roll = s.stages.get("rollout", 0.0)
             train = sum(v for k, v in s.stages.items() if k != "rollout")
             runs = mc.get(s.step)
-            if runs is not None and c["policy"] not in STREAMING and (serial or roll >= train):
+            if runs is not None and batch and (serial or roll >= train):
                 shifted = s.step_time + (runs - det_roll[s.step])
                 q = (float(shifted.mean()), float(np.percentile(shifted, 10)), float(np.percentile(shifted, 90)))
             else:

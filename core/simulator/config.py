@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 # --------------------------------------------------------------------------- presets
@@ -215,15 +215,9 @@ DISPATCH_MODES = ("round_robin", "least_loaded", "longest_first")
 class Policy:
     """How rollout and training are scheduled, and the training knobs.
 
-    kind (a key of `core.simulator.policies.POLICIES`, checked there):
-      ``sync``          colocated; rollout, reward, forward passes, update in sequence.
-      ``one_step_off``  disaggregated; rollout of step k+1 overlaps training of step k.
-      ``partial``       colocated; rollout stops when `finished_groups` groups are done
-                        (default: the step's group count) out of ceil(N · `over_provision`)
-                        launched; unfinished samples carry over with their progress.
-      ``async``         disaggregated streaming; a step's groups are released once the
-                        weights are at most `staleness` versions old; training consumes
-                        groups in completion order.
+    kind: a key of `core.simulator.policies.POLICIES` (checked there); `params` are that
+      policy's own parameters (declared in its registry entry, resolved and checked by
+      `core.simulator.policies.make_policy`); the fields below are shared by every policy.
     balancing: DP balancing of training samples per mini-batch (none | kk | lpt).
     dispatch: groups to rollout replicas (round_robin | least_loaded | longest_first;
       least_loaded uses what a router knows at dispatch time — prompt tokens — and
@@ -233,9 +227,7 @@ class Policy:
     """
 
     kind: str = "sync"
-    finished_groups: int | None = None
-    over_provision: float = 1.0
-    staleness: int = 1
+    params: dict[str, Any] = field(default_factory=dict, hash=False)
     balancing: str = "none"
     dispatch: str = "round_robin"
     minibatches: int = 1
@@ -251,14 +243,16 @@ class Policy:
     def __post_init__(self) -> None:
         _check_choice(self.balancing, BALANCING_MODES, "policy.balancing")
         _check_choice(self.dispatch, DISPATCH_MODES, "policy.dispatch")
-        if self.over_provision < 1.0:
-            raise ValueError(f"policy.over_provision: must be >= 1, got {self.over_provision}")
 
     @classmethod
     def from_dict(cls, d: dict | str) -> Policy:
+        """The shared fields checked; `params` must be an object (its keys and values are
+        the policy's own, checked by `make_policy`)."""
         if isinstance(d, str):
             d = {"kind": d}
-        return _build(cls, _require_dict(d, "policy"), "policy", cls())
+        d = dict(_require_dict(d, "policy"))
+        params = _require_dict(d.pop("params", {}), "policy.params")
+        return dataclasses.replace(_build(cls, d, "policy", cls()), params=dict(params))
 
 
 def config_from_dict(d: dict) -> tuple[ClusterConfig, ModelConfig, EngineLimits, Policy]:
@@ -295,7 +289,6 @@ _POSITIVE = {
     "minibatches",
     "ppo_epochs",
     "reward_workers",
-    "finished_groups",
     "params",
     "peak_flops",
     "mem_bandwidth",
@@ -305,7 +298,6 @@ _POSITIVE = {
     "bandwidth_efficiency",
     "weight_sync_bandwidth",
     "gpu_memory_fraction",
-    "over_provision",
 }
 _FRACTIONS = {"train_mfu", "rollout_mfu", "bandwidth_efficiency", "gpu_memory_fraction"}
 
@@ -360,7 +352,7 @@ def _coerce(value: Any, default: Any, key: str, where: str) -> Any:
         raise ValueError(f"{where}: must be a number, got {value!r}")
     if not math.isfinite(value):
         raise ValueError(f"{where}: must be finite, got {value!r}")
-    want_int = isinstance(default, int) or (default is None and key in {"kv_cache_tokens", "finished_groups"})
+    want_int = isinstance(default, int) or (default is None and key == "kv_cache_tokens")
     if want_int:
         if value != int(value):
             raise ValueError(f"{where}: must be an integer, got {value!r}")

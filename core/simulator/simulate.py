@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -55,7 +56,8 @@ def simulate(
     spec = policy_spec(policy.kind)
     cluster.check_fits(spec.disaggregated)
     coeffs = coefficients or roofline_coefficients(cluster, model)
-    env = Env(cluster, model, limits, policy, coeffs, limits.kv_capacity(cluster, model), rollout_cache)
+    params = spec.resolve(policy.params)
+    env = Env(cluster, model, limits, policy, coeffs, limits.kv_capacity(cluster, model), rollout_cache, params)
     steps_in = list(workload)
     report = progress or (lambda f: None)
     run_progress = report
@@ -76,7 +78,7 @@ def simulate(
         "cluster": to_dict(cluster),
         "model": to_dict(model),
         "limits": to_dict(limits),
-        "policy": to_dict(policy),
+        "policy": {**to_dict(policy), "params": dataclasses.asdict(params)},
         "coefficients": coeffs.to_dict(),
         "kv_capacity_tokens": env.kv_capacity,
     }

@@ -1,12 +1,16 @@
 """The scheduling policies, one module each, composing rollout, reward and training
-stages. `POLICIES[kind]` is a `PolicySpec`: whether it is disaggregated, the config
-fields it owns, a help line (the CLI and the presets endpoint read these) and its run."""
+stages. `POLICIES[kind]` is a `PolicySpec`: whether it is disaggregated, its help line,
+its parameters (one declaration: the CLI, the REST schema, the presets endpoint, the
+dashboard's forms and the advisor read it) and its run."""
 
 from __future__ import annotations
 
+import dataclasses
+
+from core.simulator.config import Policy
 from core.simulator.policies import fully_async, one_step_off, partial, sync
 from core.simulator.policies.base import Env
-from core.simulator.policies.spec import PolicySpec
+from core.simulator.policies.spec import ParamInfo, PolicySpec, param
 
 POLICIES: dict[str, PolicySpec] = {m.SPEC.kind: m.SPEC for m in (sync, one_step_off, partial, fully_async)}
 POLICY_KINDS = tuple(POLICIES)
@@ -20,4 +24,14 @@ def policy_spec(kind: str) -> PolicySpec:
         raise ValueError(f"policy.kind: must be one of {', '.join(POLICY_KINDS)}, got {kind!r}") from None
 
 
-__all__ = ["Env", "POLICIES", "POLICY_KINDS", "PolicySpec", "policy_spec"]
+def make_policy(d: dict | str | Policy) -> Policy:
+    """A `Policy` from its dict (or a kind), its parameters checked against its
+    registry entry and resolved (every declared parameter present, defaults filled).
+    ValueError names the field (``policy.params.over_provision: must be >= 1, ...``)."""
+    policy = d if isinstance(d, Policy) else Policy.from_dict(d)
+    spec = policy_spec(policy.kind)
+    resolved = spec.resolve(policy.params)
+    return dataclasses.replace(policy, params=dataclasses.asdict(resolved))
+
+
+__all__ = ["Env", "POLICIES", "POLICY_KINDS", "ParamInfo", "PolicySpec", "make_policy", "param", "policy_spec"]

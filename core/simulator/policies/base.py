@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -31,6 +32,8 @@ class Env:
     # optional {(step, dispatch): RolloutOutcome}: replays of the same rollout layout
     # under other policies / balancing reuse the batch rollouts (the advisor's sweep)
     rollout_cache: dict | None = None
+    # the policy's own parameters, resolved (an instance of its spec's `params`)
+    params: Any = None
 
     def new_cluster(self) -> RolloutCluster:
         return RolloutCluster(

@@ -5,6 +5,7 @@ versions old); the trainer takes groups in completion order, N_j per step."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -16,15 +17,23 @@ from core.simulator.policies.base import (
     step_result,
 )
 from core.simulator.policies.carryover import ChainPool, sample_generated
-from core.simulator.policies.spec import PolicySpec
+from core.simulator.policies.spec import PolicySpec, param
 from core.simulator.timeline import TimelineBuilder, step_locator
 from core.simulator.training import weight_sync_seconds
 from core.simulator.workload import StepWorkload
 
 
+@dataclass(frozen=True)
+class AsyncParams:
+    staleness: int = param(
+        1, "how many weight versions behind a rollout may be when its group is trained on", ge=0, grid=(0, 2)
+    )
+
+
 def run_async(env: Env, workload: list[StepWorkload], progress: Callable[[float], None]):
     p = env.policy
-    eta = p.staleness
+    prm: AsyncParams = env.params
+    eta = prm.staleness
     tb = TimelineBuilder(env.cluster, disaggregated=True)
     sync = weight_sync_seconds(env.model, env.cluster)
     rc = env.new_cluster()
@@ -121,7 +130,7 @@ def run_async(env: Env, workload: list[StepWorkload], progress: Callable[[float]
 SPEC = PolicySpec(
     kind="async",
     disaggregated=True,
-    fields=("staleness",),
+    params=AsyncParams,
     help="disaggregated streaming; a step's groups are released once the weights are at most `staleness` versions old; training consumes groups in completion order",
     run=run_async,
 )

@@ -53,7 +53,6 @@ def run_one_step_off(env: Env, workload: list[StepWorkload], progress: Callable[
 SPEC = PolicySpec(
     kind="one_step_off",
     disaggregated=True,
-    fields=(),
     help="disaggregated; rollout of step k+1 overlaps training of step k",
     batch_rollouts=True,
     run=run_one_step_off,

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -20,9 +21,24 @@ from core.simulator.policies.base import (
     step_result,
 )
 from core.simulator.policies.carryover import ChainPool, Pending, sample_generated
-from core.simulator.policies.spec import PolicySpec
+from core.simulator.policies.spec import PolicySpec, param
 from core.simulator.timeline import TimelineBuilder
 from core.simulator.workload import StepWorkload
+
+
+@dataclass(frozen=True)
+class PartialParams:
+    finished_groups: int | None = param(
+        None,
+        "groups a step trains on (the rollout stops when this many have finished); null: the step's group count",
+        ge=1,
+    )
+    over_provision: float = param(
+        2.0,
+        "groups launched per step, as a multiple of finished_groups (APRIL over-provisions)",
+        ge=1.0,
+        grid=(1.25, 1.5),
+    )
 
 
 def run_partial(env: Env, workload: list[StepWorkload], progress: Callable[[float], None]):
@@ -30,6 +46,7 @@ def run_partial(env: Env, workload: list[StepWorkload], progress: Callable[[floa
     again (a stand-in for the dataset's further prompts), so every step can wait for
     the same N finished groups a synchronous step trains on."""
     p = env.policy
+    prm: PartialParams = env.params
     tb = TimelineBuilder(env.cluster, disaggregated=False)
     pool = ChainPool(workload)
     stream = [(i, g) for i, w in enumerate(workload) for g in range(w.n_groups)]
@@ -38,8 +55,8 @@ def run_partial(env: Env, workload: list[StepWorkload], progress: Callable[[floa
     steps = []
     t = 0.0
     for i, w in enumerate(workload):
-        target = min(p.finished_groups or w.n_groups, max(1, len(stream)))
-        want = max(target, math.ceil(target * p.over_provision))
+        target = min(prm.finished_groups or w.n_groups, max(1, len(stream)))
+        want = max(target, math.ceil(target * prm.over_provision))
         groups = list(carried)
         while len(groups) < want and stream:
             si, g = stream[next_fresh % len(stream)]
@@ -116,7 +133,8 @@ def run_partial(env: Env, workload: list[StepWorkload], progress: Callable[[floa
 SPEC = PolicySpec(
     kind="partial",
     disaggregated=False,
-    fields=("finished_groups", "over_provision"),
+    params=PartialParams,
+    same_as=lambda prm: "sync" if prm.over_provision == 1.0 and prm.finished_groups is None else None,
     help="colocated; rollout stops when `finished_groups` groups are done out of ceil(N * over_provision) launched; unfinished samples carry over",
     run=run_partial,
 )

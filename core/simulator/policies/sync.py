@@ -41,7 +41,6 @@ def run_sync(env: Env, workload: list[StepWorkload], progress: Callable[[float],
 SPEC = PolicySpec(
     kind="sync",
     disaggregated=False,
-    fields=(),
     help="colocated; rollout, reward, forward passes and update in sequence, all GPUs time-shared",
     batch_rollouts=True,
     run=run_sync,
