@@ -7,13 +7,14 @@ ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 \
     PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 \
     RLVR_DATA_DIR=/data
 
-# 1. Dependencies only, from pyproject.toml: this layer stays cached until the
-#    dependency list changes, so a code-only change rebuilds in seconds.
-COPY pyproject.toml /tmp/pyproject.toml
+# 1. Dependencies only, from pyproject.toml at the versions of constraints.txt (those CI
+#    tested): this layer stays cached until either changes, so a code-only change
+#    rebuilds in seconds.
+COPY pyproject.toml constraints.txt /tmp/
 RUN python -c "import tomllib; p = tomllib.load(open('/tmp/pyproject.toml', 'rb')); \
 print('\n'.join(p['build-system']['requires'] + p['project']['dependencies']))" > /tmp/requirements.txt \
- && pip install -r /tmp/requirements.txt \
- && rm /tmp/requirements.txt /tmp/pyproject.toml \
+ && pip install -c /tmp/constraints.txt -r /tmp/requirements.txt \
+ && rm /tmp/requirements.txt /tmp/pyproject.toml /tmp/constraints.txt \
  && useradd --system --uid 10001 --user-group --home-dir /data --no-create-home rlvr \
  && mkdir -p /data \
  && chown rlvr:rlvr /data

@@ -1,5 +1,5 @@
 """Small files in the formats of other tools, written the way those tools write them
-(TensorBoard's own event writer and protos, pyarrow / csv for W&B history, JSON lines
+(TensorBoard's event format, written with tensorboardX's writer and protos, pyarrow / csv for W&B history, JSON lines
 for AReaL and OTLP, Chrome-trace JSON for the PyTorch profiler), for the reader tests."""
 
 from __future__ import annotations
@@ -12,14 +12,29 @@ import numpy as np
 import orjson
 
 
+def tensor_scalar(value: float, dtype: str = "float32", packed: bool = False):
+    """A 0-d TensorProto as TF2's summary ops write scalars: in its typed field, or
+    (`packed`) as raw `tensor_content` bytes."""
+    from tensorboardX.proto import tensor_pb2, tensor_shape_pb2
+
+    codes = {"float32": (1, "float_val"), "float64": (2, "double_val"), "int64": (9, "int64_val")}
+    code, field = codes[dtype]
+    proto = tensor_pb2.TensorProto(dtype=code, tensor_shape=tensor_shape_pb2.TensorShapeProto())
+    if packed:
+        proto.tensor_content = np.asarray(value, dtype=dtype).tobytes()
+    else:
+        getattr(proto, field).append(np.asarray(value, dtype=dtype).item())
+    return proto
+
+
 def tensorboard_bytes(steps: int = 3, tensor_scalars: bool = True) -> bytes:
-    """An event file as TensorBoard's EventFileWriter writes it: file_version, TF1
-    simple_value scalars, TF2 tensor scalars, and a histogram (skipped)."""
+    """An event file as tensorboardX's EventFileWriter (TensorBoard's format) writes it:
+    file_version, TF1 simple_value scalars, TF2 tensor scalars (typed and packed), and a
+    histogram (skipped)."""
     import tempfile
 
-    from tensorboard.compat.proto import event_pb2, summary_pb2
-    from tensorboard.summary.writer.event_file_writer import EventFileWriter
-    from tensorboard.util import tensor_util
+    from tensorboardX.event_file_writer import EventFileWriter
+    from tensorboardX.proto import event_pb2, summary_pb2
 
     with tempfile.TemporaryDirectory() as folder:
         writer = EventFileWriter(folder)
@@ -30,8 +45,9 @@ def tensorboard_bytes(steps: int = 3, tensor_scalars: bool = True) -> bytes:
                 summary_pb2.Summary.Value(tag="actor/entropy", simple_value=0.5),
             ]
             if tensor_scalars:
+                values.append(summary_pb2.Summary.Value(tag="critic/score/mean", tensor=tensor_scalar(0.25 * s)))
                 values.append(
-                    summary_pb2.Summary.Value(tag="critic/score/mean", tensor=tensor_util.make_tensor_proto(0.25 * s))
+                    summary_pb2.Summary.Value(tag="perf/tokens", tensor=tensor_scalar(1000 * s, "float64", packed=True))
                 )
             writer.add_event(event_pb2.Event(step=s, wall_time=1.0 + s, summary=summary_pb2.Summary(value=values)))
             histo = summary_pb2.HistogramProto(min=0, max=1, num=1, sum=1, sum_squares=1)

@@ -60,6 +60,7 @@ def test_tensorboard_scalars_and_stage_timings(tmp_path):
     assert [rows[s]["t_gen"] for s in range(3)] == [10.0, 11.0, 12.0]
     assert [rows[s]["t_step"] for s in range(3)] == [20.0, 21.0, 22.0]
     assert rows[2]["metrics"]["critic/score/mean"] == pytest.approx(0.5)  # a TF2 tensor scalar
+    assert rows[2]["metrics"]["perf/tokens"] == 2000.0  # ... packed as tensor_content bytes
     assert rows[1]["metrics"]["actor/entropy"] == 0.5
     assert "h" not in rows[0]["metrics"]  # histograms are not scalars
 

@@ -2,12 +2,11 @@
 
 The file is a sequence of TFRecords (``uint64 length, uint32 masked CRC32C of the
 length, data, uint32 masked CRC32C of the data``), each an ``Event`` protocol buffer.
-Events are decoded with TensorBoard's own message classes
-(``tensorboard.compat.proto.event_pb2``) and tensors with its ``tensor_util``; only
-the record framing is read here, over the upload's stream (TensorBoard's
-``EventFileLoader`` needs a file path and checks CRCs in pure Python at ~20k
-records/s, so it cannot read an archive member or a large file fast enough). The
-length CRC of every record is checked; a corrupt body fails to decode.
+Events are decoded with the Event protocol buffer classes tensorboardX ships
+(``tensorboardX.proto``: the same messages as TensorBoard's, without TensorBoard's
+server and its dependencies); only the record framing and scalar tensors are read
+here, over the upload's stream. The length CRC of the first record is checked (it tells
+an event file from other binary files); a corrupt body fails to decode.
 
 Scalars are read in both shapes TensorBoard writes: TF1 / tensorboardX / PyTorch
 ``simple_value`` and TF2 ``tensor`` summaries holding one number. Each (step, tag)
@@ -20,6 +19,8 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterator
+
+import numpy as np
 
 from backend.formats.base import InputError, ReadResult, Source, TableBatch
 from backend.formats.jsonl import INT32_MAX
@@ -34,16 +35,46 @@ _EVENT_FIRST_TAGS = {0x09, 0x10, 0x1A, 0x22, 0x2A, 0x32, 0x3A, 0x42, 0x4A, 0x52}
 
 
 def _masked_crc(data: bytes) -> int:
-    from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import masked_crc32c
+    from tensorboardX.record_writer import masked_crc32c
 
     return masked_crc32c(data)
+
+
+# TensorProto dtype enum values (tensorflow/core/framework/types.proto) of scalar
+# numbers, with the repeated field that holds them and their numpy type.
+_TENSOR_DTYPES = {
+    1: ("float_val", np.float32),
+    2: ("double_val", np.float64),
+    3: ("int_val", np.int32),
+    4: ("int_val", np.uint8),
+    5: ("int_val", np.int16),
+    6: ("int_val", np.int8),
+    9: ("int64_val", np.int64),
+    10: ("bool_val", np.bool_),
+    19: ("half_val", np.float16),
+}
+
+
+def scalar_of_tensor(tensor) -> float | None:
+    """The number a 0-d TensorProto holds (in `tensor_content` or its typed field), or
+    None for strings and other non-numbers."""
+    kind = _TENSOR_DTYPES.get(tensor.dtype)
+    if kind is None:
+        return None
+    field, dtype = kind
+    if tensor.tensor_content:
+        values = np.frombuffer(tensor.tensor_content, dtype=dtype)
+        return float(values[0]) if values.size == 1 else None
+    if field == "half_val":  # stored as the float16's bits
+        bits = list(tensor.half_val)
+        return float(np.array(bits, dtype=np.uint16).view(np.float16)[0]) if len(bits) == 1 else None
+    values = list(getattr(tensor, field))
+    return float(values[0]) if len(values) == 1 else None
 
 
 def iter_records(stream, name: str, block: int = 1 << 20) -> Iterator[tuple[int, bytes]]:
     """(1-based record number, record body) for each TFRecord of `stream`, read in
     blocks (one read per block, not three per record)."""
-    from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import masked_crc32c
-
     number = 0
     buf = b""
     pos = 0
@@ -61,7 +92,7 @@ def iter_records(stream, name: str, block: int = 1 << 20) -> Iterator[tuple[int,
         if len(buf) - pos < 12:
             raise InputError(name, "truncated record header (the file ends mid-record)", number, "record")
         length, length_crc = unpack(buf, pos)
-        if number == 1 and masked_crc32c(buf[pos : pos + 8]) != length_crc:
+        if number == 1 and _masked_crc(buf[pos : pos + 8]) != length_crc:
             raise InputError(
                 name, "record length fails its CRC check: not a TFRecord event file, or corrupt", number, "record"
             )
@@ -91,8 +122,7 @@ def looks_like_tfrecord(head: bytes) -> bool:
 def read_tensorboard(source: Source, result: ReadResult) -> Iterator[TableBatch]:
     """TensorBoard scalars -> ``steps`` batches (bounded memory, see StepMetrics)."""
     from google.protobuf.message import DecodeError
-    from tensorboard.compat.proto import event_pb2
-    from tensorboard.util import tensor_util
+    from tensorboardX.proto import event_pb2
 
     name = source.name
     buffer = StepMetrics()
@@ -113,10 +143,10 @@ def read_tensorboard(source: Source, result: ReadResult) -> Iterator[TableBatch]
                 if value.HasField("simple_value"):
                     point = value.simple_value
                 elif value.HasField("tensor") and not value.tensor.tensor_shape.dim:
-                    try:
-                        point = float(tensor_util.make_ndarray(value.tensor).item())
-                    except (TypeError, ValueError):
+                    number_or_none = scalar_of_tensor(value.tensor)
+                    if number_or_none is None:
                         continue  # a string tensor (text summary)
+                    point = number_or_none
                 else:
                     continue
                 spilled = add(step, value.tag, point)
