@@ -213,9 +213,9 @@ def test_ingestion_taken_over_commits_nothing(api, fault_env):
     """A worker that lost its job's lease (paused past it; another worker owns the job
     now) finishes its load but its fence stops the commit: the trace is neither made
     ready nor failed by it, and the job is left to the new owner."""
-    from backend.ingest.pipeline import Abandoned
     from backend.ingest.service import ingest_stored
     from backend.jobs import leases
+    from backend.jobs.fence import Abandoned
     from backend.settings import get_settings
     from backend.store.db import new_session
     from backend.store.models import Job, utcnow

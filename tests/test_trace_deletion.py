@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import func, insert, select
 
-from backend.ingest.pipeline import Abandoned
 from backend.ingest.service import ingest_stored
+from backend.jobs.fence import Abandoned
 from backend.settings import get_settings
 from backend.store.db import get_engine, session_scope
 from backend.store.deletion import BULK_TABLES, delete_traces

@@ -13,9 +13,9 @@ from sqlalchemy import select
 from sqlalchemy.exc import OperationalError
 
 from backend.formats.base import InputError
-from backend.ingest.pipeline import Abandoned
 from backend.jobs import leases
 from backend.jobs.contracts import ADVICE_KIND, INGEST_KIND, SIMULATION_KIND, TASK_NAMES, WORKLOAD_KIND
+from backend.jobs.fence import Abandoned
 from backend.jobs.state import mark_failed, mark_succeeded, set_progress
 from backend.settings import get_settings
 from backend.store.db import get_engine, new_session

@@ -9,32 +9,14 @@ from __future__ import annotations
 
 import numpy as np
 import psycopg
-from sqlalchemy import BigInteger, Boolean, Float, Integer, SmallInteger, Table
+from sqlalchemy import Table
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 
-from backend.store.models import Base
+from backend.store.copy_types import binary_dtype, table_of
 
 _PG_HEADER = b"PGCOPY\n\xff\r\n\x00" + (0).to_bytes(4, "big") + (0).to_bytes(4, "big")
 _PG_TRAILER = (-1).to_bytes(2, "big", signed=True)
-
-
-def _binary_dtype(column_type) -> np.dtype | None:
-    # Order matters: BigInteger and SmallInteger subclass Integer.
-    for sa_type, dt in (
-        (BigInteger, ">i8"),
-        (SmallInteger, ">i2"),
-        (Integer, ">i4"),
-        (Float, ">f8"),
-        (Boolean, "?"),
-    ):
-        if isinstance(column_type, sa_type):
-            return np.dtype(dt)
-    return None
-
-
-def table_of(name: str) -> Table:
-    return Base.metadata.tables[name]
 
 
 def _null_mask(values: np.ndarray) -> np.ndarray | None:
@@ -47,7 +29,7 @@ def _null_mask(values: np.ndarray) -> np.ndarray | None:
 def encode_pg_binary(table: Table, columns: dict[str, np.ndarray]) -> bytes:
     """Encode equal-length numpy columns as a complete PostgreSQL binary COPY stream."""
     names = list(columns)
-    dtypes = [_binary_dtype(table.c[n].type) for n in names]
+    dtypes = [binary_dtype(table.c[n].type) for n in names]
     n_rows = len(columns[names[0]])
     masks = [_null_mask(np.asarray(columns[n])) for n in names]
     # Group rows by which nullable columns are NULL: each pattern is one fixed layout.
@@ -119,7 +101,7 @@ def bulk_insert(conn: Connection, table_name: str, columns: dict[str, np.ndarray
 
 def _copy_pg(conn: Connection, table: Table, table_name: str, col_sql: str, columns: dict) -> None:
     cursor = conn.connection.driver_connection.cursor()
-    binary = all(isinstance(v, np.ndarray) and _binary_dtype(table.c[n].type) is not None for n, v in columns.items())
+    binary = all(isinstance(v, np.ndarray) and binary_dtype(table.c[n].type) is not None for n, v in columns.items())
     if binary:
         with cursor.copy(f'COPY "{table_name}" ({col_sql}) FROM STDIN (FORMAT BINARY)') as cp:
             cp.write(encode_pg_binary(table, columns))  # type: ignore[arg-type]

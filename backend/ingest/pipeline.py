@@ -17,7 +17,7 @@ from dataclasses import asdict
 from typing import IO
 
 import numpy as np
-from sqlalchemy import delete, insert, select, update
+from sqlalchemy import insert, select, update
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import IntegrityError
 
@@ -26,18 +26,16 @@ from backend.formats.base import STEP_TIMING_COLUMNS, InputError, ReadResult, So
 from backend.formats.kineto_events import EVENTS_DIR_STATE, remove_events
 from backend.ingest.bulk import bulk_insert
 from backend.ingest.summaries import SUMMARY_COLUMNS, StepCounter, summarize_steps
+from backend.jobs.fence import Abandoned, Fence
 from backend.store.columns import read_columns
-from backend.store.deletion import BULK_TABLES
+from backend.store.deletion import clear_trace_rows
 from backend.store.models import (
-    GpuKernelName,
     Step,
     Trace,
     TraceStatus,
 )
 from backend.store.trace_tables import trace_events_dir
 
-# every table holding a trace's rows: the bulk ones, its kernel names and its steps
-TRACE_TABLES = (*BULK_TABLES, GpuKernelName, Step)
 COUNT_COLUMN = {
     "samples": "n_samples",
     "turns": "n_turns",
@@ -47,16 +45,6 @@ COUNT_COLUMN = {
 }
 
 Progress = Callable[[float, str], None]
-
-
-class Abandoned(Exception):
-    """Raised by a progress callback or a fence to stop an ingestion that another process
-    now owns (its job's lease was taken over): the trace and its rows are left to it."""
-
-
-# Raises Abandoned unless this process still owns the ingestion. Called inside the final
-# transaction, so a load commits only while it is owned, and before any clean-up.
-Fence = Callable[[Connection], None]
 
 
 # Samples read back per query when computing the per-step summaries (bounds memory).
@@ -188,11 +176,6 @@ def _still_there(conn: Connection, trace_id: int) -> None:
     already held) keeps a delete waiting until this commit, so it then removes them."""
     if conn.scalar(select(Trace.id).where(Trace.id == trace_id).with_for_update()) is None:
         raise Abandoned(f"trace {trace_id} was deleted during its ingestion")
-
-
-def clear_trace_rows(conn: Connection, trace_id: int) -> None:
-    for model in TRACE_TABLES:
-        conn.execute(delete(model).where(model.trace_id == trace_id))
 
 
 _PG_KEY = re.compile(r"Key \(trace_id, ([\w, ]+)\)=\(\d+, ([^)]*)\)")

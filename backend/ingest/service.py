@@ -13,12 +13,13 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
 from backend.formats.base import InputError
-from backend.ingest.pipeline import Fence, Progress, ingest_trace, set_trace_status
+from backend.ingest.pipeline import Progress, ingest_trace, set_trace_status
 from backend.ingest.uploads import StoredUpload, discard, upload_sources
 from backend.jobs import leases
 from backend.jobs.analyses import queue_default_analyses
 from backend.jobs.contracts import INGEST_KIND
 from backend.jobs.dispatch import dispatch
+from backend.jobs.fence import Fence
 from backend.jobs.state import create_job
 from backend.settings import Settings, get_settings
 from backend.store.db import get_engine, new_session
@@ -176,7 +177,7 @@ def ingest_stored(
     fence: Fence | None = None,
 ) -> None:
     """Expand the stored files (archives, .gz) and ingest them into the trace (`fence`:
-    backend.ingest.pipeline.Fence, for an ingestion a job's lease owns)."""
+    backend.jobs.fence.Fence, for an ingestion a job's lease owns)."""
     engine = get_engine()
     try:
         sources = upload_sources(files, settings)

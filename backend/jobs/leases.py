@@ -29,10 +29,10 @@ from pathlib import Path
 from sqlalchemy import and_, case, or_, select, update
 from sqlalchemy.engine import Engine
 
-from backend.ingest.pipeline import Abandoned, Fence, clear_trace_rows
 from backend.jobs.contracts import INGEST_KIND, TASK_NAMES, task_name
+from backend.jobs.fence import Abandoned, Fence
 from backend.settings import Settings, get_settings
-from backend.store.deletion import delete_traces
+from backend.store.deletion import clear_trace_rows, delete_traces
 from backend.store.models import Job, JobStatus, Trace, TraceStatus, utcnow
 
 log = logging.getLogger(__name__)

@@ -17,7 +17,7 @@ import numpy as np
 from sqlalchemy import text
 from sqlalchemy.engine import Connection
 
-from backend.ingest.bulk import _binary_dtype, table_of
+from backend.store.copy_types import binary_dtype, table_of
 
 _PG_HEADER_LEN = 19  # signature (11) + flags (4) + header extension length (4, = 0)
 
@@ -39,7 +39,7 @@ def read_columns(
         where += " AND step >= :lo AND step < :hi"
         params.update(lo=step_range[0], hi=step_range[1])
     order = f" ORDER BY {order_by}" if order_by else ""
-    dtypes = [_binary_dtype(table.c[n].type) for n in columns]
+    dtypes = [binary_dtype(table.c[n].type) for n in columns]
     if conn.dialect.name == "postgresql" and all(dt is not None for dt in dtypes):
         keys = [k.strip() for k in order_by.split(",")] if order_by else []
         if keys and keys[0] == "step" and all(k in table.c for k in keys):
@@ -110,7 +110,7 @@ _SEND = {">i8": "int8send", ">i2": "int2send", ">i4": "int4send", ">f8": "float8
 def _read_pg_per_step(conn, table_name, columns, keys, where, params) -> dict:
     table = table_of(table_name)
     wanted = list(dict.fromkeys(list(columns) + keys))  # the key columns too, to check the order
-    dtypes = [_binary_dtype(table.c[n].type) for n in wanted]
+    dtypes = [binary_dtype(table.c[n].type) for n in wanted]
     inner = ", ".join(f"{_value_expr(table, n, dt)} AS c{i}" for i, (n, dt) in enumerate(zip(wanted, dtypes)))
     aggs = ", ".join(f"string_agg({_SEND[dt.str]}(c{i}), ''::bytea)" for i, dt in enumerate(dtypes))
     # The sorted subquery feeds each step's aggregates its rows in key order.

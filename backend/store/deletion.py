@@ -11,9 +11,17 @@ from sqlalchemy import ColumnElement, delete
 from sqlalchemy.engine import Connection
 from sqlalchemy.orm import Session
 
-from backend.store.models import GpuEvent, RankTiming, Sample, ToolCall, Trace, Turn
+from backend.store.models import GpuEvent, GpuKernelName, RankTiming, Sample, Step, ToolCall, Trace, Turn
 
 BULK_TABLES = (Sample, Turn, ToolCall, RankTiming, GpuEvent)
+# every table holding a trace's rows: the bulk ones, its kernel names and its steps
+TRACE_TABLES = (*BULK_TABLES, GpuKernelName, Step)
+
+
+def clear_trace_rows(conn: Connection, trace_id: int) -> None:
+    """Every row of one trace, the trace itself kept (an ingestion starting over)."""
+    for model in TRACE_TABLES:
+        conn.execute(delete(model).where(model.trace_id == trace_id))
 
 
 def delete_traces(conn: Connection | Session, *where: ColumnElement[bool]) -> list[int]:
