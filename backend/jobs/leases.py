@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import socket
 import threading
 from collections.abc import Iterator
@@ -394,9 +395,8 @@ def _requeue_or_fail(engine: Engine, settings: Settings, row, now: datetime) -> 
                 )
             )
     if give_up and row.kind == INGEST_KIND and (row.params or {}).get("folder"):
-        from backend.ingest.uploads import discard
-
-        discard(Path(row.params["folder"]))  # the stored upload, kept for retries until now
+        # the stored upload, kept for retries until now (as backend.ingest.uploads.discard)
+        shutil.rmtree(Path(row.params["folder"]), ignore_errors=True)
     log.warning("job %s (%s) %s", row.id, row.kind, "failed: " + reason if give_up else "requeued")
     return "failed" if give_up else "requeued"
 

@@ -20,9 +20,9 @@ from __future__ import annotations
 import plotly.graph_objects as go
 
 from dashboard.figures.common import empty_figure, num
+from dashboard.figures.headlines import gpu_idle_share, imbalance_headline, rollout_idle_share
 from dashboard.figures.metrics import PALETTE, with_gaps
 from dashboard.theme import STAGE_LABELS, STAGES, base_layout, stage_color
-from dashboard.views.overview import gpu_idle_share, imbalance_headline, rollout_idle_share
 
 
 def _label(run: dict) -> str:

@@ -14,15 +14,14 @@ step's trajectories, when one step is filtered and the trace has turns).
 
 from __future__ import annotations
 
-from urllib.parse import urlencode
-
 import dash
 from dash import dcc, html
 
 from dashboard.api import session
 from dashboard.api.client import ApiError
 from dashboard.figures.samples import request_timeline_figure, turn_timeline_figure, turn_tokens_figure
-from dashboard.views.components import GRAPH_CONFIG, alert, href, section
+from dashboard.views.components import GRAPH_CONFIG, alert, section
+from dashboard.views.drill import samples_href
 from dashboard.views.trace_frame import trace_page
 
 dash.register_page(
@@ -78,18 +77,6 @@ def parse_query(query: dict) -> dict:
     page = str(query.get("page") or "")
     out["page"] = int(page) if page.isdigit() else 0
     return out
-
-
-def samples_href(trace_id, params: dict) -> str:
-    """The samples page of `trace_id` with `params` (None / "" dropped) in its query."""
-    clean = {k: v for k, v in params.items() if v is not None and v != ""}
-    if clean.get("sort") == "step" and clean.get("order") == "asc":
-        clean.pop("sort")
-        clean.pop("order")
-    if clean.get("page") == 0:
-        clean.pop("page")
-    query = urlencode(clean)
-    return href(f"/traces/{trace_id}/samples" + (f"?{query}" if query else ""))
 
 
 def _cell(column: str, value) -> str:

@@ -13,21 +13,21 @@ from __future__ import annotations
 
 import contextlib
 
+import dash
 import flask
 
 from dashboard.api import session
 from dashboard.api.client import ApiError
-from dashboard.views.components import href
 
 CHUNK = 1 << 16
 
 
 def simulation_trace_href(job_id, policy: str = "a") -> str:
-    return href(f"/download/simulations/{int(job_id)}/chrome-trace") + f"?policy={policy}"
+    return dash.get_relative_path(f"/download/simulations/{int(job_id)}/chrome-trace") + f"?policy={policy}"
 
 
 def workload_zip_href(job_id) -> str:
-    return href(f"/download/workloads/{int(job_id)}.zip")
+    return dash.get_relative_path(f"/download/workloads/{int(job_id)}.zip")
 
 
 def _passthrough(open_stream, filename: str, media_type: str) -> flask.Response:

@@ -17,6 +17,9 @@ Which charts drill, and to what:
 from __future__ import annotations
 
 from bisect import bisect_right
+from urllib.parse import urlencode
+
+from dashboard.views.components import href
 
 STEP_X = {
     "dist-box",
@@ -115,9 +118,19 @@ def drill_params(graph_id: str, click: dict | None, figure: dict | None = None, 
     return {}
 
 
-def drill_href(trace_id, params: dict) -> str:
-    from dashboard.pages.samples import samples_href
+def samples_href(trace_id, params: dict) -> str:
+    """The samples page of `trace_id` with `params` (None / "" dropped) in its query."""
+    clean = {k: v for k, v in params.items() if v is not None and v != ""}
+    if clean.get("sort") == "step" and clean.get("order") == "asc":
+        clean.pop("sort")
+        clean.pop("order")
+    if clean.get("page") == 0:
+        clean.pop("page")
+    query = urlencode(clean)
+    return href(f"/traces/{trace_id}/samples" + (f"?{query}" if query else ""))
 
+
+def drill_href(trace_id, params: dict) -> str:
     return samples_href(trace_id, params)
 
 
