@@ -65,7 +65,7 @@ def test_panels_without_data():
 def test_compare_diff_panels_from_real_diff(tmp_path):
     if not FIXTURES.is_dir():
         pytest.skip(f"Kineto fixtures not found at {FIXTURES}")
-    from core.analysis.gpu_hta import trace_diff
+    from core.analysis.gpu_diff import trace_diff
     from dashboard.figures import gpu_diff as compare
 
     kept = []

@@ -1,4 +1,4 @@
-"""The HTA 0.5.0 analyses beyond the temporal/idle breakdowns (core/analysis/gpu_hta.py).
+"""The HTA 0.5.0 analyses beyond the temporal/idle breakdowns (core/analysis/gpu_frames.py and the analyzers built on it).
 
 Reference figures: computed once with HolisticTraceAnalysis 0.5.0 on the Kineto fixtures
 (`bench/out/hta-venv/bin/python bench/kineto_hta_reference.py DIR...`, one folder per
@@ -19,8 +19,14 @@ import pytest
 from backend.formats.base import ReadResult, Source
 from backend.formats.kineto import read_kineto
 from backend.formats.kineto_events import EVENTS_DIR_STATE, load_events
-from core.analysis import gpu_hta
+from core.analysis.gpu_annotations import user_annotation_breakdown
+from core.analysis.gpu_breakdown import comm_comp_overlap, gpu_kernel_breakdown, per_step_breakdowns
+from core.analysis.gpu_diff import trace_diff
 from core.analysis.gpu_events import PHASES
+from core.analysis.gpu_frames import hta_frames
+from core.analysis.gpu_launch import kernel_launch_stats, queue_length
+from core.analysis.gpu_memory_bw import memory_bw_summary
+from core.analysis.gpu_stragglers import potential_stragglers
 
 FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "kineto"
 JOBS = {
@@ -155,9 +161,9 @@ needs_fixtures = pytest.mark.skipif(not FIXTURES.is_dir(), reason=f"Kineto fixtu
 def test_matches_hta(job, tmp_path):
     ref = HTA_REFERENCE[job]
     events, windows, ev = _load(JOBS[job], tmp_path)
-    frames = gpu_hta.hta_frames(ev)
+    frames = hta_frames(ev)
 
-    overlap = gpu_hta.comm_comp_overlap(events, windows)
+    overlap = comm_comp_overlap(events, windows)
     for rank, pct in ref["overlap_pct"].items():
         mine = overlap["comm_comp_overlap_pct"][list(overlap["rank"]).index(rank)]
         if pct is None:
@@ -165,7 +171,7 @@ def test_matches_hta(job, tmp_path):
         else:
             assert abs(mine - pct) <= 0.005 + 1e-9
 
-    q = gpu_hta.queue_length(ev, frames)["summary"]
+    q = queue_length(ev, frames)["summary"]
     got = {
         (int(r), int(s)): (int(c), m, int(x))
         for r, s, c, m, x in zip(q["rank"], q["stream"], q["count"], q["mean"], q["max"])
@@ -177,9 +183,9 @@ def test_matches_hta(job, tmp_path):
         # timestamps varies with numpy's version and the CPU (SIMD sorts): the mean
         # moves by up to 3e-4 between environments (count and max stay exact, above)
         assert got[key][1] == pytest.approx(mean, rel=1e-3)
-    assert len(gpu_hta.queue_length(ev, frames)["blocked"]["rank"]) == 0
+    assert len(queue_length(ev, frames)["blocked"]["rank"]) == 0
 
-    ls = gpu_hta.kernel_launch_stats(ev, frames)
+    ls = kernel_launch_stats(ev, frames)
     for rank, expected in ref["launch"].items():
         i = list(ls["rank"]).index(rank)
         mine = tuple(
@@ -197,7 +203,7 @@ def test_matches_hta(job, tmp_path):
         )
         assert mine == pytest.approx(expected, abs=1e-9)
 
-    kb = gpu_hta.gpu_kernel_breakdown(events, windows)
+    kb = gpu_kernel_breakdown(events, windows)
     by_type = dict(zip(kb["by_type"]["kernel_type"], zip(kb["by_type"]["sum_us"], kb["by_type"]["percentage"])))
     assert set(by_type) == set(ref["kernel_types"])
     for kind, (total, pct) in ref["kernel_types"].items():
@@ -205,7 +211,7 @@ def test_matches_hta(job, tmp_path):
         assert abs(by_type[kind][1] - pct) <= 0.05 + 1e-9  # HTA rounds to 0.1
     assert len(kb["kernels"]["name"]) == ref["n_kernel_rows"]
 
-    mb = gpu_hta.memory_bw_summary(ev, frames)
+    mb = memory_bw_summary(ev, frames)
     got_bw = {
         (int(r), n): (int(c), m, x) for r, n, c, m, x in zip(mb["rank"], mb["name"], mb["count"], mb["mean"], mb["max"])
     }
@@ -215,13 +221,13 @@ def test_matches_hta(job, tmp_path):
         assert got_bw[key][1] == pytest.approx(mean, rel=1e-3, abs=1e-4)  # the same unstable tie order
         assert got_bw[key][2] == pytest.approx(top, abs=1e-4)
 
-    ua = gpu_hta.user_annotation_breakdown(ev, frames)
+    ua = user_annotation_breakdown(ev, frames)
     got_ua = {(int(r), n): (s, m) for r, n, s, m in zip(ua["rank"], ua["name"], ua["sum_us"], ua["mean_us"])}
     assert set(got_ua) == set(ref["user_annotations"])
     for key, (total, mean) in ref["user_annotations"].items():
         assert got_ua[key] == pytest.approx((total, mean))
 
-    ps = gpu_hta.per_step_breakdowns(events, windows)["temporal"]
+    ps = per_step_breakdowns(events, windows)["temporal"]
     got_ps = {
         (int(s), int(r)): (k, i, c)
         for s, r, k, i, c in zip(ps["step"], ps["rank"], ps["kernel_time_us"], ps["idle_pct"], ps["compute_pct"])
@@ -338,15 +344,15 @@ def test_overlap_queue_and_launch_on_hand_made_events():
         _kernel(2, "ncclDevKernel_AllReduce", 20, 20, stream=9),
     ]
     cols, windows, ev = _trace(evs)
-    ov = gpu_hta.comm_comp_overlap(cols, windows)
+    ov = comm_comp_overlap(cols, windows)
     # communication 20..40 (20 us), computation 10..30: overlap 20..30 = 10 us -> 50 %
     assert ov["comm_comp_overlap_pct"][0] == pytest.approx(50.0)
-    q = gpu_hta.queue_length(ev)["summary"]
+    q = queue_length(ev)["summary"]
     # stream 7: +1 at 0, -1 at 10 -> values [1, 0]; stream 9: +1 at 1, -1 at 20 -> [1, 0]
     assert q["stream"].tolist() == [7, 9]
     assert q["mean"].tolist() == [0.5, 0.5]
     assert q["max"].tolist() == [1.0, 1.0]
-    ls = gpu_hta.kernel_launch_stats(ev)
+    ls = kernel_launch_stats(ev)
     # delays: 10 - (0 + 2) = 8 and 20 - (1 + 2) = 17
     assert ls["n_launches"].tolist() == [2]
     assert ls["launch_delay_median_us"][0] == pytest.approx(12.5)
@@ -371,12 +377,12 @@ def test_memory_bandwidth_and_annotations_on_hand_made_events():
         },
     ]
     _, _, ev = _trace(evs)
-    mb = gpu_hta.memory_bw_summary(ev)
+    mb = memory_bw_summary(ev)
     # running sum: 4 at 10, 6 at 15, 2 at 20, 0 at 25 -> positive values 4, 6, 2
     assert mb["name"] == ["Memcpy HtoD"]
     assert mb["count"].tolist() == [3]
     assert mb["mean"][0] == pytest.approx(4.0)
-    ua = gpu_hta.user_annotation_breakdown(ev)
+    ua = user_annotation_breakdown(ev)
     assert ua["name"] == ["forward"] and ua["sum_us"].tolist() == [30.0]
 
 
@@ -404,7 +410,7 @@ def test_trace_diff_matches_hta(pair, tmp_path):
     n_rows, groups, control, test = HTA_DIFF[pair]
     _, _, a = _load([pair[0]], tmp_path / "a")
     _, _, b = _load([pair[1]], tmp_path / "b")
-    d = gpu_hta.trace_diff(a, b)
+    d = trace_diff(a, b)
     rows = d["rows"]
     assert len(rows["name"]) == n_rows
     assert d["ops_diff"] == groups
@@ -417,7 +423,7 @@ def test_trace_diff_matches_hta(pair, tmp_path):
 def test_potential_stragglers_sampled(tmp_path):
     # HTA 0.5.0 get_potential_stragglers() on the two sampled ranks: [0, 1]
     _, _, ev = _load(JOBS["sampled"], tmp_path)
-    out = gpu_hta.potential_stragglers(ev)
+    out = potential_stragglers(ev)
     assert sorted(out["stragglers"]) == [0, 1]
     assert out["kernel"].startswith("ncclKernel_SendRecv")
 
@@ -453,7 +459,7 @@ def test_potential_stragglers_late_start_rank():
         parts.append(ev)
     from core.analysis.gpu_events import TraceEvents
 
-    out = gpu_hta.potential_stragglers(TraceEvents.concat(parts), num_candidates=1)
+    out = potential_stragglers(TraceEvents.concat(parts), num_candidates=1)
     assert out["stragglers"] == [2]
     assert out["counts"] == {0: 0, 1: 0, 2: 2}
 
@@ -462,7 +468,7 @@ def test_time_blocked_on_a_full_queue():
     # three launches at 0, 1, 2 on one stream; kernels start at 10, 20, 30
     evs = [_launch(i + 1, i, 1) for i in range(3)] + [_kernel(i + 1, "gemm", 10 * (i + 1), 5) for i in range(3)]
     _, _, ev = _trace(evs)
-    q = gpu_hta.queue_length(ev, max_queue_length=2)
+    q = queue_length(ev, max_queue_length=2)
     # queue: 1 @0, 2 @1, 3 @2, 2 @10, 1 @20, 0 @30 -> at >= 2 from 1 to 20: 19 us
     assert q["summary"]["max"].tolist() == [3.0]
     assert q["blocked"]["duration_at_max_us"].tolist() == [19.0]

@@ -3,7 +3,8 @@
 Result fields: ``temporal`` (per rank, `temporal_breakdown` columns), ``idle`` (per rank
 and stream, `idle_breakdown`), ``kernel_types`` (`kernel_type_breakdown`),
 ``stragglers`` ({"per_rank", "per_step"} of `stragglers`), ``ranks`` (the ranks seen);
-from core/analysis/gpu_hta.py (HTA 0.5.0's other analyses): ``comm_comp_overlap`` (per
+from the HTA analyzers (HTA 0.5.0's other analyses: gpu_breakdown, gpu_launch,
+gpu_memory_bw, gpu_annotations, gpu_stragglers): ``comm_comp_overlap`` (per
 rank), ``kernel_breakdown`` ({"by_type", "kernels"}), ``per_step`` ({"temporal",
 "idle"} per ProfilerStep) and, when every event of the trace was kept at ingest
 (`TraceData.gpu_trace`), ``queue_length`` ({"summary", "blocked"} per rank and stream),
@@ -19,8 +20,12 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from core.analysis import gpu_hta
-from core.analysis.gpu_stragglers import stragglers
+from core.analysis.gpu_annotations import user_annotation_breakdown
+from core.analysis.gpu_breakdown import comm_comp_overlap, gpu_kernel_breakdown, per_step_breakdowns
+from core.analysis.gpu_frames import hta_frames
+from core.analysis.gpu_launch import kernel_launch_stats, queue_length
+from core.analysis.gpu_memory_bw import memory_bw_summary
+from core.analysis.gpu_stragglers import potential_stragglers, stragglers
 from core.analysis.gpu_timeline import idle_breakdown, kernel_type_breakdown, temporal_breakdown
 from core.analysis.tables import TraceData
 from core.jsonable import json_safe
@@ -57,20 +62,20 @@ def gpu_timeline_report(
         "idle": rows(idle_breakdown(events, step_windows, hta_compat=hta_compat)),
         "kernel_types": _tables(kernel_type_breakdown(events, names=names)),
         "stragglers": _tables(stragglers(events, tolerance=straggler_tolerance)),
-        "comm_comp_overlap": rows(gpu_hta.comm_comp_overlap(events, step_windows, names=names, hta_compat=hta_compat)),
-        "kernel_breakdown": _tables(gpu_hta.gpu_kernel_breakdown(events, step_windows, names=names)),
-        "per_step": _tables(gpu_hta.per_step_breakdowns(events, step_windows, names=names))
+        "comm_comp_overlap": rows(comm_comp_overlap(events, step_windows, names=names, hta_compat=hta_compat)),
+        "kernel_breakdown": _tables(gpu_kernel_breakdown(events, step_windows, names=names)),
+        "per_step": _tables(per_step_breakdowns(events, step_windows, names=names))
         if "step" in events
         else {"temporal": [], "idle": []},
         "cpu_side": trace_events is not None and len(trace_events) > 0,
     }
     if out["cpu_side"]:
-        frames = gpu_hta.hta_frames(trace_events)
-        out["queue_length"] = _tables(gpu_hta.queue_length(trace_events, frames))
-        out["launch_stats"] = rows(gpu_hta.kernel_launch_stats(trace_events, frames))
-        out["memory_bw"] = rows(gpu_hta.memory_bw_summary(trace_events, frames))
-        out["user_annotations"] = rows(gpu_hta.user_annotation_breakdown(trace_events, frames))
-        hta_stragglers = gpu_hta.potential_stragglers(trace_events, frames)
+        frames = hta_frames(trace_events)
+        out["queue_length"] = _tables(queue_length(trace_events, frames))
+        out["launch_stats"] = rows(kernel_launch_stats(trace_events, frames))
+        out["memory_bw"] = rows(memory_bw_summary(trace_events, frames))
+        out["user_annotations"] = rows(user_annotation_breakdown(trace_events, frames))
+        hta_stragglers = potential_stragglers(trace_events, frames)
         if "metric" in hta_stragglers:
             hta_stragglers["metric"] = rows(hta_stragglers["metric"])
             hta_stragglers["counts"] = [{"rank": r, "steps": c} for r, c in sorted(hta_stragglers["counts"].items())]

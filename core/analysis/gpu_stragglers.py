@@ -13,18 +13,22 @@ on the GPU timeline of each (step, rank), using only the events assigned to that
 
 A rank is a straggler in a step when its compute time exceeds the step's median over
 ranks by more than `tolerance` (default 5 %). Steps with a single rank have no stragglers.
+
+`potential_stragglers` reproduces HTA's get_potential_stragglers on `TraceEvents`
+(its rules in its docstring).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import re
+from collections.abc import Sequence
 
 import numpy as np
 
+from core.analysis.gpu_events import TraceEvents
+from core.analysis.gpu_frames import Events, Frame, hta_frames
 from core.analysis.gpu_intervals import dense_codes, union_by_group
 from core.analysis.gpu_kinds import GpuKind
-
-Events = Mapping[str, "np.ndarray | list"]
 
 
 def _group_median(codes: np.ndarray, values: np.ndarray, n_groups: int) -> np.ndarray:
@@ -126,3 +130,96 @@ def stragglers(events: Events, *, tolerance: float = 0.05) -> dict[str, dict[str
         "n_stragglers": np.bincount(step_codes[is_straggler], minlength=n_steps).astype(np.int64),
     }
     return {"per_rank": per_rank, "per_step": per_step}
+
+
+# --- potential stragglers (TraceEvents, several ranks) -----------------------------------
+
+
+def potential_stragglers(
+    ev: TraceEvents,
+    frames: dict[int, Frame] | None = None,
+    *,
+    profiler_steps: Sequence[int] | None = None,
+    num_candidates: int = 2,
+    min_normalized_duration: float = 0.01,
+) -> dict:
+    """HTA get_potential_stragglers (find_stragglers_with_late_start_comm_kernels).
+
+    Over the chosen ProfilerSteps (default all): the NCCL kernels (names starting
+    "ncclKernel", as HTA) at least `min_normalized_duration` of the mean step time long;
+    the last of each (rank, stream, step, name); the (stream, name) whose duration varies
+    most across ranks (mean over steps of the std across ranks); for it, each rank's start
+    time normalised by the mean step time. Per step the `num_candidates` latest-starting
+    ranks are potential stragglers (a rank that starts its last big collective late kept
+    the others waiting). Returns {"stragglers": ranks (most often flagged first),
+    "counts": {rank: steps flagged}, "kernel": name, "stream", "metric": rows of rank,
+    step, normalized_start}, or {"stragglers": [], "note": why} when it cannot tell
+    (one rank, or no such kernel; HTA raises then).
+    """
+    frames = frames if frames is not None else hta_frames(ev)
+    num_candidates = max(1, int(num_candidates))
+    step_re = re.compile(r"ProfilerStep\s*#\s*(\d+)")
+    step_of_name = {i: int(hit.group(1)) for i, n in enumerate(ev.names) if (hit := step_re.match(n))}
+    available = sorted(
+        {step_of_name[int(i)] for f in frames.values() for i in np.unique(ev.name[f.idx]) if int(i) in step_of_name}
+    )
+    steps = available if profiler_steps is None else [s for s in profiler_steps if s in available]
+    if not steps:
+        return {"stragglers": [], "note": "no ProfilerStep annotations to compare ranks by"}
+    if len(frames) < 2:
+        return {"stragglers": [], "note": "one rank: nothing to compare"}
+    comm_names = np.array([n.startswith("ncclKernel") for n in ev.names] or [False], dtype=bool)
+    parts = []
+    for r, f in frames.items():
+        parts.append((r, f, np.flatnonzero(np.isin(f.iteration, steps))))
+    if not any(len(m) for _, _, m in parts):
+        return {"stragglers": [], "note": "no events inside the chosen ProfilerSteps"}
+    t_min = min(float(f.ts[m].min()) for _, f, m in parts if len(m))
+    t_max = max(float((f.ts[m] + f.dur[m]).max()) for _, f, m in parts if len(m))
+    n_iters = len({int(x) for _, f, m in parts for x in np.unique(f.iteration[m])})
+    mean_iter = (t_max - t_min) / float(n_iters)
+    min_dur = mean_iter * min_normalized_duration
+    last: dict[tuple, tuple[float, float]] = {}
+    for r, f, m in parts:
+        stream = ev.stream[f.idx[m]]
+        name = ev.name[f.idx[m]]
+        sel = (stream > 0) & (f.iteration[m] > 0) & (f.dur[m] >= min_dur) & comm_names[name]
+        for j in np.flatnonzero(sel).tolist():  # frame order: the last one wins
+            row = m[j]
+            last[(r, int(stream[j]), int(f.iteration[row]), int(name[j]))] = (float(f.ts[row]), float(f.dur[row]))
+    if not last:
+        return {"stragglers": [], "note": "no NCCL kernel (ncclKernel*) long enough to compare ranks by"}
+    by_group: dict[tuple, list[float]] = {}
+    for (_r, st, it, nm), (_, d) in last.items():
+        by_group.setdefault((st, it, nm), []).append(d / mean_iter)
+    spread: dict[tuple, list[float]] = {}
+    for (st, _it, nm), ds in sorted(by_group.items()):
+        if len(ds) > 1:
+            spread.setdefault((st, nm), []).append(float(np.std(ds, ddof=1)))
+    if not spread:
+        return {"stragglers": [], "note": "no NCCL kernel that several ranks ran in the same step"}
+    stream, name = max(sorted(spread), key=lambda k: np.mean(spread[k]))
+    metric = sorted(
+        ((r, it, (ts - t_min) / mean_iter) for (r, st, it, nm), (ts, _) in last.items() if st == stream and nm == name),
+        key=lambda x: (x[1], x[0]),
+    )
+    counts: dict[int, int] = {}
+    for it in sorted({m[1] for m in metric}):
+        group = [m for m in metric if m[1] == it]
+        values = sorted((m[2] for m in group), reverse=True)
+        threshold = values[min(num_candidates, len(values)) - 1]
+        for r, _, v in group:
+            counts[r] = counts.get(r, 0) + (1 if v >= threshold else 0)
+    ranked = sorted(counts, key=lambda r: (-counts[r], r))
+    return {
+        "stragglers": ranked[:num_candidates],
+        "counts": counts,
+        "kernel": ev.names[name],
+        "stream": stream,
+        "steps": steps,
+        "metric": {
+            "rank": [m[0] for m in metric],
+            "step": [m[1] for m in metric],
+            "normalized_start": [m[2] for m in metric],
+        },
+    }

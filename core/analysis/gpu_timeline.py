@@ -108,12 +108,12 @@ def hta_window_mask(events: Events, step_windows: StepWindows | None = None) -> 
     return keep
 
 
-def _subset(events: Events, mask: np.ndarray) -> dict:
+def subset_events(events: Events, mask: np.ndarray) -> dict:
     """The numeric columns of the events under `mask` (names are not needed after)."""
     return {k: np.asarray(v)[mask] for k, v in events.items() if k not in ("name", "name_id")}
 
 
-def _times(events: Events, hta_compat: bool) -> tuple[np.ndarray, np.ndarray]:
+def event_times(events: Events, hta_compat: bool) -> tuple[np.ndarray, np.ndarray]:
     start = _col(events, "start_us", np.float64)
     end = start + _col(events, "dur_us", np.float64)
     if hta_compat:
@@ -149,10 +149,10 @@ def temporal_breakdown(
     compute = hta_compute_mask(_col(events, "kind", np.int8), _names_or_none(events, names))
     if hta_compat:
         keep = hta_window_mask(events, step_windows)
-        events, compute = _subset(events, keep), compute[keep]
+        events, compute = subset_events(events, keep), compute[keep]
     rank = _col(events, "rank", np.int64)
     codes, (ranks,) = dense_codes(rank)
-    start, end = _times(events, hta_compat)
+    start, end = event_times(events, hta_compat)
     everything = union_by_group(codes, start, end, len(ranks))
     comp = union_by_group(codes[compute], start[compute], end[compute], len(ranks))
 
@@ -200,12 +200,12 @@ def idle_breakdown(
     negative gap (overlap on one stream) is summed as is.
     """
     if hta_compat:
-        events = _subset(events, hta_window_mask(events, step_windows))
+        events = subset_events(events, hta_window_mask(events, step_windows))
     rank = _col(events, "rank", np.int64)
     stream = _col(events, "stream", np.int64)
     codes, (ranks, streams) = dense_codes(rank, stream)
     n_groups = len(ranks)
-    start, end = _times(events, hta_compat)
+    start, end = event_times(events, hta_compat)
     launch = _col(events, "launch_us", np.float64)
     if hta_compat:
         launch = np.ceil(launch)

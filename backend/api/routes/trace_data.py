@@ -45,8 +45,8 @@ from backend.store.models import (
     Turn,
 )
 from backend.store.trace_tables import trace_events_dir
+from core.analysis.gpu_diff import trace_diff
 from core.analysis.gpu_export import chrome_trace_export, full_chrome_trace, select_events
-from core.analysis.gpu_hta import trace_diff
 from core.analysis.gpu_kinds import GpuKind
 from core.analysis.stats import LOG_BIN_EDGES
 
