@@ -179,7 +179,7 @@ def test_lost_message_is_sent_again(api, fault_env, tmp_path):
 
 def test_job_of_a_worker_lost_too_often_fails_with_reason(api, fault_env):
     """The sweeper gives up after job_max_attempts: failed, with the reason, no rows."""
-    from backend.jobs.leases import sweep
+    from backend.jobs.sweeper import sweep
     from backend.settings import get_settings
     from backend.store.db import get_engine, new_session
     from backend.store.models import Job, Trace, utcnow
@@ -246,7 +246,7 @@ def test_ingestion_taken_over_commits_nothing(api, fault_env):
 def test_sweeper_drops_an_abandoned_inline_ingestion(api, env):
     """An inline ingestion whose process died (nobody touches its trace any more) is
     removed with its rows; a live one (touched within two leases) is left alone."""
-    from backend.jobs.leases import sweep
+    from backend.jobs.sweeper import sweep
     from backend.settings import get_settings
     from backend.store.db import get_engine, new_session
     from backend.store.models import Trace, utcnow

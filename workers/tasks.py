@@ -17,6 +17,7 @@ from backend.jobs import leases
 from backend.jobs.contracts import ADVICE_KIND, INGEST_KIND, SIMULATION_KIND, TASK_NAMES, WORKLOAD_KIND
 from backend.jobs.fence import Abandoned
 from backend.jobs.state import mark_failed, mark_succeeded, set_progress
+from backend.jobs.sweeper import Sweeper
 from backend.settings import get_settings
 from backend.store.db import get_engine, new_session
 from backend.store.models import Job, JobStatus
@@ -137,12 +138,12 @@ def run_advice(job_id: int) -> None:
 
 
 # The sweeper runs in every worker's main process (backend.jobs.leases).
-_sweeper: list[leases.Sweeper] = []
+_sweeper: list[Sweeper] = []
 
 
 @worker_ready.connect
 def _start_sweeper(**_kwargs) -> None:
-    _sweeper.append(leases.Sweeper().start())
+    _sweeper.append(Sweeper().start())
 
 
 @worker_shutting_down.connect

@@ -20,6 +20,7 @@ from backend.jobs.analyses import queue_default_analyses
 from backend.jobs.contracts import INGEST_KIND
 from backend.jobs.dispatch import dispatch
 from backend.jobs.fence import Fence
+from backend.jobs.lease_terms import aware
 from backend.jobs.state import create_job
 from backend.settings import Settings, get_settings
 from backend.store.db import get_engine, new_session
@@ -66,11 +67,11 @@ def _ingestion_alive(session: Session, trace: Trace) -> bool:
     ).first()
     now = utcnow()
     if job is None:  # inline: the request's heartbeat touches updated_at
-        return leases.aware(trace.updated_at) >= now - timedelta(seconds=get_settings().job_lease_s)
+        return aware(trace.updated_at) >= now - timedelta(seconds=get_settings().job_lease_s)
     if job.status == JobStatus.QUEUED:  # sent, or in the outbox the sweeper sends
         return True
     if job.status == JobStatus.RUNNING:
-        return job.lease_until is not None and leases.aware(job.lease_until) >= now
+        return job.lease_until is not None and aware(job.lease_until) >= now
     return False  # failed, or succeeded while the trace is not ready
 
 
