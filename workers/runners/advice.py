@@ -13,9 +13,6 @@ from __future__ import annotations
 import logging
 import os
 
-from sqlalchemy.exc import OperationalError
-
-from backend.jobs.state import mark_failed, mark_succeeded
 from backend.store.db import get_engine, new_session
 from backend.store.models import Job, JobStatus, Trace, TraceStatus
 from core.jsonable import json_safe
@@ -23,6 +20,7 @@ from core.simulator import ClusterConfig, EngineLimits, ModelConfig, calibrate
 from core.simulator.advisor import advise, default_grid
 from core.simulator.config import GpuSpec
 from core.simulator.evaluation import noise_for
+from workers.runners.outcome import NOT_READY, JobFailed, job_outcome
 from workers.runners.simulations import Progress, _Throttled, fit_steps_for, load_columns, steps_of_columns
 
 log = logging.getLogger(__name__)
@@ -90,26 +88,15 @@ def run_advice_job(job_id: int) -> None:
         params = dict(job.params)
         trace = session.get(Trace, params["trace_id"])
     progress = _Throttled(job_id)
-    try:
+    with job_outcome(engine, job_id, "advice") as outcome:
         if trace is None or trace.status != TraceStatus.READY:
-            mark_failed(engine, job_id, "the trace is not ready (deleted, failed or still ingesting)")
-            return
+            raise JobFailed(NOT_READY)
         progress(0.01, "reading the trace")
         with engine.connect() as conn:
             columns = load_columns(conn, trace, tuple(params["steps"]) if params.get("steps") else None)
         steps = steps_of_columns(columns, trace.max_response_len) if columns.get("samples") is not None else []
         if not steps:
-            mark_failed(engine, job_id, "steps: no training steps to advise on")
-            return
+            raise JobFailed("steps: no training steps to advise on")
         out = advice_of(steps, params, progress)
-    except OperationalError:
-        raise
-    except ValueError as exc:
-        mark_failed(engine, job_id, str(exc))
-        return
-    except Exception as exc:
-        log.exception("advice job %s failed", job_id)
-        mark_failed(engine, job_id, f"{type(exc).__name__}: {exc}")
-        return
-    best = out["ranking"][0]
-    mark_succeeded(engine, job_id, out, f"{out['n_configurations']} configurations; best {best['label']}")
+        best = out["ranking"][0]
+        outcome.succeed(out, f"{out['n_configurations']} configurations; best {best['label']}")

@@ -49,12 +49,11 @@ from dataclasses import dataclass
 import numpy as np
 import orjson
 from sqlalchemy.engine import Connection
-from sqlalchemy.exc import OperationalError
 
 from backend.formats.base import STEP_TIMING_COLUMNS
 from backend.jobs.contracts import chrome_trace_path
 from backend.jobs.simulations import compare_cluster_of, configs_of
-from backend.jobs.state import mark_failed, mark_succeeded, set_progress
+from backend.jobs.state import set_progress
 from backend.store.db import get_engine, new_session
 from backend.store.models import Job, JobStatus, Trace, TraceStatus
 from backend.store.trace_tables import load_trace_tables
@@ -77,6 +76,7 @@ from core.simulator.policies.base import Env
 from core.simulator.predictor import roofline_coefficients
 from core.simulator.uncertainty import FIGURES, monte_carlo_step
 from core.simulator.workload import workload_from_columns
+from workers.runners.outcome import NOT_READY, JobFailed, job_outcome
 
 log = logging.getLogger(__name__)
 
@@ -427,11 +427,10 @@ def run_simulation_job(job_id: int) -> None:
         params = dict(job.params)
         trace = session.get(Trace, params["trace_id"]) if params.get("trace_id") is not None else None
     progress = _Throttled(job_id)
-    try:
+    with job_outcome(engine, job_id, "simulation") as outcome:
         if params.get("trace_id") is not None:
             if trace is None or trace.status != TraceStatus.READY:
-                mark_failed(engine, job_id, "the trace is not ready (deleted, failed or still ingesting)")
-                return
+                raise JobFailed(NOT_READY)
             progress(0.01, "reading the trace")
             step_range = tuple(params["steps"]) if params.get("steps") else None
             with engine.connect() as conn:
@@ -444,21 +443,11 @@ def run_simulation_job(job_id: int) -> None:
                 lo, hi = params["steps"]
                 steps = [w for w in steps if lo <= w.step < hi]
         if not steps:
-            mark_failed(engine, job_id, "steps: no training steps to replay (is the step range empty?)")
-            return
+            raise JobFailed("steps: no training steps to replay (is the step range empty?)")
         result = replay(steps, params, progress)
         write_chrome_traces(job_id, result)
         out = result_dict(result)
-    except OperationalError:
-        raise
-    except ValueError as exc:
-        mark_failed(engine, job_id, str(exc))
-        return
-    except Exception as exc:
-        log.exception("simulation job %s failed", job_id)
-        mark_failed(engine, job_id, f"{type(exc).__name__}: {exc}")
-        return
-    summary = f"replayed {len(steps)} steps"
-    if out["compare"] is not None and out["compare"]["total"]["speedup"] is not None:
-        summary += f"; {params['compare_policy']['kind']} vs {params['policy']['kind']}: {out['compare']['total']['speedup']:.3f}x"
-    mark_succeeded(engine, job_id, out, summary)
+        summary = f"replayed {len(steps)} steps"
+        if out["compare"] is not None and out["compare"]["total"]["speedup"] is not None:
+            summary += f"; {params['compare_policy']['kind']} vs {params['policy']['kind']}: {out['compare']['total']['speedup']:.3f}x"
+        outcome.succeed(out, summary)

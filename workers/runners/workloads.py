@@ -32,13 +32,12 @@ from pathlib import Path
 
 import numpy as np
 import orjson
-from sqlalchemy.exc import OperationalError
 
 from backend.formats.base import InputError
 from backend.ingest.service import accept_upload, ingest_stored
 from backend.ingest.uploads import local_files
 from backend.jobs.contracts import WORKLOAD_ZIP, workload_dir
-from backend.jobs.state import mark_failed, mark_succeeded, set_progress
+from backend.jobs.state import set_progress
 from backend.settings import get_settings
 from backend.store.db import get_engine, new_session
 from backend.store.models import Job, JobStatus, Trace, TraceStatus
@@ -46,6 +45,7 @@ from core.workload.export import write_compact_json, write_multiturn_jsonl, writ
 from core.workload.fit import TaskLengthModel, fit_workload
 from core.workload.generate import GeneratedStep, generate_steps
 from core.workload.params_file import generate_from_parameters, load_parameters
+from workers.runners.outcome import NOT_READY, JobFailed, job_outcome
 
 log = logging.getLogger(__name__)
 
@@ -180,12 +180,11 @@ def run_workload_job(job_id: int) -> None:
     def progress(fraction: float, message: str) -> None:
         set_progress(engine, job_id, fraction, message)
 
-    try:
+    with job_outcome(engine, job_id, "workload", user_errors=(ValueError, InputError)) as outcome:
         models = None
         if params.get("trace_id") is not None:
             if trace is None or trace.status != TraceStatus.READY:
-                mark_failed(engine, job_id, "the trace is not ready (deleted, failed or still ingesting)")
-                return
+                raise JobFailed(NOT_READY)
             progress(0.05, "reading the trace")
             with engine.connect() as conn:
                 columns = load_columns(conn, trace)
@@ -214,19 +213,10 @@ def run_workload_job(job_id: int) -> None:
                     lambda f, m: progress(0.6 + 0.39 * f, f"ingesting: {m}"),
                 )
             )
-    except OperationalError:
-        raise
-    except (ValueError, InputError) as exc:
-        mark_failed(engine, job_id, str(exc))
-        return
-    except Exception as exc:
-        log.exception("workload job %s failed", job_id)
-        mark_failed(engine, job_id, f"{type(exc).__name__}: {exc}")
-        return
-    message = f"generated {result['steps']} steps, {result['samples']} samples"
-    if result["trace_id"] is not None:
-        message += f"; trace {result['trace_id']}"
-    mark_succeeded(engine, job_id, result, message)
+        message = f"generated {result['steps']} steps, {result['samples']} samples"
+        if result["trace_id"] is not None:
+            message += f"; trace {result['trace_id']}"
+        outcome.succeed(result, message)
 
 
 def default_name(params: dict, result: dict) -> str:
