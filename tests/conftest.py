@@ -46,11 +46,31 @@ def _drop_pg_database(name: str) -> None:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
-@pytest.fixture(scope="session", params=["sqlite", "postgres"])
+def _services_reachable() -> str | None:
+    """None when the Postgres and Redis servers answer, else what does not."""
+    import psycopg
+    import redis
+
+    try:
+        psycopg.connect(PG_ADMIN_URL, connect_timeout=3).close()
+    except psycopg.Error as exc:
+        return f"Postgres at {PG_ADMIN_URL} is not reachable ({str(exc).strip()[:120]})"
+    try:
+        redis.Redis.from_url(REDIS_URL, socket_connect_timeout=3).ping()
+    except redis.RedisError as exc:
+        return f"Redis at {REDIS_URL} is not reachable ({exc})"
+    return None
+
+
+@pytest.fixture(
+    scope="session", params=["sqlite", pytest.param("postgres", marks=[pytest.mark.postgres, pytest.mark.redis])]
+)
 def backend_env(request, tmp_path_factory) -> dict[str, str]:
     """Environment of one deployment shape, with a freshly migrated database:
     sqlite = the embedded default (SQLite file + filesystem Celery transport);
-    postgres = Postgres + Redis. The data folder is shared with worker processes."""
+    postgres = Postgres + Redis. The data folder is shared with worker processes.
+    Without the servers the postgres shape skips with the reason, except where
+    RLVR_REQUIRE_SERVICES is set (CI): then it fails."""
     from backend.store.migrate import upgrade
 
     data_dir = tmp_path_factory.mktemp(f"data-{request.param}")
@@ -59,6 +79,11 @@ def backend_env(request, tmp_path_factory) -> dict[str, str]:
         upgrade(url)
         yield {"RLVR_DATABASE_URL": url, "RLVR_DATA_DIR": str(data_dir), "RLVR_BROKER_URL": "filesystem://"}
         return
+    missing = _services_reachable()
+    if missing:
+        if os.environ.get("RLVR_REQUIRE_SERVICES"):
+            pytest.fail(missing)
+        pytest.skip(missing)
     name, url = _create_pg_database()
     try:
         upgrade(url)
@@ -181,6 +206,22 @@ def wait_for_job(api, job_id: int, timeout: float = 120) -> dict:
             return job
         time.sleep(0.2)
     raise AssertionError(f"job {job_id} did not finish in {timeout}s: {job}")
+
+
+# Markers follow from what a test uses, so `-m "not postgres and not browser"` selects the
+# quick local loop (CONTRIBUTING.md): the postgres shape of backend_env marks itself.
+MARKERS_BY_FIXTURE = {"browser": ("browser",), "private_pg": ("postgres",)}
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        for fixture in getattr(item, "fixturenames", ()):
+            for marker in MARKERS_BY_FIXTURE.get(fixture, ()):
+                item.add_marker(marker)
+        callspec = getattr(item, "callspec", None)
+        if callspec is not None and callspec.params.get("backend_env") == "postgres":
+            item.add_marker("postgres")  # also when a test picks the shape (indirect)
+            item.add_marker("redis")
 
 
 def pytest_terminal_summary(terminalreporter):
