@@ -159,12 +159,12 @@ def test_more_replicas_plateau_once_the_longest_sample_dominates():
 def test_async_staleness_bound():
     ws = long_tailed(steps=4, groups=32)
     split = ClusterConfig(n_gpus=16, rollout_replicas=2, rollout_tp=4, train_dp=8)
-    strict = simulate(ws, split, MODEL, EngineLimits(), Policy("async", params={"staleness": 0}))
-    loose = simulate(ws, split, MODEL, EngineLimits(), Policy("async", params={"staleness": 2}))
+    strict = simulate(ws, split, MODEL, EngineLimits(), Policy("async", params={"staleness_threshold": 0}))
+    loose = simulate(ws, split, MODEL, EngineLimits(), Policy("async", params={"staleness_threshold": 0.5}))
     assert all(s.rollout["stale_groups"] == 0 for s in strict.steps)
     assert any(s.rollout["stale_groups"] > 0 for s in loose.steps)
     assert loose.makespan <= strict.makespan
-    assert all(s.rollout["groups_consumed"] == 32 for s in loose.steps)
+    assert all(s.rollout["groups_consumed"] == 32 for s in loose.steps + strict.steps)
 
 
 def test_longest_first_dispatch_beats_round_robin_on_skewed_groups():
