@@ -11,6 +11,7 @@ time) in completion order.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 
@@ -47,8 +48,8 @@ class PoolRun:
         self._last_item: dict[int, int] = {}
         self._rid_src: list[int] = []
         self._own_prefill: list[int] = []
-        self.on_group_done = None  # optional callback(group id, time)
-        self.on_item_done = None  # optional callback(item index, time)
+        self.on_group_done: Callable[[int, float], None] | None = None  # (group id, time)
+        self.on_item_done: Callable[[int, float], None] | None = None  # (item index, time)
 
     # ------------------------------------------------------------------ launching
 
