@@ -31,11 +31,38 @@ class ChainPool:
     def __init__(self, workload: list[StepWorkload]):
         self.workload = workload
         self.arrays: dict[int, dict[str, np.ndarray]] = {}
+        self.per_sample: dict[int, dict[str, np.ndarray]] = {}
 
     def arrays_of(self, i: int) -> dict:
         if i not in self.arrays:
             self.arrays[i] = step_request_arrays(self.workload[i])
         return self.arrays[i]
+
+    def samples_of(self, i: int) -> dict[str, np.ndarray]:
+        """Per sample of step i: prompt, total (prompt + response) and generated tokens,
+        and the group boundaries (`slices`)."""
+        if i not in self.per_sample:
+            w = self.workload[i]
+            a = self.arrays_of(i)
+            gen = w.response_len if not w.is_multiturn else np.add.reduceat(a["decode"], a["first"])
+            self.per_sample[i] = {
+                "prompt": w.prompt_len,
+                "total": w.total_len,
+                "generated": np.asarray(gen, dtype=np.int64),
+                "slices": w.group_slices(),
+            }
+        return self.per_sample[i]
+
+    def lookup(self, items: list[Pending], key: str) -> np.ndarray:
+        """`samples_of(...)[key]` of each item."""
+        n = len(items)
+        step = np.fromiter((it.step_idx for it in items), np.int64, n)
+        sample = np.fromiter((it.sample for it in items), np.int64, n)
+        out = np.zeros(n, np.int64)
+        for s in np.unique(step).tolist():
+            m = step == s
+            out[m] = self.samples_of(s)[key][sample[m]]
+        return out
 
     def chain_end(self, it: Pending) -> int:
         a = self.arrays_of(it.step_idx)
@@ -104,27 +131,16 @@ class FreshStream:
         for _ in range(k if self.order else 0):
             si, g = self.order[self.next % len(self.order)]
             self.next += 1
-            sl = self.pool.workload[si].group_slices()
+            sl = self.pool.samples_of(si)["slices"]
             first = self.pool.arrays_of(si)["first"]
             out.append([Pending(si, s, int(first[s]), 0) for s in range(sl[g], sl[g + 1])])
         return out
 
 
-def sample_generated(w: StepWorkload, s: int, arr: dict) -> int:
-    if not w.is_multiturn:
-        return int(w.response_len[s])
-    lo = arr["first"][s]
-    hi = arr["first"][s + 1] if s + 1 < arr["first"].size else arr["sample"].size
-    return int(arr["decode"][lo:hi].sum())
-
-
 def group_tokens(pool: ChainPool, groups: list[list[Pending]]) -> tuple[np.ndarray, int, int]:
     """Training sequence lengths (prompt + response) of the samples of `groups`, their
     generated tokens, and their count."""
-    lens, tokens = [], 0
-    for grp in groups:
-        for it in grp:
-            w = pool.workload[it.step_idx]
-            lens.append(int(w.total_len[it.sample]))
-            tokens += sample_generated(w, it.sample, pool.arrays_of(it.step_idx))
-    return np.asarray(lens, dtype=np.int64), tokens, len(lens)
+    items = [it for grp in groups for it in grp]
+    if not items:
+        return np.zeros(0, np.int64), 0, 0
+    return pool.lookup(items, "total"), int(pool.lookup(items, "generated").sum()), len(items)

@@ -85,7 +85,9 @@ class _Laminar:
         self.in_flight: Counter = Counter()
         self.started: Counter = Counter()
         self.buffer: list[tuple[int, float, int]] = []  # (version, time, group id)
-        self.cum = np.cumsum([w.n_groups for w in workload])
+        self.tail = self.prm.repack_threshold * env.limits.max_running_seqs
+        self.n_groups = [w.n_groups for w in workload]
+        self.cum = np.cumsum(self.n_groups)
         self.transfer = weight_sync_seconds(env.model, env.cluster)
         self.pull_s = env.model.weight_bytes / (self.prm.relay_load_gb_s * 1e9)
         self.avail = [0.0]  # when each weight version can be pulled
@@ -129,6 +131,7 @@ class _Laminar:
 
     def _engine(self, i: int) -> list[int]:
         eng = self.run.rc.replicas[i]
+        n_buffered = len(self.buffer)
         self.run.finished(eng.commit(), eng.t)
         touched = [i]
         now = eng.t
@@ -137,7 +140,8 @@ class _Laminar:
         while self.ended:
             j = self.ended.pop()
             touched += self._batch_end(j, now)
-        self._trainer(now)
+        if len(self.buffer) > n_buffered:
+            self._trainer(now)
         return touched
 
     def _external(self) -> list[int]:
@@ -208,24 +212,22 @@ class _Laminar:
         self.in_flight[v] -= 1
         self.buffer.append((v, now, g))
 
+    def _in_tail(self, j: int) -> bool:
+        e = self.run.rc.replicas[j]
+        return self.state[j] == "run" and self.left[j] > 0 and e.B <= self.tail and not e.waiting
+
     def _repack(self, i: int, now: float) -> list[int]:
         """Consolidate two tail replicas holding the same weights."""
-        rc, cap = self.run.rc, self.env.limits.max_running_seqs
-        tail = self.prm.repack_threshold * cap
-
-        def in_tail(j: int) -> bool:
-            e = rc.replicas[j]
-            return self.state[j] == "run" and self.left[j] > 0 and e.B <= tail and not e.waiting
-
-        if not in_tail(i):
+        if not self._in_tail(i):
             return []
-        peers = [j for j in range(len(self.version)) if j != i and self.version[j] == self.version[i] and in_tail(j)]
+        engines = self.run.rc.replicas
+        peers = [j for j, v in enumerate(self.version) if j != i and v == self.version[i] and self._in_tail(j)]
         if not peers:
             return []
-        j = max(peers, key=lambda j: rc.replicas[j].B)
-        if rc.replicas[i].B + rc.replicas[j].B > cap:
+        j = max(peers, key=lambda j: engines[j].B)
+        if engines[i].B + engines[j].B > self.env.limits.max_running_seqs:
             return []
-        src, dst = (i, j) if rc.replicas[i].B <= rc.replicas[j].B else (j, i)
+        src, dst = (i, j) if engines[i].B <= engines[j].B else (j, i)
         moved = self.run.move(src, dst, now)
         self.left[dst] += moved
         self.left[src] = 0
@@ -240,7 +242,7 @@ class _Laminar:
         finished and none generated u - max_staleness versions ago is still running."""
         if self.u >= len(self.w) or self.free > now:
             return
-        n = self.w[self.u].n_groups
+        n = self.n_groups[self.u]
         oldest = self.u - self.prm.max_staleness
         blocked = any(c > 0 for v, c in self.in_flight.items() if v <= oldest)
         reason = "trainer_waits_rollout" if len(self.buffer) < n else "staleness_wait" if blocked else None

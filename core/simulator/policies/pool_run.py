@@ -42,7 +42,8 @@ class PoolRun:
         # per launched item
         self.items: list[Pending] = []
         self.item_group: list[int] = []
-        self.item_replica: list[int] = []
+        self.item_replica: list[int] = []  # -1 once stopped (a moved sample is a new item)
+        self.running: list[set[int]] = [set() for _ in range(n)]  # unfinished items per replica
         self.item_first: list[int] = []
         self.item_last: list[int] = []
         self._last_item: dict[int, int] = {}
@@ -84,6 +85,8 @@ class PoolRun:
             self._last_item[base + last] = k0 + k
         self.items += items
         self.item_group += owner.tolist()
+        for k, j in enumerate(rep.tolist()):
+            self.running[j].add(k0 + k)
         self.item_replica += rep.tolist()
         self.item_first += (base + ch["first"]).tolist()
         self.item_last += (base + ch["last"]).tolist()
@@ -96,12 +99,8 @@ class PoolRun:
         if replica is not None:
             return np.full(len(items), replica, dtype=np.int64)
         gids, idx = np.unique(owner, return_inverse=True)
-        prompt = np.zeros(gids.size)
-        total = np.zeros(gids.size)
-        for k, it in enumerate(items):
-            w = self.pool.workload[it.step_idx]
-            prompt[idx[k]] += w.prompt_len[it.sample]
-            total[idx[k]] += w.total_len[it.sample]
+        prompt = np.bincount(idx, self.pool.lookup(items, "prompt"), gids.size)
+        total = np.bincount(idx, self.pool.lookup(items, "total"), gids.size)
         per_group = assign_groups(self.env.policy.dispatch, len(self.rc.replicas), prompt, total)
         return per_group[idx]
 
@@ -109,11 +108,14 @@ class PoolRun:
 
     def finished(self, rids: list[int], now: float) -> None:
         """Record requests that finished at `now` (a sample is done with its last)."""
+        if not rids:
+            return
         for r in rids:
             k = self._last_item.get(r)
             if k is None:
                 continue
             self.items[k].done = True
+            self.running[self.item_replica[k]].discard(k)
             g = self.item_group[k]
             self.group_left[g] -= 1
             if self.on_item_done is not None:
@@ -162,11 +164,10 @@ class PoolRun:
         for eng in engines:
             eng.advance_to(t)
             eng.unfinished()
-        stopped = [
-            k
-            for k, it in enumerate(self.items)
-            if not it.done and self.item_replica[k] >= 0 and replica in (None, self.item_replica[k])
-        ]
+        pools = self.running if replica is None else [self.running[replica]]
+        stopped = sorted(k for pool in pools for k in pool)
+        for pool in pools:
+            pool.clear()
         for k in stopped:
             it = self.items[k]
             r = self.item_first[k]
