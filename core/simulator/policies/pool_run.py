@@ -51,6 +51,7 @@ class PoolRun:
         self._own_prefill: list[int] = []
         self.on_group_done: Callable[[int, float], None] | None = None  # (group id, time)
         self.on_item_done: Callable[[int, float], None] | None = None  # (item index, time)
+        self.resume_at: dict[int, float] = {}  # stopped item -> when its current turn can run
 
     # ------------------------------------------------------------------ launching
 
@@ -73,12 +74,16 @@ class PoolRun:
             self._submit(items, np.asarray(owner), time, replica)
         return gids
 
-    def _submit(self, items: list[Pending], owner: np.ndarray, time: float, replica: int | None) -> None:
+    def _submit(self, items: list[Pending], owner: np.ndarray, time, replica: int | None) -> None:
+        """Submit `items` at `time` (one time, or one per item)."""
         ch = self.pool.chains(items)
         k0 = len(self.items)
         base = self.rc.store.add(ch["prefill"], ch["context"], ch["decode"], ch["gap"], ch["next"], ch["owner"] + k0)
         rep = self._replicas(items, owner, replica)
-        self.rc.submit(base + ch["first"], rep, time)
+        times = np.broadcast_to(np.asarray(time, dtype=np.float64), (len(items),))
+        for t in np.unique(times).tolist():
+            m = times == t
+            self.rc.submit(base + ch["first"][m], rep[m], t)
         self._rid_src += ch["src"].tolist()
         self._own_prefill += ch["prefill"].tolist()
         for k, last in enumerate(ch["last"].tolist()):
@@ -168,11 +173,13 @@ class PoolRun:
         stopped = sorted(k for pool in pools for k in pool)
         for pool in pools:
             pool.clear()
+        self.resume_at = {}
         for k in stopped:
             it = self.items[k]
             r = self.item_first[k]
             while r < self.item_last[k] and store.end[r] == store.end[r]:  # finished turn
                 r += 1
+            self.resume_at[k] = max(t, store.arrive[r]) if store.arrive[r] == store.arrive[r] else t
             src = self._rid_src[r]
             it.generated = store.generated[r] + (it.generated if src == it.req else 0)
             it.req = src
@@ -188,7 +195,12 @@ class PoolRun:
         self._retire(src, t)
         if stopped:
             owner = np.asarray([self.item_group[k] for k in stopped])
-            self._submit([self.items[k] for k in stopped], owner, t, dst)
+            when = [self.resume_at[k] for k in stopped]  # a tool call out returns when it would have
+            k0 = len(self.items)
+            self._submit([self.items[k] for k in stopped], owner, when, dst)
+            for k, w in enumerate(when):
+                if w > t:  # the turn arrives after its tool call, as before the move
+                    self.rc.store.cont[self.item_first[k0 + k]] = True
         return len(stopped)
 
     def _retire(self, j: int, t: float) -> None:
