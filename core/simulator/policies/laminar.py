@@ -47,7 +47,10 @@ from core.simulator.workload import StepWorkload
 @dataclass(frozen=True)
 class LaminarParams:
     max_staleness: int = param(
-        4, "most weight versions between the weights generating a trajectory and the update training it", ge=0
+        4,
+        "most weight versions between the weights generating a trajectory and the update training it (the "
+        "paper bounds staleness per trajectory; this default is ours)",
+        ge=0,
     )
     batch_groups: int | None = param(
         None,
@@ -56,10 +59,17 @@ class LaminarParams:
     )
     repack: bool = param(True, "consolidate replicas' long-tail trajectories onto fewer replicas (dynamic repack)")
     repack_threshold: float = param(
-        0.25, "a replica is in its tail when at most this share of max_running_seqs still runs", gt=0.0, le=1.0
+        0.25,
+        "a replica is in its tail, and may be repacked, when at most this share of max_running_seqs still runs "
+        "(this default is ours)",
+        gt=0.0,
+        le=1.0,
     )
     relay_load_gb_s: float = param(
-        25.0, "GB/s at which a rollout replica loads new weights from its host's relay worker", gt=0.0
+        25.0,
+        "GB/s at which a rollout replica loads new weights from its host's relay worker (host to GPU; "
+        "default: a PCIe 4.0 x16 link)",
+        gt=0.0,
     )
 
 

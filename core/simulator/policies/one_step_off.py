@@ -62,6 +62,7 @@ SPEC = PolicySpec(
     kind="one_step_off",
     disaggregated=True,
     help="disaggregated; rollout of step k+1 overlaps training of step k",
+    paper="verl one-step-off async trainer (recipe one_step_off_policy)",
     batch_rollouts=True,
     run=run_one_step_off,
 )
