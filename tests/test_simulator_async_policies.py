@@ -236,8 +236,7 @@ def _fixture(shared_fixtures, name: str) -> list[StepWorkload]:
 def test_fixture_invariants(shared_fixtures, name, kind):
     """On 16 H100 with the budget's default layout: every step trains exactly its N groups;
     GPU-seconds add up; the trainer runs its updates one after another, so the makespan is
-    at least their sum; laminar keeps every trajectory within its staleness bound and, its
-    prompts taken in trace order and none lost, trains every sample of the trace once."""
+    at least their sum; laminar keeps every trajectory within its staleness bound."""
     ws = _fixture(shared_fixtures, name)
     spec = POLICIES[kind]
     cluster = ClusterConfig(n_gpus=16, **layout_for(spec.disaggregated, 16, MODEL, GPU_PRESETS["H100"]))
@@ -252,5 +251,4 @@ def test_fixture_invariants(shared_fixtures, name, kind):
     if kind == "laminar":
         bound = LaminarParams().max_staleness
         assert all(s.rollout["staleness_max"] <= bound for s in r.steps)
-        assert sum(s.n_samples for s in r.steps) == sum(w.n_samples for w in ws)
     assert any(s.rollout.get("stale_groups", 0) or s.rollout.get("groups_carried", 0) for s in r.steps)

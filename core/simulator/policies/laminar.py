@@ -1,7 +1,10 @@
 """Laminar (arXiv 2510.12633): trajectory-level asynchrony on disaggregated pools.
 
-- Each rollout replica works on its own: it pulls a batch of prompt groups, generates
-  them with the weights it holds and, once its batch is done, loads the latest weights
+- Each rollout replica works on its own: it pulls a batch of prompt groups (in trace
+  order; past the trace's end they cycle through it again, a stand-in for the prompt
+  pool's further prompts, so the last updates need not wait for the trace's longest
+  trajectories), generates them with the weights it holds and, once its batch is done,
+  loads the latest weights
   from its host's relay worker (weight bytes / `relay_load_gb_s`, the replica idle as
   weight_sync) and pulls the next batch. Groups reach the experience buffer as they
   finish; nothing waits for a global synchronisation.
@@ -86,7 +89,7 @@ class _Laminar:
         n = env.cluster.rollout_replicas
         self.version = [0] * n
         self.loading = [0] * n  # the version a replica is loading
-        self.state = ["idle"] * n  # run | pull | wait | done
+        self.state = ["idle"] * n  # run | pull | wait
         self.since = [0.0] * n
         self.left = [0] * n  # unfinished samples of the replica's batch
         self.ended: list[int] = []
@@ -178,16 +181,15 @@ class _Laminar:
     # ------------------------------------------------------------------ rollout replicas
 
     def _start_batch(self, i: int, t: float) -> list[int]:
+        """Replica i pulls its next batch at `t`, as many groups as the staleness bound
+        allows (none: it waits for newer weights)."""
         v = self.version[i]
-        total = int(self.cum[-1])
-        done_le = sum(n for ver, n in self.started.items() if ver <= v)
-        allowed = int(self.cum[min(v + self.prm.max_staleness, len(self.w) - 1)]) - done_le
-        remaining = total - sum(self.started.values())
-        step = self.w[min(v, len(self.w) - 1)]
-        size = self.prm.batch_groups or math.ceil(step.n_groups / len(self.version))
-        n = min(size, allowed, remaining)
+        started_le = sum(n for ver, n in self.started.items() if ver <= v)
+        allowed = self._consumed_by(v + self.prm.max_staleness) - started_le
+        n_groups = self.n_groups[min(v, len(self.w) - 1)]
+        n = min(self.prm.batch_groups or math.ceil(n_groups / len(self.version)), allowed)
         if n <= 0:
-            self.state[i] = "done" if remaining <= 0 else "wait"
+            self.state[i] = "wait"
             self.since[i] = t
             return []
         groups = self.stream.take(n)
@@ -198,6 +200,11 @@ class _Laminar:
         self.left[i] = sum(len(grp) for grp in groups)
         self.state[i] = "run"
         return [i]
+
+    def _consumed_by(self, u: int) -> int:
+        """Groups updates 0..u train (past the trace's end, as many a step as its last)."""
+        last = len(self.w) - 1
+        return int(self.cum[min(u, last)]) + max(0, u - last) * self.n_groups[-1]
 
     def _batch_end(self, i: int, t: float) -> list[int]:
         if self.version_at(t) > self.version[i]:
@@ -304,6 +311,10 @@ class _Laminar:
         makespan = self.free
         step_of = step_locator([s.end for s in self.steps], [s.step for s in self.steps])
         run = self.run
+        run.rc.advance_to(makespan)  # the replicas' decoding up to the end
+        for i, state in enumerate(self.state):  # still held back by the bound at the end
+            if state == "wait":
+                self.marks.append((i, self.since[i], makespan, "staleness_wait"))
         self.tb.streaming_rollout(run.busy(0.0, makespan), run.tool_gaps(), step_of, run.recompute())
         for i, a, b, label in self.marks:
             b = min(b, makespan)
