@@ -122,6 +122,22 @@ def test_long_tail_partial_rollout_and_one_step_off_beat_sync():
     assert np.mean([s.rollout["last10pct_share"] for s in sync.steps]) > 0.3
 
 
+@pytest.mark.parametrize("seed", [3, 4])
+def test_streaming_asynchrony_beats_one_step_off_on_a_long_tail(seed):
+    """verl reports fully async 2.35-2.67x over colocated sync where one-step-off gains
+    23-40%; Laminar reports beating such asynchronous systems. On 16 GPUs (TP1 replicas;
+    disaggregated: 8 + 8) with every policy's defaults: laminar < async < one_step_off < sync."""
+    ws = long_tailed(seed=seed)
+    colocated = ClusterConfig(n_gpus=16, rollout_replicas=16, rollout_tp=1, train_dp=16)
+    split = ClusterConfig(n_gpus=16, rollout_replicas=8, rollout_tp=1, train_dp=8)
+    t = {
+        kind: simulate(ws, split if kind != "sync" else colocated, MODEL, EngineLimits(), Policy(kind)).makespan
+        for kind in ("sync", "one_step_off", "async", "laminar")
+    }
+    assert t["laminar"] < t["async"] < t["one_step_off"] < t["sync"]
+    assert t["sync"] / t["async"] > 2.0
+
+
 @pytest.mark.parametrize("seed", range(4))
 def test_kk_balancing_never_loses_to_none(seed):
     ws = long_tailed(steps=2, groups=64, seed=seed)
@@ -159,12 +175,12 @@ def test_more_replicas_plateau_once_the_longest_sample_dominates():
 def test_async_staleness_bound():
     ws = long_tailed(steps=4, groups=32)
     split = ClusterConfig(n_gpus=16, rollout_replicas=2, rollout_tp=4, train_dp=8)
-    strict = simulate(ws, split, MODEL, EngineLimits(), Policy("async", params={"staleness": 0}))
-    loose = simulate(ws, split, MODEL, EngineLimits(), Policy("async", params={"staleness": 2}))
+    strict = simulate(ws, split, MODEL, EngineLimits(), Policy("async", params={"staleness_threshold": 0}))
+    loose = simulate(ws, split, MODEL, EngineLimits(), Policy("async", params={"staleness_threshold": 0.5}))
     assert all(s.rollout["stale_groups"] == 0 for s in strict.steps)
     assert any(s.rollout["stale_groups"] > 0 for s in loose.steps)
     assert loose.makespan <= strict.makespan
-    assert all(s.rollout["groups_consumed"] == 32 for s in loose.steps)
+    assert all(s.rollout["groups_consumed"] == 32 for s in loose.steps + strict.steps)
 
 
 def test_longest_first_dispatch_beats_round_robin_on_skewed_groups():

@@ -6,8 +6,9 @@
   lanes        the per-GPU busy/idle timeline: `Lane(name, gpus, intervals)`; a physical
                GPU's timeline is the union of the lanes listing it. Intervals are
                aggregated per stage (never per token): [start, end, state, label, step]
-               with state "busy" (label = stage: rollout, old_log_prob, ref,
-               update_actor, weight_sync) or "idle" (label = cause, see IDLE_CAUSES)
+               with state "busy" (label = stage: rollout, recompute, old_log_prob, ref,
+               update_actor, weight_sync) or "idle" (label = cause: causes.IDLE_CAUSES,
+               defined in causes.CAUSES)
   idle_gpu_s   GPU-seconds idle per cause over the run; busy_gpu_s likewise
   throughput_tokens_per_s_per_gpu  generated tokens of trained samples / makespan / n_gpus
   unused_gpus  GPUs of the budget that no stage uses with this layout (with a warning)
@@ -18,6 +19,33 @@
   time spent on the last 10% of trajectories, preemptions, decoded/prefilled tokens),
   idle_gpu_s per cause, busy_gpu_s; `trajectory_s` (per-sample completion time from the
   rollout start, NaN for samples not finished in this step) is kept in memory only.
+
+`compare(a, b)` returns (JSON-safe):
+  total      makespan_a_s, makespan_b_s, speedup (A / B), saved_s (A - B: negative when B is
+             slower), delta_s (B - A: positive when B is slower), verdict ("faster" | "slower" |
+             "same": what B is), summary (explain's sentence), throughput_a, throughput_b
+  per_step   [{step, time_a_s, time_b_s, speedup, saved_s}]
+  stages_s   {stage: {a, b, delta}}
+  idle_gpu_s {cause: {a, b, delta}}
+  explain    why (core/simulator/explain.py):
+    definition   how the figures are defined
+    a, b         {policy, label, n_gpus, makespan_s, gpu_s (n_gpus x makespan), idle_fraction,
+                 split {disaggregated, rollout_gpus, train_gpus, shared_gpus, unused_gpus, text
+                 e.g. "4 rollout + 4 train GPUs"}, top_cause {cause, phrase, gpu_s, share} or None
+                 (the largest idle cause or overhead, share of gpu_s)}
+    delta_s      makespan B - makespan A (signed)
+    verdict      "faster" | "slower" | "same" (what B is)
+    speedup      makespan A / makespan B
+    budget_s     the part of delta_s due to different GPU budgets (0 on the same budget)
+    components   [{cause, kind (idle | overhead | work), phrase, definition, lever, a_gpu_s,
+                 b_gpu_s, delta_gpu_s, delta_s (contribution to makespan B - A, seconds),
+                 share_a, share_b (of each side's GPU-seconds)}], ranked by |delta_s|; the
+                 delta_s plus budget_s add up to delta_s of the whole
+    summary      one sentence: "async is 650.4 s slower than sync (0.628x): async idles 50.9%
+                 of its GPU time on a 4 rollout + 4 train GPU split, loses the most (21.9%) to
+                 the trainer pool waiting for rollouts; sync idles ...; the largest difference
+                 is ... (+412.0 s of makespan)."
+  `explain_text(explain)` renders it for a terminal.
 """
 
 from __future__ import annotations
@@ -28,7 +56,9 @@ from types import SimpleNamespace
 
 import numpy as np
 
-IDLE_CAUSES = ("rollout_tail", "tool_wait", "reward_wait", "dp_imbalance", "stage_serialisation", "unused")
+from core.simulator.causes import CAUSES, IDLE_CAUSES
+from core.simulator.explain import explain, explain_text
+
 STAGES = ("rollout", "reward", "old_log_prob", "ref", "adv", "update_actor", "weight_sync")
 
 
@@ -37,6 +67,7 @@ class Lane:
     name: str
     gpus: list[int]
     intervals: list[list] = field(default_factory=list)
+    role: str = "shared"  # rollout | train (disaggregated pools), shared (time-shared), unused
 
     def add(self, start: float, end: float, state: str, label: str, step: int) -> None:
         if end <= start:
@@ -113,7 +144,9 @@ class SimResult:
             "steps": [s.to_dict() for s in self.steps],
         }
         if timeline:
-            d["timeline"] = [{"name": l.name, "gpus": l.gpus, "intervals": l.intervals} for l in self.lanes]
+            d["timeline"] = [
+                {"name": l.name, "gpus": l.gpus, "role": l.role, "intervals": l.intervals} for l in self.lanes
+            ]
         return _json_safe(d)
 
 
@@ -134,8 +167,8 @@ def _json_safe(x):
 
 def compare(a: SimResult, b: SimResult) -> dict:
     """Policy B against policy A on the same trace: per-step and total speedup
-    (A time / B time) and where the time went (stage seconds and idle GPU-seconds, A,
-    B and B − A)."""
+    (A time / B time), where the time went (stage seconds and idle GPU-seconds, A, B and
+    B − A) and why (`explain`); shape in the module docstring."""
     by_step_b = {s.step: s for s in b.steps}
     per_step = []
     for s in a.steps:
@@ -153,12 +186,16 @@ def compare(a: SimResult, b: SimResult) -> dict:
         )
     sa, sb = a.stage_totals(), b.stage_totals()
     causes = sorted(set(a.idle_gpu_s) | set(b.idle_gpu_s))
+    why = explain(a, b)
     out = {
         "total": {
             "makespan_a_s": a.makespan,
             "makespan_b_s": b.makespan,
             "speedup": a.makespan / b.makespan if b.makespan > 0 else None,
             "saved_s": a.makespan - b.makespan,
+            "delta_s": why["delta_s"],
+            "verdict": why["verdict"],
+            "summary": why["summary"],
             "throughput_a": a.throughput_tokens_per_s_per_gpu,
             "throughput_b": b.throughput_tokens_per_s_per_gpu,
         },
@@ -172,6 +209,7 @@ def compare(a: SimResult, b: SimResult) -> dict:
             }
             for c in causes
         },
+        "explain": why,
     }
     return _json_safe(out)
 
@@ -233,6 +271,23 @@ def _gpu_span(gpus: list[int]) -> str:
 
 def chrome_trace_from_result(d: dict) -> dict:
     """Chrome trace JSON rebuilt from a stored `sim_dict` (its timeline and steps)."""
-    lanes = [Lane(l["name"], list(l["gpus"]), [list(iv) for iv in l["intervals"]]) for l in d.get("timeline") or []]
+    lanes = [
+        Lane(l["name"], list(l["gpus"]), [list(iv) for iv in l["intervals"]], l.get("role", "shared"))
+        for l in d.get("timeline") or []
+    ]
     steps = [SimpleNamespace(step=s["step"], start=s["start"], end=s["end"], stages=s["stages"]) for s in d["steps"]]
     return chrome_trace(SimpleNamespace(lanes=lanes, steps=steps))
+
+
+__all__ = [
+    "CAUSES",
+    "IDLE_CAUSES",
+    "STAGES",
+    "Lane",
+    "SimResult",
+    "StepResult",
+    "chrome_trace",
+    "chrome_trace_from_result",
+    "compare",
+    "explain_text",
+]

@@ -4,6 +4,7 @@ weight sync) on the timeline."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -13,8 +14,9 @@ import numpy as np
 from core.simulator.cluster import RolloutCluster
 from core.simulator.config import ClusterConfig, EngineLimits, ModelConfig, Policy
 from core.simulator.dispatch import assign_groups
+from core.simulator.policies.recompute import own_prefill, preemption_recompute
 from core.simulator.predictor import EngineCoefficients
-from core.simulator.requests import RequestStore
+from core.simulator.requests import RequestStore, step_request_arrays
 from core.simulator.result import StepResult
 from core.simulator.timeline import TimelineBuilder
 from core.simulator.training import training_pass, weight_sync_seconds
@@ -35,13 +37,14 @@ class Env:
     # the policy's own parameters, resolved (an instance of its spec's `params`)
     params: Any = None
 
-    def new_cluster(self) -> RolloutCluster:
+    def new_cluster(self, start_time: float = 0.0) -> RolloutCluster:
         return RolloutCluster(
             self.cluster.rollout_replicas,
             self.coefficients,
             max_running=self.limits.max_running_seqs,
             kv_capacity=self.kv_capacity,
             max_prefill_tokens=self.limits.max_prefill_tokens,
+            start_time=start_time,
         )
 
 
@@ -52,6 +55,7 @@ class RolloutOutcome:
     replica_busy: list[list[list[float]]]
     stats: dict
     store: RequestStore | None = None  # when asked for (keep_store)
+    recompute: list[float] | None = None  # per replica, seconds re-prefilling preempted requests
 
 
 def group_replicas(env: Env, w: StepWorkload) -> np.ndarray:
@@ -90,12 +94,14 @@ def uncached_rollout_batch(env: Env, w: StepWorkload, keep_store: bool) -> Rollo
     end = np.asarray(rc.store.end)
     completion = end[last] + np.asarray(rc.store.gap)[last]
     duration = float(completion.max()) if completion.size else 0.0
+    recompute = None
+    if any(e.preemptions for e in rc.replicas):
+        own = own_prefill(rc.store, step_request_arrays(w)["prefill"])
+        prefilled = sum(e.prefilled_tokens for e in rc.replicas)
+        recompute = preemption_recompute(env.coefficients, [e.preemptions for e in rc.replicas], prefilled, own)
+    stats = rollout_stats(rc, completion, duration)
     return RolloutOutcome(
-        duration,
-        completion,
-        rc.busy_intervals(0.0, duration),
-        rollout_stats(rc, completion, duration),
-        rc.store if keep_store else None,
+        duration, completion, rc.busy_intervals(0.0, duration), stats, rc.store if keep_store else None, recompute
     )
 
 
@@ -131,6 +137,14 @@ def reward_seconds(w: StepWorkload, policy: Policy, n_samples: int | None = None
     return policy.reward_fixed_s + policy.reward_per_sample_s * n / policy.reward_workers
 
 
+def reward_share(w: StepWorkload, policy: Policy, n_samples: int) -> float:
+    """Reward seconds of `n_samples` of step `w` trained apart from the rest: the
+    recorded step's reward time pro rata, else the reward model for that many."""
+    if policy.use_recorded_reward and w.reward_time_by_rank is not None and w.reward_time_by_rank.size:
+        return float(np.max(w.reward_time_by_rank)) * n_samples / max(1, w.n_samples)
+    return reward_seconds(w, policy, n_samples)
+
+
 def post_rollout(
     env: Env,
     tb: TimelineBuilder,
@@ -142,35 +156,64 @@ def post_rollout(
     windows: dict,
 ) -> float:
     """Reward, forward passes, advantage, update and weight sync from `start`; returns the end."""
-    t = start
+    t = train_on(env, tb, step, start, total_len, reward_s, stages, windows)
+    return sync_weights(env, tb, step, t, stages, windows)
+
+
+def train_on(
+    env: Env,
+    tb: TimelineBuilder,
+    step: int,
+    start: float,
+    total_len: np.ndarray,
+    reward_s: float,
+    stages: dict,
+    windows: dict,
+    *,
+    adv_s: float | None = None,
+    old_log_prob: bool | None = None,
+    minibatches: int | None = None,
+) -> float:
+    """Reward, forward passes (old log-probs unless `old_log_prob` is False, reference),
+    advantage and update of the samples `total_len` from `start`; returns the end. Stage
+    seconds add up in `stages` and `windows` span every call of the step, so a policy may
+    train a step in several local updates."""
     p = env.policy
-    stages["reward"] = reward_s
-    windows["reward"] = [t, t + reward_s]
-    tb.span(step, t, t + reward_s, "idle", "reward_wait")
-    t += reward_s
-    for name, on in (("old_log_prob", p.old_log_prob_pass), ("ref", p.ref_pass)):
-        if not on:
-            stages[name] = 0.0
-            continue
-        ps = training_pass(total_len, env.model, env.cluster, p, forward_only=True)
-        stages[name] = ps.seconds
-        windows[name] = [t, t + ps.seconds]
-        tb.training_pass(step, name, t, ps)
-        t += ps.seconds
-    stages["adv"] = p.adv_s
-    windows["adv"] = [t, t + p.adv_s]
-    tb.span(step, t, t + p.adv_s, "idle", "stage_serialisation")
-    t += p.adv_s
-    ps = training_pass(total_len, env.model, env.cluster, p, forward_only=False)
-    stages["update_actor"] = ps.seconds
-    windows["update_actor"] = [t, t + ps.seconds]
+    t = _stage(tb, step, start, reward_s, "reward", stages, windows, ("idle", "reward_wait"))
+    passes = (("old_log_prob", p.old_log_prob_pass if old_log_prob is None else old_log_prob), ("ref", p.ref_pass))
+    for name, on in passes:
+        stages.setdefault(name, 0.0)
+        if on:
+            ps = training_pass(total_len, env.model, env.cluster, p, forward_only=True)
+            tb.training_pass(step, name, t, ps)
+            t = _stage(tb, step, t, ps.seconds, name, stages, windows, None)
+    adv = p.adv_s if adv_s is None else adv_s
+    t = _stage(tb, step, t, adv, "adv", stages, windows, ("idle", "stage_serialisation"))
+    upd = p if minibatches is None else dataclasses.replace(p, minibatches=minibatches)
+    ps = training_pass(total_len, env.model, env.cluster, upd, forward_only=False)
     tb.training_pass(step, "update_actor", t, ps)
-    t += ps.seconds
-    sync = weight_sync_seconds(env.model, env.cluster)
-    stages["weight_sync"] = sync
-    windows["weight_sync"] = [t, t + sync]
-    tb.span(step, t, t + sync, "busy", "weight_sync")
-    return t + sync
+    return _stage(tb, step, t, ps.seconds, "update_actor", stages, windows, None)
+
+
+def sync_weights(
+    env: Env, tb: TimelineBuilder, step: int, start: float, stages: dict, windows: dict, seconds: float | None = None
+) -> float:
+    """The trainer sending its weights to the rollout engines (busy weight_sync on the
+    training GPUs; colocated: on every GPU) from `start`; returns the end."""
+    sync = weight_sync_seconds(env.model, env.cluster) if seconds is None else seconds
+    return _stage(tb, step, start, sync, "weight_sync", stages, windows, ("busy", "weight_sync"))
+
+
+def _stage(tb, step, start, seconds, name, stages, windows, draw) -> float:
+    """Account `seconds` of stage `name` from `start` (drawn on the training lanes as
+    `draw` = (state, label) unless None); returns its end."""
+    end = start + seconds
+    stages[name] = stages.get(name, 0.0) + seconds
+    lo, hi = windows.get(name, (start, end))
+    windows[name] = [min(lo, start), max(hi, end)]
+    if draw is not None:
+        tb.span(step, start, end, *draw)
+    return end
 
 
 def step_result(step, start, end, prev_end, stages, windows, n_samples, tokens, rollout_stats, completion):

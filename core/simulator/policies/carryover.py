@@ -1,5 +1,6 @@
 """Samples that outlive a rollout (partial and streaming policies): where each one's
-request chain resumes, and the request arrays of resumed chains."""
+request chain resumes, the request arrays of resumed chains, and the stream of fresh
+prompt groups a policy launches."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import numpy as np
 
 from core.simulator.requests import step_request_arrays
 from core.simulator.workload import StepWorkload
+
+_CHAIN_KEYS = ("prefill", "context", "decode", "gap")
 
 
 @dataclass
@@ -28,48 +31,116 @@ class ChainPool:
     def __init__(self, workload: list[StepWorkload]):
         self.workload = workload
         self.arrays: dict[int, dict[str, np.ndarray]] = {}
+        self.per_sample: dict[int, dict[str, np.ndarray]] = {}
 
     def arrays_of(self, i: int) -> dict:
         if i not in self.arrays:
             self.arrays[i] = step_request_arrays(self.workload[i])
         return self.arrays[i]
 
+    def samples_of(self, i: int) -> dict[str, np.ndarray]:
+        """Per sample of step i: prompt, total (prompt + response) and generated tokens,
+        and the group boundaries (`slices`)."""
+        if i not in self.per_sample:
+            w = self.workload[i]
+            a = self.arrays_of(i)
+            gen = w.response_len if not w.is_multiturn else np.add.reduceat(a["decode"], a["first"])
+            self.per_sample[i] = {
+                "prompt": w.prompt_len,
+                "total": w.total_len,
+                "generated": np.asarray(gen, dtype=np.int64),
+                "slices": w.group_slices(),
+            }
+        return self.per_sample[i]
+
+    def lookup(self, items: list[Pending], key: str) -> np.ndarray:
+        """`samples_of(...)[key]` of each item."""
+        n = len(items)
+        step = np.fromiter((it.step_idx for it in items), np.int64, n)
+        sample = np.fromiter((it.sample for it in items), np.int64, n)
+        out = np.zeros(n, np.int64)
+        for s in np.unique(step).tolist():
+            m = step == s
+            out[m] = self.samples_of(s)[key][sample[m]]
+        return out
+
     def chain_end(self, it: Pending) -> int:
         a = self.arrays_of(it.step_idx)
         return int(a["first"][it.sample + 1]) if it.sample + 1 < a["first"].size else int(a["sample"].size)
 
     def chains(self, items: list[Pending]) -> dict[str, np.ndarray]:
-        cols: dict[str, list[float]] = {k: [] for k in ("prefill", "context", "decode", "gap", "next", "owner", "src")}
-        firsts, lasts = [], []
-        for k, it in enumerate(items):
-            a = self.arrays_of(it.step_idx)
-            stop = self.chain_end(it)
-            firsts.append(len(cols["prefill"]))
-            for j in range(it.req, stop):
-                ctx = int(a["context"][j])
-                pre = int(a["prefill"][j])
-                dec = int(a["decode"][j])
-                if j == it.req and it.generated:
-                    ctx += it.generated
-                    pre = ctx  # resumed by recomputing prompt + partial response
-                    dec = max(1, dec - it.generated)
-                cols["prefill"].append(pre)
-                cols["context"].append(ctx)
-                cols["decode"].append(dec)
-                cols["gap"].append(float(a["gap"][j]))
-                cols["next"].append(len(cols["prefill"]) if j + 1 < stop else -1)
-                cols["owner"].append(k)
-                cols["src"].append(j)
-            lasts.append(len(cols["prefill"]) - 1)
-        out = {k: np.asarray(v) for k, v in cols.items()}
-        out["first"] = np.asarray(firsts, dtype=np.int64)
-        out["last"] = np.asarray(lasts, dtype=np.int64)
+        """The requests of `items`' remaining turns, item by item, as arrays: prefill,
+        context, decode, gap, next (index into these arrays, -1 at a chain's end), owner
+        (item index), src (index into the step's request arrays); per item: first, last
+        (its first and last request) and recompute (tokens re-prefilled on resuming: the
+        context plus the partial response of a turn resumed mid-way, else 0)."""
+        n = len(items)
+        step = np.fromiter((it.step_idx for it in items), np.int64, n)
+        sample = np.fromiter((it.sample for it in items), np.int64, n)
+        req = np.fromiter((it.req for it in items), np.int64, n)
+        gen = np.fromiter((it.generated for it in items), np.int64, n)
+        stop = np.empty(n, np.int64)
+        for s in np.unique(step).tolist():
+            m = step == s
+            a = self.arrays_of(s)
+            stop[m] = np.r_[a["first"][1:], a["sample"].size][sample[m]]
+        length = np.maximum(stop - req, 0)
+        first = np.cumsum(length) - length
+        owner = np.repeat(np.arange(n), length)
+        src = np.repeat(req, length) + (np.arange(int(length.sum())) - np.repeat(first, length))
+        out = _gather(self, np.repeat(step, length), src)
+        resumed = first[gen > 0]
+        g = gen[gen > 0]
+        out["context"][resumed] += g
+        out["prefill"][resumed] = out["context"][resumed]  # recompute prompt + partial response
+        out["decode"][resumed] = np.maximum(1, out["decode"][resumed] - g)
+        nxt = np.arange(1, src.size + 1)
+        last = first + length - 1
+        nxt[last] = -1
+        recompute = np.zeros(n, np.int64)
+        recompute[gen > 0] = out["prefill"][resumed]
+        out.update(next=nxt, owner=owner, src=src, first=first, last=last, recompute=recompute)
         return out
 
 
-def sample_generated(w: StepWorkload, s: int, arr: dict) -> int:
-    if not w.is_multiturn:
-        return int(w.response_len[s])
-    lo = arr["first"][s]
-    hi = arr["first"][s + 1] if s + 1 < arr["first"].size else arr["sample"].size
-    return int(arr["decode"][lo:hi].sum())
+def _gather(pool: ChainPool, step_of_req: np.ndarray, src: np.ndarray) -> dict[str, np.ndarray]:
+    out = {k: np.zeros(src.size, np.float64 if k == "gap" else np.int64) for k in _CHAIN_KEYS}
+    for s in np.unique(step_of_req).tolist():
+        m = step_of_req == s
+        a = pool.arrays_of(s)
+        for k in _CHAIN_KEYS:
+            out[k][m] = a[k][src[m]]
+    return out
+
+
+class FreshStream:
+    """The prompt groups a policy launches fresh, in trace order; past the trace's end
+    they cycle through it again (a stand-in for the dataset's further prompts)."""
+
+    def __init__(self, workload: list[StepWorkload], pool: ChainPool):
+        self.pool = pool
+        self.order = [(i, g) for i, w in enumerate(workload) for g in range(w.n_groups)]
+        self.next = 0
+
+    def __len__(self) -> int:
+        return len(self.order)
+
+    def take(self, k: int) -> list[list[Pending]]:
+        """The next `k` groups, each a list of fresh pending samples."""
+        out = []
+        for _ in range(k if self.order else 0):
+            si, g = self.order[self.next % len(self.order)]
+            self.next += 1
+            sl = self.pool.samples_of(si)["slices"]
+            first = self.pool.arrays_of(si)["first"]
+            out.append([Pending(si, s, int(first[s]), 0) for s in range(sl[g], sl[g + 1])])
+        return out
+
+
+def group_tokens(pool: ChainPool, groups: list[list[Pending]]) -> tuple[np.ndarray, int, int]:
+    """Training sequence lengths (prompt + response) of the samples of `groups`, their
+    generated tokens, and their count."""
+    items = [it for grp in groups for it in grp]
+    if not items:
+        return np.zeros(0, np.int64), 0, 0
+    return pool.lookup(items, "total"), int(pool.lookup(items, "generated").sum()), len(items)

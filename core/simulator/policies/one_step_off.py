@@ -1,6 +1,11 @@
 """One-step-off async (disaggregated): rollout k starts when rollout k-1 ended and the
 weights of update k-2 have arrived; training k starts when rollout k ended and update
-k-1 is done. Rollout of step k+1 thus overlaps training of step k."""
+k-1 is done. Rollout of step k+1 thus overlaps training of step k.
+
+Idle time: the training pool waiting for rollout k is `trainer_waits_rollout`; the
+rollout pool waiting for update k-2 is `rollout_waits_trainer` (the one-step bound is
+fixed by design: the lever is the pool split), then `weight_sync` while the weights
+move."""
 
 from __future__ import annotations
 
@@ -32,8 +37,11 @@ def run_one_step_off(env: Env, workload: list[StepWorkload], progress: Callable[
         start = rollout_end
         if i >= 2:
             start = max(start, train_ends[i - 2] + sync)
+            # waiting for update k-2's weights: for the update (the pool's default,
+            # rollout_waits_trainer), then for their transfer
+            tb.background("rollout", max(rollout_end, train_ends[i - 2]), start, "weight_sync")
         r_end = start + ro.duration
-        tb.rollout(w.step, start, r_end, shift_intervals(ro.replica_busy, start))
+        tb.rollout(w.step, start, r_end, shift_intervals(ro.replica_busy, start), ro.recompute)
         rollout_end = r_end
         stages = {"rollout": ro.duration}
         windows = {"rollout": [start, r_end]}
@@ -54,6 +62,7 @@ SPEC = PolicySpec(
     kind="one_step_off",
     disaggregated=True,
     help="disaggregated; rollout of step k+1 overlaps training of step k",
+    paper="verl one-step-off async trainer (recipe one_step_off_policy)",
     batch_rollouts=True,
     run=run_one_step_off,
 )

@@ -26,7 +26,7 @@ def run_sync(env: Env, workload: list[StepWorkload], progress: Callable[[float],
         ro = rollout_batch(env, w)
         stages = {"rollout": ro.duration}
         windows = {"rollout": [t, t + ro.duration]}
-        tb.rollout(w.step, t, t + ro.duration, shift_intervals(ro.replica_busy, t))
+        tb.rollout(w.step, t, t + ro.duration, shift_intervals(ro.replica_busy, t), ro.recompute)
         end = post_rollout(
             env, tb, w.step, t + ro.duration, w.total_len, reward_seconds(w, env.policy), stages, windows
         )

@@ -1,0 +1,271 @@
+"""A run of the rollout replicas that partial and streaming policies drive: groups of
+pending samples are launched at given times, events are committed in global time order,
+group completions are recorded with their times, and the run can be stopped at a time
+with every unfinished sample's progress kept (to resume it later by recomputation) or
+a replica's trajectories moved onto another replica.
+
+Group ids are indices into `groups`, in launch order; `completed` lists (group id,
+time) in completion order.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import numpy as np
+
+from core.simulator.dispatch import assign_groups
+from core.simulator.engine import ReplicaEngine
+from core.simulator.policies.base import Env, rollout_stats
+from core.simulator.policies.carryover import ChainPool, Pending
+from core.simulator.policies.recompute import own_prefill, preemption_recompute, prefill_seconds
+
+
+class PoolRun:
+    def __init__(self, env: Env, pool: ChainPool, start: float) -> None:
+        self.env = env
+        self.pool = pool
+        self.start = start
+        self.rc = env.new_cluster(start)
+        self.groups: list[list[Pending]] = []
+        self.group_left: list[int] = []
+        self.launched_at: list[float] = []
+        self.completed: list[tuple[int, float]] = []
+        n = env.cluster.rollout_replicas
+        self.recompute_s = [0.0] * n  # re-prefill of resumed samples, per replica
+        self.recompute_tokens = 0
+        self.retired: list[list[list[float]]] = [[] for _ in range(n)]  # busy of replaced engines
+        self.retired_gaps: list[list[tuple[float, float]]] = [[] for _ in range(n)]
+        self.retired_work = {"preemptions": 0, "decoded_tokens": 0, "prefilled_tokens": 0}
+        self.retired_preemptions = [0] * n
+        # per launched item
+        self.items: list[Pending] = []
+        self.item_group: list[int] = []
+        self.item_replica: list[int] = []  # -1 once stopped (a moved sample is a new item)
+        self.running: list[set[int]] = [set() for _ in range(n)]  # unfinished items per replica
+        self.item_first: list[int] = []
+        self.item_last: list[int] = []
+        self._last_item: dict[int, int] = {}
+        self._rid_src: list[int] = []
+        self._own_prefill: list[int] = []
+        self.on_group_done: Callable[[int, float], None] | None = None  # (group id, time)
+        self.on_item_done: Callable[[int, float], None] | None = None  # (item index, time)
+        self.resume_at: dict[int, float] = {}  # stopped item -> when its current turn can run
+
+    # ------------------------------------------------------------------ launching
+
+    def launch(self, groups: list[list[Pending]], time: float, replica: int | None = None) -> list[int]:
+        """Submit the unfinished samples of `groups` at `time`, each group to one replica
+        (`replica`, or the policy's dispatch); returns their group ids."""
+        gids, items, owner = [], [], []
+        for grp in groups:
+            gid = len(self.groups)
+            gids.append(gid)
+            self.groups.append(grp)
+            self.launched_at.append(time)
+            todo = [it for it in grp if not it.done]
+            self.group_left.append(len(todo))
+            if not todo:
+                self.completed.append((gid, time))
+            items += todo
+            owner += [gid] * len(todo)
+        if items:
+            self._submit(items, np.asarray(owner), time, replica)
+        return gids
+
+    def _submit(self, items: list[Pending], owner: np.ndarray, time, replica: int | None) -> None:
+        """Submit `items` at `time` (one time, or one per item)."""
+        ch = self.pool.chains(items)
+        k0 = len(self.items)
+        base = self.rc.store.add(ch["prefill"], ch["context"], ch["decode"], ch["gap"], ch["next"], ch["owner"] + k0)
+        rep = self._replicas(items, owner, replica)
+        times = np.broadcast_to(np.asarray(time, dtype=np.float64), (len(items),))
+        for t in np.unique(times).tolist():
+            m = times == t
+            self.rc.submit(base + ch["first"][m], rep[m], t)
+        self._rid_src += ch["src"].tolist()
+        self._own_prefill += ch["prefill"].tolist()
+        for k, last in enumerate(ch["last"].tolist()):
+            self._last_item[base + last] = k0 + k
+        self.items += items
+        self.item_group += owner.tolist()
+        for k, j in enumerate(rep.tolist()):
+            self.running[j].add(k0 + k)
+        self.item_replica += rep.tolist()
+        self.item_first += (base + ch["first"]).tolist()
+        self.item_last += (base + ch["last"]).tolist()
+        resumed = ch["recompute"] > 0
+        self.recompute_tokens += int(ch["recompute"].sum())
+        for j in np.unique(rep[resumed]).tolist():
+            self.recompute_s[j] += prefill_seconds(self.env.coefficients, ch["recompute"][resumed & (rep == j)])
+
+    def _replicas(self, items: list[Pending], owner: np.ndarray, replica: int | None) -> np.ndarray:
+        if replica is not None:
+            return np.full(len(items), replica, dtype=np.int64)
+        gids, idx = np.unique(owner, return_inverse=True)
+        prompt = np.bincount(idx, self.pool.lookup(items, "prompt"), gids.size)
+        total = np.bincount(idx, self.pool.lookup(items, "total"), gids.size)
+        per_group = assign_groups(self.env.policy.dispatch, len(self.rc.replicas), prompt, total)
+        return per_group[idx]
+
+    # ------------------------------------------------------------------ running
+
+    def finished(self, rids: list[int], now: float) -> None:
+        """Record requests that finished at `now` (a sample is done with its last)."""
+        if not rids:
+            return
+        for r in rids:
+            k = self._last_item.get(r)
+            if k is None:
+                continue
+            self.items[k].done = True
+            self.running[self.item_replica[k]].discard(k)
+            g = self.item_group[k]
+            self.group_left[g] -= 1
+            if self.on_item_done is not None:
+                self.on_item_done(k, now)
+            if self.group_left[g] == 0:
+                self.completed.append((g, now))
+                if self.on_group_done is not None:
+                    self.on_group_done(g, now)
+
+    def run_until_completed(self, n: int) -> bool:
+        """Run until `n` groups have completed in all; False when the work ran out first."""
+        if len(self.completed) >= n:
+            return True
+
+        def enough(done: list[int], now: float) -> bool:
+            self.finished(done, now)
+            return len(self.completed) >= n
+
+        return self.rc.run_until(enough) is not None
+
+    def run_to(self, t: float) -> None:
+        """Commit every event completing by `t`."""
+        done = []
+        for eng in self.rc.replicas:
+            done += [(self.rc.store.end[r], r) for r in eng.run(until=t)]
+        for end, r in sorted(done):
+            self.finished([r], end)
+
+    def drain(self) -> float:
+        """Run everything launched to completion; returns when the last replica stopped."""
+        self.run_to(math.inf)
+        return max([self.start] + [eng.t for eng in self.rc.replicas])
+
+    def interrupt(self, t: float, replica: int | None = None) -> list[int]:
+        """Stop at `t` (every replica, or one): unfinished samples keep their progress
+        in their `Pending` (resumed later by recomputing prompt + partial response);
+        returns the indices of the items stopped."""
+        store = self.rc.store
+        if replica is None:
+            self.run_to(t)
+            engines = list(self.rc.replicas)
+        else:
+            engines = [self.rc.replicas[replica]]
+            for r in sorted(engines[0].run(until=t), key=lambda r: store.end[r]):
+                self.finished([r], store.end[r])
+        for eng in engines:
+            eng.advance_to(t)
+            eng.unfinished()
+        pools = self.running if replica is None else [self.running[replica]]
+        stopped = sorted(k for pool in pools for k in pool)
+        for pool in pools:
+            pool.clear()
+        self.resume_at = {}
+        for k in stopped:
+            it = self.items[k]
+            r = self.item_first[k]
+            while r < self.item_last[k] and store.end[r] == store.end[r]:  # finished turn
+                r += 1
+            self.resume_at[k] = max(t, store.arrive[r]) if store.arrive[r] == store.arrive[r] else t
+            src = self._rid_src[r]
+            it.generated = store.generated[r] + (it.generated if src == it.req else 0)
+            it.req = src
+            self._last_item.pop(self.item_last[k], None)
+            self.item_replica[k] = -1
+        return stopped
+
+    def move(self, src: int, dst: int, t: float) -> int:
+        """Repack: stop replica `src`'s trajectories at `t` and resume them on `dst`
+        (recomputing what they had generated); `src` restarts empty. Returns how many
+        samples moved."""
+        stopped = self.interrupt(t, src)
+        self._retire(src, t)
+        if stopped:
+            owner = np.asarray([self.item_group[k] for k in stopped])
+            when = [self.resume_at[k] for k in stopped]  # a tool call out returns when it would have
+            k0 = len(self.items)
+            self._submit([self.items[k] for k in stopped], owner, when, dst)
+            for k, w in enumerate(when):
+                if w > t:  # the turn arrives after its tool call, as before the move
+                    self.rc.store.cont[self.item_first[k0 + k]] = True
+        return len(stopped)
+
+    def _retire(self, j: int, t: float) -> None:
+        """Replace replica `j`'s engine by an empty one from `t`, keeping its record."""
+        old = self.rc.replicas[j]
+        self.retired[j] += self._busy_of(j, self.start, t)
+        self.retired_gaps[j] += self._tool_gaps(old)
+        for key in self.retired_work:
+            self.retired_work[key] += getattr(old, key)
+        self.retired_preemptions[j] += old.preemptions
+        lim = self.env.limits
+        self.rc.replicas[j] = ReplicaEngine(
+            self.rc.store,
+            self.env.coefficients,
+            max_running=lim.max_running_seqs,
+            kv_capacity=self.env.kv_capacity,
+            max_prefill_tokens=lim.max_prefill_tokens,
+            start_time=t,
+        )
+
+    # ------------------------------------------------------------------ results
+
+    def busy(self, lo: float, hi: float) -> list[list[list[float]]]:
+        """Per replica, busy intervals [start, end, tail] within [lo, hi]."""
+        return [
+            [iv for iv in old if iv[1] > lo and iv[0] < hi] + self._busy_of(j, lo, hi)
+            for j, old in enumerate(self.retired)
+        ]
+
+    def _busy_of(self, j: int, lo: float, hi: float) -> list[list[float]]:
+        """Replica j's busy intervals within [lo, hi]; one still running at `hi` (stopped
+        mid-iteration, or at the end of the replay) is busy up to `hi`."""
+        ivs = self.rc.busy_intervals(lo, hi)[j]
+        eng = self.rc.replicas[j]
+        if ivs and eng.B > 0 and eng.open_busy() is not None and ivs[-1][1] < hi:
+            ivs[-1][1] = hi
+        return ivs
+
+    def tool_gaps(self) -> list[list[tuple[float, float]]]:
+        """Per replica, the gaps in which it waited for a tool call to return."""
+        return [old + self._tool_gaps(eng) for old, eng in zip(self.retired_gaps, self.rc.replicas)]
+
+    def _tool_gaps(self, eng: ReplicaEngine) -> list[tuple[float, float]]:
+        cont = self.rc.store.cont
+        return [(a, b) for a, b, r in eng.idle_gaps if cont[r] and b > a]
+
+    def sample_completions(self) -> np.ndarray:
+        """When each sample finished in this run (absolute seconds)."""
+        end = self.rc.store.end
+        return np.array(
+            [end[self.item_last[k]] for k, it in enumerate(self.items) if it.done and self.item_replica[k] >= 0]
+        )
+
+    def recompute(self) -> list[float]:
+        """Seconds per replica recomputing: resumed samples and preemptions."""
+        engines = self.rc.replicas
+        counts = [e.preemptions + r for e, r in zip(engines, self.retired_preemptions)]
+        prefilled = sum(e.prefilled_tokens for e in engines) + self.retired_work["prefilled_tokens"]
+        own = own_prefill(self.rc.store, self._own_prefill)
+        pre = preemption_recompute(self.env.coefficients, counts, prefilled, own)
+        return [a + b for a, b in zip(self.recompute_s, pre)]
+
+    def stats(self, completion: np.ndarray, duration: float) -> dict:
+        out = rollout_stats(self.rc, completion, duration)
+        for key, v in self.retired_work.items():
+            out[key] += v
+        out["recompute_tokens"] = self.recompute_tokens
+        return out
