@@ -54,14 +54,35 @@ SIM_STAGE_COLORS = {
     "adv": STAGE_COLORS["adv"],
     "update_actor": STAGE_COLORS["update_actor"],
     "weight_sync": "#FF9DA7",
+    "recompute": "#9D7660",
 }
-SIM_STAGE_LABELS = {**STAGE_LABELS, "rollout": "rollout", "weight_sync": "weight sync"}
-SIM_IDLE_CAUSES = ("rollout_tail", "tool_wait", "reward_wait", "dp_imbalance", "stage_serialisation", "unused")
+SIM_STAGE_LABELS = {
+    **STAGE_LABELS,
+    "rollout": "rollout",
+    "weight_sync": "weight sync",
+    "recompute": "recompute (re-prefill of carried or preempted samples)",
+}
+SIM_IDLE_CAUSES = (
+    "rollout_tail",
+    "tool_wait",
+    "reward_wait",
+    "dp_imbalance",
+    "trainer_waits_rollout",
+    "rollout_waits_trainer",
+    "staleness_wait",
+    "weight_sync",
+    "stage_serialisation",
+    "unused",
+)
 SIM_IDLE_COLORS = {
     "rollout_tail": "#A0CBE8",
     "tool_wait": "#D7B5A6",
     "reward_wait": "#FFBE7D",
     "dp_imbalance": "#FF9D9A",
+    "trainer_waits_rollout": "#B3E2CD",
+    "rollout_waits_trainer": "#CBD5E8",
+    "staleness_wait": "#F4CAE4",
+    "weight_sync": "#FDDBC7",
     "stage_serialisation": "#D4A6C8",
     "unused": "#C9C9C9",
 }
@@ -70,7 +91,11 @@ SIM_IDLE_LABELS = {
     "tool_wait": "waiting for tools",
     "reward_wait": "waiting for reward",
     "dp_imbalance": "DP imbalance",
-    "stage_serialisation": "waiting for the other pool or a host stage",
+    "trainer_waits_rollout": "trainer pool waiting for rollouts",
+    "rollout_waits_trainer": "rollout pool waiting for the trainer",
+    "staleness_wait": "held back by the staleness bound",
+    "weight_sync": "paused for a weight sync",
+    "stage_serialisation": "waiting for a host-side stage",
     "unused": "not used by the policy",
 }
 
