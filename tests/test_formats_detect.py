@@ -13,6 +13,7 @@ from backend.formats.archive import expand_upload
 from backend.formats.base import InputError, ReadResult, Source
 from core.analysis.tables import TABLE_CLASSES
 from tests import format_writers as fw
+from tests.nsys_writer import synthetic_activity, write_nsys
 
 PACKED = {
     "step": 0,
@@ -141,6 +142,11 @@ EXAMPLES = {
         {"samples": 2, "turns": 4, "tool_calls": 2},
     ),
     "otlp-json": ("traces.json", lambda p: orjson.dumps(fw.otlp_request(unstepped=False)), {"rank_timings": 4}),
+    "nsys-sqlite": (
+        "profile.sqlite",
+        lambda p: write_nsys(p.with_suffix(".export"), [synthetic_activity(0, 1, 3)]).read_bytes(),
+        {"gpu_events": 3},
+    ),
 }
 
 

@@ -20,6 +20,8 @@ dapo-filter                 ``dapo_filter_indices*.jsonl`` (marks for the packed
                             read before the other files of the upload)
 kineto                      ``backend.formats.kineto.looks_like_kineto`` (``.json`` object with
                             traceEvents / schemaVersion / deviceProperties / distributedInfo)
+nsys-sqlite                 an SQLite database (``SQLite format 3`` header): an Nsight Systems
+                            export (``nsys export --type sqlite``), whatever its name
 tensorboard                 ``events.out.tfevents.*``; or a first TFRecord whose length CRC checks
 wandb-csv / wandb-parquet   a ``.csv`` / ``.parquet`` / ``.pq`` with a ``_step`` column (before
                             native-csv / native-parquet)
@@ -40,6 +42,7 @@ from backend.formats.base import Source
 from backend.formats.jsonl import stdlib_json
 from backend.formats.kineto import looks_like_kineto
 from backend.formats.native import REQUIRED_SAMPLE_COLUMNS
+from backend.formats.nsys import looks_like_nsys
 from backend.formats.registry import KNOWN_UNUSED, NAME_PATTERNS
 from backend.formats.tensorboard import looks_like_tfrecord
 from backend.formats.verl_logs import CONSOLE_STEP
@@ -145,6 +148,8 @@ def detect_format(source: Source) -> str | None:
         head = stream.read(HEAD_BYTES)
         if not head.strip():
             return None
+        if looks_like_nsys(head):
+            return "nsys-sqlite"
         if looks_like_kineto(head, source.name):
             return "kineto"
         if _COMPACT_HEAD.match(head):

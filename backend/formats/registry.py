@@ -10,6 +10,7 @@ from backend.formats.base import Reader
 from backend.formats.dapo import read_dapo_filter
 from backend.formats.kineto import read_kineto
 from backend.formats.native import read_native_csv, read_native_jsonl, read_native_parquet
+from backend.formats.nsys import read_nsys
 from backend.formats.otlp import read_otlp
 from backend.formats.polytrace import read_compact, read_multiturn_workload, read_packed_lengths, read_reward_timings
 from backend.formats.tensorboard import read_tensorboard
@@ -27,6 +28,7 @@ FORMATS: dict[str, Reader] = {
     "native-jsonl": read_native_jsonl,
     "native-parquet": read_native_parquet,
     "kineto": read_kineto,
+    "nsys-sqlite": read_nsys,
     "dapo-filter": read_dapo_filter,
     "tensorboard": read_tensorboard,
     "wandb-csv": read_wandb_csv,
@@ -51,6 +53,10 @@ NAME_PATTERNS = (
 KNOWN_UNUSED = (
     (re.compile(r"^enhanced_task_distribution_parameters.*\.json$"), "fitted distribution parameters, not a trace"),
     (re.compile(r"^readme(\.\w+)?$"), "documentation"),
+    (
+        re.compile(r".*\.(nsys-rep|qdrep|qdstrm)$"),
+        "Nsight Systems report (not read: export it with `nsys export --type sqlite` and upload the .sqlite)",
+    ),
     (
         re.compile(r"^run-.*\.wandb$"),
         "W&B offline run (not read: only the wandb package reads it; `wandb sync` it and export the history as CSV/Parquet)",
