@@ -229,7 +229,7 @@ def attach_sources(
                 update(Trace)
                 .where(Trace.id == trace_id)
                 .values(
-                    **{COUNT_COLUMN[t]: n for t, n in loader.counts.items()},
+                    **{COUNT_COLUMN[t]: n for t, n in loader.counts.items() if t in COUNT_COLUMN},
                     n_steps=n_steps,
                     max_response_len=cap,
                     tasks=list(loader.task_ids),
@@ -305,3 +305,7 @@ def refresh_analyses(session, trace_id: int, tables: list[str], *, force: bool =
             return
     invalidate_analyses(session, trace_id, tables)
     queue_default_analyses(session, session.get(Trace, trace_id))
+    if "sample_texts" in tables:
+        from backend.jobs.text_index import queue_text_index
+
+        queue_text_index(session, session.get(Trace, trace_id))

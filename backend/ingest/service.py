@@ -20,6 +20,7 @@ from backend.jobs.analyses import queue_default_analyses
 from backend.jobs.contracts import INGEST_KIND
 from backend.jobs.dispatch import dispatch
 from backend.jobs.state import create_job
+from backend.jobs.text_index import queue_text_index
 from backend.settings import Settings, get_settings
 from backend.store.db import get_engine, new_session
 from backend.store.deletion import delete_traces
@@ -194,3 +195,4 @@ def ingest_stored(
     )
     with new_session() as session:
         queue_default_analyses(session, session.get(Trace, trace_id))
+        queue_text_index(session, session.get(Trace, trace_id))

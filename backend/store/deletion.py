@@ -11,9 +11,10 @@ from sqlalchemy import ColumnElement, delete
 from sqlalchemy.engine import Connection
 from sqlalchemy.orm import Session
 
-from backend.store.models import GpuEvent, RankTiming, Sample, ToolCall, Trace, Turn
+from backend.store.models import GpuEvent, RankTiming, Sample, SampleExtra, SampleText, ToolCall, Trace, Turn
+from backend.store.text_search import delete_text_index
 
-BULK_TABLES = (Sample, Turn, ToolCall, RankTiming, GpuEvent)
+BULK_TABLES = (Sample, Turn, ToolCall, RankTiming, GpuEvent, SampleText, SampleExtra)
 
 
 def delete_traces(conn: Connection | Session, *where: ColumnElement[bool]) -> list[int]:
@@ -22,4 +23,5 @@ def delete_traces(conn: Connection | Session, *where: ColumnElement[bool]) -> li
     if ids:
         for model in BULK_TABLES:
             conn.execute(delete(model).where(model.trace_id.in_(ids)))
+        delete_text_index(conn, ids)
     return ids
