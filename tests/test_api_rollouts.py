@@ -13,6 +13,7 @@ from tokenizers import Tokenizer
 
 from backend.store.db import get_engine
 from tests.conftest import wait_for_job
+from tests.helpers import jsonl
 from tests.rollout_writer import HTML, PHRASE, dump_bytes, dump_rows, trained_tokenizer, write_dump
 
 
@@ -149,3 +150,67 @@ def test_a_bad_dump_is_refused_whole(api, line, field, line_no):
             text("SELECT count(*) FROM sample_texts WHERE trace_id NOT IN (SELECT id FROM traces)")
         ).scalar_one()
     assert orphans == 0
+
+
+def packed_twin(rows: list[dict], tok: Tokenizer, step: int) -> bytes:
+    """The PolyTrace packed-lengths file of the same samples (token lengths), its prompt
+    groups in reverse order and on two DP ranks: matching goes by lengths, not order."""
+    groups: dict[str, list[int]] = {}
+    for r in rows:
+        groups.setdefault(r["input"], []).append(len(tok.encode(r["output"], add_special_tokens=False).ids))
+    lines = []
+    for i, (prompt, outputs) in enumerate(reversed(list(groups.items()))):
+        lines.append(
+            {
+                "step": step,
+                "rank": i % 2,
+                "dp_rank": i % 2,
+                "tp_rank": 0,
+                "local_index": i,
+                "input": len(tok.encode(prompt, add_special_tokens=False).ids),
+                "output": outputs,
+                "n_sampling": len(outputs),
+                "validate": False,
+            }
+        )
+    return jsonl(lines)
+
+
+def test_a_dump_attached_to_its_packed_lengths_run_lands_on_its_samples(api, tmp_path):
+    rows = {s: dump_rows(s, groups=4, n=3) for s in (1, 2)}
+    tok_json = trained_tokenizer([r["input"] + r["output"] for lines in rows.values() for r in lines])
+    tok = Tokenizer.from_str(tok_json)
+    packed = [(f"packed_lengths_step_{s}.jsonl", packed_twin(rows[s], tok, s)) for s in rows]
+    r = api.post("/api/v1/traces", files=[("files", (n, raw, "application/jsonl")) for n, raw in packed])
+    assert r.status_code == 201, r.text
+    trace = r.json()
+    assert trace["n_samples"] == 24 and "reward_length" not in trace["analyses"]
+    files = [("files", (f"{s}.jsonl", dump_bytes(rows[s]), "application/jsonl")) for s in rows]
+    no_tok = api.post(f"/api/v1/traces/{trace['id']}/files", files=files)
+    assert no_tok.status_code == 422 and no_tok.json()["detail"]["field"] == "tokenizer"
+    done = api.post(
+        f"/api/v1/traces/{trace['id']}/files", files=[*files, ("tokenizer", ("tokenizer.json", tok_json.encode(), "x"))]
+    )
+    assert done.status_code == 201, done.text
+    after = done.json()["trace"]
+    assert after["n_samples"] == 24 and "reward_length" in after["analyses"]  # counted once, rewards now known
+    assert after["metadata"]["rollouts"]["samples"] == 24 and after["metadata"]["rollouts"]["length_unit"] == "tokens"
+    for s in rows:
+        for sample in api.get(f"/api/v1/traces/{trace['id']}/samples", params={"step": s}).json()["items"]:
+            body = api.get(
+                f"/api/v1/traces/{trace['id']}/samples/{s}/{sample['group_idx']}/{sample['sample_idx']}/text"
+            )
+            assert body.status_code == 200, body.text
+            text_body = body.json()
+            assert len(tok.encode(text_body["response"], add_special_tokens=False).ids) == sample["response_len"]
+            assert len(tok.encode(text_body["prompt"], add_special_tokens=False).ids) == sample["prompt_len"]
+            assert sample["reward"] == text_body["reward"] is not None and sample["dp_rank"] in (0, 1)
+    other = dump_rows(2, groups=4, n=3, seed=77)  # another run's samples of step 2: other lengths
+    bad = api.post(
+        f"/api/v1/traces/{trace['id']}/files",
+        files=[
+            ("files", ("2.jsonl", dump_bytes(other), "x")),
+            ("tokenizer", ("tokenizer.json", tok_json.encode(), "x")),
+        ],
+    )
+    assert bad.status_code == 422 and "matches no sample" in bad.json()["detail"]["message"]
