@@ -160,3 +160,13 @@ def test_nan_scores_and_odd_extras():
     assert unpack(tables["sample_texts"]["response"][1]) == "b\x00c"  # compressed bytes keep it
     extras = dict(zip(tables["sample_extras"]["key"], tables["sample_extras"]["value_text"]))
     assert extras["acc"] == "[1,2]" and extras["pred"] == "x\ufffdy" and extras["note"] is None
+
+
+def test_empty_texts():
+    rows = [
+        {"input": "", "output": "", "score": 0, "step": 3, "uid": "a"},
+        {"input": "", "output": "", "score": 1, "step": 3, "uid": "a"},
+    ]
+    tables, _ = read([src(dump_bytes(rows), "3.jsonl")])
+    assert [unpack(b) for b in tables["sample_texts"]["response"]] == ["", ""]
+    assert list(tables["samples"]["group_idx"]) == [0, 0] and list(tables["samples"]["sample_idx"]) == [0, 1]

@@ -51,7 +51,7 @@ from backend.formats.jsonl import (
     stdlib_json,
     str_column,
 )
-from backend.formats.rollout_text import pack
+from backend.formats.rollout_text import pack_many
 from backend.formats.tokenizer import TOKENIZER_STATE
 from core.analysis.repetition import repeat_period
 
@@ -181,8 +181,8 @@ def _texts(chunk: JsonChunk, keys: dict, inputs: list[str], outputs: list[str]) 
     gts = [r.get("gts") for r in chunk.rows]
     return {
         **keys,
-        "prompt": [pack(t) for t in inputs],
-        "response": [pack(t) for t in outputs],
+        "prompt": pack_many(inputs),
+        "response": pack_many(outputs),
         "prompt_chars": np.fromiter(map(len, inputs), np.int32, len(inputs)),
         "response_chars": np.fromiter(map(len, outputs), np.int32, len(outputs)),
         "gts": [None if g is None else clean_text(g if isinstance(g, str) else orjson.dumps(g).decode()) for g in gts],

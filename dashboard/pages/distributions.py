@@ -32,7 +32,7 @@ from dashboard.views.components import PAGE_TRACE_ID, RESULT, alert, control, co
 from dashboard.views.drill import drill_location, register_drill
 from dashboard.views.formatting import PHASES, filter_phase
 from dashboard.views.panels import analysis_panel
-from dashboard.views.reward_length_panel import reward_length_section
+from dashboard.views.reward_length_panel import length_unit_note, reward_length_section
 from dashboard.views.trace_frame import trace_page
 
 dash.register_page(
@@ -54,6 +54,7 @@ def body(trace: dict) -> html.Div:
     return html.Div(
         [
             drill_location("distributions"),
+            length_unit_note(trace),
             controls(
                 control(
                     "Length",

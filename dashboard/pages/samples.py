@@ -24,6 +24,7 @@ from dashboard.api.client import ApiError
 from dashboard.figures.samples import request_timeline_figure, turn_timeline_figure, turn_tokens_figure
 from dashboard.pages.sample import sample_href
 from dashboard.views.components import GRAPH_CONFIG, alert, href, section
+from dashboard.views.reward_length_panel import length_unit_note
 from dashboard.views.trace_frame import trace_page
 
 dash.register_page(
@@ -208,6 +209,7 @@ def body(trace: dict, query: dict) -> html.Div:
         return alert(exc.message)
     active = ", ".join(f"{FILTER_LABELS[k]} {v}" for k, v in params.items()) or "none"
     parts = [
+        length_unit_note(trace),
         section(
             "Samples",
             _filter_form(trace_id, q),
@@ -215,7 +217,7 @@ def body(trace: dict, query: dict) -> html.Div:
             _table(trace_id, q, page, has_texts),
             help_text="Click a column title to sort; every chart's mark on the Distributions, Imbalance and "
             "Multi-turn pages opens this table filtered to it.",
-        )
+        ),
     ]
     key = _sample_key(query.get("sample"))
     if key is not None:

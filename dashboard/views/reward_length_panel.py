@@ -14,7 +14,7 @@ from dashboard.figures.common import empty_figure
 from dashboard.figures.reward_length import repetition_figure, reward_bucket_figure, tail_reward_figure
 from dashboard.server.figure_cache import cached
 from dashboard.server.results import analysis_result
-from dashboard.views.components import RESULT, graph, section
+from dashboard.views.components import RESULT, alert, graph, section
 from dashboard.views.panels import analysis_panel
 
 KIND = "reward_length"
@@ -22,6 +22,20 @@ KIND = "reward_length"
 
 def length_unit(trace: dict) -> str:
     return ((trace.get("metadata") or {}).get("rollouts") or {}).get("length_unit") or "tokens"
+
+
+def length_unit_note(trace: dict):
+    """A notice on pages that show lengths, when they are characters (a rollout dump
+    without the run's tokenizer), so they are never read as tokens."""
+    if length_unit(trace) != "characters":
+        return None
+    return alert(
+        "Lengths in this trace are characters, not tokens: its rollout dump was read without the run's "
+        "tokenizer (upload it again with its tokenizer.json for token counts). Axes and columns that say "
+        "tokens count characters here.",
+        "info",
+        id="length-unit-note",
+    )
 
 
 def reward_length_section(trace: dict) -> html.Section | None:

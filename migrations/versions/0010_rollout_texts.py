@@ -45,6 +45,10 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint(*KEY, "key"),
     )
     if op.get_bind().dialect.name == "postgresql":
+        # the texts arrive zstd-compressed: TOAST stores them out of line without trying
+        # its own compression again (pglz would spend CPU on every value and give up)
+        for column in ("prompt", "response"):
+            op.execute(f"ALTER TABLE sample_texts ALTER COLUMN {column} SET STORAGE EXTERNAL")
         op.execute(
             "CREATE TABLE sample_text_search (trace_id integer NOT NULL, step integer NOT NULL, "
             "group_idx integer NOT NULL, sample_idx integer NOT NULL, tokens tsvector NOT NULL, "
