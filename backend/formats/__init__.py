@@ -3,8 +3,9 @@ read loop here.
 
 `read_sources` runs the readers over an upload's sources in natural name order
 (``step_2`` before ``step_10``; the order also fixes PolyTrace group ordinals, so a
-folder, its zip and its tar.gz give identical rows), notes undetected files in
-`ReadResult.skipped` and raises InputError when nothing was readable.
+folder, its zip and its tar.gz give identical rows), after the files that prepare the
+others' reading (`registry.READ_FIRST`: the run's tokenizer, DAPO marks), notes
+undetected files in `ReadResult.skipped` and raises InputError when nothing was readable.
 """
 
 from __future__ import annotations
