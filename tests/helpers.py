@@ -173,6 +173,9 @@ def synthetic_trace_tables(seed: int = 3) -> dict[str, dict[str, np.ndarray]]:
     # per trainer step
     samples["filter_mark"] = (samples["group_idx"] + samples["step"]) % 3
     samples["trainer_step"] = samples["step"] // 2 + 1
+    # rollout dumps: a reward per sample, and the last sample of each group ends in a loop
+    samples["reward"] = ((samples["group_idx"] + samples["sample_idx"] + samples["step"]) % 2).astype(np.float64)
+    samples["repeat_period"] = np.where(samples["sample_idx"] == 3, 24, 0)
     return {
         "samples": samples,
         "turns": {k: np.asarray(v) for k, v in t.items()},

@@ -13,6 +13,8 @@ from backend.formats.archive import expand_upload
 from backend.formats.base import InputError, ReadResult, Source
 from core.analysis.tables import TABLE_CLASSES
 from tests import format_writers as fw
+from tests.nsys_writer import synthetic_activity, write_nsys
+from tests.rollout_writer import dump_bytes, dump_rows, trained_tokenizer
 
 PACKED = {
     "step": 0,
@@ -100,7 +102,12 @@ DAPO = {
     "used_prompt_indices": [0],
 }
 # Files a format's example is read beside (a DAPO file alone is no trace).
-COMPANIONS = {"dapo-filter": [("packed_lengths_step_0.jsonl", line(PACKED))]}
+COMPANIONS = {
+    "dapo-filter": [("packed_lengths_step_0.jsonl", line(PACKED))],
+    "tokenizer": [("1.jsonl", dump_bytes(dump_rows(1, groups=1, n=2)))],
+}
+# a dumped sample's rows: itself, its text, its three reward_extra_infos values
+DUMPED = {"samples": 2, "sample_texts": 2, "sample_extras": 6}
 
 # One small file per registered format, named as users name them:
 # (file name, content from the path, rows read per table).
@@ -141,6 +148,14 @@ EXAMPLES = {
         {"samples": 2, "turns": 4, "tool_calls": 2},
     ),
     "otlp-json": ("traces.json", lambda p: orjson.dumps(fw.otlp_request(unstepped=False)), {"rank_timings": 4}),
+    "verl-rollouts": ("12.jsonl", lambda p: dump_bytes(dump_rows(12, groups=1, n=2)), DUMPED),
+    # read with a dump beside it (COMPANIONS): a tokenizer alone is no trace
+    "tokenizer": ("tokenizer.json", lambda p: trained_tokenizer(["one two three"], vocab_size=260).encode(), DUMPED),
+    "nsys-sqlite": (
+        "profile.sqlite",
+        lambda p: write_nsys(p.with_suffix(".export"), [synthetic_activity(0, 1, 3)]).read_bytes(),
+        {"gpu_events": 3},
+    ),
 }
 
 
@@ -159,7 +174,7 @@ def test_every_registered_format_detects_and_reads_its_own_files(tmp_path, fmt):
     for batch in read_sources([src, *others], None, result):
         read[batch.table] = read.get(batch.table, 0) + len(batch)
     assert read == rows and result.skipped == []
-    assert set(read) <= set(TABLE_CLASSES)
+    assert set(read) <= set(TABLE_CLASSES) | {"sample_texts", "sample_extras"}
 
 
 @pytest.mark.parametrize(

@@ -12,7 +12,18 @@ from backend.jobs.fence import Abandoned
 from backend.settings import get_settings
 from backend.store.db import get_engine, session_scope
 from backend.store.deletion import BULK_TABLES, delete_traces
-from backend.store.models import GpuEvent, RankTiming, Sample, Step, ToolCall, Trace, TraceStatus, Turn
+from backend.store.models import (
+    GpuEvent,
+    RankTiming,
+    Sample,
+    SampleExtra,
+    SampleText,
+    Step,
+    ToolCall,
+    Trace,
+    TraceStatus,
+    Turn,
+)
 from tests.helpers import synthetic_rows, write_packed_dir
 
 ROWS = {
@@ -30,6 +41,16 @@ ROWS = {
         "start_us": 0.0,
         "dur_us": 1.0,
     },
+    SampleText: {
+        "step": 0,
+        "group_idx": 0,
+        "sample_idx": 0,
+        "prompt": b"p",
+        "response": b"r",
+        "prompt_chars": 1,
+        "response_chars": 1,
+    },
+    SampleExtra: {"step": 0, "group_idx": 0, "sample_idx": 0, "key": "acc", "value_num": 1.0},
 }
 
 

@@ -14,7 +14,7 @@ from sqlalchemy.exc import OperationalError
 
 from backend.formats.base import InputError
 from backend.jobs import leases
-from backend.jobs.contracts import ADVICE_KIND, INGEST_KIND, SIMULATION_KIND, TASK_NAMES, WORKLOAD_KIND
+from backend.jobs.contracts import ADVICE_KIND, INGEST_KIND, SIMULATION_KIND, TASK_NAMES, TEXT_INDEX_KIND, WORKLOAD_KIND
 from backend.jobs.fence import Abandoned
 from backend.jobs.state import mark_failed, mark_succeeded, set_progress
 from backend.jobs.sweeper import Sweeper
@@ -135,6 +135,30 @@ def run_advice(job_id: int) -> None:
     with leases.running([job_id]) as claimed:
         if claimed:
             run_advice_job(job_id)
+
+
+@celery_app.task(name=TASK_NAMES[TEXT_INDEX_KIND], **RETRY)
+def index_texts(job_id: int) -> None:
+    """The full-text index of a trace's sample texts (rollout dumps)."""
+    from workers.runners.text_index import build_text_index
+
+    job_id = job_id[0] if isinstance(job_id, list) else job_id
+    job = _load_job(job_id)
+    if job is None or job.status in (JobStatus.SUCCEEDED, JobStatus.FAILED):
+        return
+    engine = get_engine()
+    with leases.running([job_id], engine) as claimed:
+        if not claimed:
+            return
+        try:
+            n = build_text_index(engine, job.trace_id, lambda f, m: set_progress(engine, job_id, f, m))
+        except OperationalError:
+            raise
+        except Exception as exc:
+            log.exception("text index job %s failed", job_id)
+            mark_failed(engine, job_id, f"{type(exc).__name__}: {exc}")
+            return
+        mark_succeeded(engine, job_id, {"trace_id": job.trace_id, "indexed": n}, "indexed")
 
 
 # The sweeper runs in every worker's main process (backend.jobs.leases).

@@ -8,7 +8,18 @@ from starlette.routing import Match
 
 from backend.api.errors import ERROR_RESPONSES, install_error_handlers
 from backend.api.limits import ConcurrencyLimit, request_limit
-from backend.api.routes import advice, analyses, jobs, live, me, simulations, trace_data, traces, workloads
+from backend.api.routes import (
+    advice,
+    analyses,
+    jobs,
+    live,
+    me,
+    sample_texts,
+    simulations,
+    trace_data,
+    traces,
+    workloads,
+)
 from backend.api.security import SecurityHeaders, install_docs
 from backend.settings import get_settings
 
@@ -29,7 +40,7 @@ def create_app() -> FastAPI:
     install_docs(app, API_PREFIX)
     # every route documents the ErrorResponse shape (FastAPI's own 422s follow it too)
     api = APIRouter(prefix=API_PREFIX, responses=ERROR_RESPONSES)
-    for module in (me, traces, live, trace_data, analyses, jobs, simulations, workloads, advice):
+    for module in (me, traces, live, trace_data, sample_texts, analyses, jobs, simulations, workloads, advice):
         api.include_router(module.router)
     app.include_router(api)
     install_error_handlers(app)

@@ -3,8 +3,9 @@ read loop here.
 
 `read_sources` runs the readers over an upload's sources in natural name order
 (``step_2`` before ``step_10``; the order also fixes PolyTrace group ordinals, so a
-folder, its zip and its tar.gz give identical rows), notes undetected files in
-`ReadResult.skipped` and raises InputError when nothing was readable.
+folder, its zip and its tar.gz give identical rows), after the files that prepare the
+others' reading (`registry.READ_FIRST`: the run's tokenizer, DAPO marks), notes
+undetected files in `ReadResult.skipped` and raises InputError when nothing was readable.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from backend.formats.base import InputError, ReadResult, Source, TableBatch
 from backend.formats.dapo import unmatched_note
 from backend.formats.detect import base_name, detect_format, natural_key, skip_note
 from backend.formats.kineto_ahead import kineto_read_ahead
-from backend.formats.registry import FORMATS
+from backend.formats.registry import FORMATS, READ_FIRST
+from backend.formats.tokenizer import FILE_NAME as TOKENIZER_FILE
 
 __all__ = ["FORMATS", "detect_format", "natural_key", "read_sources", "upload_format"]
 
@@ -42,20 +44,22 @@ def read_sources(
     if not sources:
         raise InputError("upload", "no readable trace files: the upload holds no files")
     readable = 0
+    detected = [detect_format(s) if forced_format is None or _is_tokenizer(s) else forced_format for s in sources]
 
-    # DAPO marks first: the packed-length reader attaches them to the samples it reads
-    def order(s: Source) -> tuple:
-        return (not base_name(s.name).startswith("dapo_filter_indices"), natural_key(s.name))
+    # files that prepare the others' reading first (READ_FIRST), then in natural name order
+    def order(item: tuple[Source, str | None]) -> tuple:
+        fmt = item[1]
+        return (READ_FIRST.index(fmt) if fmt in READ_FIRST else len(READ_FIRST), natural_key(item[0].name))
 
-    ordered = sorted(sources, key=order)
-    formats = [forced_format or detect_format(s) for s in ordered]
+    pairs = sorted(zip(sources, detected), key=order)
+    ordered, formats = [s for s, _ in pairs], [f for _, f in pairs]
     ahead = kineto_read_ahead([s for s, f in zip(ordered, formats) if f == "kineto"], result)
     try:
         for source, fmt in zip(ordered, formats):
             if fmt is None:
                 result.skipped.append(skip_note(source))
                 continue
-            readable += marks_alone or fmt != "dapo-filter"  # marks alone are no trace
+            readable += (marks_alone and fmt == "dapo-filter") or fmt not in READ_FIRST  # marks alone are no trace
             reader = ahead.reader if ahead is not None and fmt == "kineto" else FORMATS[fmt]
             yield from reader(source, result)
     finally:
@@ -69,6 +73,11 @@ def read_sources(
             _upload_label(sources),
             "no readable trace files (see docs/formats.md for accepted formats): " + "; ".join(result.skipped),
         )
+
+
+def _is_tokenizer(source: Source) -> bool:
+    """A forced format leaves the upload's tokenizer.json a tokenizer."""
+    return base_name(source.name) == TOKENIZER_FILE
 
 
 def upload_format(sources: list[Source], forced_format: str | None = None) -> str:

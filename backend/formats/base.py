@@ -27,6 +27,13 @@ a column present in a batch has a value for every row):
     rank, stream (int32), step (int32, -1 outside any ProfilerStep), kind (int8: see
     `GpuKind`), name (str), start_us, dur_us (float64), launch_us (float64, the start
     of the CPU runtime call that launched it, NaN when unknown)
+``sample_texts`` a dumped sample's text (verl rollout dumps, backend/formats/rollouts.py)
+    step, group_idx, sample_idx (int32), prompt, response (bytes, zstd), prompt_chars,
+    response_chars (int32), gts (str or None); samples also get reward and
+    repeat_period (int32)
+``sample_extras`` one reward_extra_infos value of a dumped sample
+    step, group_idx, sample_idx (int32), key (str), value_num (float64, NaN none),
+    value_text (str or None)
 ``steps`` measured per-step figures from framework logs (merged on (step))
     step (int32), and any of the `STEP_TIMING_COLUMNS` (float64, seconds), plus
     ``metrics``: a list of dicts with every other numeric key the log had.
@@ -50,7 +57,7 @@ STEP_TIMING_COLUMNS = (
     "t_step",
 )
 
-TABLES = ("samples", "turns", "tool_calls", "rank_timings", "gpu_events", "steps")
+TABLES = ("samples", "turns", "tool_calls", "rank_timings", "gpu_events", "steps", "sample_texts", "sample_extras")
 
 
 @dataclass
@@ -72,6 +79,9 @@ class TraceInfo:
     framework: str | None = None
     max_response_len: int | None = None
     metadata: dict = field(default_factory=dict)
+    # "characters" when a reader could not count tokens (a rollout dump without the run's
+    # tokenizer): the samples' lengths are then characters and no token cap is inferred
+    length_unit: str = "tokens"
 
 
 class InputError(ValueError):

@@ -20,12 +20,18 @@ dapo-filter                 ``dapo_filter_indices*.jsonl`` (marks for the packed
                             read before the other files of the upload)
 kineto                      ``backend.formats.kineto.looks_like_kineto`` (``.json`` object with
                             traceEvents / schemaVersion / deviceProperties / distributedInfo)
+nsys-sqlite                 an SQLite database (``SQLite format 3`` header): an Nsight Systems
+                            export (``nsys export --type sqlite``), whatever its name
 tensorboard                 ``events.out.tfevents.*``; or a first TFRecord whose length CRC checks
 wandb-csv / wandb-parquet   a ``.csv`` / ``.parquet`` / ``.pq`` with a ``_step`` column (before
                             native-csv / native-parquet)
 areal-perf                  ``traces-rN.jsonl``; or a first line with ph, ts and name (a Chrome
                             trace event)
 areal-sessions              ``sessions-rN.jsonl``; or a first line with task_id and session_id
+verl-rollouts               a first line with ``input`` and ``output`` strings (verl's
+                            ``rollout_data_dir`` / validation dumps, ``<step>.jsonl``)
+tokenizer                   ``tokenizer.json``; or a JSON object opening with added_tokens and
+                            truncation (a Hugging Face fast tokenizer; read first)
 otlp-json                   a JSON object whose first key is ``resourceSpans``
 ==========================  ==================================================================
 """
@@ -40,8 +46,10 @@ from backend.formats.base import Source
 from backend.formats.jsonl import stdlib_json
 from backend.formats.kineto import looks_like_kineto
 from backend.formats.native import REQUIRED_SAMPLE_COLUMNS
+from backend.formats.nsys import looks_like_nsys
 from backend.formats.registry import KNOWN_UNUSED, NAME_PATTERNS
 from backend.formats.tensorboard import looks_like_tfrecord
+from backend.formats.tokenizer import looks_like_tokenizer
 from backend.formats.verl_logs import CONSOLE_STEP
 from backend.formats.wandb_history import STEP_COLUMN, parquet_columns
 
@@ -83,6 +91,8 @@ def _jsonl_kind(obj: dict) -> str | None:
         return "verl-jsonl"
     if "input" in keys and type(obj.get("output")) is list:
         return "polytrace-packed"
+    if type(obj.get("input")) is str and type(obj.get("output")) is str:
+        return "verl-rollouts"
     if "reward_time_s" in keys:
         return "polytrace-reward"
     if "turns" in keys and "prompt_group_id" in keys:
@@ -145,6 +155,10 @@ def detect_format(source: Source) -> str | None:
         head = stream.read(HEAD_BYTES)
         if not head.strip():
             return None
+        if looks_like_nsys(head):
+            return "nsys-sqlite"
+        if looks_like_tokenizer(head):
+            return "tokenizer"
         if looks_like_kineto(head, source.name):
             return "kineto"
         if _COMPACT_HEAD.match(head):

@@ -540,16 +540,16 @@ def _launch_times(gpu: dict, runtime: dict) -> np.ndarray:
         return launch
     todo = gpu["correlation"] >= 0
     if todo.any():
-        idx = _last_match(runtime["correlation"], gpu["correlation"][todo])
+        idx = last_match(runtime["correlation"], gpu["correlation"][todo])
         launch[todo] = np.where(idx >= 0, runtime["ts"][idx], np.nan)
     todo = np.flatnonzero(np.isnan(launch))
     if len(todo):  # older traces link kernels to launches by External id only
-        idx = _last_match(runtime["external_id"], gpu["external_id"][todo])
+        idx = last_match(runtime["external_id"], gpu["external_id"][todo])
         launch[todo] = np.where(idx >= 0, runtime["ts"][idx], np.nan)
     return launch
 
 
-def _last_match(keys: np.ndarray, queries: np.ndarray) -> np.ndarray:
+def last_match(keys: np.ndarray, queries: np.ndarray) -> np.ndarray:
     """Index of the last element of `keys` equal to each query, -1 when absent."""
     order = np.argsort(keys, kind="stable")
     sorted_keys = keys[order]

@@ -197,11 +197,16 @@ class KeptColumns:
 
     def save(self, folder: str | Path, index: int, file: str) -> None:
         """Write ``events-<index>.npz`` / ``.json`` into `folder`."""
-        folder = Path(folder)
-        folder.mkdir(parents=True, exist_ok=True)
-        columns: dict[str, Any] = self.columns  # (numpy's stubs take a keyword for allow_pickle)
-        np.savez(folder / f"events-{index}.npz", **columns)
-        (folder / f"events-{index}.json").write_text(json.dumps({"file": file, **self.strings()}))
+        write_columns(folder, index, file, self.columns, self.strings())
+
+
+def write_columns(folder: str | Path, index: int, file: str, columns: dict[str, Any], strings: dict) -> None:
+    """One file's kept events (`TraceEvents` columns and string tables, from any reader
+    of GPU traces) as ``events-<index>.npz`` / ``.json`` in `folder`."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    np.savez(folder / f"events-{index}.npz", **columns)  # (numpy's stubs take a keyword for allow_pickle)
+    (folder / f"events-{index}.json").write_text(json.dumps({"file": file, **strings}))
 
 
 class _KeptFile:
@@ -254,4 +259,5 @@ __all__ = [
     "load_events",
     "remove_events",
     "KeptColumns",
+    "write_columns",
 ]

@@ -10,9 +10,12 @@ from backend.formats.base import Reader
 from backend.formats.dapo import read_dapo_filter
 from backend.formats.kineto import read_kineto
 from backend.formats.native import read_native_csv, read_native_jsonl, read_native_parquet
+from backend.formats.nsys import read_nsys
 from backend.formats.otlp import read_otlp
 from backend.formats.polytrace import read_compact, read_multiturn_workload, read_packed_lengths, read_reward_timings
+from backend.formats.rollouts import read_verl_rollouts
 from backend.formats.tensorboard import read_tensorboard
+from backend.formats.tokenizer import read_tokenizer
 from backend.formats.verl_logs import read_verl_console, read_verl_jsonl
 from backend.formats.wandb_history import read_wandb_csv, read_wandb_parquet
 
@@ -27,6 +30,7 @@ FORMATS: dict[str, Reader] = {
     "native-jsonl": read_native_jsonl,
     "native-parquet": read_native_parquet,
     "kineto": read_kineto,
+    "nsys-sqlite": read_nsys,
     "dapo-filter": read_dapo_filter,
     "tensorboard": read_tensorboard,
     "wandb-csv": read_wandb_csv,
@@ -34,9 +38,13 @@ FORMATS: dict[str, Reader] = {
     "areal-perf": read_areal_perf,
     "areal-sessions": read_areal_sessions,
     "otlp-json": read_otlp,
+    "verl-rollouts": read_verl_rollouts,
+    # no rows: the run's tokenizer for the rollout dumps read after it
+    "tokenizer": read_tokenizer,
 }
 
 NAME_PATTERNS = (
+    (re.compile(r"^tokenizer\.json$"), "tokenizer"),
     (re.compile(r"^events\.out\.tfevents\..+"), "tensorboard"),
     (re.compile(r"^traces-r\d+\.jsonl?$"), "areal-perf"),
     (re.compile(r"^sessions-r\d+\.jsonl?$"), "areal-sessions"),
@@ -47,10 +55,19 @@ NAME_PATTERNS = (
     (re.compile(r".*\.csv$"), "native-csv"),
     (re.compile(r"^dapo_filter_indices.*\.jsonl?$"), "dapo-filter"),
 )
+# Read before the other files of an upload (they prepare what those are read with), and
+# no trace on their own: the tokenizer (rollout dumps' token lengths), then DAPO marks
+# (attached to the packed-length samples).
+READ_FIRST = ("tokenizer", "dapo-filter")
+
 # Files known to sit in run folders that no reader uses (yet): a friendlier note.
 KNOWN_UNUSED = (
     (re.compile(r"^enhanced_task_distribution_parameters.*\.json$"), "fitted distribution parameters, not a trace"),
     (re.compile(r"^readme(\.\w+)?$"), "documentation"),
+    (
+        re.compile(r".*\.(nsys-rep|qdrep|qdstrm)$"),
+        "Nsight Systems report (not read: export it with `nsys export --type sqlite` and upload the .sqlite)",
+    ),
     (
         re.compile(r"^run-.*\.wandb$"),
         "W&B offline run (not read: only the wandb package reads it; `wandb sync` it and export the history as CSV/Parquet)",

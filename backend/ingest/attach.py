@@ -25,6 +25,7 @@ from backend.formats import read_sources
 from backend.formats.base import STEP_TIMING_COLUMNS, InputError, ReadResult, Source
 from backend.formats.dapo import dapo_marks, unmatched_note
 from backend.ingest.pipeline import COUNT_COLUMN, _Loader
+from backend.ingest.rollout_attach import DumpMatcher, merge_rollouts, trace_length_unit
 from backend.ingest.summaries import SUMMARY_COLUMNS, summarize_steps
 from backend.store.columns import read_columns
 from backend.store.models import GpuKernelName, Sample, Step, Trace, TraceAttachment, TraceStatus
@@ -52,7 +53,10 @@ def _runs(steps: list[int]) -> list[tuple[int, int]]:
 def merge_meta(old: dict, new: dict) -> dict:
     """Trace metadata after an attach: columns unioned per table, Kineto facts merged per
     rank, DAPO lines appended, skip notes appended; other keys: the newer value."""
-    out = {**old, **{k: v for k, v in new.items() if k not in ("columns", "kineto", "dapo_filter", "skipped")}}
+    kept = ("columns", "kineto", "dapo_filter", "skipped", "rollouts")
+    out = {**old, **{k: v for k, v in new.items() if k not in kept}}
+    if "rollouts" in new:
+        out["rollouts"] = merge_rollouts(old.get("rollouts"), new["rollouts"])
     cols = {t: set(c) for t, c in (old.get("columns") or {}).items()}
     for t, c in (new.get("columns") or {}).items():
         cols.setdefault(t, set()).update(c)
@@ -197,7 +201,9 @@ def attach_sources(
             trace_meta = dict(trace.meta or {})
             loader = _AttachLoader(conn, trace)
             try:
-                for batch in read_sources(sources, forced_format, result, marks_alone=True):
+                # a rollout dump's samples land on the trace's own when it has them (rollout_attach.py)
+                dumps = DumpMatcher(conn, trace_id, result, trace_length_unit(trace_meta, trace.n_samples))
+                for batch in dumps.batches(read_sources(sources, forced_format, result, marks_alone=True)):
                     loader.add(batch)
                 marked = _apply_dapo_marks(conn, trace_id, result)
             except IntegrityError as exc:
@@ -213,6 +219,8 @@ def attach_sources(
                 result.skipped.append(note)
             if marked:
                 loader.columns.setdefault("samples", set()).update({"filter_mark", "trainer_step"})
+            if dumps.matched:
+                loader.columns.setdefault("samples", set()).update({"reward", "repeat_period"})
             cap = trace.max_response_len or result.info.max_response_len or loader.steps.inferred_cap()
             sample_steps = sorted(set(loader.steps.counts) | set(marked))
             _write_steps(conn, loader, cap, sample_steps)
@@ -229,7 +237,7 @@ def attach_sources(
                 update(Trace)
                 .where(Trace.id == trace_id)
                 .values(
-                    **{COUNT_COLUMN[t]: n for t, n in loader.counts.items()},
+                    **{COUNT_COLUMN[t]: n for t, n in loader.counts.items() if t in COUNT_COLUMN},
                     n_steps=n_steps,
                     max_response_len=cap,
                     tasks=list(loader.task_ids),
@@ -240,7 +248,7 @@ def attach_sources(
                     error=None,
                 )
             )
-            tables = set(loader.columns) | ({"samples"} if marked else set())
+            tables = set(loader.columns) | ({"samples"} if marked or dumps.matched else set())
             if sample_steps or loader.measured:
                 tables.add("steps")
             steps = sorted(set(sample_steps) | set(loader.measured))
@@ -305,3 +313,7 @@ def refresh_analyses(session, trace_id: int, tables: list[str], *, force: bool =
             return
     invalidate_analyses(session, trace_id, tables)
     queue_default_analyses(session, session.get(Trace, trace_id))
+    if "sample_texts" in tables:
+        from backend.jobs.text_index import queue_text_index
+
+        queue_text_index(session, session.get(Trace, trace_id))

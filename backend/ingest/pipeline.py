@@ -114,7 +114,8 @@ class _Loader:
             cols["event_idx"] = np.arange(self.counts["gpu_events"], self.counts["gpu_events"] + n, dtype=np.int64)
         self.columns.setdefault(batch.table, set()).update(cols)
         cols["trace_id"] = np.full(n, self.trace_id, dtype=np.int64)
-        self.counts[batch.table] += bulk_insert(self.conn, batch.table, cols)
+        # tables without a count on the trace (sample texts, extras) are counted here only
+        self.counts[batch.table] = self.counts.get(batch.table, 0) + bulk_insert(self.conn, batch.table, cols)
 
     def _ids(self, names: list, mapping: dict[str, int]) -> np.ndarray:
         return np.fromiter((mapping.setdefault(str(v), len(mapping)) for v in names), np.int64, len(names))
@@ -252,7 +253,7 @@ def ingest_trace(
                             conn.commit()
                         report(f"loaded {sum(loader.counts.values()):,} rows")
                 cap = max_response_len or result.info.max_response_len
-                if cap is None:
+                if cap is None and result.info.length_unit == "tokens":
                     cap = loader.steps.inferred_cap()
                 _still_there(conn, trace_id)  # (else the steps' foreign key refuses them)
                 n_steps = loader.write_steps(cap)
@@ -308,7 +309,7 @@ def _finish(
     meta["columns"] = {t: sorted(c - {"trace_id", "event_idx"}) for t, c in loader.columns.items()}
     if result.skipped:
         meta["skipped"] = result.skipped
-    values = {COUNT_COLUMN[t]: n for t, n in loader.counts.items()}
+    values = {COUNT_COLUMN[t]: n for t, n in loader.counts.items() if t in COUNT_COLUMN}
     if not n_steps:
         # GPU-only traces have no step rows: their steps are the ProfilerStep windows
         # (the same count the trace's overview shows)

@@ -22,6 +22,7 @@ from backend.jobs.dispatch import dispatch
 from backend.jobs.fence import Fence
 from backend.jobs.lease_terms import aware
 from backend.jobs.state import create_job
+from backend.jobs.text_index import queue_text_index
 from backend.settings import Settings, get_settings
 from backend.store.db import get_engine, new_session
 from backend.store.deletion import delete_traces
@@ -196,3 +197,4 @@ def ingest_stored(
     )
     with new_session() as session:
         queue_default_analyses(session, session.get(Trace, trace_id))
+        queue_text_index(session, session.get(Trace, trace_id))

@@ -16,6 +16,7 @@ INGEST_KIND = "ingest"
 SIMULATION_KIND = "simulation"
 WORKLOAD_KIND = "workload"
 ADVICE_KIND = "advice"
+TEXT_INDEX_KIND = "text_index"
 
 # Celery task name per task; every analysis kind (lengths, gpu_timeline, ...) goes to
 # `analyses`, which reads a trace's columns once for all the jobs it is given.
@@ -26,6 +27,7 @@ TASK_NAMES = {
     SIMULATION_KIND: "workers.tasks.run_simulation",
     WORKLOAD_KIND: "workers.tasks.run_workload",
     ADVICE_KIND: "workers.tasks.run_advice",
+    TEXT_INDEX_KIND: "workers.tasks.index_texts",
 }
 
 

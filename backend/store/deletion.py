@@ -11,15 +11,28 @@ from sqlalchemy import ColumnElement, delete
 from sqlalchemy.engine import Connection
 from sqlalchemy.orm import Session
 
-from backend.store.models import GpuEvent, GpuKernelName, RankTiming, Sample, Step, ToolCall, Trace, Turn
+from backend.store.models import (
+    GpuEvent,
+    GpuKernelName,
+    RankTiming,
+    Sample,
+    SampleExtra,
+    SampleText,
+    Step,
+    ToolCall,
+    Trace,
+    Turn,
+)
+from backend.store.text_search import delete_text_index
 
-BULK_TABLES = (Sample, Turn, ToolCall, RankTiming, GpuEvent)
+BULK_TABLES = (Sample, Turn, ToolCall, RankTiming, GpuEvent, SampleText, SampleExtra)
 # every table holding a trace's rows: the bulk ones, its kernel names and its steps
 TRACE_TABLES = (*BULK_TABLES, GpuKernelName, Step)
 
 
 def clear_trace_rows(conn: Connection, trace_id: int) -> None:
-    """Every row of one trace, the trace itself kept (an ingestion starting over)."""
+    """Every row of one trace, the trace itself kept (an ingestion starting over; its
+    text index is built only once the trace is ready)."""
     for model in TRACE_TABLES:
         conn.execute(delete(model).where(model.trace_id == trace_id))
 
@@ -30,4 +43,5 @@ def delete_traces(conn: Connection | Session, *where: ColumnElement[bool]) -> li
     if ids:
         for model in BULK_TABLES:
             conn.execute(delete(model).where(model.trace_id.in_(ids)))
+        delete_text_index(conn, ids)
     return ids

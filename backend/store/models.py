@@ -18,6 +18,7 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    LargeBinary,
     SmallInteger,
     String,
     Text,
@@ -163,6 +164,42 @@ class Sample(Base):
     # training; trainer_step: the training step the generation step fed. NULL: no marks.
     filter_mark: Mapped[int | None] = mapped_column(SmallInteger)
     trainer_step: Mapped[int | None] = mapped_column(Integer)
+    # Rollout dumps (backend/formats/rollouts.py): the period of the repetition its
+    # response ends in (core/analysis/repetition.py), 0 none; NULL: no text
+    repeat_period: Mapped[int | None] = mapped_column(Integer)
+
+
+class SampleText(Base):
+    """A sample's prompt and response, zstd-compressed (backend/formats/rollout_text.py),
+    keyed like its sample. Searched through sample_text_search (Postgres: a tsvector with
+    a GIN index) or sample_text_fts (SQLite: an FTS5 table), both made by migration 0010
+    and filled by the text-index job (backend/store/text_search.py)."""
+
+    __tablename__ = "sample_texts"
+    trace_id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    step: Mapped[int] = mapped_column(Integer, primary_key=True)
+    group_idx: Mapped[int] = mapped_column(Integer, primary_key=True)
+    sample_idx: Mapped[int] = mapped_column(Integer, primary_key=True)
+    prompt: Mapped[bytes] = mapped_column(LargeBinary)
+    response: Mapped[bytes] = mapped_column(LargeBinary)
+    prompt_chars: Mapped[int] = mapped_column(Integer)
+    response_chars: Mapped[int] = mapped_column(Integer)
+    # the ground truth verl writes as "gts" (newer versions), as text
+    gts: Mapped[str | None] = mapped_column(Text)
+
+
+class SampleExtra(Base):
+    """One reward_extra_infos value of a dumped sample (acc, pred, ...): numbers and
+    booleans in value_num, strings (and JSON of anything else) in value_text."""
+
+    __tablename__ = "sample_extras"
+    trace_id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    step: Mapped[int] = mapped_column(Integer, primary_key=True)
+    group_idx: Mapped[int] = mapped_column(Integer, primary_key=True)
+    sample_idx: Mapped[int] = mapped_column(Integer, primary_key=True)
+    key: Mapped[str] = mapped_column(String(200), primary_key=True)
+    value_num: Mapped[float | None] = mapped_column(Float)
+    value_text: Mapped[str | None] = mapped_column(Text)
 
 
 class Turn(Base):

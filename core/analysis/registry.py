@@ -29,7 +29,16 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from core.analysis import data_efficiency, gpu_report, imbalance, latency, lengths, longtail, multiturn
+from core.analysis import (
+    data_efficiency,
+    gpu_report,
+    imbalance,
+    latency,
+    lengths,
+    longtail,
+    multiturn,
+    reward_length,
+)
 from core.analysis.tables import TraceData, step_ranges
 
 
@@ -159,6 +168,17 @@ ANALYSES["data_efficiency"] = AnalysisSpec(
     reduce=data_efficiency.reduce_data_efficiency,
 )
 
+ANALYSES["reward_length"] = AnalysisSpec(
+    kind="reward_length",
+    title="Reward vs response length",
+    tables={"samples": SAMPLE_BASE + ("validate", "reward", "repeat_period")},
+    required={"samples": ("step", "response_len", "reward")},
+    defaults={"tail_fraction": 0.1, "no_reward_at": 0.0, "min_samples": 10, "include_validation": False},
+    run=reward_length.analyze_reward_length,
+    reduce=reward_length.reduce_reward_length,
+    reduce_params=("tail_fraction", "no_reward_at", "min_samples"),
+)
+
 ANALYSES["gpu_timeline"] = AnalysisSpec(
     kind="gpu_timeline",
     title="GPU timeline",
@@ -175,7 +195,16 @@ ANALYSES["gpu_timeline"] = AnalysisSpec(
 )
 
 # Run automatically when a trace becomes ready (each only if `applicable`).
-DEFAULT_ANALYSES = ("lengths", "longtail", "imbalance", "latency", "multiturn", "data_efficiency", "gpu_timeline")
+DEFAULT_ANALYSES = (
+    "lengths",
+    "longtail",
+    "imbalance",
+    "latency",
+    "multiturn",
+    "data_efficiency",
+    "reward_length",
+    "gpu_timeline",
+)
 
 
 def default_analyses(available: dict[str, set[str] | list[str] | tuple[str, ...]]) -> list[str]:

@@ -86,6 +86,9 @@ class SampleColumns(_Columns):
     # DAPO marks (0 filtered out, 1 kept, 2 used; -1 unknown) and the trainer step
     filter_mark: np.ndarray | None = None
     trainer_step: np.ndarray | None = None
+    reward: np.ndarray | None = None  # NaN: unknown
+    # rollout dumps: period of the response's final repetition, 0 none, -1 no text
+    repeat_period: np.ndarray | None = None
 
 
 @dataclass

@@ -217,6 +217,15 @@ class ApiClient:
     def sample_turns(self, trace_id: str | int, step: int, group_idx: int, sample_idx: int) -> dict:
         return self._get(f"/traces/{trace_id}/samples/{step}/{group_idx}/{sample_idx}/turns")
 
+    def sample_text(self, trace_id: str | int, step: int, group_idx: int, sample_idx: int) -> dict:
+        """A dumped sample's prompt, response, figures and its group's other samples."""
+        return self._get(f"/traces/{trace_id}/samples/{step}/{group_idx}/{sample_idx}/text")
+
+    def text_search(self, trace_id: str | int, q: str = "", **filters) -> dict:
+        """Samples holding the phrase `q`; `filters`: step, reward_min, reward_max,
+        response_len_min, response_len_max, repeating, limit, offset (GET .../text-search)."""
+        return self._get(f"/traces/{trace_id}/text-search", q=q, **filters)
+
     def step_trajectories(self, trace_id: str | int, step: int) -> dict:
         return self._get(f"/traces/{trace_id}/steps/{step}/trajectories")
 

@@ -4,7 +4,8 @@ Filters: dist-field (response / prompt / total), dist-task, dist-phase (training
 validation / all steps), dist-log (log length axis), dist-cdf-steps (steps to overlay).
 Charts: dist-box (per-step boxes), dist-heatmap (step x length), dist-percentiles
 (p50/p90/p99/max), dist-tail (max/mean and truncation), dist-cdf (CDFs of chosen steps),
-and the long-tail analysis figures longtail-idle, longtail-finish, longtail-engines.
+and the long-tail analysis figures longtail-idle, longtail-finish, longtail-engines;
+for traces with rewards, the reward-vs-length panel (dashboard/views/reward_length_panel.py).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from dashboard.views.components import PAGE_TRACE_ID, RESULT, alert, control, co
 from dashboard.views.drill import drill_location, register_drill
 from dashboard.views.formatting import PHASES, filter_phase
 from dashboard.views.panels import analysis_panel
+from dashboard.views.reward_length_panel import length_unit_note, reward_length_section
 from dashboard.views.trace_frame import trace_page
 
 dash.register_page(
@@ -52,6 +54,7 @@ def body(trace: dict) -> html.Div:
     return html.Div(
         [
             drill_location("distributions"),
+            length_unit_note(trace),
             controls(
                 control(
                     "Length",
@@ -125,6 +128,7 @@ def body(trace: dict) -> html.Div:
                 help_text="With one decoding slot per sample, an engine is busy until its longest sample ends: "
                 "idle share = 1 - sum(len) / (n x max len).",
             ),
+            reward_length_section(trace),
         ]
     )
 

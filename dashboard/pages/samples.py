@@ -20,8 +20,10 @@ from dash import dcc, html
 from dashboard.api import session
 from dashboard.api.client import ApiError
 from dashboard.figures.samples import request_timeline_figure, turn_timeline_figure, turn_tokens_figure
+from dashboard.pages.sample import sample_href
 from dashboard.views.components import GRAPH_CONFIG, alert, section
 from dashboard.views.drill import samples_href
+from dashboard.views.reward_length_panel import length_unit_note
 from dashboard.views.trace_frame import trace_page
 
 dash.register_page(
@@ -131,7 +133,7 @@ def _filter_form(trace_id, q: dict) -> html.Form:
     return html.Form(fields, id="samples-filters", method="GET", className="controls")
 
 
-def _table(trace_id, q: dict, page: dict) -> html.Div:
+def _table(trace_id, q: dict, page: dict, has_texts: bool = False) -> html.Div:
     base = {k: v for k, v in q.items() if k != "page"}
     head = []
     for column, label in COLUMNS:
@@ -143,12 +145,18 @@ def _table(trace_id, q: dict, page: dict) -> html.Div:
             )
         )
     head.append(html.Th("turns"))
+    if has_texts:
+        head.append(html.Th("text"))
     rows = []
     for item in page["items"]:
         key = f"{item['step']}.{item['group_idx']}.{item['sample_idx']}"
         cells = [html.Td(_cell(c, item.get(c))) for c, _ in COLUMNS]
         link = html.A("timeline", href=samples_href(trace_id, {**q, "sample": key})) if item.get("num_turns") else "–"
         cells.append(html.Td(link))
+        if has_texts:  # the sample's prompt and response (dashboard/pages/sample.py)
+            cells.append(
+                html.Td(html.A("text", href=sample_href(trace_id, *key.split(".")), className="sample-text-link"))
+            )
         rows.append(html.Tr(cells, **{"data-key": key}, className="truncated" if item.get("truncated") else None))
     total = page["total"]
     first = q["page"] * PAGE_SIZE
@@ -177,6 +185,7 @@ def _sample_key(text) -> tuple[int, int, int] | None:
 def body(trace: dict, query: dict) -> html.Div:
     trace_id = trace["id"]
     q = parse_query(query)
+    has_texts = bool(((trace.get("metadata") or {}).get("rollouts") or {}).get("samples"))
     api = session.api()
     params = {k: q[k] for k in (*INT_FILTERS, "truncated") if k in q}
     try:
@@ -187,14 +196,15 @@ def body(trace: dict, query: dict) -> html.Div:
         return alert(exc.message)
     active = ", ".join(f"{FILTER_LABELS[k]} {v}" for k, v in params.items()) or "none"
     parts = [
+        length_unit_note(trace),
         section(
             "Samples",
             _filter_form(trace_id, q),
             html.P(f"Filters: {active}", className="help", id="samples-active"),
-            _table(trace_id, q, page),
+            _table(trace_id, q, page, has_texts),
             help_text="Click a column title to sort; every chart's mark on the Distributions, Imbalance and "
             "Multi-turn pages opens this table filtered to it.",
-        )
+        ),
     ]
     key = _sample_key(query.get("sample"))
     if key is not None:

@@ -103,8 +103,9 @@ def layout(**_):
                 html.Div(id="upload-status"),
                 dcc.Store(id="upload-state"),
                 dcc.Interval(id="upload-poll", interval=1000, disabled=True),
-                help_text="PolyTrace per-step JSONL, verl metric logs, PyTorch-profiler (Kineto) traces, or the "
-                "native CSV/JSONL/Parquet format. Large uploads are ingested in the background; the browser "
+                help_text="PolyTrace per-step JSONL, verl metric logs, verl rollout dumps (<step>.jsonl; add the run's "
+                "tokenizer.json for token lengths, else characters), PyTorch-profiler (Kineto) traces, Nsight Systems "
+                "SQLite exports (nsys export --type sqlite), or the native CSV/JSONL/Parquet format. Large uploads are ingested in the background; the browser "
                 "holds the files in memory while sending them, so for several GB use `rlvr-explorer ingest` "
                 "or the REST API.",
             ),

@@ -12,9 +12,12 @@ FILLS = {
     "or a native CSV / JSONL / Parquet of samples",
     "turns": "multi-turn trajectories: multiturn_workload_step_N.jsonl",
     "rank_timings": "per-rank reward timings: reward_timings_step_N.jsonl",
-    "gpu_events": "PyTorch-profiler (Kineto) traces of the same run: one .json / .json.gz per rank",
+    "gpu_events": "PyTorch-profiler (Kineto) traces of the same run (one .json / .json.gz per rank), or Nsight "
+    "Systems exports (nsys export --type sqlite)",
     "steps": "stage timings and metrics: the verl file logger's JSONL or console log",
     "dapo": "DAPO dynamic-sampling marks: dapo_filter_indices.jsonl",
+    "texts": "the samples' text: verl's rollout dumps (trainer.rollout_data_dir, <step>.jsonl), with the run's "
+    "tokenizer.json for token lengths",
 }
 
 

@@ -11,7 +11,10 @@ Which charts drill, and to what:
 - dist-heatmap (step x length bin) -> ``step`` and the bin's ``response_len_min`` /
   ``response_len_max`` (response lengths only: other fields drill to the step);
 - imb-heatmap (step x DP rank) -> ``step`` and ``dp_rank``;
-- mt-counts (turns per trajectory; its first trace) -> ``num_turns``.
+- mt-counts (turns per trajectory; its first trace) -> ``num_turns``;
+- the max marker of dist-box / dist-percentiles (the curve named "max") -> that step
+  sorted by the length, longest first, so the longest sample is the table's first row
+  (a link to its text when the trace has it).
 """
 
 from __future__ import annotations
@@ -80,6 +83,17 @@ def _bin(y, figure: dict | None) -> tuple[int, int] | None:
     return int(edges[j]), max(int(edges[j + 1]), int(edges[j]) + 1)
 
 
+# charts whose clicked curve matters (the drill reads the figure for its curve names)
+FIGURE_STATE = ("dist-heatmap", "dist-cdf", "dist-box", "dist-percentiles")
+SORT_COLUMN = {"response": "response_len", "prompt": "prompt_len"}
+
+
+def _curve_name(point: dict, figure: dict | None) -> str:
+    traces = (figure or {}).get("data") or []
+    curve = point.get("curveNumber", 0)
+    return str(traces[curve].get("name", "")) if isinstance(curve, int) and 0 <= curve < len(traces) else ""
+
+
 def drill_params(graph_id: str, click: dict | None, figure: dict | None = None, *, field: str = "response") -> dict:
     """The sample filters for a click on `graph_id` ({} when the click says nothing)."""
     points = (click or {}).get("points") or []
@@ -88,7 +102,10 @@ def drill_params(graph_id: str, click: dict | None, figure: dict | None = None, 
     point = points[0]
     x = _int(point.get("x"))
     if graph_id in STEP_X:
-        return {"step": x} if x is not None else {}
+        out = {"step": x} if x is not None else {}
+        if out and graph_id in FIGURE_STATE and _curve_name(point, figure) == "max" and field in SORT_COLUMN:
+            out.update(sort=SORT_COLUMN[field], order="desc")
+        return out
     if graph_id == "dist-heatmap":
         out = {"step": x} if x is not None else {}
         if field == "response":
@@ -151,14 +168,14 @@ def register_drill(page: str, field_id: str | None = None) -> None:
 
     for graph_id in DRILL_GRAPHS[page]:
         states = [State(PAGE_TRACE_ID, "data")]
-        if graph_id in ("dist-heatmap", "dist-cdf"):
+        if graph_id in FIGURE_STATE:
             states.append(State(graph_id, "figure"))
         if field_id:
             states.append(State(field_id, "value"))
 
         def _drill(click, trace_id, *rest, graph_id=graph_id):
             rest_list = list(rest)
-            figure = rest_list.pop(0) if graph_id in ("dist-heatmap", "dist-cdf") else None
+            figure = rest_list.pop(0) if graph_id in FIGURE_STATE else None
             field = (rest_list.pop(0) if field_id else None) or "response"
             params = drill_params(graph_id, click, figure, field=field)
             if not params or trace_id is None:

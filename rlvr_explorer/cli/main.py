@@ -162,6 +162,14 @@ def ingest(
     into: Annotated[
         int | None, typer.Option(min=1, max=INT_MAX, metavar="TRACE_ID", help="Attach the files to this existing trace")
     ] = None,
+    tokenizer: Annotated[
+        Path | None,
+        typer.Option(
+            metavar="PATH",
+            help="The run's tokenizer (a tokenizer.json, or a local Hugging Face model folder holding one): "
+            "rollout dumps' lengths are then token counts, else characters",
+        ),
+    ] = None,
 ) -> None:
     """Ingest trace files into the database, then queue the default analyses."""
     from backend.formats.base import InputError
@@ -172,7 +180,7 @@ def ingest(
     settings = _settings()
     _ensure_schema()
     team_id = _team_id(api_key)
-    stored = local_files(paths)
+    stored = local_files(paths + _tokenizer_paths(tokenizer))
     if not stored.files:
         raise typer.BadParameter("no files found", param_hint="PATHS")
     if into is not None:
@@ -289,6 +297,19 @@ def _needs(message: str) -> str:
     the uploaded files do not have (...)' -> 'A + B, or C'."""
     wants = message.split(": it needs ", 1)[-1].split(", which ", 1)[0]
     return ", or ".join(alt.replace(" and ", " + ") for alt in wants.split(" or "))
+
+
+def _tokenizer_paths(tokenizer: Path | None) -> list[Path]:
+    """The tokenizer.json to read with the files (it travels as one of them)."""
+    from backend.formats.base import InputError
+    from backend.formats.tokenizer import tokenizer_file
+
+    if tokenizer is None:
+        return []
+    try:
+        return [tokenizer_file(tokenizer)]
+    except InputError as exc:
+        raise typer.BadParameter(exc.reason, param_hint="--tokenizer") from None
 
 
 def _attach_into(trace_id: int, team_id: int, stored, format: str | None) -> None:

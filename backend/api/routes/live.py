@@ -20,6 +20,7 @@ from backend.api.errors import ERROR_RESPONSES
 from backend.api.routes.trace_data import require_ready
 from backend.api.routes.traces import trace_out
 from backend.api.schemas import TraceOut
+from backend.api.upload_fields import TokenizerField, upload_items
 from backend.formats import FORMATS
 from backend.formats.base import Source
 from backend.ingest.attach import attach_sources, attach_stored, refresh_analyses
@@ -100,6 +101,7 @@ async def attach_files(
     trace: TraceDep,
     response: Response,
     files: Annotated[list[UploadFile], File(description="Files of the same run, or one .zip / .tar.gz")],
+    tokenizer: TokenizerField = None,
     format: Annotated[str | None, Form(description="Force a format instead of detecting it")] = None,
 ):
     """Add files to an existing trace, all-or-nothing and idempotent by content; bad
@@ -111,7 +113,7 @@ async def attach_files(
             422,
             detail={"message": f"unknown format '{format}'; known: {', '.join(sorted(FORMATS))}", "field": "format"},
         )
-    stored = await run_in_threadpool(store_upload, [(f.filename or "upload", f.file) for f in files], settings)
+    stored = await run_in_threadpool(store_upload, upload_items(files, tokenizer), settings)
     outcome = await run_in_threadpool(attach_stored, session, settings, trace.id, stored, format)
     session.expire_all()
     if not outcome.created:

@@ -11,6 +11,7 @@ from sqlalchemy import func, select
 from backend.api.deps import CurrentTeam, SessionDep, SettingsDep, TraceDep
 from backend.api.errors import ERROR_RESPONSES
 from backend.api.schemas import NO_NUL, JobOut, TraceOut, TracePage, UploadAccepted
+from backend.api.upload_fields import TokenizerField, upload_items
 from backend.formats import FORMATS
 from backend.formats.kineto_events import remove_events
 from backend.ingest.service import accept_upload
@@ -81,6 +82,7 @@ async def upload_trace(
     response: Response,
     files: Annotated[list[UploadFile], File(description="Trace files, or one .zip / .tar.gz of a run folder")],
     name: Annotated[str | None, Form(max_length=300, pattern=NO_NUL)] = None,
+    tokenizer: TokenizerField = None,
     format: Annotated[
         str | None, Form(max_length=50, pattern=NO_NUL, description="Force a format instead of detecting it")
     ] = None,
@@ -96,7 +98,7 @@ async def upload_trace(
     # The key's lookup ends its transaction here: no connection is held while the
     # upload is copied and hashed (seconds for a large one).
     await run_in_threadpool(session.commit)
-    stored = await run_in_threadpool(store_upload, [(f.filename or "upload", f.file) for f in files], settings)
+    stored = await run_in_threadpool(store_upload, upload_items(files, tokenizer), settings)
     try:
         outcome = await run_in_threadpool(
             accept_upload,

@@ -1,0 +1,217 @@
+"""Sample texts of rollout dumps: one sample with its prompt, response, reward, lengths,
+stop reason and its group's other samples; full-text search over a step or the run,
+with filters by reward, length and the repetition flag."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, HTTPException, Query, status
+from sqlalchemy import select
+
+from backend.api.deps import SessionDep, TraceDep
+from backend.api.errors import ERROR_RESPONSES
+from backend.api.routes.trace_data import Int4Path, OffsetQuery, StepQuery, require_ready
+from backend.api.schemas import NO_NUL
+from backend.api.schemas_text import GroupMemberOut, SampleTextOut, TextMatchOut, TextSearchPage
+from backend.formats.rollout_text import unpack
+from backend.store.ids import INT4_MAX, INT4_MIN
+from backend.store.models import Sample, SampleExtra, SampleText, Trace
+from backend.store.text_search import MAX_MATCHES, index_candidates, scan_texts, words
+
+router = APIRouter(prefix="/traces/{trace_id}", tags=["sample texts"], responses=ERROR_RESPONSES)
+
+PREVIEW = 1500  # characters of each end of a group member's response
+SNIPPET_HEAD = 180  # characters of a response shown for a match found by filters only
+STOP_KEYS = ("finish_reason", "stop_reason")
+LengthQuery = Annotated[int | None, Query(ge=INT4_MIN, le=INT4_MAX)]
+RewardQuery = Annotated[float | None, Query(allow_inf_nan=False, ge=-1e300, le=1e300)]
+
+
+def length_unit(trace: Trace) -> str:
+    return ((trace.meta or {}).get("rollouts") or {}).get("length_unit") or "tokens"
+
+
+def _truncated(sample: Sample, trace: Trace) -> bool | None:
+    if sample.truncated is not None:
+        return sample.truncated
+    if trace.max_response_len is None or length_unit(trace) != "tokens":
+        return None
+    return sample.response_len >= trace.max_response_len
+
+
+def _stop_reason(extras: dict, truncated: bool | None) -> str | None:
+    for key in STOP_KEYS:
+        if isinstance(extras.get(key), str):
+            return extras[key]
+    return None if truncated is None else ("length" if truncated else "stop")
+
+
+def _member(sample: Sample, text: SampleText | None, trace: Trace) -> GroupMemberOut:
+    response = unpack(text.response) if text is not None else None
+    long = response is not None and len(response) > 2 * PREVIEW
+    return GroupMemberOut(
+        sample_idx=sample.sample_idx,
+        reward=sample.reward,
+        response_len=sample.response_len,
+        truncated=_truncated(sample, trace),
+        repeat_period=sample.repeat_period,
+        response_chars=None if text is None else text.response_chars,
+        response_head=response[:PREVIEW] if long else response,
+        response_tail=response[-PREVIEW:] if long else None,
+    )
+
+
+@router.get("/samples/{step}/{group_idx}/{sample_idx}/text", response_model=SampleTextOut)
+def sample_text(session: SessionDep, trace: TraceDep, step: Int4Path, group_idx: Int4Path, sample_idx: Int4Path):
+    """A dumped sample's prompt and response (as written, never interpreted as markup),
+    its figures, and the other samples of its group (their responses' ends)."""
+    require_ready(trace)
+    key = (trace.id, step, group_idx, sample_idx)
+    sample, text = session.get(Sample, key), session.get(SampleText, key)
+    if sample is None or text is None:
+        what = "no such sample" if sample is None else "this sample has no text (no rollout dump holds it)"
+        raise HTTPException(status.HTTP_404_NOT_FOUND, detail={"message": f"{what}: {step}.{group_idx}.{sample_idx}"})
+    extras = {
+        e.key: e.value_num if e.value_num is not None else e.value_text
+        for e in session.scalars(
+            select(SampleExtra).where(
+                SampleExtra.trace_id == trace.id,
+                SampleExtra.step == step,
+                SampleExtra.group_idx == group_idx,
+                SampleExtra.sample_idx == sample_idx,
+            )
+        )
+    }
+    where = (Sample.trace_id == trace.id, Sample.step == step, Sample.group_idx == group_idx)
+    others = session.scalars(select(Sample).where(*where, Sample.sample_idx != sample_idx).order_by(Sample.sample_idx))
+    texts = {
+        t.sample_idx: t
+        for t in session.scalars(
+            select(SampleText).where(
+                SampleText.trace_id == trace.id, SampleText.step == step, SampleText.group_idx == group_idx
+            )
+        )
+    }
+    truncated = _truncated(sample, trace)
+    return SampleTextOut(
+        step=step,
+        group_idx=group_idx,
+        sample_idx=sample_idx,
+        validate_=sample.validate,
+        prompt=unpack(text.prompt),
+        response=unpack(text.response),
+        gts=text.gts,
+        reward=sample.reward,
+        prompt_len=sample.prompt_len,
+        response_len=sample.response_len,
+        length_unit=length_unit(trace),
+        truncated=truncated,
+        stop_reason=_stop_reason(extras, truncated),
+        repeat_period=sample.repeat_period,
+        extras=extras,
+        group=[_member(o, texts.get(o.sample_idx), trace) for o in others],
+    )
+
+
+def _filtered(session, trace: Trace, step, reward_min, reward_max, len_min, len_max, repeating) -> dict:
+    """{key: sample} of the samples with text in scope passing every filter."""
+    where = [Sample.trace_id == trace.id, Sample.repeat_period.is_not(None)]
+    if step is not None:
+        where.append(Sample.step == step)
+    if reward_min is not None:
+        where.append(Sample.reward >= reward_min)
+    if reward_max is not None:
+        where.append(Sample.reward <= reward_max)
+    if len_min is not None:
+        where.append(Sample.response_len >= len_min)
+    if len_max is not None:
+        where.append(Sample.response_len < len_max)
+    if repeating is not None:
+        where.append(Sample.repeat_period > 0 if repeating else Sample.repeat_period == 0)
+    columns = (Sample.step, Sample.group_idx, Sample.sample_idx, Sample.reward, Sample.prompt_len)
+    rows = session.execute(select(*columns, Sample.response_len, Sample.repeat_period).where(*where))
+    return {(r[0], r[1], r[2]): r for r in rows}
+
+
+@router.get("/text-search", response_model=TextSearchPage)
+def text_search(
+    session: SessionDep,
+    trace: TraceDep,
+    q: Annotated[
+        str, Query(max_length=300, pattern=NO_NUL, description="A phrase (case-insensitive); empty: filters only")
+    ] = "",
+    step: StepQuery = None,
+    reward_min: RewardQuery = None,
+    reward_max: RewardQuery = None,
+    response_len_min: LengthQuery = None,
+    response_len_max: LengthQuery = None,
+    repeating: Annotated[bool | None, Query(description="Only responses ending in a repetition (or not)")] = None,
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+    offset: OffsetQuery = 0,
+):
+    """Samples of a step (or the run) whose prompt or response holds the phrase, passing
+    the filters, in (step, group, sample) order."""
+    require_ready(trace)
+    phrase = q.strip()
+    passing = _filtered(session, trace, step, reward_min, reward_max, response_len_min, response_len_max, repeating)
+    rollouts = (trace.meta or {}).get("rollouts") or {}
+    indexed = bool(rollouts.get("indexed")) and rollouts.get("indexed") == rollouts.get("samples")
+    allowed = set(passing)
+    phrase_words = words(phrase)
+    use_index = bool(phrase and indexed and phrase_words)
+    if use_index:
+        allowed &= index_candidates(session.connection(), trace.id, phrase_words, step)
+    if phrase:
+        steps = sorted({k[0] for k in allowed})
+        outcome = scan_texts(session.connection(), trace.id, steps, allowed.__contains__, phrase)
+        found = [(m.key, m.where, m.snippet) for m in outcome.matches]
+        scanned, complete = outcome.scanned, outcome.complete
+    else:
+        found = [(k, None, "") for k in sorted(allowed)[:MAX_MATCHES]]
+        scanned, complete = 0, len(allowed) <= MAX_MATCHES
+    page = found[offset : offset + limit]
+    if not phrase:  # no phrase to show around: the responses' beginnings
+        heads = _response_heads(session, trace.id, [key for key, _, _ in page])
+        page = [(key, None, heads.get(key, "")) for key, _, _ in page]
+    return TextSearchPage(
+        items=[_match(passing[key], where, snippet) for key, where, snippet in page],
+        total=len(found),
+        total_is_lower_bound=not complete,
+        indexed=use_index,
+        scanned=scanned,
+        length_unit=length_unit(trace),
+    )
+
+
+def _response_heads(session, trace_id: int, keys: list) -> dict:
+    out = {}
+    for step in sorted({k[0] for k in keys}):
+        wanted = {k for k in keys if k[0] == step}
+        rows = session.execute(
+            select(SampleText.group_idx, SampleText.sample_idx, SampleText.response).where(
+                SampleText.trace_id == trace_id, SampleText.step == step
+            )
+        )
+        for group_idx, sample_idx, blob in rows:
+            if (step, group_idx, sample_idx) in wanted:
+                response = unpack(blob)
+                out[(step, group_idx, sample_idx)] = response[:SNIPPET_HEAD] + (
+                    "…" if len(response) > SNIPPET_HEAD else ""
+                )
+    return out
+
+
+def _match(row, where: str | None, snippet: str) -> TextMatchOut:
+    step, group_idx, sample_idx, reward, prompt_len, response_len, repeat_period = row
+    return TextMatchOut(
+        step=step,
+        group_idx=group_idx,
+        sample_idx=sample_idx,
+        reward=reward,
+        prompt_len=prompt_len,
+        response_len=response_len,
+        repeat_period=repeat_period,
+        where=where,
+        snippet=snippet,
+    )
