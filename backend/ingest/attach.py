@@ -26,6 +26,7 @@ from backend.formats.base import STEP_TIMING_COLUMNS, InputError, ReadResult, So
 from backend.formats.dapo import dapo_marks, unmatched_note
 from backend.ingest.pipeline import COUNT_COLUMN, _Loader
 from backend.ingest.summaries import SUMMARY_COLUMNS, summarize_steps
+from backend.ingest.truncation import settle_truncation, trace_truncation, truncation_meta
 from backend.store.columns import read_columns
 from backend.store.models import GpuKernelName, Sample, Step, Trace, TraceAttachment, TraceStatus
 
@@ -137,6 +138,10 @@ def _apply_dapo_marks(conn, trace_id: int, result: ReadResult) -> list[int]:
     return applied
 
 
+def _all_sample_steps(conn, trace_id: int) -> list[int]:
+    return list(conn.scalars(select(Step.step).where(Step.trace_id == trace_id, Step.n_samples > 0)))
+
+
 def _write_steps(conn, loader: _AttachLoader, cap: int | None, sample_steps: list[int]) -> None:
     available = set(loader.columns.get("samples") or set()) | loader.prior_sample_columns
     columns = [c for c in SUMMARY_COLUMNS if c in available]
@@ -213,11 +218,26 @@ def attach_sources(
                 result.skipped.append(note)
             if marked:
                 loader.columns.setdefault("samples", set()).update({"filter_mark", "trainer_step"})
-            cap = trace.max_response_len or result.info.max_response_len or loader.steps.inferred_cap()
+            kept = trace_truncation(trace)
+            truncation = kept
             sample_steps = sorted(set(loader.steps.counts) | set(marked))
-            _write_steps(conn, loader, cap, sample_steps)
+            if loader.steps.counts:
+                truncation = settle_truncation(
+                    conn,
+                    trace_id,
+                    loader.columns.setdefault("samples", set()),
+                    given=None,
+                    recorded=result.info.max_response_len,
+                    inferred=loader.steps.inferred_cap(),
+                    kept=kept,
+                )
+                if truncation.cap != kept.cap:  # a cap found now applies to the earlier steps too
+                    sample_steps = sorted(set(sample_steps) | set(_all_sample_steps(conn, trace_id)))
+            _write_steps(conn, loader, truncation.cap, sample_steps)
             meta = dict(result.info.metadata)
             meta["columns"] = {t: sorted(c - {"trace_id", "event_idx"}) for t, c in loader.columns.items()}
+            if loader.steps.counts:
+                meta["truncation"] = truncation_meta(truncation)
             if result.skipped:
                 meta["skipped"] = result.skipped
             merged = merge_meta(trace_meta, meta)
@@ -231,7 +251,7 @@ def attach_sources(
                 .values(
                     **{COUNT_COLUMN[t]: n for t, n in loader.counts.items()},
                     n_steps=n_steps,
-                    max_response_len=cap,
+                    max_response_len=truncation.cap,
                     tasks=list(loader.task_ids),
                     framework=trace.framework or result.info.framework,
                     size_bytes=Trace.size_bytes + size_bytes,

@@ -26,6 +26,7 @@ from backend.formats.base import STEP_TIMING_COLUMNS, InputError, ReadResult, So
 from backend.formats.kineto_events import EVENTS_DIR_STATE, remove_events
 from backend.ingest.bulk import bulk_insert
 from backend.ingest.summaries import SUMMARY_COLUMNS, StepCounter, summarize_steps
+from backend.ingest.truncation import settle_truncation, truncation_meta
 from backend.store.columns import read_columns
 from backend.store.deletion import BULK_TABLES
 from backend.store.models import (
@@ -35,6 +36,7 @@ from backend.store.models import (
     TraceStatus,
 )
 from backend.store.trace_tables import trace_events_dir
+from core.analysis.truncation import Truncation
 
 # every table holding a trace's rows: the bulk ones, its kernel names and its steps
 TRACE_TABLES = (*BULK_TABLES, GpuKernelName, Step)
@@ -268,12 +270,17 @@ def ingest_trace(
                             _still_there(conn, trace_id)
                             conn.commit()
                         report(f"loaded {sum(loader.counts.values()):,} rows")
-                cap = max_response_len or result.info.max_response_len
-                if cap is None:
-                    cap = loader.steps.inferred_cap()
+                truncation = settle_truncation(
+                    conn,
+                    trace_id,
+                    loader.columns.setdefault("samples", set()) if loader.counts["samples"] else set(),
+                    given=max_response_len,
+                    recorded=result.info.max_response_len,
+                    inferred=loader.steps.inferred_cap(),
+                )
                 _still_there(conn, trace_id)  # (else the steps' foreign key refuses them)
-                n_steps = loader.write_steps(cap)
-                _finish(conn, trace_id, loader, result, cap, n_steps, upload_format(sources))
+                n_steps = loader.write_steps(truncation.cap)
+                _finish(conn, trace_id, loader, result, truncation, n_steps, upload_format(sources))
                 if fence is not None:
                     fence(conn)
                 _still_there(conn, trace_id)
@@ -316,13 +323,15 @@ def _finish(
     trace_id: int,
     loader: _Loader,
     result: ReadResult,
-    cap: int | None,
+    truncation: Truncation,
     n_steps: int,
     detected_format: str,
 ) -> None:
     info = result.info
     meta = dict(info.metadata)
     meta["columns"] = {t: sorted(c - {"trace_id", "event_idx"}) for t, c in loader.columns.items()}
+    if loader.counts["samples"]:
+        meta["truncation"] = truncation_meta(truncation)
     if result.skipped:
         meta["skipped"] = result.skipped
     values = {COUNT_COLUMN[t]: n for t, n in loader.counts.items()}
@@ -338,7 +347,7 @@ def _finish(
         .values(
             **values,
             n_steps=n_steps,
-            max_response_len=cap,
+            max_response_len=truncation.cap,
             tasks=list(loader.task_ids),
             framework=info.framework or trace.framework,
             source_format=trace.source_format or detected_format,

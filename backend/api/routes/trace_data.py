@@ -27,10 +27,12 @@ from backend.api.schemas import (
     SummaryOut,
     TrajectoryList,
     TrajectoryOut,
+    TruncationOut,
     TurnList,
     TurnOut,
 )
 from backend.formats.kineto_events import load_events
+from backend.ingest.truncation import trace_truncation
 from backend.store.columns import read_columns
 from backend.store.ids import ID_MAX, ID_MIN, INT4_MAX, INT4_MIN
 from backend.store.models import (
@@ -107,6 +109,7 @@ def step_summaries(
         task=task,
         tasks=trace.tasks or [],
         max_response_len=trace.max_response_len,
+        truncation=TruncationOut(**trace_truncation(trace).as_dict()),
         bin_edges=LOG_BIN_EDGES.tolist(),
         steps=items,
     )
@@ -172,8 +175,15 @@ def list_samples(
         where.append(Sample.dp_rank == dp_rank)
     if num_turns is not None:
         where.append(Sample.num_turns == num_turns)
+    known = trace_truncation(trace).known
     if truncated is not None:
-        where.append(Sample.truncated.is_(True) if truncated else Sample.truncated.is_(False))
+        if not known:
+            raise HTTPException(
+                status.HTTP_422_UNPROCESSABLE_ENTITY,
+                detail={"message": trace_truncation(trace).definition(), "field": "truncated"},
+            )
+        # the stored column holds the definition; samples below the cap are left NULL
+        where.append(Sample.truncated.is_(True) if truncated else Sample.truncated.is_not(True))
     step_only = all(v is None for v in (response_len_min, response_len_max, dp_rank, num_turns, truncated))
     if step_only:
         # Exact and O(steps): the per-step sample counts written at ingestion.
@@ -204,9 +214,10 @@ def list_samples(
     tasks = trace.tasks or []
     items = [
         SampleOut(
-            **{c: getattr(r, c) for c in SampleOut.model_fields if c not in ("task", "validate_")},
+            **{c: getattr(r, c) for c in SampleOut.model_fields if c not in ("task", "validate_", "truncated")},
             task=tasks[r.task_id] if r.task_id is not None and 0 <= r.task_id < len(tasks) else None,
             validate_=r.validate,
+            truncated=bool(r.truncated) if known else None,
         )
         for r in rows
     ]
