@@ -30,6 +30,7 @@ from sqlalchemy import and_, case, or_, select, update
 from sqlalchemy.engine import Engine
 
 from backend.ingest.pipeline import Abandoned, Fence, clear_trace_rows
+from backend.jobs import presence
 from backend.jobs.contracts import INGEST_KIND, TASK_NAMES, task_name
 from backend.settings import Settings, get_settings
 from backend.store.deletion import delete_traces
@@ -541,8 +542,10 @@ class Sweeper:
                     requeue_s = min(settings.job_lease_s, settings.job_requeue_s) if first else None
                     sweep(engine, settings, requeue_s=requeue_s)
                     first = False
+                    presence.mark_alive(settings, worker_id())
                 except Exception as exc:
                     log.warning("job sweep failed: %s", exc)
                 self.stop_event.wait(settings.job_sweep_s)
         finally:
+            presence.mark_gone(settings, worker_id())
             engine.dispose()
