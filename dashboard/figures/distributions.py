@@ -281,7 +281,7 @@ def tail_figure(payload: dict) -> go.Figure:
             )
         )
     if definition:
-        fig.update_layout(title=dict(text=f"{title}<br><sup>{escape(definition, quote=False)}</sup>"))
+        fig.update_layout(title=dict(text=f"{title} <br><sup>{escape(definition, quote=False)}</sup>"))
     return integer_ticks(step_gaps(fig))
 
 

@@ -27,6 +27,7 @@ from dashboard.figures.common import (
     many_steps,
     num,
     rows_height,
+    step_gaps,
     step_series,
     styled_figure,
 )
@@ -183,7 +184,35 @@ def predicted_vs_measured_figure(job: dict, trace_steps: list[dict] | None = Non
     fit = (result.get("accuracy") or {}).get("fit_steps") or ((result.get("calibration") or {}).get("fit_steps") or [])
     for s in fit[:20]:  # the steps calibration saw: shaded, they are not a test of accuracy
         fig.add_vrect(x0=s - 0.5, x1=s + 0.5, fillcolor="#EEEEEE", line_width=0, layer="below")
-    return integer_ticks(fig)
+    flag_partial_steps(fig, result)
+    # lines break where steps are missing (0, 1, 5: no line across 2-4)
+    return integer_ticks(step_gaps(fig))
+
+
+def partial_steps_of(result: dict) -> dict[int, int | None]:
+    """{step: its samples} of the steps whose workload is partial (a short tail file):
+    flagged in the figures and kept out of the accuracy means."""
+    acc = result.get("accuracy") or {}
+    out: dict[int, int | None] = {int(s): None for s in acc.get("partial_steps") or []}
+    for r in acc.get("steps") or []:
+        if r.get("partial"):
+            out[int(r["step"])] = r.get("n_samples")
+    return out
+
+
+def flag_partial_steps(fig: go.Figure, result: dict) -> None:
+    for step, n in sorted(partial_steps_of(result).items())[:20]:
+        what = f"{n:,} samples" if n else "partial workload"
+        fig.add_vrect(
+            x0=step - 0.5,
+            x1=step + 0.5,
+            fillcolor="#FCE8D5",
+            line_width=0,
+            layer="below",
+            annotation_text=f"step {step}: partial ({what}), not in the means",
+            annotation_position="top left",
+            annotation_font_size=10,
+        )
 
 
 def accuracy_rows(result: dict) -> list[dict]:
@@ -219,8 +248,8 @@ def speedup_figure(job: dict) -> go.Figure:
     fig = styled_figure(title, x_title=UNITS["step"], y_title="speedup (A time / B time, x)", hovermode="x unified")
     ys = [num(r.get("speedup")) for r in rows]
     x = [r["step"] for r in rows]
-    saved = [num(r.get("saved_s")) for r in rows]
-    hover = "%{y:.3f}x, saved %{customdata:.1f} s<extra></extra>"
+    saved = [saved_words(num(r.get("saved_s"))) for r in rows]
+    hover = "%{y:.3f}x: %{customdata}<extra></extra>"
     if many_steps(len(x)):  # one line instead of hundreds of bars
         fig.add_trace(
             go.Scatter(
@@ -246,7 +275,18 @@ def speedup_figure(job: dict) -> go.Figure:
     fig.add_hline(y=1.0, line=dict(color="#999", width=1, dash="dot"))
     lo = min([y for y in ys if y is not None] + [1.0])
     fig.update_yaxes(range=[min(0.9, lo * 0.95), None] if lo > 0.5 else None)
-    return integer_ticks(fig)
+    flag_partial_steps(fig, result)
+    return integer_ticks(step_gaps(fig))
+
+
+def saved_words(seconds: float | None) -> str:
+    """B's time against A's in words: "saves 12.3 s" or, for a slowdown, "costs 650.4 s
+    more" (never "saves -650.4 s")."""
+    if seconds is None:
+        return "—"
+    if seconds < 0:
+        return f"costs {-seconds:,.1f} s more"
+    return f"saves {seconds:,.1f} s"
 
 
 def idle_cause_figure(job: dict) -> go.Figure:
@@ -530,7 +570,7 @@ def summary_cards(job: dict) -> list[dict]:
                 "key": "speedup",
                 "label": f"Speedup of {b_name}",
                 "value": "—" if speedup is None else f"{speedup:.3f}x",
-                "hint": f"over {a_name}; saves {num(total.get('saved_s')) or 0:,.1f} s of {_dur(a.get('makespan_s'))}",
+                "hint": f"over {a_name}; {saved_words(num(total.get('saved_s')))} of {_dur(a.get('makespan_s'))}",
             }
         )
     cards.append(

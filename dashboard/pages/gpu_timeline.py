@@ -310,6 +310,12 @@ SEARCH_HITS = 100
     State(PAGE_TRACE_ID, "data"),
     prevent_initial_call=True,
 )
+def _duration(us) -> str:
+    if us is None:
+        return "?"
+    return f"{us / 1000:,.3f} ms" if us >= 1000 else f"{us:,.1f} µs"
+
+
 def search_kernels(text, ranks, origin, trace_id):
     """Kernels and CPU ops whose name contains the text (on the chosen ranks): one option
     per match, in time order; choosing one zooms the Gantt onto it."""
@@ -340,8 +346,9 @@ def search_kernels(text, ranks, origin, trace_id):
     t0 = origin if origin is not None else (hits[0]["start_us"] if hits else 0.0)
     options = [
         {
+            # where it starts (offset in the window) and how long it lasts: never a bare "x ms"
             "label": f"{short_kernel_name(e['name'], 50)} · rank {e['rank']} {e['where']} · "
-            f"{(e['start_us'] - t0) / 1000:,.3f} ms",
+            f"starts at +{(e['start_us'] - t0) / 1000:,.3f} ms, lasts {_duration(e.get('dur_us'))}",
             "value": f"{e['start_us']}:{e['dur_us']}:{e['rank']}",
         }
         for e in hits[:SEARCH_HITS]

@@ -8,7 +8,8 @@ a view can be shared. The server filters, sorts and pages (GET /traces/{id}/samp
 
 Ids: samples-filters (the filter form), samples-total, samples-table (rows carry
 ``data-key="step.group.sample"``), samples-prev / samples-next, sample-turns and
-sample-tokens (a sample's turns, when ``sample=`` is given), request-timeline (the
+sample-tokens (a sample's turns, when ``sample=`` is given: its row is highlighted,
+class ``focused``), request-timeline (the
 step's trajectories, when one step is filtered and the trace has turns).
 """
 
@@ -77,6 +78,8 @@ def parse_query(query: dict) -> dict:
     out["order"] = "desc" if query.get("order") == "desc" else "asc"
     page = str(query.get("page") or "")
     out["page"] = int(page) if page.isdigit() else 0
+    if _sample_key(query.get("sample")) is not None:
+        out["sample"] = str(query["sample"])
     return out
 
 
@@ -155,14 +158,17 @@ def _table(trace_id, q: dict, page: dict) -> html.Div:
                 html.A(label + arrow, href=samples_href(trace_id, {**base, "sort": column, "order": order, "page": 0}))
             )
         )
-    head.append(html.Th("turns"))
+    head.append(html.Th("turn timeline"))
     rows = []
     for item in page["items"]:
         key = f"{item['step']}.{item['group_idx']}.{item['sample_idx']}"
         cells = [html.Td(_cell(c, item.get(c))) for c, _ in COLUMNS]
         link = html.A("timeline", href=samples_href(trace_id, {**q, "sample": key})) if item.get("num_turns") else "–"
         cells.append(html.Td(link))
-        rows.append(html.Tr(cells, **{"data-key": key}, className="truncated" if item.get("truncated") else None))
+        classes = " ".join(
+            c for c, on in (("truncated", item.get("truncated")), ("focused", key == q.get("sample"))) if on
+        )
+        rows.append(html.Tr(cells, **{"data-key": key}, className=classes or None))
     total = page["total"]
     first = q["page"] * PAGE_SIZE
     shown = f"{first + 1:,}–{first + len(page['items']):,}" if page["items"] else "none"
@@ -205,12 +211,17 @@ def body(trace: dict, query: dict) -> html.Div:
             _filter_form(trace_id, q),
             html.P(f"Filters: {active}", className="help", id="samples-active"),
             _table(trace_id, q, page),
+            html.P(
+                (trace.get("truncation") or {}).get("definition") or "",
+                className="help",
+                id="samples-truncation-definition",
+            ),
             help_text="Click a column title to sort; every chart's mark on the Distributions, Imbalance and "
-            "Multi-turn pages opens this table filtered to it.",
+            "Multi-turn pages opens this table filtered to it, the clicked sample highlighted.",
         )
     ]
     key = _sample_key(query.get("sample"))
-    if key is not None:
+    if key is not None and trace.get("n_turns"):
         try:
             turns = api.sample_turns(trace_id, *key)
         except ApiError as exc:
