@@ -10,6 +10,7 @@ from backend.api.errors import ERROR_RESPONSES, install_error_handlers
 from backend.api.limits import ConcurrencyLimit, request_limit
 from backend.api.routes import advice, analyses, jobs, live, me, simulations, trace_data, traces, workloads
 from backend.api.security import SecurityHeaders, install_docs
+from backend.jobs.analyses import ANALYSIS_KINDS
 from backend.settings import get_settings
 
 API_PREFIX = "/api/v1"
@@ -19,8 +20,9 @@ def create_app() -> FastAPI:
     app = FastAPI(
         title="RLVR Explorer",
         version="0.1.0",
-        description="Explore RLVR training traces: length distributions, GPU idle time, "
-        "DP load imbalance, reward and tool latency, and what-if replays.",
+        description="Explore RLVR training traces: length distributions and truncation, the rollout long tail, "
+        "DP load imbalance, reward and tool latency, multi-turn rollouts, DAPO data efficiency, the GPU "
+        f"timeline, and what-if replays. Analyses: {', '.join(ANALYSIS_KINDS)}.",
         openapi_url=f"{API_PREFIX}/openapi.json",
         docs_url=None,  # served by install_docs with the app's own assets
         redoc_url=None,
