@@ -138,8 +138,26 @@ def _apply_dapo_marks(conn, trace_id: int, result: ReadResult) -> list[int]:
     return applied
 
 
-def _all_sample_steps(conn, trace_id: int) -> list[int]:
-    return list(conn.scalars(select(Step.step).where(Step.trace_id == trace_id, Step.n_samples > 0)))
+def _settle(conn, trace, loader: _AttachLoader, result: ReadResult, marked: list[int]):
+    """(the trace's truncation after this attach, the steps whose summaries to rewrite):
+    the trace keeps its cap; a cap found only now applies to its earlier steps too."""
+    kept = trace_truncation(trace)
+    steps = sorted(set(loader.steps.counts) | set(marked))
+    if not loader.steps.counts:
+        return kept, steps
+    truncation = settle_truncation(
+        conn,
+        trace.id,
+        loader.columns.setdefault("samples", set()),
+        given=None,
+        recorded=result.info.max_response_len,
+        inferred=loader.steps.inferred_cap(),
+        kept=kept,
+    )
+    if truncation.cap != kept.cap:
+        earlier = conn.scalars(select(Step.step).where(Step.trace_id == trace.id, Step.n_samples > 0))
+        steps = sorted(set(steps) | set(earlier))
+    return truncation, steps
 
 
 def _write_steps(conn, loader: _AttachLoader, cap: int | None, sample_steps: list[int]) -> None:
@@ -218,26 +236,11 @@ def attach_sources(
                 result.skipped.append(note)
             if marked:
                 loader.columns.setdefault("samples", set()).update({"filter_mark", "trainer_step"})
-            kept = trace_truncation(trace)
-            truncation = kept
-            sample_steps = sorted(set(loader.steps.counts) | set(marked))
-            if loader.steps.counts:
-                truncation = settle_truncation(
-                    conn,
-                    trace_id,
-                    loader.columns.setdefault("samples", set()),
-                    given=None,
-                    recorded=result.info.max_response_len,
-                    inferred=loader.steps.inferred_cap(),
-                    kept=kept,
-                )
-                if truncation.cap != kept.cap:  # a cap found now applies to the earlier steps too
-                    sample_steps = sorted(set(sample_steps) | set(_all_sample_steps(conn, trace_id)))
+            truncation, sample_steps = _settle(conn, trace, loader, result, marked)
             _write_steps(conn, loader, truncation.cap, sample_steps)
             meta = dict(result.info.metadata)
             meta["columns"] = {t: sorted(c - {"trace_id", "event_idx"}) for t, c in loader.columns.items()}
-            if loader.steps.counts:
-                meta["truncation"] = truncation_meta(truncation)
+            meta.update({"truncation": truncation_meta(truncation)} if loader.steps.counts else {})
             if result.skipped:
                 meta["skipped"] = result.skipped
             merged = merge_meta(trace_meta, meta)

@@ -161,6 +161,13 @@ class _Loader:
             if metrics is not None:
                 row["metrics"].update(metrics[i])
 
+    def settle_truncation(self, given: int | None, recorded: int | None) -> Truncation:
+        """The trace's truncation, written into its samples (backend/ingest/truncation.py)."""
+        columns = self.columns.setdefault("samples", set()) if self.counts["samples"] else set()
+        return settle_truncation(
+            self.conn, self.trace_id, columns, given=given, recorded=recorded, inferred=self.steps.inferred_cap()
+        )
+
     def _summaries(self, cap: int | None):
         """Read the loaded samples back a bounded step range at a time and summarise."""
         columns = [c for c in SUMMARY_COLUMNS if c in self.columns.get("samples", ())]
@@ -270,14 +277,7 @@ def ingest_trace(
                             _still_there(conn, trace_id)
                             conn.commit()
                         report(f"loaded {sum(loader.counts.values()):,} rows")
-                truncation = settle_truncation(
-                    conn,
-                    trace_id,
-                    loader.columns.setdefault("samples", set()) if loader.counts["samples"] else set(),
-                    given=max_response_len,
-                    recorded=result.info.max_response_len,
-                    inferred=loader.steps.inferred_cap(),
-                )
+                truncation = loader.settle_truncation(max_response_len, result.info.max_response_len)
                 _still_there(conn, trace_id)  # (else the steps' foreign key refuses them)
                 n_steps = loader.write_steps(truncation.cap)
                 _finish(conn, trace_id, loader, result, truncation, n_steps, upload_format(sources))

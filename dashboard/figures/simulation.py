@@ -121,26 +121,7 @@ def predicted_vs_measured_figure(job: dict, trace_steps: list[dict] | None = Non
             hovertemplate="predicted rollout %{y:.1f} s<extra></extra>",
         )
     )
-    unc = sorted((result.get("uncertainty") or {}).get("steps") or [], key=lambda r: r["step"])
-    if unc:  # the Monte-Carlo mean (the prediction when calibrated) and its P10-P90
-        ux = [r["step"] for r in unc]
-        mean = [num(r["rollout_s"].get("mean")) for r in unc]
-        fig.add_trace(
-            go.Scatter(
-                name="predicted rollout, Monte-Carlo mean (P10-P90)",
-                x=ux,
-                y=mean,
-                mode="markers",
-                marker=dict(color=REPLAY_COLORS["a"], size=7, symbol="diamond"),
-                error_y=dict(
-                    type="data",
-                    symmetric=False,
-                    array=[(num(r["rollout_s"].get("p90")) or 0) - (m or 0) for r, m in zip(unc, mean)],
-                    arrayminus=[(m or 0) - (num(r["rollout_s"].get("p10")) or 0) for r, m in zip(unc, mean)],
-                ),
-                hovertemplate="MC mean %{y:.1f} s<extra></extra>",
-            )
-        )
+    _add_uncertainty(fig, result)
     acc_rows = (result.get("accuracy") or {}).get("steps") or []
     naive = [(r["step"], num((r.get("rollout_s") or {}).get("naive"))) for r in acc_rows]
     naive = [(s, v) for s, v in naive if v is not None]
@@ -212,6 +193,30 @@ def flag_partial_steps(fig: go.Figure, result: dict) -> None:
             annotation_text=f"step {step}: partial ({what}), not in the means",
             annotation_position="top left",
             annotation_font_size=10,
+        )
+
+
+def _add_uncertainty(fig: go.Figure, result: dict) -> None:
+    """The Monte-Carlo mean of the rollout (the prediction when calibrated) and its P10-P90."""
+    unc = sorted((result.get("uncertainty") or {}).get("steps") or [], key=lambda r: r["step"])
+    if unc:
+        ux = [r["step"] for r in unc]
+        mean = [num(r["rollout_s"].get("mean")) for r in unc]
+        fig.add_trace(
+            go.Scatter(
+                name="predicted rollout, Monte-Carlo mean (P10-P90)",
+                x=ux,
+                y=mean,
+                mode="markers",
+                marker=dict(color=REPLAY_COLORS["a"], size=7, symbol="diamond"),
+                error_y=dict(
+                    type="data",
+                    symmetric=False,
+                    array=[(num(r["rollout_s"].get("p90")) or 0) - (m or 0) for r, m in zip(unc, mean)],
+                    arrayminus=[(m or 0) - (num(r["rollout_s"].get("p10")) or 0) for r, m in zip(unc, mean)],
+                ),
+                hovertemplate="MC mean %{y:.1f} s<extra></extra>",
+            )
         )
 
 

@@ -45,6 +45,38 @@ register_url_state(
 )
 
 
+def _controls(options: list[dict], a, b, query: dict):
+    """Traces A and B, the length field and the percentiles (initial values from the URL)."""
+    return controls(
+        control(
+            "Trace A",
+            dcc.Dropdown(id="cmp-a", options=options, value=a, clearable=False, style={"minWidth": "280px"}),
+        ),
+        control(
+            "Trace B",
+            dcc.Dropdown(id="cmp-b", options=options, value=b, clearable=False, style={"minWidth": "280px"}),
+        ),
+        control(
+            "Length",
+            dcc.RadioItems(
+                id="cmp-field",
+                value=query_value(query, "field", "response", choices=FIELDS),
+                inline=True,
+                options=list(FIELDS),
+            ),
+        ),
+        control(
+            "Percentiles",
+            dcc.Checklist(
+                id="cmp-keys",
+                value=query_value(query, "keys", ["p50", "p99"], choices=KEYS),
+                inline=True,
+                options=list(KEYS),
+            ),
+        ),
+    )
+
+
 def layout(a: str | None = None, b: str | None = None, **query):
     if not signed_in():
         return sign_in_required("/compare")
@@ -62,34 +94,7 @@ def layout(a: str | None = None, b: str | None = None, **query):
             html.H2("Compare two traces"),
             url_sink("compare"),
             dcc.Link("Compare up to 12 traces, with step offsets →", href=dash.get_relative_path("/compare/many")),
-            controls(
-                control(
-                    "Trace A",
-                    dcc.Dropdown(id="cmp-a", options=options, value=a, clearable=False, style={"minWidth": "280px"}),
-                ),
-                control(
-                    "Trace B",
-                    dcc.Dropdown(id="cmp-b", options=options, value=b, clearable=False, style={"minWidth": "280px"}),
-                ),
-                control(
-                    "Length",
-                    dcc.RadioItems(
-                        id="cmp-field",
-                        value=query_value(query, "field", "response", choices=FIELDS),
-                        inline=True,
-                        options=list(FIELDS),
-                    ),
-                ),
-                control(
-                    "Percentiles",
-                    dcc.Checklist(
-                        id="cmp-keys",
-                        value=query_value(query, "keys", ["p50", "p99"], choices=KEYS),
-                        inline=True,
-                        options=list(KEYS),
-                    ),
-                ),
-            ),
+            _controls(options, a, b, query),
             html.Div(id="cmp-message"),
             html.Div(
                 className="grid-2",

@@ -57,6 +57,55 @@ ZOOMABLE = (
 )
 
 
+def _controls(tasks: list[str], q: dict):
+    """Length field, task, phase and axis, as the URL has them."""
+    return controls(
+        control(
+            "Length",
+            dcc.RadioItems(
+                id="dist-field",
+                value=query_value(q, "field", "response", choices=FIELDS),
+                inline=True,
+                options=[
+                    {"label": "response", "value": "response"},
+                    {"label": "prompt", "value": "prompt"},
+                    {"label": "total", "value": "total"},
+                ],
+            ),
+        ),
+        control(
+            "Task",
+            dcc.Dropdown(
+                id="dist-task",
+                options=[{"label": t, "value": t} for t in tasks],
+                value=query_value(q, "task", None, choices=tasks),
+                placeholder="all tasks",
+                clearable=True,
+                disabled=not tasks,
+                style={"minWidth": "180px"},
+            ),
+        ),
+        control(
+            "Steps",
+            dcc.RadioItems(
+                id="dist-phase",
+                value=query_value(q, "phase", "train", choices=tuple(PHASES)),
+                inline=True,
+                options=[{"label": v, "value": k} for k, v in PHASES.items()],
+            ),
+        ),
+        control(
+            "Axis",
+            dcc.Checklist(
+                id="dist-log",
+                options=[{"label": "log lengths", "value": "log"}],
+                value=query_value(q, "log", [], choices=("log",)),
+                inline=True,
+            ),
+        ),
+    )
+
+
 def body(trace: dict, query: dict | None = None) -> html.Div:
     tasks = trace.get("tasks") or []
     q = query or {}
@@ -69,51 +118,7 @@ def body(trace: dict, query: dict | None = None) -> html.Div:
             drill_location("distributions"),
             url_sink("distributions"),
             dcc.Store(id="dist-zoom", data=zoom_state(q)),
-            controls(
-                control(
-                    "Length",
-                    dcc.RadioItems(
-                        id="dist-field",
-                        value=query_value(q, "field", "response", choices=FIELDS),
-                        inline=True,
-                        options=[
-                            {"label": "response", "value": "response"},
-                            {"label": "prompt", "value": "prompt"},
-                            {"label": "total", "value": "total"},
-                        ],
-                    ),
-                ),
-                control(
-                    "Task",
-                    dcc.Dropdown(
-                        id="dist-task",
-                        options=[{"label": t, "value": t} for t in tasks],
-                        value=query_value(q, "task", None, choices=tasks),
-                        placeholder="all tasks",
-                        clearable=True,
-                        disabled=not tasks,
-                        style={"minWidth": "180px"},
-                    ),
-                ),
-                control(
-                    "Steps",
-                    dcc.RadioItems(
-                        id="dist-phase",
-                        value=query_value(q, "phase", "train", choices=tuple(PHASES)),
-                        inline=True,
-                        options=[{"label": v, "value": k} for k, v in PHASES.items()],
-                    ),
-                ),
-                control(
-                    "Axis",
-                    dcc.Checklist(
-                        id="dist-log",
-                        options=[{"label": "log lengths", "value": "log"}],
-                        value=query_value(q, "log", [], choices=("log",)),
-                        inline=True,
-                    ),
-                ),
-            ),
+            _controls(tasks, q),
             html.Div(id="dist-message"),
             section(
                 "Per step",

@@ -66,6 +66,58 @@ def _trace_options(names: dict[int, str]) -> list[dict]:
     return [{"label": f"{name} (#{tid})", "value": tid} for tid, name in names.items()]
 
 
+def _jobs_section(options: list[dict], kind, trace_id, query: dict):
+    """The job list: filters (status, kind, trace), the table and its pages."""
+    return section(
+        "Running and finished",
+        controls(
+            control(
+                "Status",
+                dcc.Dropdown(
+                    id="jobs-status",
+                    options=list(JOB_STATUSES),
+                    value=query_value(query, "status", None, choices=JOB_STATUSES),
+                    placeholder="any",
+                    style={"minWidth": "160px"},
+                ),
+            ),
+            control(
+                "Kind",
+                dcc.Dropdown(
+                    id="jobs-kind",
+                    options=list(JOB_KINDS),
+                    placeholder="any",
+                    value=kind,
+                    style={"minWidth": "160px"},
+                ),
+            ),
+            control(
+                "Trace",
+                dcc.Dropdown(
+                    id="jobs-trace",
+                    options=options,
+                    value=trace_id,
+                    placeholder="any",
+                    style={"minWidth": "280px"},
+                ),
+            ),
+        ),
+        html.Div(id="jobs-message"),
+        html.Div(id="jobs-table"),
+        html.Div(
+            className="pager",
+            children=[
+                html.Button("← Newer", id="jobs-prev", n_clicks=0, className="button small secondary"),
+                html.Span(id="jobs-range", className="muted"),
+                html.Button("Older →", id="jobs-next", n_clicks=0, className="button small secondary"),
+            ],
+        ),
+        dcc.Store(id="jobs-offset", data=query_value(query, "offset", 0, kind=int)),
+        dcc.Interval(id="jobs-poll", interval=1500),
+        dcc.Store(id="jobs-fingerprint"),
+    )
+
+
 def layout(trace_id: str | None = None, kind: str | None = None, **query):
     if not signed_in():
         return sign_in_required("/jobs")
@@ -77,54 +129,7 @@ def layout(trace_id: str | None = None, kind: str | None = None, **query):
         [
             html.H2("Jobs"),
             url_sink("jobs"),
-            section(
-                "Running and finished",
-                controls(
-                    control(
-                        "Status",
-                        dcc.Dropdown(
-                            id="jobs-status",
-                            options=list(JOB_STATUSES),
-                            value=query_value(query, "status", None, choices=JOB_STATUSES),
-                            placeholder="any",
-                            style={"minWidth": "160px"},
-                        ),
-                    ),
-                    control(
-                        "Kind",
-                        dcc.Dropdown(
-                            id="jobs-kind",
-                            options=list(JOB_KINDS),
-                            placeholder="any",
-                            value=kind,
-                            style={"minWidth": "160px"},
-                        ),
-                    ),
-                    control(
-                        "Trace",
-                        dcc.Dropdown(
-                            id="jobs-trace",
-                            options=options,
-                            value=trace_id,
-                            placeholder="any",
-                            style={"minWidth": "280px"},
-                        ),
-                    ),
-                ),
-                html.Div(id="jobs-message"),
-                html.Div(id="jobs-table"),
-                html.Div(
-                    className="pager",
-                    children=[
-                        html.Button("← Newer", id="jobs-prev", n_clicks=0, className="button small secondary"),
-                        html.Span(id="jobs-range", className="muted"),
-                        html.Button("Older →", id="jobs-next", n_clicks=0, className="button small secondary"),
-                    ],
-                ),
-                dcc.Store(id="jobs-offset", data=query_value(query, "offset", 0, kind=int)),
-                dcc.Interval(id="jobs-poll", interval=1500),
-                dcc.Store(id="jobs-fingerprint"),
-            ),
+            _jobs_section(options, kind, trace_id, query),
             section(
                 "Run an analysis",
                 controls(
