@@ -109,7 +109,7 @@ def _cell(column: str, value) -> str:
     return str(value)
 
 
-def _filter_form(trace_id, q: dict) -> html.Form:
+def _filter_form(trace_id, q: dict, truncation_known: bool = True) -> html.Form:
     fields = []
     for key in INT_FILTERS:
         fields.append(
@@ -121,23 +121,24 @@ def _filter_form(trace_id, q: dict) -> html.Form:
                 className="control",
             )
         )
-    fields.append(
-        html.Label(
-            [
-                html.Span("truncated", className="control-label"),
-                html.Select(
-                    name="truncated",
-                    id="samples-f-truncated",
-                    children=[
-                        html.Option("any", value="", selected=q.get("truncated") is None),
-                        html.Option("yes", value="true", selected=q.get("truncated") == "true"),
-                        html.Option("no", value="false", selected=q.get("truncated") == "false"),
-                    ],
-                ),
-            ],
-            className="control",
+    if truncation_known:  # a trace without stop reasons or a cap has no truncated filter
+        fields.append(
+            html.Label(
+                [
+                    html.Span("truncated", className="control-label"),
+                    html.Select(
+                        name="truncated",
+                        id="samples-f-truncated",
+                        children=[
+                            html.Option("any", value="", selected=q.get("truncated") is None),
+                            html.Option("yes", value="true", selected=q.get("truncated") == "true"),
+                            html.Option("no", value="false", selected=q.get("truncated") == "false"),
+                        ],
+                    ),
+                ],
+                className="control",
+            )
         )
-    )
     fields += [
         dcc.Input(type="hidden", name="sort", value=q["sort"]),
         dcc.Input(type="hidden", name="order", value=q["order"]),
@@ -208,7 +209,7 @@ def body(trace: dict, query: dict) -> html.Div:
     parts = [
         section(
             "Samples",
-            _filter_form(trace_id, q),
+            _filter_form(trace_id, q, bool((trace.get("truncation") or {}).get("basis"))),
             html.P(f"Filters: {active}", className="help", id="samples-active"),
             _table(trace_id, q, page),
             html.P(
