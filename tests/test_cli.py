@@ -109,7 +109,14 @@ def test_ingest_says_what_it_skipped_and_what_happens_next(env, tmp_path):
     assert "ingested trace" in out and "human" in out
     assert "samples" in out and f"{3 * 4 * 2:,}" in out
     assert "skipped 1 file" in out and "notes.txt: unknown file format" in out
-    assert "queued analyses: lengths" in out and "rlvr-explorer worker" in out and "no worker seen" in out
+    assert "queued analyses: lengths" in out
+    from backend.jobs.presence import live_workers
+    from backend.settings import get_settings
+
+    if live_workers(get_settings()):  # another test's worker shares this data folder
+        assert "a worker is running" in out
+    else:
+        assert "no worker seen" in out and "rlvr-explorer worker" in out
     # the analyses without their data say which files of which format would bring it
     assert "multiturn: multiturn_workload_step_N.jsonl (PolyTrace multi-turn)" in out
     assert "turns.step" not in out and "--into" in out
