@@ -5,7 +5,7 @@ the navigation bar, sign-out, and the analysis panels of `dashboard.views.panels
 from __future__ import annotations
 
 import dash
-from dash import MATCH, Input, Output, State, html, no_update
+from dash import ALL, MATCH, Input, Output, State, html, no_update
 
 from dashboard.api import session
 from dashboard.api.client import ApiError
@@ -101,7 +101,7 @@ def _trace_status_callback(app: dash.Dash) -> None:
 
 def _live_trace_callback(app: dash.Dash) -> None:
     from dashboard.server.figure_cache import note_trace_version
-    from dashboard.views.trace_frame import live_version
+    from dashboard.views.trace_frame import jobs_version, live_version
 
     @app.callback(
         Output(c.PAGE_TRACE_ID, "data", allow_duplicate=True),
@@ -110,6 +110,7 @@ def _live_trace_callback(app: dash.Dash) -> None:
         Output("trace-live-steps", "children"),
         Output("trace-live-poll", "disabled"),
         Output("trace-live-reload", "href"),
+        Output({"type": c.POLL, "kind": ALL}, "disabled", allow_duplicate=True),
         Input("trace-live-poll", "n_intervals"),
         State(c.PAGE_TRACE_ID, "data"),
         State("trace-live-version", "data"),
@@ -119,23 +120,31 @@ def _live_trace_callback(app: dash.Dash) -> None:
     )
     def poll_live_trace(n, trace_id, shown, pathname, search):
         """A live trace grew: its figures are dropped and the page's callbacks (all fed by
-        the trace-id store) run again; when its sections change, the page reloads."""
+        the trace-id store) run again; when its sections change, the page reloads. When
+        its analysis jobs change (re-run on the new data, finished), the page's analysis
+        panels poll again, so every card and figure shows the newest result."""
+        panels = [no_update] * len(dash.ctx.outputs_list[-1])
         try:
-            trace = session.api().get_trace(trace_id)
+            api = session.api()
+            trace = api.get_trace(trace_id)
+            version = {**live_version(trace), "jobs": jobs_version(api.analyses(trace_id))}
         except ApiError:
-            return no_update, no_update, no_update, no_update, no_update, no_update
-        version = live_version(trace)
+            return no_update, no_update, no_update, no_update, no_update, no_update, panels
         live = version["live"]
         label = "live" if live else "closed"
         steps = f" {trace.get('n_steps', 0)} steps" + (" so far" if live else "")
-        if version == shown:
-            return no_update, no_update, label, steps, not live, no_update
+        if version["jobs"] != (shown or {}).get("jobs"):
+            panels = [False] * len(panels)  # the panels look again (each stops when its job is done)
+        # the poll goes on while the trace is live or an analysis of it still runs
+        done = not live and not any(status in ("queued", "running") for _k, _i, status in version["jobs"])
+        if {k: v for k, v in version.items() if k != "jobs"} == {k: v for k, v in (shown or {}).items() if k != "jobs"}:
+            return no_update, version, label, steps, done, no_update, panels
         note_trace_version(trace)
         if shown and version["shape"] != shown.get("shape"):
             query = "&".join(p for p in (search or "").lstrip("?").split("&") if p and not p.startswith("v="))
             target = f"{pathname}?{query + '&' if query else ''}v={n}"
-            return no_update, version, label, steps, not live, target
-        return trace_id, version, label, steps, not live, no_update
+            return no_update, version, label, steps, done, target, panels
+        return trace_id, version, label, steps, done, no_update, panels
 
 
 def _if_changed(state: dict, shown: dict | None):

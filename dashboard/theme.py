@@ -151,8 +151,9 @@ def base_layout(**overrides) -> dict:
         height=400,
         font=FONT,
         margin=dict(l=64, r=24, t=76, b=52),
-        # Title on the first line of the top margin, the legend on the second.
-        legend=dict(orientation="h", yanchor="bottom", y=1.0, xanchor="left", x=0, font=dict(size=11)),
+        # The title in the top margin; the legend right of the plot (the margin grows to
+        # fit it), so however many entries it has it covers neither the title nor the data.
+        legend=dict(orientation="v", yanchor="top", y=1.0, xanchor="left", x=1.02, font=dict(size=11)),
         hovermode="closest",
         title=dict(font=dict(size=14), x=0.01, xanchor="left", y=0.985, yanchor="top", yref="container"),
     )

@@ -17,6 +17,7 @@ the same step with the same metrics twice is harmless (idempotent by content).
 from __future__ import annotations
 
 import math
+import numbers
 from pathlib import Path
 from typing import Any
 
@@ -65,21 +66,12 @@ class Client:
 
     # -- writing -------------------------------------------------------------------------
     def log(self, step: int, metrics: dict[str, Any]) -> dict:
-        """Append the metrics of one step (numbers; NaN/inf are dropped)."""
+        """Append the metrics of one step: finite numbers only (ValueError naming the key
+        otherwise; nothing is sent)."""
         return self.log_many([(step, metrics)])
 
     def log_many(self, steps: list[tuple[int, dict[str, Any]]]) -> dict:
-        clean = [
-            {
-                "step": int(step),
-                "metrics": {
-                    str(k): float(v)
-                    for k, v in metrics.items()
-                    if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-                },
-            }
-            for step, metrics in steps
-        ]
+        clean = [{"step": _step(step), "metrics": _numbers(step, metrics)} for step, metrics in steps]
         return self._request("POST", f"/traces/{self.trace()}/steps", json={"steps": clean})
 
     def attach(self, files: list[Path | str | tuple[str, bytes]], format: str | None = None) -> dict:
@@ -111,3 +103,23 @@ class Client:
             self.close()
         finally:
             self._http.close()
+
+
+def _step(step) -> int:
+    if isinstance(step, bool) or not isinstance(step, numbers.Integral) or step < 0:
+        raise ValueError(f"step {step!r}: a step is an integer >= 0")
+    return int(step)
+
+
+def _numbers(step, metrics: dict[str, Any]) -> dict[str, float]:
+    """The step's metrics as floats; a value that is not a finite number is refused by name."""
+    if not metrics:
+        raise ValueError(f"step {step}: no metrics to log")
+    out = {}
+    for key, value in metrics.items():
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            raise ValueError(f"step {step}, metric {key!r}: {value!r} is not a number (log numbers only)")
+        if not math.isfinite(value):
+            raise ValueError(f"step {step}, metric {key!r}: {value} is not a finite number")
+        out[str(key)] = float(value)
+    return out

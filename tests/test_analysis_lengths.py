@@ -183,11 +183,11 @@ def test_truncation_cap_inferred_only_when_the_max_repeats():
     assert res["summary"]["response"]["truncation_rate"] is None
 
 
-def test_truncated_flag_wins_over_a_cap():
+def test_the_stored_truncated_column_is_the_truncation():
     data = make()
     data.samples.truncated = np.array([r[4] == 1000 or r[4] == 7 for r in ROWS])
     res = analyze_lengths(data)
-    assert res["max_response_len_source"] == "flag"
+    assert res["truncation_basis"] == "trace" and res["max_response_len_source"] is None
     step1 = [r for r in ROWS if r[0] == 1]
     assert res["steps"][1]["response"]["truncation_rate"] == pytest.approx(sum(r[4] == 1000 for r in step1) / 5)
 
@@ -229,20 +229,21 @@ def test_hist_percentiles_within_bins():
     assert hist_percentiles([0] * len(hist), (50,)) == [None]
 
 
-def test_cap_and_engine_flag_are_both_reported_and_the_basis_named():
-    """Multi-turn: the engine stopped few trajectories for length, but more sit exactly
-    at the cap (the trajectory ends between turns); both figures, and which is headline."""
+def test_one_truncation_figure_even_with_a_cap():
+    """Multi-turn: the engine stopped few trajectories for length while more sit exactly
+    at the cap (the trajectory ends between turns). One figure: the stored column, which
+    ingestion settled (stop reason where recorded), whatever the cap."""
     data = make(max_response_len=1000)
     data.samples.truncated = np.array([r[4] == 7 or (r[0], r[1], r[2]) == (1, 0, 0) for r in ROWS])
     res = analyze_lengths(data)
+    assert res["truncation_basis"] == "trace" and res["max_response_len"] == 1000
+    e = res["steps"][1]["response"]
+    assert e["truncation_rate"] == pytest.approx(1 / 5)
+    assert "truncation_rate_cap" not in e and "truncation_rate_flag" not in e
+    train = [r for r in ROWS if not r[6]]
+    assert res["summary"]["response"]["truncation_rate"] == pytest.approx(1 / len(train))
+    data.samples.truncated = None  # no stored column: the share at the cap
+    res = analyze_lengths(data)
     assert res["truncation_basis"] == "cap"
     step1 = [r for r in ROWS if r[0] == 1]
-    e = res["steps"][1]["response"]
-    assert e["truncation_rate"] == e["truncation_rate_cap"] == pytest.approx(sum(r[4] >= 1000 for r in step1) / 5)
-    assert e["truncation_rate_flag"] == pytest.approx(1 / 5)
-    train = [r for r in ROWS if not r[6]]
-    s = res["summary"]["response"]
-    assert s["truncation_rate_cap"] == pytest.approx(sum(r[4] >= 1000 for r in train) / len(train))
-    assert s["truncation_rate_flag"] == pytest.approx(1 / len(train))
-    data.samples.truncated = None
-    assert analyze_lengths(data)["steps"][1]["response"]["truncation_rate_flag"] is None
+    assert res["steps"][1]["response"]["truncation_rate"] == pytest.approx(sum(r[4] >= 1000 for r in step1) / 5)

@@ -53,7 +53,7 @@ def test_bad_advice_is_422_naming_the_field(api, small_trace, change, field):
 def test_cli_advise(team_key, tmp_path):
     runner = CliRunner()
     folder = write_packed_dir(tmp_path / "run", synthetic_rows(steps=2, groups=8, n=4))
-    r = runner.invoke(app, ["ingest", str(folder), "--api-key", team_key], catch_exceptions=False)
+    r = runner.invoke(app, ["ingest", str(folder), "--api-key", team_key, "--json"], catch_exceptions=False)
     trace_id = orjson.loads(r.stdout.strip().splitlines()[-1])["id"]
     args = ["advise", str(trace_id), "--gpus", "8", "--gpu", "H100", "--workers", "1", "--api-key", team_key]
     r = runner.invoke(app, args, catch_exceptions=False)

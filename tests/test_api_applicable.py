@@ -1,5 +1,5 @@
 """Which analyses apply is the registry's word, answered by the API: the trace lists
-them, and asking for one that does not apply names the missing data."""
+them, and asking for one that does not apply names the files that would bring its data."""
 
 from __future__ import annotations
 
@@ -25,6 +25,8 @@ def test_inapplicable_analysis_names_the_missing_column(api):
     r = api.post(f"/api/v1/traces/{trace['id']}/analyses", json={"kind": "imbalance"})
     assert r.status_code == 422
     body = r.json()["detail"]
-    assert "samples.dp_rank" in body["message"] and body["field"] == "kind"
+    # in the files' words (which file of which format would bring it), not the store's columns
+    assert "packed_lengths_step_N.jsonl" in body["message"] and "dp_rank column" in body["message"]
+    assert "samples.dp_rank" not in body["message"] and body["field"] == "kind"
     r = api.post(f"/api/v1/traces/{trace['id']}/analyses", json={"kind": "gpu_timeline"})
-    assert r.status_code == 422 and "gpu_events.rank" in r.json()["detail"]["message"]
+    assert r.status_code == 422 and "Kineto" in r.json()["detail"]["message"]

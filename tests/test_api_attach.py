@@ -182,16 +182,16 @@ def test_cli_ingest_into(env, tmp_path, per_step):
 
     runner = CliRunner()
     first = write_packed_dir(tmp_path / "a", per_step[:2])
-    r = runner.invoke(app, ["ingest", str(first), "--name", "cli"])
+    r = runner.invoke(app, ["ingest", str(first), "--name", "cli", "--json"])
     assert r.exit_code == 0, r.output
-    tid = orjson.loads(r.output[r.output.rindex('{"id"') :].splitlines()[0])["id"]
+    tid = orjson.loads(r.stdout.strip().splitlines()[-1])["id"]
     more = write_packed_dir(tmp_path / "b", per_step[2:])
-    r = runner.invoke(app, ["ingest", str(more), "--into", str(tid)])
+    r = runner.invoke(app, ["ingest", str(more), "--into", str(tid), "--json"])
     assert r.exit_code == 0, r.output
-    out = orjson.loads(r.output[r.output.rindex('{"id"') :].splitlines()[0])
+    out = orjson.loads(r.stdout.strip().splitlines()[-1])
     assert out["attached"] and out["steps"] == 4 and out["samples"] == 4 * 8 * 4
-    again = runner.invoke(app, ["ingest", str(more), "--into", str(tid)])
-    assert orjson.loads(again.output[again.output.rindex('{"id"') :].splitlines()[0])["attached"] is False
+    again = runner.invoke(app, ["ingest", str(more), "--into", str(tid)])  # a summary, not JSON
+    assert again.exit_code == 0 and f"already attached: trace {tid}" in again.stdout and "{" not in again.stdout
     bad = tmp_path / "c"
     bad.mkdir()
     (bad / "packed_lengths_step_9.jsonl").write_bytes(b'{"step": 9, "input": 3, "output": ["x"]}\n')

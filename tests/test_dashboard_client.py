@@ -439,7 +439,14 @@ def test_cdf_draws_the_default_steps_in_the_first_round_and_redraws_for_chosen_o
         {"id": "dist-log", "property": "value", "value": []},
     ]
     first = _callback(
-        client, main, inputs, [{"id": "dist-cdf-steps", "property": "value", "value": None}], ["page-trace-id.data"]
+        client,
+        main,
+        inputs,
+        [
+            {"id": "dist-cdf-steps", "property": "value", "value": None},
+            {"id": "dist-zoom", "property": "data", "value": {}},
+        ],
+        ["page-trace-id.data"],
     ).get_json()["response"]
     assert [t["name"] for t in first["dist-cdf"]["figure"]["data"]] == ["step 0", "step 1"]
     # the defaults are named, not set as the dropdown's value (which would ask again)

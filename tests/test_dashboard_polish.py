@@ -53,8 +53,9 @@ def _empty(builder, arg) -> go.Figure:
 def assert_explained_and_bare(fig: go.Figure) -> str:
     message = (fig.layout.meta or {}).get("empty")
     assert message, "an empty figure must carry its explanation"
-    assert [a.text.replace("<br>", " ") for a in fig.layout.annotations] == [message]  # drawn in the middle
-    assert all(len(line) <= 64 for line in fig.layout.annotations[0].text.split("<br>"))  # wrapped, not cut off
+    # drawn in the middle; each wrapped line keeps its space, so the page's text reads as the message
+    assert [a.text.replace(" <br>", " ") for a in fig.layout.annotations] == [message]
+    assert all(len(line.rstrip()) <= 64 for line in fig.layout.annotations[0].text.split("<br>"))  # not cut off
     assert set(MODEBAR_BUTTONS) <= set(fig.layout.modebar.remove)  # no toolbar over nothing
     assert fig.layout.xaxis.visible is False and fig.layout.yaxis.visible is False
     return message

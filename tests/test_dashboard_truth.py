@@ -66,27 +66,20 @@ def test_longtail_figures_name_their_basis_and_flag_ties_at_the_cap():
     assert "measured completion times" in title
 
 
-def test_tail_figure_shows_both_truncation_definitions():
-    from dashboard.figures.distributions import tail_figure
+def test_tail_figure_shows_one_truncation_figure_with_its_definition():
+    from dashboard.figures.distributions import TRUNCATED_NAME, tail_figure
 
+    definition = "truncated = the engine stopped the response for length (its recorded stop reason)"
     payload = {
         "field": "response",
         "max_response_len": 3000,
-        "steps": [
-            {
-                "step": 0,
-                "count": 2048,
-                "tail_ratio": 3.0,
-                "truncation_rate": 37 / 2048,
-                "truncation_rate_flag": 3 / 2048,
-            }
-        ],
+        "truncation": {"basis": "stop_reason", "definition": definition},
+        "steps": [{"step": 0, "count": 2048, "tail_ratio": 3.0, "truncation_rate": 3 / 2048}],
     }
     fig = tail_figure(payload)
-    names = [t.name for t in fig.data]
-    assert names == ["max / mean", "at the cap (3,000 tokens, %)", "engine stop reason 'length' (%)"]
-    assert fig.data[1].y[0] == pytest.approx(100 * 37 / 2048) and fig.data[2].y[0] == pytest.approx(100 * 3 / 2048)
-    assert "at the cap" in fig.layout.title.text
+    assert [t.name for t in fig.data] == ["max / mean", TRUNCATED_NAME]
+    assert fig.data[1].y[0] == pytest.approx(100 * 3 / 2048) and list(fig.data[1].customdata[0]) == [3, 2048]
+    assert definition in fig.layout.title.text and "at the cap" not in fig.layout.title.text
 
 
 def test_data_efficiency_figure_and_card_show_the_analysis_numbers():

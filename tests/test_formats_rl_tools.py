@@ -243,7 +243,7 @@ def test_cli_ingests_every_format_without_format_flag(env, tmp_path):
     from rlvr_explorer.cli import app
 
     folder = run_folder(tmp_path / "run")
-    result = CliRunner().invoke(app, ["ingest", str(folder), "--name", "rl-tools"])
+    result = CliRunner().invoke(app, ["ingest", str(folder), "--name", "rl-tools", "--json"])
     assert result.exit_code == 0, result.output
     summary = orjson.loads(result.output[result.output.rindex('{"id"') :].splitlines()[0])
     assert summary["status"] == "ready" and summary["samples"] == 4

@@ -410,13 +410,27 @@ def test_trace_diff_matches_hta(pair, tmp_path):
     n_rows, groups, control, test = HTA_DIFF[pair]
     _, _, a = _load([pair[0]], tmp_path / "a")
     _, _, b = _load([pair[1]], tmp_path / "b")
-    d = trace_diff(a, b)
+    d = trace_diff(a, b, match_steps=False)  # HTA compares ProfilerSteps by name
     rows = d["rows"]
     assert len(rows["name"]) == n_rows
     assert d["ops_diff"] == groups
     assert (sum(rows["control_counts"]), sum(rows["control_total_us"])) == control
     assert (sum(rows["test_counts"]), sum(rows["test_total_us"])) == test
     assert all(c == t - k for c, t, k in zip(rows["diff_counts"], rows["test_counts"], rows["control_counts"]))
+
+
+def test_trace_diff_pairs_profilersteps_by_position():
+    """Two runs profiled at different step numbers: the steps are paired, not reported as
+    one deleted and one added (which would lead the diff); kernels still compare by name."""
+    from core.analysis.gpu_hta import steps_by_position
+
+    a = {"ProfilerStep#550": (1, 900.0), "gemm": (4, 40.0)}
+    b = {"ProfilerStep#551": (1, 950.0), "gemm": (4, 60.0), "new_kernel": (1, 5.0)}
+    pa, pb = steps_by_position(a, b)
+    assert pa == {"ProfilerStep#550 / #551": (1, 900.0), "gemm": (4, 40.0)}
+    assert pb == {"ProfilerStep#550 / #551": (1, 950.0), "gemm": (4, 60.0), "new_kernel": (1, 5.0)}
+    same = {"ProfilerStep#7": (1, 1.0)}
+    assert steps_by_position(same, same) == (same, same)
 
 
 @needs_fixtures

@@ -18,15 +18,19 @@ the four PolyTrace runs plus a Kineto pair keeps the audit well under a minute.
 
 from __future__ import annotations
 
+import ast
+import csv
 import gzip
 import json
 import math
+import re
 from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from tests.conftest import ROOT as ROOT_DIR
 from tests.conftest import SHARED_FIXTURES, start_worker, stop_worker, wait_for_job
 
 SQLITE = pytest.mark.parametrize("backend_env", ["sqlite"], indirect=True)
@@ -80,6 +84,24 @@ class Raw:
                     )
         for path in step_files(folder, "reward_timings"):
             self.rewards += read_jsonl(path)
+        for path in sorted(folder.glob("*.csv")):  # native samples (step, group_idx, sample_idx, ...)
+            for r in csv.DictReader(path.open()):
+                flag = r.get("truncated", "")
+                self.samples.append(
+                    {
+                        "step": int(r["step"]),
+                        "group": int(r["group_idx"]),
+                        "dp_rank": int(r["dp_rank"]) if r.get("dp_rank") not in (None, "") else None,
+                        "prompt": int(r["prompt_len"]),
+                        "response": int(r["response_len"]),
+                        "task": r.get("task") or None,
+                        **({"truncated": flag.lower() == "true"} if flag != "" else {}),
+                    }
+                )
+        self.log = {}  # verl file logger: step -> data
+        for path in sorted(folder.glob("metrics*.jsonl")):
+            for line in read_jsonl(path):
+                self.log.setdefault(line["step"], {}).update(line["data"])
         for path in step_files(folder, "multiturn_workload"):
             for t in read_jsonl(path):
                 self.trajectories.append(t)
@@ -315,28 +337,131 @@ def dist_hist(c: Ctx, field: str):
         assert x["hist"] == log_hist(vals[x["step"]], edges), f"{field} step {x['step']} histogram"
 
 
+def truncated_raw(c: Ctx) -> dict[int, np.ndarray] | None:
+    """Per step, which samples are truncated by the one definition, from the raw rows:
+    the recorded stop reason where a row has one; else at the cap (recorded in the files,
+    else the longest response when at least two samples reach it); None when unknown."""
+    rows = c.raw.samples
+    recorded = [s for s in rows if "truncated" in s]
+    cap = c.raw.max_response_len
+    if cap is None and not recorded:
+        top = max(s["response"] for s in rows)
+        cap = top if sum(s["response"] == top for s in rows) >= 2 else None
+    if cap is None and not recorded:
+        return None
+    out = defaultdict(list)
+    for s in rows:
+        out[s["step"]].append(s["truncated"] if "truncated" in s else (cap is not None and s["response"] >= cap))
+    return {k: np.asarray(v, dtype=bool) for k, v in out.items()}
+
+
 def dist_tail(c: Ctx):
     r = c.raw.by_step("response")
+    flags = truncated_raw(c)
     payload = c.summaries("response")
-    cap = payload["max_response_len"]
+    assert (payload["truncation"]["basis"] is None) == (flags is None), payload["truncation"]
     for x in payload["steps"]:
         v = r[x["step"]]
         close(x["tail_ratio"], v.max() / v.mean(), f"step {x['step']} tail ratio")
-        close(x["truncation_rate"], float((v >= cap).mean()) if cap else None, f"step {x['step']} at-cap share")
+        want = None if flags is None else float(flags[x["step"]].mean())
+        close(x["truncation_rate"], want, f"step {x['step']} truncated share")
 
 
-def dist_truncation_flag(c: Ctx):
-    flags = defaultdict(list)
-    for t in c.raw.trajectories:
-        flags[t["step"]].append(t["finish_reason"] == "length")
-    at_cap = defaultdict(list)
-    for t in c.raw.trajectories:
-        at_cap[t["step"]].append(t["final_response_len"] >= t["max_response_len"])
-    payload = c.summaries("response")
-    assert payload["max_response_len"] == c.raw.max_response_len
-    for x in payload["steps"]:
-        close(x["truncation_rate_flag"], float(np.mean(flags[x["step"]])), f"step {x['step']} engine stop share")
-        close(x["truncation_rate"], float(np.mean(at_cap[x["step"]])), f"step {x['step']} at-cap share")
+def task_percentiles(c: Ctx):
+    """Per task and step: percentiles and truncated share of that task's samples."""
+    flags = truncated_raw(c)
+    for task in c.trace["tasks"]:
+        payload = c.get(f"/summaries?field=response&task={task}")
+        rows = [(i, s) for i, s in enumerate(c.raw.samples) if s.get("task") == task]
+        for x in payload["steps"]:
+            v = np.asarray([s["response"] for _i, s in rows if s["step"] == x["step"]], dtype=np.float64)
+            assert x["count"] == len(v), f"{task} step {x['step']} count"
+            for q in (50, 90, 99):
+                close(x[f"p{q}"], float(np.percentile(v, q)), f"{task} step {x['step']} p{q}")
+            if flags is not None:
+                step_rows = [s for s in c.raw.samples if s["step"] == x["step"]]
+                mine = [f for f, s in zip(flags[x["step"]], step_rows) if s.get("task") == task]
+                close(x["truncation_rate"], float(np.mean(mine)), f"{task} step {x['step']} truncated share")
+
+
+STAGE_KEYS = {"t_gen": "timing_s/gen", "t_update_actor": "timing_s/update_actor", "t_step": "timing_s/step"}
+
+
+def stage_seconds(c: Ctx):
+    steps = {s["step"]: s for s in c.get("/steps")["items"]}
+    for step, data in c.raw.log.items():
+        for col, key in STAGE_KEYS.items():
+            if key in data:
+                close(steps[step][col], data[key], f"step {step} {col}")
+
+
+# samples -----------------------------------------------------------------
+
+
+def samples_total(c: Ctx):
+    counts = {k: len(v) for k, v in c.raw.by_step("response").items()}
+    for step, n in counts.items():
+        page = c.get(f"/samples?step={step}&limit=1")
+        assert page["total"] == n and not page["total_is_lower_bound"], f"step {step}: {page['total']} != {n}"
+
+
+def samples_truncated(c: Ctx):
+    """The truncated filter and column count what the summaries count, by the definition."""
+    flags = truncated_raw(c)
+    for step, f in (flags or {}).items():
+        got = c.get(f"/samples?step={step}&truncated=true&limit=1")["total"]
+        assert got == int(f.sum()), f"step {step}: filter {got}, raw {int(f.sum())}"
+        rest = c.get(f"/samples?step={step}&truncated=false&limit=1")
+        n = int((~f).sum())  # counted up to SAMPLE_COUNT_CAP (2,000), then a lower bound
+        assert (rest["total"], rest["total_is_lower_bound"]) == (min(n, 2000), n > 2000), f"step {step}: {rest}, {n}"
+        shown = c.get(f"/samples?step={step}&sort=response_len&order=desc&limit=50")["items"]
+        assert all(isinstance(x["truncated"], bool) for x in shown), "the column says yes or no"
+    if flags is None:
+        step = c.raw.steps[0]
+        assert c.get(f"/samples?step={step}&limit=1")["items"][0]["truncated"] is None
+
+
+def samples_sorted(c: Ctx):
+    """A step's first page, longest first: the raw top lengths in order, with their ranks."""
+    step = c.raw.steps[-1]
+    rows = sorted((s for s in c.raw.samples if s["step"] == step), key=lambda s: -s["response"])[:50]
+    page = c.get(f"/samples?step={step}&sort=response_len&order=desc&limit=50")["items"]
+    assert [x["response_len"] for x in page] == [s["response"] for s in rows]
+    if rows[0]["dp_rank"] is not None:
+        by_len = defaultdict(set)
+        for s in c.raw.samples:
+            if s["step"] == step:
+                by_len[s["response"]].add(s["dp_rank"])
+        assert all(x["dp_rank"] in by_len[x["response_len"]] for x in page)
+
+
+def req_timeline(c: Ctx):
+    """Per trajectory: engine seconds then tool seconds, back to back (end = the sum)."""
+    step = c.raw.steps[0]
+    want = sorted(
+        sum(t["engine_latency_s"] for t in tr["turns"]) + sum(x["latency_s"] for x in tr["tool_calls"])
+        for tr in c.raw.trajectories
+        if tr["step"] == step
+    )
+    got = [x["end_s"] for x in c.get(f"/steps/{step}/trajectories")["items"]]
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        close(g, w, f"step {step} trajectory end", rel=1e-9)
+
+
+def turns_of(c: Ctx):
+    """One trajectory's turns: engine latency, tool seconds after the turn, cached / new prompt tokens."""
+    tr = max((t for t in c.raw.trajectories if t["step"] == c.raw.steps[0]), key=lambda t: len(t["turns"]))
+    got = c.get(f"/samples/{tr['step']}/{tr['prompt_group_id']}/{tr['sample_id']}/turns")["items"]
+    assert [x["turn"] for x in got] == [t["turn"] for t in tr["turns"]]
+    for x, t in zip(got, tr["turns"]):
+        close(x["engine_latency_s"], t["engine_latency_s"], f"turn {t['turn']} engine")
+        tools = [cl["latency_s"] for cl in tr["tool_calls"] if cl["turn"] == t["turn"]]
+        close(x["tool_latency_s"], sum(tools) if tools else None, f"turn {t['turn']} tools")
+        assert (x["cached_tokens"], x["new_prompt_tokens"]) == (
+            t["cached_tokens"],
+            t["prompt_tokens"] - t["cached_tokens"],
+        )
 
 
 def lt_idle(c: Ctx):
@@ -361,10 +486,13 @@ def lt_tail_seconds(c: Ctx):
     """Measured times (multi-turn): the tail in seconds; token traces without a measured
     t_gen: no seconds at all (the fixtures have none)."""
     for e in c.result("longtail")["steps"]:
+        t_gen = c.raw.log.get(e["step"], {}).get("timing_s/gen")
         if c.raw.trajectories:
             ts = sorted(s["time"] for s in c.raw.samples if s["step"] == e["step"])
             k = max(math.ceil(0.9 * len(ts) - 1e-9), 1)
             close(e["tail_seconds"], ts[-1] - ts[k - 1], f"step {e['step']} tail seconds")
+        elif t_gen is not None:  # the logged rollout seconds spread over the token model
+            close(e["tail_seconds"], longtail_raw(c)[e["step"]]["tail_time_share"] * t_gen, f"step {e['step']} tail s")
         else:
             assert e["tail_seconds"] is None and e["t_gen"] is None
 
@@ -654,20 +782,21 @@ def applies(c: Ctx, need: str) -> bool:
     }[need]
 
 
-# page -> [(figure, needs, check or None, why missing)]
+# page -> [(figure, the ids it is shown under, needs, check or None, why missing)]
 PAGES = {
     "Overview": [
-        ("card Steps", SAMPLES, ov_steps, ""),
-        ("card Samples (turns, tool calls)", SAMPLES, ov_samples, ""),
-        ("card Tokens", SAMPLES, ov_tokens, ""),
-        ("card Tail ratio (median max/mean)", SAMPLES, ov_tail, ""),
-        ("card DP imbalance (mean max/mean)", PACKED_ONLY, ov_imbalance, ""),
-        ("card DP imbalance hint: best split saves", PACKED_ONLY, ov_best_saved, ""),
-        ("card Idle share (rollout)", SAMPLES, ov_idle, ""),
-        ("overview-lengths p50/p90/p99/max per step", SAMPLES, ov_lengths, ""),
-        ("overview-stage-time measured stage seconds", STAGES, None, "no fixture has verl stage timings"),
+        ("card Steps", ("card-steps",), SAMPLES, ov_steps, ""),
+        ("card Samples (turns, tool calls)", ("card-samples",), SAMPLES, ov_samples, ""),
+        ("card Tokens", ("card-tokens",), SAMPLES, ov_tokens, ""),
+        ("card Tail ratio (median max/mean)", ("card-tail",), SAMPLES, ov_tail, ""),
+        ("card DP imbalance (mean max/mean)", ("card-imbalance",), PACKED_ONLY, ov_imbalance, ""),
+        ("card DP imbalance hint: best split saves", ("card-imbalance",), PACKED_ONLY, ov_best_saved, ""),
+        ("card Idle share (rollout)", ("card-idle", "overview-cards"), SAMPLES, ov_idle, ""),
+        ("overview-lengths p50/p90/p99/max per step", ("overview-lengths",), SAMPLES, ov_lengths, ""),
+        ("overview-stage-time measured stage seconds", ("overview-stage-time",), STAGES, stage_seconds, ""),
         (
             "card Tokens trained on + overview-data-efficiency",
+            ("card-data-efficiency", "overview-data-efficiency"),
             DAPO,
             dapo_cards,
             "",
@@ -676,50 +805,84 @@ PAGES = {
     "Distributions": [
         (
             "dist-box / dist-percentiles response percentiles per step",
+            ("dist-box", "dist-percentiles"),
             SAMPLES,
             lambda c: dist_percentiles(c, "response"),
             "",
         ),
-        ("dist-box prompt percentiles per step", SAMPLES, lambda c: dist_percentiles(c, "prompt"), ""),
-        ("dist-box total percentiles per step", SAMPLES, lambda c: dist_percentiles(c, "total"), ""),
-        ("dist-heatmap / dist-cdf response histogram", SAMPLES, lambda c: dist_hist(c, "response"), ""),
-        ("dist-heatmap / dist-cdf prompt histogram", SAMPLES, lambda c: dist_hist(c, "prompt"), ""),
-        ("dist-heatmap / dist-cdf total histogram", SAMPLES, lambda c: dist_hist(c, "total"), ""),
-        ("per-task views (task selector)", TASKS, None, "no fixture has task ids"),
-        ("dist-tail max/mean and at-cap share", SAMPLES, dist_tail, ""),
-        ("dist-tail engine stop reason share", MULTI_ONLY, dist_truncation_flag, ""),
-        ("longtail-idle per step", SAMPLES, lt_idle, ""),
-        ("longtail-finish per step (+ tie flag)", SAMPLES, lt_finish, ""),
-        ("longtail-engines per engine", SAMPLES, lt_engines, ""),
-        ("longtail-finish tail seconds (hover)", SAMPLES, lt_tail_seconds, ""),
+        ("dist-box prompt percentiles per step", ("dist-box",), SAMPLES, lambda c: dist_percentiles(c, "prompt"), ""),
+        ("dist-box total percentiles per step", ("dist-box",), SAMPLES, lambda c: dist_percentiles(c, "total"), ""),
+        (
+            "dist-heatmap / dist-cdf response histogram",
+            ("dist-heatmap", "dist-cdf"),
+            SAMPLES,
+            lambda c: dist_hist(c, "response"),
+            "",
+        ),
+        ("dist-heatmap / dist-cdf prompt histogram", ("dist-heatmap",), SAMPLES, lambda c: dist_hist(c, "prompt"), ""),
+        ("dist-heatmap / dist-cdf total histogram", ("dist-heatmap",), SAMPLES, lambda c: dist_hist(c, "total"), ""),
+        ("per-task views (task selector)", ("dist-box", "dist-percentiles"), TASKS, task_percentiles, ""),
+        ("dist-tail max/mean and truncated share", ("dist-tail",), SAMPLES, dist_tail, ""),
+        ("longtail-idle per step", ("longtail-idle",), SAMPLES, lt_idle, ""),
+        ("longtail-finish per step (+ tie flag)", ("longtail-finish",), SAMPLES, lt_finish, ""),
+        ("longtail-engines per engine", ("longtail-engines",), SAMPLES, lt_engines, ""),
+        ("longtail-finish tail seconds (hover)", ("longtail-finish",), SAMPLES, lt_tail_seconds, ""),
     ],
     "Imbalance": [
-        ("imb-heatmap recorded load per rank", PACKED_ONLY, imb_heatmap, ""),
-        ("imb-ratio recorded max/mean, max/min (+ card)", PACKED_ONLY, imb_ratio_recorded, ""),
-        ("imb-ratio LPT", PACKED_ONLY, imb_ratio_lpt, ""),
-        ("card LPT whole-run", PACKED_ONLY, imb_lpt_card, ""),
-        ("imb-ratio Karmarkar-Karp", PACKED_ONLY, imb_ratio_kk, ""),
-        ("card KK whole-run", PACKED_ONLY, imb_kk_card, ""),
-        ("imb-saving / card Balancing saves (best split)", PACKED_ONLY, imb_saving, ""),
-        ("imb-saving bounds (>= 0, >= LPT, <= lower bound)", PACKED_ONLY, imb_saving_bounds, ""),
+        ("imb-heatmap recorded load per rank", ("imb-heatmap", "card DP ranks"), PACKED_ONLY, imb_heatmap, ""),
+        (
+            "imb-ratio recorded max/mean, max/min (+ card)",
+            ("imb-ratio", "imb-cards", "card Max / mean", "card Max / min"),
+            PACKED_ONLY,
+            imb_ratio_recorded,
+            "",
+        ),
+        ("imb-ratio LPT", ("imb-ratio",), PACKED_ONLY, imb_ratio_lpt, ""),
+        ("card LPT whole-run", ("card LPT",), PACKED_ONLY, imb_lpt_card, ""),
+        ("imb-ratio Karmarkar-Karp", ("imb-ratio",), PACKED_ONLY, imb_ratio_kk, ""),
+        ("card KK whole-run", ("imb-kk-saved",), PACKED_ONLY, imb_kk_card, ""),
+        ("imb-saving / card Balancing saves (best split)", ("imb-saving", "imb-saved"), PACKED_ONLY, imb_saving, ""),
+        ("imb-saving bounds (>= 0, >= LPT, <= lower bound)", ("imb-saving",), PACKED_ONLY, imb_saving_bounds, ""),
     ],
     "Multi-turn & reward": [
-        ("mt-counts turns / tool calls histograms", MULTI_ONLY, mt_counts, ""),
-        ("mt-steps turns / tool calls per step", MULTI_ONLY, mt_steps, ""),
-        ("mt-cache prefix-cache hit rate", MULTI_ONLY, mt_cache, ""),
-        ("mt-context context growth by turn", MULTI_ONLY, mt_context, ""),
-        ("mt-latency fit", MULTI_ONLY, mt_latency_fit, ""),
-        ("mt-latency binned means", MULTI_ONLY, mt_latency_bins, ""),
-        ("lat-tools tool latency per step", MULTI_ONLY, lat_tools, ""),
-        ("lat-reward reward seconds per step", REWARD_ONLY, lat_reward, ""),
-        ("lat-reward-ranks reward per rank", REWARD_ONLY, lat_ranks, ""),
+        ("mt-counts turns / tool calls histograms", ("mt-counts",), MULTI_ONLY, mt_counts, ""),
+        ("mt-steps turns / tool calls per step", ("mt-steps",), MULTI_ONLY, mt_steps, ""),
+        ("mt-cache prefix-cache hit rate", ("mt-cache",), MULTI_ONLY, mt_cache, ""),
+        ("mt-context context growth by turn", ("mt-context",), MULTI_ONLY, mt_context, ""),
+        ("mt-latency fit", ("mt-latency",), MULTI_ONLY, mt_latency_fit, ""),
+        ("mt-latency binned means", ("mt-latency",), MULTI_ONLY, mt_latency_bins, ""),
+        ("lat-tools tool latency per step", ("lat-tools",), MULTI_ONLY, lat_tools, ""),
+        ("lat-reward reward seconds per step", ("lat-reward",), REWARD_ONLY, lat_reward, ""),
+        ("lat-reward-ranks reward per rank", ("lat-reward-ranks",), REWARD_ONLY, lat_ranks, ""),
     ],
+    "Samples": [
+        ("samples-total: samples per step", ("samples-total",), SAMPLES, samples_total, ""),
+        ("samples-table truncated column and filter, per step", ("samples-table",), SAMPLES, samples_truncated, ""),
+        ("samples-table sorted longest first (lengths, ranks)", ("samples-table",), SAMPLES, samples_sorted, ""),
+        ("request-timeline: engine + tool seconds per trajectory", ("request-timeline",), MULTI_ONLY, req_timeline, ""),
+        ("sample-turns / sample-tokens of a trajectory", ("sample-turns", "sample-tokens"), MULTI_ONLY, turns_of, ""),
+    ],
+}
+# the page module that shows each page's figures (their ids are checked against the rows above)
+PAGE_MODULES = {
+    "Overview": "trace_overview",
+    "Distributions": "distributions",
+    "Imbalance": "imbalance",
+    "Multi-turn & reward": "multiturn",
+    "Samples": "samples",
+    "Compare": "compare",
+    "Simulate": "simulate",
+}
+# cards a page builds from a pure builder: (module, id prefix)
+CARD_BUILDERS = {
+    "Overview": ("dashboard/views/overview.py", "card-"),
+    "Simulate": ("dashboard/figures/simulation.py", "card-sim-"),
 }
 
 
-def run_table(c: Ctx) -> None:
-    for page, rows in PAGES.items():
-        for figure, need, check, why in rows:
+def run_table(c: Ctx, pages: dict | None = None) -> None:
+    for page, rows in (pages or PAGES).items():
+        for figure, _ids, need, check, why in rows:
             key = (c.name, page, figure)
             if not applies(c, need):
                 AUDIT[key] = "n/a"
@@ -823,6 +986,15 @@ def hta_per_rank(paths: list[Path]) -> dict:
     return out
 
 
+# the Overview's figures of a Kineto trace (checked in test_kineto_overview_figures)
+KINETO_ROWS = [
+    ("card Steps (= ProfilerStep windows, list and overview)", ("card-steps",)),
+    ("card Samples hint: GPU events", ("card-samples",)),
+    ("overview-gpu temporal breakdown per rank (HTA reference)", ("overview-gpu",)),
+    ("card Idle share (GPU, HTA reference)", ("card-idle",)),
+]
+
+
 @SQLITE
 def test_kineto_overview_figures(api, audit_worker, shared_fixtures):
     paths = [shared_fixtures / "kineto" / n for n in KINETO]
@@ -858,6 +1030,7 @@ def test_kineto_overview_figures(api, audit_worker, shared_fixtures):
             abs_=0.5,
         ),
     }
+    assert list(checks) == [figure for figure, _ids in KINETO_ROWS]
     before = len(FAILURES)
     for figure, check in checks.items():
         try:
@@ -867,6 +1040,368 @@ def test_kineto_overview_figures(api, audit_worker, shared_fixtures):
             AUDIT[(name, "Overview", figure)] = "FAILED"
             FAILURES.append(f"{name} / Overview / {figure}: {str(exc).splitlines()[0]}")
     assert FAILURES[before:] == []
+
+
+def record(name: str, page: str, figure: str, check) -> None:
+    """Run one check of a figure outside the per-fixture table and note the outcome."""
+    try:
+        check()
+        AUDIT[(name, page, figure)] = "audited"
+    except AssertionError as exc:
+        AUDIT[(name, page, figure)] = "FAILED"
+        FAILURES.append(f"{name} / {page} / {figure}: {str(exc).splitlines()[0]}")
+
+
+def native_run(folder: Path) -> Path:
+    """A native CSV run with tasks, per-sample stop reasons on some rows and a verl metric
+    log (stage timings): the figures the PolyTrace fixtures cannot show."""
+    rng = np.random.default_rng(7)
+    folder.mkdir(parents=True, exist_ok=True)
+    lines = ["step,group_idx,sample_idx,prompt_len,response_len,task,truncated,dp_rank"]
+    for step in range(4):
+        for g in range(12):
+            task = ("math", "code")[g % 2]
+            for i in range(4):
+                length = 2048 if rng.random() < 0.08 else int(rng.lognormal(6, 0.8)) + 1
+                # the stop reason: for length at the cap, except where the response ended there
+                flag = "true" if length >= 2048 and (g + i) % 3 else "false"
+                lines.append(f"{step},{g},{i},{int(rng.integers(50, 400))},{length},{task},{flag},{g % 4}")
+    (folder / "samples.csv").write_text("\n".join(lines) + "\n")
+    log = [{"step": s, "data": {"timing_s/gen": 30.0 + s, "timing_s/update_actor": 9.5, "timing_s/step": 45.0 + 2 * s}}
+           for s in range(4)]  # fmt: skip
+    (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in log))
+    return folder
+
+
+@SQLITE
+def test_every_figure_of_a_native_run_with_tasks_and_stage_timings(api, audit_worker, tmp_path):
+    folder = native_run(tmp_path / "native_tasks")
+    files = [("files", (p.name, p.read_bytes(), "application/octet-stream")) for p in sorted(folder.iterdir())]
+    r = api.post("/api/v1/traces", files=files, data={"max_response_len": "2048"})
+    assert r.status_code == 201, r.text
+    trace = api.get(f"/api/v1/traces/{r.json()['id']}").json()
+    raw = Raw(folder)
+    raw.max_response_len = 2048  # given at upload
+    c = Ctx("synthetic native run (tasks, stage timings)", raw, trace, api, results_of(api, trace["id"]), folder)
+    before = len(FAILURES)
+    run_table(c)
+    assert FAILURES[before:] == []
+    assert AUDIT[(c.name, "Distributions", "per-task views (task selector)")] == "audited"
+    assert AUDIT[(c.name, "Overview", "overview-stage-time measured stage seconds")] == "audited"
+
+
+# compare ------------------------------------------------------------------
+
+
+def pooled_hist(c: Ctx, edges: np.ndarray) -> list[int]:
+    return log_hist(np.asarray([s["response"] for s in c.raw.samples], dtype=np.float64), edges)
+
+
+COMPARE = [
+    ("cmp-lengths: each trace's percentiles per step", ("cmp-lengths",), "pair"),
+    ("cmp-cdf: each trace's pooled histogram", ("cmp-cdf",), "pair"),
+    ("cmp-stages-a / -b: measured stage seconds", ("cmp-stages-a", "cmp-stages-b"), "stages"),
+    ("cmp-diff-*: kernel counts and times, ProfilerSteps paired", ("cmp-diff-chart", "cmp-diff-summary", "cmp-diff-table"), "kineto"),
+]  # fmt: skip
+
+
+def kineto_first_step_ops(path: Path) -> dict[str, int]:
+    """Op and kernel counts of a raw Kineto file's first ProfilerStep (HTA's default window),
+    by name, on the annotation's own rank: events starting inside the step's span."""
+    doc = json.loads(gzip.decompress(path.read_bytes()))
+    xs = [e for e in doc["traceEvents"] if e.get("ph") == "X" and "dur" in e]
+    steps = sorted((e for e in xs if str(e.get("name", "")).startswith("ProfilerStep#")), key=lambda e: e["ts"])
+    first = steps[0]
+    lo, hi = first["ts"], first["ts"] + first["dur"]
+    counts: dict[str, int] = defaultdict(int)
+    for e in xs:
+        if lo <= e["ts"] < hi:
+            counts[e["name"]] += 1
+    return counts
+
+
+@SQLITE
+def test_compare_page_figures(api, audit_worker, shared_fixtures, tmp_path):
+    name = "compare: verl video vs verl DAPO; native run A vs B; Kineto rank 0 vs 1"
+    ctxs = []
+    for run in PACKED[:2]:
+        folder = shared_fixtures / "polytrace" / run
+        trace = upload(api, sorted(p for p in folder.iterdir() if p.is_file()))
+        ctxs.append(Ctx(run, Raw(folder), api.get(f"/api/v1/traces/{trace['id']}").json(), api, {}, folder))
+    a, b = ctxs
+
+    def lengths():
+        for c in (a, b):  # the page draws each trace's per-step percentiles from its summaries
+            dist_percentiles(c, "response", keys=(50, 90, 99))
+
+    def cdf():
+        for c in (a, b):
+            payload = c.summaries("response")
+            pooled = np.sum([x["hist"] for x in payload["steps"]], axis=0).tolist()
+            assert pooled == pooled_hist(c, np.asarray(payload["bin_edges"], dtype=np.float64))
+
+    natives = []
+    for i in range(2):
+        folder = native_run(tmp_path / f"cmp_native_{i}")
+        files = [("files", (p.name, p.read_bytes() + b"\n" * i, "text/plain")) for p in sorted(folder.iterdir())]
+        r = api.post("/api/v1/traces", files=files)
+        assert r.status_code == 201, r.text
+        natives.append(Ctx(f"native {i}", Raw(folder), r.json(), api, {}, folder))
+
+    def stages():
+        for c in natives:
+            stage_seconds(c)
+
+    kin = [upload(api, [shared_fixtures / "kineto" / n]) for n in KINETO]
+
+    def diff():
+        d = api.get(f"/api/v1/traces/{kin[0]['id']}/gpu-diff", params={"test_trace_id": kin[1]["id"]}).json()
+        want_a, want_b = (kineto_first_step_ops(shared_fixtures / "kineto" / n) for n in KINETO)
+        rows = d["rows"]
+        got = {n: (ca, cb) for n, ca, cb in zip(rows["name"], rows["control_counts"], rows["test_counts"])}
+        for n in set(want_a) | set(want_b):
+            if n.startswith("ProfilerStep#"):
+                continue
+            assert got.get(n) == (want_a.get(n, 0), want_b.get(n, 0)), f"{n}: {got.get(n)}"
+        paired = [n for n in rows["name"] if n.startswith("ProfilerStep#")]
+        assert len(paired) == 1 and (" / #" in paired[0] or paired[0] in want_a), paired  # one row, not deleted + added
+
+    before = len(FAILURES)
+    for (figure, _ids, _data), check in zip(COMPARE, [lengths, cdf, stages, diff], strict=True):
+        record(name, "Compare", figure, check)
+    assert FAILURES[before:] == []
+
+
+# simulate -----------------------------------------------------------------
+
+SIMULATE = [
+    ("sim-pred-vs-measured: measured rollout per step (raw trajectories)", ("sim-pred-vs-measured",)),
+    ("sim-accuracy-table / card: accuracy per step and mean over non-partial steps",
+     ("sim-accuracy-table", "card-sim-accuracy-rollout", "sim-cards")),
+    ("partial steps flagged (fewer trajectories than the median step's)", ("sim-pred-vs-measured",)),
+    ("card Speedup / sim-speedup: makespan A / B and the saving", ("card-sim-speedup", "sim-speedup")),
+    ("cards Time A / B and idle share; sim-idle by cause", ("card-sim-makespan-a", "card-sim-makespan-b", "sim-idle")),
+    ("sim-pred-vs-measured / sim-timeline: predicted rollout (token-by-token stepper)",
+     ("sim-pred-vs-measured", "sim-timeline")),
+]  # fmt: skip
+
+
+def wait_replay(api, body: dict) -> dict:
+    r = api.post("/api/v1/simulations", json=body)
+    assert r.status_code in (200, 202), r.text
+    job = wait_for_job(api, r.json()["id"], timeout=300)
+    assert job["status"] == "succeeded", job["error"]
+    return job
+
+
+@SQLITE
+def test_simulate_page_figures(api, audit_worker, shared_fixtures, tmp_path):
+    import importlib.util
+
+    name = "simulate: Search-R1 (measured), synthetic packed run (stepper)"
+    folder = shared_fixtures / "polytrace" / MULTI
+    trace = upload(api, sorted(p for p in folder.iterdir() if p.is_file()))
+    raw = Raw(folder)
+    body = {"trace_id": trace["id"], "cluster": {"gpu": "H100", "n_gpus": 8}, "model": "Qwen2.5-7B",
+            "policy": "sync", "compare_policy": "one_step_off", "uncertainty": False}  # fmt: skip
+    job = wait_replay(api, body)
+    res = job["result"]
+    acc = res["accuracy"]
+    by_step = traj_by_step(Ctx(MULTI, raw, trace, api, {}, folder))
+    measured = {
+        s: max(sum(t["engine_latency_s"] for t in tr["turns"]) + sum(x["latency_s"] for x in tr["tool_calls"])
+               for tr in ts)
+        for s, ts in by_step.items()
+    }  # fmt: skip
+    counts = {s: len(ts) for s, ts in by_step.items()}
+
+    def measured_rollout():
+        rows = [r for r in acc["steps"] if (r.get("rollout_s") or {}).get("measured") is not None]
+        assert rows
+        for r in rows:
+            close(r["rollout_s"]["measured"], measured[r["step"]], f"step {r['step']} measured rollout")
+
+    def accuracy():
+        rows = [r for r in acc["steps"] if (r.get("rollout_s") or {}).get("predicted") is not None]
+        for r in rows:
+            f = r["rollout_s"]
+            close(f["accuracy"], 1 - abs(f["predicted"] - f["measured"]) / f["measured"], f"step {r['step']} accuracy")
+        kept = [r["rollout_s"]["accuracy"] for r in rows if not r["partial"]]
+        close(acc["mean"]["rollout_s_accuracy"], float(np.mean(kept)) if kept else None, "mean accuracy")
+
+    def partial():
+        med = float(np.median(list(counts.values())))
+        want = sorted(s for s, n in counts.items() if n < 0.5 * med)
+        assert sorted(acc["partial_steps"]) == want == [5], (acc["partial_steps"], want)
+
+    def speedup():
+        total = res["compare"]["total"]
+        close(total["speedup"], res["a"]["makespan_s"] / res["b"]["makespan_s"], "speedup")
+        close(total["saved_s"], res["a"]["makespan_s"] - res["b"]["makespan_s"], "saved seconds")
+        for r in res["compare"]["per_step"]:
+            close(r["speedup"], r["time_a_s"] / r["time_b_s"], f"step {r['step']} speedup")
+
+    def makespans():
+        for key in ("a", "b"):
+            sim = res[key]
+            idle = sum(sim["idle_gpu_s"].values())
+            close(sum(sum(s["idle_gpu_s"].values()) for s in sim["steps"]), idle, f"{key} idle by cause", rel=1e-6)
+            close(sim["idle_fraction"], idle / (sim["n_gpus"] * sim["makespan_s"]), f"{key} idle share", rel=1e-6)
+
+    # predicted rollout against the token-by-token reference stepper (bench/simulator.py),
+    # on a small synthetic run the stepper replays in well under a second
+    spec = importlib.util.spec_from_file_location("bench_simulator", ROOT_DIR / "bench" / "simulator.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    small = tmp_path / "small"
+    small.mkdir()
+    rows = [{"step": s, "rank": 0, "dp_rank": g % 2, "tp_rank": 0, "local_index": g, "input": 40 + 7 * g,
+             "output": [20 + (11 * g + 5 * i + 3 * s) % 90 for i in range(4)], "n_sampling": 4, "validate": False}
+            for s in range(2) for g in range(8)]  # fmt: skip
+    for s in range(2):
+        (small / f"packed_lengths_step_{s}.jsonl").write_text(
+            "".join(json.dumps(r) + "\n" for r in rows if r["step"] == s)
+        )
+    small_trace = upload(api, sorted(small.iterdir()))
+    replay = wait_replay(api, {"trace_id": small_trace["id"], "cluster": {"gpu": "H100", "n_gpus": 2},
+                               "model": "Qwen2.5-7B", "policy": "sync", "calibrate": False})  # fmt: skip
+
+    def stepper():
+        from core.simulator import ClusterConfig, EngineLimits, ModelConfig, Policy, workload_from_columns
+        from core.simulator.policies.base import Env
+        from core.simulator.predictor import roofline_coefficients
+
+        # the files' samples in their order: a step's groups by line, a group's samples by position
+        flat = [(r["step"], g, i, r["input"], o, r["dp_rank"]) for s in range(2)
+                for g, r in enumerate(x for x in rows if x["step"] == s) for i, o in enumerate(r["output"])]  # fmt: skip
+        names = ("step", "group_idx", "sample_idx", "prompt_len", "response_len", "dp_rank")
+        steps = workload_from_columns({k: np.asarray(v) for k, v in zip(names, zip(*flat))})
+        p = replay["params"]  # the configuration the replay resolved (layout from the GPU budget)
+        cluster, model = ClusterConfig.from_dict(p["cluster"]), ModelConfig.from_dict(p["model"])
+        limits = EngineLimits.from_dict(p["limits"])
+        env = Env(cluster, model, limits, Policy(kind="sync"), roofline_coefficients(cluster, model),
+                  limits.kv_capacity(cluster, model))  # fmt: skip
+        got = {s["step"]: s["stages"]["rollout"] for s in replay["result"]["a"]["steps"]}
+        for w in steps:
+            close(got[w.step], bench.stepper_rollout(env, w), f"step {w.step} predicted rollout", rel=1e-6)
+
+    before = len(FAILURES)
+    checks = [measured_rollout, accuracy, partial, speedup, makespans, stepper]
+    for (figure, _ids), check in zip(SIMULATE, checks, strict=True):
+        record(name, "Simulate", figure, check)
+    assert FAILURES[before:] == []
+
+
+# live ---------------------------------------------------------------------
+
+LIVE = [
+    ("trace-live-steps: steps so far, after each attached step", ("trace-live-steps",)),
+    ("overview cards on a live trace: the re-run long-tail idle share after each step", ("card-idle",)),
+]
+
+
+@SQLITE
+def test_live_page_figures(api, audit_worker, shared_fixtures):
+    """A live trace (POST /traces/live) growing a step at a time: what its pages show after
+    each attach is the raw files' so far, once the re-run analyses finish."""
+    name = "live: verl DAPO, a step at a time"
+    folder = shared_fixtures / "polytrace" / PACKED[1]
+    files = step_files(folder, "packed_lengths")[:3]
+    live = api.post("/api/v1/traces/live", json={"name": "audit live"}).json()
+    assert live["live"] is True
+
+    def grows():
+        for i, path in enumerate(files):
+            r = api.post(f"/api/v1/traces/{live['id']}/files",
+                         files=[("files", (path.name, path.read_bytes(), "text/plain"))])  # fmt: skip
+            assert r.status_code == 201, r.text
+            t = api.get(f"/api/v1/traces/{live['id']}").json()
+            assert t["n_steps"] == i + 1 and t["live"], t
+            sofar = Raw.__new__(Raw)
+            sofar.__dict__.update(Raw(folder).__dict__)
+            steps = {int(p.stem.rsplit("_", 1)[1]) for p in files[: i + 1]}
+            sofar.samples = [s for s in sofar.samples if s["step"] in steps]
+            sofar.steps = sorted(steps)
+            c = Ctx("live", sofar, t, api, {}, folder)
+            jobs = [
+                j for j in api.get(f"/api/v1/traces/{live['id']}/analyses").json()["items"] if j["kind"] == "longtail"
+            ]
+            newest = wait_for_job(api, max(j["id"] for j in jobs))
+            assert newest["status"] == "succeeded", newest["error"]
+            c.results = {"longtail": newest["result"]}
+            ov_idle(c)
+
+    record(name, "Live", LIVE[0][0], grows)
+    AUDIT[(name, "Live", LIVE[1][0])] = AUDIT[(name, "Live", LIVE[0][0])]  # the same pass checks both
+    api.post(f"/api/v1/traces/{live['id']}/close")
+    assert not [f for f in FAILURES if f.startswith(name)]
+
+
+# the list against the pages ----------------------------------------------------
+
+
+def _calls(tree) -> list:
+    return [n for n in ast.walk(tree) if isinstance(n, ast.Call)]
+
+
+def _name(call) -> str:
+    return call.func.attr if isinstance(call.func, ast.Attribute) else getattr(call.func, "id", "")
+
+
+FIGURE_ID = re.compile(r".*-(table|total|cards|summary)$")
+
+
+def page_figure_ids(page: str) -> set[str]:
+    """The figures a page shows, read from its own module: chart ids (graph(...),
+    dcc.Graph(id=...)), tables and card containers by id, cards by card_id (else
+    "card <label>"), and the cards its pure builder makes ("<prefix><key>")."""
+    tree = ast.parse((ROOT_DIR / "dashboard" / "pages" / f"{PAGE_MODULES[page]}.py").read_text())
+    out: set[str] = set()
+    for call in _calls(tree):
+        name = _name(call)
+        if name == "graph" and call.args and isinstance(call.args[0], ast.Constant):
+            out.add(call.args[0].value)
+        kw = {k.arg: k.value.value for k in call.keywords if isinstance(k.value, ast.Constant)}
+        if name == "card":
+            if "card_id" in kw:
+                out.add(kw["card_id"])
+            elif call.args and isinstance(call.args[0], ast.Constant):
+                out.add(f"card {call.args[0].value}")
+        elif isinstance(kw.get("id"), str) and (name == "Graph" or FIGURE_ID.match(kw["id"])):
+            out.add(kw["id"])
+    if page in CARD_BUILDERS:
+        module, prefix = CARD_BUILDERS[page]
+        for call in _calls(ast.parse((ROOT_DIR / module).read_text())):
+            if _name(call) == "Card" and call.args and isinstance(call.args[0], ast.Constant):
+                out.add(prefix + call.args[0].value)
+        for node in ast.walk(ast.parse((ROOT_DIR / module).read_text())):
+            if isinstance(node, ast.Dict):
+                for k, v in zip(node.keys, node.values):
+                    if isinstance(k, ast.Constant) and k.value == "key" and isinstance(v, ast.Constant):
+                        out.add(prefix + v.value)
+    return out
+
+
+def audited_ids() -> dict[str, set[str]]:
+    out: dict[str, set[str]] = defaultdict(set)
+    for page, rows in PAGES.items():
+        for _figure, ids, _need, check, _why in rows:
+            if check is not None:
+                out[page].update(ids)
+    for page, rows in (("Compare", COMPARE), ("Simulate", SIMULATE), ("Live", LIVE), ("Overview", KINETO_ROWS)):
+        for row in rows:
+            out[page].update(row[1])
+    return out
+
+
+def test_the_list_covers_every_figure_the_pages_show():
+    """Every chart, card and figure table of the audited pages is in the list above with a
+    recomputation (a page's new figure fails here until it gets one)."""
+    covered = audited_ids()
+    missing = {page: sorted(page_figure_ids(page) - covered[page]) for page in PAGE_MODULES}
+    assert {p: m for p, m in missing.items() if m} == {}
+    stale = {page: sorted(covered[page] - page_figure_ids(page)) for page in PAGE_MODULES}
+    assert {p: m for p, m in stale.items() if m} == {}  # no row names a figure its page lost
 
 
 def audit_counts() -> dict[str, int]:
@@ -899,3 +1434,5 @@ def test_zz_audit_counts(capsys):
     counts = audit_counts()
     assert counts["failed"] == 0, FAILURES
     assert counts["audited"] > 0
+    # a figure shown without an independent recomputation fails the audit
+    assert counts["missing"] == 0, [k for k, v in AUDIT.items() if v.startswith("missing")]

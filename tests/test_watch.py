@@ -187,8 +187,16 @@ def test_client_logs_steps_and_closes(live_server):
 
     with Client(live_server["base"], live_server["key"], name="trainer") as client:
         for step in range(4):
-            client.log(step, {"timing_s/step": 1.5 * step, "actor/loss": 2.0 - step, "bad": float("nan")})
+            client.log(step, {"timing_s/step": 1.5 * step, "actor/loss": 2.0 - step})
         client.log(3, {"timing_s/step": 4.5, "actor/loss": -1.0})  # the same step again: no duplicate
+        # NaN, text and nothing at all are refused by name, before anything is sent
+        for bad, named in (({"bad": float("nan")}, "'bad'"), ({"lr": "1e-6"}, "'lr'"), ({}, "no metrics")):
+            with pytest.raises(ValueError, match=named):
+                client.log(4, bad)
+        raw = client._http.post(
+            f"/traces/{client.trace_id}/steps", json={"steps": [{"step": 4, "metrics": {"x": "a"}}]}
+        )
+        assert raw.status_code == 422 and "x" in str(raw.json()["detail"]["field"])
         trace = client.get_trace()
         assert trace["live"] and trace["n_steps"] == 4
         tid = client.trace_id

@@ -21,6 +21,7 @@ from backend.api.routes import (
     workloads,
 )
 from backend.api.security import SecurityHeaders, install_docs
+from backend.jobs.analyses import ANALYSIS_KINDS
 from backend.settings import get_settings
 
 API_PREFIX = "/api/v1"
@@ -30,8 +31,9 @@ def create_app() -> FastAPI:
     app = FastAPI(
         title="RLVR Explorer",
         version="0.1.0",
-        description="Explore RLVR training traces: length distributions, GPU idle time, "
-        "DP load imbalance, reward and tool latency, and what-if replays.",
+        description="Explore RLVR training traces: length distributions and truncation, the rollout long tail, "
+        "DP load imbalance, reward and tool latency, multi-turn rollouts, DAPO data efficiency, the GPU "
+        f"timeline, and what-if replays. Analyses: {', '.join(ANALYSIS_KINDS)}.",
         openapi_url=f"{API_PREFIX}/openapi.json",
         docs_url=None,  # served by install_docs with the app's own assets
         redoc_url=None,

@@ -61,6 +61,7 @@ class TraceOut(BaseModel):
     n_gpu_events: int
     size_bytes: int
     max_response_len: int | None
+    truncation: TruncationOut | None = None  # traces with samples
     tasks: list[str] = []
     metadata: dict[str, Any] = Field(default_factory=dict, validation_alias="meta")
     created_at: UtcDatetime
@@ -142,12 +143,22 @@ class StepStats(BaseModel):
     tail_ratio: float | None = None
     skewness: float | None = None
     truncation_rate: float | None = Field(
-        None, description="share of samples whose response reached the cap (max_response_len)"
-    )
-    truncation_rate_flag: float | None = Field(
-        None, description="share flagged truncated by the trace (multi-turn: engine stop reason 'length')"
+        None,
+        description="share of truncated samples: the engine stopped for length where the trace records its stop"
+        " reason, else the response reached the cap (`truncation` says which; None: unknown)",
     )
     hist: list[int] = []
+
+
+class TruncationOut(BaseModel):
+    """What "truncated" means for this trace: the same samples in summaries, the samples
+    filter and every figure."""
+
+    basis: str | None = Field(description="stop_reason (recorded per sample), cap, or None (unknown)")
+    stop_reason: bool
+    cap: int | None
+    cap_source: str | None = Field(description="given (at upload), recorded (in the files), inferred")
+    definition: str
 
 
 class SummaryOut(BaseModel):
@@ -155,6 +166,7 @@ class SummaryOut(BaseModel):
     task: str | None
     tasks: list[str]
     max_response_len: int | None
+    truncation: TruncationOut
     bin_edges: list[int]
     steps: list[StepStats]
 

@@ -73,3 +73,30 @@ KNOWN_UNUSED = (
         "W&B offline run (not read: only the wandb package reads it; `wandb sync` it and export the history as CSV/Parquet)",
     ),
 )
+
+# Which files carry a table, or a sample column not every format has: what to upload when
+# an analysis lacks its data (`files_carrying`). Keys: "table.column", else "table".
+CARRIED_BY = {
+    "samples.dp_rank": "packed_lengths_step_N.jsonl (PolyTrace, a dp_rank per prompt group) "
+    "or a native CSV/JSONL/Parquet with a dp_rank column",
+    "samples.filter_mark": "verl DAPO's dapo_filter_indices.jsonl beside the packed_lengths_step_N.jsonl files",
+    "samples.num_turns": "a native CSV/JSONL/Parquet with a num_turns column",
+    "samples": "per-step lengths: packed_lengths_step_N.jsonl or multiturn_workload_step_N.jsonl (PolyTrace), "
+    "a PolyTrace compact JSON, or a native CSV/JSONL/Parquet",
+    "rank_timings": "reward_timings_step_N.jsonl (PolyTrace, reward_time_s per rank)",
+    "turns": "multiturn_workload_step_N.jsonl (PolyTrace multi-turn) or AReaL sessions-rN.jsonl",
+    "tool_calls": "multiturn_workload_step_N.jsonl (PolyTrace multi-turn) or AReaL sessions-rN.jsonl",
+    "steps.t_reward": "a verl metric log with timing_s/reward (file logger JSONL or console lines)",
+    "steps": "a verl metric log (file logger JSONL or console lines), TensorBoard or W&B history",
+    "gpu_events": "PyTorch profiler (Kineto) traces: *.json or *.json.gz, one per rank",
+}
+
+
+def files_carrying(alternatives: list[list[tuple[str, str]]]) -> str:
+    """The files that would provide missing (table, column)s, per alternative, in words."""
+    options = []
+    for alt in alternatives:
+        keys = [f"{t}.{c}" if f"{t}.{c}" in CARRIED_BY else t for t, c in alt]
+        files = list(dict.fromkeys(CARRIED_BY.get(k, k) for k in keys))
+        options.append(" plus ".join(files))
+    return "; or ".join(o for o in options if o) or "nothing"

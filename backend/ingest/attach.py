@@ -27,6 +27,7 @@ from backend.formats.dapo import dapo_marks, unmatched_note
 from backend.ingest.pipeline import COUNT_COLUMN, _Loader
 from backend.ingest.rollout_attach import DumpMatcher, merge_rollouts, trace_length_unit
 from backend.ingest.summaries import SUMMARY_COLUMNS, summarize_steps
+from backend.ingest.truncation import settle_truncation, trace_truncation, truncation_meta
 from backend.store.columns import read_columns
 from backend.store.models import GpuKernelName, Sample, Step, Trace, TraceAttachment, TraceStatus
 
@@ -141,6 +142,29 @@ def _apply_dapo_marks(conn, trace_id: int, result: ReadResult) -> list[int]:
     return applied
 
 
+def _settle(conn, trace, loader: _AttachLoader, result: ReadResult, marked: list[int]):
+    """(the trace's truncation after this attach, the steps whose summaries to rewrite):
+    the trace keeps its cap; a cap found only now applies to its earlier steps too."""
+    kept = trace_truncation(trace)
+    steps = sorted(set(loader.steps.counts) | set(marked))
+    if not loader.steps.counts:
+        return kept, steps
+    tokens = result.info.length_unit == "tokens"  # a cap says nothing of character lengths
+    truncation = settle_truncation(
+        conn,
+        trace.id,
+        loader.columns.setdefault("samples", set()),
+        given=None,
+        recorded=result.info.max_response_len if tokens else None,
+        inferred=loader.steps.inferred_cap() if tokens else None,
+        kept=kept,
+    )
+    if truncation.cap != kept.cap:
+        earlier = conn.scalars(select(Step.step).where(Step.trace_id == trace.id, Step.n_samples > 0))
+        steps = sorted(set(steps) | set(earlier))
+    return truncation, steps
+
+
 def _write_steps(conn, loader: _AttachLoader, cap: int | None, sample_steps: list[int]) -> None:
     available = set(loader.columns.get("samples") or set()) | loader.prior_sample_columns
     columns = [c for c in SUMMARY_COLUMNS if c in available]
@@ -221,11 +245,11 @@ def attach_sources(
                 loader.columns.setdefault("samples", set()).update({"filter_mark", "trainer_step"})
             if dumps.matched:
                 loader.columns.setdefault("samples", set()).update({"reward", "repeat_period"})
-            cap = trace.max_response_len or result.info.max_response_len or loader.steps.inferred_cap()
-            sample_steps = sorted(set(loader.steps.counts) | set(marked))
-            _write_steps(conn, loader, cap, sample_steps)
+            truncation, sample_steps = _settle(conn, trace, loader, result, marked)
+            _write_steps(conn, loader, truncation.cap, sample_steps)
             meta = dict(result.info.metadata)
             meta["columns"] = {t: sorted(c - {"trace_id", "event_idx"}) for t, c in loader.columns.items()}
+            meta.update({"truncation": truncation_meta(truncation)} if loader.steps.counts else {})
             if result.skipped:
                 meta["skipped"] = result.skipped
             merged = merge_meta(trace_meta, meta)
@@ -239,7 +263,7 @@ def attach_sources(
                 .values(
                     **{COUNT_COLUMN[t]: n for t, n in loader.counts.items() if t in COUNT_COLUMN},
                     n_steps=n_steps,
-                    max_response_len=cap,
+                    max_response_len=truncation.cap,
                     tasks=list(loader.task_ids),
                     framework=trace.framework or result.info.framework,
                     size_bytes=Trace.size_bytes + size_bytes,

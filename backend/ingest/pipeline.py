@@ -26,6 +26,7 @@ from backend.formats.base import STEP_TIMING_COLUMNS, InputError, ReadResult, So
 from backend.formats.kineto_events import EVENTS_DIR_STATE, remove_events
 from backend.ingest.bulk import bulk_insert
 from backend.ingest.summaries import SUMMARY_COLUMNS, StepCounter, summarize_steps
+from backend.ingest.truncation import settle_truncation, truncation_meta
 from backend.jobs.fence import Abandoned, Fence
 from backend.store.columns import read_columns
 from backend.store.deletion import clear_trace_rows
@@ -35,6 +36,7 @@ from backend.store.models import (
     TraceStatus,
 )
 from backend.store.trace_tables import trace_events_dir
+from core.analysis.truncation import Truncation
 
 COUNT_COLUMN = {
     "samples": "n_samples",
@@ -148,6 +150,13 @@ class _Loader:
             if metrics is not None:
                 row["metrics"].update(metrics[i])
 
+    def settle_truncation(self, given: int | None, recorded: int | None, infer: bool) -> Truncation:
+        """The trace's truncation, written into its samples (backend/ingest/truncation.py);
+        `infer`: a cap may be inferred from the lengths (token lengths only)."""
+        columns = self.columns.setdefault("samples", set()) if self.counts["samples"] else set()
+        inferred = self.steps.inferred_cap() if infer else None
+        return settle_truncation(self.conn, self.trace_id, columns, given=given, recorded=recorded, inferred=inferred)
+
     def _summaries(self, cap: int | None):
         """Read the loaded samples back a bounded step range at a time and summarise."""
         columns = [c for c in SUMMARY_COLUMNS if c in self.columns.get("samples", ())]
@@ -252,12 +261,14 @@ def ingest_trace(
                             _still_there(conn, trace_id)
                             conn.commit()
                         report(f"loaded {sum(loader.counts.values()):,} rows")
-                cap = max_response_len or result.info.max_response_len
-                if cap is None and result.info.length_unit == "tokens":
-                    cap = loader.steps.inferred_cap()
+                # a token cap says nothing of lengths counted in characters (no tokenizer)
+                tokens = result.info.length_unit == "tokens"
+                truncation = loader.settle_truncation(
+                    max_response_len if tokens else None, result.info.max_response_len if tokens else None, tokens
+                )
                 _still_there(conn, trace_id)  # (else the steps' foreign key refuses them)
-                n_steps = loader.write_steps(cap)
-                _finish(conn, trace_id, loader, result, cap, n_steps, upload_format(sources))
+                n_steps = loader.write_steps(truncation.cap)
+                _finish(conn, trace_id, loader, result, truncation, n_steps, upload_format(sources))
                 if fence is not None:
                     fence(conn)
                 _still_there(conn, trace_id)
@@ -300,13 +311,15 @@ def _finish(
     trace_id: int,
     loader: _Loader,
     result: ReadResult,
-    cap: int | None,
+    truncation: Truncation,
     n_steps: int,
     detected_format: str,
 ) -> None:
     info = result.info
     meta = dict(info.metadata)
     meta["columns"] = {t: sorted(c - {"trace_id", "event_idx"}) for t, c in loader.columns.items()}
+    if loader.counts["samples"]:
+        meta["truncation"] = truncation_meta(truncation)
     if result.skipped:
         meta["skipped"] = result.skipped
     values = {COUNT_COLUMN[t]: n for t, n in loader.counts.items() if t in COUNT_COLUMN}
@@ -322,7 +335,7 @@ def _finish(
         .values(
             **values,
             n_steps=n_steps,
-            max_response_len=cap,
+            max_response_len=truncation.cap,
             tasks=list(loader.task_ids),
             framework=info.framework or trace.framework,
             source_format=trace.source_format or detected_format,

@@ -5,9 +5,10 @@ running maximum response length (for the cap inference). Afterwards the pipeline
 the just-loaded samples back in step ranges of bounded size and `summarize_steps` (pure
 numpy) computes, per step: counts, token sums and, for prompt/response/total lengths
 (all samples and per task), the statistics of `distribution_stats` plus a histogram on
-the shared `LOG_BIN_EDGES`. A response's ``truncation_rate`` is the share at the cap
-(None without one); ``truncation_rate_flag`` the share of samples flagged `truncated`
-(for multi-turn traces the engine stop reason), when the trace has the flag. Memory stays bounded whatever the size of the upload.
+the shared `LOG_BIN_EDGES`. A response's ``truncation_rate`` is the share of truncated
+samples by the one definition (core/analysis/truncation.py: the stored ``truncated``
+column, which ingestion settled, else the share at the cap; None when neither is known).
+Memory stays bounded whatever the size of the upload.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from core.analysis.stats import (
     grouped_distribution_stats,
     grouped_log_histogram,
 )
+from core.analysis.truncation import INFER_MIN_HITS, truncated_rows
 
 SUMMARY_COLUMNS = ["step", "group_idx", "prompt_len", "response_len", "task_id", "validate", "truncated"]
 
@@ -59,7 +61,7 @@ class StepCounter:
     def inferred_cap(self) -> int | None:
         """The max response length when the data shows a cap: the maximum reached by at
         least two samples (sampling stops there). A single longest sample proves nothing."""
-        return self.max_response if self.n_at_max >= 2 else None
+        return self.max_response if self.n_at_max >= INFER_MIN_HITS else None
 
     def step_ranges(self, max_samples: int) -> list[tuple[int, int]]:
         """Half-open step ranges holding at most `max_samples` samples each (or one step)."""
@@ -89,15 +91,10 @@ def summarize_steps(cols: dict[str, np.ndarray], cap: int | None, task_names: li
     prompt = by_step.sort(np.asarray(cols["prompt_len"]))
     response = by_step.sort(np.asarray(cols["response_len"]))
     values = {"prompt": prompt, "response": response, "total": np.add(prompt, response, dtype=np.int64)}
-    caps = {"prompt": None, "response": cap, "total": None}
-    per_step = {name: _length_summaries(v, by_step.starts, by_step.counts, caps[name]) for name, v in values.items()}
-    # two truncation definitions for responses: at the cap (truncation_rate) and, when the
-    # trace flags it per sample (multi-turn: the engine's finish_reason == "length"), the flag
-    if "truncated" in cols:
-        flag = by_step.sort(np.asarray(cols["truncated"])) == 1
-        flag_rate = (np.add.reduceat(flag.astype(np.int64), by_step.starts) / by_step.counts).tolist()
-        for st, rate in zip(per_step["response"], flag_rate):
-            st["truncation_rate_flag"] = rate
+    flag = np.asarray(cols["truncated"]) if "truncated" in cols else None
+    trunc = truncated_rows(response, None if flag is None else by_step.sort(flag), cap)
+    truncs = {"prompt": None, "response": trunc, "total": None}
+    per_step = {name: _length_summaries(v, by_step.starts, by_step.counts, truncs[name]) for name, v in values.items()}
 
     # per task: the rows of each (step, task) pair with a task, grouped the same way
     per_task: dict[str, list[list[tuple[int, dict]]]] = {name: [[] for _ in by_step.keys] for name in values}
@@ -110,7 +107,9 @@ def summarize_steps(cols: dict[str, np.ndarray], cap: int | None, task_names: li
             pair_step = pairs.sort(code)[pairs.starts].tolist()
             pair_task = pairs.sort(task[tasked])[pairs.starts].tolist()
             for name, v in values.items():
-                stats = _length_summaries(pairs.sort(v[tasked]), pairs.starts, pairs.counts, caps[name])
+                t = truncs[name]
+                sub = None if t is None else pairs.sort(t[tasked])
+                stats = _length_summaries(pairs.sort(v[tasked]), pairs.starts, pairs.counts, sub)
                 for g, t_id, st in zip(pair_step, pair_task, stats):
                     per_task[name][g].append((t_id, st))
 
@@ -143,12 +142,18 @@ def summarize_steps(cols: dict[str, np.ndarray], cap: int | None, task_names: li
     return out
 
 
-def _length_summaries(values: np.ndarray, starts: np.ndarray, counts: np.ndarray, cap: int | None) -> list[dict]:
-    """Distribution stats and log histogram of every group (rows back to back, in any order within a group)."""
+def _length_summaries(
+    values: np.ndarray, starts: np.ndarray, counts: np.ndarray, truncated: np.ndarray | None
+) -> list[dict]:
+    """Distribution stats and log histogram of every group (rows back to back, in any
+    order within a group); `truncated` (aligned with `values`) gives truncation_rate."""
     v = sort_within_groups(values, starts, counts)
-    stats = grouped_distribution_stats(v, starts, counts, cap)
+    stats = grouped_distribution_stats(v, starts, counts, None)
     hists = grouped_log_histogram(v, starts, counts).tolist()
-    return [{**st, "hist": h} for st, h in zip(stats, hists)]
+    rates = [None] * len(counts)
+    if truncated is not None and len(counts):
+        rates = (np.add.reduceat(truncated.astype(np.int64), starts) / np.maximum(counts, 1)).tolist()
+    return [{**st, "truncation_rate": r, "hist": h} for st, r, h in zip(stats, rates, hists)]
 
 
 def _distinct_per_step(by_step, group: np.ndarray) -> list[int]:

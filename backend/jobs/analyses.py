@@ -10,6 +10,7 @@ import logging
 from sqlalchemy import func
 from sqlalchemy.orm import Session
 
+from backend.formats.registry import files_carrying
 from backend.jobs.dispatch import QueueUnavailable, dispatch
 from backend.jobs.state import create_job, find_reusable
 from backend.store.models import Job, Trace
@@ -22,7 +23,12 @@ ANALYSIS_KINDS = tuple(ANALYSES)
 
 
 class NotApplicable(ValueError):
-    """The trace lacks the data an analysis needs (the message says which, and how to add it)."""
+    """The trace lacks the data an analysis needs (the message says which files would
+    bring it; `needs` is that part alone)."""
+
+    def __init__(self, message: str, needs: str):
+        super().__init__(message)
+        self.needs = needs
 
 
 def applicable_analyses(trace: Trace) -> list[str]:
@@ -35,9 +41,11 @@ def check_applicable(kind: str, trace: Trace) -> None:
     spec = ANALYSES[kind]
     available = available_columns(trace)
     if not spec.applicable(available):
+        needs = files_carrying(spec.missing_columns(available))
         raise NotApplicable(
-            f"analysis '{kind}' does not apply to trace {trace.id}: it needs {spec.missing(available)}, "
-            "which the uploaded files do not have (see docs/formats.md for the formats that carry it)"
+            f"analysis '{kind}' does not apply to trace {trace.id}: the uploaded files lack its data, "
+            f"which {needs} would bring (attach them to the trace; docs/formats.md)",
+            needs,
         )
 
 

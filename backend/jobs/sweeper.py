@@ -16,8 +16,9 @@ from pathlib import Path
 from sqlalchemy import and_, or_, select, update
 from sqlalchemy.engine import Engine
 
+from backend.jobs import presence
 from backend.jobs.contracts import INGEST_KIND, TASK_NAMES, task_name
-from backend.jobs.lease_terms import aware, jobs_engine, lease_length
+from backend.jobs.lease_terms import aware, jobs_engine, lease_length, worker_id
 from backend.settings import Settings, get_settings
 from backend.store.deletion import clear_trace_rows, delete_traces
 from backend.store.models import Job, JobStatus, Trace, TraceStatus, utcnow
@@ -244,8 +245,10 @@ class Sweeper:
                     requeue_s = min(settings.job_lease_s, settings.job_requeue_s) if first else None
                     sweep(engine, settings, requeue_s=requeue_s)
                     first = False
+                    presence.mark_alive(settings, worker_id())
                 except Exception as exc:
                     log.warning("job sweep failed: %s", exc)
                 self.stop_event.wait(settings.job_sweep_s)
         finally:
+            presence.mark_gone(settings, worker_id())
             engine.dispose()

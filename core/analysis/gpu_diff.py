@@ -71,6 +71,25 @@ def ops_summary(
     return out
 
 
+_PROFILER_STEP = re.compile(r"^ProfilerStep#(\d+)$")
+
+
+def steps_by_position(a: dict, b: dict) -> tuple[dict, dict]:
+    """The compared ProfilerStep annotations paired by position (the first step of A with
+    the first of B, ...), named "ProfilerStep#550 / #551": two runs rarely profile the
+    same step numbers, and "#550 deleted, #551 added" would lead the diff with noise."""
+
+    def steps(d: dict) -> list[tuple[int, str]]:
+        return sorted((int(m.group(1)), k) for k in d if (m := _PROFILER_STEP.match(k)))
+
+    sa, sb = steps(a), steps(b)
+    a, b = dict(a), dict(b)
+    for (na, ka), (nb, kb) in zip(sa, sb):
+        label = ka if na == nb else f"ProfilerStep#{na} / #{nb}"
+        a[label], b[label] = a.pop(ka), b.pop(kb)
+    return a, b
+
+
 def trace_diff(
     control: TraceEvents,
     test: TraceEvents,
@@ -80,10 +99,12 @@ def trace_diff(
     control_iteration: int | None = None,
     test_iteration: int | None = None,
     device: str = "all",
+    match_steps: bool = True,
 ) -> dict:
     """Ops and kernels added, removed and changed between two traces, in count and in
     time (HTA TraceDiff.compare_traces / ops_diff; the same defaults: first rank, first
-    ProfilerStep of each).
+    ProfilerStep of each). `match_steps`: the compared ProfilerStep annotations are
+    paired by position (`steps_by_position`); False compares them by name, as HTA does.
 
     ``rows``: name, control_counts, test_counts, control_total_us, test_total_us,
     diff_counts, diff_duration_us, change ("+" more in test, "-" fewer, "=" same), sorted by
@@ -92,6 +113,8 @@ def trace_diff(
     """
     a = ops_summary(control, control_rank, control_iteration, device)
     b = ops_summary(test, test_rank, test_iteration, device)
+    if match_steps:
+        a, b = steps_by_position(a, b)
     rows: dict[str, list] = {
         k: []
         for k in (

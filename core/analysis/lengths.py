@@ -5,19 +5,15 @@ and, when present, validate, truncated and task_id. Training and validation samp
 kept apart. Result fields (all plain JSON):
 
 ``max_response_len``, ``max_response_len_source``
-    The cap truncation is measured at and where it came from: "param" (given), "trace"
-    (TraceData.max_response_len from the reader), "flag" (the per-sample `truncated`
-    column is used instead of a cap), "inferred" (no cap known: the largest response
-    length in the trace is taken as the cap when at least `infer_cap_min_hits` samples
-    reach it exactly -- a clip repeats its value, a natural tail rarely does), or None.
+    The trace's cap and where it came from: "param" (given), "trace"
+    (TraceData.max_response_len: given at upload, recorded or inferred at ingestion),
+    "inferred" (no cap known: the largest response length is taken as the cap when at
+    least `infer_cap_min_hits` samples reach it exactly), or None.
 ``truncation_basis``
-    Which definition ``truncation_rate`` uses: "cap" (share of samples whose response
-    length reached the cap, ``max_response_len``) whenever a cap is known, else "flag"
-    (the per-sample ``truncated`` column: for multi-turn traces the engine's stop reason,
-    finish_reason == "length"), else None. Both are reported per step and pooled as
-    ``truncation_rate_cap`` and ``truncation_rate_flag`` (None when unavailable): in
-    Search-R1 traces 66 trajectories sit exactly at the 3,000-token cap while the
-    engine stopped 6 for length -- the cap ends the trajectory between turns.
+    How ``truncation_rate`` counts, by the one definition of core/analysis/truncation.py:
+    "trace" (the per-sample ``truncated`` column, which ingestion settled: the engine's
+    stop reason where recorded, else the response at the cap), "cap" (no such column:
+    the share of responses at the cap), or None (unknown).
 ``bin_edges``
     `stats.LOG_BIN_EDGES`, shared by every histogram below (bin i is [e_i, e_{i+1})).
 ``steps`` / ``validation_steps``
@@ -67,7 +63,6 @@ from core.jsonable import json_safe
 
 QUANTITIES = ("prompt", "response", "total")
 DRIFT_METRICS = ("mean", "p99", "tail_ratio")
-KNOWN_CAP_SOURCES = ("param", "trace", "flag")
 
 
 def analyze_lengths(
@@ -93,12 +88,12 @@ def per_step_lengths(data: TraceData, max_response_len: int | None = None, by_ta
         cap, source = int(max_response_len), "param"
     elif data.max_response_len:
         cap, source = int(data.max_response_len), "trace"
-    elif s is not None and s.truncated is not None:
-        source = "flag"
+    column = s is not None and s.truncated is not None
     out = {
         "kind": "lengths",
         "max_response_len": cap,
         "max_response_len_source": source,
+        "truncation_basis": "trace" if column else ("cap" if cap else None),
         "bin_edges": LOG_BIN_EDGES.tolist(),
         "steps": [],
         "validation_steps": [],
@@ -157,7 +152,8 @@ def _group_stats(g: Groups, prompt, response, truncated, cap, with_total: bool) 
     stats, hists = {}, {}
     for name, v in values.items():
         v = sort_within_groups(v, starts, counts)
-        stats[name] = grouped_distribution_stats(v, starts, counts, cap if name == "response" else None)
+        at_cap = cap if name == "response" and truncated is None else None
+        stats[name] = grouped_distribution_stats(v, starts, counts, at_cap)
         hists[name] = grouped_log_histogram(v, starts, counts)
         if name == "response":
             n_at_max = count_at_least(v, starts, counts, v[starts + counts - 1])
@@ -166,9 +162,7 @@ def _group_stats(g: Groups, prompt, response, truncated, cap, with_total: bool) 
         rates = (np.add.reduceat(g.sort(truncated).astype(np.int64), starts) / counts).tolist()
     for i, st in enumerate(stats["response"]):
         st["n_at_max"] = int(n_at_max[i])
-        st["truncation_rate_cap"] = st.get("truncation_rate") if cap else None
-        st["truncation_rate_flag"] = rates[i] if rates is not None else None
-        if rates is not None and not cap:
+        if rates is not None:
             st["truncation_rate"] = rates[i]
     return {"stats": stats, "hists": hists}
 
@@ -215,11 +209,8 @@ def _task_entries(task, step, prompt, response, truncated, cap, names) -> list[d
 def finish_lengths(partial: dict, infer_cap_min_hits: int = 2) -> dict:
     """Add truncation inference, pooled summaries and drift to a per-step result."""
     res = dict(partial)
-    if res["max_response_len_source"] not in KNOWN_CAP_SOURCES:
+    if res["truncation_basis"] is None:
         _infer_truncation(res, infer_cap_min_hits)
-    res["truncation_basis"] = (
-        "cap" if res["max_response_len"] else ("flag" if res["max_response_len_source"] == "flag" else None)
-    )
     res["summary"] = _summary(res["steps"], QUANTITIES)
     res["validation_summary"] = _summary(res["validation_steps"], QUANTITIES)
     res["drift"] = {
@@ -242,11 +233,12 @@ def reduce_lengths(partials: list[dict], infer_cap_min_hits: int = 2) -> dict:
     if not partials:
         raise ValueError("nothing to reduce")
     first = partials[0]
-    known = [p for p in partials if p["max_response_len_source"] in KNOWN_CAP_SOURCES]
+    inferred = first["max_response_len_source"] == "inferred"  # a part's inference: infer again over all
     merged = {
         "kind": "lengths",
-        "max_response_len": known[0]["max_response_len"] if known else None,
-        "max_response_len_source": known[0]["max_response_len_source"] if known else None,
+        "max_response_len": None if inferred else first["max_response_len"],
+        "max_response_len_source": None if inferred else first["max_response_len_source"],
+        "truncation_basis": None if inferred else first["truncation_basis"],
         "bin_edges": first["bin_edges"],
         "steps": sorted((e for p in partials for e in p["steps"]), key=lambda e: e["step"]),
         "validation_steps": sorted((e for p in partials for e in p["validation_steps"]), key=lambda e: e["step"]),
@@ -286,9 +278,9 @@ def _infer_truncation(res: dict, min_hits: int) -> None:
             st["truncation_rate"] = None
         return
     res["max_response_len"], res["max_response_len_source"] = int(cap), "inferred"
+    res["truncation_basis"] = "cap"
     for st in everything:
         st["truncation_rate"] = st["n_at_max"] / st["count"] if st["max"] == cap else 0.0
-        st["truncation_rate_cap"] = st["truncation_rate"]
 
 
 def _summary(entries: list[dict], quantities, hists: dict | None = None) -> dict:
@@ -348,9 +340,6 @@ def pool_stats(entries: list[dict], hist: list[int]) -> dict:
         "truncation_rate": pooled_rate("truncation_rate"),
         "percentile_method": "log-histogram",
     }
-    if any("truncation_rate_cap" in e for e in entries):
-        out["truncation_rate_cap"] = pooled_rate("truncation_rate_cap")
-        out["truncation_rate_flag"] = pooled_rate("truncation_rate_flag")
     return out
 
 

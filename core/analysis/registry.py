@@ -67,15 +67,17 @@ class AnalysisSpec:
             return any(has(req) for req in self.any_of)
         return has(self.required)
 
+    def missing_columns(self, available: dict[str, set[str] | list[str] | tuple[str, ...]]) -> list[list]:
+        """What a trace with `available` lacks: per alternative, its missing (table, column)s."""
+        options = self.any_of or (self.required,)
+        return [
+            [(table, col) for table, cols in req.items() for col in cols if col not in available.get(table, ())]
+            for req in options
+        ]
+
     def missing(self, available: dict[str, set[str] | list[str] | tuple[str, ...]]) -> str:
         """What a trace with `available` lacks for this analysis, as `table.column`s."""
-        options = self.any_of or (self.required,)
-        wants = []
-        for req in options:
-            lacking = [
-                f"{table}.{col}" for table, cols in req.items() for col in cols if col not in available.get(table, ())
-            ]
-            wants.append(" and ".join(lacking) or "nothing")
+        wants = [" and ".join(f"{t}.{c}" for t, c in alt) or "nothing" for alt in self.missing_columns(available)]
         return " or ".join(wants)
 
 

@@ -96,10 +96,13 @@ def default_grid(
 
 
 def label(c: dict) -> str:
-    conc = "cal" if c.get("max_running_seqs") is None else str(c["max_running_seqs"])
+    """A configuration in words: policy, rollout replicas x TP, training DP, balancing and
+    the engines' concurrency (max running sequences, or the trace's calibrated limit)."""
+    n = c.get("max_running_seqs")
+    conc = "running seqs as calibrated" if n is None else f"max {n} running seqs"
     return (
         f"{c['policy']} | rollout {c['rollout_replicas']}xTP{c['rollout_tp']} | train DP{c['train_dp']} "
-        f"| {c['balancing']} | seqs {conc}"
+        f"| {c['balancing']} balancing | {conc}"
     )
 
 

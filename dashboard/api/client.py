@@ -297,10 +297,17 @@ class ApiClient:
         status: str | None = None,
         kind: str | None = None,
         limit: int | None = None,
+        offset: int | None = None,
         include_result: bool = False,
     ) -> list[dict]:
         return self._get(
-            "/jobs", trace_id=trace_id, status=status, kind=kind, limit=limit, include_result=_flag(include_result)
+            "/jobs",
+            trace_id=trace_id,
+            status=status,
+            kind=kind,
+            limit=limit,
+            offset=offset or None,
+            include_result=_flag(include_result),
         )["items"]
 
     def job(self, job_id: str | int) -> dict:

@@ -57,8 +57,9 @@ def empty_figure(message: str, title: str = "") -> go.Figure:
         dragmode=False,
         annotations=[
             dict(
-                # plotly does not wrap annotations: break long explanations into lines
-                text="<br>".join(textwrap.wrap(message, 64)) or message,
+                # plotly does not wrap annotations: break long explanations into lines, each
+                # keeping its space (the page's text reads "verl metric", not "verlmetric")
+                text=" <br>".join(textwrap.wrap(message, 64)) or message,
                 xref="paper",
                 yref="paper",
                 x=0.5,

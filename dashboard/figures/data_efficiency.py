@@ -27,7 +27,7 @@ def data_efficiency_figure(result: dict) -> go.Figure:
         return empty_figure("No DAPO filter marks in this trace", title)
     x = [s["trainer_step"] for s in steps]
     fig = styled_figure(
-        title + "<br><sup>a trainer step's groups come from all its generation batches</sup>",
+        title + " <br><sup>a trainer step's groups come from all its generation batches</sup>",
         x_title="trainer step",
         y_title="prompt groups",
         barmode="group",

@@ -11,6 +11,8 @@ O(steps x bins) no matter how many samples the trace has:
 
 from __future__ import annotations
 
+from html import escape
+
 import numpy as np
 import plotly.graph_objects as go
 
@@ -28,6 +30,8 @@ from dashboard.figures.common import (
 )
 from dashboard.theme import HEATMAP_COLORSCALE, PERCENTILE_COLORS, UNITS, step_color
 
+# The truncation series' name (the drill-down opens a step's truncated samples from it).
+TRUNCATED_NAME = "truncated (%)"
 FIELD_LABELS = {"response": "response length", "prompt": "prompt length", "total": "prompt + response length"}
 
 
@@ -230,14 +234,16 @@ def percentile_lines_figure(payload: dict, *, keys=("p50", "p90", "p99", "max"),
 
 
 def tail_figure(payload: dict) -> go.Figure:
-    """Per-step tail ratio (max/mean) and, when the max length is known, the share of
-    samples truncated at it (%), on a second axis."""
+    """Per-step tail ratio (max/mean) and the share of truncated samples (%, bars on a
+    second axis), by the trace's one definition (`payload["truncation"]`, named under
+    the title). A truncation bar drills to that step's truncated samples."""
     rows = _rows(payload)
     title = f"{_field_label(payload)}: tail ratio and truncation"
     if not rows:
         return empty_figure("No samples in the selected steps", title)
     steps = [r["step"] for r in rows]
-    fig = styled_figure(title, x_title=UNITS["step"], y_title="max / mean (ratio)", hovermode="x unified")
+    # closest hover: a click on a bar is that bar's (the drill-down tells the two apart)
+    fig = styled_figure(title, x_title=UNITS["step"], y_title="max / mean (ratio)", hovermode="closest")
     fig.add_trace(
         go.Scatter(
             name="max / mean",
@@ -245,45 +251,24 @@ def tail_figure(payload: dict) -> go.Figure:
             y=column(rows, "tail_ratio"),
             mode="lines" if many_steps(len(steps)) else "lines+markers",
             line=dict(color=PERCENTILE_COLORS["max"]),
-            hovertemplate="%{y:.2f}x<extra></extra>",
+            hovertemplate="step %{x}: max/mean %{y:.2f}x<extra></extra>",
         )
     )
     trunc = [None if num(r.get("truncation_rate")) is None else 100.0 * num(r["truncation_rate"]) for r in rows]
-    flag = [
-        None if num(r.get("truncation_rate_flag")) is None else 100.0 * num(r["truncation_rate_flag"]) for r in rows
-    ]
-    cap = payload.get("max_response_len")
+    definition = (payload.get("truncation") or {}).get("definition") or ""
     if any(t is not None for t in trunc):
+        counts = [None if t is None else round(t * r["count"] / 100.0) for t, r in zip(trunc, rows)]
         fig.add_trace(
             step_series(
                 steps,
                 trunc,
-                name=f"at the cap ({cap:,} tokens, %)" if cap else "at the cap (%)",
+                name=TRUNCATED_NAME,
                 color=PERCENTILE_COLORS["p90"],
-                opacity=0.35,
+                opacity=0.45,
                 yaxis="y2",
-                hovertemplate="%{y:.1f}% at the cap<extra></extra>",
-            )
-        )
-    if any(t is not None for t in flag):
-        fig.add_trace(
-            go.Scatter(
-                name="engine stop reason 'length' (%)",
-                x=steps,
-                y=flag,
-                mode="lines+markers",
-                line=dict(color=PERCENTILE_COLORS["p99"], dash="dot"),
-                yaxis="y2",
-                hovertemplate="%{y:.2f}% stopped for length<extra></extra>",
-            )
-        )
-    if any(t is not None for t in trunc + flag):
-        fig.update_layout(
-            title=dict(
-                text=title
-                + "<br><sup>truncated = response length at the cap"
-                + ("; dotted: the engine's stop reason" if any(t is not None for t in flag) else "")
-                + "</sup>"
+                customdata=[[c, r["count"]] for c, r in zip(counts, rows)],
+                hovertemplate="step %{x}: %{y:.2f}% truncated (%{customdata[0]:,} of %{customdata[1]:,})"
+                "<extra>click: these samples</extra>",
             )
         )
         fig.update_layout(
@@ -292,9 +277,11 @@ def tail_figure(payload: dict) -> go.Figure:
                 overlaying="y",
                 side="right",
                 showgrid=False,
-                **percent_axis(max(t for t in trunc + flag if t is not None)),
+                **percent_axis(max(t for t in trunc if t is not None)),
             )
         )
+    if definition:
+        fig.update_layout(title=dict(text=f"{title} <br><sup>{escape(definition, quote=False)}</sup>"))
     return integer_ticks(step_gaps(fig))
 
 

@@ -118,7 +118,7 @@ def saving_figure(result: dict, load: str = "tokens") -> go.Figure:
     title = "Time the best split would save (slowest rank, %)"
     if not steps:
         return empty_figure("No per-rank loads", title)
-    title += "<br><sup>best of recorded / Karmarkar-Karp / LPT per step; never below 0</sup>"
+    title += " <br><sup>best of recorded / Karmarkar-Karp / LPT per step; never below 0</sup>"
     x = [s["step"] for s in steps]
     fig = styled_figure(
         title,

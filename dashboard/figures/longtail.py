@@ -41,7 +41,7 @@ BASIS_LABELS = {
 def basis_note(result: dict) -> str:
     """Subtitle naming what the long-tail figures were computed from."""
     label = BASIS_LABELS.get(result.get("basis") or "tokens")
-    return f"<br><sup>{label}</sup>" if label else ""
+    return f" <br><sup>{label}</sup>" if label else ""
 
 
 def longtail_idle_figure(result: dict) -> go.Figure:
@@ -97,7 +97,7 @@ def longtail_finish_figure(result: dict) -> go.Figure:
     if tied:
         shown = ", ".join(str(t) for t in tied[:6]) + (", ..." if len(tied) > 6 else "")
         title += (
-            f"<br><sup>ties at the longest length (cap) in step(s) {shown}: over {100 * f:.0f}% of samples "
+            f" <br><sup>ties at the longest length (cap) in step(s) {shown}: over {100 * f:.0f}% of samples "
             "end together, so their share reads 0%</sup>"
         )
     x = [s["step"] for s in steps]

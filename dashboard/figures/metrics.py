@@ -143,9 +143,7 @@ def metrics_figure(
                 row=row,
                 col=1,
             )
-    fig.update_layout(
-        **base_layout(height=max(320, 220 * n + 60), hovermode="x", legend=dict(orientation="h", y=1.02 + 0.02 / n))
-    )
+    fig.update_layout(**base_layout(height=max(320, 220 * n + 60), hovermode="x"))
     fig.update_xaxes(showspikes=True, spikemode="across", spikesnap="cursor", spikethickness=1, matches="x")
     if log_x:
         fig.update_xaxes(type="log")

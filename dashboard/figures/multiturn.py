@@ -40,7 +40,7 @@ def counts_hist_figure(result: dict) -> go.Figure:
     title = "Turns and tool calls per trajectory"
     basis = TOOL_CALL_BASIS.get(s.get("tool_calls_basis"))
     if basis:
-        title += f"<br><sup>tool calls = {basis}</sup>"
+        title += f" <br><sup>tool calls = {basis}</sup>"
     turns, tools = s.get("turns_hist") or [], s.get("tool_calls_hist") or []
     if not any(turns) and not any(tools):
         return empty_figure(

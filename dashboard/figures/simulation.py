@@ -27,6 +27,7 @@ from dashboard.figures.common import (
     many_steps,
     num,
     rows_height,
+    step_gaps,
     step_series,
     styled_figure,
 )
@@ -120,26 +121,7 @@ def predicted_vs_measured_figure(job: dict, trace_steps: list[dict] | None = Non
             hovertemplate="predicted rollout %{y:.1f} s<extra></extra>",
         )
     )
-    unc = sorted((result.get("uncertainty") or {}).get("steps") or [], key=lambda r: r["step"])
-    if unc:  # the Monte-Carlo mean (the prediction when calibrated) and its P10-P90
-        ux = [r["step"] for r in unc]
-        mean = [num(r["rollout_s"].get("mean")) for r in unc]
-        fig.add_trace(
-            go.Scatter(
-                name="predicted rollout, Monte-Carlo mean (P10-P90)",
-                x=ux,
-                y=mean,
-                mode="markers",
-                marker=dict(color=REPLAY_COLORS["a"], size=7, symbol="diamond"),
-                error_y=dict(
-                    type="data",
-                    symmetric=False,
-                    array=[(num(r["rollout_s"].get("p90")) or 0) - (m or 0) for r, m in zip(unc, mean)],
-                    arrayminus=[(m or 0) - (num(r["rollout_s"].get("p10")) or 0) for r, m in zip(unc, mean)],
-                ),
-                hovertemplate="MC mean %{y:.1f} s<extra></extra>",
-            )
-        )
+    _add_uncertainty(fig, result)
     acc_rows = (result.get("accuracy") or {}).get("steps") or []
     naive = [(r["step"], num((r.get("rollout_s") or {}).get("naive"))) for r in acc_rows]
     naive = [(s, v) for s, v in naive if v is not None]
@@ -183,7 +165,59 @@ def predicted_vs_measured_figure(job: dict, trace_steps: list[dict] | None = Non
     fit = (result.get("accuracy") or {}).get("fit_steps") or ((result.get("calibration") or {}).get("fit_steps") or [])
     for s in fit[:20]:  # the steps calibration saw: shaded, they are not a test of accuracy
         fig.add_vrect(x0=s - 0.5, x1=s + 0.5, fillcolor="#EEEEEE", line_width=0, layer="below")
-    return integer_ticks(fig)
+    flag_partial_steps(fig, result)
+    # lines break where steps are missing (0, 1, 5: no line across 2-4)
+    return integer_ticks(step_gaps(fig))
+
+
+def partial_steps_of(result: dict) -> dict[int, int | None]:
+    """{step: its samples} of the steps whose workload is partial (a short tail file):
+    flagged in the figures and kept out of the accuracy means."""
+    acc = result.get("accuracy") or {}
+    out: dict[int, int | None] = {int(s): None for s in acc.get("partial_steps") or []}
+    for r in acc.get("steps") or []:
+        if r.get("partial"):
+            out[int(r["step"])] = r.get("n_samples")
+    return out
+
+
+def flag_partial_steps(fig: go.Figure, result: dict) -> None:
+    for step, n in sorted(partial_steps_of(result).items())[:20]:
+        what = f"{n:,} samples" if n else "partial workload"
+        fig.add_vrect(
+            x0=step - 0.5,
+            x1=step + 0.5,
+            fillcolor="#FCE8D5",
+            line_width=0,
+            layer="below",
+            annotation_text=f"step {step}: partial ({what}), not in the means",
+            annotation_position="top left",
+            annotation_font_size=10,
+        )
+
+
+def _add_uncertainty(fig: go.Figure, result: dict) -> None:
+    """The Monte-Carlo mean of the rollout (the prediction when calibrated) and its P10-P90."""
+    unc = sorted((result.get("uncertainty") or {}).get("steps") or [], key=lambda r: r["step"])
+    if unc:
+        ux = [r["step"] for r in unc]
+        mean = [num(r["rollout_s"].get("mean")) for r in unc]
+        fig.add_trace(
+            go.Scatter(
+                name="predicted rollout, Monte-Carlo mean (P10-P90)",
+                x=ux,
+                y=mean,
+                mode="markers",
+                marker=dict(color=REPLAY_COLORS["a"], size=7, symbol="diamond"),
+                error_y=dict(
+                    type="data",
+                    symmetric=False,
+                    array=[(num(r["rollout_s"].get("p90")) or 0) - (m or 0) for r, m in zip(unc, mean)],
+                    arrayminus=[(m or 0) - (num(r["rollout_s"].get("p10")) or 0) for r, m in zip(unc, mean)],
+                ),
+                hovertemplate="MC mean %{y:.1f} s<extra></extra>",
+            )
+        )
 
 
 def accuracy_rows(result: dict) -> list[dict]:
@@ -219,8 +253,8 @@ def speedup_figure(job: dict) -> go.Figure:
     fig = styled_figure(title, x_title=UNITS["step"], y_title="speedup (A time / B time, x)", hovermode="x unified")
     ys = [num(r.get("speedup")) for r in rows]
     x = [r["step"] for r in rows]
-    saved = [num(r.get("saved_s")) for r in rows]
-    hover = "%{y:.3f}x, saved %{customdata:.1f} s<extra></extra>"
+    saved = [saved_words(num(r.get("saved_s"))) for r in rows]
+    hover = "%{y:.3f}x: %{customdata}<extra></extra>"
     if many_steps(len(x)):  # one line instead of hundreds of bars
         fig.add_trace(
             go.Scatter(
@@ -246,7 +280,18 @@ def speedup_figure(job: dict) -> go.Figure:
     fig.add_hline(y=1.0, line=dict(color="#999", width=1, dash="dot"))
     lo = min([y for y in ys if y is not None] + [1.0])
     fig.update_yaxes(range=[min(0.9, lo * 0.95), None] if lo > 0.5 else None)
-    return integer_ticks(fig)
+    flag_partial_steps(fig, result)
+    return integer_ticks(step_gaps(fig))
+
+
+def saved_words(seconds: float | None) -> str:
+    """B's time against A's in words: "saves 12.3 s" or, for a slowdown, "costs 650.4 s
+    more" (never "saves -650.4 s")."""
+    if seconds is None:
+        return "—"
+    if seconds < 0:
+        return f"costs {-seconds:,.1f} s more"
+    return f"saves {seconds:,.1f} s"
 
 
 def idle_cause_figure(job: dict) -> go.Figure:
@@ -530,7 +575,7 @@ def summary_cards(job: dict) -> list[dict]:
                 "key": "speedup",
                 "label": f"Speedup of {b_name}",
                 "value": "—" if speedup is None else f"{speedup:.3f}x",
-                "hint": f"over {a_name}; saves {num(total.get('saved_s')) or 0:,.1f} s of {_dur(a.get('makespan_s'))}",
+                "hint": f"over {a_name}; {saved_words(num(total.get('saved_s')))} of {_dur(a.get('makespan_s'))}",
             }
         )
     cards.append(

@@ -117,7 +117,7 @@ def submit(n, trace_id, gpu, n_gpus, model):
         job = session.api().advise({"trace_id": trace_id, "gpu": gpu, "n_gpus": n_gpus, "model": model})
     except ApiError as exc:
         return no_update, alert(exc.message), no_update
-    return job["id"], alert(f"Advice {job['id']} started.", "ok"), False
+    return job["id"], alert(f"Advice {job['id']} started: its progress is below.", "info"), False
 
 
 @dash.callback(

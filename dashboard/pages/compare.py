@@ -1,7 +1,8 @@
 """Two traces side by side: length percentiles over steps, pooled CDFs and stage times,
 and for two Kineto traces the GPU trace diff (ops and kernels added, removed, changed).
 
-Query: /compare?a=<trace id>&b=<trace id>. Ids: cmp-a, cmp-b, cmp-field, cmp-keys;
+Query: /compare?a=<trace id>&b=<trace id>&field=&keys= (kept current as they change; without
+a and b: the newest two traces that share data). Ids: cmp-a, cmp-b, cmp-field, cmp-keys;
 charts cmp-lengths, cmp-cdf, cmp-stages-a, cmp-stages-b, cmp-diff-chart; cmp-diff-device,
 cmp-diff-summary, cmp-diff-table.
 """
@@ -18,6 +19,8 @@ from dashboard.figures.compare import compare_cdf_figure, compare_percentiles_fi
 from dashboard.figures.gpu_diff import diff_figure, diff_summary, diff_table
 from dashboard.figures.stages import stage_time_figure
 from dashboard.views.components import alert, control, controls, graph, section, sign_in_required, signed_in
+from dashboard.views.formatting import compare_pair
+from dashboard.views.url_state import query_value, register_url_state, url_sink
 
 dash.register_page(__name__, path="/compare", name="Compare", title="Compare · RLVR Explorer", nav="top", order=3)
 
@@ -29,7 +32,52 @@ def _int(x):
         return None
 
 
-def layout(a: str | None = None, b: str | None = None, **_):
+FIELDS = ("response", "prompt", "total")
+KEYS = ("mean", "p50", "p90", "p99", "max")
+register_url_state(
+    "compare",
+    {
+        "a": ("cmp-a", "value", None),
+        "b": ("cmp-b", "value", None),
+        "field": ("cmp-field", "value", "response"),
+        "keys": ("cmp-keys", "value", ["p50", "p99"]),
+    },
+)
+
+
+def _controls(options: list[dict], a, b, query: dict):
+    """Traces A and B, the length field and the percentiles (initial values from the URL)."""
+    return controls(
+        control(
+            "Trace A",
+            dcc.Dropdown(id="cmp-a", options=options, value=a, clearable=False, style={"minWidth": "280px"}),
+        ),
+        control(
+            "Trace B",
+            dcc.Dropdown(id="cmp-b", options=options, value=b, clearable=False, style={"minWidth": "280px"}),
+        ),
+        control(
+            "Length",
+            dcc.RadioItems(
+                id="cmp-field",
+                value=query_value(query, "field", "response", choices=FIELDS),
+                inline=True,
+                options=list(FIELDS),
+            ),
+        ),
+        control(
+            "Percentiles",
+            dcc.Checklist(
+                id="cmp-keys",
+                value=query_value(query, "keys", ["p50", "p99"], choices=KEYS),
+                inline=True,
+                options=list(KEYS),
+            ),
+        ),
+    )
+
+
+def layout(a: str | None = None, b: str | None = None, **query):
     if not signed_in():
         return sign_in_required("/compare")
     try:
@@ -39,34 +87,14 @@ def layout(a: str | None = None, b: str | None = None, **_):
     options = [{"label": f"{t['name']} (#{t['id']})", "value": t["id"]} for t in traces]
     ids = [t["id"] for t in traces]
     a, b = _int(a), _int(b)
-    a = a if a in ids else (ids[1] if len(ids) > 1 else (ids[0] if ids else None))
-    b = b if b in ids else (ids[0] if ids else None)
+    if a not in ids or b not in ids:
+        a, b = compare_pair(traces, a if a in ids else None)
     return html.Div(
         [
             html.H2("Compare two traces"),
+            url_sink("compare"),
             dcc.Link("Compare up to 12 traces, with step offsets →", href=dash.get_relative_path("/compare/many")),
-            controls(
-                control(
-                    "Trace A",
-                    dcc.Dropdown(id="cmp-a", options=options, value=a, clearable=False, style={"minWidth": "280px"}),
-                ),
-                control(
-                    "Trace B",
-                    dcc.Dropdown(id="cmp-b", options=options, value=b, clearable=False, style={"minWidth": "280px"}),
-                ),
-                control(
-                    "Length",
-                    dcc.RadioItems(
-                        id="cmp-field", value="response", inline=True, options=["response", "prompt", "total"]
-                    ),
-                ),
-                control(
-                    "Percentiles",
-                    dcc.Checklist(
-                        id="cmp-keys", value=["p50", "p99"], inline=True, options=["mean", "p50", "p90", "p99", "max"]
-                    ),
-                ),
-            ),
+            _controls(options, a, b, query),
             html.Div(id="cmp-message"),
             html.Div(
                 className="grid-2",

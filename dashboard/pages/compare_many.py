@@ -30,6 +30,7 @@ from dashboard.figures.compare_many import (
 from dashboard.figures.metrics import parse_offsets
 from dashboard.server import results as results_cache
 from dashboard.views.components import alert, control, controls, graph, section, sign_in_required, signed_in
+from dashboard.views.formatting import human_number
 
 dash.register_page(
     __name__, path="/compare/many", name="Compare many", title="Compare many · RLVR Explorer", nav="compare"
@@ -133,10 +134,8 @@ def _fmt(v, kind: str) -> str:
     if v is None:
         return "—"
     if kind == "ratio":
-        return f"{v:.3g}×"
-    if kind == "delta":
-        return f"{v:+.4g}"
-    return f"{v:,.4g}" if abs(v) < 1e6 else f"{v:,.0f}"
+        return f"{v:.2f}×"
+    return human_number(v, signed=kind == "delta")
 
 
 def diff_table(runs: list[dict]) -> html.Table:

@@ -1,7 +1,8 @@
 """Length distributions of one trace, from the precomputed per-step summaries.
 
 Filters: dist-field (response / prompt / total), dist-task, dist-phase (training /
-validation / all steps), dist-log (log length axis), dist-cdf-steps (steps to overlay).
+validation / all steps), dist-log (log length axis), dist-cdf-steps (steps to overlay);
+they and every chart's zoom live in the URL (?field=&task=&phase=&log=&cdf=&z.<chart>=).
 Charts: dist-box (per-step boxes), dist-heatmap (step x length), dist-percentiles
 (p50/p90/p99/max), dist-tail (max/mean and truncation), dist-cdf (CDFs of chosen steps),
 and the long-tail analysis figures longtail-idle, longtail-finish, longtail-engines;
@@ -34,6 +35,7 @@ from dashboard.views.formatting import PHASES, filter_phase
 from dashboard.views.panels import analysis_panel
 from dashboard.views.reward_length_panel import length_unit_note, reward_length_section
 from dashboard.views.trace_frame import trace_page
+from dashboard.views.url_state import apply_zoom, query_value, register_url_state, url_sink, zoom_state
 
 dash.register_page(
     __name__,
@@ -45,8 +47,70 @@ dash.register_page(
 )
 
 
-def body(trace: dict) -> html.Div:
+ZOOMABLE = (
+    "dist-box",
+    "dist-heatmap",
+    "dist-percentiles",
+    "dist-tail",
+    "dist-cdf",
+    "longtail-idle",
+    "longtail-finish",
+    "longtail-engines",
+)
+
+
+def _controls(tasks: list[str], q: dict):
+    """Length field, task, phase and axis, as the URL has them."""
+    return controls(
+        control(
+            "Length",
+            dcc.RadioItems(
+                id="dist-field",
+                value=query_value(q, "field", "response", choices=FIELDS),
+                inline=True,
+                options=[
+                    {"label": "response", "value": "response"},
+                    {"label": "prompt", "value": "prompt"},
+                    {"label": "total", "value": "total"},
+                ],
+            ),
+        ),
+        control(
+            "Task",
+            dcc.Dropdown(
+                id="dist-task",
+                options=[{"label": t, "value": t} for t in tasks],
+                value=query_value(q, "task", None, choices=tasks),
+                placeholder="all tasks",
+                clearable=True,
+                disabled=not tasks,
+                style={"minWidth": "180px"},
+            ),
+        ),
+        control(
+            "Steps",
+            dcc.RadioItems(
+                id="dist-phase",
+                value=query_value(q, "phase", "train", choices=tuple(PHASES)),
+                inline=True,
+                options=[{"label": v, "value": k} for k, v in PHASES.items()],
+            ),
+        ),
+        control(
+            "Axis",
+            dcc.Checklist(
+                id="dist-log",
+                options=[{"label": "log lengths", "value": "log"}],
+                value=query_value(q, "log", [], choices=("log",)),
+                inline=True,
+            ),
+        ),
+    )
+
+
+def body(trace: dict, query: dict | None = None) -> html.Div:
     tasks = trace.get("tasks") or []
+    q = query or {}
     if not trace.get("n_samples"):
         return upload_hint(
             trace["id"], "This trace has no samples (it may be a GPU-timeline or metric-log trace).", "samples"
@@ -55,47 +119,9 @@ def body(trace: dict) -> html.Div:
         [
             drill_location("distributions"),
             length_unit_note(trace),
-            controls(
-                control(
-                    "Length",
-                    dcc.RadioItems(
-                        id="dist-field",
-                        value="response",
-                        inline=True,
-                        options=[
-                            {"label": "response", "value": "response"},
-                            {"label": "prompt", "value": "prompt"},
-                            {"label": "total", "value": "total"},
-                        ],
-                    ),
-                ),
-                control(
-                    "Task",
-                    dcc.Dropdown(
-                        id="dist-task",
-                        options=[{"label": t, "value": t} for t in tasks],
-                        placeholder="all tasks",
-                        clearable=True,
-                        disabled=not tasks,
-                        style={"minWidth": "180px"},
-                    ),
-                ),
-                control(
-                    "Steps",
-                    dcc.RadioItems(
-                        id="dist-phase",
-                        value="train",
-                        inline=True,
-                        options=[{"label": v, "value": k} for k, v in PHASES.items()],
-                    ),
-                ),
-                control(
-                    "Axis",
-                    dcc.Checklist(
-                        id="dist-log", options=[{"label": "log lengths", "value": "log"}], value=[], inline=True
-                    ),
-                ),
-            ),
+            url_sink("distributions"),
+            dcc.Store(id="dist-zoom", data=zoom_state(q)),
+            _controls(tasks, q),
             html.Div(id="dist-message"),
             section(
                 "Per step",
@@ -115,7 +141,15 @@ def body(trace: dict) -> html.Div:
                     section("Tail and truncation", graph("dist-tail")),
                     section(
                         "CDF of chosen steps",
-                        control("Steps", dcc.Dropdown(id="dist-cdf-steps", multi=True, placeholder="choose steps")),
+                        control(
+                            "Steps",
+                            dcc.Dropdown(
+                                id="dist-cdf-steps",
+                                multi=True,
+                                placeholder="choose steps",
+                                value=query_value(q, "cdf", [], kind=int) or None,
+                            ),
+                        ),
                         graph("dist-cdf"),
                     ),
                 ],
@@ -133,11 +167,23 @@ def body(trace: dict) -> html.Div:
     )
 
 
+FIELDS = ("response", "prompt", "total")
 register_drill("distributions", "dist-field")
+register_url_state(
+    "distributions",
+    {
+        "field": ("dist-field", "value", "response"),
+        "task": ("dist-task", "value", None),
+        "phase": ("dist-phase", "value", "train"),
+        "log": ("dist-log", "value", []),
+        "cdf": ("dist-cdf-steps", "value", []),
+    },
+    zoom=ZOOMABLE,
+)
 
 
-def layout(trace_id: str | None = None, **_):
-    return trace_page(trace_id, __name__, "/distributions", body)
+def layout(trace_id: str | None = None, **query):
+    return trace_page(trace_id, __name__, "/distributions", lambda trace: body(trace, query))
 
 
 def _summaries(trace_id, field, task, phase) -> tuple[dict, dict]:
@@ -161,13 +207,16 @@ def _summaries(trace_id, field, task, phase) -> tuple[dict, dict]:
     Input("dist-phase", "value"),
     Input("dist-log", "value"),
     State("dist-cdf-steps", "value"),
+    State("dist-zoom", "data"),
 )
-def fill(trace_id, field, task, phase, log, chosen):
+def fill(trace_id, field, task, phase, log, chosen, zoom):
     try:
-        return cached(
+        figures = cached(
             ("distributions", trace_id, field, task, phase, tuple(log or []), tuple(chosen or [])),
             lambda: _figures(trace_id, field, task, phase, log, chosen),
         )
+        zoom = zoom or {}
+        return tuple(apply_zoom(f, zoom.get(g)) for f, g in zip(figures, ZOOMABLE[:5])) + tuple(figures[5:])
     except ApiError as exc:
         fig = empty_figure(exc.message)
         return fig, fig, fig, fig, fig, [], "choose steps", alert(exc.message)
@@ -223,13 +272,15 @@ def fill_cdf(chosen, trace_id, field, task, phase):
     Output("longtail-finish", "figure"),
     Output("longtail-engines", "figure"),
     Input({"type": RESULT, "kind": "longtail"}, "data"),
+    State("dist-zoom", "data"),
 )
-def fill_longtail(data):
+def fill_longtail(data, zoom):
     result, note = analysis_result(data, "long-tail")
     if result is None:
         fig = empty_figure(note)
         return fig, fig, fig
-    return cached(
+    figures = cached(
         ("longtail", data["job_id"]),
         lambda: (longtail_idle_figure(result), longtail_finish_figure(result), longtail_engine_figure(result)),
     )
+    return tuple(apply_zoom(f, (zoom or {}).get(g)) for f, g in zip(figures, ZOOMABLE[5:]))

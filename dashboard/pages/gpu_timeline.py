@@ -42,6 +42,7 @@ from dashboard.views.components import PAGE_TRACE_ID, RESULT, alert, control, co
 from dashboard.views.formatting import kineto_ranks, kineto_steps, zoom_range
 from dashboard.views.panels import analysis_panel
 from dashboard.views.trace_frame import trace_page
+from dashboard.views.url_state import query_value, register_url_state, url_sink
 
 dash.register_page(
     __name__,
@@ -56,7 +57,7 @@ EVENT_BUDGET = 10_000  # GPU events drawn per view, over all ranks (~1.5 MB of f
 DEFAULT_RANKS = 4
 
 
-def body(trace: dict) -> html.Div:
+def body(trace: dict, query: dict | None = None) -> html.Div:
     try:
         steps = session.api().steps(trace["id"])
     except ApiError:
@@ -75,6 +76,7 @@ def body(trace: dict) -> html.Div:
     ranks = kineto_ranks(trace)
     first = kineto_steps(trace)[0] if kineto_steps(trace) else (step_ids[0] if step_ids else None)
     parts = [
+        url_sink("gpu"),
         controls(
             control(
                 "ProfilerStep" if kineto_steps(trace) else "Step",
@@ -84,7 +86,7 @@ def body(trace: dict) -> html.Div:
                         {"label": f"ProfilerStep#{s}" if s in set(kineto_steps(trace)) else f"step {s}", "value": s}
                         for s in step_ids
                     ],
-                    value=first,
+                    value=query_value(query or {}, "step", first, choices=step_ids, kind=int),
                     clearable=False,
                     style={"minWidth": "160px"},
                 ),
@@ -94,7 +96,7 @@ def body(trace: dict) -> html.Div:
                 dcc.Dropdown(
                     id="gpu-ranks",
                     multi=True,
-                    value=ranks[:DEFAULT_RANKS],
+                    value=query_value(query or {}, "ranks", ranks[:DEFAULT_RANKS], choices=ranks, kind=int),
                     options=[{"label": f"rank {r}", "value": r} for r in ranks],
                     placeholder="ranks",
                     style={"minWidth": "260px"},
@@ -185,8 +187,11 @@ def body(trace: dict) -> html.Div:
     return html.Div(parts)
 
 
-def layout(trace_id: str | None = None, **_):
-    return trace_page(trace_id, __name__, "/gpu", body)
+register_url_state("gpu", {"step": ("gpu-step", "value", None), "ranks": ("gpu-ranks", "value", [])})
+
+
+def layout(trace_id: str | None = None, **query):
+    return trace_page(trace_id, __name__, "/gpu", lambda trace: body(trace, query))
 
 
 @dash.callback(
@@ -310,6 +315,12 @@ SEARCH_HITS = 100
     State(PAGE_TRACE_ID, "data"),
     prevent_initial_call=True,
 )
+def _duration(us) -> str:
+    if us is None:
+        return "?"
+    return f"{us / 1000:,.3f} ms" if us >= 1000 else f"{us:,.1f} µs"
+
+
 def search_kernels(text, ranks, origin, trace_id):
     """Kernels and CPU ops whose name contains the text (on the chosen ranks): one option
     per match, in time order; choosing one zooms the Gantt onto it."""
@@ -340,8 +351,9 @@ def search_kernels(text, ranks, origin, trace_id):
     t0 = origin if origin is not None else (hits[0]["start_us"] if hits else 0.0)
     options = [
         {
+            # where it starts (offset in the window) and how long it lasts: never a bare "x ms"
             "label": f"{short_kernel_name(e['name'], 50)} · rank {e['rank']} {e['where']} · "
-            f"{(e['start_us'] - t0) / 1000:,.3f} ms",
+            f"starts at +{(e['start_us'] - t0) / 1000:,.3f} ms, lasts {_duration(e.get('dur_us'))}",
             "value": f"{e['start_us']}:{e['dur_us']}:{e['rank']}",
         }
         for e in hits[:SEARCH_HITS]

@@ -28,6 +28,7 @@ from dashboard.views.drill import drill_location, register_drill
 from dashboard.views.formatting import human_ratio, human_share
 from dashboard.views.panels import analysis_panel
 from dashboard.views.trace_frame import trace_page
+from dashboard.views.url_state import query_value, register_url_state, url_sink
 
 dash.register_page(
     __name__,
@@ -39,7 +40,8 @@ dash.register_page(
 )
 
 
-def body(trace: dict) -> html.Div:
+def body(trace: dict, query: dict | None = None) -> html.Div:
+    q = query or {}
     if not trace.get("n_samples"):
         return upload_hint(trace["id"], "This trace has no samples, so no per-rank token loads.", "samples")
     if "imbalance" not in trace.get("analyses", ["imbalance"]):
@@ -50,13 +52,14 @@ def body(trace: dict) -> html.Div:
     return html.Div(
         [
             drill_location("imbalance"),
+            url_sink("imbalance"),
             analysis_panel("imbalance", "imbalance analysis", trace["id"]),
             controls(
                 control(
                     "Load",
                     dcc.RadioItems(
                         id="imb-load",
-                        value="tokens",
+                        value=query_value(q, "load", "tokens", choices=tuple(LOAD_LABELS)),
                         inline=True,
                         options=[{"label": v, "value": k} for k, v in LOAD_LABELS.items()],
                     ),
@@ -65,7 +68,7 @@ def body(trace: dict) -> html.Div:
                     "Ratio",
                     dcc.RadioItems(
                         id="imb-metric",
-                        value="max_over_mean",
+                        value=query_value(q, "ratio", "max_over_mean", choices=("max_over_mean", "max_over_min")),
                         inline=True,
                         options=[
                             {"label": "max / mean", "value": "max_over_mean"},
@@ -98,10 +101,13 @@ def body(trace: dict) -> html.Div:
 
 
 register_drill("imbalance")
+register_url_state(
+    "imbalance", {"load": ("imb-load", "value", "tokens"), "ratio": ("imb-metric", "value", "max_over_mean")}
+)
 
 
-def layout(trace_id: str | None = None, **_):
-    return trace_page(trace_id, __name__, "/imbalance", body)
+def layout(trace_id: str | None = None, **query):
+    return trace_page(trace_id, __name__, "/imbalance", lambda trace: body(trace, query))
 
 
 @dash.callback(

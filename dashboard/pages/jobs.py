@@ -2,7 +2,9 @@
 parameters, duration, progress and errors; re-run an analysis with a form of its
 parameters; re-run a replay or workload in its page's form, or open it there.
 
-Ids: jobs-status, jobs-kind, jobs-trace (filters; the trace by name), jobs-table (one
+Ids: jobs-status, jobs-kind, jobs-trace (filters; the trace by name), jobs-prev / jobs-next /
+jobs-range (pages of PAGE_SIZE, newest first; filters and page in the URL:
+?status=&kind=&trace_id=&offset=), jobs-table (one
 <tr data-job-id data-kind data-status> per job; "Re-run" buttons {"type": "job-rerun"}
 for analyses, "Re-run…" / "Open" links for replays and workloads), jobs-poll,
 rerun-kind, rerun-trace, rerun-form (one widget per parameter, in
@@ -32,6 +34,7 @@ from dashboard.views.components import (
 )
 from dashboard.views.formatting import human_time, job_active
 from dashboard.views.job_views import describe_params, job_duration, param_fields, params_from_fields
+from dashboard.views.url_state import query_value, register_url_state, url_sink
 
 dash.register_page(__name__, path="/jobs", name="Jobs", title="Jobs · RLVR Explorer", nav="top", order=2)
 
@@ -40,6 +43,7 @@ JOB_KINDS = ("ingest", *ANALYSIS_KINDS, "simulation", "workload")
 JOB_PAGES = {"simulation": "simulate", "workload": "workload"}  # kind -> the trace page that shows its jobs
 JOB_STATUSES = ("queued", "running", "succeeded", "failed")
 PARAM = "rerun-param"
+PAGE_SIZE = 25
 
 
 def _int(x):
@@ -62,7 +66,59 @@ def _trace_options(names: dict[int, str]) -> list[dict]:
     return [{"label": f"{name} (#{tid})", "value": tid} for tid, name in names.items()]
 
 
-def layout(trace_id: str | None = None, kind: str | None = None, **_):
+def _jobs_section(options: list[dict], kind, trace_id, query: dict):
+    """The job list: filters (status, kind, trace), the table and its pages."""
+    return section(
+        "Running and finished",
+        controls(
+            control(
+                "Status",
+                dcc.Dropdown(
+                    id="jobs-status",
+                    options=list(JOB_STATUSES),
+                    value=query_value(query, "status", None, choices=JOB_STATUSES),
+                    placeholder="any",
+                    style={"minWidth": "160px"},
+                ),
+            ),
+            control(
+                "Kind",
+                dcc.Dropdown(
+                    id="jobs-kind",
+                    options=list(JOB_KINDS),
+                    placeholder="any",
+                    value=kind,
+                    style={"minWidth": "160px"},
+                ),
+            ),
+            control(
+                "Trace",
+                dcc.Dropdown(
+                    id="jobs-trace",
+                    options=options,
+                    value=trace_id,
+                    placeholder="any",
+                    style={"minWidth": "280px"},
+                ),
+            ),
+        ),
+        html.Div(id="jobs-message"),
+        html.Div(id="jobs-table"),
+        html.Div(
+            className="pager",
+            children=[
+                html.Button("← Newer", id="jobs-prev", n_clicks=0, className="button small secondary"),
+                html.Span(id="jobs-range", className="muted"),
+                html.Button("Older →", id="jobs-next", n_clicks=0, className="button small secondary"),
+            ],
+        ),
+        dcc.Store(id="jobs-offset", data=query_value(query, "offset", 0, kind=int)),
+        dcc.Interval(id="jobs-poll", interval=1500),
+        dcc.Store(id="jobs-fingerprint"),
+    )
+
+
+def layout(trace_id: str | None = None, kind: str | None = None, **query):
     if not signed_in():
         return sign_in_required("/jobs")
     trace_id = _int(trace_id)
@@ -72,41 +128,8 @@ def layout(trace_id: str | None = None, kind: str | None = None, **_):
     return html.Div(
         [
             html.H2("Jobs"),
-            section(
-                "Running and finished",
-                controls(
-                    control(
-                        "Status",
-                        dcc.Dropdown(
-                            id="jobs-status", options=list(JOB_STATUSES), placeholder="any", style={"minWidth": "160px"}
-                        ),
-                    ),
-                    control(
-                        "Kind",
-                        dcc.Dropdown(
-                            id="jobs-kind",
-                            options=list(JOB_KINDS),
-                            placeholder="any",
-                            value=kind,
-                            style={"minWidth": "160px"},
-                        ),
-                    ),
-                    control(
-                        "Trace",
-                        dcc.Dropdown(
-                            id="jobs-trace",
-                            options=options,
-                            value=trace_id,
-                            placeholder="any",
-                            style={"minWidth": "280px"},
-                        ),
-                    ),
-                ),
-                html.Div(id="jobs-message"),
-                html.Div(id="jobs-table"),
-                dcc.Interval(id="jobs-poll", interval=1500),
-                dcc.Store(id="jobs-fingerprint"),
-            ),
+            url_sink("jobs"),
+            _jobs_section(options, kind, trace_id, query),
             section(
                 "Run an analysis",
                 controls(
@@ -217,29 +240,67 @@ def jobs_table(jobs: list[dict], names: dict[int, str] | None = None) -> html.Ta
     return html.Table([html.Thead(head), html.Tbody(rows)], className="table", id="jobs-table-el")
 
 
+register_url_state(
+    "jobs",
+    {
+        "status": ("jobs-status", "value", None),
+        "kind": ("jobs-kind", "value", None),
+        "trace_id": ("jobs-trace", "value", None),
+        "offset": ("jobs-offset", "data", 0),
+    },
+)
+
+
+@dash.callback(
+    Output("jobs-offset", "data"),
+    Input("jobs-prev", "n_clicks"),
+    Input("jobs-next", "n_clicks"),
+    Input("jobs-status", "value"),
+    Input("jobs-kind", "value"),
+    Input("jobs-trace", "value"),
+    State("jobs-offset", "data"),
+    prevent_initial_call=True,
+)
+def jobs_page(_prev, _next, _status, _kind, _trace, offset):
+    """A page of PAGE_SIZE jobs: older / newer, back to the first when a filter changes."""
+    if ctx.triggered_id == "jobs-next":
+        return (offset or 0) + PAGE_SIZE
+    if ctx.triggered_id == "jobs-prev":
+        return max((offset or 0) - PAGE_SIZE, 0)
+    return 0
+
+
 @dash.callback(
     Output("jobs-table", "children"),
     Output("jobs-poll", "interval"),
     Output("jobs-message", "children"),
     Output("jobs-fingerprint", "data"),
+    Output("jobs-range", "children"),
+    Output("jobs-prev", "disabled"),
+    Output("jobs-next", "disabled"),
     Input("jobs-poll", "n_intervals"),
+    Input("jobs-offset", "data"),
     Input("jobs-status", "value"),
     Input("jobs-kind", "value"),
     Input("jobs-trace", "value"),
     State("jobs-fingerprint", "data"),
 )
-def list_jobs(_n, status, kind, trace_id, previous):
-    try:
-        jobs = session.api().jobs(trace_id=trace_id, status=status, kind=kind)
+def list_jobs(_n, offset, status, kind, trace_id, previous):
+    offset = offset or 0
+    try:  # one more than a page: whether there is an older page
+        jobs = session.api().jobs(trace_id=trace_id, status=status, kind=kind, limit=PAGE_SIZE + 1, offset=offset)
     except ApiError as exc:
-        return no_update, 10_000, alert(exc.message), no_update
+        return no_update, 10_000, alert(exc.message), no_update, no_update, no_update, no_update
+    more, jobs = len(jobs) > PAGE_SIZE, jobs[:PAGE_SIZE]
+    shown = f"jobs {offset + 1:,}–{offset + len(jobs):,}" + (" (older ones on the next page)" if more else "")
+    paging = shown if jobs else "no jobs", offset <= 0, not more
     # Re-render only on change, so a poll doesn't reset the page while nothing moves
     # (a running job's duration is redrawn with its progress).
-    fingerprint = json.dumps([(j["id"], j.get("status"), j.get("progress"), j.get("message")) for j in jobs])
+    fingerprint = json.dumps([offset, *[(j["id"], j.get("status"), j.get("progress"), j.get("message")) for j in jobs]])
     active = any(job_active(j) for j in jobs)
     if fingerprint == previous and ctx.triggered_id == "jobs-poll":
-        return no_update, 1500 if active else 10_000, no_update, no_update
-    return jobs_table(jobs, _trace_names()), 1500 if active else 10_000, None, fingerprint
+        return no_update, 1500 if active else 10_000, no_update, no_update, *paging
+    return jobs_table(jobs, _trace_names()), 1500 if active else 10_000, None, fingerprint, *paging
 
 
 # -- the re-run form -------------------------------------------------------------------
@@ -332,4 +393,4 @@ def rerun(n, kind, trace_id, fields, values):
     except ApiError as exc:
         where = f" ({exc.field})" if exc.field and exc.field not in exc.message else ""
         return alert(f"{exc.message}{where}")
-    return alert(f"Started job {job.get('id')} ({kind} on trace {trace_id}).", "ok")
+    return alert(f"Started job {job.get('id')} ({kind} on trace {trace_id}): its status is in the table above.", "info")

@@ -8,7 +8,8 @@ a view can be shared. The server filters, sorts and pages (GET /traces/{id}/samp
 
 Ids: samples-filters (the filter form), samples-total, samples-table (rows carry
 ``data-key="step.group.sample"``), samples-prev / samples-next, sample-turns and
-sample-tokens (a sample's turns, when ``sample=`` is given), request-timeline (the
+sample-tokens (a sample's turns, when ``sample=`` is given: its row is highlighted,
+class ``focused``), request-timeline (the
 step's trajectories, when one step is filtered and the trace has turns).
 """
 
@@ -78,6 +79,8 @@ def parse_query(query: dict) -> dict:
     out["order"] = "desc" if query.get("order") == "desc" else "asc"
     page = str(query.get("page") or "")
     out["page"] = int(page) if page.isdigit() else 0
+    if _sample_key(query.get("sample")) is not None:
+        out["sample"] = str(query["sample"])
     return out
 
 
@@ -95,7 +98,7 @@ def _cell(column: str, value) -> str:
     return str(value)
 
 
-def _filter_form(trace_id, q: dict) -> html.Form:
+def _filter_form(trace_id, q: dict, truncation_known: bool = True) -> html.Form:
     fields = []
     for key in INT_FILTERS:
         fields.append(
@@ -107,23 +110,24 @@ def _filter_form(trace_id, q: dict) -> html.Form:
                 className="control",
             )
         )
-    fields.append(
-        html.Label(
-            [
-                html.Span("truncated", className="control-label"),
-                html.Select(
-                    name="truncated",
-                    id="samples-f-truncated",
-                    children=[
-                        html.Option("any", value="", selected=q.get("truncated") is None),
-                        html.Option("yes", value="true", selected=q.get("truncated") == "true"),
-                        html.Option("no", value="false", selected=q.get("truncated") == "false"),
-                    ],
-                ),
-            ],
-            className="control",
+    if truncation_known:  # a trace without stop reasons or a cap has no truncated filter
+        fields.append(
+            html.Label(
+                [
+                    html.Span("truncated", className="control-label"),
+                    html.Select(
+                        name="truncated",
+                        id="samples-f-truncated",
+                        children=[
+                            html.Option("any", value="", selected=q.get("truncated") is None),
+                            html.Option("yes", value="true", selected=q.get("truncated") == "true"),
+                            html.Option("no", value="false", selected=q.get("truncated") == "false"),
+                        ],
+                    ),
+                ],
+                className="control",
+            )
         )
-    )
     fields += [
         dcc.Input(type="hidden", name="sort", value=q["sort"]),
         dcc.Input(type="hidden", name="order", value=q["order"]),
@@ -144,7 +148,7 @@ def _table(trace_id, q: dict, page: dict, has_texts: bool = False) -> html.Div:
                 html.A(label + arrow, href=samples_href(trace_id, {**base, "sort": column, "order": order, "page": 0}))
             )
         )
-    head.append(html.Th("turns"))
+    head.append(html.Th("turn timeline"))
     if has_texts:
         head.append(html.Th("text"))
     rows = []
@@ -157,7 +161,10 @@ def _table(trace_id, q: dict, page: dict, has_texts: bool = False) -> html.Div:
             cells.append(
                 html.Td(html.A("text", href=sample_href(trace_id, *key.split(".")), className="sample-text-link"))
             )
-        rows.append(html.Tr(cells, **{"data-key": key}, className="truncated" if item.get("truncated") else None))
+        classes = " ".join(
+            c for c, on in (("truncated", item.get("truncated")), ("focused", key == q.get("sample"))) if on
+        )
+        rows.append(html.Tr(cells, **{"data-key": key}, className=classes or None))
     total = page["total"]
     first = q["page"] * PAGE_SIZE
     shown = f"{first + 1:,}–{first + len(page['items']):,}" if page["items"] else "none"
@@ -199,15 +206,20 @@ def body(trace: dict, query: dict) -> html.Div:
         length_unit_note(trace),
         section(
             "Samples",
-            _filter_form(trace_id, q),
+            _filter_form(trace_id, q, bool((trace.get("truncation") or {}).get("basis"))),
             html.P(f"Filters: {active}", className="help", id="samples-active"),
             _table(trace_id, q, page, has_texts),
+            html.P(
+                (trace.get("truncation") or {}).get("definition") or "",
+                className="help",
+                id="samples-truncation-definition",
+            ),
             help_text="Click a column title to sort; every chart's mark on the Distributions, Imbalance and "
-            "Multi-turn pages opens this table filtered to it.",
+            "Multi-turn pages opens this table filtered to it, the clicked sample highlighted.",
         ),
     ]
     key = _sample_key(query.get("sample"))
-    if key is not None:
+    if key is not None and trace.get("n_turns"):
         try:
             turns = api.sample_turns(trace_id, *key)
         except ApiError as exc:

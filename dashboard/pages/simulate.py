@@ -328,8 +328,12 @@ def submit(
         where = f" ({exc.field})" if exc.field and exc.field not in exc.message else ""
         return no_update, alert(f"{exc.message}{where}")
     same = job.get("status") == "succeeded"
-    note = f"Identical to replay {job['id']}: shown below." if same else f"Replay {job['id']} started."
-    return job["id"], alert(note, "ok", id="sim-started")
+    note = (
+        f"Identical to replay {job['id']}: shown below."
+        if same
+        else f"Replay {job['id']} started: its progress is below."
+    )
+    return job["id"], alert(note, "info", id="sim-started")
 
 
 @dash.callback(

@@ -4,8 +4,9 @@ Ids: trace-upload (dcc.Upload; its <input type=file> takes several files, a fold
 or one archive), trace-upload-name / -format / -max-len, formats-link (docs/formats.md,
 served at /formats), upload-status (upload-files: a collapsed list of the files in
 natural order under a count, opened with the server's error next to the file it names
-when the upload failed), traces-table (one <tr data-trace-id> per trace), traces-q, traces-status,
-delete-confirm.
+when the upload failed), traces-table (one <tr data-trace-id> per trace; its id first, as
+the CLI and the API take it), traces-q, traces-status, delete-confirm. The search, status
+and page live in the URL (?q=&status=&offset=).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from dashboard.views.components import (
 )
 from dashboard.views.formatting import human_bytes, human_count, human_time, job_active
 from dashboard.views.uploads import error_matches, file_list, skipped_note, with_docs_link
+from dashboard.views.url_state import query_value, register_url_state, url_sink
 
 dash.register_page(__name__, path="/traces", name="Traces", title="Traces · RLVR Explorer", nav="top", order=1)
 
@@ -38,12 +40,13 @@ MAX_RESPONSE_LEN = 2**31 - 1  # what the API takes (an INTEGER column)
 STATUSES = ("pending", "ingesting", "ready", "failed")
 
 
-def layout(**_):
+def layout(**query):
     if not signed_in():
         return sign_in_required("/traces")
     return html.Div(
         [
             html.H2("Traces"),
+            url_sink("traces"),
             section(
                 "Upload",
                 dcc.Upload(
@@ -94,8 +97,9 @@ def layout(**_):
                     [
                         "Accepted formats and their fields: ",
                         html.A("docs/formats.md", href=href("/formats"), id="formats-link", target="_blank"),
-                        ". The max response length is the run's generation limit: samples that reach it count as "
-                        "truncated (most formats carry it; give it for those that do not).",
+                        ". The max response length is the run's generation limit: a sample counts as truncated when "
+                        "the engine stopped it for length, where the files record its stop reason, else when it "
+                        "reached this length (most formats carry it; give it for those that do not).",
                     ],
                     className="help",
                 ),
@@ -115,7 +119,12 @@ def layout(**_):
                     control(
                         "Search",
                         dcc.Input(
-                            id="traces-q", type="search", placeholder="name contains…", debounce=True, className="input"
+                            id="traces-q",
+                            type="search",
+                            placeholder="name contains…",
+                            debounce=True,
+                            className="input",
+                            value=query_value(query, "q", None),
                         ),
                     ),
                     control(
@@ -123,6 +132,7 @@ def layout(**_):
                         dcc.Dropdown(
                             id="traces-status",
                             options=[{"label": s, "value": s} for s in STATUSES],
+                            value=query_value(query, "status", None, choices=STATUSES),
                             placeholder="any",
                             clearable=True,
                             style={"minWidth": "160px"},
@@ -139,7 +149,7 @@ def layout(**_):
                         html.Button("Older →", id="traces-next", n_clicks=0, className="button small secondary"),
                     ],
                 ),
-                dcc.Store(id="traces-offset", data=0),
+                dcc.Store(id="traces-offset", data=query_value(query, "offset", 0, kind=int)),
                 dcc.Store(id="traces-refresh", data=0),
                 dcc.Interval(id="traces-poll", interval=2000, disabled=True),
                 dcc.Store(id="delete-target"),
@@ -147,6 +157,16 @@ def layout(**_):
             ),
         ]
     )
+
+
+register_url_state(
+    "traces",
+    {
+        "q": ("traces-q", "value", None),
+        "status": ("traces-status", "value", None),
+        "offset": ("traces-offset", "data", 0),
+    },
+)
 
 
 # -- upload -------------------------------------------------------------------------
@@ -315,6 +335,7 @@ def traces_table(items: list[dict]) -> html.Table | html.P:
         return html.P("No traces yet: drop files above to upload one.", className="muted")
     head = html.Tr(
         [
+            html.Th("Id", className="num", title="the id the CLI and the API take"),
             html.Th("Name"),
             html.Th("Format"),
             html.Th("Status"),
@@ -331,7 +352,10 @@ def traces_table(items: list[dict]) -> html.Table | html.P:
         body.append(
             html.Tr(
                 [
-                    html.Td(_trace_link(t)),
+                    html.Td(str(t["id"]), className="num trace-id"),
+                    html.Td(
+                        [_trace_link(t), *([" ", html.Span("live", className="badge live")] if t.get("live") else [])]
+                    ),
                     html.Td(" / ".join(x for x in (t.get("source_format"), t.get("framework")) if x) or "—"),
                     html.Td(_status_cell(t)),
                     html.Td(human_count(t.get("n_steps")), className="num"),
@@ -364,6 +388,8 @@ def traces_table(items: list[dict]) -> html.Table | html.P:
     prevent_initial_call=True,
 )
 def page(_prev, _next, _q, _status, offset):
+    if ctx.triggered_id is None:
+        return no_update
     if ctx.triggered_id == "traces-next":
         return (offset or 0) + PAGE_SIZE
     if ctx.triggered_id == "traces-prev":

@@ -211,7 +211,7 @@ def submit(n_fit, n_gen, trace_id, steps, groups, samples, seed, dp_size, task, 
         job = session.api().create_workload(workload_body(trace_id, values, fit_only=ctx.triggered_id == "wl-fit"))
     except ApiError as exc:
         return no_update, alert(exc.message)
-    return job["id"], alert(f"Workload job {job['id']} started.", "ok", id="wl-started")
+    return job["id"], alert(f"Workload job {job['id']} started: its progress is below.", "info", id="wl-started")
 
 
 @dash.callback(

@@ -82,6 +82,21 @@ def human_count(n) -> str:
     return f"{n:,.2f}"
 
 
+def human_number(x, *, signed: bool = False) -> str:
+    """A figure in plain digits, never scientific: 10750.3 -> 10,750; 41.26 -> 41.3;
+    0.0123 -> 0.0123 (`signed`: +/- in front)."""
+    if x is None or (isinstance(x, float) and not math.isfinite(x)):
+        return "—"
+    v = float(x)
+    sign = "+" if signed else ""
+    if abs(v) >= 1000 or v == int(v):
+        return f"{v:{sign},.0f}"
+    if abs(v) >= 10:
+        return f"{v:{sign},.1f}"
+    digits = 3 if abs(v) >= 0.01 else 6
+    return f"{v:{sign},.{digits}f}".rstrip("0").rstrip(".")
+
+
 def human_ratio(x, digits: int = 2) -> str:
     return "—" if x is None else f"{float(x):.{digits}f}x"
 
@@ -153,3 +168,24 @@ def natural_key(name: str) -> list:
     """Sort key that orders embedded numbers numerically (step_2 before step_10), the
     order the backend reads files in (backend.formats.natural_key)."""
     return [(0, int(part), "") if part.isdigit() else (1, 0, part) for part in re.split(r"(\d+)", name)]
+
+
+def _shares(t: dict, u: dict) -> bool:
+    """Two traces have something to compare: samples, GPU events or stage timings."""
+    return any(t.get(k) and u.get(k) for k in ("n_samples", "n_gpu_events")) or bool(
+        {"latency", "multiturn"} & set(t.get("analyses") or []) & set(u.get("analyses") or [])
+    )
+
+
+def compare_pair(traces: list[dict], a: int | None = None) -> tuple[int | None, int | None]:
+    """(A, B) to open with: the newest pair (newest first in `traces`) that shares data,
+    with A when given; else the newest two."""
+    pool = [t for t in traces if a is None or t["id"] == a]
+    for t in pool:
+        for u in traces:
+            if u["id"] != t["id"] and _shares(t, u):
+                return (u["id"], t["id"]) if a is None else (t["id"], u["id"])
+    ids = [t["id"] for t in traces]
+    if a is not None:
+        return a, next((i for i in ids if i != a), a)
+    return (ids[1] if len(ids) > 1 else (ids[0] if ids else None)), (ids[0] if ids else None)

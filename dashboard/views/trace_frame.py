@@ -54,6 +54,12 @@ def live_version(trace: dict) -> dict:
     }
 
 
+def jobs_version(jobs: list[dict]) -> list:
+    """The trace's analysis jobs as (kind, id, status), sorted: changes when an analysis
+    is queued again on new data or finishes."""
+    return sorted([j.get("kind"), j.get("id"), j.get("status")] for j in jobs)
+
+
 LIVE_POLL_MS = 2000
 
 

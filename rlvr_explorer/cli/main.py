@@ -15,9 +15,15 @@ import typer
 from sqlalchemy import func, select
 from tqdm import tqdm
 
-from rlvr_explorer.cli.help import ReadableCommand, ReadableGroup
+from rlvr_explorer.cli.help import ReadableCommand
+from rlvr_explorer.cli.output import CommandGroup, JsonFlag, emit, fail
 
-app = typer.Typer(help="RLVR Explorer: explore RLVR training traces.", no_args_is_help=True, cls=ReadableGroup)
+app = typer.Typer(
+    help="RLVR Explorer: explore RLVR training traces.",
+    no_args_is_help=True,
+    cls=CommandGroup,
+    pretty_exceptions_enable=False,
+)
 
 LOCAL_TEAM = "local"
 # The database's INTEGER columns hold at most this; the API takes the same bounds.
@@ -25,8 +31,6 @@ INT_MAX = 2**31 - 1
 # tqdm's monitor thread only re-checks stalled bars; without it the CLI stays one thread,
 # so an ingest may read Kineto files in forked processes (backend/formats/kineto_ahead.py).
 tqdm.monitor_interval = 0
-
-JsonFlag = Annotated[bool, typer.Option("--json", help="Print a JSON object for scripts instead of the summary")]
 
 
 def command(*args, **kwargs):
@@ -62,7 +66,7 @@ def migrate(as_json: JsonFlag = False) -> None:
 
     upgrade(_settings().db_url)
     where = _redact(_settings().db_url)
-    typer.echo(orjson.dumps({"database": where, "at_head": True}).decode() if as_json else f"database at head: {where}")
+    emit({"database": where, "at_head": True}, f"database at head: {where}", as_json)
 
 
 def _ensure_schema() -> None:
@@ -93,14 +97,11 @@ def create_team(
     with session_scope() as session:
         team, key = _create(session, name)
         team_id = team.id
-    if as_json:
-        typer.echo(orjson.dumps({"id": team_id, "name": name, "api_key": key}).decode())
-        return
-    typer.echo(
+    text = (
         f"created team {name!r} (id {team_id}); its API key, shown only now (use it as --api-key or "
-        "RLVR_API_KEY, or sign in to the dashboard with it), is on the next line:"
+        f"RLVR_API_KEY, or sign in to the dashboard with it), is on the next line:\n{key}"
     )
-    typer.echo(key)
+    emit({"id": team_id, "name": name, "api_key": key}, text, as_json)
 
 
 def local_team_key() -> tuple[int, str]:
@@ -172,11 +173,14 @@ def ingest(
     ] = None,
 ) -> None:
     """Ingest trace files into the database, then queue the default analyses."""
+    from backend.formats import FORMATS
     from backend.formats.base import InputError
-    from backend.ingest.service import accept_upload
+    from backend.ingest.service import accept_upload, changed_options
     from backend.ingest.uploads import local_files
     from backend.store.db import session_scope
 
+    if format is not None and format not in FORMATS:  # before reading anything
+        raise typer.BadParameter(f"unknown format '{format}'; one of: {', '.join(FORMATS)}", param_hint="--format")
     settings = _settings()
     _ensure_schema()
     team_id = _team_id(api_key)
@@ -184,7 +188,7 @@ def ingest(
     if not stored.files:
         raise typer.BadParameter("no files found", param_hint="PATHS")
     if into is not None:
-        _attach_into(into, team_id, stored, format)
+        _attach_into(into, team_id, stored, format, as_json)
         return
     bar, progress = progress_bar("ingest")
     try:
@@ -201,23 +205,23 @@ def ingest(
                 progress=progress,
             )
             summary = ingest_summary(session, outcome.trace, already_uploaded=not outcome.created)
+            if not outcome.created:
+                summary["changed_options"] = changed_options(
+                    outcome.trace, name=name, forced_format=format, max_response_len=max_response_len
+                )
     except InputError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2) from exc
+        fail(str(exc))
     finally:
         bar.close()
-    if as_json:
-        typer.echo(orjson.dumps(summary).decode())
-        return
-    typer.echo(ingest_text(summary))
-    if not sys.stdout.isatty():
-        # piped into a script or a log: the same record as one JSON line, last
-        typer.echo(orjson.dumps(summary).decode())
+    emit(summary, ingest_text, as_json)
+    if summary.get("changed_options"):
+        raise typer.Exit(1)  # the options asked for were not applied
 
 
 def ingest_summary(session, trace, *, already_uploaded: bool) -> dict:
     """What was ingested, which files were skipped and why, which analyses were queued and
     which do not apply (with the data they need)."""
+    from backend.ingest.truncation import trace_truncation
     from backend.jobs.analyses import NotApplicable, check_applicable
     from backend.store.models import Job, JobStatus
     from core.analysis.registry import ANALYSES
@@ -232,12 +236,13 @@ def ingest_summary(session, trace, *, already_uploaded: bool) -> dict:
         try:
             check_applicable(kind, trace)
         except NotApplicable as exc:
-            not_applicable[kind] = str(exc)
+            not_applicable[kind] = exc.needs
     return {
         "id": trace.id,
         "name": trace.name,
         "status": trace.status,
         "format": trace.source_format,
+        "truncation": trace_truncation(trace).definition() if trace.n_samples else None,
         "steps": trace.n_steps,
         "samples": trace.n_samples,
         "turns": trace.n_turns,
@@ -248,8 +253,15 @@ def ingest_summary(session, trace, *, already_uploaded: bool) -> dict:
         "already_uploaded": already_uploaded,
         "skipped": list((trace.meta or {}).get("skipped") or []),
         "queued_analyses": list(dict.fromkeys(queued)),
+        "workers_seen": _live_workers(),
         "not_applicable": not_applicable,
     }
+
+
+def _live_workers() -> int:
+    from backend.jobs.presence import live_workers
+
+    return live_workers(_settings())
 
 
 def _count(n) -> str:
@@ -270,33 +282,34 @@ def ingest_text(s: dict) -> str:
         ("rank timings", s["rank_timings"]),
         ("GPU events", s["gpu_events"]),
     ]
-    lines = [head, *(f"  {label:<14}{_count(n):>12}" for label, n in rows)]
-    if s.get("max_response_len"):
-        lines.append(f"  {'max response':<14}{_count(s['max_response_len']):>12} tokens")
+    lines = [head, *_changed_lines(s, s.get("changed_options")), *(f"  {lb:<14}{_count(n):>12}" for lb, n in rows)]
+    if s.get("truncation"):
+        lines.append(f"  {s['truncation']}")
     if s["skipped"]:
         lines += ["", f"skipped {len(s['skipped'])} file(s) (not read):"]
         lines += [f"  {note.removeprefix('skipped ')}" for note in s["skipped"]]
     lines.append("")
     if s["queued_analyses"]:
         lines.append(f"queued analyses: {', '.join(s['queued_analyses'])}")
-        lines.append(
-            "  they run when a worker is running: start one with `rlvr-explorer worker`, "
-            "or run everything with `rlvr-explorer serve`"
-        )
+        lines.append(_worker_line(s.get("workers_seen", 0)))
     elif not s["already_uploaded"]:
         lines.append("no analyses queued")
     if s["not_applicable"]:
-        lines.append("not run, the trace lacks their data (docs/formats.md: which formats carry it):")
-        lines += [f"  {kind}: needs {_needs(msg)}" for kind, msg in s["not_applicable"].items()]
+        lines.append("not run, the trace lacks their data; files that would bring it (attach them with --into):")
+        lines += [f"  {kind}: {needs}" for kind, needs in s["not_applicable"].items()]
     lines.append(f"next: `rlvr-explorer simulate {s['id']}` replays it; the dashboard shows it at /traces/{s['id']}")
     return "\n".join(lines)
 
 
-def _needs(message: str) -> str:
-    """check_applicable's 'analysis 'x' does not apply to trace 3: it needs A and B or C, which
-    the uploaded files do not have (...)' -> 'A + B, or C'."""
-    wants = message.split(": it needs ", 1)[-1].split(", which ", 1)[0]
-    return ", or ".join(alt.replace(" and ", " + ") for alt in wants.split(" or "))
+def _changed_lines(s: dict, changed: dict | None) -> list[str]:
+    if not changed:
+        return []
+    lines = ["your options differ from that trace's; ingesting again with them would change:"]
+    lines += [f"  {option}: {what}" for option, what in changed.items()]
+    lines.append(
+        f"they were not applied: delete trace {s['id']} first (Traces page, or DELETE /api/v1/traces/{s['id']})"
+    )
+    return lines
 
 
 def _tokenizer_paths(tokenizer: Path | None) -> list[Path]:
@@ -312,7 +325,16 @@ def _tokenizer_paths(tokenizer: Path | None) -> list[Path]:
         raise typer.BadParameter(exc.reason, param_hint="--tokenizer") from None
 
 
-def _attach_into(trace_id: int, team_id: int, stored, format: str | None) -> None:
+def _worker_line(workers: int) -> str:
+    if workers:
+        return f"  a worker is running ({workers} seen): they start now"
+    return (
+        "  no worker seen running on this machine: they start when one runs "
+        "(`rlvr-explorer worker`, or everything with `rlvr-explorer serve`)"
+    )
+
+
+def _attach_into(trace_id: int, team_id: int, stored, format: str | None, as_json: bool) -> None:
     from backend.formats.base import InputError
     from backend.ingest.attach import attach_stored
     from backend.store.db import session_scope
@@ -327,12 +349,12 @@ def _attach_into(trace_id: int, team_id: int, stored, format: str | None) -> Non
         try:
             outcome = attach_stored(session, _settings(), trace_id, stored, format)
         except InputError as exc:
-            typer.echo(f"error: {exc}", err=True)
-            raise typer.Exit(2) from exc
+            fail(str(exc))
         session.expire_all()
         trace = session.get(Trace, trace_id)
         summary = {
             "id": trace.id,
+            "name": trace.name,
             "attached": outcome.created,
             "tables": outcome.tables,
             "steps_touched": len(outcome.steps),
@@ -340,7 +362,22 @@ def _attach_into(trace_id: int, team_id: int, stored, format: str | None) -> Non
             "samples": trace.n_samples,
             "skipped": outcome.skipped,
         }
-    typer.echo(orjson.dumps(summary).decode())
+    emit(summary, attach_text, as_json)
+
+
+def attach_text(s: dict) -> str:
+    """The human summary of an attach (`ingest --into`)."""
+    if not s["attached"]:
+        return f"already attached: trace {s['id']} ({s['name']}) has this content; nothing changed"
+    lines = [
+        f"attached to trace {s['id']} ({s['name']}): {', '.join(s['tables']) or 'nothing new'}",
+        f"  {s['steps_touched']:,} steps touched; the trace now has {_count(s['steps'])} steps, "
+        f"{_count(s['samples'])} samples",
+    ]
+    if s["skipped"]:
+        lines += [f"  skipped {note.removeprefix('skipped ')}" for note in s["skipped"]]
+    lines.append("its summaries are refreshed; the analyses that read the new data run again")
+    return "\n".join(lines)
 
 
 @command()
@@ -353,15 +390,41 @@ def watch(
     interval: Annotated[float, typer.Option(help="Seconds between looks at the folder")] = 2.0,
     idle_exit: Annotated[float | None, typer.Option(help="Stop after this many seconds without news")] = None,
     close: Annotated[bool, typer.Option("--close/--keep-open", help="Close the trace on exit")] = True,
+    as_json: JsonFlag = False,
 ) -> None:
-    """Follow a run folder as the trainer writes it and stream new steps to a trace."""
+    """Follow a run folder as the trainer writes it and stream new steps to a trace.
+
+    Progress goes to stderr; when it stops, a summary (or one JSON object) on stdout."""
     from rlvr_explorer.cli.watch import run_watch
 
     key = api_key if api_key is not None else local_team_key()[1]
+    report: dict = {}
     code = run_watch(
-        run_dir, server=server, api_key=key, into=into, name=name, interval=interval, idle_exit=idle_exit, close=close
+        run_dir,
+        server=server,
+        api_key=key,
+        into=into,
+        name=name or live_trace_name(run_dir),
+        interval=interval,
+        idle_exit=idle_exit,
+        close=close,
+        report=report,
     )
+    if report:
+        text = (
+            f"watched trace {report['trace_id']}: {report['steps']} steps, {report['units']} files or log lines sent"
+            + ("; closed" if report["closed"] else "; left open (live)")
+        )
+        emit({**report, "exit_code": code}, text, as_json)
     raise typer.Exit(code)
+
+
+def live_trace_name(run_dir: Path) -> str:
+    """A live trace's default name: the run folder's name and when the watch began, so
+    several live runs of one folder name stay apart in the trace list."""
+    from datetime import datetime
+
+    return f"{run_dir.resolve().name} (live {datetime.now().strftime('%Y-%m-%d %H:%M')})"
 
 
 @command()

@@ -197,7 +197,10 @@ def run_watch(
     idle_exit: float | None = None,
     close: bool = True,
     out=sys.stderr,
+    report: dict | None = None,
 ) -> int:
+    """Follow `run_dir` until stopped (or `idle_exit`); returns the exit code and, in
+    `report` when given, what was streamed (trace_id, steps, units, closed)."""
     run_dir = run_dir.resolve()
     state_path = state_path_for(run_dir)
     state = WatchState.load(state_path)
@@ -241,4 +244,6 @@ def run_watch(
         if close:
             client.close()
             out.write(f"watch: trace {state.trace_id} closed ({len(state.steps)} steps)\n")
+        if report is not None:
+            report.update(trace_id=state.trace_id, steps=len(state.steps), units=watcher.sent_units, closed=close)
     return code

@@ -11,7 +11,8 @@ import typer
 
 from core.simulator.defaults import DEFAULT_GPU, DEFAULT_MODEL, DEFAULT_N_GPUS, DEFAULT_POLICY
 from core.simulator.policies import POLICIES
-from rlvr_explorer.cli.main import INT_MAX, JsonFlag, _team_id, command, progress_bar
+from rlvr_explorer.cli.main import INT_MAX, _team_id, command, progress_bar
+from rlvr_explorer.cli.output import JsonFlag, emit, fail
 
 # the policy choices, from the simulator's policy registry
 POLICY_HELP = "; ".join(f"{kind}: {spec.help}" for kind, spec in POLICIES.items())
@@ -150,17 +151,13 @@ def simulate(
         finally:
             bar.close()
     except ValueError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2) from exc
+        fail(str(exc))
     result = result_dict(outcome)
     for key in ("a", "b"):
         if result[key] is not None:
             result[key].pop("timeline", None)
             result[key].pop("timeline_truncated", None)
-    if as_json:
-        typer.echo(orjson.dumps(result, option=orjson.OPT_INDENT_2).decode())
-        return
-    typer.echo(_simulation_summary(trace, params, result))
+    emit(result, lambda r: _simulation_summary(trace, params, r), as_json)
 
 
 def _pct(x) -> str:
@@ -357,12 +354,8 @@ def advise(
         finally:
             bar.close()
     except ValueError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2) from exc
-    if as_json:
-        typer.echo(orjson.dumps(out, option=orjson.OPT_INDENT_2).decode())
-        return
-    typer.echo(_advice_summary(trace, params, out, top))
+        fail(str(exc))
+    emit(out, lambda r: _advice_summary(trace, params, r, top), as_json)
 
 
 def _advice_summary(trace, params: dict, out: dict, top: int) -> str:
@@ -465,8 +458,7 @@ def generate(
         generated = generate_steps_of(p, models) if p["steps"] else []
         files = write_files(out, generated, p["formats"], p["dp_size"], models)
     except ValueError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2) from exc
+        fail(str(exc))
     result = summary(p, generated, models)
     result["files"] = sorted(str(x) for paths in files.values() for x in paths)
     chosen = ingest_files(files)
@@ -476,10 +468,7 @@ def generate(
             result.update(ingest_generated(team_id, chosen, name or default_name(p, result), progress))
         finally:
             bar.close()
-    if as_json:
-        typer.echo(orjson.dumps(result, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY).decode())
-        return
-    typer.echo(_workload_summary(result, out))
+    emit(result, lambda r: _workload_summary(r, out), as_json)
 
 
 KS_OK = 0.05  # a fitted distribution within 5% (KS distance) of the data's empirical CDF

@@ -24,11 +24,12 @@ router = APIRouter(prefix="/traces/{trace_id}/analyses", tags=["analyses"], resp
     status_code=status.HTTP_202_ACCEPTED,
     response_model=JobOut,
     responses={200: {"model": JobOut, "description": "An identical analysis exists: that job."}},
+    # the kinds from the analysis registry, never a list kept by hand
+    description=f"Queue an analysis (the kinds a trace has the data for: its `analyses`; all kinds: "
+    f"{', '.join(ANALYSIS_KINDS)}). The same kind and parameters return the existing job (200).",
 )
 def create_analysis(body: AnalysisRequest, session: SessionDep, trace: TraceDep, response: Response):
-    """Queue an analysis (kinds: see `analyses` in the trace; all kinds: lengths, longtail,
-    imbalance, latency, multiturn, gpu_timeline). The same kind and parameters return the
-    existing job (200)."""
+    """Queue an analysis of the trace (see the route's description)."""
     require_ready(trace)
     try:
         job, created = request_analysis(session, trace, body.kind, body.params)

@@ -55,9 +55,11 @@ def list_jobs(
     status_: Annotated[str | None, Query(alias="status", max_length=20, pattern=NO_NUL)] = None,
     kind: Annotated[str | None, Query(max_length=50, pattern=NO_NUL)] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 100,
+    offset: Annotated[int, Query(ge=0, le=2**31 - 1, description="Jobs to skip (paging)")] = 0,
     include_result: IncludeResult = False,
 ):
-    """The team's jobs, newest first (results only with `include_result=true`)."""
+    """The team's jobs, newest first (results only with `include_result=true`), paged
+    with `limit` and `offset`."""
     where = [Job.team_id == team.id]
     if trace is not None:
         where.append(Job.trace_id == trace.id)
@@ -65,7 +67,7 @@ def list_jobs(
         where.append(Job.status == status_)
     if kind:
         where.append(Job.kind == kind)
-    jobs = session.scalars(job_list_query(*where, include_result=include_result).limit(limit))
+    jobs = session.scalars(job_list_query(*where, include_result=include_result).limit(limit).offset(offset))
     return job_list(jobs, include_result)
 
 

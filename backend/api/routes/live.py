@@ -45,9 +45,13 @@ class LiveTraceIn(BaseModel):
     metadata: dict[str, Any] = Field(default_factory=dict)
 
 
+# A metric value: a JSON number, finite (NaN, infinities and text are refused by key).
+MetricValue = Annotated[float, Field(strict=True, allow_inf_nan=False)]
+
+
 class StepMetrics(BaseModel):
     step: int = Field(ge=0, le=2**31 - 1)
-    metrics: dict[str, float | int | None]
+    metrics: dict[str, MetricValue] = Field(min_length=1, description="at least one metric")
 
 
 class StepLogIn(BaseModel):

@@ -27,10 +27,12 @@ from backend.api.schemas import (
     SummaryOut,
     TrajectoryList,
     TrajectoryOut,
+    TruncationOut,
     TurnList,
     TurnOut,
 )
 from backend.formats.kineto_events import load_events
+from backend.ingest.truncation import trace_truncation
 from backend.store.columns import read_columns
 from backend.store.ids import ID_MAX, ID_MIN, INT4_MAX, INT4_MIN
 from backend.store.models import (
@@ -107,6 +109,7 @@ def step_summaries(
         task=task,
         tasks=trace.tasks or [],
         max_response_len=trace.max_response_len,
+        truncation=TruncationOut(**trace_truncation(trace).as_dict()),
         bin_edges=LOG_BIN_EDGES.tolist(),
         steps=items,
     )
@@ -172,25 +175,11 @@ def list_samples(
         where.append(Sample.dp_rank == dp_rank)
     if num_turns is not None:
         where.append(Sample.num_turns == num_turns)
+    known = trace_truncation(trace).known
     if truncated is not None:
-        where.append(Sample.truncated.is_(True) if truncated else Sample.truncated.is_(False))
+        where.append(_truncated_filter(trace, truncated))
     step_only = all(v is None for v in (response_len_min, response_len_max, dp_rank, num_turns, truncated))
-    if step_only:
-        # Exact and O(steps): the per-step sample counts written at ingestion.
-        step_where = [Step.trace_id == trace.id]
-        if step is not None:
-            step_where.append(Step.step == step)
-        if step_min is not None:
-            step_where.append(Step.step >= step_min)
-        if step_max is not None:
-            step_where.append(Step.step <= step_max)
-        total = session.scalar(select(func.coalesce(func.sum(Step.n_samples), 0)).where(*step_where)) or 0
-        capped = False
-    else:
-        matching = select(Sample.step).where(*where).limit(SAMPLE_COUNT_CAP + 1).subquery()
-        total = session.scalar(select(func.count()).select_from(matching)) or 0
-        capped = total > SAMPLE_COUNT_CAP
-        total = min(total, SAMPLE_COUNT_CAP)
+    total, capped = _sample_total(session, trace, where, (step, step_min, step_max) if step_only else None)
     key = getattr(Sample, sort)
     if sort == "response_len" and (step is not None or step_min is not None or step_max is not None):
         # Within steps the primary key range plus a top-k sort is cheap; walking the
@@ -204,13 +193,44 @@ def list_samples(
     tasks = trace.tasks or []
     items = [
         SampleOut(
-            **{c: getattr(r, c) for c in SampleOut.model_fields if c not in ("task", "validate_")},
+            **{c: getattr(r, c) for c in SampleOut.model_fields if c not in ("task", "validate_", "truncated")},
             task=tasks[r.task_id] if r.task_id is not None and 0 <= r.task_id < len(tasks) else None,
             validate_=r.validate,
+            truncated=bool(r.truncated) if known else None,
         )
         for r in rows
     ]
     return SamplePage(items=items, total=int(total), total_is_lower_bound=capped)
+
+
+def _sample_total(session, trace: Trace, where: list, steps: tuple | None) -> tuple[int, bool]:
+    """(total, total_is_lower_bound): with only step filters (`steps` = step, min, max)
+    exact and O(steps) from the per-step counts written at ingestion, else at most
+    SAMPLE_COUNT_CAP matches counted."""
+    if steps is not None:
+        step, lo, hi = steps
+        step_where = [Step.trace_id == trace.id]
+        if step is not None:
+            step_where.append(Step.step == step)
+        if lo is not None:
+            step_where.append(Step.step >= lo)
+        if hi is not None:
+            step_where.append(Step.step <= hi)
+        return session.scalar(select(func.coalesce(func.sum(Step.n_samples), 0)).where(*step_where)) or 0, False
+    matching = select(Sample.step).where(*where).limit(SAMPLE_COUNT_CAP + 1).subquery()
+    total = session.scalar(select(func.count()).select_from(matching)) or 0
+    return min(total, SAMPLE_COUNT_CAP), total > SAMPLE_COUNT_CAP
+
+
+def _truncated_filter(trace: Trace, truncated: bool):
+    """The one definition (backend/ingest/truncation.py) as a filter: the stored column
+    holds it, samples below the cap being NULL; 422 when the trace has no truncation."""
+    definition = trace_truncation(trace)
+    if not definition.known:
+        raise HTTPException(
+            status.HTTP_422_UNPROCESSABLE_ENTITY, detail={"message": definition.definition(), "field": "truncated"}
+        )
+    return Sample.truncated.is_(True) if truncated else Sample.truncated.is_not(True)
 
 
 @router.get("/samples/{step}/{group_idx}/{sample_idx}/turns", response_model=TurnList)

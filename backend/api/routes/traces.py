@@ -10,11 +10,12 @@ from sqlalchemy import func, select
 
 from backend.api.deps import CurrentTeam, SessionDep, SettingsDep, TraceDep
 from backend.api.errors import ERROR_RESPONSES
-from backend.api.schemas import NO_NUL, JobOut, TraceOut, TracePage, UploadAccepted
+from backend.api.schemas import NO_NUL, JobOut, TraceOut, TracePage, TruncationOut, UploadAccepted
 from backend.api.upload_fields import TokenizerField, upload_items
 from backend.formats import FORMATS
 from backend.formats.kineto_events import remove_events
 from backend.ingest.service import accept_upload
+from backend.ingest.truncation import trace_truncation
 from backend.ingest.uploads import discard, store_upload
 from backend.jobs.analyses import applicable_analyses
 from backend.jobs.contracts import INGEST_KIND, remove_artefacts
@@ -38,7 +39,11 @@ def traces_out(session, traces: list[Trace]) -> list[TraceOut]:
     )
     return [
         TraceOut.model_validate(t).model_copy(
-            update={"job_id": ingest_jobs.get(t.id), "analyses": applicable_analyses(t)}
+            update={
+                "job_id": ingest_jobs.get(t.id),
+                "analyses": applicable_analyses(t),
+                "truncation": TruncationOut(**trace_truncation(t).as_dict()) if t.n_samples else None,
+            }
         )
         for t in traces
     ]
