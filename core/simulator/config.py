@@ -376,7 +376,9 @@ def field_rules(cls: type) -> tuple[FieldRule, ...]:
         kind, nullable = _json_type(hints[f.name])
         if kind is None:
             continue
-        ge = gt = le = None
+        ge: float | None = None
+        gt: float | None = None
+        le: float | None = None
         if kind == "integer":
             ge, le = (1 if f.name in _POSITIVE else 0), CONFIG_INT_MAX
         elif kind == "number":
