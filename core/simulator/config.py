@@ -421,6 +421,8 @@ def _coerce(value: Any, rule: FieldRule, where: str) -> Any:
     if rule.type == "string":
         if not isinstance(value, str):
             raise ValueError(f"{where}: must be a string, got {value!r}")
+        if rule.choices is not None:
+            _check_choice(value, rule.choices, where)
         return value
     if value is None:
         if rule.nullable:

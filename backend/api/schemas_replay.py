@@ -1,0 +1,554 @@
+"""Typed request bodies of the replay routes: POST /simulations, /advice and /workloads.
+
+Every field is validated by the one check the job code applies to it — the simulator's
+config checks (`core.simulator.config.check_field`, `gpu_from`, `ModelConfig.from_dict`),
+the policy registry's parameters (`check_value` on each `ParamInfo`) and the request
+fields (`backend.jobs.request_fields`) — and shown in OpenAPI with a type derived from the
+same declaration: bounds as minimum / exclusiveMinimum / maximum, choices as an enum,
+the default and the help line. A check names what it checks relative to its field and
+`backend.api.errors.locate` joins the two, so a 422 reads "policy.params.over_provision:
+must be >= 1, got 0.5". Rules across fields (one workload source, layouts fitting the
+GPU budget, ...) stay with the job code, which runs next.
+
+The policy models are made from the registry when an app is made (`replay_models()`):
+a policy registered before that is in the app's schema.
+"""
+
+from __future__ import annotations
+
+import functools
+import operator
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Annotated, Any, ClassVar, Literal, TypeVar
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PlainValidator,
+    ValidationError,
+    WrapValidator,
+    create_model,
+    model_validator,
+)
+
+from backend.api.errors import error_message
+from backend.api.schemas import NO_NUL, BodyId
+from backend.jobs import request_fields as rf
+from backend.jobs.advice import ADVICE_DEFAULTS, ADVICE_FIELDS, DEFAULT_BALANCING, DEFAULT_CONCURRENCY, advice_gpu
+from backend.jobs.simulations import (
+    SIMULATION_FIELDS,
+    WORKLOAD_FIELDS,
+    check_formats,
+    check_simulation_source,
+    check_workload_source,
+)
+from core.simulator.config import (
+    BALANCING_MODES,
+    GPU_PRESETS,
+    MODEL_PRESETS,
+    ClusterConfig,
+    EngineLimits,
+    GpuSpec,
+    ModelConfig,
+    Policy,
+    check_field,
+    field_rules,
+)
+from core.simulator.defaults import DEFAULT_GPU, DEFAULT_MODEL, DEFAULT_N_GPUS, DEFAULT_POLICY, LAYOUT_FIELDS
+from core.simulator.policies import POLICIES, PolicySpec, policy_spec
+from core.simulator.policies.spec import PARAM_FLOAT_MAX, PARAM_INT_MAX, check_value
+
+_PY = {"integer": int, "number": float, "boolean": bool, "string": str}
+M = TypeVar("M", bound=BaseModel)
+
+
+class StrictModel(BaseModel):
+    """A JSON object with only its declared fields (the first other one is named)."""
+
+    model_config = ConfigDict(extra="forbid")
+    unknown_hint: ClassVar[str] = "unknown field"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _known_fields(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            raise ValueError(f"expected an object, got {type(data).__name__}")
+        unknown = [k for k in data if k not in cls.model_fields]
+        if unknown:
+            known = ", ".join(cls.model_fields) or "none"
+            raise ValueError(f"{unknown[0]}: {cls.unknown_hint} (known: {known})")
+        cls.check_whole(data)
+        return data
+
+    @classmethod
+    def check_whole(cls, data: dict) -> None:
+        """A rule across fields that comes before the fields' own (none by default)."""
+
+
+def one_of(values) -> Any:
+    """The type of one of `values` (an enum in OpenAPI), made at run time."""
+    return Literal[tuple(values)]
+
+
+def some_of(item: Any) -> Any:
+    """The type of a non-empty list of `item`."""
+    return Annotated[list[item], Field(min_length=1)]
+
+
+def make_model(name: str, base: type[M], doc: str | None, fields: dict[str, Any]) -> type[M]:
+    """A model class made at run time from declarations (`fields`: name -> (type, Field))."""
+    options: dict[str, Any] = {"__base__": base, "__doc__": doc, **fields}
+    return create_model(name, **options)
+
+
+def checked(check: Callable[[Any], Any], shown: Any) -> Any:
+    """A field validated by `check` (the job code's check of it) and shown as type `shown`."""
+    return Annotated[Any, PlainValidator(check, json_schema_input_type=shown)]
+
+
+def _number(kind: str, value: float | None) -> float | None:
+    """An integer's bound as an integer (1.0 -> 1)."""
+    return int(value) if kind == "integer" and value is not None and float(value).is_integer() else value
+
+
+def shown_type(rule: Any, bounds: dict | None = None) -> Any:
+    """The OpenAPI type of a described field (a config `FieldRule` or a policy `ParamInfo`)."""
+    base: Any = one_of(rule.choices) if rule.choices else _PY[rule.type]
+    if bounds is None:
+        bounds = {k: getattr(rule, k) for k in ("ge", "gt", "le") if getattr(rule, k) is not None}
+    bounds = {k: _number(rule.type, v) for k, v in bounds.items()}
+    if bounds:
+        base = Annotated[base, Field(**bounds)]
+    return base | None if rule.nullable else base
+
+
+def _param_bounds(info: Any) -> dict:
+    """A parameter's bounds, with the magnitude every number is held to (`check_value`)."""
+    most = PARAM_INT_MAX if info.type == "integer" else PARAM_FLOAT_MAX
+    out = {k: getattr(info, k) for k in ("ge", "gt", "le") if getattr(info, k) is not None}
+    if info.type in ("integer", "number"):
+        if "ge" not in out and "gt" not in out:
+            out["ge"] = -most
+        out.setdefault("le", most)
+    return out
+
+
+def _config_field(cls: type, rule: Any, default: Any = ..., description: str | None = None) -> tuple:
+    """A config dataclass field checked by `check_field` (`default` ... : the dataclass')."""
+    check = functools.partial(_check_config, cls, rule.name)
+    extra = _no_default if default is None and not rule.nullable else None
+    return (
+        checked(check, shown_type(rule)),
+        Field(
+            rule.default if default is ... else default,
+            description=description or rule.help or None,
+            json_schema_extra=extra,
+        ),
+    )
+
+
+def _check_config(cls: type, name: str, value: Any) -> Any:
+    return check_field(cls, name, value, name)
+
+
+def _no_default(schema: dict) -> None:
+    """Left out, the field is derived (no default to show)."""
+    schema.pop("default", None)
+
+
+def _camel(kind: str) -> str:
+    return "".join(p.capitalize() for p in re.split(r"[^0-9A-Za-z]+", kind) if p) or "Custom"
+
+
+# --------------------------------------------------------------------------- policies
+
+
+def params_model(spec: PolicySpec) -> type[BaseModel]:
+    """The declared parameters of policy `spec`, each checked by `check_value`."""
+    fields = {
+        info.name: (
+            checked(functools.partial(_check_param, info), shown_type(info, _param_bounds(info))),
+            Field(info.default, description=info.help),
+        )
+        for info in spec.param_infos
+    }
+    doc = f"The parameters of policy {spec.kind} (defaults for what is left out)."
+    model = make_model(f"{_camel(spec.kind)}Params", StrictModel, doc, fields)
+    model.unknown_hint = f"not a parameter of policy {spec.kind}"
+    return model
+
+
+def _check_param(info: Any, value: Any) -> Any:
+    return check_value(info, value, info.name)
+
+
+def policy_model(spec: PolicySpec) -> type[BaseModel]:
+    """Policy `spec`: its kind, its own parameters and the fields every policy shares."""
+    params = params_model(spec)
+    shared = {r.name: _config_field(Policy, r) for r in field_rules(Policy) if r.name != "kind"}
+    paper = f" Models: {spec.paper}." if spec.paper else ""
+    fields = {
+        "kind": (one_of([spec.kind]), Field(description="The registered policy")),
+        "params": (params, Field(default_factory=params, description=params.__doc__)),
+        **shared,
+    }
+    pool = "disaggregated" if spec.disaggregated else "colocated"
+    return make_model(f"{_camel(spec.kind)}Policy", StrictModel, f"{spec.help} ({pool}).{paper}", fields)
+
+
+def policy_field(models: dict[str, type[BaseModel]]) -> Any:
+    """A policy: a registered kind, or an object discriminated by `kind` (default sync)."""
+    variants = functools.reduce(operator.or_, models.values())
+    union = Annotated[variants, Field(discriminator="kind")] if len(models) > 1 else variants
+
+    def validate(value: Any, handler: Callable[[Any], Any]) -> Any:
+        if value is None:
+            return None
+        if isinstance(value, str):
+            value = {"kind": value}
+        if not isinstance(value, dict):
+            raise ValueError(f"expected a policy kind or an object, got {type(value).__name__}")
+        kind = value.get("kind", DEFAULT_POLICY)
+        if not isinstance(kind, str):
+            raise ValueError(f"kind: must be a string, got {kind!r:.80}")
+        try:
+            policy_spec(kind)
+        except ValueError as exc:  # the registry's message, named from this field
+            raise ValueError(str(exc).removeprefix("policy.")) from None
+        try:
+            return handler({**value, "kind": kind})
+        except ValidationError as exc:  # the union's location starts with the kind: drop it
+            first = exc.errors()[0]
+            raise ValueError(error_message({**first, "loc": first["loc"][1:]})[1]) from None
+
+    shown = one_of(models) | union | None
+    return Annotated[union | None, WrapValidator(validate, json_schema_input_type=shown)]
+
+
+# --------------------------------------------------------------------------- cluster, model, limits
+
+
+@functools.cache
+def _gpu_field() -> tuple:
+    def check(value: Any) -> Any:
+        advice_gpu(value)  # preset names matched case-insensitively, overrides checked
+        return rf.resolve_names(value, GPU_PRESETS)
+
+    overrides = make_model(
+        "GpuOverrides",
+        StrictModel,
+        "A GPU: a preset plus overrides, or all of peak_flops, mem_bandwidth and memory_bytes.",
+        {
+            "preset": (one_of(GPU_PRESETS) | None, Field(None, description="GPU preset")),
+            **{r.name: (shown_type(r) | None, None) for r in field_rules(GpuSpec)},
+        },
+    )
+    shown = one_of(GPU_PRESETS) | overrides
+    return checked(check, shown), Field(DEFAULT_GPU, description="A GPU preset (any case) or an object")
+
+
+@functools.cache
+def _model_field() -> tuple:
+    def check(value: Any) -> Any:
+        if value is None:
+            return None
+        named = rf.resolve_names(value, MODEL_PRESETS)
+        ModelConfig.from_dict(named)
+        return named
+
+    overrides = make_model(
+        "ModelOverrides",
+        StrictModel,
+        ModelConfig.__doc__,
+        {
+            "preset": (one_of(MODEL_PRESETS) | None, Field(None, description="Model preset")),
+            **{r.name: (shown_type(r) | None, None) for r in field_rules(ModelConfig)},
+        },
+    )
+    shown = one_of(MODEL_PRESETS) | overrides | None
+    return checked(check, shown), Field(DEFAULT_MODEL, description="A model preset (any case) or an object")
+
+
+@functools.cache
+def cluster_model() -> type[BaseModel]:
+    """The GPUs and their layout; layout fields left out are derived per policy."""
+    base = ClusterConfig()
+    fields: dict[str, Any] = {"gpu": _gpu_field()}
+    for r in field_rules(ClusterConfig):
+        if r.name in LAYOUT_FIELDS:
+            fields[r.name] = _config_field(
+                ClusterConfig, r, None, "Derived per policy from n_gpus when left out (GET /simulations/presets)"
+            )
+        else:
+            fields[r.name] = _config_field(
+                ClusterConfig, r, DEFAULT_N_GPUS if r.name == "n_gpus" else getattr(base, r.name)
+            )
+    return make_model("Cluster", StrictModel, ClusterConfig.__doc__, fields)
+
+
+@functools.cache
+def limits_model() -> type[BaseModel]:
+    fields = {r.name: _config_field(EngineLimits, r) for r in field_rules(EngineLimits)}
+    return make_model("Limits", StrictModel, EngineLimits.__doc__, fields)
+
+
+# --------------------------------------------------------------------------- request fields
+
+
+def count_field(count: rf.Count, name: str, default: Any = None, description: str | None = None) -> tuple:
+    """An integer field of a request in count.lo..count.hi (`default` None and not
+    nullable: left out, the job code decides)."""
+    shown: Any = Annotated[int, Field(ge=count.lo, le=count.hi)]
+    extra = _no_default if default is None and not count.nullable else None
+    return (
+        checked(functools.partial(_check_count, count, name), shown | None if count.nullable else shown),
+        Field(default, description=description, json_schema_extra=extra),
+    )
+
+
+def _check_count(count: rf.Count, name: str, value: Any) -> Any:
+    return None if value is None and count.nullable else count.check(value, name)
+
+
+def _optional(check: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    return lambda value: None if value is None else check(value)
+
+
+def _doc_model(name: str, doc: str, **fields: Any) -> type[BaseModel]:
+    """A documented shape (validated by the field's check, shown in OpenAPI)."""
+    return make_model(name, StrictModel, doc, fields)
+
+
+Step = Annotated[int, Field(ge=rf.STEP.lo, le=rf.STEP.hi)]
+StepRange = Annotated[list[Step], Field(min_length=2, max_length=2)]
+
+
+@functools.cache
+def _replay_options() -> dict[str, tuple]:
+    """calibrate, steps, uncertainty, rolling_origin, forecast: each true/false or an object."""
+    runs, seed = rf.UNCERTAINTY_RUNS, rf.SEED
+    window_default, window = rf.ROLLING_WINDOW
+    workloads_default, workloads = rf.FORECAST_WORKLOADS
+    calibrate = _doc_model("CalibrateOn", "Fit the engine on these steps ([]: the first).", fit_steps=(list[Step], []))
+    mc = _doc_model(
+        "MonteCarlo",
+        "Monte-Carlo replay of the calibrated residual noise.",
+        runs=(
+            Annotated[int, Field(ge=runs.lo, le=runs.hi)] | None,
+            Field(None, description="null: by a convergence check"),
+        ),
+        seed=(Annotated[int, Field(ge=seed.lo, le=seed.hi)], 0),
+    )
+    rolling = _doc_model(
+        "RollingOrigin",
+        "Accuracy by rolling origin: each measured step predicted from a calibration on the steps before it.",
+        window=(
+            Annotated[int, Field(ge=window.lo, le=window.hi)] | None,
+            Field(window_default, description="null: all earlier steps"),
+        ),
+    )
+    forecast = _doc_model(
+        "Forecast",
+        "Forecast each step after the calibration steps from earlier workloads only.",
+        workloads=(Annotated[int, Field(ge=workloads.lo, le=workloads.hi)], workloads_default),
+    )
+    return {
+        "calibrate": (
+            checked(rf.calibrate_option, bool | calibrate | None),
+            Field(None, description='null: when the trace has measured timings; false; or {"fit_steps": [0]}'),
+        ),
+        "steps": (
+            checked(rf.step_range, StepRange | None),
+            Field(None, description="[first, end) step range; all steps when omitted"),
+        ),
+        "uncertainty": (
+            checked(rf.uncertainty_option, bool | mc | None),
+            Field(None, description="Monte-Carlo replay of the calibrated residual noise (default), or false"),
+        ),
+        "rolling_origin": (
+            checked(rf.rolling_origin_option, bool | rolling | None),
+            Field(None, description="Also evaluate accuracy by rolling origin"),
+        ),
+        "forecast": (
+            checked(rf.forecast_option, bool | forecast | None),
+            Field(None, description="Also forecast later steps"),
+        ),
+    }
+
+
+@functools.cache
+def _workload_source_field() -> tuple:
+    counts = {k: (Annotated[int, Field(ge=c.lo, le=c.hi)], default) for k, (default, c) in rf.SOURCE_COUNTS.items()}
+    source = _doc_model(
+        "SyntheticWorkload",
+        "A synthetic workload drawn from a PolyTrace parameter file (enhanced_task_distribution_parameters).",
+        parameters=(dict[str, Any], Field(description="The parameter file's JSON")),
+        task=(str | None, Field(None, description="A task of the file (default: its first)")),
+        **counts,
+    )
+    return checked(_optional(rf.workload_source), source | None), Field(
+        None, description="A synthetic source instead of a trace"
+    )
+
+
+# --------------------------------------------------------------------------- the bodies
+
+
+class SimulationBody(StrictModel):
+    """A replay of a trace (or a synthetic workload) on a described cluster under policy A,
+    and policy B beside it when given."""
+
+    @classmethod
+    def check_whole(cls, data: dict) -> None:
+        check_simulation_source(data)
+
+
+class WorkloadBody(StrictModel):
+    """Fit a trace's lengths and/or generate a PolyTrace-style synthetic workload."""
+
+    @classmethod
+    def check_whole(cls, data: dict) -> None:
+        check_workload_source(data)
+
+
+class AdviceBody(StrictModel):
+    """The configuration advisor's sweep on a trace's workload and a GPU budget."""
+
+
+def _simulation_model(policies: dict[str, type[BaseModel]]) -> type[BaseModel]:
+    policy = policy_field(policies)
+    fields = {
+        "trace_id": (BodyId | None, Field(None, description="The team's trace to replay (or give `workload`)")),
+        "workload": _workload_source_field(),
+        "cluster": (cluster_model() | None, Field(None, description="The GPUs, shared by policy A and B")),
+        "model": _model_field(),
+        "limits": (limits_model() | None, Field(None, description="Continuous-batching limits of a rollout replica")),
+        "policy": (policy, Field(None, description=f"Policy A (default {DEFAULT_POLICY})")),
+        "compare_policy": (policy, Field(None, description="Policy B, replayed on the same workload and GPUs")),
+        **_replay_options(),
+    }
+    return make_model(
+        "SimulationRequest", SimulationBody, SimulationBody.__doc__, {k: fields[k] for k in SIMULATION_FIELDS}
+    )
+
+
+def _advice_model(kinds: tuple[str, ...]) -> type[BaseModel]:
+    counts = rf.ADVICE_COUNTS
+
+    def policies(value: Any) -> Any:
+        return rf.choices_list(value, list(POLICIES), "policies", list(POLICIES))
+
+    fields = {
+        "trace_id": (BodyId, Field(description="The team's trace to advise on")),
+        "gpu": _gpu_field(),
+        "n_gpus": count_field(
+            counts["n_gpus"], "n_gpus", ADVICE_DEFAULTS["n_gpus"], "The GPU budget every configuration uses"
+        ),
+        "model": _model_field(),
+        "policies": (
+            checked(policies, some_of(one_of(kinds)) | None),
+            Field(None, description="Policy kinds to sweep (default: every registered one)"),
+        ),
+        "balancing": (
+            checked(
+                lambda v: rf.choices_list(v, BALANCING_MODES, "balancing", DEFAULT_BALANCING),
+                some_of(one_of(BALANCING_MODES)) | None,
+            ),
+            Field(DEFAULT_BALANCING, description="DP balancing modes to sweep"),
+        ),
+        "concurrency": (
+            checked(
+                rf.concurrency_list,
+                Annotated[
+                    list[Annotated[int, Field(ge=rf.CONCURRENCY.lo, le=rf.CONCURRENCY.hi)] | None], Field(min_length=1)
+                ],
+            ),
+            Field(DEFAULT_CONCURRENCY, description="Running-sequence limits per replica to sweep (null: calibrated)"),
+        ),
+        "calibrate": _replay_options()["calibrate"],
+        "steps": _replay_options()["steps"],
+        "runs": count_field(counts["runs"], "runs", ADVICE_DEFAULTS["runs"], "Monte-Carlo runs per layout and step"),
+        "seed": count_field(counts["seed"], "seed", ADVICE_DEFAULTS["seed"], "Monte-Carlo seed"),
+    }
+    return make_model("AdviceRequest", AdviceBody, AdviceBody.__doc__, {k: fields[k] for k in ADVICE_FIELDS})
+
+
+@functools.cache
+def workload_model() -> type[BaseModel]:
+    counts, texts = rf.WORKLOAD_COUNTS, rf.WORKLOAD_TEXTS
+
+    def text_field(name: str, description: str) -> tuple:
+        shown = Annotated[str, Field(max_length=texts[name].most, pattern=NO_NUL)] | None
+        return checked(functools.partial(_check_text, texts[name], name), shown), Field(None, description=description)
+
+    def parameters(value: Any) -> Any:
+        if value is not None and not isinstance(value, dict):
+            raise ValueError(f"parameters: expected an object (the parameter file's JSON), got {type(value).__name__}")
+        return value
+
+    formats = some_of(one_of(rf.WORKLOAD_FORMATS)) | None
+    fields = {
+        "trace_id": (BodyId | None, Field(None, description="The team's trace to fit (or give `parameters`)")),
+        "parameters": (
+            checked(parameters, dict[str, Any] | None),
+            Field(None, description="PolyTrace's fitted-parameter file JSON (enhanced_task_distribution_parameters)"),
+        ),
+        "task": text_field("task", "Task to generate: a fitted task name, or math | tool_calling"),
+        "steps": count_field(
+            counts["steps"],
+            "steps",
+            None,
+            "Steps to generate (0 with a trace: fit report only; default 0 with a trace, else 1)",
+        ),
+        "groups": count_field(
+            counts["groups"], "groups", None, "Prompt groups per step (a trace: as fitted when omitted)"
+        ),
+        "samples_per_group": count_field(
+            counts["samples_per_group"],
+            "samples_per_group",
+            None,
+            "Samples per group (a trace: as fitted when omitted)",
+        ),
+        "seed": count_field(counts["seed"], "seed", rf.WORKLOAD_DEFAULTS["seed"], "Random seed"),
+        "formats": (checked(_optional(check_formats), formats), Field(None, description="Files to write")),
+        "ingest": (
+            checked(functools.partial(_check_bool, "ingest"), bool),
+            Field(True, description="Ingest the generated workload as a new trace"),
+        ),
+        "name": text_field("name", "Name of the new trace"),
+        "dp_size": count_field(
+            counts["dp_size"], "dp_size", rf.WORKLOAD_DEFAULTS["dp_size"], "DP ranks the packed rows are dealt to"
+        ),
+    }
+    return make_model("WorkloadRequest", WorkloadBody, WorkloadBody.__doc__, {k: fields[k] for k in WORKLOAD_FIELDS})
+
+
+def _check_text(text: rf.Text, name: str, value: Any) -> Any:
+    return text.check(value, name)
+
+
+def _check_bool(name: str, value: Any) -> Any:
+    return rf.check_bool(value, name)
+
+
+@dataclass(frozen=True)
+class ReplayModels:
+    """The request bodies of POST /simulations, /advice and /workloads."""
+
+    simulation: type[BaseModel]
+    advice: type[BaseModel]
+    workload: type[BaseModel]
+
+
+def replay_models() -> ReplayModels:
+    """The request models for the policy registry as it is now (made once per registry)."""
+    return _models_of(tuple(POLICIES.items()))
+
+
+@functools.lru_cache(maxsize=8)
+def _models_of(registry: tuple[tuple[str, PolicySpec], ...]) -> ReplayModels:
+    policies = {kind: policy_model(spec) for kind, spec in registry}
+    return ReplayModels(_simulation_model(policies), _advice_model(tuple(policies)), workload_model())
