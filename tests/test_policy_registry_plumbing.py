@@ -151,3 +151,36 @@ def test_the_form_builder_renders_its_fields(toy):
     assert [o["value"] for o in fields["order"].options] == ["fifo", "lifo"] and fields["order"].value == "fifo"
     ids = [{"type": PARAM, "form": "sim", "policy": "a", "name": n} for n in fields]
     assert params_from_inputs(infos, ids, [5.0, 0.5, "true", "lifo"]) == GIVEN
+
+
+def test_step_time_intervals_follow_the_registry(toy):
+    """A colocated batch-rollout policy's step is its rollout then training on the same
+    GPUs: its step time gets the rollout's Monte-Carlo interval, shifted (the toy policy
+    too, being declared so); a disaggregated or streaming one does not."""
+    from core.simulator import MODEL_PRESETS, ClusterConfig, EngineLimits, Policy, simulate, workload_from_columns
+    from core.simulator.uncertainty import FIGURES
+    from core.workload.polytrace_rows import packed_rows_to_columns
+    from workers.runners.simulations import Replay, uncertainty_dict
+
+    steps = workload_from_columns(packed_rows_to_columns([r for rows in synthetic_rows(2, 4, 2) for r in rows]))
+    cluster, model = ClusterConfig(n_gpus=16), MODEL_PRESETS["Qwen2.5-7B"]
+    figures = {k: {"mean": 2.0, "p10": 1.0, "p90": 3.0} for k in FIGURES}
+    mc = {w.step: {"n_runs": 10, **figures, "deterministic": dict.fromkeys(FIGURES, 2.0)} for w in steps}
+
+    def rows(a_kind: str, b_kind: str) -> list[dict]:
+        a, b = (simulate(steps, cluster, model, EngineLimits(), Policy(kind=k)) for k in (a_kind, b_kind))
+        unc = {"noise": {"sd": [0.1]}, "steps": mc}
+        return uncertainty_dict(Replay(steps, a, b, None, None, unc))["steps"], a
+
+    out, a = rows("toy", "one_step_off")
+    for row, s in zip(out, a.steps):
+        shift = s.step_time - s.stages["rollout"]
+        assert row["step_s_a"] == {
+            "mean": 2.0 + shift,
+            "p10": 1.0 + shift,
+            "p90": 3.0 + shift,
+            "deterministic": s.step_time,
+        }
+        assert "step_s_b" not in row
+    out, _ = rows("partial", "toy")
+    assert all("step_s_a" not in row and "step_s_b" in row for row in out)

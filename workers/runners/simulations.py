@@ -16,8 +16,9 @@ Job result (JSON):
   accuracy     `accuracy_report` on the steps not used for fitting (None without
                calibration or without other steps)
   uncertainty  per step MC mean and P10-P90 of rollout time, median and p90 trajectory
-               completion (and sync step time), the fitted noise, coverage (None
-               without calibration on per-request latencies or with uncertainty false)
+               completion (and the step time of a colocated batch-rollout policy), the
+               fitted noise, coverage (None without calibration on per-request
+               latencies or with uncertainty false)
   rolling_origin  `core.simulator.evaluation.rolling_origin` when asked for
   forecast     `core.simulator.forecast.forecast_step` per step after the calibration
                steps, with `mean`, when asked for
