@@ -220,9 +220,10 @@ def policy_field(models: dict[str, type[BaseModel]]) -> Any:
             raise ValueError(str(exc).removeprefix("policy.")) from None
         try:
             return handler({**value, "kind": kind})
-        except ValidationError as exc:  # the union's location starts with the kind: drop it
+        except ValidationError as exc:  # a tagged union's location starts with the kind: drop it
             first = exc.errors()[0]
-            raise ValueError(error_message({**first, "loc": first["loc"][1:]})[1]) from None
+            loc = first["loc"][1:] if len(models) > 1 else first["loc"]
+            raise ValueError(error_message({**first, "loc": loc})[1]) from None
 
     shown = one_of(models) | union | None
     return Annotated[union | None, WrapValidator(validate, json_schema_input_type=shown)]
@@ -234,6 +235,8 @@ def policy_field(models: dict[str, type[BaseModel]]) -> Any:
 @functools.cache
 def _gpu_field() -> tuple:
     def check(value: Any) -> Any:
+        if value is None:  # the job code says whether it may be left to the default
+            return None
         advice_gpu(value)  # preset names matched case-insensitively, overrides checked
         return rf.resolve_names(value, GPU_PRESETS)
 
