@@ -66,8 +66,11 @@ def test_openapi_shows_the_replay_shapes_with_their_bounds(client):
     cluster = deref(schemas, non_null(sim["properties"]["cluster"]))
     assert cluster["additionalProperties"] is False
     for rule in field_rules(ClusterConfig):
-        assert_shows(cluster["properties"][rule.name], rule, default=rule.name not in ("n_gpus", *LAYOUT_FIELDS))
+        if rule.name != "n_gpus":  # (below)
+            assert_shows(cluster["properties"][rule.name], rule, default=rule.name not in LAYOUT_FIELDS)
     assert "default" not in cluster["properties"]["rollout_tp"]  # derived per policy when left out
+    n_gpus = cluster["properties"]["n_gpus"]  # the config's rule, within what a request may ask for
+    assert (n_gpus["minimum"], n_gpus["maximum"], n_gpus["default"]) == (1, rf.MAX_GPUS, 8)
     assert (
         cluster["properties"]["train_mfu"]["exclusiveMinimum"] == 0
         and cluster["properties"]["train_mfu"]["maximum"] == 1
@@ -140,6 +143,7 @@ PARTIAL = {"kind": "partial", "params": {"over_provision": 0.5}}
         ({"compare_policy": PARTIAL}, "compare_policy.params.over_provision", None),
         ({"cluster": {"rollout_tp": 0}}, "cluster.rollout_tp", "cluster.rollout_tp: must be an integer >= 1, got 0"),
         ({"cluster": {"n_gpus": "16"}}, "cluster.n_gpus", "cluster.n_gpus: must be a number, got '16'"),
+        ({"cluster": {"n_gpus": 4097}}, "cluster.n_gpus", "cluster.n_gpus: must be <= 4096, got 4097"),
         ({"cluster": {"train_mfu": 1.5}}, "cluster.train_mfu", "cluster.train_mfu: must be <= 1, got 1.5"),
         ({"cluster": {"gpu": {"peak_flops": 1e15}}}, "cluster.gpu.mem_bandwidth", None),
         ({"cluster": {"gpu": "TPU9"}}, "cluster.gpu", None),

@@ -281,15 +281,23 @@ def cluster_model() -> type[BaseModel]:
     base = ClusterConfig()
     fields: dict[str, Any] = {"gpu": _gpu_field()}
     for r in field_rules(ClusterConfig):
-        if r.name in LAYOUT_FIELDS:
+        if r.name == "n_gpus":  # the config's rule, and the budget a request may ask for
+            shown = shown_type(r, {"ge": r.ge, "le": rf.MAX_GPUS})
+            fields[r.name] = (
+                checked(_check_budget, shown),
+                Field(DEFAULT_N_GPUS, description="The GPU budget of every policy"),
+            )
+        elif r.name in LAYOUT_FIELDS:
             fields[r.name] = _config_field(
                 ClusterConfig, r, None, "Derived per policy from n_gpus when left out (GET /simulations/presets)"
             )
         else:
-            fields[r.name] = _config_field(
-                ClusterConfig, r, DEFAULT_N_GPUS if r.name == "n_gpus" else getattr(base, r.name)
-            )
+            fields[r.name] = _config_field(ClusterConfig, r, getattr(base, r.name))
     return make_model("Cluster", StrictModel, ClusterConfig.__doc__, fields)
+
+
+def _check_budget(value: Any) -> Any:
+    return rf.check_budget(check_field(ClusterConfig, "n_gpus", value, "n_gpus"), "n_gpus")
 
 
 @functools.cache

@@ -94,9 +94,19 @@ WORKLOAD_COUNTS = {
 WORKLOAD_DEFAULTS = {"seed": 0, "dp_size": 1}  # steps: 0 (fit only) with a trace, else 1
 WORKLOAD_TEXTS = {"name": Text(300), "task": Text(200)}  # the trace name / task label columns
 WORKLOAD_FORMATS = ("packed", "compact", "multiturn")
+# The largest GPU budget a replay or an advice may ask for: the replay builds every
+# rollout replica and training rank of it (a budget of 2**31 GPUs would never finish).
+MAX_GPUS = 4096
 # the advisor's budget, Monte-Carlo runs, seed and engine concurrency
-ADVICE_COUNTS = {"n_gpus": Count(1, 4096), "runs": Count(10, 5000), "seed": SEED}
+ADVICE_COUNTS = {"n_gpus": Count(1, MAX_GPUS), "runs": Count(10, 5000), "seed": SEED}
 CONCURRENCY = Count(1, nullable=True)
+
+
+def check_budget(n_gpus: int, where: str) -> int:
+    """A checked cluster's GPU budget within what a request may ask for."""
+    if n_gpus > MAX_GPUS:
+        raise ValueError(f"{where}: must be <= {MAX_GPUS}, got {n_gpus}")
+    return n_gpus
 
 
 def check_fields(body: Any, known) -> None:

@@ -58,6 +58,7 @@ from backend.jobs.request_fields import (
     WORKLOAD_TEXTS,
     calibrate_option,
     check_bool,
+    check_budget,
     check_fields,
     forecast_option,
     one_source,
@@ -203,6 +204,7 @@ def resolve_clusters(body: dict):
     model = resolve_names(body.get("model") or DEFAULT_MODEL, MODEL_PRESETS)
     policy = body.get("policy") or DEFAULT_POLICY
     c, m, lim, _ = config_from_dict({"cluster": cluster, "model": model, "limits": body.get("limits") or {}})
+    check_budget(c.n_gpus, "cluster.n_gpus")
     p = checked_policy(policy, "policy")
     c_a = _layout(c, cluster, m, p.kind)
     c_a.check_fits(policy_spec(p.kind).disaggregated)
