@@ -128,6 +128,10 @@ def test_the_cli_reads_its_parameters_by_type(toy, team_key, tmp_path):
     ]:
         r = runner.invoke(app, ["simulate", trace_id, "--policy", "toy", "--policy-param", pair, "--api-key", team_key])
         assert r.exit_code == 2 and says in r.output and r.output.strip().count("\n") == 0, r.output
+    advice = ["advise", trace_id, "--policy", "toy", "--policy", "sync", "--workers", "1", "--api-key", team_key]
+    r = runner.invoke(app, [*advice, "--no-calibrate", "--json"], catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    assert {c["policy"] for c in orjson.loads(r.stdout)["ranking"]} == {"toy", "sync"}  # the advisor sweeps it
     listed = runner.invoke(app, ["policies"]).stdout
     assert "toy: colocated; a throwaway policy of the registry test" in listed
     assert '  order: one of fifo, lifo; default "fifo". queue order' in listed

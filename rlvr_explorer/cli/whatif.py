@@ -160,18 +160,9 @@ def simulate(
 ) -> None:
     """Replay a trace on a described cluster in this process (no worker needed)."""
     from backend.jobs.simulations import error_field, simulation_params
-    from workers.runners.simulations import replay, result_dict
 
     cluster = {"gpu": gpu, "n_gpus": gpus, "rollout_replicas": replicas, "rollout_tp": tp, "train_dp": train_dp}
-    try:
-        policy_a = _policy_option(policy, policy_param, "--policy-param")
-        policy_b = _policy_option(compare, compare_param, "--compare-param")
-    except ValueError as exc:  # one line: the parameter and what it takes
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2) from None
-    if compare_param and compare is None:
-        typer.echo("error: --compare-param needs --compare POLICY", err=True)
-        raise typer.Exit(2)
+    policy_a, policy_b = _policies_option(policy, policy_param, compare, compare_param)
     body = {
         "trace_id": trace_id,
         "cluster": {k: v for k, v in cluster.items() if v is not None},
@@ -190,6 +181,29 @@ def simulate(
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint=error_field(exc) or "options") from None
     trace = _team_trace(trace_id, _team_id(api_key))
+    result = _replay_result(trace, params)
+    if as_json:
+        typer.echo(orjson.dumps(result, option=orjson.OPT_INDENT_2).decode())
+        return
+    typer.echo(_simulation_summary(trace, params, result))
+
+
+def _policies_option(policy: str, pairs_a: list[str] | None, compare: str | None, pairs_b: list[str] | None):
+    """Policy A and B of the request, with their own parameters; a bad parameter is one
+    line naming it and what it takes, and exit code 2."""
+    try:
+        if pairs_b and compare is None:
+            raise ValueError("--compare-param needs --compare POLICY")
+        return _policy_option(policy, pairs_a, "--policy-param"), _policy_option(compare, pairs_b, "--compare-param")
+    except ValueError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+
+
+def _replay_result(trace, params: dict) -> dict:
+    """The replay's result without its timelines, with each policy's parameters as used."""
+    from workers.runners.simulations import replay, result_dict
+
     try:
         workload = _trace_workload(trace, params["steps"], "replay")
         bar, progress = progress_bar("simulate")
@@ -207,10 +221,7 @@ def simulate(
             result[key].pop("timeline", None)
             result[key].pop("timeline_truncated", None)
     result["policies"] = {k: _policy_used(result[k]) for k in ("a", "b") if result[k] is not None}
-    if as_json:
-        typer.echo(orjson.dumps(result, option=orjson.OPT_INDENT_2).decode())
-        return
-    typer.echo(_simulation_summary(trace, params, result))
+    return result
 
 
 def _policy_used(sim: dict) -> dict:
