@@ -10,32 +10,33 @@ the default and the help line. A check names what it checks relative to its fiel
 must be >= 1, got 0.5". Rules across fields (one workload source, layouts fitting the
 GPU budget, ...) stay with the job code, which runs next.
 
-The policy models are made from the registry when an app is made (`replay_models()`):
-a policy registered before that is in the app's schema.
+The policy models (`schemas_policy`) are made from the registry when an app is made
+(`replay_models()`): a policy registered before that is in the app's schema. The
+building blocks (a model naming the first unknown field, a checked field shown as a
+derived type) are in `schema_types`.
 """
 
 from __future__ import annotations
 
 import functools
-import operator
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Annotated, Any, ClassVar, Literal, TypeVar
+from typing import Annotated, Any
 
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    PlainValidator,
-    ValidationError,
-    WrapValidator,
-    create_model,
-    model_validator,
+from pydantic import BaseModel, Field
+
+from backend.api.schema_types import (
+    StrictModel,
+    checked,
+    config_field,
+    make_model,
+    no_default,
+    one_of,
+    shown_type,
+    some_of,
 )
-
-from backend.api.errors import error_message
 from backend.api.schemas import NO_NUL, BodyId
+from backend.api.schemas_policy import policy_field, policy_model
 from backend.jobs import request_fields as rf
 from backend.jobs.advice import ADVICE_DEFAULTS, ADVICE_FIELDS, DEFAULT_BALANCING, DEFAULT_CONCURRENCY, advice_gpu
 from backend.jobs.simulations import (
@@ -53,181 +54,11 @@ from core.simulator.config import (
     EngineLimits,
     GpuSpec,
     ModelConfig,
-    Policy,
     check_field,
     field_rules,
 )
 from core.simulator.defaults import DEFAULT_GPU, DEFAULT_MODEL, DEFAULT_N_GPUS, DEFAULT_POLICY, LAYOUT_FIELDS
-from core.simulator.policies import POLICIES, PolicySpec, policy_spec
-from core.simulator.policies.spec import PARAM_FLOAT_MAX, PARAM_INT_MAX, check_value
-
-_PY = {"integer": int, "number": float, "boolean": bool, "string": str}
-M = TypeVar("M", bound=BaseModel)
-
-
-class StrictModel(BaseModel):
-    """A JSON object with only its declared fields (the first other one is named)."""
-
-    model_config = ConfigDict(extra="forbid")
-    unknown_hint: ClassVar[str] = "unknown field"
-
-    @model_validator(mode="before")
-    @classmethod
-    def _known_fields(cls, data: Any) -> Any:
-        if not isinstance(data, dict):
-            raise ValueError(f"expected an object, got {type(data).__name__}")
-        unknown = [k for k in data if k not in cls.model_fields]
-        if unknown:
-            known = ", ".join(cls.model_fields) or "none"
-            raise ValueError(f"{unknown[0]}: {cls.unknown_hint} (known: {known})")
-        cls.check_whole(data)
-        return data
-
-    @classmethod
-    def check_whole(cls, data: dict) -> None:
-        """A rule across fields that comes before the fields' own (none by default)."""
-
-
-def one_of(values) -> Any:
-    """The type of one of `values` (an enum in OpenAPI), made at run time."""
-    return Literal[tuple(values)]
-
-
-def some_of(item: Any) -> Any:
-    """The type of a non-empty list of `item`."""
-    return Annotated[list[item], Field(min_length=1)]
-
-
-def make_model(name: str, base: type[M], doc: str | None, fields: dict[str, Any]) -> type[M]:
-    """A model class made at run time from declarations (`fields`: name -> (type, Field))."""
-    options: dict[str, Any] = {"__base__": base, "__doc__": doc, **fields}
-    return create_model(name, **options)
-
-
-def checked(check: Callable[[Any], Any], shown: Any) -> Any:
-    """A field validated by `check` (the job code's check of it) and shown as type `shown`."""
-    return Annotated[Any, PlainValidator(check, json_schema_input_type=shown)]
-
-
-def _number(kind: str, value: float | None) -> float | None:
-    """An integer's bound as an integer (1.0 -> 1)."""
-    return int(value) if kind == "integer" and value is not None and float(value).is_integer() else value
-
-
-def shown_type(rule: Any, bounds: dict | None = None) -> Any:
-    """The OpenAPI type of a described field (a config `FieldRule` or a policy `ParamInfo`)."""
-    base: Any = one_of(rule.choices) if rule.choices else _PY[rule.type]
-    if bounds is None:
-        bounds = {k: getattr(rule, k) for k in ("ge", "gt", "le") if getattr(rule, k) is not None}
-    bounds = {k: _number(rule.type, v) for k, v in bounds.items()}
-    if bounds:
-        base = Annotated[base, Field(**bounds)]
-    return base | None if rule.nullable else base
-
-
-def _param_bounds(info: Any) -> dict:
-    """A parameter's bounds, with the magnitude every number is held to (`check_value`)."""
-    most = PARAM_INT_MAX if info.type == "integer" else PARAM_FLOAT_MAX
-    out = {k: getattr(info, k) for k in ("ge", "gt", "le") if getattr(info, k) is not None}
-    if info.type in ("integer", "number"):
-        if "ge" not in out and "gt" not in out:
-            out["ge"] = -most
-        out.setdefault("le", most)
-    return out
-
-
-def _config_field(cls: type, rule: Any, default: Any = ..., description: str | None = None) -> tuple:
-    """A config dataclass field checked by `check_field` (`default` ... : the dataclass')."""
-    check = functools.partial(_check_config, cls, rule.name)
-    extra = _no_default if default is None and not rule.nullable else None
-    return (
-        checked(check, shown_type(rule)),
-        Field(
-            rule.default if default is ... else default,
-            description=description or rule.help or None,
-            json_schema_extra=extra,
-        ),
-    )
-
-
-def _check_config(cls: type, name: str, value: Any) -> Any:
-    return check_field(cls, name, value, name)
-
-
-def _no_default(schema: dict) -> None:
-    """Left out, the field is derived (no default to show)."""
-    schema.pop("default", None)
-
-
-def _camel(kind: str) -> str:
-    return "".join(p.capitalize() for p in re.split(r"[^0-9A-Za-z]+", kind) if p) or "Custom"
-
-
-# --------------------------------------------------------------------------- policies
-
-
-def params_model(spec: PolicySpec) -> type[BaseModel]:
-    """The declared parameters of policy `spec`, each checked by `check_value`."""
-    fields = {
-        info.name: (
-            checked(functools.partial(_check_param, info), shown_type(info, _param_bounds(info))),
-            Field(info.default, description=info.help),
-        )
-        for info in spec.param_infos
-    }
-    doc = f"The parameters of policy {spec.kind} (defaults for what is left out)."
-    model = make_model(f"{_camel(spec.kind)}Params", StrictModel, doc, fields)
-    model.unknown_hint = f"not a parameter of policy {spec.kind}"
-    return model
-
-
-def _check_param(info: Any, value: Any) -> Any:
-    return check_value(info, value, info.name)
-
-
-def policy_model(spec: PolicySpec) -> type[BaseModel]:
-    """Policy `spec`: its kind, its own parameters and the fields every policy shares."""
-    params = params_model(spec)
-    shared = {r.name: _config_field(Policy, r) for r in field_rules(Policy) if r.name != "kind"}
-    paper = f" Models: {spec.paper}." if spec.paper else ""
-    fields = {
-        "kind": (one_of([spec.kind]), Field(description="The registered policy")),
-        "params": (params, Field(default_factory=params, description=params.__doc__)),
-        **shared,
-    }
-    pool = "disaggregated" if spec.disaggregated else "colocated"
-    return make_model(f"{_camel(spec.kind)}Policy", StrictModel, f"{spec.help} ({pool}).{paper}", fields)
-
-
-def policy_field(models: dict[str, type[BaseModel]]) -> Any:
-    """A policy: a registered kind, or an object discriminated by `kind` (default sync)."""
-    variants = functools.reduce(operator.or_, models.values())
-    union = Annotated[variants, Field(discriminator="kind")] if len(models) > 1 else variants
-
-    def validate(value: Any, handler: Callable[[Any], Any]) -> Any:
-        if value is None:
-            return None
-        if isinstance(value, str):
-            value = {"kind": value}
-        if not isinstance(value, dict):
-            raise ValueError(f"expected a policy kind or an object, got {type(value).__name__}")
-        kind = value.get("kind", DEFAULT_POLICY)
-        if not isinstance(kind, str):
-            raise ValueError(f"kind: must be a string, got {kind!r:.80}")
-        try:
-            policy_spec(kind)
-        except ValueError as exc:  # the registry's message, named from this field
-            raise ValueError(str(exc).removeprefix("policy.")) from None
-        try:
-            return handler({**value, "kind": kind})
-        except ValidationError as exc:  # a tagged union's location starts with the kind: drop it
-            first = exc.errors()[0]
-            loc = first["loc"][1:] if len(models) > 1 else first["loc"]
-            raise ValueError(error_message({**first, "loc": loc})[1]) from None
-
-    shown = one_of(models) | union | None
-    return Annotated[union | None, WrapValidator(validate, json_schema_input_type=shown)]
-
+from core.simulator.policies import POLICIES, PolicySpec
 
 # --------------------------------------------------------------------------- cluster, model, limits
 
@@ -288,11 +119,11 @@ def cluster_model() -> type[BaseModel]:
                 Field(DEFAULT_N_GPUS, description="The GPU budget of every policy"),
             )
         elif r.name in LAYOUT_FIELDS:
-            fields[r.name] = _config_field(
+            fields[r.name] = config_field(
                 ClusterConfig, r, None, "Derived per policy from n_gpus when left out (GET /simulations/presets)"
             )
         else:
-            fields[r.name] = _config_field(ClusterConfig, r, getattr(base, r.name))
+            fields[r.name] = config_field(ClusterConfig, r, getattr(base, r.name))
     return make_model("Cluster", StrictModel, ClusterConfig.__doc__, fields)
 
 
@@ -302,7 +133,7 @@ def _check_budget(value: Any) -> Any:
 
 @functools.cache
 def limits_model() -> type[BaseModel]:
-    fields = {r.name: _config_field(EngineLimits, r) for r in field_rules(EngineLimits)}
+    fields = {r.name: config_field(EngineLimits, r) for r in field_rules(EngineLimits)}
     return make_model("Limits", StrictModel, EngineLimits.__doc__, fields)
 
 
@@ -313,7 +144,7 @@ def count_field(count: rf.Count, name: str, default: Any = None, description: st
     """An integer field of a request in count.lo..count.hi (`default` None and not
     nullable: left out, the job code decides)."""
     shown: Any = Annotated[int, Field(ge=count.lo, le=count.hi)]
-    extra = _no_default if default is None and not count.nullable else None
+    extra = no_default if default is None and not count.nullable else None
     return (
         checked(functools.partial(_check_count, count, name), shown | None if count.nullable else shown),
         Field(default, description=description, json_schema_extra=extra),
