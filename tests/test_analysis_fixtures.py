@@ -294,7 +294,9 @@ def test_default_analyses_follow_available_tables():
         "turns": {"step", "group_idx", "sample_idx", "turn", "prompt_tokens"},
         "tool_calls": {"step", "group_idx", "sample_idx", "latency_s"},
     }
-    assert default_analyses(multi) == [k for k in DEFAULT_ANALYSES if k not in ("gpu_timeline", "data_efficiency")]
+    # no gpu events, no DAPO marks and no rewards
+    skipped = ("gpu_timeline", "data_efficiency", "reward_length")
+    assert default_analyses(multi) == [k for k in DEFAULT_ANALYSES if k not in skipped]
     dapo = {"samples": single_turn["samples"] | {"filter_mark", "trainer_step"}}
     assert default_analyses(dapo) == ["lengths", "longtail", "imbalance", "data_efficiency"]
     kineto = {

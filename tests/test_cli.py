@@ -82,7 +82,7 @@ def test_demo_and_create_team(env):
 
 
 sqlite_only = pytest.mark.parametrize("backend_env", ["sqlite"], indirect=True)
-COMMANDS = ("migrate", "create-team", "ingest", "demo", "worker", "api", "serve", "simulate", "generate")
+COMMANDS = ("migrate", "create-team", "ingest", "demo", "worker", "api", "serve", "simulate", "generate", "policies")
 
 
 def test_help_names_values_readably():

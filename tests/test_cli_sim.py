@@ -203,3 +203,88 @@ def test_simulate_rejects_values_the_database_cannot_hold(team_key, stored):
     for args in (["--gpus", str(2**31)], ["--replicas", "1e21"]):
         r = runner.invoke(app, ["simulate", str(trace_id), *args, "--api-key", team_key])
         assert r.exit_code == 2 and "Traceback" not in r.output, r.output
+
+
+def test_policy_parameters_are_set_by_type_and_reported(team_key, stored):
+    trace_id, per_step = stored
+    args = ["simulate", trace_id, "--policy", "partial", "--policy-param", "over_provision=1.5"]
+    args += ["--compare", "async", "--compare-param", "staleness=2", "--deterministic", "--api-key", team_key]
+    r = invoke(*args, "--json")
+    assert r.exit_code == 0, r.output
+    res = orjson.loads(r.stdout)
+    assert res["policies"] == {
+        "a": {"kind": "partial", "params": {"finished_groups": None, "over_provision": 1.5}, "equivalent_to": None},
+        "b": {"kind": "async", "params": {"staleness": 2}, "equivalent_to": None},
+    }
+    # the replay ran with them: the same as the simulator given them directly
+    steps = workload_from_columns(packed_rows_to_columns([row for rows in per_step for row in rows]))
+    cluster = ClusterConfig(
+        **{k: res["a"]["config"]["cluster"][k] for k in ("n_gpus", "rollout_replicas", "rollout_tp", "train_dp")}
+    )
+    direct = simulate(
+        steps,
+        cluster,
+        MODEL_PRESETS["Qwen2.5-7B"],
+        EngineLimits(),
+        Policy(kind="partial", params={"over_provision": 1.5}),
+    )
+    assert res["a"]["makespan_s"] == pytest.approx(direct.makespan, rel=1e-9)
+    text = invoke(*args)
+    assert "policy A: partial (finished_groups=null, over_provision=1.5)" in text.stdout
+    assert "policy B: async (staleness=2)" in text.stdout
+
+
+def test_parameters_that_make_a_policy_another_say_so(team_key, stored):
+    trace_id, _ = stored
+    base = ["simulate", trace_id, "--deterministic", "--api-key", team_key, "--compare", "partial"]
+    r = invoke(*base, "--compare-param", "over_provision=1", "--compare-param", "finished_groups=null", "--json")
+    assert r.exit_code == 0, r.output
+    res = orjson.loads(r.stdout)
+    assert res["policies"]["b"]["equivalent_to"] == "sync"
+    assert res["b"]["makespan_s"] == pytest.approx(res["a"]["makespan_s"], rel=1e-12)  # A is sync
+    text = invoke(*base, "--compare-param", "over_provision=1")
+    assert (
+        "policy B: partial (finished_groups=null, over_provision=1.0); with these parameters it replays identically to sync"
+        in text.stdout
+    )
+
+
+@pytest.mark.parametrize(
+    "args, says",
+    [
+        (["--policy", "partial", "--policy-param", "over_provision=abc"], "over_provision: must be a number >= 1"),
+        (["--policy", "partial", "--policy-param", "over_provision=0.5"], "takes a number >= 1"),
+        (["--policy", "partial", "--policy-param", "colour=1"], "finished_groups: an integer >= 1, or null"),
+        (["--policy", "partial", "--policy-param", "over_provision"], "expected KEY=VALUE"),
+        (["--policy", "async", "--policy-param", "staleness=1.5"], "staleness: must be an integer"),
+        (["--policy", "async", "--policy-param", "staleness=null"], "staleness: must be an integer >= 0"),
+        (
+            ["--policy", "sync", "--policy-param", "staleness=1"],
+            "not a parameter of policy sync (its parameters: none)",
+        ),
+        (["--compare-param", "staleness=1"], "--compare-param needs --compare"),
+    ],
+)
+def test_bad_policy_parameters_exit_2_with_one_line(team_key, stored, args, says):
+    trace_id, _ = stored
+    r = runner.invoke(app, ["simulate", str(trace_id), *args, "--api-key", team_key])
+    assert r.exit_code == 2, r.output
+    assert "Traceback" not in r.output and r.output.strip().count("\n") == 0, r.output
+    assert says in r.output
+
+
+def test_policies_lists_the_registry(env):
+    from core.simulator.policies import POLICIES
+
+    r = invoke("policies")
+    assert r.exit_code == 0, r.output
+    for kind, spec in POLICIES.items():
+        assert f"{kind}: " in r.stdout and spec.help in r.stdout
+        for info in spec.param_infos:
+            assert (
+                f"  {info.name}: {info.allowed()}; default {orjson.dumps(info.default).decode()}. {info.help}"
+                in r.stdout
+            )
+    listing = orjson.loads(invoke("policies", "--json").stdout)
+    assert list(listing) == list(POLICIES)
+    assert listing["partial"]["params"] == [i.to_dict() for i in POLICIES["partial"].param_infos]

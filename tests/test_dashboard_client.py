@@ -643,6 +643,77 @@ def test_simulate_page_opens_the_latest_replay_with_a_form_from_presets(app, stu
     assert _find(page, "sim-poll")["props"]["disabled"] is False  # a running replay is followed
 
 
+def test_simulate_form_shows_the_chosen_policies_parameters(app, stub):
+    """The policy forms hold each chosen policy's own parameters, built from the presets'
+    policy_params: a re-run fills them as the job ran, another choice shows its defaults."""
+    from backend.jobs.simulations import presets, simulation_params
+    from dashboard.pages import simulate
+    from dashboard.views.policy_params import PARAM
+
+    simulate._presets.clear()  # presets are kept per API root: this test serves others
+    stub.routes[("GET", "/api/v1/simulations/presets")] = httpx.Response(200, json=json.loads(json.dumps(presets())))
+    body = {
+        "trace_id": 7,
+        "policy": {"kind": "partial", "params": {"over_provision": 1.5}},
+        "compare_policy": {"kind": "async", "params": {"staleness": 2}},
+    }
+    job = {"id": 8, "kind": "simulation", "status": "succeeded", "params": simulation_params(body), "result": None}
+    stub.routes[("GET", "/api/v1/simulations")] = httpx.Response(200, json={"items": [job]})
+    client = app.server.test_client()
+    with client.session_transaction() as sess:
+        sess[session.KEY_FIELD] = session.seal_key(KEY, app.server)
+    r = _callback(
+        client,
+        ".._pages_content.children..._pages_store.data..",
+        [
+            {"id": "_pages_location", "property": "pathname", "value": "/traces/7/simulate"},
+            {"id": "_pages_location", "property": "search", "value": "?rerun=8"},
+        ],
+        changed=["_pages_location.pathname"],
+    )
+    page = r.get_json()["response"]["_pages_content"]["children"]
+
+    def field(tree, which, name):
+        return _find(tree, {"type": PARAM, "form": "sim", "policy": which, "name": name})
+
+    assert field(page, "a", "over_provision")["props"]["value"] == 1.5
+    assert field(page, "a", "finished_groups")["props"]["value"] is None
+    assert field(page, "b", "staleness")["props"]["value"] == 2
+    assert field(page, "b", "staleness")["props"]["min"] == 0 and field(page, "b", "staleness")["props"]["step"] == 1
+    r = _callback(
+        client,
+        "sim-params-b.children",
+        [{"id": "sim-policy-b", "property": "value", "value": "partial"}],
+        changed=["sim-policy-b.value"],
+    )
+    shown = r.get_json()["response"]["sim-params-b"]["children"]
+    assert field(shown, "b", "over_provision")["props"]["value"] == 2.0  # the declared default
+    assert "APRIL" in json.dumps(shown)  # the help line as caption
+    r = _callback(
+        client,
+        "sim-params-b.children",
+        [{"id": "sim-policy-b", "property": "value", "value": "sync"}],
+        changed=["sim-policy-b.value"],
+    )
+    assert r.get_json()["response"]["sim-params-b"]["children"] == []
+    simulate._presets.clear()
+
+
+def test_advise_form_offers_every_registered_policy(app, stub):
+    from backend.jobs.simulations import presets
+
+    served = json.loads(json.dumps(presets()))
+    stub.routes[("GET", "/api/v1/simulations/presets")] = httpx.Response(200, json=served)
+    stub.routes[("GET", "/api/v1/advice")] = httpx.Response(200, json={"items": []})
+    client = app.server.test_client()
+    with client.session_transaction() as sess:
+        sess[session.KEY_FIELD] = session.seal_key(KEY, app.server)
+    picker = _find(_render(client, "/traces/7/advise"), "adv-policies")["props"]
+    assert [o["value"] for o in picker["options"]] == served["policies"] and picker["value"] == served["policies"]
+    hovers = [o["label"]["props"]["title"] for o in picker["options"]]
+    assert hovers == [served["policy_help"][k] for k in served["policies"]]
+
+
 def test_analysis_panel_is_filled_when_the_page_is_built(app, stub):
     stub.routes[("GET", "/api/v1/traces/7/analyses")] = httpx.Response(
         200,

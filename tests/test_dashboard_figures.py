@@ -956,6 +956,8 @@ def test_fit_report_rows_and_ks_figure():
 PRESETS = {
     "policies": ["sync", "one_step_off", "partial", "async"],
     "defaults": {
+        "policy_kind": "sync",
+        "compare_policy": "one_step_off",
         "cluster": {"gpu": "H100", "n_gpus": 8, "rollout_replicas": 2, "rollout_tp": 4, "train_dp": 8, "train_tp": 1},
         "model": "Qwen2.5-7B",
         "limits": {"max_running_seqs": 256, "kv_cache_tokens": None},

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -41,16 +43,50 @@ def _unavailable(message: str) -> JSONResponse:
     )
 
 
-def _loc_field(loc) -> str | None:
-    """A validation error's location as a field name: ("body", "cluster", "n_gpus") ->
-    "cluster.n_gpus", ("query", "offset") -> "offset", list indices as [i]."""
-    parts = list(loc)
-    if parts and parts[0] in ("body", "query", "path", "header", "cookie", "form"):
-        parts = parts[1:]
+_LOCATIONS = ("body", "query", "path", "header", "cookie", "form")
+# a message that starts by naming a field: "rollout_tp: must be ...", "gpu.peak_flops: ..."
+_NAMED = re.compile(r"([A-Za-z_]\w*(?:\.[A-Za-z_]\w*|\[\d+\])*): ")
+# Pydantic's own wording for what the project's checks say otherwise
+_PLAIN = {"missing": "required", "extra_forbidden": "unknown field"}
+
+
+def _loc_field(parts) -> str | None:
+    """Location parts as a field name: ("cluster", "n_gpus") -> "cluster.n_gpus", list
+    indices as [i]."""
     out = ""
     for p in parts:
         out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
     return out or None
+
+
+def _path_parts(path: str) -> list:
+    return [int(p[1:-1]) if p.startswith("[") else p for p in re.findall(r"\[\d+\]|[^.\[\]]+", path)]
+
+
+def locate(loc, msg: str) -> tuple[str | None, str]:
+    """(field, message naming it) of a validation error at `loc` (its leading location
+    kind, "body" or "query", left out). A check names what it checks relative to the
+    field it validates ("rollout_tp: must be >= 1", "gpu.peak_flops: required"): that
+    name is joined to the location, the parts both have counted once."""
+    parts = list(loc)
+    if parts and parts[0] in _LOCATIONS:
+        parts = parts[1:]
+    named = _NAMED.match(msg)
+    if named:
+        head = _path_parts(named.group(1))
+        shared = next((k for k in range(min(len(parts), len(head)), 0, -1) if parts[-k:] == head[:k]), 0)
+        parts, msg = parts + head[shared:], msg[named.end() :]
+    field = _loc_field(parts)
+    return field, (f"{field}: {msg}" if field else msg)
+
+
+def error_message(error: dict) -> tuple[str | None, str]:
+    """(field, message naming it) of one pydantic error (its "loc", "type", "msg")."""
+    msg = str(error.get("msg", "invalid request")).removeprefix("Value error, ")
+    if error.get("type") == "string_pattern_mismatch" and "\\x00" in str(error.get("ctx", {}).get("pattern", "")):
+        msg = "must not contain NUL characters"
+    msg = _PLAIN.get(str(error.get("type")), msg)
+    return locate(error.get("loc", ()), msg)
 
 
 def validation_detail(exc: RequestValidationError) -> dict:
@@ -58,13 +94,10 @@ def validation_detail(exc: RequestValidationError) -> dict:
     error's field and a message naming it (the values are not echoed in full)."""
     errors = exc.errors()
     first = errors[0] if errors else {}
-    field = _loc_field(first.get("loc", ()))
-    msg = str(first.get("msg", "invalid request")).removeprefix("Value error, ")
     if first.get("type") == "json_invalid":
-        return {"message": f"body: invalid JSON ({first.get('ctx', {}).get('error', msg)})", "field": "body"}
-    if first.get("type") == "string_pattern_mismatch" and "\\x00" in str(first.get("ctx", {}).get("pattern", "")):
-        msg = "must not contain NUL characters"
-    message = f"{field}: {msg}" if field else msg
+        error = first.get("ctx", {}).get("error", first.get("msg"))
+        return {"message": f"body: invalid JSON ({error})", "field": "body"}
+    field, message = error_message(first)
     if len(errors) > 1:
         message += f" (and {len(errors) - 1} more)"
     return {"message": message, "field": field}

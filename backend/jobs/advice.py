@@ -23,16 +23,19 @@ from sqlalchemy.orm import Session
 
 from backend.jobs.contracts import ADVICE_KIND
 from backend.jobs.dispatch import dispatch
-from backend.jobs.simulations import (
-    _calibrate,
-    _check_fields,
-    _int,
-    _resolve_names,
-    _step_range,
+from backend.jobs.request_fields import (
+    ADVICE_COUNTS,
+    calibrate_option,
+    check_fields,
+    choices_list,
+    concurrency_list,
+    resolve_names,
+    step_range,
 )
 from backend.jobs.state import create_job, find_reusable
+from backend.store.ids import check_id
 from backend.store.models import Job
-from core.simulator.config import BALANCING_MODES, GPU_PRESETS, MODEL_PRESETS, ClusterConfig, ModelConfig, to_dict
+from core.simulator.config import BALANCING_MODES, GPU_PRESETS, MODEL_PRESETS, ModelConfig, gpu_from, to_dict
 from core.simulator.defaults import DEFAULT_GPU, DEFAULT_MODEL, DEFAULT_N_GPUS
 from core.simulator.policies import POLICIES
 
@@ -49,49 +52,40 @@ ADVICE_FIELDS = (
     "runs",
     "seed",
 )
+# what the advisor sweeps when the request does not say
+DEFAULT_BALANCING = ["none", "kk"]
+DEFAULT_CONCURRENCY = [None, 256]
+ADVICE_DEFAULTS = {"n_gpus": DEFAULT_N_GPUS, "runs": 200, "seed": 0}
 
 
-def _choices(value: Any, allowed, where: str, default: list) -> list:
-    if value is None:
-        return list(default)
-    if not isinstance(value, list) or not value:
-        raise ValueError(f"{where}: expected a non-empty list")
-    for i, v in enumerate(value):
-        if v not in allowed:
-            raise ValueError(f"{where}[{i}]: must be one of {', '.join(map(str, allowed))}, got {v!r}")
-    return list(dict.fromkeys(value))
+def advice_gpu(value: Any) -> dict:
+    """The GPU of an advice (a preset name, case-insensitive, or an object) as stored."""
+    return to_dict(gpu_from(resolve_names(value, GPU_PRESETS), "gpu"))
+
+
+def advice_model(value: Any) -> dict:
+    """The model of an advice (a preset name, case-insensitive, or an object) as stored."""
+    return to_dict(ModelConfig.from_dict(resolve_names(value, MODEL_PRESETS)))
 
 
 def advice_params(body: dict) -> dict:
     """Validated parameters of an advice job (ValueError names the field)."""
-    _check_fields(body, ADVICE_FIELDS)
+    check_fields(body, ADVICE_FIELDS)
     if body.get("trace_id") is None:
         raise ValueError("trace_id: required (the trace to advise on)")
-    gpu = _resolve_names(body.get("gpu") or DEFAULT_GPU, GPU_PRESETS, "preset")
-    n = _int(body.get("n_gpus", DEFAULT_N_GPUS), "n_gpus", 1)
-    if n > 4096:
-        raise ValueError(f"n_gpus: must be <= 4096, got {n}")
-    cluster = ClusterConfig.from_dict({"gpu": gpu, "n_gpus": n})
-    model = ModelConfig.from_dict(_resolve_names(body.get("model") or DEFAULT_MODEL, MODEL_PRESETS, "preset"))
-    conc = body.get("concurrency", [None, 256])
-    if not isinstance(conc, list) or not conc:
-        raise ValueError("concurrency: expected a non-empty list of running-sequence limits (null: calibrated)")
-    conc = [None if c is None else _int(c, f"concurrency[{i}]", 1) for i, c in enumerate(conc)]
-    runs = _int(body.get("runs", 200), "runs", 10)
-    if runs > 5000:
-        raise ValueError(f"runs: must be <= 5000, got {runs}")
+    counts = {k: c.check(body.get(k, ADVICE_DEFAULTS[k]), k) for k, c in ADVICE_COUNTS.items()}
     return {
-        "trace_id": _int(body["trace_id"], "trace_id", 1),
-        "gpu": to_dict(cluster.gpu),
-        "n_gpus": n,
-        "model": to_dict(model),
-        "policies": _choices(body.get("policies"), list(POLICIES), "policies", list(POLICIES)),
-        "balancing": _choices(body.get("balancing"), BALANCING_MODES, "balancing", ["none", "kk"]),
-        "concurrency": list(dict.fromkeys(conc)),
-        "calibrate": _calibrate(body.get("calibrate")),
-        "steps": _step_range(body.get("steps")),
-        "runs": runs,
-        "seed": _int(body.get("seed", 0), "seed"),
+        "trace_id": check_id(body["trace_id"], "trace_id"),
+        "gpu": advice_gpu(body.get("gpu") or DEFAULT_GPU),
+        "n_gpus": counts["n_gpus"],
+        "model": advice_model(body.get("model") or DEFAULT_MODEL),
+        "policies": choices_list(body.get("policies"), list(POLICIES), "policies", list(POLICIES)),
+        "balancing": choices_list(body.get("balancing"), BALANCING_MODES, "balancing", DEFAULT_BALANCING),
+        "concurrency": concurrency_list(body.get("concurrency", DEFAULT_CONCURRENCY)),
+        "calibrate": calibrate_option(body.get("calibrate")),
+        "steps": step_range(body.get("steps")),
+        "runs": counts["runs"],
+        "seed": counts["seed"],
     }
 
 

@@ -12,7 +12,10 @@ Units: FLOP/s, bytes/s, bytes, tokens, seconds.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
+import types
+import typing
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -154,25 +157,27 @@ class ClusterConfig:
         d = dict(_require_dict(d, "cluster"))
         gpu = GPU_PRESETS["H100"]
         if "gpu" in d:
-            gpu = _gpu_from(d.pop("gpu"))
+            gpu = gpu_from(d.pop("gpu"))
         out = _build(cls, d, "cluster", cls(gpu=gpu))
         return out
 
 
-def _gpu_from(v: Any) -> GpuSpec:
+def gpu_from(v: Any, where: str = "cluster.gpu") -> GpuSpec:
+    """A GPU from a preset name or an object (optional ``preset`` plus ``peak_flops``,
+    ``mem_bandwidth``, ``memory_bytes`` overrides); ValueError names `where`."""
     if isinstance(v, GpuSpec):
         return v
     if isinstance(v, str):
-        return _preset(GPU_PRESETS, v, "cluster.gpu")
-    v = _require_dict(v, "cluster.gpu")
-    base = _preset(GPU_PRESETS, v["preset"], "cluster.gpu.preset") if "preset" in v else None
+        return _preset(GPU_PRESETS, v, where)
+    v = _require_dict(v, where)
+    base = _preset(GPU_PRESETS, v["preset"], f"{where}.preset") if "preset" in v else None
     rest = {k: x for k, x in v.items() if k != "preset"}
     if base is None:
         missing = [f for f in ("peak_flops", "mem_bandwidth", "memory_bytes") if f not in rest]
         if missing:
-            raise ValueError(f"cluster.gpu.{missing[0]}: required when no preset is given")
+            raise ValueError(f"{where}.{missing[0]}: required when no preset is given")
         base = GpuSpec(str(rest.get("name", "custom")), 1.0, 1.0, 1.0)
-    return _build(GpuSpec, rest, "cluster.gpu", base)
+    return _build(GpuSpec, rest, where, base)
 
 
 # --------------------------------------------------------------------------- engine
@@ -209,6 +214,8 @@ class EngineLimits:
 
 BALANCING_MODES = ("none", "kk", "lpt")
 DISPATCH_MODES = ("round_robin", "least_loaded", "longest_first")
+# Policy fields that take one of a fixed set of values.
+_CHOICES = {"balancing": BALANCING_MODES, "dispatch": DISPATCH_MODES}
 
 
 @dataclass(frozen=True)
@@ -241,8 +248,8 @@ class Policy:
     adv_s: float = 0.0
 
     def __post_init__(self) -> None:
-        _check_choice(self.balancing, BALANCING_MODES, "policy.balancing")
-        _check_choice(self.dispatch, DISPATCH_MODES, "policy.dispatch")
+        for key, choices in _CHOICES.items():
+            _check_choice(getattr(self, key), choices, f"policy.{key}")
 
     @classmethod
     def from_dict(cls, d: dict | str) -> Policy:
@@ -321,39 +328,111 @@ def _check_choice(value: Any, choices: tuple, where: str) -> None:
 
 def _build(cls, d: dict, where: str, base):
     """`base` with the fields of `d` replaced, each type- and range-checked."""
-    fields = {f.name: f for f in dataclasses.fields(cls)}
+    fields = {f.name for f in dataclasses.fields(cls)}
     values = {}
     for key, value in d.items():
         if key not in fields:
             raise ValueError(f"{where}.{key}: unknown field (known: {', '.join(fields)})")
-        values[key] = _coerce(value, getattr(base, key), key, f"{where}.{key}")
+        values[key] = check_field(cls, key, value, f"{where}.{key}")
     try:
         return dataclasses.replace(base, **values)
     except ValueError as exc:  # __post_init__ checks name their field already
         raise ValueError(str(exc)) from None
 
 
-def _coerce(value: Any, default: Any, key: str, where: str) -> Any:
-    if key == "gpu":
-        return _gpu_from(value)
-    if isinstance(default, bool) or (default is None and isinstance(value, bool)):
+@dataclass(frozen=True)
+class FieldRule:
+    """How `from_dict` checks one plain field of a config class, described with the
+    attributes of a policy parameter's `ParamInfo`, so the REST schema and the forms are
+    built alike from both."""
+
+    name: str
+    type: str  # integer | number | boolean | string
+    nullable: bool
+    default: Any
+    ge: float | None = None
+    gt: float | None = None
+    le: float | None = None
+    choices: tuple[str, ...] | None = None
+    help: str = ""
+
+    def to_dict(self) -> dict:
+        out = dataclasses.asdict(self)
+        out["choices"] = list(self.choices) if self.choices is not None else None
+        return out
+
+
+_JSON_TYPES = {bool: "boolean", int: "integer", float: "number", str: "string"}
+
+
+@functools.cache
+def field_rules(cls: type) -> tuple[FieldRule, ...]:
+    """The rules of the plain fields of config class `cls`, in declaration order (a field
+    holding another config, the cluster's `gpu`, or a mapping, a policy's `params`, is
+    not plain). Types come from the annotations, bounds from the sets below."""
+    hints = typing.get_type_hints(cls)
+    out = []
+    for f in dataclasses.fields(cls):
+        kind, nullable = _json_type(hints[f.name])
+        if kind is None:
+            continue
+        ge: float | None = None
+        gt: float | None = None
+        le: float | None = None
+        if kind == "integer":
+            ge, le = (1 if f.name in _POSITIVE else 0), CONFIG_INT_MAX
+        elif kind == "number":
+            gt, ge = (0.0, None) if f.name in _POSITIVE else (None, 0.0)
+            le = 1.0 if f.name in _FRACTIONS else CONFIG_FLOAT_MAX
+        default = None if f.default is dataclasses.MISSING else f.default
+        out.append(
+            FieldRule(f.name, kind, nullable, default, ge, gt, le, _CHOICES.get(f.name), f.metadata.get("help", ""))
+        )
+    return tuple(out)
+
+
+def _json_type(tp: Any) -> tuple[str | None, bool]:
+    """(integer | number | boolean | string, or None for anything else; nullable)."""
+    nullable = False
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        if len(args) != 1:
+            return None, False
+        tp, nullable = args[0], True
+    return _JSON_TYPES.get(tp), nullable
+
+
+def check_field(cls: type, name: str, value: Any, where: str) -> Any:
+    """`value` for field `name` of config class `cls`, checked as `from_dict` checks it
+    (ValueError names `where`): the one check of every config field."""
+    if cls is ClusterConfig and name == "gpu":
+        return gpu_from(value, where)
+    rule = next((r for r in field_rules(cls) if r.name == name), None)
+    if rule is None:
+        raise ValueError(f"{where}: not a plain field of {cls.__name__}")
+    return _coerce(value, rule, where)
+
+
+def _coerce(value: Any, rule: FieldRule, where: str) -> Any:
+    if rule.type == "boolean":
         if not isinstance(value, bool):
             raise ValueError(f"{where}: must be true or false, got {value!r}")
         return value
-    if isinstance(default, str):
+    if rule.type == "string":
         if not isinstance(value, str):
             raise ValueError(f"{where}: must be a string, got {value!r}")
+        if rule.choices is not None:
+            _check_choice(value, rule.choices, where)
         return value
     if value is None:
-        if default is None:
+        if rule.nullable:
             return None
         raise ValueError(f"{where}: must not be null")
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ValueError(f"{where}: must be a number, got {value!r}")
     if not math.isfinite(value):
         raise ValueError(f"{where}: must be finite, got {value!r}")
-    want_int = isinstance(default, int) or (default is None and key == "kv_cache_tokens")
-    if want_int:
+    if rule.type == "integer":
         if value != int(value):
             raise ValueError(f"{where}: must be an integer, got {value!r}")
         value = int(value)
@@ -363,13 +442,13 @@ def _coerce(value: Any, default: Any, key: str, where: str) -> Any:
         raise ValueError(f"{where}: must be at most {CONFIG_FLOAT_MAX:g} in magnitude, got {value!r}")
     else:
         value = float(value)
-    if key in _POSITIVE and value <= 0:
-        kind = "an integer >= 1" if want_int else "a number > 0"
-        raise ValueError(f"{where}: must be {kind}, got {value!r}")
-    if value < 0:
-        raise ValueError(f"{where}: must be >= 0, got {value!r}")
-    if key in _FRACTIONS and value > 1:
-        raise ValueError(f"{where}: must be <= 1, got {value!r}")
+    if rule.gt is not None and value <= rule.gt:
+        raise ValueError(f"{where}: must be a number > {rule.gt:g}, got {value!r}")
+    if rule.ge is not None and value < rule.ge:
+        what = f"an integer >= {rule.ge:g}" if rule.type == "integer" and rule.ge > 0 else f">= {rule.ge:g}"
+        raise ValueError(f"{where}: must be {what}, got {value!r}")
+    if rule.le is not None and value > rule.le:
+        raise ValueError(f"{where}: must be <= {rule.le:g}, got {value!r}")
     return value
 
 
@@ -394,5 +473,9 @@ __all__ = [
     "BALANCING_MODES",
     "DISPATCH_MODES",
     "config_from_dict",
+    "check_field",
+    "field_rules",
+    "FieldRule",
+    "gpu_from",
     "to_dict",
 ]

@@ -78,7 +78,11 @@ def simulate(
         "cluster": to_dict(cluster),
         "model": to_dict(model),
         "limits": to_dict(limits),
-        "policy": {**to_dict(policy), "params": dataclasses.asdict(params)},
+        "policy": {
+            **to_dict(policy),
+            "params": dataclasses.asdict(params),
+            "equivalent_to": spec.equivalent_to(params),
+        },
         "coefficients": coeffs.to_dict(),
         "kv_capacity_tokens": env.kv_capacity,
     }

@@ -2,8 +2,9 @@
 replicas x TP, training DP, policy, DP balancing, engine concurrency) ranked by
 predicted step time with P10-P90, who wins on which steps, the winner's step times.
 
-Ids: adv-gpu, adv-gpus, adv-model, adv-submit, adv-message, adv-job (store), adv-poll,
-adv-progress, adv-table, adv-ranges, adv-winner (chart).
+Ids: adv-gpu, adv-gpus, adv-model, adv-policies (which registered policies to sweep,
+from the presets; each with its help line), adv-submit, adv-message, adv-job (store),
+adv-poll, adv-progress, adv-table, adv-ranges, adv-winner (chart).
 """
 
 from __future__ import annotations
@@ -82,6 +83,7 @@ def body(trace: dict) -> html.Div:
                     ),
                     html.Button("Advise", id="adv-submit", n_clicks=0, className="button"),
                 ),
+                controls(control("Policies to sweep", policy_choices(p))),
                 html.Div(id="adv-message"),
                 help_text="Sweeps rollout replicas x TP, training DP, policy, DP balancing and engine concurrency on "
                 "this GPU budget (the engine calibrated on the trace's first step when it has measured timings) and "
@@ -93,6 +95,14 @@ def body(trace: dict) -> html.Div:
             section("Step time of the best configuration", graph("adv-winner")),
         ]
     )
+
+
+def policy_choices(p: dict) -> dcc.Checklist:
+    """Every registered policy (the presets' list), all ticked; the hover says what it models."""
+    helps = p.get("policy_help") or {}
+    kinds = p.get("policies") or []
+    options = [{"label": html.Span(k, title=helps.get(k, "")), "value": k} for k in kinds]
+    return dcc.Checklist(id="adv-policies", options=options, value=list(kinds), inline=True)
 
 
 def layout(trace_id: str | None = None, **_):
@@ -108,13 +118,17 @@ def layout(trace_id: str | None = None, **_):
     State("adv-gpu", "value"),
     State("adv-gpus", "value"),
     State("adv-model", "value"),
+    State("adv-policies", "value"),
     prevent_initial_call=True,
 )
-def submit(n, trace_id, gpu, n_gpus, model):
+def submit(n, trace_id, gpu, n_gpus, model, policies=None):
     if not n:
         return no_update, no_update, no_update
+    if not policies:
+        return no_update, alert("Choose at least one policy to sweep."), no_update
+    body = {"trace_id": trace_id, "gpu": gpu, "n_gpus": n_gpus, "model": model, "policies": list(policies)}
     try:
-        job = session.api().advise({"trace_id": trace_id, "gpu": gpu, "n_gpus": n_gpus, "model": model})
+        job = session.api().advise(body)
     except ApiError as exc:
         return no_update, alert(exc.message), no_update
     return job["id"], alert(f"Advice {job['id']} started: its progress is below.", "info"), False

@@ -5,7 +5,11 @@ simulated GPU timeline; download the timeline as Chrome trace; reopen earlier re
 
 Form ids: sim-gpu, sim-model, sim-gpus, sim-replicas, sim-tp, sim-train-dp,
 sim-max-seqs, sim-kv-tokens, sim-policy-a, sim-policy-b, sim-balancing, sim-calibrate,
-sim-fit-steps, sim-step-from, sim-step-to, sim-submit, sim-form-message.
+sim-fit-steps, sim-step-from, sim-step-to, sim-submit, sim-form-message; the chosen
+policies' own parameters in sim-params-a / sim-params-b, one input each (ids
+{"type": "policy-param", "form": "sim", "policy": "a" | "b", "name": ...}, built from the
+presets' policy_params). A policy whose parameters make it replay identically to another
+says so above the figures (sim-equivalent).
 State: sim-job (the replay shown or running), sim-done (the succeeded replay drawn),
 sim-poll. Output: sim-progress, sim-cards (card-sim-speedup, card-sim-accuracy-rollout,
 ...), sim-pred-vs-measured, sim-accuracy (table), sim-speedup, sim-idle, sim-timeline
@@ -39,6 +43,7 @@ from dashboard.views.components import PAGE_TRACE_ID, alert, card, clicked_index
 from dashboard.views.formatting import job_active
 from dashboard.views.job_views import NO_REPLAY, job_history_table, job_progress, replay_placeholder
 from dashboard.views.job_views import describe_simulation as describe
+from dashboard.views.policy_params import PARAM, equivalence_notes, param_inputs, params_from_inputs
 from dashboard.views.replay_forms import CALIBRATION_MODES, form_defaults, form_values_from_job, simulation_body
 from dashboard.views.trace_frame import trace_page
 
@@ -95,6 +100,21 @@ def _dropdown(id_: str, options, value, *, clearable: bool = False, placeholder:
     )
 
 
+def param_controls(p: dict, which: str, kind: str | None, values: dict | None = None) -> list:
+    """Policy `which`'s own parameters (none: nothing), from the presets."""
+    infos = (p.get("policy_params") or {}).get(kind) or [] if kind else []
+    if not infos:
+        return []
+    return [
+        html.Div(f"Policy {which.upper()} ({kind}): its parameters", className="control-label"),
+        controls(*param_inputs(infos, "sim", which, values)),
+    ]
+
+
+def _infos(kind: str | None) -> list[dict]:
+    return (presets(session.api()).get("policy_params") or {}).get(kind) or [] if kind else []
+
+
 def form(p: dict, d: dict) -> html.Div:
     policies = [{"label": k, "value": k} for k in p.get("policies") or []]
     return html.Div(
@@ -127,6 +147,8 @@ def form(p: dict, d: dict) -> html.Div:
                     _dropdown("sim-balancing", p.get("balancing") or ["none"], d["balancing"], width=120),
                 ),
             ),
+            html.Div(param_controls(p, "a", d["policy_a"], d.get("params_a")), id="sim-params-a"),
+            html.Div(param_controls(p, "b", d["policy_b"], d.get("params_b")), id="sim-params-b"),
             controls(
                 control(
                     "Calibration",
@@ -278,6 +300,10 @@ def layout(trace_id: str | None = None, job: str | None = None, rerun: str | Non
     State("sim-step-from", "value"),
     State("sim-step-to", "value"),
     State("sim-forecast", "value"),
+    State({"type": PARAM, "form": "sim", "policy": "a", "name": ALL}, "id"),
+    State({"type": PARAM, "form": "sim", "policy": "a", "name": ALL}, "value"),
+    State({"type": PARAM, "form": "sim", "policy": "b", "name": ALL}, "id"),
+    State({"type": PARAM, "form": "sim", "policy": "b", "name": ALL}, "value"),
     prevent_initial_call=True,
 )
 def submit(
@@ -299,6 +325,10 @@ def submit(
     step_from,
     step_to,
     forecast=None,
+    ids_a=(),
+    params_a=(),
+    ids_b=(),
+    params_b=(),
 ):
     if not n:
         return no_update, no_update
@@ -319,6 +349,8 @@ def submit(
         step_from=step_from,
         step_to=step_to,
         forecast=bool(forecast),
+        params_a=params_from_inputs(_infos(policy_a), list(ids_a or ()), list(params_a or ())),
+        params_b=params_from_inputs(_infos(policy_b), list(ids_b or ()), list(params_b or ())),
     )
     try:
         job = session.api().simulate(simulation_body(trace_id, values))
@@ -334,6 +366,17 @@ def submit(
         else f"Replay {job['id']} started: its progress is below."
     )
     return job["id"], alert(note, "info", id="sim-started")
+
+
+@dash.callback(Output("sim-params-a", "children"), Input("sim-policy-a", "value"), prevent_initial_call=True)
+def params_of_a(kind):
+    """Policy A's parameters, their defaults filled in, when another policy is chosen."""
+    return param_controls(presets(session.api()), "a", kind)
+
+
+@dash.callback(Output("sim-params-b", "children"), Input("sim-policy-b", "value"), prevent_initial_call=True)
+def params_of_b(kind):
+    return param_controls(presets(session.api()), "b", kind)
 
 
 @dash.callback(
@@ -420,6 +463,9 @@ def _figures(job: dict, steps: list[dict]):
             cards.append(alert(f"Policy {which.upper()} ({name}): {warning}", "info"))
     if (res.get("uncertainty") or {}).get("warning"):
         cards.append(alert(res["uncertainty"]["warning"], "info"))
+    notes = equivalence_notes(res, {"a": a_name, "b": b_name})
+    if notes:
+        cards.append(html.Div([alert(note, "info") for note in notes], id="sim-equivalent"))
     links = [
         html.A(
             f"Chrome trace, A ({a_name})",

@@ -1,5 +1,6 @@
 """Pure shaping of the replay and workload forms: defaults from the API's presets and a
-trace, and the request bodies of POST /simulations and POST /workloads.
+trace, and the request bodies of POST /simulations and POST /workloads (policy A's and
+B's own parameters as `params`, read from their inputs by `views.policy_params`).
 
 No Dash, no HTTP: values in, dicts out (the API validates; its 422 names the field).
 """
@@ -18,9 +19,9 @@ def form_defaults(presets: dict, step_ids: list[int] | None = None) -> dict:
     same GPU budget (core/simulator/defaults.py), so policy A and B use the same GPUs."""
     d = presets.get("defaults") or {}
     cluster, limits = d.get("cluster") or {}, d.get("limits") or {}
-    policies = presets.get("policies") or ["sync"]
+    policies = presets.get("policies") or []
     step_ids = sorted(step_ids or [])
-    want_a, want_b = d.get("policy_kind") or "sync", d.get("compare_policy") or "one_step_off"
+    want_a, want_b = d.get("policy_kind"), d.get("compare_policy")
     if isinstance(d.get("policy"), str):
         want_a = d["policy"]
     return {
@@ -32,8 +33,10 @@ def form_defaults(presets: dict, step_ids: list[int] | None = None) -> dict:
         "train_dp": None,
         "max_running_seqs": limits.get("max_running_seqs"),
         "kv_cache_tokens": limits.get("kv_cache_tokens"),
-        "policy_a": want_a if want_a in policies else policies[0],
+        "policy_a": want_a if want_a in policies else (policies[0] if policies else None),
         "policy_b": want_b if want_b in policies else None,
+        "params_a": {},  # empty: each parameter's default (the form shows them)
+        "params_b": {},
         "balancing": (d.get("policy") or {}).get("balancing", "none") if isinstance(d.get("policy"), dict) else "none",
         "calibrate": "auto",
         "fit_steps": "",
@@ -50,11 +53,13 @@ def form_values_from_job(params: dict, defaults: dict) -> dict:
     c = params.get("cluster") or {}
     gpu = c.get("gpu")
     v["gpu"] = (gpu.get("name") if isinstance(gpu, dict) else gpu) or v.get("gpu")
-    for key, field in (("n_gpus", "n_gpus"), ("replicas", "rollout_replicas"), ("tp", "rollout_tp")):
-        if c.get(field) is not None:
+    if c.get("n_gpus") is not None:
+        v["n_gpus"] = c["n_gpus"]
+    # a layout field policy B's cluster has otherwise was derived per policy: left to the API again
+    cb = params.get("compare_cluster") or {}
+    for key, field in (("replicas", "rollout_replicas"), ("tp", "rollout_tp"), ("train_dp", "train_dp")):
+        if c.get(field) is not None and (not cb or cb.get(field) == c[field]):
             v[key] = c[field]
-    if c.get("train_dp") is not None:
-        v["train_dp"] = c["train_dp"]
     model = params.get("model")
     v["model"] = (model.get("name") if isinstance(model, dict) else model) or v.get("model")
     limits = params.get("limits") or {}
@@ -64,6 +69,8 @@ def form_values_from_job(params: dict, defaults: dict) -> dict:
     policy, compare = params.get("policy") or {}, params.get("compare_policy")
     v["policy_a"] = (policy.get("kind") if isinstance(policy, dict) else policy) or v.get("policy_a")
     v["policy_b"] = (compare.get("kind") if isinstance(compare, dict) else compare) if compare else None
+    v["params_a"] = dict(policy.get("params") or {}) if isinstance(policy, dict) else {}
+    v["params_b"] = dict(compare.get("params") or {}) if isinstance(compare, dict) else {}
     if isinstance(policy, dict) and policy.get("balancing"):
         v["balancing"] = policy["balancing"]
     cal = params.get("calibrate")
@@ -133,14 +140,15 @@ def simulation_body(trace_id: int, values: dict) -> dict:
     body: dict = {
         "trace_id": int(trace_id),
         "cluster": {k: v for k, v in cluster.items() if v is not None},
-        "policy": {"kind": values.get("policy_a") or "sync", "balancing": balancing},
     }
+    if values.get("policy_a"):
+        body["policy"] = _policy(values["policy_a"], balancing, values.get("params_a"))
     if values.get("model"):
         body["model"] = values["model"]
     if limits:
         body["limits"] = limits
     if values.get("policy_b"):
-        body["compare_policy"] = {"kind": values["policy_b"], "balancing": balancing}
+        body["compare_policy"] = _policy(values["policy_b"], balancing, values.get("params_b"))
     mode = values.get("calibrate") or "auto"
     if mode == "off":
         body["calibrate"] = False
@@ -152,6 +160,15 @@ def simulation_body(trace_id: int, values: dict) -> dict:
     if lo is not None or hi is not None:
         body["steps"] = [lo or 0, hi if hi is not None else 1 << 30]
     return body
+
+
+def _policy(kind: str, balancing: str, params: dict | None) -> dict:
+    """A policy of the request: its kind, the form's DP balancing and its own parameters
+    (left out: their defaults)."""
+    out: dict = {"kind": kind, "balancing": balancing}
+    if params:
+        out["params"] = dict(params)
+    return out
 
 
 def workload_body(trace_id: int, values: dict, *, fit_only: bool = False) -> dict:

@@ -11,11 +11,13 @@ import typer
 
 from core.simulator.defaults import DEFAULT_GPU, DEFAULT_MODEL, DEFAULT_N_GPUS, DEFAULT_POLICY
 from core.simulator.policies import POLICIES
+from core.simulator.policies.spec import check_value
 from rlvr_explorer.cli.main import INT_MAX, _team_id, command, progress_bar
 from rlvr_explorer.cli.output import JsonFlag, emit, fail
 
 # the policy choices, from the simulator's policy registry
 POLICY_HELP = "; ".join(f"{kind}: {spec.help}" for kind, spec in POLICIES.items())
+PARAM_HELP = "A parameter of policy {} as KEY=VALUE (repeatable; `rlvr-explorer policies` lists them)"
 
 
 def _team_trace(trace_id: int, team_id: int):
@@ -55,6 +57,38 @@ def _trace_workload(trace, steps: list[int] | None, what: str) -> list:
     return workload
 
 
+def policy_params(kind: str, pairs: list[str] | None, option: str) -> dict:
+    """`KEY=VALUE` texts as parameters of registered policy `kind`, each read by its
+    declared type (``null`` where nullable) and checked; ValueError naming the option,
+    the parameter and what it takes."""
+    spec = POLICIES[kind]
+    infos = {i.name: i for i in spec.param_infos}
+    out = {}
+    for pair in pairs or []:
+        key, sep, text = pair.partition("=")
+        key = key.strip()
+        info = infos.get(key)
+        if info is None or not sep:
+            known = "; ".join(f"{n}: {i.allowed()}" for n, i in infos.items()) or "none"
+            what = f"not a parameter of policy {kind}" if sep else "expected KEY=VALUE"
+            raise ValueError(f"{option} {pair}: {what} (its parameters: {known})")
+        try:
+            out[key] = check_value(info, info.parse(text), key)
+        except ValueError as exc:
+            reason = str(exc).removeprefix(f"{key}: ")
+            takes = "" if info.allowed() in reason else f" (takes {info.allowed()})"
+            raise ValueError(f"{option} {key}: {reason}{takes}") from None
+    return out
+
+
+def _policy_option(kind: str | None, pairs: list[str] | None, option: str) -> str | dict | None:
+    """The body's policy: the kind alone, or with its parameters (an unknown kind is
+    left to the request's own check, which names the registered ones)."""
+    if not pairs or kind not in POLICIES:
+        return kind
+    return {"kind": kind, "params": policy_params(kind, pairs, option)}
+
+
 def _step_range_option(value: str | None) -> list[int] | None:
     if not value:
         return None
@@ -79,6 +113,12 @@ def simulate(
     max_running_seqs: Annotated[int | None, _int_option("Running sequences per replica (default 256)")] = None,
     policy: Annotated[str, typer.Option(metavar="POLICY", help=POLICY_HELP)] = DEFAULT_POLICY,
     compare: Annotated[str | None, typer.Option(metavar="POLICY", help="Policy B to compare with")] = None,
+    policy_param: Annotated[
+        list[str] | None, typer.Option("--policy-param", metavar="KEY=VALUE", help=PARAM_HELP.format("A"))
+    ] = None,
+    compare_param: Annotated[
+        list[str] | None, typer.Option("--compare-param", metavar="KEY=VALUE", help=PARAM_HELP.format("B"))
+    ] = None,
     calibrate_steps: Annotated[
         list[int] | None,
         typer.Option(
@@ -121,16 +161,16 @@ def simulate(
 ) -> None:
     """Replay a trace on a described cluster in this process (no worker needed)."""
     from backend.jobs.simulations import error_field, simulation_params
-    from workers.runners.simulations import replay, result_dict
 
     cluster = {"gpu": gpu, "n_gpus": gpus, "rollout_replicas": replicas, "rollout_tp": tp, "train_dp": train_dp}
+    policy_a, policy_b = _policies_option(policy, policy_param, compare, compare_param)
     body = {
         "trace_id": trace_id,
         "cluster": {k: v for k, v in cluster.items() if v is not None},
         "model": model,
         "limits": {"max_running_seqs": max_running_seqs} if max_running_seqs else {},
-        "policy": policy,
-        "compare_policy": compare,
+        "policy": policy_a,
+        "compare_policy": policy_b,
         "calibrate": False if no_calibrate else ({"fit_steps": list(calibrate_steps)} if calibrate_steps else None),
         "steps": _step_range_option(steps),
         "uncertainty": False if deterministic else {"runs": mc_runs, "seed": seed},
@@ -142,6 +182,25 @@ def simulate(
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint=error_field(exc) or "options") from None
     trace = _team_trace(trace_id, _team_id(api_key))
+    result = _replay_result(trace, params)
+    emit(result, lambda r: _simulation_summary(trace, params, r), as_json)
+
+
+def _policies_option(policy: str, pairs_a: list[str] | None, compare: str | None, pairs_b: list[str] | None):
+    """Policy A and B of the request, with their own parameters; a bad parameter is one
+    line naming it and what it takes, and exit code 2."""
+    try:
+        if pairs_b and compare is None:
+            raise ValueError("--compare-param needs --compare POLICY")
+        return _policy_option(policy, pairs_a, "--policy-param"), _policy_option(compare, pairs_b, "--compare-param")
+    except ValueError as exc:
+        fail(str(exc))
+
+
+def _replay_result(trace, params: dict) -> dict:
+    """The replay's result without its timelines, with each policy's parameters as used."""
+    from workers.runners.simulations import replay, result_dict
+
     try:
         workload = _trace_workload(trace, params["steps"], "replay")
         bar, progress = progress_bar("simulate")
@@ -157,7 +216,24 @@ def simulate(
         if result[key] is not None:
             result[key].pop("timeline", None)
             result[key].pop("timeline_truncated", None)
-    emit(result, lambda r: _simulation_summary(trace, params, r), as_json)
+    result["policies"] = {k: _policy_used(result[k]) for k in ("a", "b") if result[k] is not None}
+    return result
+
+
+def _policy_used(sim: dict) -> dict:
+    """A replayed policy's kind, parameters as used (defaults filled) and the kind they
+    make it replay identically to (None: none)."""
+    p = sim["config"]["policy"]
+    return {"kind": p["kind"], "params": p.get("params") or {}, "equivalent_to": p.get("equivalent_to")}
+
+
+def _policy_line(which: str, used: dict) -> str:
+    """'policy A: partial (finished_groups=null, over_provision=1.5)'."""
+    params = ", ".join(f"{k}={orjson.dumps(v).decode()}" for k, v in used["params"].items())
+    line = f"policy {which}: {used['kind']}" + (f" ({params})" if params else "")
+    if used.get("equivalent_to"):
+        line += f"; with these parameters it replays identically to {used['equivalent_to']}"
+    return line
 
 
 def _pct(x) -> str:
@@ -182,6 +258,7 @@ def _simulation_summary(trace, params: dict, result: dict) -> str:
         f"cluster: {c['n_gpus']} x {c['gpu']['name']}, rollout {c['rollout_replicas']} x TP{c['rollout_tp']}, "
         f"training DP{c['train_dp']} x TP{c['train_tp']}; model {params['model']['name']}",
     ]
+    lines += [_policy_line(which.upper(), used) for which, used in result.get("policies", {}).items()]
     cb = params.get("compare_cluster")
     if cb is not None and name_b is not None:
         lines.append(
@@ -383,6 +460,42 @@ def _advice_summary(trace, params: dict, out: dict, top: int) -> str:
         )
         flag = " (partial workload)" if any(w["partial"] for w in out["per_step"] if a <= w["step"] <= b) else ""
         lines.append(f"  {where}: {rg['winner']}, {margin} faster than the runner-up{flag}")
+    return "\n".join(lines)
+
+
+@command()
+def policies(as_json: JsonFlag = False) -> None:
+    """List the replay's policies: what each models, its paper and its parameters."""
+    listing = {
+        kind: {
+            "help": spec.help,
+            "disaggregated": spec.disaggregated,
+            "paper": spec.paper,
+            "params": [i.to_dict() for i in spec.param_infos],
+        }
+        for kind, spec in POLICIES.items()
+    }
+    emit(listing, _policies_summary, as_json)
+
+
+def _policies_summary(listing: dict) -> str:
+    lines = []
+    for kind, p in listing.items():
+        pool = "disaggregated" if p["disaggregated"] else "colocated"
+        lines.append(f"{kind}: {'' if p['help'].startswith(pool) else pool + '; '}{p['help']}")
+        if p["paper"]:
+            lines.append(f"  models: {p['paper']}")
+        infos = {i.name: i for i in POLICIES[kind].param_infos}
+        for d in p["params"]:
+            default = orjson.dumps(d["default"]).decode()
+            lines.append(f"  {d['name']}: {infos[d['name']].allowed()}; default {default}. {d['help']}")
+        if not p["params"]:
+            lines.append("  no parameters of its own")
+        lines.append("")
+    lines.append(
+        "set one with `rlvr-explorer simulate ID --policy KIND --policy-param NAME=VALUE` "
+        "(--compare-param for policy B); over REST: the policy's `params` object"
+    )
     return "\n".join(lines)
 
 

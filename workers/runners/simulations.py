@@ -16,8 +16,9 @@ Job result (JSON):
   accuracy     `accuracy_report` on the steps not used for fitting (None without
                calibration or without other steps)
   uncertainty  per step MC mean and P10-P90 of rollout time, median and p90 trajectory
-               completion (and sync step time), the fitted noise, coverage (None
-               without calibration on per-request latencies or with uncertainty false)
+               completion (and the step time of a colocated batch-rollout policy), the
+               fitted noise, coverage (None without calibration on per-request
+               latencies or with uncertainty false)
   rolling_origin  `core.simulator.evaluation.rolling_origin` when asked for
   forecast     `core.simulator.forecast.forecast_step` per step after the calibration
                steps, with `mean`, when asked for
@@ -72,6 +73,7 @@ from core.simulator.calibration import mean_of_rows, measured_figures, partial_s
 from core.simulator.config import Policy
 from core.simulator.evaluation import noise_for, rolling_origin
 from core.simulator.forecast import forecast_step
+from core.simulator.policies import policy_spec
 from core.simulator.policies.base import Env
 from core.simulator.predictor import roofline_coefficients
 from core.simulator.uncertainty import FIGURES, monte_carlo_step
@@ -306,16 +308,23 @@ def forecast_steps(steps, env, noise, *, after, workloads, n_runs, seed) -> dict
     return {"workloads": workloads, "steps": rows, "mean": mean_of_rows(rows, partial)}
 
 
+def _rollout_then_training(result: SimResult) -> bool:
+    """The policy rolls each step out as one batch, then trains on the same GPUs (a
+    colocated batch-rollout policy): its step time is the rollout's plus fixed stages."""
+    spec = policy_spec(result.config["policy"]["kind"])
+    return spec.batch_rollouts and not spec.disaggregated
+
+
 def uncertainty_dict(r: Replay) -> dict | None:
     """Per step: MC mean and P10-P90 of the rollout figures (and of policy A's and B's
-    step time when the rollout is serial with training: sync), coverage of the measured
-    values."""
+    step time when the step is its batch rollout then training, on the same GPUs),
+    coverage of the measured values."""
     if r.uncertainty is None:
         return None
     mc = r.uncertainty["steps"]
     a_steps = {s.step: s for s in r.a.steps}
     b_steps = {s.step: s for s in r.b.steps} if r.b is not None else {}
-    kinds = {"a": r.a.config["policy"]["kind"], "b": r.b.config["policy"]["kind"] if r.b is not None else None}
+    serial = {"a": _rollout_then_training(r.a), "b": r.b is not None and _rollout_then_training(r.b)}
     rows = []
     for w in r.steps:
         m = mc.get(w.step)
@@ -330,7 +339,7 @@ def uncertainty_dict(r: Replay) -> dict | None:
             row[k]["covered"] = None if meas[k] is None else bool(m[k]["p10"] <= meas[k] <= m[k]["p90"])
         for which, by in (("a", a_steps), ("b", b_steps)):
             s = by.get(w.step)
-            if s is None or kinds[which] != "sync":
+            if s is None or not serial[which]:
                 continue
             # the step is the rollout then deterministic stages: shift the rollout's runs
             shift = s.step_time - s.stages.get("rollout", 0.0)

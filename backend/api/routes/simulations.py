@@ -1,63 +1,26 @@
 """Simulator replays: queue one (202 + job), list the team's, fetch one, download its
 timeline as Chrome trace JSON, and the presets a form is built from."""
 
-from __future__ import annotations
-
 import gzip
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 import orjson
 from fastapi import APIRouter, Header, HTTPException, Query, Response, status
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel
 
 from backend.api.deps import CurrentTeam, JobIdPath, OptionalTraceQuery, SessionDep, job_of_team, owned_trace
 from backend.api.errors import ERROR_RESPONSES
 from backend.api.routes.jobs import IncludeResult, team_jobs
 from backend.api.routes.trace_data import require_ready
-from backend.api.schemas import BodyId, JobList, JobOut
+from backend.api.schemas import JobList, JobOut
+from backend.api.schemas_replay import replay_models
 from backend.jobs.contracts import SIMULATION_KIND, chrome_trace_path
 from backend.jobs.simulations import error_field, presets, queue_simulation, simulation_params
 from backend.store.models import Job, JobStatus, Trace
 from core.simulator.result import chrome_trace_from_result
 
-TraceIdField = BodyId | None
 
-router = APIRouter(prefix="/simulations", tags=["simulations"], responses=ERROR_RESPONSES)
-
-
-class SimulationRequest(BaseModel):
-    """Fields are checked by the simulator's own validation (a 422 names the field)."""
-
-    model_config = ConfigDict(extra="allow")
-    trace_id: TraceIdField = Field(None, description="The team's trace to replay (or give `workload`)")
-    workload: Any = Field(
-        None,
-        description="A synthetic source: {parameters (PolyTrace parameter file), task, steps, groups, samples_per_group, seed}",
-    )
-    cluster: Any = Field(
-        None,
-        description='ClusterConfig fields, e.g. {"gpu": "H100", "n_gpus": 16, "rollout_replicas": 2, "rollout_tp": 4, "train_dp": 8}',
-    )
-    model: Any = Field(None, description='A model preset name ("Qwen2.5-7B") or {"preset", ...overrides}')
-    limits: Any = Field(None, description="EngineLimits fields (max_running_seqs, kv_cache_tokens, ...)")
-    policy: Any = Field(None, description='Policy A: a kind ("sync") or Policy fields')
-    compare_policy: Any = Field(None, description="Policy B, replayed on the same workload and compared with A")
-    calibrate: Any = Field(None, description='null: when the trace has measured timings; false; or {"fit_steps": [0]}')
-    steps: Any = Field(None, description="[first, end) step range; all steps when omitted")
-    forecast: Any = Field(
-        None,
-        description='Forecast the steps after the calibration steps from earlier workloads only: true or {"workloads": J}',
-    )
-    rolling_origin: Any = Field(
-        None, description='Also evaluate accuracy by rolling origin: true or {"window": W (null: all earlier steps)}'
-    )
-    uncertainty: Any = Field(
-        None,
-        description='Monte-Carlo replay of the calibrated residual noise: {"runs": N (default: by a convergence check), "seed": 0}, or false',
-    )
-
-
-def _unprocessable(exc: ValueError) -> HTTPException:
+def unprocessable(exc: ValueError) -> HTTPException:
     return HTTPException(422, detail={"message": str(exc), "field": error_field(exc)})
 
 
@@ -80,25 +43,42 @@ def require_replayable(trace: Trace) -> None:
         )
 
 
-@router.get("/presets")
+def make_router() -> APIRouter:
+    """The replay routes, the request body typed from the policy registry as it is now."""
+    router = APIRouter(prefix="/simulations", tags=["simulations"], responses=ERROR_RESPONSES)
+    request = replay_models().simulation
+
+    def create_simulation(body: request, session: SessionDep, team: CurrentTeam, response: Response):  # type: ignore[valid-type]
+        """Queue a replay of a trace under `policy` (and `compare_policy`)."""
+        return queue_from_request(body, session, team, response, simulation_params, queue_simulation)
+
+    router.get("/presets")(simulation_presets)
+    router.post(
+        "",
+        status_code=status.HTTP_202_ACCEPTED,
+        response_model=JobOut,
+        responses={
+            200: {"model": JobOut, "description": "An identical replay of this trace exists: that job."},
+            409: {"description": "The trace is not ready."},
+        },
+    )(create_simulation)
+    router.get("", response_model=JobList)(list_simulations)
+    router.get("/{job_id}", response_model=JobOut)(get_simulation)
+    router.get(
+        "/{job_id}/chrome-trace",
+        responses={
+            200: {"content": {"application/json": {}}, "description": "Chrome trace JSON (opens in Perfetto)"},
+            409: {"description": "The replay has not finished."},
+        },
+    )(simulation_chrome_trace)
+    return router
+
+
 def simulation_presets(_team: CurrentTeam) -> dict:
-    """GPU and model presets, policy kinds, balancing and dispatch modes, and the
-    default of every config field (the dashboard builds its form from this)."""
+    """GPU and model presets, policy kinds (with each one's help, paper and parameters),
+    balancing and dispatch modes, and the default of every config field (the dashboard
+    builds its forms from this)."""
     return presets()
-
-
-@router.post(
-    "",
-    status_code=status.HTTP_202_ACCEPTED,
-    response_model=JobOut,
-    responses={
-        200: {"model": JobOut, "description": "An identical replay of this trace exists: that job."},
-        409: {"description": "The trace is not ready."},
-    },
-)
-def create_simulation(body: SimulationRequest, session: SessionDep, team: CurrentTeam, response: Response):
-    """Queue a replay of a trace under `policy` (and `compare_policy`)."""
-    return queue_from_request(body, session, team, response, simulation_params, queue_simulation)
 
 
 def queue_from_request(body: BaseModel, session, team, response: Response, to_params, queue) -> Job:
@@ -112,14 +92,13 @@ def queue_from_request(body: BaseModel, session, team, response: Response, to_pa
     try:
         params = to_params(raw)
     except ValueError as exc:
-        raise _unprocessable(exc) from exc
+        raise unprocessable(exc) from exc
     job, created = queue(session, team.id, params)
     if not created:
         response.status_code = status.HTTP_200_OK
     return job
 
 
-@router.get("", response_model=JobList)
 def list_simulations(
     session: SessionDep,
     team: CurrentTeam,
@@ -131,18 +110,10 @@ def list_simulations(
     return team_jobs(session, team, SIMULATION_KIND, trace, limit, include_result)
 
 
-@router.get("/{job_id}", response_model=JobOut)
 def get_simulation(job_id: JobIdPath, session: SessionDep, team: CurrentTeam):
     return job_of_team(session, team, job_id, SIMULATION_KIND)
 
 
-@router.get(
-    "/{job_id}/chrome-trace",
-    responses={
-        200: {"content": {"application/json": {}}, "description": "Chrome trace JSON (opens in Perfetto)"},
-        409: {"description": "The replay has not finished."},
-    },
-)
 def simulation_chrome_trace(
     job_id: JobIdPath,
     session: SessionDep,

@@ -13,7 +13,6 @@ from core.simulator.policies.base import Env
 from core.simulator.policies.spec import ParamInfo, PolicySpec, param
 
 POLICIES: dict[str, PolicySpec] = {m.SPEC.kind: m.SPEC for m in (sync, one_step_off, partial, verl_async, laminar)}
-POLICY_KINDS = tuple(POLICIES)
 
 
 def policy_spec(kind: str) -> PolicySpec:
@@ -21,7 +20,7 @@ def policy_spec(kind: str) -> PolicySpec:
     try:
         return POLICIES[kind]
     except KeyError:
-        raise ValueError(f"policy.kind: must be one of {', '.join(POLICY_KINDS)}, got {kind!r}") from None
+        raise ValueError(f"policy.kind: must be one of {', '.join(POLICIES)}, got {kind!r}") from None
 
 
 def make_policy(d: dict | str | Policy) -> Policy:
@@ -34,4 +33,4 @@ def make_policy(d: dict | str | Policy) -> Policy:
     return dataclasses.replace(policy, params=dataclasses.asdict(resolved))
 
 
-__all__ = ["Env", "POLICIES", "POLICY_KINDS", "ParamInfo", "PolicySpec", "make_policy", "param", "policy_spec"]
+__all__ = ["Env", "POLICIES", "ParamInfo", "PolicySpec", "make_policy", "param", "policy_spec"]

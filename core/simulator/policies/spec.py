@@ -66,6 +66,40 @@ class ParamInfo:
         out["grid"] = list(self.grid)
         return out
 
+    def allowed(self) -> str:
+        """What the parameter takes, in words: "a number >= 1", "an integer >= 1, or null"."""
+        if self.type == "boolean":
+            text = "true or false"
+        elif self.choices is not None:
+            text = "one of " + ", ".join(self.choices)
+        elif self.type == "string":
+            text = "a string"
+        else:
+            bounds = [f"{op} {b:g}" for op, b in ((">=", self.ge), (">", self.gt), ("<=", self.le)) if b is not None]
+            text = ("an integer" if self.type == "integer" else "a number") + "".join(
+                f"{' and' if i else ''} {b}" for i, b in enumerate(bounds)
+            )
+        return text + (", or null" if self.nullable else "")
+
+    def parse(self, text: str) -> Any:
+        """A command-line text as a value of the declared type (``null`` where nullable),
+        not yet range-checked (`check_value` does); ValueError says what it takes."""
+        t = text.strip()
+        if self.nullable and t.lower() == "null":
+            return None
+        if self.type == "boolean" and t.lower() in ("true", "false"):
+            return t.lower() == "true"
+        if self.type == "string":
+            return text
+        try:
+            if self.type == "integer":
+                return int(t)
+            if self.type == "number":
+                return float(t)
+        except ValueError:
+            pass
+        raise ValueError(f"must be {self.allowed()}, got {text!r:.80}")
+
 
 _JSON_TYPES = {int: "integer", float: "number", bool: "boolean", str: "string"}
 

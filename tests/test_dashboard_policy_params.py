@@ -1,0 +1,94 @@
+"""The replay forms' policy parameter fields (dashboard/views/policy_params.py), built from
+the presets the API serves: one typed input per declared parameter of every registered
+policy, read back as the request's `params`, and the sentence a result gets when its
+parameters make a policy replay identically to another."""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+
+from backend.jobs.simulations import presets, simulation_params
+from core.simulator.policies import POLICIES
+from dashboard.views.policy_params import PARAM, equivalence_notes, param_inputs, params_from_inputs
+from dashboard.views.replay_forms import form_defaults, form_values_from_job, simulation_body
+
+
+def served_presets() -> dict:
+    """The presets as a client receives them (JSON)."""
+    return orjson.loads(orjson.dumps(presets()))
+
+
+def inputs_of(components: list) -> dict[str, dict]:
+    """{parameter: the input's props} of rendered parameter fields."""
+    out = {}
+    for label in components:
+        for child in label.children:
+            pid = getattr(child, "id", None)
+            if isinstance(pid, dict) and pid.get("type") == PARAM:
+                out[pid["name"]] = {**child.to_plotly_json()["props"], "component": type(child).__name__}
+    return out
+
+
+@pytest.mark.parametrize("kind", list(POLICIES))
+def test_every_declared_parameter_gets_a_typed_input(kind):
+    infos = served_presets()["policy_params"][kind]
+    fields = inputs_of(param_inputs(infos, "sim", "b"))
+    assert list(fields) == [i.name for i in POLICIES[kind].param_infos]
+    for info in POLICIES[kind].param_infos:
+        f = fields[info.name]
+        assert f["id"] == {"type": PARAM, "form": "sim", "policy": "b", "name": info.name}
+        if info.type in ("integer", "number"):
+            assert f["component"] == "Input" and f["type"] == "number" and f["value"] == info.default
+            assert f["min"] == (info.ge if info.ge is not None else info.gt) and f["max"] == info.le
+            assert f["step"] == (1 if info.type == "integer" else "any")
+        else:
+            assert f["component"] == "Dropdown"
+
+
+def test_values_go_back_as_params_by_type():
+    infos = served_presets()["policy_params"]["partial"]
+    ids = [{"type": PARAM, "form": "sim", "policy": "a", "name": n} for n in ("finished_groups", "over_provision")]
+    assert params_from_inputs(infos, ids, [None, 1.5]) == {"finished_groups": None, "over_provision": 1.5}
+    assert params_from_inputs(infos, ids, [12.0, ""]) == {"finished_groups": 12}  # empty: the default
+    booleans = [
+        {"name": "greedy", "type": "boolean", "nullable": False},
+        {"name": "k", "type": "string", "nullable": True},
+    ]
+    bool_ids = [{"name": "greedy"}, {"name": "k"}]
+    assert params_from_inputs(booleans, bool_ids, ["true", "null"]) == {"greedy": True, "k": None}
+    assert params_from_inputs(booleans, bool_ids, ["false", "x"]) == {"greedy": False, "k": "x"}
+
+
+def test_a_rerun_fills_the_parameters_and_sends_them_again():
+    p = served_presets()
+    body = {
+        "trace_id": 3,
+        "policy": {"kind": "partial", "params": {"over_provision": 1.5}},
+        "compare_policy": {"kind": "async", "params": {"staleness": 2}},
+    }
+    stored = simulation_params(body)
+    values = form_values_from_job(stored, form_defaults(p))
+    assert values["params_a"] == {"finished_groups": None, "over_provision": 1.5}
+    fields = inputs_of(param_inputs(p["policy_params"]["async"], "sim", "b", values["params_b"]))
+    assert fields["staleness"]["value"] == 2
+    assert simulation_params(simulation_body(3, values)) == stored
+
+
+def test_equivalent_parameters_are_said():
+    result = {
+        "a": {"config": {"policy": {"kind": "sync", "params": {}, "equivalent_to": None}}},
+        "b": {
+            "config": {
+                "policy": {
+                    "kind": "partial",
+                    "params": {"finished_groups": None, "over_provision": 1.0},
+                    "equivalent_to": "sync",
+                }
+            }
+        },
+    }
+    assert equivalence_notes(result, {"a": "sync", "b": "partial"}) == [
+        "Policy B: partial with finished_groups null, over_provision 1.0 replays identically to sync."
+    ]
+    assert equivalence_notes({"a": result["a"], "b": None}, {}) == []
