@@ -108,8 +108,10 @@ def test_openapi_shows_the_replay_shapes_with_their_bounds(client):
                 assert_shows(params["properties"][info.name], info)
     over = deref(schemas, {"$ref": "#/components/schemas/PartialParams"})["properties"]["over_provision"]
     assert (over["type"], over["minimum"], over["maximum"], over["default"]) == ("number", 1, PARAM_FLOAT_MAX, 2.0)
-    stale = deref(schemas, {"$ref": "#/components/schemas/AsyncParams"})["properties"]["staleness"]
-    assert (stale["type"], stale["minimum"], stale["maximum"]) == ("integer", 0, PARAM_INT_MAX)
+    sync_every = deref(schemas, {"$ref": "#/components/schemas/AsyncParams"})["properties"][
+        "trigger_parameter_sync_step"
+    ]
+    assert (sync_every["type"], sync_every["minimum"], sync_every["maximum"]) == ("integer", 1, PARAM_INT_MAX)
     runs = deref(schemas, {"$ref": "#/components/schemas/MonteCarlo"})["properties"]["runs"]["anyOf"][0]
     assert (runs["minimum"], runs["maximum"]) == (rf.UNCERTAINTY_RUNS.lo, rf.UNCERTAINTY_RUNS.hi)
 
@@ -157,8 +159,16 @@ PARTIAL = {"kind": "partial", "params": {"over_provision": 0.5}}
         ({"policy": {"kind": "sync", "balancing": "perfect"}}, "policy.balancing", None),
         ({"policy": {"kind": "partial", "params": {"colour": 1}}}, "policy.params.colour", None),
         ({"policy": {"kind": "partial", "params": [1]}}, "policy.params", None),
-        ({"policy": {"kind": "async", "params": {"staleness": 1.5}}}, "policy.params.staleness", None),
-        ({"policy": {"kind": "async", "params": {"staleness": True}}}, "policy.params.staleness", None),
+        (
+            {"policy": {"kind": "async", "params": {"trigger_parameter_sync_step": 1.5}}},
+            "policy.params.trigger_parameter_sync_step",
+            None,
+        ),
+        (
+            {"policy": {"kind": "async", "params": {"trigger_parameter_sync_step": True}}},
+            "policy.params.trigger_parameter_sync_step",
+            None,
+        ),
         ({"policy": {"kind": "partial", "params": {"finished_groups": 0}}}, "policy.params.finished_groups", None),
         ({"uncertainty": {"runs": 3}}, "uncertainty.runs", "uncertainty.runs: must be an integer in 10..20000, got 3"),
         ({"calibrate": {"fit_steps": [0, -1]}}, "calibrate.fit_steps[1]", None),
@@ -190,7 +200,7 @@ def test_body_ids_are_never_coerced(api, path, trace_id):
         {"policy": "partial", "compare_policy": "async"},
         {"policy": {"params": {}}},  # kind left out: sync
         {"policy": {"kind": "partial", "params": {"over_provision": 1.5, "finished_groups": None}}},
-        {"compare_policy": {"kind": "async", "params": {"staleness": 2.0}, "balancing": "kk"}},
+        {"compare_policy": {"kind": "async", "params": {"trigger_parameter_sync_step": 2.0}, "balancing": "kk"}},
         {"cluster": {"gpu": "h100", "n_gpus": 16.0}, "model": "qwen2.5-7b", "uncertainty": False},
         {"cluster": {"gpu": {"preset": "A100", "memory_bytes": 40e9}}, "limits": {"kv_cache_tokens": None}},
     ],

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import uuid
+from dataclasses import asdict
 
 import orjson
 import pytest
 from typer.testing import CliRunner
 
 from core.simulator import MODEL_PRESETS, ClusterConfig, EngineLimits, Policy, simulate, workload_from_columns
+from core.simulator.policies import POLICIES
 from core.workload.polytrace_rows import packed_rows_to_columns
 from rlvr_explorer.cli import app
 from tests.helpers import synthetic_rows, write_packed_dir
@@ -208,14 +210,18 @@ def test_simulate_rejects_values_the_database_cannot_hold(team_key, stored):
 def test_policy_parameters_are_set_by_type_and_reported(team_key, stored):
     trace_id, per_step = stored
     args = ["simulate", trace_id, "--policy", "partial", "--policy-param", "over_provision=1.5"]
-    args += ["--compare", "async", "--compare-param", "staleness=2", "--deterministic", "--api-key", team_key]
+    args += ["--compare", "async", "--compare-param", "trigger_parameter_sync_step=2", "--deterministic"]
+    args += ["--api-key", team_key]
     r = invoke(*args, "--json")
     assert r.exit_code == 0, r.output
     res = orjson.loads(r.stdout)
-    assert res["policies"] == {
-        "a": {"kind": "partial", "params": {"finished_groups": None, "over_provision": 1.5}, "equivalent_to": None},
-        "b": {"kind": "async", "params": {"staleness": 2}, "equivalent_to": None},
+    used = res["policies"]  # every declared parameter, resolved: the given one and the defaults
+    assert used["a"] == {
+        "kind": "partial",
+        "params": {**asdict(POLICIES["partial"].resolve({})), "over_provision": 1.5},
+        "equivalent_to": None,
     }
+    assert used["b"]["params"] == {**asdict(POLICIES["async"].resolve({})), "trigger_parameter_sync_step": 2}
     # the replay ran with them: the same as the simulator given them directly
     steps = workload_from_columns(packed_rows_to_columns([row for rows in per_step for row in rows]))
     cluster = ClusterConfig(
@@ -230,8 +236,8 @@ def test_policy_parameters_are_set_by_type_and_reported(team_key, stored):
     )
     assert res["a"]["makespan_s"] == pytest.approx(direct.makespan, rel=1e-9)
     text = invoke(*args)
-    assert "policy A: partial (finished_groups=null, over_provision=1.5)" in text.stdout
-    assert "policy B: async (staleness=2)" in text.stdout
+    assert "policy A: partial (finished_groups=null, over_provision=1.5, " in text.stdout
+    assert "trigger_parameter_sync_step=2" in text.stdout
 
 
 def test_parameters_that_make_a_policy_another_say_so(team_key, stored):
@@ -256,8 +262,14 @@ def test_parameters_that_make_a_policy_another_say_so(team_key, stored):
         (["--policy", "partial", "--policy-param", "over_provision=0.5"], "takes a number >= 1"),
         (["--policy", "partial", "--policy-param", "colour=1"], "finished_groups: an integer >= 1, or null"),
         (["--policy", "partial", "--policy-param", "over_provision"], "expected KEY=VALUE"),
-        (["--policy", "async", "--policy-param", "staleness=1.5"], "staleness: must be an integer"),
-        (["--policy", "async", "--policy-param", "staleness=null"], "staleness: must be an integer >= 0"),
+        (
+            ["--policy", "async", "--policy-param", "trigger_parameter_sync_step=1.5"],
+            "trigger_parameter_sync_step: must be an integer",
+        ),
+        (
+            ["--policy", "async", "--policy-param", "trigger_parameter_sync_step=null"],
+            "trigger_parameter_sync_step: must be an integer >= 1",
+        ),
         (
             ["--policy", "sync", "--policy-param", "staleness=1"],
             "not a parameter of policy sync (its parameters: none)",

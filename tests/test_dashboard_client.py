@@ -655,7 +655,7 @@ def test_simulate_form_shows_the_chosen_policies_parameters(app, stub):
     body = {
         "trace_id": 7,
         "policy": {"kind": "partial", "params": {"over_provision": 1.5}},
-        "compare_policy": {"kind": "async", "params": {"staleness": 2}},
+        "compare_policy": {"kind": "async", "params": {"trigger_parameter_sync_step": 2}},
     }
     job = {"id": 8, "kind": "simulation", "status": "succeeded", "params": simulation_params(body), "result": None}
     stub.routes[("GET", "/api/v1/simulations")] = httpx.Response(200, json={"items": [job]})
@@ -678,8 +678,8 @@ def test_simulate_form_shows_the_chosen_policies_parameters(app, stub):
 
     assert field(page, "a", "over_provision")["props"]["value"] == 1.5
     assert field(page, "a", "finished_groups")["props"]["value"] is None
-    assert field(page, "b", "staleness")["props"]["value"] == 2
-    assert field(page, "b", "staleness")["props"]["min"] == 0 and field(page, "b", "staleness")["props"]["step"] == 1
+    every = field(page, "b", "trigger_parameter_sync_step")["props"]
+    assert every["value"] == 2 and every["min"] == 1 and every["step"] == 1
     r = _callback(
         client,
         "sim-params-b.children",

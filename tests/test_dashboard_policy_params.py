@@ -5,6 +5,8 @@ parameters make a policy replay identically to another."""
 
 from __future__ import annotations
 
+from dataclasses import asdict
+
 import orjson
 import pytest
 
@@ -65,13 +67,13 @@ def test_a_rerun_fills_the_parameters_and_sends_them_again():
     body = {
         "trace_id": 3,
         "policy": {"kind": "partial", "params": {"over_provision": 1.5}},
-        "compare_policy": {"kind": "async", "params": {"staleness": 2}},
+        "compare_policy": {"kind": "async", "params": {"trigger_parameter_sync_step": 2}},
     }
     stored = simulation_params(body)
     values = form_values_from_job(stored, form_defaults(p))
-    assert values["params_a"] == {"finished_groups": None, "over_provision": 1.5}
+    assert values["params_a"] == {**asdict(POLICIES["partial"].resolve({})), "over_provision": 1.5}
     fields = inputs_of(param_inputs(p["policy_params"]["async"], "sim", "b", values["params_b"]))
-    assert fields["staleness"]["value"] == 2
+    assert fields["trigger_parameter_sync_step"]["value"] == 2
     assert simulation_params(simulation_body(3, values)) == stored
 
 

@@ -8,7 +8,7 @@ import pytest
 from core.analysis.registry import run_analysis
 from dashboard.figures.distributions import length_box_figure
 from dashboard.figures.reward_length import repetition_figure, reward_bucket_figure, tail_reward_figure
-from dashboard.views.drill import drill_params
+from dashboard.views.drill import FOCUS, LONGEST_FIRST, drill_params
 from tests.test_analysis_reward_length import data_of, rows
 
 
@@ -67,7 +67,7 @@ def test_the_max_marker_drills_to_the_step_longest_first():
     fig = length_box_figure(payload).to_plotly_json()
     curve = next(i for i, t in enumerate(fig["data"]) if t.get("name") == "max")
     click = {"points": [{"curveNumber": curve, "x": 1, "y": 900}]}
-    assert drill_params("dist-box", click, fig) == {"step": 1, "sort": "response_len", "order": "desc"}
+    assert drill_params("dist-box", click, fig) == {"step": 1, **LONGEST_FIRST, FOCUS: True}
     assert drill_params("dist-box", click, fig, field="prompt") == {"step": 1, "sort": "prompt_len", "order": "desc"}
     assert drill_params("dist-box", click, fig, field="total") == {"step": 1}
     box = {"points": [{"curveNumber": 0, "x": 1, "y": 90}]}

@@ -422,7 +422,7 @@ def test_trace_diff_matches_hta(pair, tmp_path):
 def test_trace_diff_pairs_profilersteps_by_position():
     """Two runs profiled at different step numbers: the steps are paired, not reported as
     one deleted and one added (which would lead the diff); kernels still compare by name."""
-    from core.analysis.gpu_hta import steps_by_position
+    from core.analysis.gpu_diff import steps_by_position
 
     a = {"ProfilerStep#550": (1, 900.0), "gemm": (4, 40.0)}
     b = {"ProfilerStep#551": (1, 950.0), "gemm": (4, 60.0), "new_kernel": (1, 5.0)}

@@ -107,9 +107,11 @@ def _step_click(graph_id: str, points: list, figure: dict | None, field: str) ->
     if x is None:
         return {}
     out: dict = {"step": x}
-    if graph_id not in READS_FIGURE or field != "response":
+    if graph_id not in READS_FIGURE or field not in ("response", "prompt"):
         return out
     curve = _curve(point, figure)
+    if field == "prompt":  # the longest prompts of the step first
+        return {**out, "sort": "prompt_len", "order": "desc"} if curve == "max" else out
     if len(points) > 1 or graph_id == "dist-percentiles":  # a unified hover: every curve at once
         return {**out, **LONGEST_FIRST, FOCUS: True}
     if graph_id == "dist-tail":
