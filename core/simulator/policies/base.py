@@ -5,6 +5,7 @@ weight sync) on the timeline."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,14 +35,19 @@ class Env:
     rollout_cache: dict | None = None
     # the policy's own parameters, resolved (an instance of its spec's `params`)
     params: Any = None
+    # the policy's batch rollout of a step (its spec's `rollout`), or None: static dispatch
+    rollout: Callable[[Env, StepWorkload, bool], RolloutOutcome] | None = None
 
-    def new_cluster(self) -> RolloutCluster:
+    def new_cluster(self, **sharing: bool) -> RolloutCluster:
+        """Fresh replicas; `sharing` as `RolloutCluster` takes it (shared_queue, stealing,
+        spread_groups)."""
         return RolloutCluster(
             self.cluster.rollout_replicas,
             self.coefficients,
             max_running=self.limits.max_running_seqs,
             kv_capacity=self.kv_capacity,
             max_prefill_tokens=self.limits.max_prefill_tokens,
+            **sharing,
         )
 
 
@@ -77,16 +83,25 @@ def rollout_batch(env: Env, w: StepWorkload, *, keep_store: bool = False) -> Rol
 
 def rollout_key(env: Env, w: StepWorkload) -> tuple:
     """What a batch rollout depends on beyond the env's engines: the step's workload
-    (this very object) and how groups are dispatched to replicas."""
-    return (w.step, env.policy.dispatch, id(w))
+    (this very object), how groups are dispatched to replicas, and the policy's own
+    rollout with its parameters when it has one."""
+    own = None if env.rollout is None else (env.policy.kind, env.params)
+    return (w.step, env.policy.dispatch, id(w), own)
 
 
 def uncached_rollout_batch(env: Env, w: StepWorkload, keep_store: bool) -> RolloutOutcome:
+    if env.rollout is not None:
+        return env.rollout(env, w, keep_store)
     rc = env.new_cluster()
     _, first, last = rc.add_step(w, np.arange(w.n_samples))
     replica = group_replicas(env, w)[w.group]
     rc.submit(first, replica, 0.0)
     rc.run_all()
+    return rollout_outcome(rc, last, keep_store)
+
+
+def rollout_outcome(rc: RolloutCluster, last: np.ndarray, keep_store: bool) -> RolloutOutcome:
+    """A finished batch rollout; `last` is each sample's last request."""
     end = np.asarray(rc.store.end)
     completion = end[last] + np.asarray(rc.store.gap)[last]
     duration = float(completion.max()) if completion.size else 0.0

@@ -165,6 +165,17 @@ class PolicySpec:
     paper: str = ""
     # params -> the kind this policy then replays identically to, or None
     same_as: Callable[[Any], str | None] | None = None
+    # its own batch rollout of a step, (env, workload, keep_store) -> RolloutOutcome
+    # (`base.rollout_batch` calls it; None: groups dispatched statically per
+    # `Policy.dispatch`); replays share batch rollouts only with the same rollout
+    rollout: Callable | None = None
+    # the parameter holding the seed of the policy's random draws, or None when the
+    # replay is deterministic (a Monte-Carlo replay varies that parameter)
+    seed_param: str | None = None
+
+    @property
+    def stochastic(self) -> bool:
+        return self.seed_param is not None
 
     @property
     def param_infos(self) -> tuple[ParamInfo, ...]:
