@@ -6,6 +6,7 @@ import orjson
 import pytest
 from typer.testing import CliRunner
 
+from core.simulator.policies import POLICIES
 from rlvr_explorer.cli import app
 from tests.conftest import wait_for_job
 from tests.helpers import synthetic_rows, write_packed_dir, zip_folder
@@ -32,7 +33,7 @@ def test_advice_job_ranks_configurations(api, worker, small_trace):
     assert res["n_configurations"] >= 50 and res["calibration"] is None  # packed lengths: no timings
     means = [c["step_s"]["mean"] for c in res["ranking"]]
     assert means == sorted(means)
-    assert {c["policy"] for c in res["ranking"]} == {"sync", "one_step_off", "partial", "async"}
+    assert {c["policy"] for c in res["ranking"]} == set(POLICIES)
     assert [w["step"] for w in res["per_step"]] == [0, 1, 2] and res["ranges"]
     assert api.post(URL, json=body).status_code == 200  # identical advice: the same job
     assert api.get(URL, params={"trace_id": small_trace["id"]}).json()["items"][0]["id"] == job["id"]

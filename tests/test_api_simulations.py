@@ -9,6 +9,7 @@ import orjson
 import pytest
 
 from core.simulator import MODEL_PRESETS, ClusterConfig, EngineLimits, Policy, simulate, workload_from_columns
+from core.simulator.policies import POLICIES
 from core.workload.polytrace_rows import packed_rows_to_columns
 from tests.conftest import wait_for_job
 from tests.helpers import synthetic_rows, write_packed_dir, zip_folder
@@ -164,8 +165,8 @@ def test_presets_describe_the_form(api):
     p = api.get(f"{URL}/presets").json()
     assert p["gpus"]["H100"]["peak_flops"] == 989e12
     assert p["models"]["Qwen2.5-7B"]["layers"] == 28
-    assert p["policies"] == ["sync", "one_step_off", "partial", "async"]
-    assert set(p["disaggregated_policies"]) == {"one_step_off", "async"}
+    assert p["policies"] == list(POLICIES)
+    assert set(p["disaggregated_policies"]) == {k for k, spec in POLICIES.items() if spec.disaggregated}
     assert p["defaults"]["cluster"]["gpu"] == "H100" and p["defaults"]["cluster"]["n_gpus"] == 8
     assert p["defaults"]["limits"]["max_running_seqs"] == 256 and p["defaults"]["model"] in p["models"]
 

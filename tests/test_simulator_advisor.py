@@ -8,6 +8,7 @@ import pytest
 
 from core.simulator import MODEL_PRESETS, ClusterConfig, EngineLimits, Policy, StepWorkload, simulate
 from core.simulator.advisor import advise, default_grid, transfer_coefficients
+from core.simulator.policies import POLICIES
 from core.simulator.predictor import roofline_coefficients
 
 MODEL = MODEL_PRESETS["Qwen2.5-7B"]
@@ -29,10 +30,10 @@ def _steps(n_steps: int = 3) -> list[StepWorkload]:
 def test_the_grid_covers_the_budget_and_every_policy():
     grid = default_grid(8, MODEL)
     assert len(grid) >= 50
-    assert {c["policy"] for c in grid} == {"sync", "one_step_off", "partial", "async"}
+    assert {c["policy"] for c in grid} == set(POLICIES)
     for c in grid:
         used = c["rollout_replicas"] * c["rollout_tp"]
-        if c["policy"] in ("sync", "partial"):
+        if not POLICIES[c["policy"]].disaggregated:
             assert used == 8 and c["train_dp"] == 8
         else:
             assert used + c["train_dp"] == 8

@@ -217,12 +217,10 @@ def _fast(req, n_replicas, *, bound, queued, stealing, max_running, kv_cap, max_
     n = len(req["prefill"])
     rel_next = [x for x in req["next"]]
     rc.store.add(req["prefill"], req["context"], req["decode"], req["gap"], rel_next, list(range(n)), req["prefix"])
-    for j in range(n_replicas):
-        mine = [r for r, rep in bound if rep == j]
-        if mine:
-            rc.replicas[j].submit_many(mine, 0.0)
-    if queued:
-        rc.enqueue([r for _, r in queued], [k for k, _ in queued], 0.0)
+    if bound:
+        rc.submit(np.array([r for r, _ in bound]), np.array([j for _, j in bound]), 0.0)
+    for k, r in queued:  # one run per request
+        rc.enqueue([r], k, 0.0)
     rc.run_all()
     return rc
 
@@ -301,17 +299,18 @@ def test_shared_queue_serves_in_key_order_and_follows_a_new_order():
     w = StepWorkload.from_groups(0, [10] * 6, [[20]] * 6)
     rc = RolloutCluster(1, COEF, max_running=1, kv_capacity=math.inf, max_prefill_tokens=10**6, shared_queue=True)
     _, first, _ = rc.add_step(w, np.arange(6))
-    rc.enqueue(first, [5, 4, 3, 2, 1, 0], 0.0)  # served last sample first
+    low = rc.enqueue(first[:3], 1.0, 0.0)  # served after the next run
+    rc.enqueue(first[3:], 0.0, 0.0)
     seen = []
 
     def on_finish(done, t):
         seen.extend(done)
-        if len(seen) == 2:  # from now on: the lowest sample id first
-            rc.reorder(first, [0, 1, 2, 3, 4, 5], t)
+        if len(seen) == 1:  # from now on the first run comes first
+            rc.reorder(low, -1.0, t)
         return False
 
     rc.run_until(on_finish)
-    assert seen == [5, 4, 0, 1, 2, 3]
+    assert seen == [3, 0, 1, 2, 4, 5]
 
 
 def test_stealing_spreads_work_bound_to_one_replica():

@@ -109,27 +109,52 @@ class RolloutCluster:
         replica = np.asarray(replica)
         for j in np.unique(replica):
             self.replicas[int(j)].submit_many(rids[replica == j].tolist(), time)
+        if self.pool is not None:
+            self.pool.on_submit(time)
 
-    def enqueue(self, rids, keys, time: float) -> None:
-        """Requests `rids` arrive at `time` in the shared queue (dynamic dispatch), to
-        be taken in order of `keys` (lower first; ties in the order given)."""
+    def enqueue(self, rids, key: float, time: float) -> int:
+        """Requests `rids` arrive at `time` in the shared queue (dynamic dispatch), to be
+        served in this order under `key` (`SharedQueue.push`); returns the run's id."""
+        return self.enqueue_runs([(rids, key)], time)[0]
+
+    def enqueue_runs(self, runs: list[tuple[np.ndarray, float]], time: float) -> list[int]:
+        """Several runs (rids, key) at once, arriving at `time`; their ids."""
         assert self.pool is not None and self.pool.queue is not None, "a cluster made with shared_queue=True"
-        rids = np.asarray(rids).tolist()
-        self.pool.queue.push(rids, np.broadcast_to(np.asarray(keys, dtype=np.float64), len(rids)).tolist(), time)
+        queue = self.pool.queue
+        ids = [queue.push(np.asarray(rids).tolist(), float(key), time) for rids, key in runs]
         self.pool.wake(time, self.replicas)
+        return ids
 
-    def reorder(self, rids, keys, time: float) -> None:
-        """New keys, from `time` on, for requests still waiting in the shared queue."""
+    def reorder(self, run: int, key: float, time: float) -> None:
+        """A new key, from `time` on, for a run still waiting in the shared queue."""
         assert self.pool is not None and self.pool.queue is not None, "a cluster made with shared_queue=True"
-        if self.pool.queue.reorder(rids, keys):
+        if self.pool.queue.reorder(run, key):
             self.pool.on_new_head(time)
 
     def run_all(self) -> None:
+        """Run to completion: in global time order while the replicas share work, then
+        (once `WorkPool.settled`: e.g. the shared queue is empty) each on its own."""
         if self.coupled:
-            self.run_until(lambda done, t: False)
-            return
+            self.run_until(self._settled_check())
+            if self.pool is not None:
+                self.pool.detach()
         for eng in self.replicas:
             eng.run()
+
+    def _settled_check(self) -> Callable[[list[int], float], bool]:
+        pool = self.pool
+        assert pool is not None
+        wait = 0  # the full check reads every replica's work: not at every event
+
+        def check(done: list[int], now: float) -> bool:
+            nonlocal wait
+            if (pool.queue is not None and len(pool.queue)) or wait:
+                wait = max(0, wait - 1)
+                return False
+            wait = 255
+            return pool.settled(now)
+
+        return check
 
     def run_until(self, on_finish: Callable[[list[int], float], bool]) -> float | None:
         """Commit events in global time order until `on_finish(finished, t)` is true;
@@ -145,14 +170,19 @@ class RolloutCluster:
             if now != t:
                 heapq.heapreplace(heap, (now, i))
                 continue
-            done = eng.commit()
-            if done and on_finish(done, eng.t):
-                return eng.t
-            nxt = eng.plan()  # (taking shared work may wake other replicas)
-            if pool is not None and pool.dirty:
-                heap = self._event_heap()  # a woken replica's next event may come sooner
-            else:
-                heapq.heapreplace(heap, (nxt, i))
+            while True:  # this replica's events, while they come before any other's
+                done = eng.commit()
+                if done and on_finish(done, eng.t):
+                    return eng.t
+                nxt = eng.plan()  # (taking shared work may wake other replicas)
+                if pool is not None and pool.dirty:
+                    heap = self._event_heap()  # a woken replica's next event may come sooner
+                    break
+                n = len(heap)
+                other = (heap[1] if n == 2 or heap[1] < heap[2] else heap[2]) if n > 1 else (INF, -1)
+                if nxt == INF or (nxt, i) >= other:
+                    heapq.heapreplace(heap, (nxt, i))
+                    break
         return None
 
     def _event_heap(self) -> list[tuple[float, int]]:

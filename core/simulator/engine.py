@@ -411,6 +411,24 @@ class ReplicaEngine:
             return None
         return [self._busy_start, self.t, min(self._tail, self.t - self._busy_start)]
 
+    def kv_bound(self) -> int:
+        """The most KV tokens the work bound to this replica can ever hold at once: per
+        trajectory (running, waiting or arriving, with its later turns) the largest
+        context + tokens to generate of its turns, which run one after another."""
+        st = self.store
+        ctx, left, nxt, seqs = st.context, st.left, st.next, st.seq
+        heads = [r for r, seq in self._stack if seqs[r] == seq]
+        heads += self.waiting
+        heads += [r for _, _, r in self._arrivals]
+        total = 0
+        for r in heads:
+            most = 0
+            while r >= 0:
+                most = max(most, ctx[r] + left[r])
+                r = nxt[r]
+            total += most
+        return total
+
     def unfinished(self) -> list[int]:
         """Requests submitted but not finished (running, waiting or arriving), with
         `generated`/`left`/`context` updated to their progress at the current time."""

@@ -40,6 +40,10 @@ class WorkPool:
         self.stealing = stealing
         self.engines: list[PooledEngine] = []
         self.dirty = False  # a replica was woken: the cluster re-orders its event heap
+        # some replica may hold a request to steal: set when one is preempted or
+        # submitted, cleared when a search finds none (and none is still to arrive)
+        self.maybe_stealable = False
+        self.submitted_until = -INF  # the latest arrival time of a submitted request
         # replicas whose last admission stopped at the shared queue's head (no KV room)
         self.blocked: set[PooledEngine] = set()
 
@@ -59,18 +63,51 @@ class WorkPool:
         """A preempted request waits on `eng`: replicas with a free slot and nothing of
         their own waiting may steal it."""
         if self.stealing:
+            self.maybe_stealable = True
             self.wake(eng.t, [e for e in self.engines if e is not eng and e.B < e.max_running and not e.waiting])
+
+    def on_submit(self, time: float) -> None:
+        """Requests were bound to a replica, arriving at `time`."""
+        self.maybe_stealable = True
+        self.submitted_until = max(self.submitted_until, time)
 
     def on_new_head(self, time: float, skip=None) -> None:
         """The shared queue's head changed (taken, or a new order): replicas that could
         not fit the old head look at the new one."""
+        if not self.blocked or (skip in self.blocked and len(self.blocked) == 1):
+            return
         woken = [e for e in self.blocked if e is not skip]
         if woken:
             self.blocked.difference_update(woken)
             self.wake(time, woken)
 
+    def settled(self, now: float) -> bool:
+        """No replica can take work from another any more: nothing queued, and with
+        stealing nothing to steal now or later (no request still to arrive, none waiting
+        that could be stolen, no replica able to run out of KV and preempt one)."""
+        if self.queue is not None and len(self.queue):
+            return False
+        if not self.stealing:
+            return True
+        if now < self.submitted_until:
+            return False
+        cont = self.store.cont
+        for e in self.engines:
+            if any(not cont[r] for r in islice(e.waiting, e.planned_admissions(), None)):
+                return False
+            if e.kv_bound() > e.kv_capacity:
+                return False
+        return True
+
+    def detach(self) -> None:
+        """Settled for good (or done): the replicas go on as plain engines."""
+        for e in self.engines:
+            e.pool = None
+
     def steal_for(self, thief: PooledEngine) -> None:
         """Move requests from the most loaded replica's queue into `thief`'s."""
+        if not self.maybe_stealable:
+            return
         cont = self.store.cont
         best, best_n = None, 0
         for e in self.engines:
@@ -80,6 +117,7 @@ class WorkPool:
             if n > best_n:
                 best, best_n = e, n
         if best is None:
+            self.maybe_stealable = thief.t < self.submitted_until
             return
         take = min(thief.max_running - thief.B, (best_n + 1) // 2)
         queue = list(best.waiting)
@@ -106,6 +144,7 @@ class PooledEngine(ReplicaEngine):
         # stolen by another replica must not revive this replica's stale entries of it
         self._seq = index << 40
         self.prefixes: set[int] = set()  # shared-prompt keys prefilled here
+        self._admitting: set[int] = set()  # keys of the planned prefill iteration
 
     def _admissible(self) -> tuple[int, int, int, int]:
         """Own queue first, then the shared queue (or a steal when both are empty);
@@ -113,58 +152,63 @@ class PooledEngine(ReplicaEngine):
         pool = self.shared
         queue = pool.queue
         t = self.t
-        if not self.waiting and pool.stealing and (queue is None or queue.peek(t) < 0):
-            pool.steal_for(self)
+        waiting = self.waiting
+        if not waiting and (queue is None or queue.peek(t) < 0):
+            if pool.stealing:
+                pool.steal_for(self)
+            if not waiting:
+                pool.blocked.discard(self)
+                return 0, 0, 0, 0
         st = self.store
         prefill, context, prefix = st.prefill, st.context, st.prefix
         room = self.max_running - self.B
         kv_free = self.kv_capacity - (self.S + self.B * self.G)
         budget = self.max_prefill_tokens
         seen = self.prefixes
-        batch: set[int] = set()
-        pulled: list[int] = []
-        own = islice(self.waiting, room)
-        own_left = True
+        keys = self._admitting = set()
         k = sp = sp2 = need = 0
-        blocked = False
-        while k < room:
-            r = next(own, -1) if own_left else -1
-            if r < 0:
-                own_left = False
-                r = queue.peek(t) if queue is not None else -1
-                if r < 0:
-                    break
+        fits = True
+        for r in islice(waiting, room):
             p = prefill[r]
             key = prefix[r]
-            if key >= 0 and (key in seen or key in batch):
+            if key >= 0 and (key in seen or key in keys):
                 p = 0
             kv = context[r] + 1
             if (k and (sp + p > budget or need + kv > kv_free)) or (not k and kv > kv_free and self.B):
-                blocked = not k and not own_left
+                fits = False
                 break
-            if not own_left:
-                assert queue is not None  # a request came from it
-                pulled.append(queue.take())
             if key >= 0:
-                batch.add(key)
-            k += 1
-            sp += p
-            sp2 += p * p
-            need += kv
+                keys.add(key)
+            k, sp, sp2, need = k + 1, sp + p, sp2 + p * p, need + kv
+        blocked = False
+        if fits and queue is not None:
+            pulled = k
+            while k < room:
+                r = queue.peek(t)
+                if r < 0:
+                    break
+                p = prefill[r]
+                key = prefix[r]
+                if key >= 0 and (key in seen or key in keys):
+                    p = 0
+                kv = context[r] + 1
+                if (k and (sp + p > budget or need + kv > kv_free)) or (not k and kv > kv_free and self.B):
+                    blocked = not k
+                    break
+                waiting.append(queue.take())
+                if key >= 0:
+                    keys.add(key)
+                k, sp, sp2, need = k + 1, sp + p, sp2 + p * p, need + kv
+            if k > pulled:
+                pool.on_new_head(t, skip=self)
         if blocked:
             pool.blocked.add(self)
-        else:
+        elif pool.blocked:
             pool.blocked.discard(self)
-        if pulled:
-            self.waiting.extend(pulled)
-            pool.on_new_head(t, skip=self)
         return k, sp, sp2, need
 
     def _prefill(self, k: int, tau: float, sp: int) -> list[int]:
-        prefix = self.store.prefix
-        for r in islice(self.waiting, k):
-            if prefix[r] >= 0:
-                self.prefixes.add(prefix[r])
+        self.prefixes |= self._admitting
         return super()._prefill(k, tau, sp)
 
     def _preempt(self) -> None:

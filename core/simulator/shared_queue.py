@@ -1,72 +1,85 @@
 """The cluster-level queue of dynamic dispatch: requests not yet bound to a replica,
 served in the order a policy gives.
 
-Each request waits with a key (lower first; equal keys in the order they were queued)
-and an arrival time; a replica at time t may take the first request in key order that
-has arrived by t. A policy may change the keys of waiting requests while they wait
-(`reorder`: e.g. a group's length estimate improves as its samples finish); entries
-are replaced lazily (a stale entry is dropped when it reaches the top).
+Requests are queued in runs: `push(rids, key, time)` queues `rids`, served in that
+order, under one key (lower first; equal keys in the order they were pushed), arriving
+at `time`. A replica at time t takes the next request of the lowest-keyed run among
+those that have arrived by t and have one left. A policy may change a run's key while it waits
+(`reorder`: e.g. a group's length estimate improves as its samples finish); the old
+heap entry is dropped lazily when it reaches the top. A policy with one key per request
+sorts its requests and pushes them as one run, or pushes one run per request.
 """
 
 from __future__ import annotations
 
 import heapq
 import math
+from collections import deque
 
 INF = math.inf
 
 
 class SharedQueue:
     def __init__(self) -> None:
-        self._heap: list[tuple[float, int, int, int, float]] = []  # (key, order, version, rid, arrival)
-        self._live: dict[int, tuple[int, float, int]] = {}  # rid -> (order, arrival, version)
+        self._heap: list[tuple[float, int, int]] = []  # runs arrived: (key, run, version)
+        self._future: list[tuple[float, int]] = []  # runs still to arrive: (arrival, run)
+        self._key: list[float] = []
+        self._arrived: list[bool] = []
+        self._runs: list[deque[int]] = []
+        self._version: list[int] = []
+        self._arrival: list[float] = []
         self._times: list[float] = []  # arrival times still ahead (for wakes)
-        self._n = 0
+        self._n = 0  # requests waiting
 
     def __len__(self) -> int:
-        return len(self._live)
+        return self._n
 
-    def push(self, rids, keys, time: float) -> None:
-        """Queue `rids` (in order) arriving at `time`, with their keys."""
-        heap, live = self._heap, self._live
-        for r, k in zip(rids, keys):
-            self._n += 1
-            live[r] = (self._n, time, 0)
-            heapq.heappush(heap, (k, self._n, 0, r, time))
+    def push(self, rids, key: float, time: float) -> int:
+        """Queue `rids` (served in this order) under `key`, arriving at `time`; returns
+        the run's id."""
+        run = len(self._runs)
+        self._runs.append(deque(rids))
+        self._version.append(0)
+        self._arrival.append(time)
+        self._key.append(key)
+        self._arrived.append(False)
+        self._n += len(self._runs[run])
+        heapq.heappush(self._future, (time, run))
         if time > 0:
             heapq.heappush(self._times, time)
+        return run
 
-    def reorder(self, rids, keys) -> bool:
-        """New keys for requests still waiting (others are ignored); True if any changed."""
-        changed = False
-        heap, live = self._heap, self._live
-        for r, k in zip(rids, keys):
-            entry = live.get(r)
-            if entry is None:
-                continue
-            order, arrival, version = entry
-            live[r] = (order, arrival, version + 1)
-            heapq.heappush(heap, (k, order, version + 1, r, arrival))
-            changed = True
-        return changed
+    def remaining(self, run: int) -> int:
+        return len(self._runs[run])
+
+    def reorder(self, run: int, key: float) -> bool:
+        """A new key for a run with requests still waiting; True if it had some."""
+        if not self._runs[run]:
+            return False
+        self._key[run] = key
+        if self._arrived[run]:
+            self._version[run] += 1
+            heapq.heappush(self._heap, (key, run, self._version[run]))
+        return True
 
     def peek(self, t: float) -> int:
         """The request a replica at time `t` would take next, or -1."""
-        heap, live = self._heap, self._live
+        heap, future = self._heap, self._future
+        while future and future[0][0] <= t:
+            run = heapq.heappop(future)[1]
+            self._arrived[run] = True
+            heapq.heappush(heap, (self._key[run], run, self._version[run]))
         while heap:
-            _, _, version, r, arrival = heap[0]
-            entry = live.get(r)
-            if entry is None or entry[2] != version:
-                heapq.heappop(heap)  # taken or re-keyed
-                continue
-            return r if arrival <= t else -1
+            _, run, version = heap[0]
+            if version == self._version[run] and self._runs[run]:
+                return self._runs[run][0] if self._arrival[run] <= t else -1
+            heapq.heappop(heap)  # re-keyed or used up
         return -1
 
     def take(self) -> int:
         """Remove and return the request `peek` just returned."""
-        r = heapq.heappop(self._heap)[3]
-        del self._live[r]
-        return r
+        self._n -= 1
+        return self._runs[self._heap[0][1]].popleft()
 
     def wake_after(self, t: float) -> float:
         """The first arrival time after `t` (inf when none is ahead)."""
@@ -76,8 +89,12 @@ class SharedQueue:
         return times[0] if times else INF
 
     def drain(self) -> list[int]:
-        """Remove and return every waiting request, in key order."""
-        out = [r for *_, r, _ in sorted(e for e in self._heap if self._live.get(e[3], (0, 0.0, -1))[2] == e[2])]
+        """Remove and return every waiting request, in the order they would be served."""
+        live = sorted((self._key[run], run) for run, q in enumerate(self._runs) if q)
+        out = [r for _, run in live for r in self._runs[run]]
+        for q in self._runs:
+            q.clear()
         self._heap.clear()
-        self._live.clear()
+        self._future.clear()
+        self._n = 0
         return out

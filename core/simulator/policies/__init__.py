@@ -8,11 +8,21 @@ from __future__ import annotations
 import dataclasses
 
 from core.simulator.config import Policy
-from core.simulator.policies import fully_async, one_step_off, partial, sync
+from core.simulator.policies import (
+    divided,
+    fully_async,
+    length_ranked,
+    one_step_off,
+    partial,
+    sync,
+    tail_batching,
+)
 from core.simulator.policies.base import Env
 from core.simulator.policies.spec import ParamInfo, PolicySpec, param
 
-POLICIES: dict[str, PolicySpec] = {m.SPEC.kind: m.SPEC for m in (sync, one_step_off, partial, fully_async)}
+POLICIES: dict[str, PolicySpec] = {
+    m.SPEC.kind: m.SPEC for m in (sync, one_step_off, partial, fully_async, divided, length_ranked, tail_batching)
+}
 POLICY_KINDS = tuple(POLICIES)
 
 

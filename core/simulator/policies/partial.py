@@ -135,6 +135,8 @@ SPEC = PolicySpec(
     disaggregated=False,
     params=PartialParams,
     same_as=lambda prm: "sync" if prm.over_provision == 1.0 and prm.finished_groups is None else None,
+    carries_over=True,
+    stand_ins=True,
     help="colocated; rollout stops when `finished_groups` groups are done out of ceil(N * over_provision) launched; unfinished samples carry over",
     run=run_partial,
 )

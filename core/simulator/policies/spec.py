@@ -172,6 +172,12 @@ class PolicySpec:
     # the parameter holding the seed of the policy's random draws, or None when the
     # replay is deterministic (a Monte-Carlo replay varies that parameter)
     seed_param: str | None = None
+    # unfinished samples may outlive a step (carried into a later one), so some may
+    # still be unfinished, never trained, when the replay ends
+    carries_over: bool = False
+    # draws prompts past the trace's end (cycling through it) as stand-ins for the
+    # dataset's further prompts, so a trace sample may be trained again as its stand-in
+    stand_ins: bool = False
 
     @property
     def stochastic(self) -> bool:
