@@ -162,3 +162,24 @@ def test_tail_batching_without_over_provisioning_is_sync():
     b = simulate(ws, COLOCATED, MODEL, EngineLimits(), Policy(kind="tail_batching", params={"over_provision": 1.0}))
     assert [s.step_time for s in b.steps] == pytest.approx([s.step_time for s in a.steps], rel=1e-12)
     assert math.isclose(a.makespan, b.makespan, rel_tol=1e-12)
+
+
+@pytest.mark.parametrize("kind", ["divided", "length_ranked", "tail_batching"])
+def test_work_computed_in_forked_processes_gives_the_same_replay(kind, monkeypatch):
+    from core.simulator import forked, parallel_rollouts
+    from core.simulator.policies import tail_batching
+
+    monkeypatch.setattr(forked, "MIN_SAMPLES", 0)
+    forks: list[int] = []
+    fork_map = forked.fork_map
+    for where in (parallel_rollouts, tail_batching):  # they import it by name
+        monkeypatch.setattr(
+            where, "fork_map", lambda fn, n, w, progress: forks.append(n) or fork_map(fn, n, w, progress)
+        )
+    ws = two_groups_per_step(6)
+    cluster = SPLIT if POLICIES[kind].disaggregated else COLOCATED
+    runs = [simulate(ws, cluster, MODEL, EngineLimits(), Policy(kind=kind), workers=w) for w in (1, 2)]
+    assert forks  # the second replay forked
+    assert [s.step_time for s in runs[0].steps] == [s.step_time for s in runs[1].steps]
+    assert [s.rollout for s in runs[0].steps] == [s.rollout for s in runs[1].steps]
+    assert runs[0].idle_gpu_s == runs[1].idle_gpu_s

@@ -137,10 +137,10 @@ def select_samples(arr: dict[str, np.ndarray], samples: np.ndarray) -> dict[str,
     `sample` keeps the step's sample index, `first`/`last` index the selection's
     requests per selected sample, `next` points within the selection."""
     samples = np.asarray(samples, dtype=np.int64)
-    starts = np.r_[arr["first"], arr["sample"].size]
+    starts = np.concatenate([arr["first"], [arr["sample"].size]])
     lo, hi = starts[samples], starts[samples + 1]
     sizes = hi - lo
-    offsets = np.r_[0, np.cumsum(sizes)]
+    offsets = np.concatenate([[0], np.cumsum(sizes)])
     idx = np.repeat(lo - offsets[:-1], sizes) + np.arange(offsets[-1])
     nxt = arr["next"][idx]
     out = {k: arr[k][idx] for k in ("sample", "prefill", "context", "decode", "gap", "prefix")}

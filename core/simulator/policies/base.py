@@ -37,6 +37,8 @@ class Env:
     params: Any = None
     # the policy's batch rollout of a step (its spec's `rollout`), or None: static dispatch
     rollout: Callable[[Env, StepWorkload, bool], RolloutOutcome] | None = None
+    # processes the policy may fork for work it computes ahead (None: the CPUs, where safe)
+    workers: int | None = None
 
     def new_cluster(self, **sharing: bool) -> RolloutCluster:
         """Fresh replicas; `sharing` as `RolloutCluster` takes it (shared_queue, stealing,
