@@ -66,6 +66,8 @@ class RolloutCluster:
                 for i in range(n_replicas)
             ]
             self.replicas = list(pool.engines)
+            if not self.coupled:
+                pool.detach()  # prompts shared, but no work: each replica on its own
         else:
             self.replicas = [
                 ReplicaEngine(
@@ -110,7 +112,7 @@ class RolloutCluster:
         for j in np.unique(replica):
             self.replicas[int(j)].submit_many(rids[replica == j].tolist(), time)
         if self.pool is not None:
-            self.pool.on_submit(time)
+            self.pool.on_submit()
 
     def enqueue(self, rids, key: float, time: float) -> int:
         """Requests `rids` arrive at `time` in the shared queue (dynamic dispatch), to be
@@ -152,7 +154,7 @@ class RolloutCluster:
                 wait = max(0, wait - 1)
                 return False
             wait = 255
-            return pool.settled(now)
+            return pool.settled()
 
         return check
 

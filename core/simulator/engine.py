@@ -411,6 +411,10 @@ class ReplicaEngine:
             return None
         return [self._busy_start, self.t, min(self._tail, self.t - self._busy_start)]
 
+    def pending_arrivals(self) -> int:
+        """Requests submitted or started (later turns) that have not arrived yet."""
+        return len(self._arrivals)
+
     def kv_bound(self) -> int:
         """The most KV tokens the work bound to this replica can ever hold at once: per
         trajectory (running, waiting or arriving, with its later turns) the largest

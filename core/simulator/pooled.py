@@ -17,9 +17,12 @@ prefilled once per replica when its samples are spread over replicas.
 
 The replicas advance in global time order (`RolloutCluster.run_until`): a replica takes
 work when it plans its next iteration, so it takes it at that iteration's start. Work
-that appears later for a replica with a free slot (a queued arrival, a preemption
-elsewhere that leaves a request to steal, a new key order when it was blocked on KV)
-wakes it: it stops its decode series at the first iteration boundary after that time.
+that appears later for a replica with a free slot wakes it — a queued arrival, a
+preemption elsewhere that leaves a request to steal, a new head of the shared queue
+(taken by another replica, or a new key order) when the old one did not fit its KV,
+its own queue shortened by a thief: it stops its decode series at the first iteration
+boundary after that time (the iteration under way stands: it was decided on what was
+known when it started).
 """
 
 from __future__ import annotations
@@ -43,7 +46,6 @@ class WorkPool:
         # some replica may hold a request to steal: set when one is preempted or
         # submitted, cleared when a search finds none (and none is still to arrive)
         self.maybe_stealable = False
-        self.submitted_until = -INF  # the latest arrival time of a submitted request
         # replicas whose last admission stopped at the shared queue's head (no KV room)
         self.blocked: set[PooledEngine] = set()
 
@@ -66,10 +68,9 @@ class WorkPool:
             self.maybe_stealable = True
             self.wake(eng.t, [e for e in self.engines if e is not eng and e.B < e.max_running and not e.waiting])
 
-    def on_submit(self, time: float) -> None:
-        """Requests were bound to a replica, arriving at `time`."""
+    def on_submit(self) -> None:
+        """Requests were bound to replicas."""
         self.maybe_stealable = True
-        self.submitted_until = max(self.submitted_until, time)
 
     def on_new_head(self, time: float, skip=None) -> None:
         """The shared queue's head changed (taken, or a new order): replicas that could
@@ -81,7 +82,7 @@ class WorkPool:
             self.blocked.difference_update(woken)
             self.wake(time, woken)
 
-    def settled(self, now: float) -> bool:
+    def settled(self) -> bool:
         """No replica can take work from another any more: nothing queued, and with
         stealing nothing to steal now or later (no request still to arrive, none waiting
         that could be stolen, no replica able to run out of KV and preempt one)."""
@@ -89,10 +90,10 @@ class WorkPool:
             return False
         if not self.stealing:
             return True
-        if now < self.submitted_until:
-            return False
         cont = self.store.cont
         for e in self.engines:
+            if e.pending_arrivals():
+                return False
             if any(not cont[r] for r in islice(e.waiting, e.planned_admissions(), None)):
                 return False
             if e.kv_bound() > e.kv_capacity:
@@ -116,8 +117,8 @@ class WorkPool:
             n = sum(1 for r in islice(e.waiting, e.planned_admissions(), None) if not cont[r])
             if n > best_n:
                 best, best_n = e, n
-        if best is None:
-            self.maybe_stealable = thief.t < self.submitted_until
+        if best is None:  # none now; more only when one arrives or is preempted
+            self.maybe_stealable = any(e.pending_arrivals() for e in self.engines)
             return
         take = min(thief.max_running - thief.B, (best_n + 1) // 2)
         queue = list(best.waiting)
@@ -161,8 +162,9 @@ class PooledEngine(ReplicaEngine):
                 return 0, 0, 0, 0
         st = self.store
         prefill, context, prefix = st.prefill, st.context, st.prefix
-        room = self.max_running - self.B
-        kv_free = self.kv_capacity - (self.S + self.B * self.G)
+        B = self.B
+        room = self.max_running - B
+        kv_free = self.kv_capacity - (self.S + B * self.G)
         budget = self.max_prefill_tokens
         seen = self.prefixes
         keys = self._admitting = set()
@@ -171,15 +173,19 @@ class PooledEngine(ReplicaEngine):
         for r in islice(waiting, room):
             p = prefill[r]
             key = prefix[r]
-            if key >= 0 and (key in seen or key in keys):
+            new_key = key >= 0 and key not in seen and key not in keys
+            if key >= 0 and not new_key:
                 p = 0
             kv = context[r] + 1
-            if (k and (sp + p > budget or need + kv > kv_free)) or (not k and kv > kv_free and self.B):
+            if (k and (sp + p > budget or need + kv > kv_free)) or (not k and kv > kv_free and B):
                 fits = False
                 break
-            if key >= 0:
+            if new_key:
                 keys.add(key)
-            k, sp, sp2, need = k + 1, sp + p, sp2 + p * p, need + kv
+            k += 1
+            sp += p
+            sp2 += p * p
+            need += kv
         blocked = False
         if fits and queue is not None:
             pulled = k
@@ -189,16 +195,20 @@ class PooledEngine(ReplicaEngine):
                     break
                 p = prefill[r]
                 key = prefix[r]
-                if key >= 0 and (key in seen or key in keys):
+                new_key = key >= 0 and key not in seen and key not in keys
+                if key >= 0 and not new_key:
                     p = 0
                 kv = context[r] + 1
-                if (k and (sp + p > budget or need + kv > kv_free)) or (not k and kv > kv_free and self.B):
+                if (k and (sp + p > budget or need + kv > kv_free)) or (not k and kv > kv_free and B):
                     blocked = not k
                     break
                 waiting.append(queue.take())
-                if key >= 0:
+                if new_key:
                     keys.add(key)
-                k, sp, sp2, need = k + 1, sp + p, sp2 + p * p, need + kv
+                k += 1
+                sp += p
+                sp2 += p * p
+                need += kv
             if k > pulled:
                 pool.on_new_head(t, skip=self)
         if blocked:
