@@ -39,8 +39,9 @@ def reference_stepper(req, n_replicas, *, bound, queued, stealing, coef, max_run
     index first). `req` holds per-request lists prefill, context, decode, gap, next,
     prefix, cont; `bound` is [(rid, replica)] in submission order, `queued` [(key, rid)]
     for the shared queue. At every iteration boundary a replica with a free slot admits
-    from its own queue, then the shared queue (lowest key, then first queued), or steals
-    when both are empty; an idle replica looks again whenever another replica decides."""
+    from its own queue, then from the shared queue (lowest key, then first queued; at
+    most ceil(queued / replicas) at a time), or steals when both are empty; an idle
+    replica looks again whenever another replica decides."""
     prefill, context, left = list(req["prefill"]), list(req["context"]), list(req["decode"])
     prefix, cont, gap, nxt = list(req["prefix"]), req["cont"], req["gap"], req["next"]
     end = [math.nan] * len(prefill)
@@ -75,9 +76,10 @@ def reference_stepper(req, n_replicas, *, bound, queued, stealing, coef, max_run
         kv_free = kv_cap - sum(kv[r] for r in rep.running)
         sp = need = 0
         own = list(rep.waiting)
+        share = -(-len(shared) // n_replicas)  # at most this many from the shared queue
         while len(batch) < max_running - len(rep.running):
             from_shared = len(batch) >= len(own)
-            if from_shared and not shared:
+            if from_shared and (not shared or len(batch) - len(own) >= share):
                 break
             r = shared[0][2] if from_shared else own[len(batch)]
             p = 0 if prefix[r] >= 0 and (prefix[r] in rep.seen or prefix[r] in keys) else prefill[r]

@@ -3,9 +3,12 @@ prefilled once per replica when its samples are spread over replicas.
 
 - Dynamic dispatch (`WorkPool.queue`, a `SharedQueue`): requests wait at the cluster
   and a replica takes the next ones in the queue's order when it can admit them (a
-  free slot, KV room and prefill budget, checked exactly as for its own queue). A
-  replica admits what waits in its own queue first: later turns of its trajectories
-  (they stay on the replica holding their prefix) and requests it preempted.
+  free slot, KV room and prefill budget, checked exactly as for its own queue), at
+  most its share — ceil(queued / replicas) — per iteration, so that replicas free at
+  the same moment split the queue (a router sends each request to a replica with
+  room) rather than the first one taking it all. A replica admits what waits in its
+  own queue first: later turns of its trajectories (they stay on the replica holding
+  their prefix) and requests it preempted.
 - Work stealing (`WorkPool.stealing`): a replica with a free slot, nothing waiting in
   its own queue and nothing in the shared queue takes requests waiting (not running,
   not planned for admission) in the queue of the replica with the most of them: from
@@ -189,7 +192,10 @@ class PooledEngine(ReplicaEngine):
         blocked = False
         if fits and queue is not None:
             pulled = k
-            while k < room:
+            # its share of what is queued, so that the replicas planning at one moment
+            # split the queue instead of the first filling up
+            limit = min(room, k + -(-len(queue) // len(pool.engines)))
+            while k < limit:
                 r = queue.peek(t)
                 if r < 0:
                     break
