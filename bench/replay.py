@@ -5,7 +5,8 @@
    work a policy can compute ahead forked on `--workers` processes (what `simulate`
    does on this machine); colocated policies on 16 replicas TP4 and DP64, disaggregated
    ones on 8 replicas TP4 and DP32. Each time is also given as a ratio to sync's in the
-   same run, and sync is timed in one process as well.
+   same run, with the CPU seconds it took over all processes (less sensitive than wall time
+to what else runs on the machine), and sync is timed in one process as well.
 2. Monte-Carlo replay of the Search-R1 fixture (../shared/fixtures), calibrated on
    step 0, default number of runs (convergence check) over every step — target < 10 s
    (calibration reported apart).
@@ -20,6 +21,7 @@ The machine is shared (2 cores): figures are wall times of one run, not minima.
 from __future__ import annotations
 
 import argparse
+import resource
 import time
 from pathlib import Path
 
@@ -57,22 +59,31 @@ def bench_deterministic(steps: int, groups: int, n: int, workers: int, kinds: li
     colocated = ClusterConfig(n_gpus=64, rollout_replicas=16, rollout_tp=4, train_dp=64)
     split = ClusterConfig(n_gpus=64, rollout_replicas=8, rollout_tp=4, train_dp=32)
 
-    def timed(kind: str, w: int) -> tuple[float, float]:
+    def timed(kind: str, w: int) -> tuple[float, float, float]:
+        """Wall seconds, CPU seconds of this process and its (forked) children, makespan."""
         cluster = split if POLICIES[kind].disaggregated else colocated
-        t = time.perf_counter()
+        t, c = time.perf_counter(), cpu_seconds()
         r = simulate(work, cluster, model, EngineLimits(), Policy(kind=kind), workers=w)
-        return time.perf_counter() - t, r.makespan
+        return time.perf_counter() - t, cpu_seconds() - c, r.makespan
 
-    base, _ = timed("sync", workers)  # the baseline of this run
-    alone, _ = timed("sync", 1)
+    base, base_cpu, _ = timed("sync", workers)  # the baseline of this run
+    alone, _, _ = timed("sync", 1)
     print(
         f"deterministic replay {steps} x {groups * n:,} samples, sync: {base:.1f} s on {workers} processes, "
         f"{alone:.1f} s in one ({alone / base:.2f}x)"
     )
     for kind in kinds:
-        dt, makespan = (base, None) if kind == "sync" else timed(kind, workers)
-        spent = f"{dt:.1f} s (target < 20 s: {dt / 20:.2f} of it), {dt / base:.2f}x sync"
-        print(f"  {kind:<14} {spent}" + (f", makespan {makespan:.0f} s" if makespan else ""))
+        dt, cpu, makespan = (base, base_cpu, None) if kind == "sync" else timed(kind, workers)
+        spent = f"{dt:.1f} s (target < 20 s: {dt / 20:.2f} of it), {dt / base:.2f}x sync; CPU {cpu:.1f} s"
+        print(
+            f"  {kind:<14} {spent}, {cpu / base_cpu:.2f}x sync" + (f"; makespan {makespan:.0f} s" if makespan else "")
+        )
+
+
+def cpu_seconds() -> float:
+    """CPU time of this process and of its children that have ended (the forked ones)."""
+    me, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + children.ru_utime + children.ru_stime
 
 
 def bench_monte_carlo() -> None:
