@@ -59,16 +59,20 @@ class ContextAwareOrder:
         self.group = w.group.tolist()
         self.tokens = sample_tokens(step_request_arrays(w), w.n_samples).tolist()
         self.estimate = [-1] * w.n_groups
-        self.sample_of_last = {r: s for s, r in enumerate(last.tolist())}
+        self.base = int(first[0]) if first.size else 0
+        self.sample_of = [-1] * (int(last.max()) + 1 - self.base if last.size else 0)  # per request id - base
+        for s, r in enumerate(last.tolist()):
+            self.sample_of[r - self.base] = s
         runs = [(first[starts[:-1]], PROBE)] + [
             (first[a + 1 : b], UNESTIMATED) for a, b in zip(starts[:-1], starts[1:])
         ]
         self.rest = rc.enqueue_runs(runs, 0.0)[1:]
 
     def on_finish(self, done: list[int], t: float) -> bool:
+        sample_of, base = self.sample_of, self.base
         for r in done:
-            s = self.sample_of_last.get(r)
-            if s is None:
+            s = sample_of[r - base]
+            if s < 0:
                 continue
             g = self.group[s]
             if self.tokens[s] > self.estimate[g]:
