@@ -1,15 +1,19 @@
-"""Benchmark the uncertainty-aware replay and the advisor; print figures against targets.
+"""Benchmark the replays and the advisor; print figures against targets.
 
-1. Deterministic replay of a synthetic 500 steps × 8,192 samples trace (sync, 64 H100s,
-   as bench/simulator.py) — target < 20 s — with its batch rollouts forked ahead on
-   `--workers` processes (what `simulate` does on this machine), and in one process.
+1. Deterministic replay of a synthetic 500 steps × 8,192 samples trace (64 H100s, as
+   bench/simulator.py) under every registered policy — target < 20 s each — with the
+   work a policy can compute ahead forked on `--workers` processes (what `simulate`
+   does on this machine); colocated policies on 16 replicas TP4 and DP64, disaggregated
+   ones on 8 replicas TP4 and DP32. Each time is also given as a ratio to sync's in the
+   same run, with the CPU seconds it took over all processes (less sensitive than wall time
+to what else runs on the machine), and sync is timed in one process as well.
 2. Monte-Carlo replay of the Search-R1 fixture (../shared/fixtures), calibrated on
    step 0, default number of runs (convergence check) over every step — target < 10 s
    (calibration reported apart).
 3. Advisor sweep over the Search-R1 fixture (`--advisor`; >= 50 configurations over
    processes) — target < 60 s.
 
-    .venv/bin/python -m bench.replay [--steps 500] [--skip-det] [--advisor] [--workers 2]
+    .venv/bin/python -m bench.replay [--steps 500] [--skip-det] [--policy KIND]... [--advisor] [--workers 2]
 
 The machine is shared (2 cores): figures are wall times of one run, not minima.
 """
@@ -17,6 +21,7 @@ The machine is shared (2 cores): figures are wall times of one run, not minima.
 from __future__ import annotations
 
 import argparse
+import resource
 import time
 from pathlib import Path
 
@@ -31,6 +36,7 @@ from core.simulator import (
     simulate,
     workload_from_columns,
 )
+from core.simulator.policies import POLICIES
 
 FIXTURE = Path(__file__).resolve().parents[1] / ".." / "shared" / "fixtures" / "polytrace" / "search_r1_qwen2_5_7b"
 
@@ -45,22 +51,39 @@ def search_r1_steps():
     return workload_from_columns(cols["samples"], cols["turns"], cols["tool_calls"])
 
 
-def bench_deterministic(steps: int, groups: int, n: int, workers: int) -> None:
+def bench_deterministic(steps: int, groups: int, n: int, workers: int, kinds: list[str]) -> None:
     from bench.simulator import synthetic_workload
 
     work = synthetic_workload(steps, groups, n)
-    cluster = ClusterConfig(n_gpus=64, rollout_replicas=16, rollout_tp=4, train_dp=64)
-    times = {}
-    for w in (workers, 1):  # the rollouts forked ahead, and the baseline in one process
-        t = time.perf_counter()
-        r = simulate(work, cluster, MODEL_PRESETS["Qwen2.5-7B"], EngineLimits(), Policy(), workers=w)
-        times[w] = time.perf_counter() - t
-    dt = times[workers]
+    model = MODEL_PRESETS["Qwen2.5-7B"]
+    colocated = ClusterConfig(n_gpus=64, rollout_replicas=16, rollout_tp=4, train_dp=64)
+    split = ClusterConfig(n_gpus=64, rollout_replicas=8, rollout_tp=4, train_dp=32)
+
+    def timed(kind: str, w: int) -> tuple[float, float, float]:
+        """Wall seconds, CPU seconds of this process and its (forked) children, makespan."""
+        cluster = split if POLICIES[kind].disaggregated else colocated
+        t, c = time.perf_counter(), cpu_seconds()
+        r = simulate(work, cluster, model, EngineLimits(), Policy(kind=kind), workers=w)
+        return time.perf_counter() - t, cpu_seconds() - c, r.makespan
+
+    base, base_cpu, _ = timed("sync", workers)  # the baseline of this run
+    alone, _, _ = timed("sync", 1)
     print(
-        f"deterministic replay {steps} x {groups * n:,} samples: {dt:.1f} s on {workers} processes "
-        f"(target < 20 s: {dt / 20:.2f} of it), {times[1]:.1f} s in one ({times[1] / dt:.2f}x), "
-        f"makespan {r.makespan:.0f} s"
+        f"deterministic replay {steps} x {groups * n:,} samples, sync: {base:.1f} s on {workers} processes, "
+        f"{alone:.1f} s in one ({alone / base:.2f}x)"
     )
+    for kind in kinds:
+        dt, cpu, makespan = (base, base_cpu, None) if kind == "sync" else timed(kind, workers)
+        spent = f"{dt:.1f} s (target < 20 s: {dt / 20:.2f} of it), {dt / base:.2f}x sync; CPU {cpu:.1f} s"
+        print(
+            f"  {kind:<14} {spent}, {cpu / base_cpu:.2f}x sync" + (f"; makespan {makespan:.0f} s" if makespan else "")
+        )
+
+
+def cpu_seconds() -> float:
+    """CPU time of this process and of its children that have ended (the forked ones)."""
+    me, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + children.ru_utime + children.ru_stime
 
 
 def bench_monte_carlo() -> None:
@@ -107,9 +130,10 @@ def main() -> None:
     ap.add_argument("--skip-det", action="store_true")
     ap.add_argument("--advisor", action="store_true")
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--policy", action="append", choices=list(POLICIES), help="only these (default: every one)")
     args = ap.parse_args()
     if not args.skip_det:
-        bench_deterministic(args.steps, args.groups, args.n, args.workers)
+        bench_deterministic(args.steps, args.groups, args.n, args.workers, args.policy or list(POLICIES))
     if FIXTURE.is_dir():
         bench_monte_carlo()
         if args.advisor:

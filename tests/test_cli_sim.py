@@ -250,8 +250,8 @@ def test_parameters_that_make_a_policy_another_say_so(team_key, stored):
     assert res["b"]["makespan_s"] == pytest.approx(res["a"]["makespan_s"], rel=1e-12)  # A is sync
     text = invoke(*base, "--compare-param", "over_provision=1")
     assert (
-        "policy B: partial (finished_groups=null, over_provision=1.0); with these parameters it replays identically to sync"
-        in text.stdout
+        "policy B: partial (finished_groups=null, over_provision=1.0, partial_rollout=true); "
+        "with these parameters it replays identically to sync" in text.stdout
     )
 
 

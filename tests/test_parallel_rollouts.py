@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from core.simulator import MODEL_PRESETS, ClusterConfig, EngineLimits, Policy, StepWorkload, parallel_rollouts, simulate
+from core.simulator import forked as forked_module
 from core.simulator.policies import base as policy_base
 from core.workload.synthetic import packed_length_rows
 
@@ -39,7 +40,7 @@ def replay(kind: str, workers: int, seen: list | None = None):
 
 @pytest.mark.parametrize("kind", ["sync", "one_step_off"])
 def test_forked_rollouts_give_the_same_replay(monkeypatch, kind):
-    monkeypatch.setattr(parallel_rollouts, "MIN_SAMPLES", 0)
+    monkeypatch.setattr(forked_module, "MIN_SAMPLES", 0)
     forked_ahead = []
     real = simulate_module.prefill_rollouts
     monkeypatch.setattr(

@@ -110,8 +110,8 @@ CAUSES: dict[str, Cause] = {
         "overhead",
         "recomputing carried or preempted samples",
         "busy rollout GPU-seconds re-prefilling tokens a sample had already computed: resumed partial "
-        "samples (prompt + partial response) and KV-cache preemptions (estimated from the prefill "
-        "coefficients: b'*p + c'*p^2 per re-prefilled request of p tokens)",
+        "samples (prompt + partial response) and requests preempted for KV-cache room (their whole "
+        "context): b'*p + c'*p^2 per re-prefilled request of p tokens",
         "fewer interruptions, or more KV cache per replica",
     ),
     "generation": Cause("work", "generation", "busy rollout GPU-seconds producing tokens", "faster engines"),

@@ -1,10 +1,18 @@
 """The rollout replicas of one run, sharing one request store.
 
-Replicas are independent engines (a trajectory stays on its replica), so a plain
-rollout runs each to completion on its own (`run_all`). Policies that stop at a global
-condition (partial rollout: the N-th finished group; async: a step's batch complete)
-use `run_until`, which commits events of all replicas in global time order and asks a
+With static dispatch (requests bound to a replica when submitted, `submit`) replicas
+are independent engines (a trajectory stays on its replica), so a plain rollout runs
+each to completion on its own (`run_all`). Policies that stop at a global condition
+(partial rollout: the N-th finished group; async: a step's batch complete) use
+`run_until`, which commits events of all replicas in global time order and asks a
 callback after every event with finished requests.
+
+Replicas may also share work (`pooled.py`): `shared_queue` — dynamic dispatch, requests
+queued at the cluster (`enqueue`, in a key order the policy gives and may change with
+`reorder`) and taken by a replica when it can admit them; `stealing` — idle replicas
+take waiting requests from the most loaded one; `spread_groups` — a group's samples may
+run on several replicas, each prefilling the group's prompt once (implied by the other
+two). Shared work couples the replicas, so they then always advance in global time order.
 """
 
 from __future__ import annotations
@@ -16,8 +24,10 @@ from collections.abc import Callable
 import numpy as np
 
 from core.simulator.engine import ReplicaEngine
+from core.simulator.pooled import PooledEngine, WorkPool
 from core.simulator.predictor import EngineCoefficients
 from core.simulator.requests import RequestStore, step_request_arrays
+from core.simulator.shared_queue import SharedQueue
 from core.simulator.workload import StepWorkload
 
 INF = math.inf
@@ -33,19 +43,44 @@ class RolloutCluster:
         kv_capacity: float,
         max_prefill_tokens: int,
         start_time: float = 0.0,
+        shared_queue: bool = False,
+        stealing: bool = False,
+        spread_groups: bool = False,
     ) -> None:
         self.store = RequestStore()
-        self.replicas = [
-            ReplicaEngine(
-                self.store,
-                coefficients,
-                max_running=max_running,
-                kv_capacity=kv_capacity,
-                max_prefill_tokens=max_prefill_tokens,
-                start_time=start_time,
-            )
-            for _ in range(n_replicas)
-        ]
+        limits = {"kv_capacity": kv_capacity, "start_time": start_time}
+        self.pool: WorkPool | None = None
+        self.replicas: list[ReplicaEngine]
+        if shared_queue or stealing or spread_groups:
+            pool = self.pool = WorkPool(self.store, SharedQueue() if shared_queue else None, stealing)
+            pool.engines = [
+                PooledEngine(
+                    self.store,
+                    coefficients,
+                    pool=pool,
+                    index=i,
+                    max_running=max_running,
+                    max_prefill_tokens=max_prefill_tokens,
+                    **limits,
+                )
+                for i in range(n_replicas)
+            ]
+            self.replicas = list(pool.engines)
+            if not self.coupled:
+                pool.detach()  # prompts shared, but no work: each replica on its own
+        else:
+            self.replicas = [
+                ReplicaEngine(
+                    self.store, coefficients, max_running=max_running, max_prefill_tokens=max_prefill_tokens, **limits
+                )
+                for _ in range(n_replicas)
+            ]
+        self._prefix_keys = 0  # shared-prompt keys handed out so far
+
+    @property
+    def coupled(self) -> bool:
+        """Replicas share work, so they must advance in global time order."""
+        return self.pool is not None and (self.pool.queue is not None or self.pool.stealing)
 
     def add_step(self, w: StepWorkload, owner: np.ndarray) -> tuple[int, np.ndarray, np.ndarray]:
         """Add one step's requests; `owner` is a caller key per sample.
@@ -53,14 +88,22 @@ class RolloutCluster:
         Returns (first request id, first request id per sample, last request id per
         sample) — a sample is finished when its last request is.
         """
-        arr = step_request_arrays(w)
-        base = self.store.add(
-            arr["prefill"], arr["context"], arr["decode"], arr["gap"], arr["next"], np.asarray(owner)[arr["sample"]]
-        )
+        arr = step_request_arrays(w, shared_prompt=self.pool is not None)
+        base = self.add_requests(arr, np.asarray(owner)[arr["sample"]])
         first = base + arr["first"]
         n_req = arr["sample"].size
         last_local = np.r_[arr["first"][1:], n_req] - 1
         return base, first, base + last_local
+
+    def add_requests(self, arr: dict[str, np.ndarray], owner: np.ndarray) -> int:
+        """Add request arrays (`requests.step_request_arrays` / `select_samples`) with
+        a caller key per request; returns the first new request id. Shared-prompt keys
+        are made unique within the cluster."""
+        prefix: np.ndarray | None = None
+        if self.pool is not None and arr["prefix"].size:
+            prefix = np.where(arr["prefix"] >= 0, arr["prefix"] + self._prefix_keys, -1)
+            self._prefix_keys += int(arr["prefix"].max()) + 1
+        return self.store.add(arr["prefill"], arr["context"], arr["decode"], arr["gap"], arr["next"], owner, prefix)
 
     def submit(self, rids: np.ndarray, replica: np.ndarray, time: float) -> None:
         """Requests `rids` arrive at `time` at their replicas (order kept)."""
@@ -68,16 +111,58 @@ class RolloutCluster:
         replica = np.asarray(replica)
         for j in np.unique(replica):
             self.replicas[int(j)].submit_many(rids[replica == j].tolist(), time)
+        if self.pool is not None:
+            self.pool.on_submit()
+
+    def enqueue(self, rids, key: float, time: float) -> int:
+        """Requests `rids` arrive at `time` in the shared queue (dynamic dispatch), to be
+        served in this order under `key` (`SharedQueue.push`); returns the run's id."""
+        return self.enqueue_runs([(rids, key)], time)[0]
+
+    def enqueue_runs(self, runs: list[tuple[np.ndarray, float]], time: float) -> list[int]:
+        """Several runs (rids, key) at once, arriving at `time`; their ids."""
+        assert self.pool is not None and self.pool.queue is not None, "a cluster made with shared_queue=True"
+        queue = self.pool.queue
+        ids = [queue.push(np.asarray(rids).tolist(), float(key), time) for rids, key in runs]
+        self.pool.wake(time, self.replicas)
+        return ids
+
+    def reorder(self, run: int, key: float, time: float) -> None:
+        """A new key, from `time` on, for a run still waiting in the shared queue."""
+        assert self.pool is not None and self.pool.queue is not None, "a cluster made with shared_queue=True"
+        if self.pool.queue.reorder(run, key):
+            self.pool.on_new_head(time)
 
     def run_all(self) -> None:
+        """Run to completion: in global time order while the replicas share work, then
+        (once `WorkPool.settled`: e.g. the shared queue is empty) each on its own."""
+        if self.coupled:
+            self.run_until(self._settled_check())
+            if self.pool is not None:
+                self.pool.detach()
         for eng in self.replicas:
             eng.run()
+
+    def _settled_check(self) -> Callable[[list[int], float], bool]:
+        pool = self.pool
+        assert pool is not None
+        wait = 0  # the full check reads every replica's work: not at every event
+
+        def check(done: list[int], now: float) -> bool:
+            nonlocal wait
+            if (pool.queue is not None and len(pool.queue)) or wait:
+                wait = max(0, wait - 1)
+                return False
+            wait = 255
+            return pool.settled()
+
+        return check
 
     def run_until(self, on_finish: Callable[[list[int], float], bool]) -> float | None:
         """Commit events in global time order until `on_finish(finished, t)` is true;
         returns that time, or None when all work is done first."""
-        heap = [(eng.plan(), i) for i, eng in enumerate(self.replicas)]
-        heapq.heapify(heap)
+        pool = self.pool
+        heap = self._event_heap()
         while heap:
             t, i = heap[0]
             if t == INF:
@@ -87,16 +172,43 @@ class RolloutCluster:
             if now != t:
                 heapq.heapreplace(heap, (now, i))
                 continue
-            done = eng.commit()
-            if done and on_finish(done, eng.t):
-                return eng.t
-            heapq.heapreplace(heap, (eng.plan(), i))
+            while True:  # this replica's events, while they come before any other's
+                done = eng.commit()
+                if done and on_finish(done, eng.t):
+                    return eng.t
+                nxt = eng.plan()  # (taking shared work may wake other replicas)
+                if pool is not None and pool.dirty:
+                    heap = self._event_heap()  # a woken replica's next event may come sooner
+                    break
+                n = len(heap)
+                other = (heap[1] if n == 2 or heap[1] < heap[2] else heap[2]) if n > 1 else (INF, -1)
+                if nxt == INF or (nxt, i) >= other:
+                    heapq.heapreplace(heap, (nxt, i))
+                    break
         return None
+
+    def _event_heap(self) -> list[tuple[float, int]]:
+        """Every replica's next event; planning may wake others, so until none is woken."""
+        while True:
+            heap = [(eng.plan(), i) for i, eng in enumerate(self.replicas)]
+            if self.pool is None or not self.pool.dirty:
+                break
+            self.pool.dirty = False
+        heapq.heapify(heap)
+        return heap
 
     def advance_to(self, time: float) -> None:
         """Bring every replica to `time` (decode progress included), e.g. at a stop."""
         for eng in self.replicas:
             eng.advance_to(time)
+
+    def unfinished(self) -> list[int]:
+        """Requests not finished: each replica's (`ReplicaEngine.unfinished`, progress
+        updated) and those still in the shared queue."""
+        out = [r for eng in self.replicas for r in eng.unfinished()]
+        if self.pool is not None and self.pool.queue is not None:
+            out += self.pool.queue.drain()
+        return out
 
     def busy_intervals(self, lo: float, hi: float) -> list[list[list[float]]]:
         """Per replica, busy intervals [start, end, tail] within [lo, hi] (the open one

@@ -6,6 +6,9 @@ samples share the prompt prefill and its turns the prefix cache).
   outstanding prompt tokens so far — what a router knows at dispatch time.
 - ``longest_first``: the oracle that knows response lengths: groups by decreasing total
   tokens, each to the least loaded replica (LPT).
+
+`longest_first(weights, k)` is that LPT rule for any items (e.g. samples by a predicted
+length).
 """
 
 from __future__ import annotations
@@ -25,9 +28,17 @@ def assign_groups(mode: str, n_replicas: int, prompt_tokens: np.ndarray, total_t
     if mode == "least_loaded":
         return _greedy(np.arange(n), np.asarray(prompt_tokens, dtype=np.float64), n_replicas, n)
     if mode == "longest_first":
-        w = np.asarray(total_tokens, dtype=np.float64)
-        return _greedy(np.argsort(-w, kind="stable"), w, n_replicas, n)
+        return longest_first(total_tokens, n_replicas)
     raise ValueError(f"policy.dispatch: unknown mode {mode!r}")
+
+
+def longest_first(weights: np.ndarray, k: int) -> np.ndarray:
+    """Bin (0..k-1) per item: items by decreasing weight, each to the bin with the least
+    weight so far (LPT; ties to the lower bin, equal weights in item order)."""
+    w = np.asarray(weights, dtype=np.float64)
+    if k <= 1 or w.size == 0:
+        return np.zeros(w.size, dtype=np.int64)
+    return _greedy(np.argsort(-w, kind="stable"), w, k, w.size)
 
 
 def _greedy(order: np.ndarray, weight: np.ndarray, k: int, n: int) -> np.ndarray:

@@ -22,6 +22,11 @@ Interface (used by cluster.py): `submit(rid, time)`, `plan()` → the time the n
 completes (inf when idle with nothing pending), `commit()` applies it and returns the
 requests that finished, `run()` loops to completion, `advance_to(t)` applies the decode
 iterations completed by t (for stopping mid-run), `unfinished()` lists what is left.
+`wake(t)`: the cluster may have work for this replica from time t on (a shared queue's
+arrival, a request to steal): with a free slot it stops its decode series at the first
+iteration boundary at or after t, or wakes up then when idle, and plans again
+(`pooled.PooledEngine` takes that work; here a wake only splits a series, which leaves
+the result unchanged).
 Busy intervals (merged) are kept in `busy` as [start, end, tail]: `tail` is the
 under-occupancy within — seconds × (1 − running / peak running) of decode iterations run
 while nothing was waiting to be admitted (slots left empty by finished samples: the
@@ -35,6 +40,7 @@ import heapq
 import math
 from collections import deque
 from itertools import islice
+from typing import Protocol
 
 from core.simulator.predictor import EngineCoefficients, decode_series, iterations_until
 from core.simulator.requests import RequestStore
@@ -42,6 +48,14 @@ from core.simulator.requests import RequestStore
 INF = math.inf
 
 _IDLE, _PREFILL, _DECODE, _PREEMPT = 0, 1, 2, 3
+
+
+class SharedWork(Protocol):
+    """What a replica asks of the work its cluster shares (`pooled.WorkPool`)."""
+
+    def has_ready(self, t: float) -> bool: ...
+
+    def wake_after(self, t: float) -> float: ...
 
 
 class ReplicaEngine:
@@ -75,12 +89,16 @@ class ReplicaEngine:
         self.busy: list[list[float]] = []  # [start, end, tail seconds within]
         self._peak = 0  # most running requests in the open busy interval
         self._tail = 0.0  # its under-occupancy seconds so far
-        self.idle_gaps: list[tuple[float, float, int]] = []  # (start, end, rid that arrived)
+        self.idle_gaps: list[tuple[float, float, int]] = []  # (start, end, rid that arrived; -1: a wake)
         self._busy_start: float | None = None
         self.decoded_tokens = 0
         self.prefilled_tokens = 0
         self.preemptions = 0
+        self.recompute_s = 0.0  # prefill seconds spent recomputing preempted requests
         self._plan: tuple | None = None
+        self.pool: SharedWork | None = None  # the work the cluster shares, in a pooled cluster
+        self._wake = INF  # when the cluster may have work for this replica next
+        self._wakes: list[float] = []  # wake times announced and still ahead
 
     # ------------------------------------------------------------------ input
 
@@ -107,13 +125,52 @@ class ReplicaEngine:
                 heapq.heappush(self._arrivals, (time, self._n_arrivals, r))
         self._plan = None
 
+    def wake(self, time: float) -> None:
+        """The cluster may have work for this replica from `time` on (see the module doc).
+        The iteration under way is not reconsidered (it was decided on what was known
+        when it started); a decode series is cut at the first iteration boundary at or
+        after `time`, an idle replica wakes up then."""
+        heapq.heappush(self._wakes, time)
+        if time >= self._wake:
+            return
+        self._wake = time
+        plan = self._plan
+        if plan is None or self.B >= self.max_running or plan[0] <= time:
+            return
+        if plan[1] == _DECODE:
+            alpha, beta = self._series()
+            m = iterations_until(time - self.t, alpha, beta, at_least=True)
+            if m < plan[2]:
+                tau = decode_series(m, alpha, beta)
+                self._plan = (self.t + tau, _DECODE, m, tau)
+        elif plan[1] == _IDLE:
+            self._plan = (time, _IDLE, -1)
+
+    def _next_wake(self, t: float) -> None:
+        wakes = self._wakes
+        while wakes and wakes[0] <= t:
+            heapq.heappop(wakes)
+        self._wake = min(wakes[0] if wakes else INF, self.pool.wake_after(t) if self.pool is not None else INF)
+
+    def _series(self) -> tuple[float, float]:
+        """(first iteration time, growth per iteration) of a decode series from now."""
+        B = self.B
+        return self._da + self._db * (self.S + B * self.G) + self._dc * B, self._db * B
+
     # ------------------------------------------------------------------ planning
+
+    def planned_admissions(self) -> int:
+        """Waiting requests the planned prefill iteration admits (0 for other plans)."""
+        plan = self._plan
+        return plan[2] if plan is not None and plan[1] == _PREFILL else 0
 
     def plan(self) -> float:
         """When the next event completes (and remember what it is)."""
         if self._plan is not None:
             return self._plan[0]
         t = self.t
+        if self._wake <= t:  # a wake is due now: this plan takes what it announced
+            self._next_wake(t)
         arrivals = self._arrivals
         while arrivals and arrivals[0][0] <= t:
             self.waiting.append(heapq.heappop(arrivals)[2])
@@ -123,12 +180,15 @@ class ReplicaEngine:
             heapq.heappop(heap)  # stale entry of a preempted request
         B = self.B
         G = self.G
-        if self.waiting and B < self.max_running:
+        if B < self.max_running and (self.waiting or self.pool is not None):
             k, sp, sp2, need = self._admissible()
             if k:
                 tau = self._pa + self._pb * sp + self._pc * sp2
                 self._plan = (t + tau, _PREFILL, k, tau, sp)
                 return t + tau
+        t_next = arrivals[0][0] if arrivals else INF  # the next arrival or wake
+        if self._wake < t_next:
+            t_next = self._wake
         if B:
             kv_fits = self.S + B * G <= self.kv_capacity
             if not kv_fits and B > 1:
@@ -141,16 +201,18 @@ class ReplicaEngine:
                     m = m_kv
             alpha = self._da + self._db * (self.S + B * G) + self._dc * B
             beta = self._db * B
-            if arrivals and B < self.max_running:
-                m_a = iterations_until(arrivals[0][0] - t, alpha, beta, at_least=True)
+            if t_next != INF and B < self.max_running:
+                m_a = iterations_until(t_next - t, alpha, beta, at_least=True)
                 if m_a < m:
                     m = m_a
             tau = decode_series(m, alpha, beta)
             self._plan = (t + tau, _DECODE, m, tau)
             return t + tau
-        if arrivals:
-            self._plan = (arrivals[0][0], _IDLE)
-            return arrivals[0][0]
+        if t_next != INF:
+            # idle until then; the request that arrives (-1: a wake from the cluster)
+            rid = arrivals[0][2] if arrivals and arrivals[0][0] == t_next else -1
+            self._plan = (t_next, _IDLE, rid)
+            return t_next
         self._plan = (INF, _IDLE)
         return INF
 
@@ -196,7 +258,7 @@ class ReplicaEngine:
         if plan[0] == INF:
             return []
         self._close_busy(self.t)
-        self.idle_gaps.append((self.t, plan[0], self._arrivals[0][2]))
+        self.idle_gaps.append((self.t, plan[0], plan[2]))
         self.t = plan[0]
         return []
 
@@ -214,7 +276,7 @@ class ReplicaEngine:
     def _decode(self, m: int, tau: float) -> list[int]:
         self._mark_busy()
         B = self.B
-        if not self.waiting and B < self._peak:
+        if B < self._peak and not self.waiting and (self.pool is None or not self.pool.has_ready(self.t)):
             # nothing left to admit: the free slots are the rollout tail
             self._tail += tau * (1.0 - B / self._peak)
         self.t += tau
@@ -311,9 +373,11 @@ class ReplicaEngine:
             st.generated[r] += gen
             st.left[r] -= gen
             st.context[r] += gen
-            st.prefill[r] = st.context[r]
+            p = st.prefill[r] = st.context[r]
             self.waiting.appendleft(r)
             self.preemptions += 1
+            # its re-prefill, all of it work done before: its share of a prefill iteration
+            self.recompute_s += self._pb * p + self._pc * p * p
             return
 
     # ------------------------------------------------------------------ driving
@@ -336,8 +400,7 @@ class ReplicaEngine:
         plan = self._plan
         assert plan is not None  # plan() always sets it
         if plan[1] == _DECODE and self.B:
-            alpha = self._da + self._db * (self.S + self.B * self.G) + self._dc * self.B
-            beta = self._db * self.B
+            alpha, beta = self._series()
             m = iterations_until(time - self.t, alpha, beta, at_least=False)
             m = min(m, plan[2] - 1)
             if m > 0:
@@ -350,6 +413,28 @@ class ReplicaEngine:
         if self._busy_start is None:
             return None
         return [self._busy_start, self.t, min(self._tail, self.t - self._busy_start)]
+
+    def pending_arrivals(self) -> int:
+        """Requests submitted or started (later turns) that have not arrived yet."""
+        return len(self._arrivals)
+
+    def kv_bound(self) -> int:
+        """The most KV tokens the work bound to this replica can ever hold at once: per
+        trajectory (running, waiting or arriving, with its later turns) the largest
+        context + tokens to generate of its turns, which run one after another."""
+        st = self.store
+        ctx, left, nxt, seqs = st.context, st.left, st.next, st.seq
+        heads = [r for r, seq in self._stack if seqs[r] == seq]
+        heads += self.waiting
+        heads += [r for _, _, r in self._arrivals]
+        total = 0
+        for r in heads:
+            most = 0
+            while r >= 0:
+                most = max(most, ctx[r] + left[r])
+                r = nxt[r]
+            total += most
+        return total
 
     def unfinished(self) -> list[int]:
         """Requests submitted but not finished (running, waiting or arriving), with

@@ -12,6 +12,8 @@ Per request:
   gap, next the tool latency and the next turn's request id (-1 at the last turn)
   owner     an opaque int (the caller's trajectory key)
   cont      True for a turn after the first (it arrives when a tool call returns)
+  prefix    the key of a prompt its group shares (-1: none): a replica that already
+            prefilled that prompt skips this request's prefill (`prefill` is then 0)
 Results (written by the engine): ``arrive``, ``admit`` (first admission), ``end``
 (finish time, NaN until finished), ``generated`` (tokens generated so far, for carry-over).
 """
@@ -34,6 +36,7 @@ class RequestStore:
         self.next: list[int] = []
         self.owner: list[int] = []
         self.cont: list[bool] = []  # has a previous turn (arrives after a tool call)
+        self.prefix: list[int] = []  # shared-prompt key, -1 for none
         self.arrive: list[float] = []
         self.admit: list[float] = []
         self.end: list[float] = []
@@ -46,11 +49,13 @@ class RequestStore:
     def __len__(self) -> int:
         return len(self.prefill)
 
-    def add(self, prefill, context, decode, gap, nxt, owner) -> int:
+    def add(self, prefill, context, decode, gap, nxt, owner, prefix=None) -> int:
         """Append requests (arrays of equal length; `nxt` relative to the first added,
-        -1 for none). Returns the id of the first added request."""
+        -1 for none; `prefix` shared-prompt keys, default none). Returns the id of the
+        first added request."""
         base = len(self.prefill)
         n = len(prefill)
+        self.prefix += [-1] * n if prefix is None else np.asarray(prefix, dtype=np.int64).tolist()
         nxt = np.asarray(nxt, dtype=np.int64)
         self.prefill += np.asarray(prefill, dtype=np.int64).tolist()
         self.context += np.asarray(context, dtype=np.int64).tolist()
@@ -72,13 +77,18 @@ class RequestStore:
         return base
 
 
-def step_request_arrays(w: StepWorkload) -> dict[str, np.ndarray]:
+def step_request_arrays(w: StepWorkload, shared_prompt: bool = False) -> dict[str, np.ndarray]:
     """The requests of one step, in sample order (turns in order within a sample).
 
     Returns arrays: sample (owning sample index), prefill, context, decode, gap,
-    next (index into these arrays or -1), first (first request of each sample).
-    Single-turn: the group's samples share their prompt, so only the group's first
-    sample prefills it (vLLM/SGLang fork n samples from one prefill).
+    next (index into these arrays or -1), first (first request of each sample),
+    prefix (shared-prompt key per request: the group, or -1).
+    Single-turn: the group's samples share their prompt (vLLM/SGLang fork n samples
+    from one prefill). With the group on one replica, only the group's first sample
+    prefills it; with `shared_prompt` (a group's samples may be spread over replicas)
+    every sample carries the prompt under its group's key and the replica that admits
+    it prefills the prompt only if it has not already (`engine.PooledEngine`).
+    Multi-turn: each trajectory's turns prefill their uncached tokens.
     """
     if w.turn_sample is not None:  # is_multiturn
         sample = w.turn_sample
@@ -100,16 +110,41 @@ def step_request_arrays(w: StepWorkload) -> dict[str, np.ndarray]:
             "gap": gap,
             "next": nxt,
             "first": first,
+            "prefix": np.full(n, -1, dtype=np.int64),
         }
     n = w.n_samples
     first_of_group = np.ones(n, dtype=bool)
     first_of_group[1:] = w.group[1:] != w.group[:-1]
     return {
         "sample": np.arange(n),
-        "prefill": np.where(first_of_group, w.prompt_len, 0),
+        "prefill": w.prompt_len if shared_prompt else np.where(first_of_group, w.prompt_len, 0),
         "context": w.prompt_len,
         "decode": w.response_len,
         "gap": np.zeros(n),
         "next": np.full(n, -1),
         "first": np.arange(n),
+        "prefix": w.group if shared_prompt else np.full(n, -1, dtype=np.int64),
     }
+
+
+def sample_tokens(arr: dict[str, np.ndarray], n_samples: int) -> np.ndarray:
+    """Tokens each sample generates (over all its turns), from `step_request_arrays`."""
+    return np.bincount(arr["sample"], weights=arr["decode"], minlength=n_samples).astype(np.int64)
+
+
+def select_samples(arr: dict[str, np.ndarray], samples: np.ndarray) -> dict[str, np.ndarray]:
+    """The requests of some samples of a step (their turns in order), re-indexed:
+    `sample` keeps the step's sample index, `first`/`last` index the selection's
+    requests per selected sample, `next` points within the selection."""
+    samples = np.asarray(samples, dtype=np.int64)
+    starts = np.concatenate([arr["first"], [arr["sample"].size]])
+    lo, hi = starts[samples], starts[samples + 1]
+    sizes = hi - lo
+    offsets = np.concatenate([[0], np.cumsum(sizes)])
+    idx = np.repeat(lo - offsets[:-1], sizes) + np.arange(offsets[-1])
+    nxt = arr["next"][idx]
+    out = {k: arr[k][idx] for k in ("sample", "prefill", "context", "decode", "gap", "prefix")}
+    out["next"] = np.where(nxt >= 0, np.arange(idx.size) + 1, -1)
+    out["first"] = offsets[:-1]
+    out["last"] = offsets[1:] - 1
+    return out

@@ -57,7 +57,8 @@ def simulate(
     cluster.check_fits(spec.disaggregated)
     coeffs = coefficients or roofline_coefficients(cluster, model)
     params = spec.resolve(policy.params)
-    env = Env(cluster, model, limits, policy, coeffs, limits.kv_capacity(cluster, model), rollout_cache, params)
+    kv = limits.kv_capacity(cluster, model)
+    env = Env(cluster, model, limits, policy, coeffs, kv, rollout_cache, params, spec.rollout, workers)
     steps_in = list(workload)
     report = progress or (lambda f: None)
     run_progress = report

@@ -10,6 +10,7 @@ import orjson
 import typer
 
 from core.simulator.defaults import DEFAULT_GPU, DEFAULT_MODEL, DEFAULT_N_GPUS, DEFAULT_POLICY
+from core.simulator.explain import explain_text
 from core.simulator.policies import POLICIES
 from core.simulator.policies.spec import check_value
 from rlvr_explorer.cli.main import INT_MAX, _team_id, command, progress_bar
@@ -301,7 +302,8 @@ def _simulation_summary(trace, params: dict, result: dict) -> str:
             f"makespan {name_b}: {b['makespan_s']:.1f} s, idle GPU share {_pct(b['idle_fraction'])}, "
             f"{b['throughput_tokens_per_s_per_gpu']:.1f} generated tokens/s/GPU"
         )
-        lines.append(f"speedup of {name_b} over {name_a}: {t['speedup']:.3f}x (saved {t['saved_s']:.1f} s)")
+        lines.append(f"speedup of {name_b} over {name_a}: {t['speedup']:.3f}x")
+        lines += ["", explain_text(result["compare"]["explain"])]
     unc = result.get("uncertainty")
     if unc is not None and unc["steps"]:
         lines += [

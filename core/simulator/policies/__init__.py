@@ -8,11 +8,23 @@ from __future__ import annotations
 import dataclasses
 
 from core.simulator.config import Policy
-from core.simulator.policies import laminar, one_step_off, partial, sync, verl_async
+from core.simulator.policies import (
+    divided,
+    laminar,
+    length_ranked,
+    one_step_off,
+    partial,
+    sync,
+    tail_batching,
+    verl_async,
+)
 from core.simulator.policies.base import Env
 from core.simulator.policies.spec import ParamInfo, PolicySpec, param
 
-POLICIES: dict[str, PolicySpec] = {m.SPEC.kind: m.SPEC for m in (sync, one_step_off, partial, verl_async, laminar)}
+POLICIES: dict[str, PolicySpec] = {
+    m.SPEC.kind: m.SPEC
+    for m in (sync, one_step_off, partial, verl_async, laminar, divided, length_ranked, tail_batching)
+}
 
 
 def policy_spec(kind: str) -> PolicySpec:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,9 +15,8 @@ import numpy as np
 from core.simulator.cluster import RolloutCluster
 from core.simulator.config import ClusterConfig, EngineLimits, ModelConfig, Policy
 from core.simulator.dispatch import assign_groups
-from core.simulator.policies.recompute import own_prefill, preemption_recompute
 from core.simulator.predictor import EngineCoefficients
-from core.simulator.requests import RequestStore, step_request_arrays
+from core.simulator.requests import RequestStore
 from core.simulator.result import StepResult
 from core.simulator.timeline import TimelineBuilder
 from core.simulator.training import training_pass, weight_sync_seconds
@@ -36,8 +36,14 @@ class Env:
     rollout_cache: dict | None = None
     # the policy's own parameters, resolved (an instance of its spec's `params`)
     params: Any = None
+    # the policy's batch rollout of a step (its spec's `rollout`), or None: static dispatch
+    rollout: Callable[[Env, StepWorkload, bool], RolloutOutcome] | None = None
+    # processes the policy may fork for work it computes ahead (None: the CPUs, where safe)
+    workers: int | None = None
 
-    def new_cluster(self, start_time: float = 0.0) -> RolloutCluster:
+    def new_cluster(self, start_time: float = 0.0, **sharing: bool) -> RolloutCluster:
+        """Fresh replicas from `start_time`; `sharing` as `RolloutCluster` takes it
+        (shared_queue, stealing, spread_groups)."""
         return RolloutCluster(
             self.cluster.rollout_replicas,
             self.coefficients,
@@ -45,6 +51,7 @@ class Env:
             kv_capacity=self.kv_capacity,
             max_prefill_tokens=self.limits.max_prefill_tokens,
             start_time=start_time,
+            **sharing,
         )
 
 
@@ -81,24 +88,29 @@ def rollout_batch(env: Env, w: StepWorkload, *, keep_store: bool = False) -> Rol
 
 def rollout_key(env: Env, w: StepWorkload) -> tuple:
     """What a batch rollout depends on beyond the env's engines: the step's workload
-    (this very object) and how groups are dispatched to replicas."""
-    return (w.step, env.policy.dispatch, id(w))
+    (this very object), how groups are dispatched to replicas, and the policy's own
+    rollout with its parameters when it has one."""
+    own = None if env.rollout is None else (env.policy.kind, env.params)
+    return (w.step, env.policy.dispatch, id(w), own)
 
 
 def uncached_rollout_batch(env: Env, w: StepWorkload, keep_store: bool) -> RolloutOutcome:
+    if env.rollout is not None:
+        return env.rollout(env, w, keep_store)
     rc = env.new_cluster()
     _, first, last = rc.add_step(w, np.arange(w.n_samples))
     replica = group_replicas(env, w)[w.group]
     rc.submit(first, replica, 0.0)
     rc.run_all()
+    return rollout_outcome(rc, last, keep_store)
+
+
+def rollout_outcome(rc: RolloutCluster, last: np.ndarray, keep_store: bool) -> RolloutOutcome:
+    """A finished batch rollout; `last` is each sample's last request."""
     end = np.asarray(rc.store.end)
     completion = end[last] + np.asarray(rc.store.gap)[last]
     duration = float(completion.max()) if completion.size else 0.0
-    recompute = None
-    if any(e.preemptions for e in rc.replicas):
-        own = own_prefill(rc.store, step_request_arrays(w)["prefill"])
-        prefilled = sum(e.prefilled_tokens for e in rc.replicas)
-        recompute = preemption_recompute(env.coefficients, [e.preemptions for e in rc.replicas], prefilled, own)
+    recompute = [e.recompute_s for e in rc.replicas] if any(e.preemptions for e in rc.replicas) else None
     stats = rollout_stats(rc, completion, duration)
     return RolloutOutcome(
         duration, completion, rc.busy_intervals(0.0, duration), stats, rc.store if keep_store else None, recompute

@@ -335,6 +335,9 @@ SPEC = PolicySpec(
     kind="laminar",
     disaggregated=True,
     params=LaminarParams,
+    # groups in flight at the end are carried; prompts past the trace's end stand in for more
+    carries_over=True,
+    stand_ins=True,
     paper="Laminar: A Scalable Asynchronous RL Post-Training Framework (arXiv 2510.12633)",
     help="disaggregated, trajectory-level asynchrony: each rollout replica pulls prompts and the latest weights "
     "(from relay workers, off the trainer's path) at its own pace; per-trajectory staleness bound; long-tail "

@@ -102,5 +102,7 @@ SPEC = PolicySpec(
     paper="APRIL: Active Partial Rollouts in Reinforcement Learning to Tame Long-tail Generation (arXiv 2509.18521)",
     help="colocated APRIL: ceil(N * over_provision) groups launched, the rollout aborted once N have finished; "
     "unfinished samples carried into the next step with their partial responses",
+    carries_over=True,
+    stand_ins=True,
     run=run_partial,
 )

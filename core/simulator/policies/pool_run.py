@@ -19,7 +19,7 @@ from core.simulator.dispatch import assign_groups
 from core.simulator.engine import ReplicaEngine
 from core.simulator.policies.base import Env, rollout_stats
 from core.simulator.policies.carryover import ChainPool, Pending
-from core.simulator.policies.recompute import own_prefill, preemption_recompute, prefill_seconds
+from core.simulator.policies.recompute import prefill_seconds
 
 
 class PoolRun:
@@ -38,7 +38,7 @@ class PoolRun:
         self.retired: list[list[list[float]]] = [[] for _ in range(n)]  # busy of replaced engines
         self.retired_gaps: list[list[tuple[float, float]]] = [[] for _ in range(n)]
         self.retired_work = {"preemptions": 0, "decoded_tokens": 0, "prefilled_tokens": 0}
-        self.retired_preemptions = [0] * n
+        self.retired_recompute = [0.0] * n  # preemption recompute of replaced engines
         # per launched item
         self.items: list[Pending] = []
         self.item_group: list[int] = []
@@ -48,7 +48,6 @@ class PoolRun:
         self.item_last: list[int] = []
         self._last_item: dict[int, int] = {}
         self._rid_src: list[int] = []
-        self._own_prefill: list[int] = []
         self.on_group_done: Callable[[int, float], None] | None = None  # (group id, time)
         self.on_item_done: Callable[[int, float], None] | None = None  # (item index, time)
         self.resume_at: dict[int, float] = {}  # stopped item -> when its current turn can run
@@ -85,7 +84,6 @@ class PoolRun:
             m = times == t
             self.rc.submit(base + ch["first"][m], rep[m], t)
         self._rid_src += ch["src"].tolist()
-        self._own_prefill += ch["prefill"].tolist()
         for k, last in enumerate(ch["last"].tolist()):
             self._last_item[base + last] = k0 + k
         self.items += items
@@ -210,7 +208,7 @@ class PoolRun:
         self.retired_gaps[j] += self._tool_gaps(old)
         for key in self.retired_work:
             self.retired_work[key] += getattr(old, key)
-        self.retired_preemptions[j] += old.preemptions
+        self.retired_recompute[j] += old.recompute_s
         lim = self.env.limits
         self.rc.replicas[j] = ReplicaEngine(
             self.rc.store,
@@ -256,11 +254,7 @@ class PoolRun:
 
     def recompute(self) -> list[float]:
         """Seconds per replica recomputing: resumed samples and preemptions."""
-        engines = self.rc.replicas
-        counts = [e.preemptions + r for e, r in zip(engines, self.retired_preemptions)]
-        prefilled = sum(e.prefilled_tokens for e in engines) + self.retired_work["prefilled_tokens"]
-        own = own_prefill(self.rc.store, self._own_prefill)
-        pre = preemption_recompute(self.env.coefficients, counts, prefilled, own)
+        pre = [e.recompute_s + r for e, r in zip(self.rc.replicas, self.retired_recompute)]
         return [a + b for a, b in zip(self.recompute_s, pre)]
 
     def stats(self, completion: np.ndarray, duration: float) -> dict:

@@ -199,6 +199,23 @@ class PolicySpec:
     paper: str = ""
     # params -> the kind this policy then replays identically to, or None
     same_as: Callable[[Any], str | None] | None = None
+    # its own batch rollout of a step, (env, workload, keep_store) -> RolloutOutcome
+    # (`base.rollout_batch` calls it; None: groups dispatched statically per
+    # `Policy.dispatch`); replays share batch rollouts only with the same rollout
+    rollout: Callable | None = None
+    # the parameter holding the seed of the policy's random draws, or None when the
+    # replay is deterministic (a Monte-Carlo replay varies that parameter)
+    seed_param: str | None = None
+    # unfinished samples may outlive a step (carried into a later one), so some may
+    # still be unfinished, never trained, when the replay ends
+    carries_over: bool = False
+    # draws prompts past the trace's end (cycling through it) as stand-ins for the
+    # dataset's further prompts, so a trace sample may be trained again as its stand-in
+    stand_ins: bool = False
+
+    @property
+    def stochastic(self) -> bool:
+        return self.seed_param is not None
 
     @property
     def param_infos(self) -> tuple[ParamInfo, ...]:

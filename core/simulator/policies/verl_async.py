@@ -192,6 +192,9 @@ SPEC = PolicySpec(
     kind="async",
     disaggregated=True,
     params=AsyncParams,
+    # groups in flight at the end are carried; prompts past the trace's end stand in for more
+    carries_over=True,
+    stand_ins=True,
     paper="verl fully async policy trainer (recipe fully_async_policy: verl.readthedocs.io/en/latest/advance/fully_async.html)",
     help="disaggregated verl fully async: groups streamed to the trainer, up to (1 + staleness_threshold) x a "
     "step's groups per weight version, a parameter sync every trigger_parameter_sync_step local updates "
