@@ -203,7 +203,7 @@ def test_job_of_a_worker_lost_too_often_fails_with_reason(api, fault_env):
     sweep(get_engine())  # (a worker's sweeper running beside this test may get there first)
     job = api.get(f"/api/v1/jobs/{job_id}").json()
     assert job["status"] == "failed" and "gone:1" in job["error"] and "attempts" in job["error"]
-    assert not Path(job["params"]["folder"]).exists()  # the stored upload goes too
+    assert not (get_settings().upload_dir / job["params"]["upload"]).exists()  # the stored upload goes too
     trace = api.get(f"/api/v1/traces/{trace_id}").json()
     assert trace["status"] == "failed" and trace["error"]
     assert _sample_count(trace_id) == 0
@@ -224,7 +224,7 @@ def test_ingestion_taken_over_commits_nothing(api, fault_env):
     assert r.status_code == 202, r.text
     job_id, trace_id = r.json()["job"]["id"], r.json()["trace"]["id"]
     with new_session() as s:
-        folder = Path(s.get(Job, job_id).params["folder"])
+        folder = get_settings().upload_dir / s.get(Job, job_id).params["upload"]
         s.execute(
             update(Job)
             .where(Job.id == job_id)

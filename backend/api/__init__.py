@@ -8,7 +8,19 @@ from starlette.routing import Match
 
 from backend.api.errors import ERROR_RESPONSES, install_error_handlers
 from backend.api.limits import ConcurrencyLimit, request_limit
-from backend.api.routes import advice, analyses, jobs, live, me, simulations, trace_data, traces, workloads
+from backend.api.routes import (
+    advice,
+    analyses,
+    jobs,
+    keys,
+    live,
+    me,
+    simulations,
+    storage,
+    trace_data,
+    traces,
+    workloads,
+)
 from backend.api.security import SecurityHeaders, install_docs
 from backend.settings import get_settings
 
@@ -29,7 +41,7 @@ def create_app() -> FastAPI:
     install_docs(app, API_PREFIX)
     # every route documents the ErrorResponse shape (FastAPI's own 422s follow it too)
     api = APIRouter(prefix=API_PREFIX, responses=ERROR_RESPONSES)
-    for module in (me, traces, live, trace_data, analyses, jobs, simulations, workloads, advice):
+    for module in (me, keys, storage, traces, live, trace_data, analyses, jobs, simulations, workloads, advice):
         api.include_router(module.router)
     app.include_router(api)
     install_error_handlers(app)
@@ -49,6 +61,9 @@ def create_app() -> FastAPI:
     return app
 
 
+_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
+
+
 def _api_not_found(app: FastAPI) -> None:
     """Any other /api/... path is a 404 JSON answer, not the dashboard's HTML page
     (registered after every API route and before the dashboard mount)."""
@@ -59,10 +74,16 @@ def _api_not_found(app: FastAPI) -> None:
         include_in_schema=False,
     )
     def api_not_found(path: str, request: Request) -> None:
-        # a known path asked with another method stays a 405
-        if any(
-            getattr(r, "endpoint", None) is not api_not_found and r.matches(request.scope)[0] == Match.PARTIAL
-            for r in app.router.routes
-        ):
-            raise HTTPException(405, detail={"message": f"{request.method} is not allowed on /api/{path}"})
+        # a known path asked with another method stays a 405, saying which methods it has
+        # (asked of the routes themselves: FastAPI nests included routers)
+        others = [r for r in app.router.routes if getattr(r, "endpoint", None) is not api_not_found]
+        allowed = [
+            m for m in _METHODS if any(r.matches({**request.scope, "method": m})[0] == Match.FULL for r in others)
+        ]
+        if allowed:
+            raise HTTPException(
+                405,
+                detail={"message": f"{request.method} is not allowed on /api/{path} (allowed: {', '.join(allowed)})"},
+                headers={"Allow": ", ".join(allowed)},
+            )
         raise HTTPException(404, detail={"message": f"no API route /api/{path} (see {API_PREFIX}/docs)"})

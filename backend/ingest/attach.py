@@ -24,8 +24,10 @@ from sqlalchemy.exc import IntegrityError
 from backend.formats import read_sources
 from backend.formats.base import STEP_TIMING_COLUMNS, InputError, ReadResult, Source
 from backend.formats.dapo import dapo_marks, unmatched_note
+from backend.ingest.bounds import Bounds
 from backend.ingest.pipeline import COUNT_COLUMN, _Loader
 from backend.ingest.summaries import SUMMARY_COLUMNS, summarize_steps
+from backend.settings import get_settings
 from backend.store.columns import read_columns
 from backend.store.models import GpuKernelName, Sample, Step, Trace, TraceAttachment, TraceStatus
 
@@ -87,8 +89,8 @@ class _AttachLoader(_Loader):
     """A loader that continues a trace: task and kernel ids and event numbers go on from
     what the trace has."""
 
-    def __init__(self, conn, trace):
-        super().__init__(conn, trace.id)
+    def __init__(self, conn, trace, bounds: Bounds):
+        super().__init__(conn, trace.id, bounds)
         self.start = {t: int(getattr(trace, c) or 0) for t, c in COUNT_COLUMN.items()}
         self.counts = dict(self.start)
         self.task_ids = {name: i for i, name in enumerate(trace.tasks or [])}
@@ -184,6 +186,7 @@ def attach_sources(
 ) -> AttachOutcome:
     """Add `sources` to ready trace `trace_id` in one transaction (see the module doc)."""
     result = ReadResult()
+    bounds = Bounds(get_settings())
     with engine.connect() as conn:
         with conn.begin():
             seen = conn.execute(
@@ -195,9 +198,9 @@ def attach_sources(
                 return AttachOutcome(created=False)
             trace = conn.execute(select(Trace.__table__).where(Trace.id == trace_id).with_for_update()).one()
             trace_meta = dict(trace.meta or {})
-            loader = _AttachLoader(conn, trace)
+            loader = _AttachLoader(conn, trace, bounds)
             try:
-                for batch in read_sources(sources, forced_format, result, marks_alone=True):
+                for batch in read_sources(bounds.sources(sources), forced_format, result, marks_alone=True):
                     loader.add(batch)
                 marked = _apply_dapo_marks(conn, trace_id, result)
             except IntegrityError as exc:
@@ -235,6 +238,7 @@ def attach_sources(
                     tasks=list(loader.task_ids),
                     framework=trace.framework or result.info.framework,
                     size_bytes=Trace.size_bytes + size_bytes,
+                    stored_bytes=Trace.stored_bytes + max(size_bytes, int(bounds.bytes_read.value)),
                     meta=merged,
                     status=TraceStatus.READY,
                     error=None,

@@ -6,7 +6,6 @@ import logging
 import threading
 from dataclasses import dataclass
 from datetime import timedelta
-from pathlib import Path
 
 from sqlalchemy import select
 from sqlalchemy.exc import DBAPIError
@@ -14,7 +13,8 @@ from sqlalchemy.orm import Session
 
 from backend.formats.base import InputError
 from backend.ingest.pipeline import Fence, Progress, ingest_trace, set_trace_status
-from backend.ingest.uploads import StoredUpload, discard, upload_sources
+from backend.ingest.quota import QuotaExceeded, team_usage
+from backend.ingest.uploads import StoredUpload, discard, upload_folder, upload_sources
 from backend.jobs import leases
 from backend.jobs.analyses import queue_default_analyses
 from backend.jobs.contracts import INGEST_KIND
@@ -79,8 +79,7 @@ def _discard_attempt(session: Session, trace: Trace) -> None:
     delete_traces(session, Trace.id == trace.id)
     session.flush()
     for params in folders:
-        if params and params.get("folder"):
-            discard(Path(params["folder"]))
+        discard(upload_folder(params or {}, get_settings()))
 
 
 def accept_upload(
@@ -103,6 +102,11 @@ def accept_upload(
     if existing is not None:
         discard(stored.folder)
         return UploadOutcome(existing, None, created=False)
+    try:  # again, now that the upload is stored: uploads of the team may have raced
+        team_usage(session, team_id, settings).check(stored.size_bytes)
+    except QuotaExceeded:
+        discard(stored.folder)
+        raise
     trace = Trace(
         team_id=team_id,
         name=name or stored.files[0].name,
@@ -110,6 +114,7 @@ def accept_upload(
         status=TraceStatus.PENDING,
         content_hash=stored.content_hash,
         size_bytes=stored.size_bytes,
+        stored_bytes=stored.size_bytes,
         meta={},
     )
     session.add(trace)
@@ -127,7 +132,7 @@ def accept_upload(
             trace_id=trace.id,
             kind=INGEST_KIND,
             params={
-                "folder": str(stored.folder),
+                "upload": stored.folder.name if stored.folder is not None else None,
                 "format": forced_format,
                 "max_response_len": max_response_len,
             },

@@ -24,7 +24,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from itertools import groupby
-from pathlib import Path
 
 from sqlalchemy import and_, case, or_, select, update
 from sqlalchemy.engine import Engine
@@ -393,10 +392,10 @@ def _requeue_or_fail(engine: Engine, settings: Settings, row, now: datetime) -> 
                     error=reason if give_up else None,
                 )
             )
-    if give_up and row.kind == INGEST_KIND and (row.params or {}).get("folder"):
-        from backend.ingest.uploads import discard
+    if give_up and row.kind == INGEST_KIND:
+        from backend.ingest.uploads import discard, upload_folder
 
-        discard(Path(row.params["folder"]))  # the stored upload, kept for retries until now
+        discard(upload_folder(row.params or {}, get_settings()))  # the stored upload, kept for retries until now
     log.warning("job %s (%s) %s", row.id, row.kind, "failed: " + reason if give_up else "requeued")
     return "failed" if give_up else "requeued"
 

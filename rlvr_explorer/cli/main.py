@@ -65,7 +65,7 @@ def migrate(as_json: JsonFlag = False) -> None:
     typer.echo(orjson.dumps({"database": where, "at_head": True}).decode() if as_json else f"database at head: {where}")
 
 
-def _ensure_schema() -> None:
+def ensure_schema() -> None:
     """Commands that read or write the database first bring it to the schema's head
     (idempotent), so a fresh data folder needs no `migrate` first."""
     from backend.store.migrate import upgrade
@@ -89,7 +89,7 @@ def create_team(
     from backend.auth import create_team as _create
     from backend.store.db import session_scope
 
-    _ensure_schema()
+    ensure_schema()
     with session_scope() as session:
         team, key = _create(session, name)
         team_id = team.id
@@ -104,10 +104,12 @@ def create_team(
 
 
 def local_team_key() -> tuple[int, str]:
-    """The embedded team: created on first use, its key kept in the data folder."""
+    """The embedded team: created on first use, its key kept in the data folder. A
+    revoked (or lost) key file gets a new key of the same team: its traces stay."""
+    from backend.auth import add_key, team_for_key
     from backend.auth import create_team as _create
-    from backend.auth import team_for_key
     from backend.store.db import session_scope
+    from backend.store.models import Team
 
     key_file = _settings().data_dir / "local_team_key"
     with session_scope() as session:
@@ -116,13 +118,11 @@ def local_team_key() -> tuple[int, str]:
             team = team_for_key(session, key)
             if team is not None:
                 return team.id, key
-        from backend.store.models import Team
-
-        stale = session.scalars(select(Team).where(Team.name == LOCAL_TEAM)).first()
-        if stale is not None:
-            session.delete(stale)
-            session.flush()
-        team, key = _create(session, LOCAL_TEAM)
+        team = session.scalars(select(Team).where(Team.name == LOCAL_TEAM)).first()
+        if team is None:
+            team, key = _create(session, LOCAL_TEAM)
+        else:
+            _row, key = add_key(session, team.id, "local (serve)")
         key_file.write_text(key)
         key_file.chmod(0o600)
         return team.id, key
@@ -170,7 +170,7 @@ def ingest(
     from backend.store.db import session_scope
 
     settings = _settings()
-    _ensure_schema()
+    ensure_schema()
     team_id = _team_id(api_key)
     stored = local_files(paths)
     if not stored.files:
