@@ -175,9 +175,9 @@ def test_server_signs_with_the_settings_secret(env, monkeypatch):
     expected = get_settings().session_secret()
     app = create_server()
     mount = next(r for r in app.routes if getattr(r, "path", None) == "")
-    flask_app = mount.app.app  # a2wsgi's WSGIMiddleware around the Flask app
+    flask_app = mount.app.app.app  # the Origin check, around a2wsgi's WSGIMiddleware, around the Flask app
     assert flask_app.secret_key == expected
-    assert create_server().routes[-1].app.app.secret_key == expected  # a second process agrees
+    assert create_server().routes[-1].app.app.app.secret_key == expected  # a second process agrees
 
 
 # -- headers and docs ---------------------------------------------------------------------
