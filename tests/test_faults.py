@@ -10,9 +10,7 @@ redis-server, a Postgres cluster in a temp folder); the shared ones are never to
 from __future__ import annotations
 
 import os
-import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import threading
@@ -23,6 +21,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, select, update
 
+from bench._servers import PrivatePostgres, PrivateRedis, ServerUnavailable, free_port
 from tests.conftest import start_worker, stop_worker, wait_for_job
 from tests.helpers import synthetic_rows, write_packed_dir, zip_folder
 
@@ -313,7 +312,7 @@ def test_requests_while_the_queue_is_unreachable(api, env, monkeypatch):
     from backend.store.db import new_session, reset_caches
     from backend.store.models import Job
 
-    monkeypatch.setenv("RLVR_BROKER_URL", f"redis://127.0.0.1:{_free_port()}/0")
+    monkeypatch.setenv("RLVR_BROKER_URL", f"redis://127.0.0.1:{free_port()}/0")
     reset_caches()
     r = api.post("/api/v1/traces", files=[("files", ("run.zip", _small_zip(7), "application/zip"))])
     assert r.status_code == 201, r.text
@@ -339,44 +338,12 @@ def test_requests_while_the_queue_is_unreachable(api, env, monkeypatch):
 # --------------------------------------------------------------------------- private servers
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _wait_port(port: int, timeout: float = 20) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with socket.socket() as sock:
-            if sock.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.05)
-    raise RuntimeError(f"nothing listens on 127.0.0.1:{port}")
-
-
-class PrivateRedis:
-    """A redis-server of the test's own (no persistence), stopped and started at will."""
-
-    def __init__(self, folder: Path):
-        if shutil.which("redis-server") is None:
-            pytest.skip("redis-server not installed")
-        self.folder, self.port, self.proc = folder, _free_port(), None
-        self.url = f"redis://127.0.0.1:{self.port}/0"
-
-    def start(self) -> None:
-        self.proc = subprocess.Popen(
-            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
-            cwd=self.folder,
-            stdout=(self.folder / "redis.log").open("ab"),
-            stderr=subprocess.STDOUT,
-        )
-        _wait_port(self.port)
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            self.proc.wait(timeout=20)
+def _private(server, *args):
+    """A private server (bench/_servers.py), or a skip naming what is not installed."""
+    try:
+        return server(*args)
+    except ServerUnavailable as exc:
+        pytest.skip(str(exc))
 
 
 # --------------------------------------------------------------------------- broker down
@@ -390,7 +357,7 @@ def test_broker_down_and_back(api, fault_env, tmp_path, monkeypatch):
     from backend.store.db import new_session, reset_caches
     from backend.store.models import Job
 
-    redis = PrivateRedis(tmp_path)
+    redis = _private(PrivateRedis, tmp_path)
     redis.start()
     monkeypatch.setenv("RLVR_BROKER_URL", redis.url)
     reset_caches()
@@ -448,51 +415,6 @@ def test_broker_down_and_back(api, fault_env, tmp_path, monkeypatch):
         redis.stop()
 
 
-class PrivatePostgres:
-    """A Postgres cluster of the test's own (initdb in a temp folder, trust auth, its own
-    port), stopped with `pg_ctl stop -m fast` and started again at will."""
-
-    def __init__(self):
-        bins = sorted(Path("/usr/lib/postgresql").glob("*/bin/pg_ctl"))
-        if not bins:
-            pytest.skip("no Postgres server binaries in /usr/lib/postgresql/*/bin")
-        self.bin = bins[-1].parent
-        self.port = _free_port()
-        # Postgres refuses to run as root: as root the cluster belongs to `postgres`, in a
-        # folder it can reach (pytest's tmp_path is private to root).
-        self.folder = Path(tempfile.mkdtemp(prefix="rlvr-faults-pg-"))
-        self.data = self.folder / "data"
-        self.as_user: list[str] = []
-        if os.geteuid() == 0:
-            shutil.chown(self.folder, "postgres", "postgres")
-            self.as_user = ["runuser", "-u", "postgres", "--"]
-        self.url = f"postgresql://postgres@127.0.0.1:{self.port}/rlvr"
-
-    def _run(self, *args: str, timeout: float = 60) -> None:
-        subprocess.run([*self.as_user, *args], check=True, capture_output=True, timeout=timeout)
-
-    def init(self) -> None:
-        self._run(str(self.bin / "initdb"), "-D", str(self.data), "-A", "trust", "-U", "postgres", "--no-sync")
-        self.start()
-        self._run(str(self.bin / "createdb"), "-h", "127.0.0.1", "-p", str(self.port), "-U", "postgres", "rlvr")
-
-    def start(self) -> None:
-        options = f"-p {self.port} -c listen_addresses=127.0.0.1 -k {self.folder} -c fsync=off"
-        self._run(
-            str(self.bin / "pg_ctl"), "-D", str(self.data), "-l", str(self.folder / "log"), "-o", options, "-w", "start"
-        )
-
-    def stop(self, mode: str = "fast") -> None:
-        self._run(str(self.bin / "pg_ctl"), "-D", str(self.data), "-m", mode, "-w", "stop")
-
-    def destroy(self) -> None:
-        try:
-            self.stop("immediate")
-        except subprocess.CalledProcessError:
-            pass  # not running
-        shutil.rmtree(self.folder, ignore_errors=True)
-
-
 @pytest.fixture()
 def private_pg(tmp_path, monkeypatch):
     """A deployment on a private Postgres (embedded filesystem broker in tmp_path) and an
@@ -504,7 +426,7 @@ def private_pg(tmp_path, monkeypatch):
     from backend.store.db import reset_caches, session_scope
     from backend.store.migrate import upgrade
 
-    pg = PrivatePostgres()
+    pg = _private(PrivatePostgres)
     try:
         pg.init()
         upgrade(pg.url)
