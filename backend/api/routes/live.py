@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal
 import orjson
 from fastapi import APIRouter, File, Form, HTTPException, Query, Response, UploadFile, status
 from fastapi.concurrency import run_in_threadpool
-from pydantic import BaseModel, Field, StrictFloat, StrictInt, StringConstraints
+from pydantic import AfterValidator, BaseModel, Field, StrictFloat, StrictInt
 from sqlalchemy import select
 
 from backend.api.deps import CurrentTeam, SessionDep, SettingsDep, TraceDep
@@ -46,14 +46,26 @@ class LiveTraceIn(BaseModel):
     metadata: dict[str, Any] = Field(default_factory=dict)
 
 
-# A metric's name (text, stored as a series key) and value: a JSON number (strict: true
-# and "1" are refused, as the schema says number) or null (not logged at this step).
-MetricName = Annotated[str, StringConstraints(min_length=1, max_length=300, pattern=NO_NUL)]
+# A metric's name (text, stored as a series key: 1-300 characters, no NUL; declared as
+# JSON Schema's propertyNames) and value: a JSON number (strict: true and "1" are
+# refused, as the schema says number) or null (not logged at this step).
+METRIC_NAME = {"minLength": 1, "maxLength": 300, "pattern": NO_NUL}
+
+
+def _metric_names(metrics: dict) -> dict:
+    for name in metrics:
+        if not 1 <= len(name) <= 300 or "\x00" in name:
+            raise ValueError(f"metric name {name[:40]!r}: 1 to 300 characters, no NUL")
+    return metrics
 
 
 class StepMetrics(BaseModel):
     step: int = Field(ge=0, le=2**31 - 1)
-    metrics: dict[MetricName, StrictFloat | StrictInt | None]
+    metrics: Annotated[
+        dict[str, StrictFloat | StrictInt | None],
+        AfterValidator(_metric_names),
+        Field(json_schema_extra={"propertyNames": METRIC_NAME}),
+    ]
 
 
 class StepLogIn(BaseModel):

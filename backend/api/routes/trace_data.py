@@ -521,10 +521,10 @@ def gpu_trace_diff(
     test_trace_id: Annotated[
         int, Query(ge=ID_MIN, le=ID_MAX, description="The trace compared against this one (same team)"), ID_DIGITS
     ],
-    control_rank: int | None = None,
-    test_rank: int | None = None,
-    control_step: int | None = None,
-    test_step: int | None = None,
+    control_rank: RankQuery = None,
+    test_rank: RankQuery = None,
+    control_step: StepQuery = None,
+    test_step: StepQuery = None,
     device: Literal["all", "cpu", "gpu"] = "all",
 ):
     """Ops and kernels added, removed and changed in count and time from this trace (the
