@@ -26,6 +26,8 @@ import argparse
 import io
 import os
 import random
+import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -57,7 +59,9 @@ SERVICE_ENV = {
     "RLVR_INLINE_INGEST_MAX_BYTES": str(64 * 1024),
     "RLVR_QUEUE_NAME": "chaos",
 }
-DRAIN_S = 240  # after the chaos: jobs still queued or running after this are stuck
+# After the chaos the jobs drain: those still queued or running once none has finished
+# for DRAIN_STALL_S (or after DRAIN_LIMIT_S) are stuck.
+DRAIN_STALL_S, DRAIN_LIMIT_S = 90, 1200
 CLUSTER = {"gpu": "H100", "n_gpus": 8, "rollout_replicas": 2, "rollout_tp": 2, "train_dp": 4}
 
 
@@ -110,6 +114,7 @@ class Deployment:
             "RLVR_DATA_DIR": str(folder / "data"),
         }
         self.api: subprocess.Popen | None = None
+        self.keep_logs: Path | None = None
         self.workers: list[subprocess.Popen | None] = [None, None]
 
     def _spawn(self, args: list[str], log: str) -> subprocess.Popen:
@@ -169,6 +174,11 @@ class Deployment:
                     os.killpg(proc.pid, signal.SIGKILL)
                     proc.wait()
         self.redis.stop()
+        if self.keep_logs is not None:  # the services' logs, for a look after the run
+            self.keep_logs.mkdir(parents=True, exist_ok=True)
+            for log in self.folder.glob("*.log"):
+                shutil.copy(log, self.keep_logs / log.name)
+            shutil.copy(self.pg.folder / "log", self.keep_logs / "postgres.log")
         self.pg.destroy()
 
 
@@ -300,19 +310,30 @@ class Client:
 # --------------------------------------------------------------------------- the tally
 
 
-def drain(url: str, timeout: float) -> None:
-    """Wait until no job is queued or running (or the time is up)."""
+def drain(url: str, stall_s: float, limit_s: float) -> float:
+    """Wait until no job is queued or running, or none has finished for `stall_s` (the
+    rest are stuck, not just waiting their turn), or `limit_s` passed; the seconds waited."""
     import psycopg
 
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    started = time.monotonic()
+    last_done, last_progress = -1, started
+    while time.monotonic() - started < limit_s:
         try:
             with psycopg.connect(url, autocommit=True) as conn:
-                if not conn.execute("SELECT count(*) FROM jobs WHERE status IN ('queued', 'running')").fetchone()[0]:
-                    return
+                left, done = conn.execute(
+                    "SELECT count(*) FILTER (WHERE status IN ('queued', 'running')),"
+                    " count(*) FILTER (WHERE status IN ('succeeded', 'failed')) FROM jobs"
+                ).fetchone()
         except psycopg.OperationalError:
-            pass
+            left, done = 1, last_done
+        if not left:
+            break
+        if done != last_done:
+            last_done, last_progress = done, time.monotonic()
+        elif time.monotonic() - last_progress > stall_s:
+            break
         time.sleep(1)
+    return time.monotonic() - started
 
 
 def tally(url: str, record: Record) -> dict:
@@ -324,28 +345,40 @@ def tally(url: str, record: Record) -> dict:
             "SELECT status, error, EXTRACT(EPOCH FROM started_at - created_at),"
             " EXTRACT(EPOCH FROM finished_at - created_at) FROM jobs"
         ).fetchall()
+        stuck = Counter(
+            f"{kind} {status}, attempts {attempts}, {'sent' if sent else 'never sent'}"
+            + (", lease expired" if expired else "")
+            for kind, status, attempts, sent, expired in conn.execute(
+                "SELECT kind, status, attempts, dispatched_at IS NOT NULL, lease_until < now() FROM jobs"
+                " WHERE status IN ('queued', 'running')"
+            ).fetchall()
+        )
         traces = {
             row[0]: row[1:]
             for row in conn.execute(
-                "SELECT t.id, t.status, t.n_samples, (SELECT count(*) FROM samples s WHERE s.trace_id = t.id)"
-                " FROM traces t"
+                "SELECT t.id, t.status, t.n_samples, (SELECT count(*) FROM samples s WHERE s.trace_id = t.id),"
+                " t.error FROM traces t"
             ).fetchall()
         }
         twins = conn.execute(
             "SELECT count(*) FROM (SELECT team_id, content_hash FROM traces GROUP BY 1, 2 HAVING count(*) > 1) d"
         ).fetchone()[0]
     lost = duplicated = failed_uploads = 0
+    reasons = Counter(_reason(e) for s, e, *_ in jobs if s == "failed" and e)
     for up in record.uploads:
         if up.trace_id is None:
             continue  # never acknowledged (retries ran out): the client knows it was not taken
-        status, n_samples, rows = traces.get(up.trace_id, (None, 0, 0))
+        status, n_samples, rows, error = traces.get(up.trace_id, (None, 0, 0, None))
         if status == "failed":
             failed_uploads += 1
+            reasons[f"upload: {_reason(error or '?')}"] += 1
         elif status != "ready" or rows < up.samples or n_samples != rows:
             lost += 1
         elif rows > up.samples:
             duplicated += 1
     return {
+        "failure reasons": dict(reasons.most_common(5)),
+        "stuck": dict(stuck.most_common(8)),
         "jobs created": len(jobs),
         "jobs finished": sum(s == "succeeded" for s, *_ in jobs),
         "jobs failed with a reason": sum(s == "failed" and bool(e) for s, e, *_ in jobs),
@@ -361,15 +394,28 @@ def tally(url: str, record: Record) -> dict:
     }
 
 
+def _reason(error: str) -> str:
+    """A failed job's error without its ids and numbers, to group like failures."""
+    return re.sub(r"\d+", "N", error.splitlines()[0])[:120]
+
+
 MUST_BE_ZERO = ("jobs failed without one", "jobs stuck", "rows lost", "rows duplicated", "cross-team reads")
 
 
-def run(minutes: float = 10, teams: int = 3, clients_per_team: int = 2, seed: int = 1, out=print) -> dict:
+def run(
+    minutes: float = 10,
+    teams: int = 3,
+    clients_per_team: int = 2,
+    seed: int = 1,
+    out=print,
+    keep_logs: Path | None = None,
+) -> dict:
     """One chaos run; its figures (also printed as a table through `out`)."""
     rng = random.Random(seed)
     record = Record()
     with tempfile.TemporaryDirectory(prefix="rlvr-chaos-") as tmp:
         dep = Deployment(Path(tmp))
+        dep.keep_logs = keep_logs
         try:
             keys = dep.start(teams)
             stop, chaos_stop = threading.Event(), threading.Event()
@@ -393,8 +439,9 @@ def run(minutes: float = 10, teams: int = 3, clients_per_team: int = 2, seed: in
             for i, proc in enumerate(dep.workers):  # every server up for the drain
                 if proc is None or proc.poll() is not None:
                     dep.start_worker(i)
-            drain(dep.pg.url, DRAIN_S)
+            drained_s = drain(dep.pg.url, DRAIN_STALL_S, DRAIN_LIMIT_S)
             figures = tally(dep.pg.url, record)
+            figures["drain after the load (s)"] = round(drained_s)
         finally:
             dep.stop()
     figures["requests"] = {
@@ -414,9 +461,13 @@ def report(figures: dict, record: Record, load_s: float, out) -> None:
     for kind, statuses in figures["requests"].items():
         out(f"  {kind:<32}" + ", ".join(f"{status}: {n:,}" for status, n in statuses.items()))
     for name, value in figures.items():
-        if name not in ("requests", "faults"):
+        if name not in ("requests", "faults", "failure reasons", "stuck"):
             flag = "  <- must be 0" if name in MUST_BE_ZERO and value else ""
             out(f"{name:<34}{value:>10}{flag}")
+    for reason, n in figures["failure reasons"].items():
+        out(f"  failed {n} x: {reason}")
+    for state, n in figures["stuck"].items():
+        out(f"  stuck {n} x: {state}")
     for line in record.cross_team_reads[:10]:
         out(f"  cross-team: {line}")
 
@@ -426,8 +477,9 @@ def main() -> int:
     parser.add_argument("--minutes", type=float, default=10.0)
     parser.add_argument("--teams", type=int, default=3)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--keep-logs", type=Path, metavar="DIR", help="copy the services' logs here")
     args = parser.parse_args()
-    figures = run(args.minutes, args.teams, seed=args.seed)
+    figures = run(args.minutes, args.teams, seed=args.seed, keep_logs=args.keep_logs)
     return 1 if any(figures[k] for k in MUST_BE_ZERO) else 0
 
 

@@ -176,6 +176,36 @@ def test_lost_message_is_sent_again(api, fault_env, tmp_path):
     assert api.get(f"/api/v1/traces/{trace_id}").json()["status"] == "ready"
 
 
+@pytest.mark.parametrize("backend_env", ["postgres"], indirect=True)
+def test_message_fetched_by_a_killed_worker_counts_as_lost(api, fault_env):
+    """Redis keeps a fetched message as unacknowledged until the visibility timeout (an
+    hour). A queued job's message fetched longer than a lease ago went with a worker
+    killed before it started the job: the sweeper must count it lost and send it again
+    (bench/chaos.py found jobs queued for an hour this way)."""
+    import json
+
+    import redis
+
+    from backend.jobs.broker import queued_job_ids
+
+    r = api.post("/api/v1/traces", files=[("files", ("run.zip", _small_zip(9), "application/zip"))])
+    assert r.status_code == 202, r.text
+    job_id = r.json()["job"]["id"]
+    client = redis.Redis.from_url(fault_env["RLVR_BROKER_URL"])
+    queue = fault_env["RLVR_QUEUE_NAME"]
+    payload = json.loads(client.rpop(queue))  # fetched, as a worker does
+    tag = payload["properties"]["delivery_tag"]
+    client.hset("unacked", tag, json.dumps([payload, queue, queue]))
+    try:
+        client.zadd("unacked_index", {tag: time.time()})
+        assert job_id in queued_job_ids()  # just fetched: its worker is about to claim it
+        client.zadd("unacked_index", {tag: time.time() - float(LEASE["RLVR_JOB_LEASE_S"]) - 1})
+        assert job_id not in queued_job_ids()  # fetched a lease ago, still queued: lost
+    finally:
+        client.hdel("unacked", tag)
+        client.zrem("unacked_index", tag)
+
+
 def test_job_of_a_worker_lost_too_often_fails_with_reason(api, fault_env):
     """The sweeper gives up after job_max_attempts: failed, with the reason, no rows."""
     from backend.jobs.leases import sweep
