@@ -17,6 +17,7 @@ from typing import Annotated, Any
 from fastapi import Depends, Header, HTTPException, Path, Query, Request, status
 from pydantic import BeforeValidator
 from sqlalchemy import select
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
@@ -35,7 +36,17 @@ async def get_session() -> AsyncIterator[Session]:
     try:
         yield session
     finally:
-        await run_in_threadpool(session.close)
+        await run_in_threadpool(_close, session)
+
+
+def _close(session: Session) -> None:
+    """Close the session; a connection the database dropped meanwhile (a restart) fails
+    its rollback: the pool has discarded it, and the request has had its answer (a
+    raise here would cut the answer off)."""
+    try:
+        session.close()
+    except DBAPIError:
+        pass
 
 
 SessionDep = Annotated[Session, Depends(get_session)]
