@@ -219,15 +219,7 @@ def attach_sources(
             cap = trace.max_response_len or result.info.max_response_len or loader.steps.inferred_cap()
             sample_steps = sorted(set(loader.steps.counts) | set(marked))
             _write_steps(conn, loader, cap, sample_steps)
-            meta = dict(result.info.metadata)
-            meta["columns"] = {t: sorted(c - {"trace_id", "event_idx"}) for t, c in loader.columns.items()}
-            if result.skipped:
-                meta["skipped"] = result.skipped
-            merged = merge_meta(trace_meta, meta)
-            n_steps = conn.scalar(select(func.count()).select_from(Step).where(Step.trace_id == trace_id)) or 0
-            if not n_steps:
-                windows = (merged.get("kineto") or {}).get("steps") or {}
-                n_steps = len({int(w[0]) for ws in windows.values() for w in ws})
+            merged, n_steps = _merged_meta(conn, trace_id, trace_meta, result, loader)
             conn.execute(
                 update(Trace)
                 .where(Trace.id == trace_id)
@@ -259,6 +251,20 @@ def attach_sources(
                 )
             )
     return AttachOutcome(created=True, tables=sorted(tables), steps=steps, skipped=result.skipped)
+
+
+def _merged_meta(conn, trace_id: int, trace_meta: dict, result: ReadResult, loader) -> tuple[dict, int]:
+    """The trace's metadata with the attach's merged in, and its step count after it."""
+    meta = dict(result.info.metadata)
+    meta["columns"] = {t: sorted(c - {"trace_id", "event_idx"}) for t, c in loader.columns.items()}
+    if result.skipped:
+        meta["skipped"] = result.skipped
+    merged = merge_meta(trace_meta, meta)
+    n_steps = conn.scalar(select(func.count()).select_from(Step).where(Step.trace_id == trace_id)) or 0
+    if not n_steps:  # GPU-only traces: their steps are the ProfilerStep windows
+        windows = (merged.get("kineto") or {}).get("steps") or {}
+        n_steps = len({int(w[0]) for ws in windows.values() for w in ws})
+    return merged, n_steps
 
 
 def attach_stored(session, settings, trace_id: int, stored, forced_format: str | None = None) -> AttachOutcome:
