@@ -389,9 +389,15 @@ def tally(url: str, record: Record) -> dict:
         "rows lost": lost,
         "rows duplicated": duplicated + twins,
         "cross-team reads": len(record.cross_team_reads),
+        "median wait for a worker (s)": round(_median([w or 0 for *_, w, _f in jobs]), 1),
         "longest wait for a worker (s)": round(max((w or 0 for *_, w, _f in jobs), default=0), 1),
         "longest time to finish (s)": round(max((f or 0 for *_, f in jobs), default=0), 1),
     }
+
+
+def _median(values: list[float]) -> float:
+    ordered = sorted(float(v) for v in values)
+    return ordered[len(ordered) // 2] if ordered else 0.0
 
 
 def _reason(error: str) -> str:

@@ -189,3 +189,36 @@ def test_a_connection_dropped_before_the_session_closes_still_answers(api, monke
     monkeypatch.setattr(deps, "new_session", dropping)
     r = api.get("/api/v1/traces")
     assert r.status_code == 200 and r.json()["total"] == 0
+
+
+def test_an_upload_being_ingested_inline_elsewhere_is_not_acknowledged(api):
+    """The same content while another request ingests it inline: a 503 to retry, not a
+    200 with a trace that request may still fail and drop (bench/chaos.py lost three
+    acknowledged uploads so: retried after a 503 during a Postgres restart, answered
+    200, then swept away as a dead inline ingestion)."""
+    from datetime import timedelta
+
+    from sqlalchemy import update
+
+    from backend.store.db import session_scope
+    from backend.store.models import Trace, utcnow
+
+    body = jsonl(synthetic_rows(steps=1, groups=4, n=2, seed=21)[0])
+    files = [("files", ("packed_lengths_step_0.jsonl", body, "text/plain"))]
+    first = api.post("/api/v1/traces", files=files)
+    assert first.status_code == 201, first.text
+    trace_id = first.json()["id"]
+    with session_scope() as s:  # as while its request is still ingesting it (touched just now)
+        s.execute(update(Trace).where(Trace.id == trace_id).values(status="ingesting", updated_at=utcnow()))
+    busy = api.post("/api/v1/traces", files=files)
+    assert busy.status_code == 503 and int(busy.headers["Retry-After"]) > 0, busy.text
+    assert "being ingested by another request" in busy.json()["detail"]["message"]
+    with session_scope() as s:  # that request finished
+        s.execute(update(Trace).where(Trace.id == trace_id).values(status="ready"))
+    again = api.post("/api/v1/traces", files=files)
+    assert again.status_code == 200 and again.json()["id"] == trace_id, again.text
+    with session_scope() as s:  # that request died mid-way: nobody touches the trace any more
+        stale = utcnow() - timedelta(minutes=10)
+        s.execute(update(Trace).where(Trace.id == trace_id).values(status="ingesting", updated_at=stale))
+    restarted = api.post("/api/v1/traces", files=files)
+    assert restarted.status_code == 201 and restarted.json()["status"] == "ready", restarted.text

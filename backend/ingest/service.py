@@ -39,6 +39,13 @@ def _inline_slot(settings: Settings) -> threading.BoundedSemaphore:
         return _inline_slots.setdefault(n, threading.BoundedSemaphore(n))
 
 
+class IngestionInProgress(RuntimeError):
+    """The same content is being ingested inline by another request. It is not handed
+    back as this upload's trace: that request may still fail (a database restart) and
+    leave nothing, so the caller is asked to retry (a 503 with Retry-After) until the
+    trace is ready, or is started again."""
+
+
 @dataclass
 class UploadOutcome:
     trace: Trace
@@ -59,10 +66,15 @@ def _existing(session: Session, team_id: int, content_hash: str) -> Trace | None
     return trace
 
 
-def _ingestion_alive(session: Session, trace: Trace) -> bool:
-    job = session.scalars(
+def _ingest_job(session: Session, trace: Trace) -> Job | None:
+    """The trace's latest ingest job (None: it is ingested inline, by a request)."""
+    return session.scalars(
         select(Job).where(Job.trace_id == trace.id, Job.kind == INGEST_KIND).order_by(Job.id.desc())
     ).first()
+
+
+def _ingestion_alive(session: Session, trace: Trace) -> bool:
+    job = _ingest_job(session, trace)
     now = utcnow()
     if job is None:  # inline: the request's heartbeat touches updated_at
         return leases.aware(trace.updated_at) >= now - timedelta(seconds=get_settings().job_lease_s)
@@ -101,6 +113,8 @@ def accept_upload(
     existing = _existing(session, team_id, stored.content_hash)
     if existing is not None:
         discard(stored.folder)
+        if existing.status != TraceStatus.READY and _ingest_job(session, existing) is None:
+            raise IngestionInProgress(f"trace {existing.id}: the same upload is being ingested by another request")
         return UploadOutcome(existing, None, created=False)
     try:  # again, now that the upload is stored: uploads of the team may have raced
         team_usage(session, team_id, settings).check(stored.size_bytes)
