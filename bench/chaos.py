@@ -4,9 +4,10 @@
 
 On 127.0.0.1 only, with a private Postgres and a private Redis on ports of their own
 (bench/_servers.py; the shared servers are never touched): `rlvr-explorer api --workers
-2` and two workers, as docker-compose runs them. Each team's clients upload run folders
-(some ingested inline, most by a worker), read their traces, run analyses and replays,
-and try to read other teams' traces and jobs; meanwhile a chaos thread SIGKILLs a
+2` and two workers of two pool processes each, as docker-compose runs them. Each
+team's clients upload run folders (some ingested inline, most by a worker), read their
+traces, run analyses and replays, and try to read other teams' traces and jobs, at a
+pace two workers keep up with; meanwhile a chaos thread SIGKILLs a
 worker (its whole process group), restarts Postgres (`pg_ctl stop -m fast`) and stops
 Redis for a few seconds, at random moments. Clients retry a 503 after its Retry-After,
 as the API asks.
@@ -63,6 +64,9 @@ SERVICE_ENV = {
 # for DRAIN_STALL_S (or after DRAIN_LIMIT_S) are stuck.
 DRAIN_STALL_S, DRAIN_LIMIT_S = 90, 1200
 CLUSTER = {"gpu": "H100", "n_gpus": 8, "rollout_replicas": 2, "rollout_tp": 2, "train_dp": 4}
+# A client's pause between two actions: the jobs the clients make stay within what two
+# workers run (faults, not a backlog, are what this run is about).
+THINK_S = (0.3, 1.5)
 
 
 # --------------------------------------------------------------------------- the record
@@ -154,7 +158,8 @@ class Deployment:
         raise RuntimeError("the API did not start: " + (self.folder / "api.log").read_text()[-2000:])
 
     def start_worker(self, i: int) -> None:
-        self.workers[i] = self._spawn(["worker", "--concurrency", "1"], f"worker-{i}.log")
+        # as docker-compose runs them: two pool processes each
+        self.workers[i] = self._spawn(["worker", "--concurrency", "2"], f"worker-{i}.log")
 
     def kill_worker(self, i: int) -> None:
         proc = self.workers[i]
@@ -303,7 +308,7 @@ class Client:
         actions = (self.upload, self.read, self.read, self.request_job, self.probe_other_teams)
         while not stop.is_set():
             self.rng.choice(actions)()
-            stop.wait(self.rng.uniform(0.05, 0.5))
+            stop.wait(self.rng.uniform(*THINK_S))
         self.http.close()
 
 
@@ -342,7 +347,7 @@ def tally(url: str, record: Record) -> dict:
 
     with psycopg.connect(url, autocommit=True) as conn:
         jobs = conn.execute(
-            "SELECT status, error, EXTRACT(EPOCH FROM started_at - created_at),"
+            "SELECT status, error, attempts, EXTRACT(EPOCH FROM started_at - created_at),"
             " EXTRACT(EPOCH FROM finished_at - created_at) FROM jobs"
         ).fetchall()
         stuck = Counter(
@@ -384,6 +389,7 @@ def tally(url: str, record: Record) -> dict:
         "jobs failed with a reason": sum(s == "failed" and bool(e) for s, e, *_ in jobs),
         "jobs failed without one": sum(s == "failed" and not e for s, e, *_ in jobs),
         "jobs stuck": sum(s in ("queued", "running") for s, *_ in jobs),
+        "jobs run again after a fault": sum((a or 0) > 1 for _s, _e, a, *_ in jobs),
         "uploads acknowledged": sum(u.trace_id is not None for u in record.uploads),
         "uploads failed with a reason": failed_uploads,
         "rows lost": lost,
