@@ -58,6 +58,28 @@ class Settings(BaseSettings):
     job_sweep_s: float = Field(default=10.0, gt=0)
     job_requeue_s: float = Field(default=120.0, gt=0)
     job_max_attempts: int = Field(default=3, ge=1)
+    # API keys found are kept this long per API process: a key revoked on one process is
+    # refused by every other within this time (backend/auth.py).
+    key_cache_s: float = Field(default=2.0, gt=0, le=60)
+    # Storage per team (its traces' uploaded bytes, or what they expanded to when
+    # larger; backend/ingest/quota.py), 0 = no limit; `rlvr-explorer quota` sets a
+    # team's own. Uploads beyond it are refused (413) before they are stored.
+    team_quota_bytes: int = Field(default=100 * 1024**3, ge=0)
+    # What an upload may expand to, checked while it is read (backend/ingest/bounds.py):
+    # bytes per file once decompressed, samples per file and per step. With the
+    # defaults an ingesting process stays under INGEST_MEMORY_CEILING_MB (1 GiB).
+    max_file_bytes: int = Field(default=384 * 1024**2, ge=1)
+    max_samples_per_file: int = Field(default=20_000_000, ge=1)
+    max_samples_per_step: int = Field(default=8_000_000, ge=1)
+    # Worker pool processes are replaced after this many tasks, or once their resident
+    # memory passes this many MiB (Celery's worker_max_tasks_per_child and
+    # worker_max_memory_per_child): memory a big job left behind goes back to the OS.
+    worker_max_tasks_per_child: int = Field(default=100, ge=1)
+    worker_max_memory_per_child_mb: int = Field(default=1024, ge=64)
+    # Origins (scheme://host[:port]) whose pages may make state-changing dashboard
+    # requests, besides the one the request was sent to; comma-separated. Set it behind
+    # a proxy that changes the Host header (rlvr_explorer/server.py).
+    trusted_origins: str = ""
     api_url: str = "http://127.0.0.1:8000"
     # Signs the dashboard's session cookies and seals the API key in them. Unset: one is
     # made on first start and kept in the data folder (`session_secret`).
@@ -118,6 +140,11 @@ class Settings(BaseSettings):
         if len(secret) < 32:
             raise RuntimeError(f"{path}: the session secret is too short (delete the file to make a new one)")
         return secret
+
+    @property
+    def trusted_origin_list(self) -> list[str]:
+        """`trusted_origins` as normalised origins (lower case, no trailing slash)."""
+        return [o.strip().rstrip("/").lower() for o in self.trusted_origins.split(",") if o.strip()]
 
     def ensure_dirs(self) -> None:
         # The queue folder is only for the embedded filesystem broker (not with Redis).

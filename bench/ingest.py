@@ -67,9 +67,9 @@ def generate(folder: Path, steps: int, groups: int, n: int, csv_path: Path, trac
 def _baseline_trace(url: str) -> int:
     """A trace row (of its own team) for the raw COPY to load into."""
     with psycopg.connect(url, autocommit=True) as conn:
-        team = conn.execute(
-            "INSERT INTO teams (name, api_key_hash, created_at) VALUES ('baseline', 'x', now()) RETURNING id"
-        ).fetchone()[0]
+        team = conn.execute("INSERT INTO teams (name, created_at) VALUES ('baseline', now()) RETURNING id").fetchone()[
+            0
+        ]
         return conn.execute(
             "INSERT INTO traces (team_id, name, status, content_hash, size_bytes, n_steps, n_samples, n_turns,"
             " n_tool_calls, n_rank_timings, n_gpu_events, tasks, meta, created_at, updated_at)"

@@ -41,6 +41,12 @@ def run_migrations_online() -> None:
 
 
 def _run(connection) -> None:
+    if connection.dialect.name == "sqlite":
+        # SQLite alters a table by copying it into a new one and dropping the old: with
+        # foreign keys enforced, that drop would delete the rows referencing it (a team's
+        # traces, jobs and keys). Off for the migration (outside a transaction, or it is a no-op).
+        connection.exec_driver_sql("PRAGMA foreign_keys=OFF")
+        connection.commit()
     context.configure(
         connection=connection,
         target_metadata=Base.metadata,

@@ -11,7 +11,7 @@ from backend.ingest.uploads import local_files
 from backend.jobs.state import create_job
 from backend.settings import get_settings
 from backend.store.db import get_engine, new_session, session_scope
-from backend.store.models import Job, Team, Trace
+from backend.store.models import Job, Trace
 from backend.store.trace_tables import load_trace_data
 from core.analysis.registry import ANALYSES, resolve_params, run_analysis
 from core.jsonable import json_safe
@@ -21,11 +21,11 @@ from workers.runners import analyses as analysis_runner
 
 @pytest.fixture()
 def trace(team_key, tmp_path) -> Trace:
-    from backend.auth import hash_key
+    from backend.auth import team_for_key
 
     folder = write_packed_dir(tmp_path / "run", synthetic_rows(steps=7, groups=12, n=4))
     with session_scope() as session:
-        team_id = session.scalar(select(Team.id).where(Team.api_key_hash == hash_key(team_key)))
+        team_id = team_for_key(session, team_key).id
         outcome = accept_upload(
             session,
             get_settings(),

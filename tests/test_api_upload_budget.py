@@ -33,9 +33,9 @@ def test_no_connection_is_held_while_an_upload_is_stored(api, monkeypatch, tmp_p
     held = []
     store = routes.store_upload
 
-    def watched(files, settings):
+    def watched(files, settings, *quota):
         held.append(get_engine().pool.checkedout())
-        return store(files, settings)
+        return store(files, settings, *quota)
 
     monkeypatch.setattr(routes, "store_upload", watched)
     archive = zip_folder(write_packed_dir(tmp_path / "run", synthetic_rows(steps=2, groups=4, n=2)))

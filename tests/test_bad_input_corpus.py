@@ -356,9 +356,7 @@ def request_cases() -> list[Case]:
     ):
         c.append(Case(f"GET-path-{path[8:40]}", path=path, field="trace_id" if "/traces/" in path else "job_id"))
     c.append(Case("analysis-unknown-kind-path", path=f"{t}/analyses/nope", status=(404,)))
-    c.append(
-        Case("summaries-unknown-task", path=f"{t}/summaries", params={"task": "a\x00b"}, status=(404,), field="task")
-    )
+    c.append(Case("summaries-nul-task", path=f"{t}/summaries", params={"task": "a\x00b"}, status=(422,), field="task"))
 
     sim = "/api/v1/simulations"
     for label, body, f in [

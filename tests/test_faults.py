@@ -10,9 +10,7 @@ redis-server, a Postgres cluster in a temp folder); the shared ones are never to
 from __future__ import annotations
 
 import os
-import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import threading
@@ -23,6 +21,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, select, update
 
+from bench._servers import PrivatePostgres, PrivateRedis, ServerUnavailable, free_port
 from tests.conftest import start_worker, stop_worker, wait_for_job
 from tests.helpers import synthetic_rows, write_packed_dir, zip_folder
 
@@ -177,6 +176,36 @@ def test_lost_message_is_sent_again(api, fault_env, tmp_path):
     assert api.get(f"/api/v1/traces/{trace_id}").json()["status"] == "ready"
 
 
+@pytest.mark.parametrize("backend_env", ["postgres"], indirect=True)
+def test_message_fetched_by_a_killed_worker_counts_as_lost(api, fault_env):
+    """Redis keeps a fetched message as unacknowledged until the visibility timeout (an
+    hour). A queued job's message fetched longer than a lease ago went with a worker
+    killed before it started the job: the sweeper must count it lost and send it again
+    (bench/chaos.py found jobs queued for an hour this way)."""
+    import json
+
+    import redis
+
+    from backend.jobs.broker import queued_job_ids
+
+    r = api.post("/api/v1/traces", files=[("files", ("run.zip", _small_zip(9), "application/zip"))])
+    assert r.status_code == 202, r.text
+    job_id = r.json()["job"]["id"]
+    client = redis.Redis.from_url(fault_env["RLVR_BROKER_URL"])
+    queue = fault_env["RLVR_QUEUE_NAME"]
+    payload = json.loads(client.rpop(queue))  # fetched, as a worker does
+    tag = payload["properties"]["delivery_tag"]
+    client.hset("unacked", tag, json.dumps([payload, queue, queue]))
+    try:
+        client.zadd("unacked_index", {tag: time.time()})
+        assert job_id in queued_job_ids()  # just fetched: its worker is about to claim it
+        client.zadd("unacked_index", {tag: time.time() - float(LEASE["RLVR_JOB_LEASE_S"]) - 1})
+        assert job_id not in queued_job_ids()  # fetched a lease ago, still queued: lost
+    finally:
+        client.hdel("unacked", tag)
+        client.zrem("unacked_index", tag)
+
+
 def test_job_of_a_worker_lost_too_often_fails_with_reason(api, fault_env):
     """The sweeper gives up after job_max_attempts: failed, with the reason, no rows."""
     from backend.jobs.sweeper import sweep
@@ -203,7 +232,7 @@ def test_job_of_a_worker_lost_too_often_fails_with_reason(api, fault_env):
     sweep(get_engine())  # (a worker's sweeper running beside this test may get there first)
     job = api.get(f"/api/v1/jobs/{job_id}").json()
     assert job["status"] == "failed" and "gone:1" in job["error"] and "attempts" in job["error"]
-    assert not Path(job["params"]["folder"]).exists()  # the stored upload goes too
+    assert not (get_settings().upload_dir / job["params"]["upload"]).exists()  # the stored upload goes too
     trace = api.get(f"/api/v1/traces/{trace_id}").json()
     assert trace["status"] == "failed" and trace["error"]
     assert _sample_count(trace_id) == 0
@@ -224,7 +253,7 @@ def test_ingestion_taken_over_commits_nothing(api, fault_env):
     assert r.status_code == 202, r.text
     job_id, trace_id = r.json()["job"]["id"], r.json()["trace"]["id"]
     with new_session() as s:
-        folder = Path(s.get(Job, job_id).params["folder"])
+        folder = get_settings().upload_dir / s.get(Job, job_id).params["upload"]
         s.execute(
             update(Job)
             .where(Job.id == job_id)
@@ -313,7 +342,7 @@ def test_requests_while_the_queue_is_unreachable(api, env, monkeypatch):
     from backend.store.db import new_session, reset_caches
     from backend.store.models import Job
 
-    monkeypatch.setenv("RLVR_BROKER_URL", f"redis://127.0.0.1:{_free_port()}/0")
+    monkeypatch.setenv("RLVR_BROKER_URL", f"redis://127.0.0.1:{free_port()}/0")
     reset_caches()
     r = api.post("/api/v1/traces", files=[("files", ("run.zip", _small_zip(7), "application/zip"))])
     assert r.status_code == 201, r.text
@@ -339,44 +368,12 @@ def test_requests_while_the_queue_is_unreachable(api, env, monkeypatch):
 # --------------------------------------------------------------------------- private servers
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _wait_port(port: int, timeout: float = 20) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with socket.socket() as sock:
-            if sock.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.05)
-    raise RuntimeError(f"nothing listens on 127.0.0.1:{port}")
-
-
-class PrivateRedis:
-    """A redis-server of the test's own (no persistence), stopped and started at will."""
-
-    def __init__(self, folder: Path):
-        if shutil.which("redis-server") is None:
-            pytest.skip("redis-server not installed")
-        self.folder, self.port, self.proc = folder, _free_port(), None
-        self.url = f"redis://127.0.0.1:{self.port}/0"
-
-    def start(self) -> None:
-        self.proc = subprocess.Popen(
-            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
-            cwd=self.folder,
-            stdout=(self.folder / "redis.log").open("ab"),
-            stderr=subprocess.STDOUT,
-        )
-        _wait_port(self.port)
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            self.proc.wait(timeout=20)
+def _private(server, *args):
+    """A private server (bench/_servers.py), or a skip naming what is not installed."""
+    try:
+        return server(*args)
+    except ServerUnavailable as exc:
+        pytest.skip(str(exc))
 
 
 # --------------------------------------------------------------------------- broker down
@@ -390,7 +387,7 @@ def test_broker_down_and_back(api, fault_env, tmp_path, monkeypatch):
     from backend.store.db import new_session, reset_caches
     from backend.store.models import Job
 
-    redis = PrivateRedis(tmp_path)
+    redis = _private(PrivateRedis, tmp_path)
     redis.start()
     monkeypatch.setenv("RLVR_BROKER_URL", redis.url)
     reset_caches()
@@ -448,51 +445,6 @@ def test_broker_down_and_back(api, fault_env, tmp_path, monkeypatch):
         redis.stop()
 
 
-class PrivatePostgres:
-    """A Postgres cluster of the test's own (initdb in a temp folder, trust auth, its own
-    port), stopped with `pg_ctl stop -m fast` and started again at will."""
-
-    def __init__(self):
-        bins = sorted(Path("/usr/lib/postgresql").glob("*/bin/pg_ctl"))
-        if not bins:
-            pytest.skip("no Postgres server binaries in /usr/lib/postgresql/*/bin")
-        self.bin = bins[-1].parent
-        self.port = _free_port()
-        # Postgres refuses to run as root: as root the cluster belongs to `postgres`, in a
-        # folder it can reach (pytest's tmp_path is private to root).
-        self.folder = Path(tempfile.mkdtemp(prefix="rlvr-faults-pg-"))
-        self.data = self.folder / "data"
-        self.as_user: list[str] = []
-        if os.geteuid() == 0:
-            shutil.chown(self.folder, "postgres", "postgres")
-            self.as_user = ["runuser", "-u", "postgres", "--"]
-        self.url = f"postgresql://postgres@127.0.0.1:{self.port}/rlvr"
-
-    def _run(self, *args: str, timeout: float = 60) -> None:
-        subprocess.run([*self.as_user, *args], check=True, capture_output=True, timeout=timeout)
-
-    def init(self) -> None:
-        self._run(str(self.bin / "initdb"), "-D", str(self.data), "-A", "trust", "-U", "postgres", "--no-sync")
-        self.start()
-        self._run(str(self.bin / "createdb"), "-h", "127.0.0.1", "-p", str(self.port), "-U", "postgres", "rlvr")
-
-    def start(self) -> None:
-        options = f"-p {self.port} -c listen_addresses=127.0.0.1 -k {self.folder} -c fsync=off"
-        self._run(
-            str(self.bin / "pg_ctl"), "-D", str(self.data), "-l", str(self.folder / "log"), "-o", options, "-w", "start"
-        )
-
-    def stop(self, mode: str = "fast") -> None:
-        self._run(str(self.bin / "pg_ctl"), "-D", str(self.data), "-m", mode, "-w", "stop")
-
-    def destroy(self) -> None:
-        try:
-            self.stop("immediate")
-        except subprocess.CalledProcessError:
-            pass  # not running
-        shutil.rmtree(self.folder, ignore_errors=True)
-
-
 @pytest.fixture()
 def private_pg(tmp_path, monkeypatch):
     """A deployment on a private Postgres (embedded filesystem broker in tmp_path) and an
@@ -504,7 +456,7 @@ def private_pg(tmp_path, monkeypatch):
     from backend.store.db import reset_caches, session_scope
     from backend.store.migrate import upgrade
 
-    pg = PrivatePostgres()
+    pg = _private(PrivatePostgres)
     try:
         pg.init()
         upgrade(pg.url)

@@ -13,7 +13,6 @@ from backend.ingest.service import accept_upload
 from backend.ingest.uploads import local_files
 from backend.settings import get_settings
 from backend.store.db import session_scope
-from backend.store.models import Team
 
 POLYTRACE_RUNS = [
     "verl_video_qwen2_5_vl_7b",
@@ -58,10 +57,10 @@ def ingest_paths(team_id: int, paths: list[Path]):
 
 @pytest.fixture()
 def team_id(team_key):
-    from backend.auth import hash_key
+    from backend.auth import team_for_key
 
     with session_scope() as s:
-        return s.scalar(select(Team.id).where(Team.api_key_hash == hash_key(team_key)))
+        return team_for_key(s, team_key).id
 
 
 @pytest.mark.parametrize("run", POLYTRACE_RUNS)

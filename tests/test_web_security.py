@@ -175,9 +175,9 @@ def test_server_signs_with_the_settings_secret(env, monkeypatch):
     expected = get_settings().session_secret()
     app = create_server()
     mount = next(r for r in app.routes if getattr(r, "path", None) == "")
-    flask_app = mount.app.app  # a2wsgi's WSGIMiddleware around the Flask app
+    flask_app = mount.app.app.app  # the Origin check, around a2wsgi's WSGIMiddleware, around the Flask app
     assert flask_app.secret_key == expected
-    assert create_server().routes[-1].app.app.secret_key == expected  # a second process agrees
+    assert create_server().routes[-1].app.app.app.secret_key == expected  # a second process agrees
 
 
 # -- headers and docs ---------------------------------------------------------------------
@@ -273,16 +273,16 @@ def test_q_matches_percent_and_underscore_literally(api, tmp_path):
 
 def test_a_team_found_by_key_is_cached_and_an_unknown_key_is_not(env):
     """GET requests name their team with every call: a found team is kept for
-    TEAM_CACHE_S (no query), an unknown key asks the database every time."""
-    from backend.auth import cached_team, create_team, lookup_team
+    key_cache_s (no query), an unknown key asks the database every time."""
+    from backend.auth import cached_caller, create_team, lookup_caller
     from backend.store.db import session_scope
 
     with session_scope() as s:
         team, key = create_team(s, f"cached-{uuid.uuid4().hex[:8]}")
         team_id = team.id
-    assert cached_team(key) is None
-    found = lookup_team(key)
-    assert found is not None and found.id == team_id
-    again = cached_team(key)
-    assert again is found and again.name.startswith("cached-")
-    assert lookup_team("rlvr_not-a-key") is None and cached_team("rlvr_not-a-key") is None
+    assert cached_caller(key) is None
+    found = lookup_caller(key)
+    assert found is not None and found.team.id == team_id
+    again = cached_caller(key)
+    assert again is found and again.team.name.startswith("cached-")
+    assert lookup_caller("rlvr_not-a-key") is None and cached_caller("rlvr_not-a-key") is None

@@ -6,7 +6,6 @@ The Job row carries status, progress and the result; a task only receives its id
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 
 from celery.signals import worker_ready, worker_shutting_down
 from sqlalchemy import select
@@ -38,13 +37,14 @@ def _load_job(job_id: int) -> Job | None:
 def ingest_upload(job_id: int) -> None:
     from backend.ingest.service import ingest_stored
     from backend.ingest.uploads import discard
+    from backend.jobs.contracts import upload_folder
 
     job_id = job_id[0] if isinstance(job_id, list) else job_id
     job = _load_job(job_id)
     if job is None or job.status in (JobStatus.SUCCEEDED, JobStatus.FAILED):
         return
     engine = get_engine()
-    folder = Path(job.params["folder"])
+    folder = upload_folder(job.params or {}, get_settings())
 
     def progress(fraction: float, message: str) -> None:
         if leases.lost(job_id):
@@ -55,9 +55,11 @@ def ingest_upload(job_id: int) -> None:
         if not claimed:
             return
         try:
+            # (files gone: the trace fails with "the upload holds no files")
+            present = folder is not None and folder.is_dir()
             ingest_stored(
                 job.trace_id,
-                sorted(p for p in folder.iterdir() if p.is_file()),
+                sorted(p for p in folder.iterdir() if p.is_file()) if present else [],
                 get_settings(),
                 job.params.get("format"),
                 job.params.get("max_response_len"),

@@ -12,10 +12,12 @@ from backend.api.routes import (
     advice,
     analyses,
     jobs,
+    keys,
     live,
     me,
     sample_texts,
     simulations,
+    storage,
     trace_data,
     traces,
     workloads,
@@ -42,7 +44,7 @@ def create_app() -> FastAPI:
     install_docs(app, API_PREFIX)
     # every route documents the ErrorResponse shape (FastAPI's own 422s follow it too)
     api = APIRouter(prefix=API_PREFIX, responses=ERROR_RESPONSES)
-    for module in (me, traces, live, trace_data, sample_texts, analyses, jobs):
+    for module in (me, keys, storage, traces, live, trace_data, sample_texts, analyses, jobs):
         api.include_router(module.router)
     # the replay routes' request bodies are typed from the policy registry as it is now
     for replay in (simulations, workloads, advice):
@@ -65,6 +67,9 @@ def create_app() -> FastAPI:
     return app
 
 
+_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
+
+
 def _api_not_found(app: FastAPI) -> None:
     """Any other /api/... path is a 404 JSON answer, not the dashboard's HTML page
     (registered after every API route and before the dashboard mount)."""
@@ -75,10 +80,16 @@ def _api_not_found(app: FastAPI) -> None:
         include_in_schema=False,
     )
     def api_not_found(path: str, request: Request) -> None:
-        # a known path asked with another method stays a 405
-        if any(
-            getattr(r, "endpoint", None) is not api_not_found and r.matches(request.scope)[0] == Match.PARTIAL
-            for r in app.router.routes
-        ):
-            raise HTTPException(405, detail={"message": f"{request.method} is not allowed on /api/{path}"})
+        # a known path asked with another method stays a 405, saying which methods it has
+        # (asked of the routes themselves: FastAPI nests included routers)
+        others = [r for r in app.router.routes if getattr(r, "endpoint", None) is not api_not_found]
+        allowed = [
+            m for m in _METHODS if any(r.matches({**request.scope, "method": m})[0] == Match.FULL for r in others)
+        ]
+        if allowed:
+            raise HTTPException(
+                405,
+                detail={"message": f"{request.method} is not allowed on /api/{path} (allowed: {', '.join(allowed)})"},
+                headers={"Allow": ", ".join(allowed)},
+            )
         raise HTTPException(404, detail={"message": f"no API route /api/{path} (see {API_PREFIX}/docs)"})

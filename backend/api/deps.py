@@ -14,13 +14,14 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
-from fastapi import Depends, Header, HTTPException, Path, Query, status
+from fastapi import Depends, Header, HTTPException, Path, Query, Request, status
 from pydantic import BeforeValidator
 from sqlalchemy import select
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
-from backend.auth import cached_team, lookup_team
+from backend.auth import cached_caller, lookup_caller
 from backend.settings import Settings, get_settings
 from backend.store.db import new_session
 from backend.store.ids import ID_MAX, ID_MIN, check_id
@@ -35,30 +36,51 @@ async def get_session() -> AsyncIterator[Session]:
     try:
         yield session
     finally:
-        await run_in_threadpool(session.close)
+        await run_in_threadpool(_close, session)
+
+
+def _close(session: Session) -> None:
+    """Close the session; a connection the database dropped meanwhile (a restart) fails
+    its rollback: the pool has discarded it, and the request has had its answer (a
+    raise here would cut the answer off)."""
+    try:
+        session.close()
+    except DBAPIError:
+        pass
 
 
 SessionDep = Annotated[Session, Depends(get_session)]
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 
 
+def presented_key(x_api_key: str | None, authorization: str | None) -> str | None:
+    """The key a request presents: X-API-Key, else `Authorization: Bearer`. Whitespace
+    around it is not part of it (HTTP's optional whitespace), on either side alike."""
+    key = x_api_key.strip() if x_api_key is not None else None
+    if not key and authorization:
+        scheme, _, rest = authorization.strip().partition(" ")
+        key = rest.strip() if scheme.lower() == "bearer" else None
+    return key or None
+
+
 async def get_current_team(
+    request: Request,
     x_api_key: Annotated[str | None, Header()] = None,
     authorization: Annotated[str | None, Header()] = None,
 ) -> Team:
-    """The key's team. Async: a cached team costs no thread hop and no query
-    (backend/auth.py); a lookup runs in the thread pool."""
-    key = x_api_key
-    if key is None and authorization and authorization.lower().startswith("bearer "):
-        key = authorization[7:].strip()
-    team = (cached_team(key) or await run_in_threadpool(lookup_team, key)) if key else None
-    if team is None:
+    """The key's team (the key's id goes on `request.state.api_key_id`). Async: a cached
+    caller costs no thread hop and no query (backend/auth.py); a lookup runs in the
+    thread pool. A revoked key is refused within `key_cache_s` on every process."""
+    key = presented_key(x_api_key, authorization)
+    caller = (cached_caller(key) or await run_in_threadpool(lookup_caller, key)) if key else None
+    if caller is None:
         raise HTTPException(
             status.HTTP_401_UNAUTHORIZED,
-            detail={"message": "missing or invalid API key (send it as X-API-Key)"},
+            detail={"message": "missing, invalid or revoked API key (send it as X-API-Key)"},
             headers={"WWW-Authenticate": "Bearer"},
         )
-    return team
+    request.state.api_key_id = caller.key_id
+    return caller.team
 
 
 CurrentTeam = Annotated[Team, Depends(get_current_team)]
@@ -72,11 +94,13 @@ def _digits(value: Any) -> Any:
     return value
 
 
-_Digits = BeforeValidator(_digits)
-TraceIdPath = Annotated[int, _Digits, Path(ge=ID_MIN, le=ID_MAX, description="A trace of your team")]
-JobIdPath = Annotated[int, _Digits, Path(ge=ID_MIN, le=ID_MAX, description="A job of your team")]
+# Path/Query first and this check after it: so the bounds reach the OpenAPI document as
+# JSON Schema's minimum/maximum (with the validator first they leaked out as ge/le).
+ID_DIGITS = BeforeValidator(_digits)
+TraceIdPath = Annotated[int, Path(ge=ID_MIN, le=ID_MAX, description="A trace of your team"), ID_DIGITS]
+JobIdPath = Annotated[int, Path(ge=ID_MIN, le=ID_MAX, description="A job of your team"), ID_DIGITS]
 TraceIdQuery = Annotated[
-    int | None, _Digits, Query(ge=ID_MIN, le=ID_MAX, description="Only jobs of this trace of your team")
+    int | None, Query(ge=ID_MIN, le=ID_MAX, description="Only jobs of this trace of your team"), ID_DIGITS
 ]
 
 

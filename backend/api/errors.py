@@ -12,6 +12,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from backend.api.schemas import ErrorResponse
 from backend.formats.base import InputError
+from backend.ingest.service import IngestionInProgress
 from backend.ingest.uploads import UploadTooLarge
 from backend.jobs.dispatch import QueueUnavailable
 
@@ -124,6 +125,12 @@ def install_error_handlers(app: FastAPI) -> None:
         # Jobs committed before the broker failed are in the outbox: the workers send them
         # when it is back, and the same request then finds them (no duplicate is made).
         return _unavailable("the job queue is unavailable; the request is kept and will run when it is back")
+
+    @app.exception_handler(IngestionInProgress)
+    async def _in_progress(_request: Request, _exc: IngestionInProgress) -> JSONResponse:
+        # Not acknowledged while another request ingests it (that one may yet fail):
+        # the retry gets the trace once it is ready, or starts the upload again.
+        return _unavailable("the same upload is being ingested by another request")
 
     @app.exception_handler(OperationalError)
     async def _database_unavailable(_request: Request, _exc: OperationalError) -> JSONResponse:

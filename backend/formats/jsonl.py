@@ -22,6 +22,10 @@ INT32_MAX = 2**31 - 1
 
 # JSON lines are parsed in blocks of this many bytes (about 100k packed samples).
 BLOCK_BYTES = 2 << 20
+# One JSON record (a line, or a whole compact document) may hold this many bytes: parsed
+# whole, it costs up to ~60x its size in memory (8M one-digit lengths in 16 MiB), so
+# this bounds what a reader holds at once (backend/ingest/bounds.py).
+MAX_RECORD_BYTES = 16 << 20
 
 
 @dataclass
@@ -116,6 +120,7 @@ def iter_json_chunks(
             cut = block.rfind(b"\n")
             if cut < 0:
                 pending.append(block)
+                check_record_size(sum(map(len, pending)), source.name, line_no + 1)
             else:
                 lines = (b"".join(pending) + block[:cut]).split(b"\n")
                 pending = [block[cut + 1 :]]
@@ -131,6 +136,17 @@ def iter_json_chunks(
             yield _parse_lines([tail], line_no + 1, source.name, fallback)
     if not seen_any:
         raise InputError(source.name, "empty file: no JSON records")
+
+
+def check_record_size(size: int, name: str, line: int | None = None) -> None:
+    """Refuse a JSON record past MAX_RECORD_BYTES (while it is read, before parsing it)."""
+    if size > MAX_RECORD_BYTES:
+        what = "a line" if line is not None else "the JSON document"
+        raise InputError(
+            name,
+            f"{what} longer than {MAX_RECORD_BYTES:,} bytes: split it (one prompt group or trajectory per line)",
+            line=line,
+        )
 
 
 # --------------------------------------------------------------------------- columns

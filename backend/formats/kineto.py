@@ -393,7 +393,7 @@ def _check_finite(file: str, rows: list, column: np.ndarray, key: str, chunk: _C
         record = _record_of(chunk, rows[i])
         what = "negative" if np.isfinite(column[i]) else "not finite"
         raise InputError(
-            file, f"traceEvents[{record - 1}]: GPU event {key} is {what}: {column[i]!r}", line=record, field=key
+            file, f"traceEvents[{record - 1}]: GPU event {key} is {what}: {column[i].item()!r}", line=record, field=key
         )
 
 

@@ -220,7 +220,9 @@ def _diagnose_csv(source: Source, header: list[str], used: list[str], exc: Excep
     return InputError(source.name, f"unreadable CSV: {exc}")
 
 
-_INT_RE = re.compile(r"^[-+]?\d+$")
+# ASCII digits only: pyarrow reads nothing else, while \d and float() also take other
+# scripts' digits (Arabic-Indic, Devanagari...), which hid the bad value's line and field.
+_INT_RE = re.compile(r"^[-+]?[0-9]+$")
 _BOOL_WORDS = {"true", "false", "1", "0", "True", "False", "TRUE", "FALSE"}
 
 
@@ -237,6 +239,8 @@ def _csv_value_problem(col: str, value: str) -> str | None:
             return f"expected true or false, got {show_value(value)}"
     elif col in SAMPLE_FLOAT_COLUMNS and value:
         try:
+            if not value.isascii():
+                raise ValueError(value)
             float(value)
         except ValueError:
             return f"expected a number, got {show_value(value)}"

@@ -48,12 +48,14 @@ from backend.formats.base import InputError, ReadResult, Source, TableBatch
 from backend.formats.dapo import sample_marks
 from backend.formats.jsonl import (
     INT32_MAX,
+    MAX_RECORD_BYTES,
     REQUIRED,
     JsonChunk,
     as_ids,
     as_lengths,
     as_seconds,
     bool_column,
+    check_record_size,
     chunk_lines,
     float_column,
     gc_paused,
@@ -409,7 +411,8 @@ def read_compact(source: Source, result: ReadResult) -> Iterator[TableBatch]:
     """Compact whole-run JSON keyed by step -> per-step ``samples`` (and ``turns``)."""
     name = source.name
     with source.open() as stream:
-        raw = stream.read()
+        raw = stream.read(MAX_RECORD_BYTES + 1)
+    check_record_size(len(raw), name)
     if not raw.strip():
         raise InputError(name, "empty file")
     try:

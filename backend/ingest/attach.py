@@ -24,10 +24,12 @@ from sqlalchemy.exc import IntegrityError
 from backend.formats import read_sources
 from backend.formats.base import STEP_TIMING_COLUMNS, InputError, ReadResult, Source
 from backend.formats.dapo import dapo_marks, unmatched_note
+from backend.ingest.bounds import Bounds
 from backend.ingest.pipeline import COUNT_COLUMN, _Loader
 from backend.ingest.rollout_attach import DumpMatcher, merge_rollouts, trace_length_unit
 from backend.ingest.summaries import SUMMARY_COLUMNS, summarize_steps
 from backend.ingest.truncation import settle_truncation, trace_truncation, truncation_meta
+from backend.settings import get_settings
 from backend.store.columns import read_columns
 from backend.store.models import GpuKernelName, Sample, Step, Trace, TraceAttachment, TraceStatus
 
@@ -92,8 +94,8 @@ class _AttachLoader(_Loader):
     """A loader that continues a trace: task and kernel ids and event numbers go on from
     what the trace has."""
 
-    def __init__(self, conn, trace):
-        super().__init__(conn, trace.id)
+    def __init__(self, conn, trace, bounds: Bounds):
+        super().__init__(conn, trace.id, bounds)
         self.start = {t: int(getattr(trace, c) or 0) for t, c in COUNT_COLUMN.items()}
         self.counts = dict(self.start)
         self.task_ids = {name: i for i, name in enumerate(trace.tasks or [])}
@@ -212,6 +214,7 @@ def attach_sources(
 ) -> AttachOutcome:
     """Add `sources` to ready trace `trace_id` in one transaction (see the module doc)."""
     result = ReadResult()
+    bounds = Bounds(get_settings())
     with engine.connect() as conn:
         with conn.begin():
             seen = conn.execute(
@@ -223,11 +226,13 @@ def attach_sources(
                 return AttachOutcome(created=False)
             trace = conn.execute(select(Trace.__table__).where(Trace.id == trace_id).with_for_update()).one()
             trace_meta = dict(trace.meta or {})
-            loader = _AttachLoader(conn, trace)
+            loader = _AttachLoader(conn, trace, bounds)
             try:
                 # a rollout dump's samples land on the trace's own when it has them (rollout_attach.py)
                 dumps = DumpMatcher(conn, trace_id, result, trace_length_unit(trace_meta, trace.n_samples))
-                for batch in dumps.batches(read_sources(sources, forced_format, result, marks_alone=True)):
+                for batch in dumps.batches(
+                    read_sources(bounds.sources(sources), forced_format, result, marks_alone=True)
+                ):
                     loader.add(batch)
                 marked = _apply_dapo_marks(conn, trace_id, result)
             except IntegrityError as exc:
@@ -247,16 +252,8 @@ def attach_sources(
                 loader.columns.setdefault("samples", set()).update({"reward", "repeat_period"})
             truncation, sample_steps = _settle(conn, trace, loader, result, marked)
             _write_steps(conn, loader, truncation.cap, sample_steps)
-            meta = dict(result.info.metadata)
-            meta["columns"] = {t: sorted(c - {"trace_id", "event_idx"}) for t, c in loader.columns.items()}
-            meta.update({"truncation": truncation_meta(truncation)} if loader.steps.counts else {})
-            if result.skipped:
-                meta["skipped"] = result.skipped
-            merged = merge_meta(trace_meta, meta)
-            n_steps = conn.scalar(select(func.count()).select_from(Step).where(Step.trace_id == trace_id)) or 0
-            if not n_steps:
-                windows = (merged.get("kineto") or {}).get("steps") or {}
-                n_steps = len({int(w[0]) for ws in windows.values() for w in ws})
+            extra = {"truncation": truncation_meta(truncation)} if loader.steps.counts else {}
+            merged, n_steps = _merged_meta(conn, trace_id, trace_meta, result, loader, extra)
             conn.execute(
                 update(Trace)
                 .where(Trace.id == trace_id)
@@ -267,6 +264,7 @@ def attach_sources(
                     tasks=list(loader.task_ids),
                     framework=trace.framework or result.info.framework,
                     size_bytes=Trace.size_bytes + size_bytes,
+                    stored_bytes=Trace.stored_bytes + max(size_bytes, int(bounds.bytes_read.value)),
                     meta=merged,
                     status=TraceStatus.READY,
                     error=None,
@@ -287,6 +285,21 @@ def attach_sources(
                 )
             )
     return AttachOutcome(created=True, tables=sorted(tables), steps=steps, skipped=result.skipped)
+
+
+def _merged_meta(conn, trace_id: int, trace_meta: dict, result: ReadResult, loader, extra: dict) -> tuple[dict, int]:
+    """The trace's metadata with the attach's (and `extra`) merged in, and its step count after it."""
+    meta = dict(result.info.metadata)
+    meta["columns"] = {t: sorted(c - {"trace_id", "event_idx"}) for t, c in loader.columns.items()}
+    meta.update(extra)
+    if result.skipped:
+        meta["skipped"] = result.skipped
+    merged = merge_meta(trace_meta, meta)
+    n_steps = conn.scalar(select(func.count()).select_from(Step).where(Step.trace_id == trace_id)) or 0
+    if not n_steps:  # GPU-only traces: their steps are the ProfilerStep windows
+        windows = (merged.get("kineto") or {}).get("steps") or {}
+        n_steps = len({int(w[0]) for ws in windows.values() for w in ws})
+    return merged, n_steps
 
 
 def attach_stored(session, settings, trace_id: int, stored, forced_format: str | None = None) -> AttachOutcome:

@@ -7,6 +7,8 @@ Batches with text columns use psycopg's row-wise COPY. SQLite: executemany.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
 import psycopg
 from sqlalchemy import Table
@@ -26,8 +28,9 @@ def _null_mask(values: np.ndarray) -> np.ndarray | None:
     return None
 
 
-def encode_pg_binary(table: Table, columns: dict[str, np.ndarray]) -> bytes:
-    """Encode equal-length numpy columns as a complete PostgreSQL binary COPY stream."""
+def encode_pg_rows(table: Table, columns: dict[str, np.ndarray]) -> bytes:
+    """Equal-length numpy columns as the rows of a PostgreSQL binary COPY stream (the
+    header goes before them, the trailer after)."""
     names = list(columns)
     dtypes = [binary_dtype(table.c[n].type) for n in names]
     n_rows = len(columns[names[0]])
@@ -37,7 +40,7 @@ def encode_pg_binary(table: Table, columns: dict[str, np.ndarray]) -> bytes:
     for bit, mask in enumerate(masks):
         if mask is not None:
             pattern |= mask.astype(np.int64) << bit
-    chunks = [_PG_HEADER]
+    chunks = []
     patterns = np.unique(pattern)
     for pat in patterns:
         rows = np.flatnonzero(pattern == pat) if len(patterns) > 1 else slice(None)
@@ -57,7 +60,6 @@ def encode_pg_binary(table: Table, columns: dict[str, np.ndarray]) -> bytes:
             rec[f"l{i}"] = dt.itemsize
             rec[f"v{i}"] = np.asarray(columns[name])[rows]
         chunks.append(rec.tobytes())
-    chunks.append(_PG_TRAILER)
     return b"".join(chunks)
 
 
@@ -74,8 +76,22 @@ def _python_rows(columns: dict[str, np.ndarray | list]) -> list[tuple]:
     return list(zip(*cols))
 
 
+# Rows encoded and sent at a time: a reader's batch can be one huge line (a prompt group
+# of millions of samples), and encoding it whole held its rows several times over.
+SLICE_ROWS = 100_000
+
+
+def _slices(columns: dict[str, np.ndarray | list], n_rows: int) -> Iterator[dict[str, np.ndarray | list]]:
+    if n_rows <= SLICE_ROWS:
+        yield columns
+        return
+    for lo in range(0, n_rows, SLICE_ROWS):
+        yield {k: v[lo : lo + SLICE_ROWS] for k, v in columns.items()}
+
+
 def bulk_insert(conn: Connection, table_name: str, columns: dict[str, np.ndarray | list]) -> int:
-    """Append rows to `table_name` inside the connection's transaction; returns the count."""
+    """Append rows to `table_name` inside the connection's transaction (encoded
+    SLICE_ROWS at a time); returns the count."""
     if not columns:
         return 0
     table = table_of(table_name)
@@ -86,26 +102,28 @@ def bulk_insert(conn: Connection, table_name: str, columns: dict[str, np.ndarray
     col_sql = ", ".join(f'"{n}"' for n in names)
     if conn.dialect.name == "postgresql":
         try:
-            _copy_pg(conn, table, table_name, col_sql, columns)
+            _copy_pg(conn, table, table_name, col_sql, columns, n_rows)
         except psycopg.errors.IntegrityError as exc:
             # Same exception type as the SQLite path, so callers handle one.
             raise IntegrityError(f"COPY {table_name}", None, exc) from exc
     else:
         placeholders = ", ".join("?" for _ in names)
-        conn.exec_driver_sql(
-            f'INSERT INTO "{table_name}" ({col_sql}) VALUES ({placeholders})',
-            _python_rows(columns),
-        )
+        for part in _slices(columns, n_rows):
+            conn.exec_driver_sql(f'INSERT INTO "{table_name}" ({col_sql}) VALUES ({placeholders})', _python_rows(part))
     return n_rows
 
 
-def _copy_pg(conn: Connection, table: Table, table_name: str, col_sql: str, columns: dict) -> None:
+def _copy_pg(conn: Connection, table: Table, table_name: str, col_sql: str, columns: dict, n_rows: int) -> None:
     cursor = conn.connection.driver_connection.cursor()
     binary = all(isinstance(v, np.ndarray) and binary_dtype(table.c[n].type) is not None for n, v in columns.items())
     if binary:
         with cursor.copy(f'COPY "{table_name}" ({col_sql}) FROM STDIN (FORMAT BINARY)') as cp:
-            cp.write(encode_pg_binary(table, columns))  # type: ignore[arg-type]
+            cp.write(_PG_HEADER)
+            for part in _slices(columns, n_rows):
+                cp.write(encode_pg_rows(table, part))  # type: ignore[arg-type]
+            cp.write(_PG_TRAILER)
     else:
         with cursor.copy(f'COPY "{table_name}" ({col_sql}) FROM STDIN') as cp:
-            for row in _python_rows(columns):
-                cp.write_row(row)
+            for part in _slices(columns, n_rows):
+                for row in _python_rows(part):
+                    cp.write_row(row)

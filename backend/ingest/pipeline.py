@@ -8,13 +8,11 @@ run starts by clearing rows a killed earlier attempt may have left.
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import re
 import time
 from collections.abc import Callable
 from contextlib import closing
 from dataclasses import asdict
-from typing import IO
 
 import numpy as np
 from sqlalchemy import insert, select, update
@@ -24,10 +22,12 @@ from sqlalchemy.exc import IntegrityError
 from backend.formats import read_sources, upload_format
 from backend.formats.base import STEP_TIMING_COLUMNS, InputError, ReadResult, Source, TableBatch
 from backend.formats.kineto_events import EVENTS_DIR_STATE, remove_events
+from backend.ingest.bounds import Bounds
 from backend.ingest.bulk import bulk_insert
 from backend.ingest.summaries import SUMMARY_COLUMNS, StepCounter, summarize_steps
 from backend.ingest.truncation import settle_truncation, truncation_meta
 from backend.jobs.fence import Abandoned, Fence
+from backend.settings import get_settings
 from backend.store.columns import read_columns
 from backend.store.deletion import clear_trace_rows
 from backend.store.models import (
@@ -53,43 +53,11 @@ Progress = Callable[[float, str], None]
 SUMMARY_RANGE_SAMPLES = 2_000_000
 
 
-class _CountingStream:
-    """Wraps a binary stream to count bytes read (for progress). The count lives in
-    shared memory: Kineto files read ahead in forked processes
-    (backend/formats/kineto_ahead.py) count into it too (an update lost to a race
-    between them only shows a little less progress)."""
-
-    def __init__(self, raw: IO[bytes], counter):
-        self._raw, self._counter = raw, counter
-
-    def read(self, n: int = -1) -> bytes:
-        data = self._raw.read(n)
-        self._counter.value += len(data)
-        return data
-
-    def readline(self, n: int = -1) -> bytes:
-        data = self._raw.readline(n)
-        self._counter.value += len(data)
-        return data
-
-    def __iter__(self):
-        return iter(self.readline, b"")
-
-    def __getattr__(self, name):
-        return getattr(self._raw, name)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._raw.close()
-
-
 class _Loader:
-    """Folds reader batches into one trace's rows."""
+    """Folds reader batches into one trace's rows (within `bounds`, when given)."""
 
-    def __init__(self, conn: Connection, trace_id: int):
-        self.conn, self.trace_id = conn, trace_id
+    def __init__(self, conn: Connection, trace_id: int, bounds: Bounds | None = None):
+        self.conn, self.trace_id, self.bounds = conn, trace_id, bounds
         self.counts = {t: 0 for t in COUNT_COLUMN}
         self.steps = StepCounter()
         self.measured: dict[int, dict] = {}
@@ -111,6 +79,8 @@ class _Loader:
             if "task" in cols:
                 cols["task_id"] = self._ids(cols.pop("task"), self.task_ids).astype(np.int16)
             self.steps.add(cols["step"], cols["response_len"])
+            if self.bounds is not None:
+                self.bounds.count_samples(np.asarray(cols["step"]), self.steps.counts)
         elif batch.table == "gpu_events":
             cols["name_id"] = self._kernel_ids(cols.pop("name"))
             cols["event_idx"] = np.arange(self.counts["gpu_events"], self.counts["gpu_events"] + n, dtype=np.int64)
@@ -157,16 +127,21 @@ class _Loader:
         inferred = self.steps.inferred_cap() if infer else None
         return settle_truncation(self.conn, self.trace_id, columns, given=given, recorded=recorded, inferred=inferred)
 
-    def _summaries(self, cap: int | None):
+    def _summaries(self, cap: int | None, progress: Callable[[float], None]):
         """Read the loaded samples back a bounded step range at a time and summarise."""
         columns = [c for c in SUMMARY_COLUMNS if c in self.columns.get("samples", ())]
-        for lo, hi in self.steps.step_ranges(SUMMARY_RANGE_SAMPLES):
+        ranges = self.steps.step_ranges(SUMMARY_RANGE_SAMPLES)
+        for i, (lo, hi) in enumerate(ranges):
+            progress(i / len(ranges))
             cols = read_columns(self.conn, "samples", self.trace_id, columns, step_range=(lo, hi))
             yield from summarize_steps(cols, cap, list(self.task_ids))
+        # the last report before the steps are written: on SQLite a report (another
+        # connection's write) would wait for this connection's write lock from then on
+        progress(1.0)
 
-    def write_steps(self, cap: int | None) -> int:
+    def write_steps(self, cap: int | None, progress: Callable[[float], None] = lambda _f: None) -> int:
         rows: dict[int, dict] = {}
-        for summary in self._summaries(cap):
+        for summary in self._summaries(cap, progress):
             rows[summary.step] = {**asdict(summary), "metrics": {}}
         for step, measured in self.measured.items():
             rows.setdefault(step, {"step": step, "summary": {}, "metrics": {}}).update(measured)
@@ -203,6 +178,38 @@ def _duplicate_message(exc: IntegrityError) -> str:
     return "duplicate rows in the upload (the same step/group/sample, or step/rank/phase, twice)" + key
 
 
+# Shares of the progress bar: reading and loading the rows, then the per-step summaries;
+# the rest is the commit (and on Postgres refreshing the planner's statistics).
+LOAD_SHARE, SUMMARY_SHARE = 0.85, 0.12
+# A source of unknown size (a .gz inside an archive) counts as this many bytes.
+UNKNOWN_SIZE_GUESS = 64 * 1024**2
+
+
+class _Reporter:
+    """Progress of one ingestion: bytes read against the sources' sizes while loading,
+    then the summaries' step ranges (at most every 0.5 s); writing the steps and the
+    commit take the rest."""
+
+    def __init__(self, progress: Progress | None, bounds: Bounds, sources: list[Source]):
+        self.progress, self.bytes_read = progress, bounds.bytes_read
+        known = [s.size for s in sources if s.size is not None]
+        guess = (sum(known) // len(known)) if known else UNKNOWN_SIZE_GUESS
+        self.total = max(1, sum(s.size if s.size is not None else guess for s in sources))
+        self.last = 0.0
+
+    def _send(self, fraction: float, message: str, force: bool = False) -> None:
+        now = time.monotonic()
+        if self.progress and (force or now - self.last > 0.5):
+            self.last = now
+            self.progress(fraction, message)
+
+    def loaded(self, rows: int) -> None:
+        self._send(LOAD_SHARE * min(self.bytes_read.value / self.total, 1.0), f"loaded {rows:,} rows")
+
+    def summaries(self, done: float) -> None:
+        self._send(LOAD_SHARE + SUMMARY_SHARE * done, "per-step summaries", force=done >= 1.0)
+
+
 def ingest_trace(
     engine: Engine,
     trace_id: int,
@@ -212,26 +219,20 @@ def ingest_trace(
     max_response_len: int | None = None,
     progress: Progress | None = None,
     fence: Fence | None = None,
+    bounds: Bounds | None = None,
 ) -> None:
     """Load `sources` into trace `trace_id` and mark it ready; on any error mark it failed
     with the reason, leave no rows behind, and re-raise. With a `fence`, an ingestion
-    another process has taken over commits nothing and touches neither trace nor rows."""
-    total_bytes = sum(s.size or 0 for s in sources) or 1
-    counter = mp.RawValue("q", 0)
-    counted = [Source(s.name, (lambda s=s: _CountingStream(s.open(), counter)), s.size) for s in sources]
+    another process has taken over commits nothing and touches neither trace nor rows.
+    `bounds` (default: the settings') refuse files that expand past them while read."""
+    bounds = bounds or Bounds(get_settings())
+    reporter = _Reporter(progress, bounds, sources)
     result = ReadResult()
     # Kineto files keep every event beside the database (CPU-side analyses, full export)
     events_dir = trace_events_dir(trace_id)
     remove_events(events_dir)
     result.state[EVENTS_DIR_STATE] = events_dir
     atomic = engine.dialect.name == "postgresql"
-    last_report = [0.0]
-
-    def report(message: str) -> None:
-        now = time.monotonic()
-        if progress and now - last_report[0] > 0.5:
-            last_report[0] = now
-            progress(min(counter.value / total_bytes, 0.99), message)
 
     def ours() -> bool:
         if fence is None:
@@ -250,25 +251,17 @@ def ingest_trace(
         with engine.connect() as conn:
             clear_trace_rows(conn, trace_id)
             conn.commit()
-            loader = _Loader(conn, trace_id)
+            loader = _Loader(conn, trace_id, bounds)
             try:
-                # closed at once on an error: files still being read ahead are waited for
-                # before the clean-up below removes what they wrote
-                with closing(read_sources(counted, forced_format, result)) as batches:
-                    for batch in batches:
-                        loader.add(batch)
-                        if not atomic:
-                            _still_there(conn, trace_id)
-                            conn.commit()
-                        report(f"loaded {sum(loader.counts.values()):,} rows")
+                _load(conn, loader, bounds.sources(sources), forced_format, result, reporter, atomic)
                 # a token cap says nothing of lengths counted in characters (no tokenizer)
                 tokens = result.info.length_unit == "tokens"
                 truncation = loader.settle_truncation(
                     max_response_len if tokens else None, result.info.max_response_len if tokens else None, tokens
                 )
                 _still_there(conn, trace_id)  # (else the steps' foreign key refuses them)
-                n_steps = loader.write_steps(truncation.cap)
-                _finish(conn, trace_id, loader, result, truncation, n_steps, upload_format(sources))
+                n_steps = loader.write_steps(truncation.cap, reporter.summaries)
+                _finish(conn, trace_id, loader, result, truncation, n_steps, upload_format(sources), bounds)
                 if fence is not None:
                     fence(conn)
                 _still_there(conn, trace_id)
@@ -293,6 +286,19 @@ def ingest_trace(
         progress(1.0, "ready")
 
 
+def _load(conn, loader: _Loader, sources, forced_format, result: ReadResult, reporter: _Reporter, atomic: bool):
+    """Every batch of the sources into the loader (committed per batch on SQLite)."""
+    # closed at once on an error: files still being read ahead are waited for before
+    # the clean-up removes what they wrote
+    with closing(read_sources(sources, forced_format, result)) as batches:
+        for batch in batches:
+            loader.add(batch)
+            if not atomic:
+                _still_there(conn, loader.trace_id)
+                conn.commit()
+            reporter.loaded(sum(loader.counts.values()))
+
+
 def _fail(engine: Engine, trace_id: int, exc: Exception) -> None:
     """Mark the trace failed with the reason and re-raise (duplicates as bad input)."""
     if isinstance(exc, IntegrityError):
@@ -314,6 +320,7 @@ def _finish(
     truncation: Truncation,
     n_steps: int,
     detected_format: str,
+    bounds: Bounds,
 ) -> None:
     info = result.info
     meta = dict(info.metadata)
@@ -328,7 +335,9 @@ def _finish(
         # (the same count the trace's overview shows)
         windows = (meta.get("kineto") or {}).get("steps") or {}
         n_steps = len({int(w[0]) for ws in windows.values() for w in ws})
-    trace = conn.execute(select(Trace.meta, Trace.framework, Trace.source_format).where(Trace.id == trace_id)).one()
+    trace = conn.execute(
+        select(Trace.meta, Trace.framework, Trace.source_format, Trace.size_bytes).where(Trace.id == trace_id)
+    ).one()
     conn.execute(
         update(Trace)
         .where(Trace.id == trace_id)
@@ -340,6 +349,8 @@ def _finish(
             framework=info.framework or trace.framework,
             source_format=trace.source_format or detected_format,
             meta={**(trace.meta or {}), **meta},
+            # against the team's quota: what the upload expanded to, if more than it was
+            stored_bytes=max(int(trace.size_bytes or 0), int(bounds.bytes_read.value)),
             status=TraceStatus.READY,
             error=None,
         )

@@ -6,7 +6,6 @@ import logging
 import threading
 from dataclasses import dataclass
 from datetime import timedelta
-from pathlib import Path
 
 from sqlalchemy import select
 from sqlalchemy.exc import DBAPIError
@@ -14,10 +13,11 @@ from sqlalchemy.orm import Session
 
 from backend.formats.base import InputError
 from backend.ingest.pipeline import Progress, ingest_trace, set_trace_status
+from backend.ingest.quota import QuotaExceeded, team_usage
 from backend.ingest.uploads import StoredUpload, discard, upload_sources
 from backend.jobs import leases
 from backend.jobs.analyses import queue_default_analyses
-from backend.jobs.contracts import INGEST_KIND
+from backend.jobs.contracts import INGEST_KIND, upload_folder
 from backend.jobs.dispatch import dispatch
 from backend.jobs.fence import Fence
 from backend.jobs.lease_terms import aware
@@ -42,6 +42,13 @@ def _inline_slot(settings: Settings) -> threading.BoundedSemaphore:
         return _inline_slots.setdefault(n, threading.BoundedSemaphore(n))
 
 
+class IngestionInProgress(RuntimeError):
+    """The same content is being ingested inline by another request. It is not handed
+    back as this upload's trace: that request may still fail (a database restart) and
+    leave nothing, so the caller is asked to retry (a 503 with Retry-After) until the
+    trace is ready, or is started again."""
+
+
 @dataclass
 class UploadOutcome:
     trace: Trace
@@ -62,10 +69,15 @@ def _existing(session: Session, team_id: int, content_hash: str) -> Trace | None
     return trace
 
 
-def _ingestion_alive(session: Session, trace: Trace) -> bool:
-    job = session.scalars(
+def _ingest_job(session: Session, trace: Trace) -> Job | None:
+    """The trace's latest ingest job (None: it is ingested inline, by a request)."""
+    return session.scalars(
         select(Job).where(Job.trace_id == trace.id, Job.kind == INGEST_KIND).order_by(Job.id.desc())
     ).first()
+
+
+def _ingestion_alive(session: Session, trace: Trace) -> bool:
+    job = _ingest_job(session, trace)
     now = utcnow()
     if job is None:  # inline: the request's heartbeat touches updated_at
         return aware(trace.updated_at) >= now - timedelta(seconds=get_settings().job_lease_s)
@@ -82,8 +94,7 @@ def _discard_attempt(session: Session, trace: Trace) -> None:
     delete_traces(session, Trace.id == trace.id)
     session.flush()
     for params in folders:
-        if params and params.get("folder"):
-            discard(Path(params["folder"]))
+        discard(upload_folder(params or {}, get_settings()))
 
 
 def changed_options(
@@ -127,7 +138,14 @@ def accept_upload(
     existing = _existing(session, team_id, stored.content_hash)
     if existing is not None:
         discard(stored.folder)
+        if existing.status != TraceStatus.READY and _ingest_job(session, existing) is None:
+            raise IngestionInProgress(f"trace {existing.id}: the same upload is being ingested by another request")
         return UploadOutcome(existing, None, created=False)
+    try:  # again, now that the upload is stored: uploads of the team may have raced
+        team_usage(session, team_id, settings).check(stored.size_bytes)
+    except QuotaExceeded:
+        discard(stored.folder)
+        raise
     trace = Trace(
         team_id=team_id,
         name=name or stored.files[0].name,
@@ -135,6 +153,7 @@ def accept_upload(
         status=TraceStatus.PENDING,
         content_hash=stored.content_hash,
         size_bytes=stored.size_bytes,
+        stored_bytes=stored.size_bytes,
         meta={},
     )
     session.add(trace)
@@ -152,7 +171,7 @@ def accept_upload(
             trace_id=trace.id,
             kind=INGEST_KIND,
             params={
-                "folder": str(stored.folder),
+                "upload": stored.folder.name if stored.folder is not None else None,
                 "format": forced_format,
                 "max_response_len": max_response_len,
             },

@@ -9,7 +9,7 @@ import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, Protocol
 
 from backend.formats.archive import Limits, expand_upload
 from backend.formats.base import InputError, Source
@@ -20,6 +20,15 @@ CHUNK = 1024 * 1024
 
 class UploadTooLarge(ValueError):
     pass
+
+
+class Room(Protocol):
+    """What is left of a team's storage quota (backend.ingest.quota.Usage)."""
+
+    @property
+    def remaining(self) -> int | None: ...
+
+    def refusal(self, incoming: int = 0) -> Exception: ...
 
 
 @dataclass
@@ -44,8 +53,10 @@ def _safe_name(name: str) -> str:
     return base
 
 
-def store_upload(items: Iterable[tuple[str, BinaryIO]], settings: Settings) -> StoredUpload:
-    """Copy uploaded streams into a fresh folder, hashing names and content in order."""
+def store_upload(items: Iterable[tuple[str, BinaryIO]], settings: Settings, quota: Room | None = None) -> StoredUpload:
+    """Copy uploaded streams into a fresh folder, hashing names and content in order;
+    refused (nothing kept) past `max_upload_bytes` or what is left of the team's `quota`."""
+    room = quota.remaining if quota is not None else None
     folder = settings.upload_dir / uuid.uuid4().hex
     folder.mkdir(parents=True)
     digest = hashlib.sha256()
@@ -65,6 +76,8 @@ def store_upload(items: Iterable[tuple[str, BinaryIO]], settings: Settings) -> S
                     total += len(chunk)
                     if total > settings.max_upload_bytes:
                         raise UploadTooLarge(f"{safe}: upload exceeds the limit of {settings.max_upload_bytes:,} bytes")
+                    if quota is not None and room is not None and total > room:
+                        raise quota.refusal(total)
                     digest.update(chunk)
                     out.write(chunk)
             files.append(target)
@@ -82,10 +95,27 @@ def upload_sources(files: list[Path], settings: Settings) -> list[Source]:
     )
     sources: list[Source] = []
     for path in sorted(files):
-        sources.extend(expand_upload(path, path.name, limits))
+        expanded = expand_upload(path, path.name, limits)
+        if len(expanded) == 1 and expanded[0].size is None and path.name.lower().endswith(".gz"):
+            # a .gz file's size once decompressed, for the ingest's progress
+            expanded[0].size = gzip_size(path)
+        sources.extend(expanded)
     return sources
 
 
+def gzip_size(path: Path) -> int | None:
+    """The decompressed size a gzip file records in its last 4 bytes (ISIZE: the size
+    modulo 2**32, so exact below 4 GiB; one member assumed, as a size estimate)."""
+    try:
+        with path.open("rb") as f:
+            f.seek(-4, 2)
+            return int.from_bytes(f.read(4), "little")
+    except OSError:
+        return None
+
+
+# An ingest job names its stored upload by folder name (its `upload` parameter), found
+# under the data folder of whichever process runs it: no server path in the job.
 def local_files(paths: list[Path]) -> StoredUpload:
     """Files already on this machine (the CLI): hashed like an upload, ingested in place."""
     files = sorted(f for p in paths for f in ([p] if p.is_file() else p.rglob("*")) if f.is_file())

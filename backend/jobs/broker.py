@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import json
 import logging
+import time
 from typing import Any
 
 from celery import Celery
@@ -104,6 +105,7 @@ def producer() -> Celery:
 _REDIS_PRIORITY_SEP = "\x06\x16"
 _REDIS_PRIORITY_STEPS = (0, 3, 6, 9)
 _REDIS_UNACKED = "unacked"
+_REDIS_UNACKED_INDEX = "unacked_index"  # delivery tag -> when a worker fetched it
 
 
 def _job_ids_of(payload: dict) -> set[int]:
@@ -120,7 +122,12 @@ def _job_ids_of(payload: dict) -> set[int]:
 def queued_job_ids(settings: Settings | None = None) -> set[int] | None:
     """Ids of the jobs that have a message in this deployment's queue (waiting, or
     fetched by a worker and not yet acknowledged, on Redis), or None when the broker
-    cannot be inspected. A job queued in the database with no message here lost it."""
+    cannot be inspected. A job queued in the database with no message here lost it.
+
+    On Redis a fetched message counts only while it was fetched less than `job_lease_s`
+    ago: a worker claims a job as soon as it starts it, so a queued job's message
+    fetched before that went with a worker killed before it started the job (Redis
+    would hand it out again only after the visibility timeout, an hour)."""
     settings = settings or get_settings()
     queue = settings.queue_name
     try:
@@ -140,9 +147,11 @@ def queued_job_ids(settings: Settings | None = None) -> set[int] | None:
                 for step in _REDIS_PRIORITY_STEPS:
                     key = queue if not step else f"{queue}{_REDIS_PRIORITY_SEP}{step}"
                     payloads.extend(json.loads(m) for m in client.lrange(key, 0, -1))
-                for entry in client.hvals(_REDIS_UNACKED):
+                fresh = time.time() - settings.job_lease_s
+                for tag, entry in client.hgetall(_REDIS_UNACKED).items():
                     payload, _exchange, routing_key = json.loads(entry)
-                    if routing_key == queue:
+                    fetched = client.zscore(_REDIS_UNACKED_INDEX, tag)
+                    if routing_key == queue and (fetched is None or fetched > fresh):
                         payloads.append(payload)
             finally:
                 client.close()

@@ -10,7 +10,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from backend.settings import get_settings
+from backend.settings import Settings, get_settings
 
 INGEST_KIND = "ingest"
 SIMULATION_KIND = "simulation"
@@ -73,3 +73,13 @@ def remove_artefacts(jobs) -> None:
     for job_kind, job_id in jobs:
         for folder in artefact_dirs(job_kind, job_id):
             shutil.rmtree(folder, ignore_errors=True)
+
+
+def upload_folder(params: dict, settings: Settings) -> Path | None:
+    """The stored upload an ingest job's parameters name (`upload`, under the upload
+    folder; `folder`, a path: jobs of before)."""
+    if params.get("upload"):
+        return settings.upload_dir / Path(str(params["upload"])).name
+    if params.get("folder"):
+        return Path(str(params["folder"]))
+    return None

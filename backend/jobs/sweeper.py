@@ -11,13 +11,12 @@ import shutil
 import threading
 from datetime import datetime, timedelta
 from itertools import groupby
-from pathlib import Path
 
 from sqlalchemy import and_, or_, select, update
 from sqlalchemy.engine import Engine
 
 from backend.jobs import presence
-from backend.jobs.contracts import INGEST_KIND, TASK_NAMES, task_name
+from backend.jobs.contracts import INGEST_KIND, TASK_NAMES, task_name, upload_folder
 from backend.jobs.lease_terms import aware, jobs_engine, lease_length, worker_id
 from backend.settings import Settings, get_settings
 from backend.store.deletion import clear_trace_rows, delete_traces
@@ -103,9 +102,9 @@ def _requeue_or_fail(engine: Engine, settings: Settings, row, now: datetime) -> 
                     error=reason if give_up else None,
                 )
             )
-    if give_up and row.kind == INGEST_KIND and (row.params or {}).get("folder"):
-        # the stored upload, kept for retries until now (as backend.ingest.uploads.discard)
-        shutil.rmtree(Path(row.params["folder"]), ignore_errors=True)
+    folder = upload_folder(row.params or {}, get_settings()) if row.kind == INGEST_KIND else None
+    if give_up and folder is not None:
+        shutil.rmtree(folder, ignore_errors=True)  # the stored upload, kept for retries until now
     log.warning("job %s (%s) %s", row.id, row.kind, "failed: " + reason if give_up else "requeued")
     return "failed" if give_up else "requeued"
 

@@ -50,10 +50,26 @@ def read_columns(
     if conn.dialect.name == "sqlite":
         # the driver's own cursor (it takes :name parameters): plain tuples, without a
         # result Row object per row (half the read of a million GPU events)
-        rows = conn.connection.driver_connection.execute(sql, params).fetchall()  # type: ignore[union-attr]
+        cursor = conn.connection.driver_connection.execute(sql, params)  # type: ignore[union-attr]
     else:
-        rows = conn.execute(text(sql), params).fetchall()
-    if all(dt is not None for dt in dtypes):
+        cursor = conn.execute(text(sql), params)
+    # Rows as Python tuples cost ~20x their values: a bounded number at a time.
+    parts = [_rows_to_columns(rows, columns, dtypes) for rows in iter(lambda: cursor.fetchmany(FETCH_ROWS), [])]
+    if len(parts) == 1:
+        return parts[0]
+    if not parts:
+        return _rows_to_columns([], columns, dtypes)
+    return {
+        name: (np.concatenate([p[name] for p in parts]) if dt is not None else [v for p in parts for v in p[name]])
+        for name, dt in zip(columns, dtypes)
+    }
+
+
+FETCH_ROWS = 250_000
+
+
+def _rows_to_columns(rows: list, columns: list[str], dtypes: list) -> dict[str, np.ndarray | list]:
+    if rows and all(dt is not None for dt in dtypes):
         try:  # numbers only: one structured array built in C (float NULLs -> NaN, bool -> False)
             record = np.array(rows, dtype=[(f"c{i}", _native(dt)) for i, dt in enumerate(dtypes)])
             return {name: np.ascontiguousarray(record[f"c{i}"]) for i, name in enumerate(columns)}

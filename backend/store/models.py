@@ -52,8 +52,26 @@ class Team(Base):
     __tablename__ = "teams"
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     name: Mapped[str] = mapped_column(String(200), unique=True)
-    api_key_hash: Mapped[str] = mapped_column(String(64), unique=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    # Storage this team may use, in bytes (backend/ingest/quota.py); None: the
+    # deployment's default (RLVR_TEAM_QUOTA_BYTES).
+    quota_bytes: Mapped[int | None] = mapped_column(BigInteger)
+
+
+class ApiKey(Base):
+    """One of a team's named API keys, stored as a SHA-256 hash (backend/auth.py). A
+    revoked key stays listed (when, and that it is no longer accepted)."""
+
+    __tablename__ = "api_keys"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    team_id: Mapped[int] = mapped_column(ForeignKey("teams.id", ondelete="CASCADE"), index=True)
+    name: Mapped[str] = mapped_column(String(100))
+    # The key's first characters, to tell keys apart (None: made before keys had names).
+    prefix: Mapped[str | None] = mapped_column(String(20))
+    key_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    last_used_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
 
 class TraceStatus:
@@ -75,6 +93,9 @@ class Trace(Base):
     error: Mapped[str | None] = mapped_column(Text)
     content_hash: Mapped[str] = mapped_column(String(64))
     size_bytes: Mapped[int] = mapped_column(BigInteger, default=0)
+    # What the trace holds against its team's quota: its uploads' bytes, or what they
+    # expanded to (archives, .gz) once ingested, whichever is larger.
+    stored_bytes: Mapped[int] = mapped_column(BigInteger, default=0, server_default=text("0"))
     n_steps: Mapped[int] = mapped_column(Integer, default=0)
     n_samples: Mapped[int] = mapped_column(BigInteger, default=0)
     n_turns: Mapped[int] = mapped_column(BigInteger, default=0)

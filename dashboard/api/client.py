@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -107,10 +107,25 @@ def pooled_http(base_url: str) -> httpx.Client:
 
 
 class ApiClient:
-    def __init__(self, base_url: str, api_key: str | None = None, *, http: httpx.Client | None = None):
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str | None = None,
+        *,
+        http: httpx.Client | None = None,
+        on_unauthorized: Callable[[], None] | None = None,
+    ):
+        """`on_unauthorized`: called when the API refuses the key (401: revoked or
+        unknown), before the ApiError is raised (the dashboard signs the session out)."""
         self.root = api_root(base_url)
         self.api_key = api_key
         self.http = http if http is not None else pooled_http(base_url)
+        self.on_unauthorized = on_unauthorized
+
+    def _refused(self, resp: httpx.Response) -> ApiError:
+        if resp.status_code == 401 and self.api_key and self.on_unauthorized is not None:
+            self.on_unauthorized()
+        return ApiError.from_response(resp)
 
     # -- plumbing -------------------------------------------------------------------
     def _url(self, path: str) -> str:
@@ -128,7 +143,7 @@ class ApiClient:
         except httpx.TransportError as exc:
             raise ApiError(0, f"Cannot reach the API at {self.root}: {exc}") from exc
         if resp.status_code >= 400:
-            raise ApiError.from_response(resp)
+            raise self._refused(resp)
         return resp
 
     def _get(self, path: str, **params) -> Any:
@@ -150,6 +165,23 @@ class ApiClient:
     def me(self) -> dict:
         """`{"team": {"id", "name"}}`; raises ApiError(401) for a wrong key."""
         return self._get("/me")
+
+    # -- the team: its API keys and storage -------------------------------------------
+    def keys(self) -> list[dict]:
+        """The team's keys (never the keys themselves): id, name, prefix, created_at,
+        last_used_at, revoked_at, active, current (the key of this client)."""
+        return self._get("/keys")["items"]
+
+    def create_key(self, name: str) -> dict:
+        """A new key: the key record with `key`, the only time the key is shown."""
+        return self._json(self._request("POST", "/keys", json={"name": name}), "/keys")
+
+    def revoke_key(self, key_id: str | int) -> None:
+        self._request("DELETE", f"/keys/{key_id}")
+
+    def storage(self) -> dict:
+        """`{"used_bytes", "quota_bytes", "remaining_bytes", "traces"}` (quota null: none)."""
+        return self._get("/storage")
 
     # -- traces ---------------------------------------------------------------------
     def list_traces(self, *, limit: int = 50, offset: int = 0, status: str | None = None, q: str | None = None) -> dict:
@@ -366,7 +398,7 @@ class ApiClient:
             ) as resp:
                 if resp.status_code >= 400:
                     resp.read()
-                    raise ApiError.from_response(resp)
+                    raise self._refused(resp)
                 yield resp
         except httpx.TransportError as exc:
             raise ApiError(0, f"Cannot reach the API at {self.root}: {exc}") from exc

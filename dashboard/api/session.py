@@ -133,5 +133,8 @@ def client_for(key: str | None) -> ApiClient:
 
 
 def api() -> ApiClient:
-    """An API client acting as the signed-in team (callbacks and layouts only)."""
-    return client_for(api_key())
+    """An API client acting as the signed-in team (callbacks and layouts only). When the
+    API refuses the key (revoked), the session ends: this response clears the cookie."""
+    client = client_for(api_key())
+    client.on_unauthorized = sign_out
+    return client

@@ -69,7 +69,7 @@ def migrate(as_json: JsonFlag = False) -> None:
     emit({"database": where, "at_head": True}, f"database at head: {where}", as_json)
 
 
-def _ensure_schema() -> None:
+def ensure_schema() -> None:
     """Commands that read or write the database first bring it to the schema's head
     (idempotent), so a fresh data folder needs no `migrate` first."""
     from backend.store.migrate import upgrade
@@ -93,7 +93,7 @@ def create_team(
     from backend.auth import create_team as _create
     from backend.store.db import session_scope
 
-    _ensure_schema()
+    ensure_schema()
     with session_scope() as session:
         team, key = _create(session, name)
         team_id = team.id
@@ -105,10 +105,12 @@ def create_team(
 
 
 def local_team_key() -> tuple[int, str]:
-    """The embedded team: created on first use, its key kept in the data folder."""
+    """The embedded team: created on first use, its key kept in the data folder. A
+    revoked (or lost) key file gets a new key of the same team: its traces stay."""
+    from backend.auth import add_key, team_for_key
     from backend.auth import create_team as _create
-    from backend.auth import team_for_key
     from backend.store.db import session_scope
+    from backend.store.models import Team
 
     key_file = _settings().data_dir / "local_team_key"
     with session_scope() as session:
@@ -117,13 +119,11 @@ def local_team_key() -> tuple[int, str]:
             team = team_for_key(session, key)
             if team is not None:
                 return team.id, key
-        from backend.store.models import Team
-
-        stale = session.scalars(select(Team).where(Team.name == LOCAL_TEAM)).first()
-        if stale is not None:
-            session.delete(stale)
-            session.flush()
-        team, key = _create(session, LOCAL_TEAM)
+        team = session.scalars(select(Team).where(Team.name == LOCAL_TEAM)).first()
+        if team is None:
+            team, key = _create(session, LOCAL_TEAM)
+        else:
+            _row, key = add_key(session, team.id, "local (serve)")
         key_file.write_text(key)
         key_file.chmod(0o600)
         return team.id, key
@@ -182,7 +182,7 @@ def ingest(
     if format is not None and format not in FORMATS:  # before reading anything
         raise typer.BadParameter(f"unknown format '{format}'; one of: {', '.join(FORMATS)}", param_hint="--format")
     settings = _settings()
-    _ensure_schema()
+    ensure_schema()
     team_id = _team_id(api_key)
     stored = local_files(paths + _tokenizer_paths(tokenizer))
     if not stored.files:

@@ -12,19 +12,21 @@ from typing import Annotated, Any, Literal
 import orjson
 from fastapi import APIRouter, File, Form, HTTPException, Query, Response, UploadFile, status
 from fastapi.concurrency import run_in_threadpool
-from pydantic import BaseModel, Field
+from pydantic import AfterValidator, BaseModel, Field
 from sqlalchemy import select
 
 from backend.api.deps import CurrentTeam, SessionDep, SettingsDep, TraceDep
 from backend.api.errors import ERROR_RESPONSES
 from backend.api.routes.trace_data import require_ready
 from backend.api.routes.traces import trace_out
-from backend.api.schemas import TraceOut
+from backend.api.schemas import NO_NUL, TraceOut
 from backend.api.upload_fields import TokenizerField, upload_items
 from backend.formats import FORMATS
 from backend.formats.base import Source
 from backend.ingest.attach import attach_sources, attach_stored, refresh_analyses
+from backend.ingest.quota import team_usage
 from backend.ingest.uploads import StoredUpload, store_upload
+from backend.settings import get_settings
 from backend.store.db import get_engine
 from backend.store.models import Step, Trace, TraceStatus
 from backend.store.series import SERIES_LIMIT, analysis_series, series_keys, series_values
@@ -41,17 +43,33 @@ class AttachOut(BaseModel):
 
 
 class LiveTraceIn(BaseModel):
-    name: str = Field(min_length=1, max_length=300)
+    name: str = Field(min_length=1, max_length=300, pattern=NO_NUL)
     metadata: dict[str, Any] = Field(default_factory=dict)
 
 
 # A metric value: a JSON number, finite (NaN, infinities and text are refused by key).
 MetricValue = Annotated[float, Field(strict=True, allow_inf_nan=False)]
 
+# A metric's name (text, stored as a series key: 1-300 characters, no NUL; declared as
+# JSON Schema's propertyNames) and value: a JSON number (strict: true and "1" are
+# refused, as the schema says number) or null (not logged at this step).
+METRIC_NAME = {"minLength": 1, "maxLength": 300, "pattern": NO_NUL}
+
+
+def _metric_names(metrics: dict) -> dict:
+    for name in metrics:
+        if not 1 <= len(name) <= 300 or "\x00" in name:
+            raise ValueError(f"metric name {name[:40]!r}: 1 to 300 characters, no NUL")
+    return metrics
+
 
 class StepMetrics(BaseModel):
     step: int = Field(ge=0, le=2**31 - 1)
-    metrics: dict[str, MetricValue] = Field(min_length=1, description="at least one metric")
+    metrics: Annotated[
+        dict[str, MetricValue | None],
+        AfterValidator(_metric_names),
+        Field(min_length=1, description="at least one metric", json_schema_extra={"propertyNames": METRIC_NAME}),
+    ]
 
 
 class StepLogIn(BaseModel):
@@ -117,7 +135,10 @@ async def attach_files(
             422,
             detail={"message": f"unknown format '{format}'; known: {', '.join(sorted(FORMATS))}", "field": "format"},
         )
-    stored = await run_in_threadpool(store_upload, upload_items(files, tokenizer), settings)
+    usage = await run_in_threadpool(team_usage, session, trace.team_id, settings)
+    usage.check()
+    await run_in_threadpool(session.commit)
+    stored = await run_in_threadpool(store_upload, upload_items(files, tokenizer), settings, usage)
     outcome = await run_in_threadpool(attach_stored, session, settings, trace.id, stored, format)
     session.expire_all()
     if not outcome.created:
@@ -140,6 +161,7 @@ def log_steps(body: StepLogIn, session: SessionDep, trace: TraceDep, response: R
         orjson.dumps({"step": s.step, "data": {k: v for k, v in s.metrics.items() if v is not None}}) + b"\n"
         for s in body.steps
     )
+    team_usage(session, trace.team_id, get_settings()).check(len(lines))
     digest = hashlib.sha256(b"client-log\0" + lines).hexdigest()
     name = f"client_log_step_{body.steps[0].step}.jsonl"
     outcome = attach_sources(

@@ -13,9 +13,10 @@ from fastapi import APIRouter, HTTPException, Path, Query, Response, status
 from pydantic import Field
 from sqlalchemy import func, select
 
-from backend.api.deps import CurrentTeam, SessionDep, TraceDep, _Digits, trace_of_team
+from backend.api.deps import ID_DIGITS, CurrentTeam, SessionDep, TraceDep, trace_of_team
 from backend.api.errors import ERROR_RESPONSES
 from backend.api.schemas import (
+    NO_NUL,
     GpuEventOut,
     GpuEventPage,
     RankTimingList,
@@ -88,7 +89,9 @@ def step_summaries(
     session: SessionDep,
     trace: TraceDep,
     field: Literal["response", "prompt", "total"] = "response",
-    task: Annotated[str | None, Query(max_length=300, description="A task name; all samples when omitted")] = None,
+    task: Annotated[
+        str | None, Query(max_length=300, pattern=NO_NUL, description="A task name; all samples when omitted")
+    ] = None,
 ):
     """Per-step length statistics and log-bin histograms, precomputed at ingestion."""
     require_ready(trace)
@@ -387,7 +390,9 @@ def list_gpu_events(
     start_us: TimeQuery = None,
     end_us: TimeQuery = None,
     limit: Annotated[int, Query(ge=1, le=200_000)] = 20_000,
-    name: Annotated[str | None, Query(max_length=200, description="kernel name contains (case-insensitive)")] = None,
+    name: Annotated[
+        str | None, Query(max_length=200, pattern=NO_NUL, description="kernel name contains (case-insensitive)")
+    ] = None,
 ):
     """GPU events overlapping [start_us, end_us) on a rank, in time order (optionally only
     those whose kernel name contains `name`)."""
@@ -433,7 +438,9 @@ def list_gpu_events(
 def search_trace_events(
     session: SessionDep,
     trace: TraceDep,
-    name: Annotated[str, Query(min_length=1, max_length=200, description="name contains (case-insensitive)")],
+    name: Annotated[
+        str, Query(min_length=1, max_length=200, pattern=NO_NUL, description="name contains (case-insensitive)")
+    ],
     rank: Annotated[list[Annotated[int, Field(ge=INT4_MIN, le=INT4_MAX)]] | None, Query(max_length=10_000)] = None,
     limit: Annotated[int, Query(ge=1, le=5000)] = 200,
 ):
@@ -532,12 +539,12 @@ def gpu_trace_diff(
     trace: TraceDep,
     team: CurrentTeam,
     test_trace_id: Annotated[
-        int, _Digits, Query(ge=ID_MIN, le=ID_MAX, description="The trace compared against this one (same team)")
+        int, Query(ge=ID_MIN, le=ID_MAX, description="The trace compared against this one (same team)"), ID_DIGITS
     ],
-    control_rank: int | None = None,
-    test_rank: int | None = None,
-    control_step: int | None = None,
-    test_step: int | None = None,
+    control_rank: RankQuery = None,
+    test_rank: RankQuery = None,
+    control_step: StepQuery = None,
+    test_step: StepQuery = None,
     device: Literal["all", "cpu", "gpu"] = "all",
 ):
     """Ops and kernels added, removed and changed in count and time from this trace (the

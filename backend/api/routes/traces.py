@@ -14,6 +14,7 @@ from backend.api.schemas import NO_NUL, JobOut, TraceOut, TracePage, TruncationO
 from backend.api.upload_fields import TokenizerField, upload_items
 from backend.formats import FORMATS
 from backend.formats.kineto_events import remove_events
+from backend.ingest.quota import team_usage
 from backend.ingest.service import accept_upload
 from backend.ingest.truncation import trace_truncation
 from backend.ingest.uploads import discard, store_upload
@@ -56,7 +57,7 @@ def _queued_ingest_of(session, team_id: int, folder) -> bool:
     try:
         query = select(Job.params).where(Job.team_id == team_id, Job.kind == INGEST_KIND)
         jobs = session.scalars(query.order_by(Job.id.desc()).limit(20))
-        return any((p or {}).get("folder") == str(folder) for p in jobs)
+        return any((p or {}).get("upload") == folder.name for p in jobs)
     except Exception:
         return True  # the database is unreachable: keep the files rather than lose a queued upload
 
@@ -100,10 +101,13 @@ async def upload_trace(
             422,
             detail={"message": f"unknown format '{format}'; known: {', '.join(sorted(FORMATS))}", "field": "format"},
         )
-    # The key's lookup ends its transaction here: no connection is held while the
-    # upload is copied and hashed (seconds for a large one).
+    # The team's quota is checked before anything is kept (full: 413 now), and while the
+    # upload streams in. The key's lookup and this end their transaction here: no
+    # connection is held while the upload is copied and hashed (seconds for a large one).
+    usage = await run_in_threadpool(team_usage, session, team.id, settings)
+    usage.check()
     await run_in_threadpool(session.commit)
-    stored = await run_in_threadpool(store_upload, upload_items(files, tokenizer), settings)
+    stored = await run_in_threadpool(store_upload, upload_items(files, tokenizer), settings, usage)
     try:
         outcome = await run_in_threadpool(
             accept_upload,
