@@ -15,7 +15,7 @@ from datetime import timedelta
 from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
-from backend.jobs.leases import aware
+from backend.jobs.lease_terms import aware
 from backend.settings import get_settings
 from backend.store.db import get_engine, new_session
 from backend.store.models import ApiKey, Team, utcnow
