@@ -40,6 +40,9 @@ class Env:
     rollout: Callable[[Env, StepWorkload, bool], RolloutOutcome] | None = None
     # processes the policy may fork for work it computes ahead (None: the CPUs, where safe)
     workers: int | None = None
+    # a Monte-Carlo run's perturbation of request lengths (`request_noise.RequestNoise`),
+    # applied by every cluster the policy makes; None: the deterministic replay
+    noise: Any = None
 
     def new_cluster(self, start_time: float = 0.0, **sharing: bool) -> RolloutCluster:
         """Fresh replicas from `start_time`; `sharing` as `RolloutCluster` takes it
@@ -51,6 +54,7 @@ class Env:
             kv_capacity=self.kv_capacity,
             max_prefill_tokens=self.limits.max_prefill_tokens,
             start_time=start_time,
+            noise=self.noise,
             **sharing,
         )
 

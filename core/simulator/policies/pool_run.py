@@ -77,7 +77,7 @@ class PoolRun:
         """Submit `items` at `time` (one time, or one per item)."""
         ch = self.pool.chains(items)
         k0 = len(self.items)
-        base = self.rc.store.add(ch["prefill"], ch["context"], ch["decode"], ch["gap"], ch["next"], ch["owner"] + k0)
+        base = self.rc.add_requests(ch, ch["owner"] + k0)
         rep = self._replicas(items, owner, replica)
         times = np.broadcast_to(np.asarray(time, dtype=np.float64), (len(items),))
         for t in np.unique(times).tolist():
