@@ -54,6 +54,7 @@ class LaminarParams:
         "most weight versions between the weights generating a trajectory and the update training it (the "
         "paper bounds staleness per trajectory; this default is ours)",
         ge=0,
+        grid=(1,),
     )
     batch_groups: int | None = param(
         None,
