@@ -80,6 +80,34 @@ def test_dashboard_builders_read_the_advice():
     assert list(fig.data[0].y) == [s["mean"] for s in out["ranking"][0]["steps"]]
 
 
+def test_the_advise_page_shows_params_and_causes():
+    import httpx
+
+    from dashboard.app import create_dash
+    from dashboard.figures.advice import ranking_rows
+
+    create_dash(
+        "http://api.test", http_client=httpx.Client(transport=httpx.MockTransport(lambda r: httpx.Response(404)))
+    )
+    from dashboard.pages.advise import ranges_list, ranking_table  # registers with the app made above
+
+    grid = [c for c in default_grid(4, MODEL) if c["policy"] in ("sync", "partial") and c["balancing"] == "none"]
+    out = advise(_steps(2), "H100", 4, MODEL, grid=grid, workers=1)
+    rows = ranking_rows(out, top=len(grid))
+    by_label = {r["label"]: r for r in rows}
+    for r in out["ranking"]:
+        row = by_label[r["label"]]
+        if r["policy"] == "partial":
+            assert row["params"] == f"over_provision={r['params']['over_provision']}"
+            assert row["vs_ref"] == pytest.approx(r["gain"]["speedup"]) and row["cause"] == r["gain"]["phrase"]
+        else:
+            assert row["params"] == ""
+    text = str(ranking_table(out))
+    assert "Largest cause" in text and "over_provision=1.5" in text
+    if out["why_best"]:
+        assert "Why the best" in str(ranges_list(out))
+
+
 def test_the_grid_sweeps_each_policys_declared_parameters_within_the_bound():
     from core.simulator.advisor import MAX_PARAM_COMBOS, param_sweep
 

@@ -163,9 +163,12 @@ def ranking_table(result: dict):
         [
             html.Th("#"),
             html.Th("Configuration"),
+            html.Th("Parameters"),
             html.Th("Step time (s)", className="num"),
             html.Th("P10-P90 (s)", className="num"),
-            html.Th("vs best", className="num"),
+            html.Th("vs best", className="num", title="~: its interval overlaps the best's"),
+            html.Th(f"vs {result.get('reference') or 'reference'}".split(" | ")[0], className="num"),
+            html.Th("Largest cause of the difference"),
         ]
     )
     body_rows = [
@@ -173,9 +176,12 @@ def ranking_table(result: dict):
             [
                 html.Td(str(r["rank"])),
                 html.Td(r["label"]),
+                html.Td(r["params"] or "-"),
                 html.Td(f"{r['mean']:.1f}", className="num"),
                 html.Td(f"{r['p10']:.1f}-{r['p90']:.1f}", className="num"),
-                html.Td(f"{r['vs_best']:.3f}x", className="num"),
+                html.Td(f"{r['vs_best']:.3f}x" + (" ~" if r["near_best"] else ""), className="num"),
+                html.Td("reference" if r["vs_ref"] is None else f"{r['vs_ref']:.3f}x", className="num"),
+                html.Td(r["cause"] or "-"),
             ]
         )
         for r in rows
@@ -188,5 +194,10 @@ def ranges_list(result: dict):
     for rg in result.get("ranges") or []:
         a, b = rg["steps"]
         where = f"step {a}" if a == b else f"steps {a}-{b}"
-        items.append(html.Li(f"{where}: {rg['winner']} — {100 * rg['margin_min']:.1f}% faster than the runner-up"))
-    return html.Ul(items) if items else None
+        cause = f"; its largest gain over the reference: {rg['cause']}" if rg.get("cause") else ""
+        items.append(
+            html.Li(f"{where}: {rg['winner']} — {100 * rg['margin_min']:.1f}% faster than the runner-up{cause}")
+        )
+    why = (result.get("why_best") or {}).get("summary")
+    parts = ([html.P(f"Why the best: {why}", id="adv-why")] if why else []) + ([html.Ul(items)] if items else [])
+    return html.Div(parts) if parts else None

@@ -405,11 +405,16 @@ def advise(
     steps: Annotated[str | None, typer.Option(metavar="FIRST:END", help="Step range (end exclusive)")] = None,
     no_calibrate: Annotated[bool, typer.Option("--no-calibrate", help="Roofline engine, no calibration")] = False,
     workers: Annotated[int | None, _int_option("Processes for the sweep (default: the CPUs)", lo=1)] = None,
+    policy_runs: Annotated[
+        int | None,
+        _int_option("Monte-Carlo replays of each configuration that is not one batch rollout (default 16)", lo=2),
+    ] = None,
     top: Annotated[int, _int_option("Configurations to print", lo=1)] = 15,
     as_json: JsonFlag = False,
     api_key: Annotated[str | None, KeyOption] = None,
 ) -> None:
-    """Sweep layouts, policies, DP balancing and engine concurrency on a GPU budget; rank by step time."""
+    """Sweep layouts, policies with their parameters, DP balancing and engine concurrency on a GPU
+    budget; rank by step time with intervals, and name the cause of each one's gain over sync."""
     from backend.jobs.advice import advice_params
     from backend.jobs.simulations import error_field
     from workers.runners.advice import advice_of
@@ -419,6 +424,8 @@ def advise(
         body["policies"] = list(policy)
     if no_calibrate:
         body["calibrate"] = False
+    if policy_runs is not None:
+        body["policy_runs"] = policy_runs
     try:
         params = advice_params(body)
     except ValueError as exc:
@@ -443,14 +450,24 @@ def _advice_summary(trace, params: dict, out: dict, top: int) -> str:
         f"trace {trace.id} ({trace.name}): {out['workload']['steps']} steps; {params['n_gpus']} x {params['gpu']['name']}, "
         f"model {params['model']['name']}; "
         + (f"engine calibrated on step(s) {', '.join(map(str, cal['fit_steps']))}" if cal else "roofline engine"),
-        f"{out['n_configurations']} configurations ranked by predicted step time (mean over non-partial steps; P10-P90"
-        + (" of the Monte-Carlo replay)" if out.get("uncertainty") else ": no calibrated noise)"),
+        f"{out['n_configurations']} configurations ranked by predicted step time (mean over every step; P10-P90"
+        + (" of the Monte-Carlo replay" if out.get("uncertainty") else ": no calibrated noise")
+        + "; ~ marks intervals overlapping the best's); gains against "
+        + str(out.get("reference")),
         "",
-        f"{'rank':>4} {'step_s':>9} {'P10-P90':>17} {'vs best':>8}  configuration",
+        f"{'rank':>4} {'step_s':>9} {'P10-P90':>17} {'vs best':>9} {'vs ref':>7}  {'largest cause':<34} configuration",
     ]
     for i, r in enumerate(out["ranking"][:top], 1):
-        s = r["step_s"]
-        lines.append(f"{i:>4} {s['mean']:>9.1f} {s['p10']:>8.1f}-{s['p90']:<8.1f} {r['vs_best']:>7.3f}x  {r['label']}")
+        s, g = r["step_s"], r.get("gain")
+        near = "~" if r.get("within_noise_of_best") and i > 1 else " "
+        speed = f"{g['speedup']:.3f}x" if g and g.get("speedup") else "ref"
+        cause = ((g or {}).get("phrase") or "-")[:34]
+        lines.append(
+            f"{i:>4} {s['mean']:>9.1f} {s['p10']:>8.1f}-{s['p90']:<8.1f} {r['vs_best']:>7.3f}x{near} {speed:>7}  "
+            f"{cause:<34} {r['label']}"
+        )
+    if out.get("why_best"):
+        lines += ["", "why the best: " + out["why_best"]["summary"]]
     lines += ["", "who wins where:"]
     for rg in out["ranges"]:
         a, b = rg["steps"]
@@ -461,7 +478,8 @@ def _advice_summary(trace, params: dict, out: dict, top: int) -> str:
             else (f"{100 * rg['margin_min']:.1f}-{100 * rg['margin_max']:.1f}%")
         )
         flag = " (partial workload)" if any(w["partial"] for w in out["per_step"] if a <= w["step"] <= b) else ""
-        lines.append(f"  {where}: {rg['winner']}, {margin} faster than the runner-up{flag}")
+        cause = f"; its largest gain over the reference: {rg['cause']}" if rg.get("cause") else ""
+        lines.append(f"  {where}: {rg['winner']}, {margin} faster than the runner-up{flag}{cause}")
     return "\n".join(lines)
 
 
