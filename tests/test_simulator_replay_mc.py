@@ -66,3 +66,30 @@ def test_a_request_draws_the_same_factor_whatever_else_is_added():
     sd_short = np.log(rn.factors(many, np.arange(4000))).std()
     sd_long = np.log(rn.factors(long, np.arange(4000))).std()
     assert sd_short == pytest.approx(0.2, rel=0.1) and sd_long == pytest.approx(0.1, rel=0.1)
+
+
+def test_a_simulation_job_gives_every_policy_a_step_time_interval():
+    """The replay runner: a colocated batch-rollout side gets its rollout's runs shifted;
+    a streaming or disaggregated side its own Monte-Carlo replay, non-degenerate."""
+    from workers.runners.simulations import Replay, _policy_monte_carlo, uncertainty_dict
+
+    steps = _steps()
+    ca, cb = _cluster("sync"), _cluster("async")
+    a, b = (simulate(steps, c, MODEL, EngineLimits(), Policy(kind=k)) for c, k in ((ca, "sync"), (cb, "async")))
+    sides = [("a", a, Policy(kind="sync"), ca), ("b", b, Policy(kind="async"), cb)]
+    pmc = _policy_monte_carlo(steps, sides, MODEL, EngineLimits(), NOISE, None, {"uncertainty": {"seed": 1}})
+    assert set(pmc) == {"b"}
+    figures = {k: {"mean": 2.0, "p10": 1.0, "p90": 3.0} for k in ("rollout_s", "p50_traj_s", "p90_traj_s")}
+    mc = {w.step: {"n_runs": 10, **figures, "deterministic": dict.fromkeys(figures, 2.0)} for w in steps}
+    unc = {"noise": {"sd": [0.1]}, "steps": mc}
+    rows = uncertainty_dict(Replay(steps, a, b, None, None, unc, policy_mc=pmc))["steps"]
+    b_steps = {s.step: s.step_time for s in b.steps}
+    for row in rows:
+        own = pmc["b"][row["step"]]
+        assert row["step_s_b"] == {
+            "mean": own["mean"],
+            "p10": own["p10"],
+            "p90": own["p90"],
+            "deterministic": b_steps[row["step"]],
+        }
+        assert own["p90"] > own["p10"] and "step_s_a" in row

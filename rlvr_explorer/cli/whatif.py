@@ -313,9 +313,10 @@ def _simulation_summary(trace, params: dict, result: dict) -> str:
         for row in unc["steps"]:
             r = row["rollout_s"]
             line = f"  step {row['step']}: rollout {r['mean']:.1f} s [{r['p10']:.1f}-{r['p90']:.1f}]"
-            if "step_s_a" in row:
-                sa = row["step_s_a"]
-                line += f", step {sa['mean']:.1f} s [{sa['p10']:.1f}-{sa['p90']:.1f}]"
+            for side, name in (("a", "step"), ("b", "step of B")):
+                if f"step_s_{side}" in row:
+                    sa = row[f"step_s_{side}"]
+                    line += f", {name} {sa['mean']:.1f} s [{sa['p10']:.1f}-{sa['p90']:.1f}]"
             line += f" ({row['n_runs']} runs)"
             lines.append(line)
         if unc.get("warning"):

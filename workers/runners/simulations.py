@@ -16,8 +16,9 @@ Job result (JSON):
   accuracy     `accuracy_report` on the steps not used for fitting (None without
                calibration or without other steps)
   uncertainty  per step MC mean and P10-P90 of rollout time, median and p90 trajectory
-               completion (and the step time of a colocated batch-rollout policy), the
-               fitted noise, coverage (None without calibration on per-request
+               completion, and the step time of policy A and B (a colocated batch-rollout
+               policy: its rollout's runs shifted onto the step; any other: the policy's
+               own Monte-Carlo replay, `core.simulator.replay_mc`), the fitted noise, coverage (None without calibration on per-request
                latencies or with uncertainty false)
   rolling_origin  `core.simulator.evaluation.rolling_origin` when asked for
   forecast     `core.simulator.forecast.forecast_step` per step after the calibration
@@ -76,6 +77,7 @@ from core.simulator.forecast import forecast_step
 from core.simulator.policies import policy_spec
 from core.simulator.policies.base import Env
 from core.simulator.predictor import roofline_coefficients
+from core.simulator.replay_mc import monte_carlo_replay
 from core.simulator.uncertainty import FIGURES, monte_carlo_step
 from core.simulator.workload import workload_from_columns
 from workers.runners.outcome import NOT_READY, JobFailed, job_outcome
@@ -153,6 +155,9 @@ class Replay:
     uncertainty: dict | None = None
     rolling_origin: dict | None = None
     forecast: dict | None = None
+    # per policy side ("a", "b") not a batch rollout then training: its own Monte-Carlo
+    # replay's per-step step-time quantiles (`replay_mc.monte_carlo_replay`)
+    policy_mc: dict | None = None
 
 
 def has_measurements(w: StepWorkload) -> bool:
@@ -218,6 +223,8 @@ def replay(steps: list[StepWorkload], params: dict, progress: Progress | None = 
 
     a = run(policy_a, 0)
     b = run(policy_b, 1) if policy_b is not None else None
+    sides = [("a", a, policy_a, cluster), ("b", b, policy_b, cluster_b)]
+    pmc = None if noise is None else _policy_monte_carlo(steps, sides, model, limits, noise, coefficients, params)
     ro = None
     if params.get("rolling_origin"):
         c0, m0, l0, _, _ = configs_of(params)
@@ -252,7 +259,18 @@ def replay(steps: list[StepWorkload], params: dict, progress: Progress | None = 
             n_runs=(mc_param or {}).get("runs"),
             seed=int((mc_param or {}).get("seed") or 0),
         )
-    return Replay(steps, a, b, cal, acc, unc, ro, fc)
+    return Replay(steps, a, b, cal, acc, unc, ro, fc, pmc)
+
+
+def _policy_monte_carlo(steps, sides, model, limits, noise, coefficients, params) -> dict:
+    """{side: per-step step-time quantiles} of the policy's own Monte-Carlo replay, for
+    each side ("a", "b") whose step is not a batch rollout then training."""
+    seed = int((params.get("uncertainty") or {}).get("seed") or 0)
+    return {
+        k: monte_carlo_replay(steps, c, model, limits, p, noise, coefficients=coefficients, seed=seed)["steps"]
+        for k, res, p, c in sides
+        if res is not None and not _rollout_then_training(res)
+    }
 
 
 def _timeline(result: SimResult, max_intervals: int) -> tuple[list[dict], dict | None]:
@@ -316,9 +334,10 @@ def _rollout_then_training(result: SimResult) -> bool:
 
 
 def uncertainty_dict(r: Replay) -> dict | None:
-    """Per step: MC mean and P10-P90 of the rollout figures (and of policy A's and B's
-    step time when the step is its batch rollout then training, on the same GPUs),
-    coverage of the measured values."""
+    """Per step: MC mean and P10-P90 of the rollout figures and of policy A's and B's
+    step time (the batch rollout's runs shifted when the step is that rollout then
+    training on the same GPUs, else the policy's own Monte-Carlo replay), coverage of the
+    measured values."""
     if r.uncertainty is None:
         return None
     mc = r.uncertainty["steps"]
@@ -339,6 +358,10 @@ def uncertainty_dict(r: Replay) -> dict | None:
             row[k]["covered"] = None if meas[k] is None else bool(m[k]["p10"] <= meas[k] <= m[k]["p90"])
         for which, by in (("a", a_steps), ("b", b_steps)):
             s = by.get(w.step)
+            own = (r.policy_mc or {}).get(which, {}).get(w.step)
+            if s is not None and own is not None:
+                row[f"step_s_{which}"] = {x: own[x] for x in ("mean", "p10", "p90")}
+                row[f"step_s_{which}"]["deterministic"] = s.step_time
             if s is None or not serial[which]:
                 continue
             # the step is the rollout then deterministic stages: shift the rollout's runs
