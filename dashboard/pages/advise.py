@@ -85,9 +85,11 @@ def body(trace: dict) -> html.Div:
                 ),
                 controls(control("Policies to sweep", policy_choices(p))),
                 html.Div(id="adv-message"),
-                help_text="Sweeps rollout replicas x TP, training DP, policy, DP balancing and engine concurrency on "
-                "this GPU budget (the engine calibrated on the trace's first step when it has measured timings) and "
-                "ranks them by predicted step time, mean over the non-partial steps, with the Monte-Carlo P10-P90.",
+                help_text="Sweeps rollout replicas x TP, training DP, policy with its declared parameter values, DP "
+                "balancing and engine concurrency on this GPU budget (the engine calibrated on the trace's first step "
+                "when it has measured timings), ranks them by predicted step time, mean over every step, with the "
+                "Monte-Carlo P10-P90 (~: overlapping the best's), and names the largest cause of each one's "
+                "difference from the best sync configuration.",
             ),
             html.Div(job_progress(shown, "advice") if shown else None, id="adv-progress"),
             section("Ranked configurations", html.Div(id="adv-table")),
