@@ -71,13 +71,15 @@ def test_a_request_draws_the_same_factor_whatever_else_is_added():
 def test_a_simulation_job_gives_every_policy_a_step_time_interval():
     """The replay runner: a colocated batch-rollout side gets its rollout's runs shifted;
     a streaming or disaggregated side its own Monte-Carlo replay, non-degenerate."""
-    from workers.runners.simulations import Replay, _policy_monte_carlo, uncertainty_dict
+    from workers.runners.simulations import Replay, _policy_mc, uncertainty_dict
 
     steps = _steps()
     ca, cb = _cluster("sync"), _cluster("async")
     a, b = (simulate(steps, c, MODEL, EngineLimits(), Policy(kind=k)) for c, k in ((ca, "sync"), (cb, "async")))
-    sides = [("a", a, Policy(kind="sync"), ca), ("b", b, Policy(kind="async"), cb)]
-    pmc = _policy_monte_carlo(steps, sides, MODEL, EngineLimits(), NOISE, None, {"uncertainty": {"seed": 1}})
+    engine = (MODEL, EngineLimits(), NOISE, None)
+    pmc = _policy_mc(
+        steps, {"uncertainty": {"seed": 1}}, engine, (a, Policy(kind="sync"), ca), (b, Policy(kind="async"), cb)
+    )
     assert set(pmc) == {"b"}
     figures = {k: {"mean": 2.0, "p10": 1.0, "p90": 3.0} for k in ("rollout_s", "p50_traj_s", "p90_traj_s")}
     mc = {w.step: {"n_runs": 10, **figures, "deterministic": dict.fromkeys(figures, 2.0)} for w in steps}

@@ -223,23 +223,10 @@ def replay(steps: list[StepWorkload], params: dict, progress: Progress | None = 
 
     a = run(policy_a, 0)
     b = run(policy_b, 1) if policy_b is not None else None
-    sides = [("a", a, policy_a, cluster), ("b", b, policy_b, cluster_b)]
-    pmc = None if noise is None else _policy_monte_carlo(steps, sides, model, limits, noise, coefficients, params)
-    ro = None
-    if params.get("rolling_origin"):
-        c0, m0, l0, _, _ = configs_of(params)
-        mc_param = params.get("uncertainty", {})
-        ro = rolling_origin(
-            steps,
-            c0,
-            m0,
-            l0,
-            window=params["rolling_origin"].get("window"),
-            monte_carlo=mc_param is not False,
-            n_runs=(mc_param or {}).get("runs"),
-            seed=int((mc_param or {}).get("seed") or 0),
-            progress=lambda f, m: report(0.98, f"rolling origin: {m}"),
-        )
+    pmc = _policy_mc(
+        steps, params, (model, limits, noise, coefficients), (a, policy_a, cluster), (b, policy_b, cluster_b)
+    )
+    ro = _rolling_origin(steps, params, report) if params.get("rolling_origin") else None
     fc = None
     if params.get("forecast"):
         mc_param = params.get("uncertainty", {})
@@ -262,13 +249,34 @@ def replay(steps: list[StepWorkload], params: dict, progress: Progress | None = 
     return Replay(steps, a, b, cal, acc, unc, ro, fc, pmc)
 
 
-def _policy_monte_carlo(steps, sides, model, limits, noise, coefficients, params) -> dict:
+def _rolling_origin(steps, params: dict, report: Progress) -> dict:
+    """`rolling_origin` on the request's own layout, with its Monte-Carlo settings."""
+    c0, m0, l0, _, _ = configs_of(params)
+    mc_param = params.get("uncertainty", {})
+    return rolling_origin(
+        steps,
+        c0,
+        m0,
+        l0,
+        window=params["rolling_origin"].get("window"),
+        monte_carlo=mc_param is not False,
+        n_runs=(mc_param or {}).get("runs"),
+        seed=int((mc_param or {}).get("seed") or 0),
+        progress=lambda f, m: report(0.98, f"rolling origin: {m}"),
+    )
+
+
+def _policy_mc(steps, params: dict, engine: tuple, *sides: tuple) -> dict | None:
     """{side: per-step step-time quantiles} of the policy's own Monte-Carlo replay, for
-    each side ("a", "b") whose step is not a batch rollout then training."""
+    each side ("a", "b": (result, policy, cluster)) whose step is not a batch rollout then
+    training; None without a noise model (`engine`: model, limits, noise, coefficients)."""
+    model, limits, noise, coefficients = engine
+    if noise is None:
+        return None
     seed = int((params.get("uncertainty") or {}).get("seed") or 0)
     return {
         k: monte_carlo_replay(steps, c, model, limits, p, noise, coefficients=coefficients, seed=seed)["steps"]
-        for k, res, p, c in sides
+        for k, (res, p, c) in zip(("a", "b"), sides, strict=True)
         if res is not None and not _rollout_then_training(res)
     }
 
