@@ -22,7 +22,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError
 
 from backend.formats import read_sources
-from backend.formats.base import STEP_TIMING_COLUMNS, InputError, ReadResult, Source
+from backend.formats.base import InputError, ReadResult, Source
 from backend.formats.dapo import dapo_marks, unmatched_note
 from backend.ingest.bounds import Bounds
 from backend.ingest.pipeline import COUNT_COLUMN, _Loader
@@ -32,6 +32,8 @@ from backend.ingest.truncation import settle_truncation, trace_truncation, trunc
 from backend.settings import get_settings
 from backend.store.columns import read_columns
 from backend.store.models import GpuKernelName, Sample, Step, Trace, TraceAttachment, TraceStatus
+from core.analysis.registry import ANALYSES
+from core.analysis.tables import STEP_TIMING_COLUMNS
 
 
 @dataclass
@@ -331,7 +333,7 @@ def refresh_analyses(session, trace_id: int, tables: list[str], *, force: bool =
     """Stop reuse of the results the change affects and queue the default analyses. For
     a live trace this is debounced: while its analyses are still queued or running, the
     next attach (or closing the trace) catches up instead."""
-    from backend.jobs.analyses import ANALYSIS_KINDS, invalidate_analyses, queue_default_analyses
+    from backend.jobs.analyses import invalidate_analyses, queue_default_analyses
     from backend.store.models import Job, JobStatus
 
     session.expire_all()
@@ -342,7 +344,7 @@ def refresh_analyses(session, trace_id: int, tables: list[str], *, force: bool =
             .select_from(Job)
             .where(
                 Job.trace_id == trace_id,
-                Job.kind.in_(ANALYSIS_KINDS),
+                Job.kind.in_(list(ANALYSES)),
                 Job.status.in_((JobStatus.QUEUED, JobStatus.RUNNING)),
             )
         )

@@ -20,7 +20,7 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import IntegrityError
 
 from backend.formats import read_sources, upload_format
-from backend.formats.base import STEP_TIMING_COLUMNS, InputError, ReadResult, Source, TableBatch
+from backend.formats.base import InputError, ReadResult, Source, TableBatch
 from backend.formats.kineto_events import EVENTS_DIR_STATE, remove_events
 from backend.ingest.bounds import Bounds
 from backend.ingest.bulk import bulk_insert
@@ -36,6 +36,7 @@ from backend.store.models import (
     TraceStatus,
 )
 from backend.store.trace_tables import trace_events_dir
+from core.analysis.tables import STEP_TIMING_COLUMNS
 from core.analysis.truncation import Truncation
 
 COUNT_COLUMN = {

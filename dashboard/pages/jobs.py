@@ -38,8 +38,6 @@ from dashboard.views.url_state import query_value, register_url_state, url_sink
 
 dash.register_page(__name__, path="/jobs", name="Jobs", title="Jobs · RLVR Explorer", nav="top", order=2)
 
-ANALYSIS_KINDS = ("lengths", "longtail", "imbalance", "latency", "multiturn", "data_efficiency", "gpu_timeline")
-JOB_KINDS = ("ingest", *ANALYSIS_KINDS, "simulation", "workload")
 JOB_PAGES = {"simulation": "simulate", "workload": "workload"}  # kind -> the trace page that shows its jobs
 JOB_STATUSES = ("queued", "running", "succeeded", "failed")
 PARAM = "rerun-param"
@@ -51,6 +49,21 @@ def _int(x):
         return int(x)
     except (TypeError, ValueError):
         return None
+
+
+_KINDS: dict[str, list[str]] = {}
+
+
+def _kinds() -> tuple[list[str], list[str]]:
+    """(every job kind, the analysis kinds), from the API's registries; kept once read (they
+    change only with the server's code), empty while the API cannot answer."""
+    if not _KINDS:
+        try:
+            answer = session.api().job_kinds()
+        except ApiError:
+            return [], []
+        _KINDS.update(jobs=answer["kinds"], analyses=[a["kind"] for a in answer["analyses"]])
+    return _KINDS["jobs"], _KINDS["analyses"]
 
 
 def _trace_names() -> dict[int, str]:
@@ -66,7 +79,7 @@ def _trace_options(names: dict[int, str]) -> list[dict]:
     return [{"label": f"{name} (#{tid})", "value": tid} for tid, name in names.items()]
 
 
-def _jobs_section(options: list[dict], kind, trace_id, query: dict):
+def _jobs_section(options: list[dict], kind, trace_id, query: dict, job_kinds: list[str]):
     """The job list: filters (status, kind, trace), the table and its pages."""
     return section(
         "Running and finished",
@@ -85,7 +98,7 @@ def _jobs_section(options: list[dict], kind, trace_id, query: dict):
                 "Kind",
                 dcc.Dropdown(
                     id="jobs-kind",
-                    options=list(JOB_KINDS),
+                    options=job_kinds,
                     placeholder="any",
                     value=kind,
                     style={"minWidth": "160px"},
@@ -122,14 +135,15 @@ def layout(trace_id: str | None = None, kind: str | None = None, **query):
     if not signed_in():
         return sign_in_required("/jobs")
     trace_id = _int(trace_id)
-    kind = kind if kind in JOB_KINDS else None
+    job_kinds, analysis_kinds = _kinds()
+    kind = kind if kind in job_kinds else None
     names = _trace_names()
     options = _trace_options(names)
     return html.Div(
         [
             html.H2("Jobs"),
             url_sink("jobs"),
-            _jobs_section(options, kind, trace_id, query),
+            _jobs_section(options, kind, trace_id, query, job_kinds),
             section(
                 "Run an analysis",
                 controls(
@@ -137,8 +151,8 @@ def layout(trace_id: str | None = None, kind: str | None = None, **query):
                         "Analysis",
                         dcc.Dropdown(
                             id="rerun-kind",
-                            options=list(ANALYSIS_KINDS),
-                            value=kind if kind in ANALYSIS_KINDS else "lengths",
+                            options=analysis_kinds,
+                            value=kind if kind in analysis_kinds else "lengths",
                             clearable=False,
                             style={"minWidth": "180px"},
                         ),
@@ -168,7 +182,7 @@ def layout(trace_id: str | None = None, kind: str | None = None, **query):
 
 def _action(job: dict):
     """Re-run an analysis here; re-run a replay or workload in its page's form, or open it."""
-    if job.get("kind") in ANALYSIS_KINDS:
+    if job.get("kind") in _kinds()[1]:
         return html.Button(
             "Re-run", id={"type": "job-rerun", "index": job["id"]}, n_clicks=0, className="button small secondary"
         )

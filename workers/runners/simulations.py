@@ -51,13 +51,13 @@ import numpy as np
 import orjson
 from sqlalchemy.engine import Connection
 
-from backend.formats.base import STEP_TIMING_COLUMNS
 from backend.jobs.contracts import chrome_trace_path
 from backend.jobs.simulations import compare_cluster_of, configs_of
 from backend.jobs.state import set_progress
 from backend.store.db import get_engine, new_session
 from backend.store.models import Job, JobStatus, Trace, TraceStatus
 from backend.store.trace_tables import load_trace_tables
+from core.analysis.tables import STEP_TIMING_COLUMNS
 from core.jsonable import json_safe
 from core.simulator import (
     Calibration,
