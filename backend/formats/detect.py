@@ -110,7 +110,7 @@ def _wandb_history(source: Source, base: str) -> str | None:
     """wandb-csv / wandb-parquet when a CSV / Parquet file has a ``_step`` column."""
     import csv
 
-    from backend.formats.native import _seekable
+    from backend.formats.native import seekable_stream
 
     if base.endswith(".csv"):
         with source.open() as stream:
@@ -118,7 +118,7 @@ def _wandb_history(source: Source, base: str) -> str | None:
         header = next(csv.reader([first]), [])
         return "wandb-csv" if STEP_COLUMN in (h.strip() for h in header) else None
     if base.endswith((".parquet", ".pq")):
-        with source.open() as raw, _seekable(raw) as stream:
+        with source.open() as raw, seekable_stream(raw) as stream:
             names = parquet_columns(stream)
         return "wandb-parquet" if names and STEP_COLUMN in names else None
     return None

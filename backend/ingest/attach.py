@@ -25,7 +25,7 @@ from backend.formats import read_sources
 from backend.formats.base import InputError, ReadResult, Source
 from backend.formats.dapo import dapo_marks, unmatched_note
 from backend.ingest.bounds import Bounds
-from backend.ingest.pipeline import COUNT_COLUMN, _Loader
+from backend.ingest.pipeline import COUNT_COLUMN, StepRowLoader
 from backend.ingest.rollout_attach import DumpMatcher, merge_rollouts, trace_length_unit
 from backend.ingest.summaries import SUMMARY_COLUMNS, summarize_steps
 from backend.ingest.truncation import settle_truncation, trace_truncation, truncation_meta
@@ -92,7 +92,7 @@ def merge_meta(old: dict, new: dict) -> dict:
     return out
 
 
-class _AttachLoader(_Loader):
+class _AttachLoader(StepRowLoader):
     """A loader that continues a trace: task and kernel ids and event numbers go on from
     what the trace has."""
 

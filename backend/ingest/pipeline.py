@@ -54,7 +54,7 @@ Progress = Callable[[float, str], None]
 SUMMARY_RANGE_SAMPLES = 2_000_000
 
 
-class _Loader:
+class StepRowLoader:
     """Folds reader batches into one trace's rows (within `bounds`, when given)."""
 
     def __init__(self, conn: Connection, trace_id: int, bounds: Bounds | None = None):
@@ -252,7 +252,7 @@ def ingest_trace(
         with engine.connect() as conn:
             clear_trace_rows(conn, trace_id)
             conn.commit()
-            loader = _Loader(conn, trace_id, bounds)
+            loader = StepRowLoader(conn, trace_id, bounds)
             try:
                 _load(conn, loader, bounds.sources(sources), forced_format, result, reporter, atomic)
                 # a token cap says nothing of lengths counted in characters (no tokenizer)
@@ -287,7 +287,7 @@ def ingest_trace(
         progress(1.0, "ready")
 
 
-def _load(conn, loader: _Loader, sources, forced_format, result: ReadResult, reporter: _Reporter, atomic: bool):
+def _load(conn, loader: StepRowLoader, sources, forced_format, result: ReadResult, reporter: _Reporter, atomic: bool):
     """Every batch of the sources into the loader (committed per batch on SQLite)."""
     # closed at once on an error: files still being read ahead are waited for before
     # the clean-up removes what they wrote
@@ -316,7 +316,7 @@ def _fail(engine: Engine, trace_id: int, exc: Exception) -> None:
 def _finish(
     conn: Connection,
     trace_id: int,
-    loader: _Loader,
+    loader: StepRowLoader,
     result: ReadResult,
     truncation: Truncation,
     n_steps: int,

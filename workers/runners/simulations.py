@@ -399,7 +399,7 @@ def write_chrome_traces(job_id: int, r: Replay) -> None:
 # --------------------------------------------------------------------------- the job
 
 
-class _Throttled:
+class ThrottledProgress:
     """Progress written to the job row at most once a second (and at the end)."""
 
     def __init__(self, job_id: int) -> None:
@@ -435,7 +435,7 @@ def run_simulation_job(job_id: int) -> None:
             return
         params = dict(job.params)
         trace = session.get(Trace, params["trace_id"]) if params.get("trace_id") is not None else None
-    progress = _Throttled(job_id)
+    progress = ThrottledProgress(job_id)
     with job_outcome(engine, job_id, "simulation") as outcome:
         if params.get("trace_id") is not None:
             if trace is None or trace.status != TraceStatus.READY:
