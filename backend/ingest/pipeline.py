@@ -211,7 +211,7 @@ class _Reporter:
         self._send(LOAD_SHARE + SUMMARY_SHARE * done, "per-step summaries", force=done >= 1.0)
 
 
-def ingest_trace(
+def ingest_trace(  # noqa: C901 -- the ingest's stages and their failure paths, in order, in one place
     engine: Engine,
     trace_id: int,
     sources: list[Source],

@@ -208,7 +208,7 @@ def _stride(xs: list[float]) -> float | None:
     return min(diffs) if diffs else None
 
 
-def step_gaps(fig: go.Figure) -> go.Figure:
+def step_gaps(fig: go.Figure) -> go.Figure:  # noqa: C901 -- axis breaks for missing steps: each branch one shape of gap
     """Break per-step lines at missing steps: where consecutive x (steps, ascending) are
     further apart than the trace's smallest step stride, insert a point with y = None,
     so plotly leaves a gap instead of drawing a line across steps that have no data

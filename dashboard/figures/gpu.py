@@ -56,7 +56,7 @@ def short_kernel_name(name: str, width: int = 60) -> str:
     return name if len(name) <= width else name[: width - 1] + "…"
 
 
-def kernel_gantt_figure(
+def kernel_gantt_figure(  # noqa: C901 -- one figure with optional layers, each a branch
     events: list[dict],
     *,
     truncated: bool = False,

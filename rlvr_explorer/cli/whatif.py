@@ -249,7 +249,7 @@ def _acc(fig: dict, prefix: str) -> str:
     return "-" if e is None else f"rel. error {100 * e:+.0f}%"
 
 
-def _simulation_summary(trace, params: dict, result: dict) -> str:
+def _simulation_summary(trace, params: dict, result: dict) -> str:  # noqa: C901 -- one line per figure the replay may or may not have
     c, a, b = params["cluster"], result["a"], result["b"]
     name_a, name_b = params["policy"]["kind"], (params["compare_policy"] or {}).get("kind")
     w = result["workload"]
