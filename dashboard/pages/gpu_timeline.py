@@ -9,6 +9,8 @@ gpu-stragglers; table gpu-top-kernels.
 
 from __future__ import annotations
 
+from typing import Any
+
 import dash
 from dash import Input, Output, State, ctx, dcc, html, no_update
 
@@ -376,7 +378,7 @@ def search_kernels(text, ranks, origin, trace_id):
 def download(n, step, ranks, window, trace_id):
     if not n:
         return no_update, no_update
-    kw = {"rank": list(ranks) if ranks else None}
+    kw: dict[str, Any] = {"rank": list(ranks) if ranks else None}
     if window:
         kw.update(start_us=window["start_us"], end_us=window["end_us"])
     else:
