@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import textwrap
+from collections.abc import Iterable
 
 import numpy as np
 import plotly.graph_objects as go
@@ -81,6 +82,17 @@ def num(value) -> float | None:
     except (TypeError, ValueError):
         return None
     return None if math.isnan(f) else f
+
+
+def numbers(values: Iterable) -> list[float]:
+    """The payload numbers among `values` (missing and NaN left out)."""
+    return [f for f in map(num, values) if f is not None]
+
+
+def pct(value) -> float | None:
+    """A payload fraction in percent, None when it is not a number (a gap)."""
+    f = num(value)
+    return None if f is None else 100.0 * f
 
 
 def column(rows: list[dict], key: str) -> list:

@@ -18,6 +18,7 @@ import json
 
 import dash
 from dash import ALL, Input, Output, State, ctx, dcc, html, no_update
+from dash.development.base_component import Component
 
 from dashboard.api import session
 from dashboard.api.client import ApiError
@@ -26,6 +27,7 @@ from dashboard.views.components import (
     clicked_index,
     control,
     controls,
+    data_attrs,
     href,
     progress,
     section,
@@ -186,7 +188,7 @@ def _action(job: dict):
         return html.Button(
             "Re-run", id={"type": "job-rerun", "index": job["id"]}, n_clicks=0, className="button small secondary"
         )
-    page = JOB_PAGES.get(job.get("kind"))
+    page = JOB_PAGES.get(job.get("kind") or "")
     if page and job.get("trace_id"):
         base = f"/traces/{job['trace_id']}/{page}"
         return html.Div(
@@ -248,7 +250,7 @@ def jobs_table(jobs: list[dict], names: dict[int, str] | None = None) -> html.Ta
                     ),
                     html.Td(_action(j)),
                 ],
-                **{"data-job-id": str(j["id"]), "data-status": st, "data-kind": j.get("kind") or ""},
+                **data_attrs(job_id=str(j["id"]), status=st, kind=j.get("kind") or ""),
             )
         )
     return html.Table([html.Thead(head), html.Tbody(rows)], className="table", id="jobs-table-el")
@@ -343,10 +345,10 @@ def rerun_form(params: dict | None, note: str | None = None) -> tuple[list, list
         text = note or "No earlier run of this analysis on this trace: it runs with its defaults."
         return [html.P(text, className="muted")], []
     widgets = [
-        html.Div(control(name.replace("_", " "), _widget(name, kind, value)), **{"data-param": name})
+        html.Div(control(name.replace("_", " "), _widget(name, kind, value)), **data_attrs(param=name))
         for name, kind, value in fields
     ]
-    out = [html.Div(widgets, className="controls")]
+    out: list[Component] = [html.Div(widgets, className="controls")]
     if note:
         out.append(html.P(note, className="muted"))
     return out, [[name, kind] for name, kind, _ in fields]
