@@ -79,7 +79,7 @@ def _step_of(args, name: str, line: int) -> int | None:
     return None
 
 
-def read_areal_perf(source: Source, result: ReadResult) -> Iterator[TableBatch]:
+def read_areal_perf(source: Source, result: ReadResult) -> Iterator[TableBatch]:  # noqa: C901 -- one pass over trace events: each branch refuses a field by name
     """AReaL perf traces -> ``rank_timings`` (seconds per step, rank and span name)."""
     name = source.name
     file_rank = _rank_of_name(name)
@@ -179,7 +179,7 @@ def _phase_spans(phases, kind: str, name: str, line: int) -> list[float]:
     return out
 
 
-def read_areal_sessions(source: Source, result: ReadResult) -> Iterator[TableBatch]:
+def read_areal_sessions(source: Source, result: ReadResult) -> Iterator[TableBatch]:  # noqa: C901 -- one pass over session rows: each branch refuses a field by name
     """AReaL session traces -> ``samples`` (latencies, turns, tool calls), per block."""
     name = source.name
     file_rank = _rank_of_name(name)

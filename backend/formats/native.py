@@ -281,7 +281,7 @@ def _arrow_columns(batch, name: str, line_of: Callable[[int], int]) -> dict:
 
 
 @contextmanager
-def _seekable(stream: IO[bytes]):
+def seekable_stream(stream: IO[bytes]):
     """Parquet needs random access; spool a non-seekable (decompressing) stream."""
     if getattr(stream, "seekable", lambda: False)():
         yield stream
@@ -297,7 +297,7 @@ def read_native_parquet(source: Source, result: ReadResult) -> Iterator[TableBat
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    with source.open() as raw, _seekable(raw) as stream:
+    with source.open() as raw, seekable_stream(raw) as stream:
         try:
             pf = pq.ParquetFile(stream)
         except (pa.ArrowInvalid, OSError) as exc:

@@ -27,7 +27,7 @@ from collections.abc import Iterator
 
 from backend.formats.base import InputError, ReadResult, Source, TableBatch
 from backend.formats.jsonl import INT32_MAX
-from backend.formats.native import _seekable
+from backend.formats.native import seekable_stream
 from backend.formats.step_metrics import StepMetrics
 
 STEP_COLUMN = "_step"
@@ -114,7 +114,7 @@ def read_wandb_parquet(source: Source, result: ReadResult) -> Iterator[TableBatc
 
     name = source.name
     buffer = StepMetrics()
-    with source.open() as raw, _seekable(raw) as stream:
+    with source.open() as raw, seekable_stream(raw) as stream:
         try:
             pf = pq.ParquetFile(stream)
         except (pa.ArrowInvalid, OSError) as exc:

@@ -141,7 +141,7 @@ def select_events(
     return np.flatnonzero(keep)
 
 
-def full_chrome_trace(ev, idx: np.ndarray, *, max_events: int = 2_000_000) -> dict:
+def full_chrome_trace(ev, idx: np.ndarray, *, max_events: int = 2_000_000) -> dict:  # noqa: C901 -- one event stream per kind of track, written in one pass
     """Chrome trace-event JSON of the events `idx` of `ev` (a TraceEvents), in file order:
     complete events, flow arrows (ph s / f with their id, bp "e"), instants and metadata,
     with the kept args (stream, device, correlation, External id, bytes, memory bandwidth).

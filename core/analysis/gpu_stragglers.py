@@ -135,7 +135,7 @@ def stragglers(events: Events, *, tolerance: float = 0.05) -> dict[str, dict[str
 # --- potential stragglers (TraceEvents, several ranks) -----------------------------------
 
 
-def potential_stragglers(
+def potential_stragglers(  # noqa: C901 -- HTA's straggler rule, step by step as its docs state it
     ev: TraceEvents,
     frames: dict[int, Frame] | None = None,
     *,

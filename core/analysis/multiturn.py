@@ -207,7 +207,7 @@ def _matched_counts(traj_keys: np.ndarray, row_keys: np.ndarray, weights: np.nda
     return np.bincount(pos[hit], weights=weights[hit], minlength=len(traj_keys)).astype(np.int64)
 
 
-def _from_turns(data: TraceData, include_validation: bool, out: dict) -> None:
+def _from_turns(data: TraceData, include_validation: bool, out: dict) -> None:  # noqa: C901 -- per-turn columns, each optional in the trace
     t = data.turns
     assert t is not None  # checked by analyze_multiturn
     keep = np.ones(len(t), dtype=bool)

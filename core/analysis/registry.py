@@ -17,8 +17,8 @@ Entry points for the worker:
   `run_analysis_chunked(kind, chunks, params)` does all three in one process.
   Every analysis is per step, and its summary is rebuilt from per-step entries (plus
   additive totals), so the chunked result equals the direct one.
-- `DEFAULT_ANALYSES` and `default_analyses(available)`: the kinds run automatically when
-  a trace becomes ready, given which tables/columns it has.
+- `default_analyses(available)`: the kinds run automatically when a trace becomes ready
+  (`default`), given which tables/columns it has.
 """
 
 from __future__ import annotations
@@ -56,6 +56,13 @@ class AnalysisSpec:
     reduce_params: tuple[str, ...] = ()
     # any one of these {table: columns} makes the analysis applicable (empty: use `required`)
     any_of: tuple[dict[str, tuple[str, ...]], ...] = field(default=())
+    # queued automatically when a trace becomes ready (if applicable)
+    default: bool = True
+    # its per-step figures join the live step series (GET /traces/{id}/series)
+    live_series: bool = False
+    # {parameter: (table, column)}: a parameter every step-range part must share, fixed
+    # when not given from the whole trace as max(column) + 1 (e.g. the DP size)
+    shared_params: dict[str, tuple[str, str]] = field(default_factory=dict)
 
     def applicable(self, available: dict[str, set[str] | list[str] | tuple[str, ...]]) -> bool:
         """Whether a trace with `available` {table: columns} (non-empty tables only) fits."""
@@ -108,6 +115,7 @@ ANALYSES: dict[str, AnalysisSpec] = {
         defaults={"engine_key": "dp_rank", "tail_fraction": 0.1, "include_validation": False},
         run=longtail.analyze_longtail,
         reduce=longtail.reduce_longtail,
+        live_series=True,
     ),
     "imbalance": AnalysisSpec(
         kind="imbalance",
@@ -123,6 +131,8 @@ ANALYSES: dict[str, AnalysisSpec] = {
         },
         run=imbalance.analyze_imbalance,
         reduce=imbalance.reduce_imbalance,
+        live_series=True,
+        shared_params={"dp_size": ("samples", "dp_rank")},
     ),
     "latency": AnalysisSpec(
         kind="latency",
@@ -142,6 +152,7 @@ ANALYSES: dict[str, AnalysisSpec] = {
         defaults={"reward_phase": "reward", "include_validation": False},
         run=latency.analyze_latency,
         reduce=latency.reduce_latency,
+        live_series=True,
     ),
     "multiturn": AnalysisSpec(
         kind="multiturn",
@@ -168,6 +179,7 @@ ANALYSES["data_efficiency"] = AnalysisSpec(
     defaults={"include_validation": False},
     run=data_efficiency.analyze_data_efficiency,
     reduce=data_efficiency.reduce_data_efficiency,
+    live_series=True,
 )
 
 ANALYSES["reward_length"] = AnalysisSpec(
@@ -196,22 +208,10 @@ ANALYSES["gpu_timeline"] = AnalysisSpec(
     reduce=None,
 )
 
-# Run automatically when a trace becomes ready (each only if `applicable`).
-DEFAULT_ANALYSES = (
-    "lengths",
-    "longtail",
-    "imbalance",
-    "latency",
-    "multiturn",
-    "data_efficiency",
-    "reward_length",
-    "gpu_timeline",
-)
-
 
 def default_analyses(available: dict[str, set[str] | list[str] | tuple[str, ...]]) -> list[str]:
     """The default kinds that fit a trace having `available` {table: columns}."""
-    return [k for k in DEFAULT_ANALYSES if ANALYSES[k].applicable(available)]
+    return [k for k, spec in ANALYSES.items() if spec.default and spec.applicable(available)]
 
 
 # Integer parameters whose default is None (inferred): when given, integers >= 1.
@@ -278,21 +278,17 @@ def reduce_results(kind: str, partials: list[dict], params: dict | None = None) 
 
 
 def global_params(kind: str, chunks: list[TraceData], params: dict | None = None) -> dict:
-    """Parameters every chunk must share, fixed from all chunks before they run.
-
-    imbalance: dp_size = highest dp_rank + 1 over the whole trace (a chunk missing the
-    top rank would otherwise size its ranks differently). A Celery chord gets the same
-    from one `SELECT max(dp_rank)` and passes it in params.
-    """
+    """Parameters every chunk must share (the spec's `shared_params`), fixed from all
+    chunks before they run: a chunk missing the top DP rank would otherwise size its
+    ranks differently. A Celery chord gets the same from one `SELECT max(column)`."""
     full = dict(params or {})
-    if kind == "imbalance" and not full.get("dp_size"):
-        tops = [
-            int(np.max(c.samples.dp_rank))
-            for c in chunks
-            if c.samples is not None and c.samples.dp_rank is not None and len(c.samples)
-        ]
+    for name, (table, column) in _spec(kind).shared_params.items():
+        if full.get(name):
+            continue
+        cols = [getattr(getattr(c, table), column, None) for c in chunks if getattr(c, table) is not None]
+        tops = [int(np.max(col)) for col in cols if col is not None and len(col)]
         if tops:
-            full["dp_size"] = max(tops) + 1
+            full[name] = max(tops) + 1
     return full
 
 

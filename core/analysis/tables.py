@@ -156,6 +156,10 @@ class StepColumns(_Columns):
         return out
 
 
+# The measured per-step durations (seconds) framework logs can carry: StepColumns' t_* fields.
+STEP_TIMING_COLUMNS = tuple(f.name for f in fields(StepColumns) if f.name.startswith("t_"))
+
+
 @dataclass
 class GpuEventColumns(_Columns):
     """GPU events of a Kineto trace, in trace order (see backend/formats/kineto.py).

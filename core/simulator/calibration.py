@@ -215,16 +215,16 @@ def _fit_train_mfu(fit: list[StepWorkload], cluster: ClusterConfig, model: Model
     return float(min(1.0, 1.0 / inv)) if inv > 0 else None
 
 
-def _accuracy(pred: float | None, meas: float | None) -> float | None:
+def step_accuracy(pred: float | None, meas: float | None) -> float | None:
     """1 − |pred − meas| / meas, or None when undefined or below 0 (then only the
     relative error is meaningful)."""
-    err = _rel_error(pred, meas)
+    err = relative_error(pred, meas)
     if err is None or abs(err) > 1.0:
         return None
     return float(1.0 - abs(err))
 
 
-def _rel_error(pred: float | None, meas: float | None) -> float | None:
+def relative_error(pred: float | None, meas: float | None) -> float | None:
     """(pred − meas) / meas (signed: > 0 over-predicts)."""
     if pred is None or meas is None or not np.isfinite(pred) or not meas:
         return None
@@ -260,13 +260,13 @@ def figure_row(pred: float | None, meas: float | None, naive: dict[str, float | 
     row: dict = {
         "measured": meas,
         "predicted": pred,
-        "accuracy": _accuracy(pred, meas),
-        "rel_error": _rel_error(pred, meas),
+        "accuracy": step_accuracy(pred, meas),
+        "rel_error": relative_error(pred, meas),
     }
     for name, value in naive.items():
         row[name] = value
-        row[f"{name}_accuracy"] = _accuracy(value, meas)
-        row[f"{name}_rel_error"] = _rel_error(value, meas)
+        row[f"{name}_accuracy"] = step_accuracy(value, meas)
+        row[f"{name}_rel_error"] = relative_error(value, meas)
     if mc is not None:
         row["interval"] = [mc["p10"], mc["p90"]]
         row["covered"] = None if meas is None else bool(mc["p10"] <= meas <= mc["p90"])

@@ -164,7 +164,7 @@ class ReplicaEngine:
         plan = self._plan
         return plan[2] if plan is not None and plan[1] == _PREFILL else 0
 
-    def plan(self) -> float:
+    def plan(self) -> float:  # noqa: C901 -- the engine's admission rule: each branch is one limit it checks
         """When the next event completes (and remember what it is)."""
         if self._plan is not None:
             return self._plan[0]

@@ -150,7 +150,7 @@ class PooledEngine(ReplicaEngine):
         self.prefixes: set[int] = set()  # shared-prompt keys prefilled here
         self._admitting: set[int] = set()  # keys of the planned prefill iteration
 
-    def _admissible(self) -> tuple[int, int, int, int]:
+    def _admissible(self) -> tuple[int, int, int, int]:  # noqa: C901 -- the pool's admission rule: each branch is one limit it checks
         """Own queue first, then the shared queue (or a steal when both are empty);
         a shared prompt already prefilled here costs nothing."""
         pool = self.shared

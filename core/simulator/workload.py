@@ -32,15 +32,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-STEP_TIMING_COLUMNS = (
-    "t_gen",
-    "t_reward",
-    "t_old_log_prob",
-    "t_ref",
-    "t_adv",
-    "t_update_actor",
-    "t_step",
-)
+from core.analysis.tables import STEP_TIMING_COLUMNS
 
 
 @dataclass

@@ -56,7 +56,7 @@ def short_kernel_name(name: str, width: int = 60) -> str:
     return name if len(name) <= width else name[: width - 1] + "…"
 
 
-def kernel_gantt_figure(
+def kernel_gantt_figure(  # noqa: C901 -- one figure with optional layers, each a branch
     events: list[dict],
     *,
     truncated: bool = False,
@@ -86,7 +86,7 @@ def kernel_gantt_figure(
     origin = float(start.min()) if origin_us is None else float(origin_us)
 
     # Rows top to bottom: per rank an idle row, then its streams.
-    labels: list[str] = []
+    row_labels: list[str] = []
     row_of: dict[tuple[int, int], int] = {}
     idle_row: dict[int, int] = {}
     cpu_row: dict[int, int] = {}
@@ -94,13 +94,13 @@ def kernel_gantt_figure(
     flows = flows and bool(np.isfinite(launch).any())
     for r in np.unique(rank):
         if flows:
-            cpu_row[int(r)] = len(labels)
-            labels.append(f"rank {r} launches (CPU)")
-        idle_row[int(r)] = len(labels)
-        labels.append(f"rank {r} idle")
+            cpu_row[int(r)] = len(row_labels)
+            row_labels.append(f"rank {r} launches (CPU)")
+        idle_row[int(r)] = len(row_labels)
+        row_labels.append(f"rank {r} idle")
         for s in np.unique(stream[rank == r]):
-            row_of[(int(r), int(s))] = len(labels)
-            labels.append(f"rank {r} stream {s}")
+            row_of[(int(r), int(s))] = len(row_labels)
+            row_labels.append(f"rank {r} stream {s}")
     row = np.array([row_of[(int(r), int(s))] for r, s in zip(rank, stream)], dtype=np.float64)
 
     suffix = " (first events only: narrow the window)" if truncated else ""
@@ -110,10 +110,10 @@ def kernel_gantt_figure(
         title + suffix,
         x_title=f"{UNITS['ms']} from {origin_label}",
         y_title="",
-        height=rows_height(len(labels), per_row=24),
+        height=rows_height(len(row_labels), per_row=24),
         hovermode="closest",
     )
-    width = max(3, min(14, int(400 / max(len(labels), 1))))
+    width = max(3, min(14, int(400 / max(len(row_labels), 1))))
     to_ms = lambda us: (us - origin) / 1000.0  # noqa: E731
     for k in GPU_KINDS:
         sel = np.flatnonzero(kind == k)
@@ -177,8 +177,8 @@ def kernel_gantt_figure(
         fig.update_xaxes(range=[to_ms(x_range_us[0]), to_ms(x_range_us[1])])
     fig.update_yaxes(
         tickmode="array",
-        tickvals=list(range(len(labels))),
-        ticktext=labels,
+        tickvals=list(range(len(row_labels))),
+        ticktext=row_labels,
         autorange="reversed",
         showgrid=False,
         zeroline=False,

@@ -77,7 +77,7 @@ def _lines_mode(n: int) -> str:
 def measured_rollout(result: dict, trace_steps: list[dict] | None = None) -> dict[int, float]:
     """Measured rollout seconds per step: the accuracy report's (the steps not used for
     fitting, from engine latencies or t_gen), else the trace's logged t_gen."""
-    out = {int(s["step"]): num(s.get("t_gen")) for s in trace_steps or [] if num(s.get("t_gen")) is not None}
+    out = {int(s["step"]): t for s in trace_steps or [] if (t := num(s.get("t_gen"))) is not None}
     for row in (result.get("accuracy") or {}).get("steps") or []:
         m = num((row.get("rollout_s") or {}).get("measured"))
         if m is not None:

@@ -13,7 +13,7 @@ from core.simulator.defaults import DEFAULT_GPU, DEFAULT_MODEL, DEFAULT_N_GPUS, 
 from core.simulator.explain import explain_text
 from core.simulator.policies import POLICIES
 from core.simulator.policies.spec import check_value
-from rlvr_explorer.cli.main import INT_MAX, _team_id, command, progress_bar
+from rlvr_explorer.cli.main import INT_MAX, command, progress_bar, team_id_of
 from rlvr_explorer.cli.output import JsonFlag, emit, fail
 
 # the policy choices, from the simulator's policy registry
@@ -182,7 +182,7 @@ def simulate(
         params = simulation_params(body)
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint=error_field(exc) or "options") from None
-    trace = _team_trace(trace_id, _team_id(api_key))
+    trace = _team_trace(trace_id, team_id_of(api_key))
     result = _replay_result(trace, params)
     emit(result, lambda r: _simulation_summary(trace, params, r), as_json)
 
@@ -249,7 +249,7 @@ def _acc(fig: dict, prefix: str) -> str:
     return "-" if e is None else f"rel. error {100 * e:+.0f}%"
 
 
-def _simulation_summary(trace, params: dict, result: dict) -> str:
+def _simulation_summary(trace, params: dict, result: dict) -> str:  # noqa: C901 -- one line per figure the replay may or may not have
     c, a, b = params["cluster"], result["a"], result["b"]
     name_a, name_b = params["policy"]["kind"], (params["compare_policy"] or {}).get("kind")
     w = result["workload"]
@@ -431,7 +431,7 @@ def advise(
         params = advice_params(body)
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint=error_field(exc) or "options") from None
-    trace = _team_trace(trace_id, _team_id(api_key))
+    trace = _team_trace(trace_id, team_id_of(api_key))
     try:
         workload = _trace_workload(trace, params["steps"], "advise on")
         bar, progress = progress_bar("advise")
@@ -575,7 +575,7 @@ def generate(
             body["parameters"] = orjson.loads(params.read_bytes())
         except orjson.JSONDecodeError as exc:
             raise typer.BadParameter(f"not JSON: {exc}", param_hint="--params") from None
-    team_id = _team_id(api_key) if (from_trace is not None or ingest) else None
+    team_id = team_id_of(api_key) if (from_trace is not None or ingest) else None
     trace = _team_trace(from_trace, team_id) if from_trace is not None else None
     try:
         p = workload_params(

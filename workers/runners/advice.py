@@ -23,7 +23,7 @@ from core.simulator.config import GpuSpec
 from core.simulator.evaluation import noise_for
 from core.simulator.replay_mc import DEFAULT_RUNS
 from workers.runners.outcome import NOT_READY, JobFailed, job_outcome
-from workers.runners.simulations import Progress, _Throttled, fit_steps_for, load_columns, steps_of_columns
+from workers.runners.simulations import Progress, ThrottledProgress, fit_steps_for, load_columns, steps_of_columns
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +90,7 @@ def run_advice_job(job_id: int) -> None:
             return
         params = dict(job.params)
         trace = session.get(Trace, params["trace_id"])
-    progress = _Throttled(job_id)
+    progress = ThrottledProgress(job_id)
     with job_outcome(engine, job_id, "advice") as outcome:
         if trace is None or trace.status != TraceStatus.READY:
             raise JobFailed(NOT_READY)

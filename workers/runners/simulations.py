@@ -52,13 +52,13 @@ import numpy as np
 import orjson
 from sqlalchemy.engine import Connection
 
-from backend.formats.base import STEP_TIMING_COLUMNS
 from backend.jobs.contracts import chrome_trace_path
 from backend.jobs.simulations import compare_cluster_of, configs_of
 from backend.jobs.state import set_progress
 from backend.store.db import get_engine, new_session
 from backend.store.models import Job, JobStatus, Trace, TraceStatus
 from backend.store.trace_tables import load_trace_tables
+from core.analysis.tables import STEP_TIMING_COLUMNS
 from core.jsonable import json_safe
 from core.simulator import (
     Calibration,
@@ -430,7 +430,7 @@ def write_chrome_traces(job_id: int, r: Replay) -> None:
 # --------------------------------------------------------------------------- the job
 
 
-class _Throttled:
+class ThrottledProgress:
     """Progress written to the job row at most once a second (and at the end)."""
 
     def __init__(self, job_id: int) -> None:
@@ -466,7 +466,7 @@ def run_simulation_job(job_id: int) -> None:
             return
         params = dict(job.params)
         trace = session.get(Trace, params["trace_id"]) if params.get("trace_id") is not None else None
-    progress = _Throttled(job_id)
+    progress = ThrottledProgress(job_id)
     with job_outcome(engine, job_id, "simulation") as outcome:
         if params.get("trace_id") is not None:
             if trace is None or trace.status != TraceStatus.READY:
