@@ -71,13 +71,13 @@ def test_a_request_draws_the_same_factor_whatever_else_is_added():
 def test_a_simulation_job_gives_every_policy_a_step_time_interval():
     """The replay runner: a colocated batch-rollout side gets its rollout's runs shifted;
     a streaming or disaggregated side its own Monte-Carlo replay, non-degenerate."""
-    from workers.runners.simulations import Replay, _policy_mc, uncertainty_dict
+    from workers.runners.simulations import Replay, policy_intervals, uncertainty_dict
 
     steps = _steps()
     ca, cb = _cluster("sync"), _cluster("async")
     a, b = (simulate(steps, c, MODEL, EngineLimits(), Policy(kind=k)) for c, k in ((ca, "sync"), (cb, "async")))
     engine = (MODEL, EngineLimits(), NOISE, None)
-    pmc = _policy_mc(
+    pmc = policy_intervals(
         steps, {"uncertainty": {"seed": 1}}, engine, (a, Policy(kind="sync"), ca), (b, Policy(kind="async"), cb)
     )
     assert set(pmc) == {"b"}

@@ -223,7 +223,7 @@ def replay(steps: list[StepWorkload], params: dict, progress: Progress | None = 
 
     a = run(policy_a, 0)
     b = run(policy_b, 1) if policy_b is not None else None
-    pmc = _policy_mc(
+    pmc = policy_intervals(
         steps, params, (model, limits, noise, coefficients), (a, policy_a, cluster), (b, policy_b, cluster_b)
     )
     ro = _rolling_origin(steps, params, report) if params.get("rolling_origin") else None
@@ -266,7 +266,7 @@ def _rolling_origin(steps, params: dict, report: Progress) -> dict:
     )
 
 
-def _policy_mc(steps, params: dict, engine: tuple, *sides: tuple) -> dict | None:
+def policy_intervals(steps, params: dict, engine: tuple, *sides: tuple) -> dict | None:
     """{side: per-step step-time quantiles} of the policy's own Monte-Carlo replay, for
     each side ("a", "b": (result, policy, cluster)) whose step is not a batch rollout then
     training; None without a noise model (`engine`: model, limits, noise, coefficients)."""
