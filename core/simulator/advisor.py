@@ -386,7 +386,6 @@ def _gain(ref: dict, r: dict) -> dict:
         "cause": top["cause"] if top else None,
         "phrase": top["phrase"] if top else None,
         "cause_s": top["delta_s"] if top else 0.0,
-        "summary": e["summary"],
     }
 
 
