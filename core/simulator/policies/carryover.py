@@ -101,10 +101,14 @@ class ChainPool:
 
 
 def _fields(items: list[Pending]) -> np.ndarray:
-    """step_idx, sample, req, generated of each item: a (4, n) array, read in one pass."""
-    if not items:
-        return np.zeros((4, 0), np.int64)
-    return np.array([(it.step_idx, it.sample, it.req, it.generated) for it in items], np.int64).T
+    """step_idx, sample, req, generated of each item: a (4, n) array (one list per
+    field: faster than converting a list of tuples)."""
+    out = np.empty((4, len(items)), np.int64)
+    out[0] = [it.step_idx for it in items]
+    out[1] = [it.sample for it in items]
+    out[2] = [it.req for it in items]
+    out[3] = [it.generated for it in items]
+    return out
 
 
 def _gather(pool: ChainPool, step_of_req: np.ndarray, src: np.ndarray) -> dict[str, np.ndarray]:
