@@ -207,7 +207,7 @@ def _matched_counts(traj_keys: np.ndarray, row_keys: np.ndarray, weights: np.nda
     return np.bincount(pos[hit], weights=weights[hit], minlength=len(traj_keys)).astype(np.int64)
 
 
-def _from_turns(data: TraceData, include_validation: bool, out: dict) -> None:  # noqa: C901 -- per-turn columns, each optional in the trace
+def _from_turns(data: TraceData, include_validation: bool, out: dict) -> None:
     t = data.turns
     assert t is not None  # checked by analyze_multiturn
     keep = np.ones(len(t), dtype=bool)
@@ -216,22 +216,39 @@ def _from_turns(data: TraceData, include_validation: bool, out: dict) -> None:  
     step = np.asarray(t.step, dtype=np.int64)[keep]
     if len(step) == 0:
         return
-    grp = np.asarray(t.group_idx, dtype=np.int64)[keep]
-    smp = np.asarray(t.sample_idx, dtype=np.int64)[keep]
     n = len(step)
 
     def col(x, dtype, fill):
         return np.full(n, fill, dtype=dtype) if x is None else np.asarray(x, dtype=dtype)[keep]
 
+    grp, smp = col(t.group_idx, np.int64, 0), col(t.sample_idx, np.int64, 0)
     turn = col(t.turn, np.int64, 0)
     prompt = col(t.prompt_tokens, np.int64, 0)
     cached = col(t.cached_tokens, np.int64, 0)
     completion = col(t.completion_tokens, np.int64, 0)
     latency = col(t.engine_latency_s, np.float64, np.nan)
 
-    # trajectories: group the turn rows by (step, group, sample); the trajectory-level
-    # tool-call counts (tool-call rows, else samples.num_tool_calls) matched by key
-    tc, s = data.tool_calls, data.samples
+    traj_step, n_turns, n_tools, basis = _trajectories(data, keep, step, grp, smp)
+    sg, entries = _per_trajectory_steps(traj_step, n_turns, n_tools)
+    for e in entries:
+        e["tool_calls_basis"] = basis
+    total_fit = _add_turn_figures(entries, sg, step, turn, prompt, cached, completion, latency)
+    out["steps"] = entries
+    lat_ok = np.isfinite(latency)
+    out["totals"] = {
+        "latency_by_prompt": _latency_bins(prompt[lat_ok], latency[lat_ok]),
+        "latency_by_completion": _latency_bins(completion[lat_ok], latency[lat_ok]),
+        "fit_sums": total_fit,
+    }
+
+
+def _trajectories(data: TraceData, keep, step, grp, smp):
+    """The turn rows grouped by (step, group, sample): each trajectory's step, turn count
+    and tool-call count (tool-call rows, else samples.num_tool_calls, else the turns'
+    own counts, matched by key), and which of those the counts come from."""
+    t, tc, s = data.turns, data.tool_calls, data.samples
+    assert t is not None
+    n = len(step)
     other: tuple[np.ndarray, ...] | None = None
     weights = np.zeros(0, dtype=np.int64)
     basis = None
@@ -249,17 +266,17 @@ def _from_turns(data: TraceData, include_validation: bool, out: dict) -> None:  
     key = composite_key(*cols)
     tkey, okey = key[:n], key[n:]
     tg = group_rows(tkey)
-    traj_step = tg.sort(step)[tg.starts]
-    n_turns = tg.counts
     n_tools: np.ndarray | None = None
     if other is not None:
         n_tools = _matched_counts(tg.keys, okey, weights)
     elif basis == "turns" and t.tool_call_count is not None:
         n_tools = tg.sum(np.asarray(t.tool_call_count, dtype=np.int64)[keep])
-    sg, entries = _per_trajectory_steps(traj_step, n_turns, n_tools)
-    for e in entries:
-        e["tool_calls_basis"] = basis
+    return tg.sort(step)[tg.starts], tg.counts, n_tools, basis
 
+
+def _add_turn_figures(entries: list[dict], sg, step, turn, prompt, cached, completion, latency) -> dict:
+    """Each step's context growth, cache hits, per-turn figures and latency fit, added to
+    its entry; returns the fit's sums over every step."""
     # per (step, turn number): sums for context growth, cache hits and latency
     step_code = np.searchsorted(sg.keys, step)
     width = int(turn.max()) + 1
@@ -276,7 +293,6 @@ def _from_turns(data: TraceData, include_validation: bool, out: dict) -> None:  
     lcnt = by_cell(has_lat.astype(np.float64))
     ptot, ctot = psum.sum(axis=1), csum.sum(axis=1)
 
-    # latency fit per step, and binned latency over all turns
     step_fits = fit_sums_by_group(step_code, len(sg), prompt, completion, latency)
     total_fit = fit_sums([], [], [])
     for i, e in enumerate(entries):
@@ -294,18 +310,15 @@ def _from_turns(data: TraceData, include_validation: bool, out: dict) -> None:  
             latency_fit=solve_fit(fs),
             fit_sums=fs,
         )
-    out["steps"] = entries
-    lat_ok = has_lat
-    out["totals"] = {
-        "latency_by_prompt": {
-            "count": np.bincount(_bin(prompt[lat_ok]), minlength=N_BINS).tolist(),
-            "latency_sum": np.bincount(_bin(prompt[lat_ok]), weights=latency[lat_ok], minlength=N_BINS).tolist(),
-        },
-        "latency_by_completion": {
-            "count": np.bincount(_bin(completion[lat_ok]), minlength=N_BINS).tolist(),
-            "latency_sum": np.bincount(_bin(completion[lat_ok]), weights=latency[lat_ok], minlength=N_BINS).tolist(),
-        },
-        "fit_sums": total_fit,
+    return total_fit
+
+
+def _latency_bins(tokens: np.ndarray, latency: np.ndarray) -> dict:
+    """Turns counted and their latency summed per token-count bin."""
+    bins = _bin(tokens)
+    return {
+        "count": np.bincount(bins, minlength=N_BINS).tolist(),
+        "latency_sum": np.bincount(bins, weights=latency, minlength=N_BINS).tolist(),
     }
 
 
