@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from core.analysis.gpu_events import TraceEvents
 from core.analysis.gpu_timeline import KIND_NAMES, event_names
 
 Events = Mapping[str, "np.ndarray | list"]
@@ -96,7 +97,7 @@ RANK_PID_STRIDE = 100_000_000  # several ranks in one file: pid -> rank * stride
 
 
 def select_events(
-    ev,
+    ev: TraceEvents,
     *,
     ranks: int | Sequence[int] | None = None,
     window_us: tuple[float, float] | None = None,
@@ -141,7 +142,7 @@ def select_events(
     return np.flatnonzero(keep)
 
 
-def full_chrome_trace(ev, idx: np.ndarray, *, max_events: int = 2_000_000) -> dict:
+def full_chrome_trace(ev: TraceEvents, idx: np.ndarray, *, max_events: int = 2_000_000) -> dict:
     """Chrome trace-event JSON of the events `idx` of `ev` (a TraceEvents), in file order:
     complete events, flow arrows (ph s / f with their id, bp "e"), instants and metadata,
     with the kept args (stream, device, correlation, External id, bytes, memory bandwidth).

@@ -28,6 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
+import numpy.typing as npt
 
 from core.analysis import (
     data_efficiency,
@@ -220,7 +221,7 @@ PARAM_INT_MAX = 2**31 - 1
 PARAM_STR_MAX = 200
 
 
-def _check_param(key: str, value, default):
+def _check_param(key: str, value: object, default: object) -> object:
     """A parameter of the type of its default, within what the store and the analyses
     hold (ValueError naming params.<key>)."""
     where = f"params.{key}"
@@ -302,7 +303,7 @@ def run_analysis_chunked(kind: str, chunks: list[TraceData], params: dict | None
     return reduce_results(kind, [run_analysis(kind, c, shared) for c in chunks], shared)
 
 
-def chunk_ranges(steps, n_chunks: int) -> list[tuple[int, int]]:
+def chunk_ranges(steps: npt.ArrayLike, n_chunks: int) -> list[tuple[int, int]]:
     """Half-open step ranges [lo, hi) splitting the trace's distinct steps into chunks."""
     return step_ranges(np.unique(np.asarray(steps)), n_chunks)
 

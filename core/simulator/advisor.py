@@ -23,11 +23,12 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 
 import numpy as np
 
-from core.simulator.calibration import partial_steps
+from core.simulator.calibration import Calibration, partial_steps
 from core.simulator.config import GPU_PRESETS, ClusterConfig, EngineLimits, GpuSpec, ModelConfig, Policy
 from core.simulator.policies import POLICIES
 from core.simulator.policies.base import Env
@@ -194,14 +195,14 @@ def advise(
     n_gpus: int,
     model: ModelConfig,
     *,
-    calibration=None,
+    calibration: Calibration | None = None,
     noise: NoiseModel | None = None,
     limits: EngineLimits | None = None,
     grid: list[dict] | None = None,
     workers: int = 2,
     n_runs: int = 200,
     seed: int = 0,
-    progress=None,
+    progress: Callable[[float, str], None] | None = None,
 ) -> dict:
     """Rank the `grid` (default `default_grid`) by mean predicted step time over the
     non-partial steps; per-step winners grouped into step ranges."""
