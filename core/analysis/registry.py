@@ -24,7 +24,7 @@ Entry points for the worker:
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -58,7 +58,7 @@ class AnalysisSpec:
     # any one of these {table: columns} makes the analysis applicable (empty: use `required`)
     any_of: tuple[dict[str, tuple[str, ...]], ...] = field(default=())
 
-    def applicable(self, available: dict[str, set[str] | list[str] | tuple[str, ...]]) -> bool:
+    def applicable(self, available: Mapping[str, Collection[str]]) -> bool:
         """Whether a trace with `available` {table: columns} (non-empty tables only) fits."""
 
         def has(req: dict) -> bool:
@@ -68,7 +68,7 @@ class AnalysisSpec:
             return any(has(req) for req in self.any_of)
         return has(self.required)
 
-    def missing_columns(self, available: dict[str, set[str] | list[str] | tuple[str, ...]]) -> list[list]:
+    def missing_columns(self, available: Mapping[str, Collection[str]]) -> list[list]:
         """What a trace with `available` lacks: per alternative, its missing (table, column)s."""
         options = self.any_of or (self.required,)
         return [
@@ -76,7 +76,7 @@ class AnalysisSpec:
             for req in options
         ]
 
-    def missing(self, available: dict[str, set[str] | list[str] | tuple[str, ...]]) -> str:
+    def missing(self, available: Mapping[str, Collection[str]]) -> str:
         """What a trace with `available` lacks for this analysis, as `table.column`s."""
         wants = [" and ".join(f"{t}.{c}" for t, c in alt) or "nothing" for alt in self.missing_columns(available)]
         return " or ".join(wants)
@@ -210,7 +210,7 @@ DEFAULT_ANALYSES = (
 )
 
 
-def default_analyses(available: dict[str, set[str] | list[str] | tuple[str, ...]]) -> list[str]:
+def default_analyses(available: Mapping[str, Collection[str]]) -> list[str]:
     """The default kinds that fit a trace having `available` {table: columns}."""
     return [k for k in DEFAULT_ANALYSES if ANALYSES[k].applicable(available)]
 

@@ -11,6 +11,7 @@ reading only the columns `registry.ANALYSES[kind].tables` names.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar, Self
 
@@ -253,7 +254,7 @@ class TraceData:
         return [self.select_steps(lo, hi) for lo, hi in step_ranges(self.step_values(), n_chunks)]
 
 
-def step_ranges(steps: np.ndarray, n_chunks: int) -> list[tuple[int, int]]:
+def step_ranges(steps: np.ndarray | Sequence[int], n_chunks: int) -> list[tuple[int, int]]:
     """Half-open [lo, hi) step ranges covering `steps` (sorted distinct) in n_chunks pieces."""
     steps = np.asarray(steps)
     if len(steps) == 0:
