@@ -195,7 +195,7 @@ def _fit_turn_latency(
             x_start,
             bounds=(_LOG_LO, _LOG_HI),
             method="trf",
-            diff_step=1e-3,
+            diff_step=np.full_like(x_start, 1e-3),  # per parameter (the same step for each)
             ftol=tol,
             xtol=tol,
             gtol=tol,
