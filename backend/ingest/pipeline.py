@@ -79,7 +79,7 @@ class StepRowLoader:
         if batch.table == "samples":
             if "task" in cols:
                 cols["task_id"] = self._ids(cols.pop("task"), self.task_ids).astype(np.int16)
-            self.steps.add(cols["step"], cols["response_len"])
+            self.steps.add(np.asarray(cols["step"]), np.asarray(cols["response_len"]))
             if self.bounds is not None:
                 self.bounds.count_samples(np.asarray(cols["step"]), self.steps.counts)
         elif batch.table == "gpu_events":
@@ -90,10 +90,10 @@ class StepRowLoader:
         # tables without a count on the trace (sample texts, extras) are counted here only
         self.counts[batch.table] = self.counts.get(batch.table, 0) + bulk_insert(self.conn, batch.table, cols)
 
-    def _ids(self, names: list, mapping: dict[str, int]) -> np.ndarray:
+    def _ids(self, names: np.ndarray | list, mapping: dict[str, int]) -> np.ndarray:
         return np.fromiter((mapping.setdefault(str(v), len(mapping)) for v in names), np.int64, len(names))
 
-    def _kernel_ids(self, names: list) -> np.ndarray:
+    def _kernel_ids(self, names: np.ndarray | list) -> np.ndarray:
         before = len(self.kernel_ids)
         ids = self._ids(names, self.kernel_ids)
         new = list(self.kernel_ids)[before:]

@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from core.analysis.gpu_events import TraceEvents
 from core.analysis.gpu_timeline import KIND_NAMES, event_names
 
 Events = Mapping[str, "np.ndarray | list"]
@@ -96,7 +97,7 @@ RANK_PID_STRIDE = 100_000_000  # several ranks in one file: pid -> rank * stride
 
 
 def select_events(
-    ev,
+    ev: TraceEvents,
     *,
     ranks: int | Sequence[int] | None = None,
     window_us: tuple[float, float] | None = None,
@@ -141,7 +142,7 @@ def select_events(
     return np.flatnonzero(keep)
 
 
-def full_chrome_trace(ev, idx: np.ndarray, *, max_events: int = 2_000_000) -> dict:
+def full_chrome_trace(ev: TraceEvents, idx: np.ndarray, *, max_events: int = 2_000_000) -> dict:
     """Chrome trace-event JSON of the events `idx` of `ev` (a TraceEvents), in file order:
     complete events, flow arrows (ph s / f with their id, bp "e"), instants and metadata,
     with the kept args (stream, device, correlation, External id, bytes, memory bandwidth).
@@ -170,7 +171,7 @@ def full_chrome_trace(ev, idx: np.ndarray, *, max_events: int = 2_000_000) -> di
     }
 
 
-def _ids(ev, values: np.ndarray) -> list:
+def _ids(ev: TraceEvents, values: np.ndarray) -> list:
     """Ids as the file had them: labels (text ids) are stored as codes <= -2."""
     out = values.tolist()
     if ev.labels:
@@ -178,7 +179,7 @@ def _ids(ev, values: np.ndarray) -> list:
     return out
 
 
-def _metadata_events(ev, ranks: list[int], multi: bool) -> list[dict]:
+def _metadata_events(ev: TraceEvents, ranks: list[int], multi: bool) -> list[dict]:
     """The ranks' metadata events; with several ranks, pids and process names per rank."""
     out = []
     for m in (ev.meta[i] for i in range(len(ev.meta))):
@@ -197,7 +198,7 @@ def _metadata_events(ev, ranks: list[int], multi: bool) -> list[dict]:
 _ARG_IDS = (("external_id", "External id"), ("device", "device"), ("stream", "stream"), ("correlation", "correlation"))
 
 
-def _trace_events(ev, idx: np.ndarray, multi: bool) -> list[dict]:
+def _trace_events(ev: TraceEvents, idx: np.ndarray, multi: bool) -> list[dict]:
     """The events `idx` as trace events (columns read once, as lists)."""
     from core.analysis.gpu_events import PHASES
 

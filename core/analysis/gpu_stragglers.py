@@ -112,7 +112,17 @@ def stragglers(events: Events, *, tolerance: float = 0.05) -> dict[str, dict[str
     return {"per_rank": per_rank, "per_step": per_step}
 
 
-def _per_step_summary(steps, step_codes, n_ranks, g_rank, compute, med_compute, gpu_end, order, is_straggler) -> dict:
+def _per_step_summary(
+    steps: np.ndarray,
+    step_codes: np.ndarray,
+    n_ranks: np.ndarray,
+    g_rank: np.ndarray,
+    compute: np.ndarray,
+    med_compute: np.ndarray,
+    gpu_end: np.ndarray,
+    order: np.ndarray,
+    is_straggler: np.ndarray,
+) -> dict:
     """Per step (rows grouped by step in contiguous blocks): the largest compute and its
     rank, the rank that finished last, the spread of finishing times, stragglers."""
     n = len(g_rank)
@@ -210,7 +220,9 @@ def potential_stragglers(
     }
 
 
-def _last_comm_kernels(ev: TraceEvents, frames: dict[int, Frame], steps: list[int], min_normalized_duration: float):
+def _last_comm_kernels(
+    ev: TraceEvents, frames: dict[int, Frame], steps: list[int], min_normalized_duration: float
+) -> tuple[dict[tuple, tuple[float, float]] | None, float, float]:
     """The last NCCL kernel of each (rank, stream, step, name) at least
     `min_normalized_duration` of the mean step long: {key: (start, duration)}, with the
     first start and the mean step time (None for the kernels: no event in `steps`)."""

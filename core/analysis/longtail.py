@@ -55,10 +55,12 @@ and of idle_engine_seconds / t_gen over the steps that have them; ``tail_tied_st
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
+from typing import Any
 
 import numpy as np
 
-from core.analysis.grouping import composite_key, group_blocks, group_rows, sort_within_groups, training_mask
+from core.analysis.grouping import Groups, composite_key, group_blocks, group_rows, sort_within_groups, training_mask
 from core.analysis.stats import count_at_least
 from core.analysis.tables import TraceData
 from core.jsonable import json_safe
@@ -105,7 +107,7 @@ def tail_figures(lengths_sorted: np.ndarray, starts: np.ndarray, counts: np.ndar
     }
 
 
-def completion_times(data) -> np.ndarray | None:
+def completion_times(data: TraceData) -> np.ndarray | None:
     """Per sample row: measured completion time = samples.latency_s + the summed
     latency_s of the sample's tool calls; None unless every row has a finite latency_s."""
     s = data.samples
@@ -136,10 +138,12 @@ def completion_times(data) -> np.ndarray | None:
     return lat + extra
 
 
-def per_step_longtail(data, engine_key="dp_rank", tail_fraction=0.1, include_validation=False) -> dict:
+def per_step_longtail(
+    data: TraceData, engine_key: str | None = "dp_rank", tail_fraction: float = 0.1, include_validation: bool = False
+) -> dict:
     s = data.samples
     col = getattr(s, engine_key, None) if (s is not None and engine_key) else None
-    out = {
+    out: dict[str, Any] = {
         "kind": "longtail",
         "engine_key": engine_key if col is not None else None,
         "tail_fraction": tail_fraction,
@@ -156,10 +160,13 @@ def per_step_longtail(data, engine_key="dp_rank", tail_fraction=0.1, include_val
     return out
 
 
-def _kept_rows(data, col, include_validation: bool):
+def _kept_rows(
+    data: TraceData, col: np.ndarray | None, include_validation: bool
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, str]:
     """(step, length, engine, basis) of the rows the figures count: completion times
     where the trace has them (basis "time"), else response tokens."""
     s = data.samples
+    assert s is not None  # checked by the caller
     keep = training_mask(s.validate, len(s), include_validation)
     every = bool(keep.all())  # no copies when every row is kept
     step = np.asarray(s.step) if every else np.asarray(s.step)[keep]
@@ -181,7 +188,9 @@ def _kept_rows(data, col, include_validation: bool):
 ENGINE_FIGURES = ("samples", "tokens", "max_len", "mean_len", "idle_fraction", "tail_time_share", "tail_sample_share")
 
 
-def _step_columns(data, step, length, engine, tail_fraction: float) -> tuple[dict, dict, list[int]]:
+def _step_columns(
+    data: TraceData, step: np.ndarray, length: np.ndarray, engine: np.ndarray, tail_fraction: float
+) -> tuple[dict, dict, list[int]]:
     """Per-step columns (lists), per-engine columns and each step's engine range."""
     # whole-step figures: lengths sorted within each step
     sg = group_rows(step)
@@ -260,7 +269,7 @@ def _step_entry(cols: dict, per_engine: dict, bounds: list[int], i: int, basis: 
     }
 
 
-def _engine_groups(engine: np.ndarray, length: np.ndarray, sg) -> tuple[np.ndarray, ...]:
+def _engine_groups(engine: np.ndarray, length: np.ndarray, sg: Groups) -> tuple[np.ndarray, ...]:
     """The rows (grouped by step as in `sg`) regrouped by (step, engine), lengths sorted
     within each group: (sorted lengths, group starts, step index and engine of each group).
 
@@ -300,7 +309,7 @@ def _engine_groups(engine: np.ndarray, length: np.ndarray, sg) -> tuple[np.ndarr
     return v, at, code[at], e[at]
 
 
-def _mean_max(values) -> dict | None:
+def _mean_max(values: Iterable[float | None]) -> dict | None:
     vals = [v for v in values if v is not None]
     return {"mean": sum(vals) / len(vals), "max": max(vals)} if vals else None
 

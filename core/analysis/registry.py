@@ -24,10 +24,11 @@ Entry points for the worker:
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
+import numpy.typing as npt
 
 from core.analysis import (
     data_efficiency,
@@ -64,7 +65,7 @@ class AnalysisSpec:
     # when not given from the whole trace as max(column) + 1 (e.g. the DP size)
     shared_params: dict[str, tuple[str, str]] = field(default_factory=dict)
 
-    def applicable(self, available: dict[str, set[str] | list[str] | tuple[str, ...]]) -> bool:
+    def applicable(self, available: Mapping[str, Collection[str]]) -> bool:
         """Whether a trace with `available` {table: columns} (non-empty tables only) fits."""
 
         def has(req: dict) -> bool:
@@ -74,7 +75,7 @@ class AnalysisSpec:
             return any(has(req) for req in self.any_of)
         return has(self.required)
 
-    def missing_columns(self, available: dict[str, set[str] | list[str] | tuple[str, ...]]) -> list[list]:
+    def missing_columns(self, available: Mapping[str, Collection[str]]) -> list[list]:
         """What a trace with `available` lacks: per alternative, its missing (table, column)s."""
         options = self.any_of or (self.required,)
         return [
@@ -82,7 +83,7 @@ class AnalysisSpec:
             for req in options
         ]
 
-    def missing(self, available: dict[str, set[str] | list[str] | tuple[str, ...]]) -> str:
+    def missing(self, available: Mapping[str, Collection[str]]) -> str:
         """What a trace with `available` lacks for this analysis, as `table.column`s."""
         wants = [" and ".join(f"{t}.{c}" for t, c in alt) or "nothing" for alt in self.missing_columns(available)]
         return " or ".join(wants)
@@ -209,7 +210,7 @@ ANALYSES["gpu_timeline"] = AnalysisSpec(
 )
 
 
-def default_analyses(available: dict[str, set[str] | list[str] | tuple[str, ...]]) -> list[str]:
+def default_analyses(available: Mapping[str, Collection[str]]) -> list[str]:
     """The default kinds that fit a trace having `available` {table: columns}."""
     return [k for k, spec in ANALYSES.items() if spec.default and spec.applicable(available)]
 
@@ -220,7 +221,7 @@ PARAM_INT_MAX = 2**31 - 1
 PARAM_STR_MAX = 200
 
 
-def _check_param(key: str, value, default):
+def _check_param(key: str, value: object, default: object) -> object:
     """A parameter of the type of its default, within what the store and the analyses
     hold (ValueError naming params.<key>)."""
     where = f"params.{key}"
@@ -298,7 +299,7 @@ def run_analysis_chunked(kind: str, chunks: list[TraceData], params: dict | None
     return reduce_results(kind, [run_analysis(kind, c, shared) for c in chunks], shared)
 
 
-def chunk_ranges(steps, n_chunks: int) -> list[tuple[int, int]]:
+def chunk_ranges(steps: npt.ArrayLike, n_chunks: int) -> list[tuple[int, int]]:
     """Half-open step ranges [lo, hi) splitting the trace's distinct steps into chunks."""
     return step_ranges(np.unique(np.asarray(steps)), n_chunks)
 

@@ -34,17 +34,19 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 
 import numpy as np
 
-from core.simulator.calibration import partial_steps
+from core.simulator.calibration import Calibration, partial_steps
 from core.simulator.config import GPU_PRESETS, ClusterConfig, EngineLimits, GpuSpec, ModelConfig, Policy
 from core.simulator.explain import digest, explain_digests
 from core.simulator.policies import POLICIES, PolicySpec
 from core.simulator.policies.base import Env
 from core.simulator.predictor import COEFFICIENT_FIELDS, EngineCoefficients, roofline_coefficients
 from core.simulator.replay_mc import DEFAULT_RUNS, monte_carlo_replay
+from core.simulator.result import SimResult, StepResult
 from core.simulator.simulate import simulate
 from core.simulator.uncertainty import NoiseModel, monte_carlo, request_latencies
 from core.simulator.workload import StepWorkload
@@ -76,7 +78,7 @@ def policy_label(kind: str, params: dict) -> str:
     return f"{kind}({shown})"
 
 
-def _value(v) -> str:
+def _value(v: object) -> str:
     if isinstance(v, bool) or v is None:
         return "null" if v is None else str(v).lower()
     return f"{v:g}" if isinstance(v, float) else str(v)
@@ -237,18 +239,18 @@ def _batch_monte_carlo(probe: ClusterConfig, limits: EngineLimits, coeffs: Engin
     return out
 
 
-def _on_critical_path(spec: PolicySpec, s) -> bool:
+def _on_critical_path(spec: PolicySpec, s: StepResult) -> bool:
     """The step's batch rollout decides its time: colocated, or longer than training."""
     roll = s.stages.get("rollout", 0.0)
     train = sum(v for k, v in s.stages.items() if k != "rollout")
     return spec.batch_rollouts and (not spec.disaggregated or roll >= train)
 
 
-def _shifted_everywhere(spec: PolicySpec, r, batch_mc: dict) -> bool:
+def _shifted_everywhere(spec: PolicySpec, r: SimResult, batch_mc: dict) -> bool:
     return all(s.step in batch_mc and _on_critical_path(spec, s) for s in r.steps)
 
 
-def _step_row(spec: PolicySpec, s, batch_mc: dict, replayed: dict | None) -> dict:
+def _step_row(spec: PolicySpec, s: StepResult, batch_mc: dict, replayed: dict | None) -> dict:
     """One step's mean / P10 / P90: the policy's own Monte-Carlo replay, else the batch
     rollout's runs shifted onto the step time, else the deterministic time."""
     if replayed is not None and s.step in replayed:
@@ -272,7 +274,7 @@ def advise(
     n_gpus: int,
     model: ModelConfig,
     *,
-    calibration=None,
+    calibration: Calibration | None = None,
     noise: NoiseModel | None = None,
     limits: EngineLimits | None = None,
     grid: list[dict] | None = None,
@@ -280,7 +282,7 @@ def advise(
     n_runs: int = 200,
     policy_runs: int = DEFAULT_RUNS,
     seed: int = 0,
-    progress=None,
+    progress: Callable[[float, str], None] | None = None,
 ) -> dict:
     """Rank the `grid` (default `default_grid`) by mean predicted step time over the
     steps (`rank`); per-step winners grouped into step ranges; each configuration's

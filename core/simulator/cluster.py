@@ -125,7 +125,7 @@ class RolloutCluster:
         if self.pool is not None:
             self.pool.on_submit()
 
-    def enqueue(self, rids, key: float, time: float) -> int:
+    def enqueue(self, rids: np.ndarray, key: float, time: float) -> int:
         """Requests `rids` arrive at `time` in the shared queue (dynamic dispatch), to be
         served in this order under `key` (`SharedQueue.push`); returns the run's id."""
         return self.enqueue_runs([(rids, key)], time)[0]

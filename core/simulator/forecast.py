@@ -44,7 +44,9 @@ def drift_factor(history: list[StepWorkload], step: int) -> float:
     return float(max(0.2, min(5.0, (icpt + slope * step) / pooled)))
 
 
-def draw_workload(history: list[StepWorkload], step: int, n_groups: int, factor: float, rng) -> StepWorkload:
+def draw_workload(
+    history: list[StepWorkload], step: int, n_groups: int, factor: float, rng: np.random.Generator
+) -> StepWorkload:
     """One workload of `step`: `n_groups` groups resampled from the history, completions
     scaled by `factor` (see the module doc)."""
     pool = [(i, g) for i, w in enumerate(history) for g in range(w.n_groups)]

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from core.simulator.policies.base import Env
 from core.simulator.requests import step_request_arrays
 from core.simulator.uncertainty import NoiseModel, request_latencies
 from core.simulator.workload import StepWorkload
@@ -73,7 +74,7 @@ class RequestNoise:
         return np.maximum(1, scaled).astype(np.int64)
 
 
-def token_edges(noise: NoiseModel, env, steps: list[StepWorkload]) -> np.ndarray:
+def token_edges(noise: NoiseModel, env: Env, steps: list[StepWorkload]) -> np.ndarray:
     """The noise model's latency edges carried onto decode tokens by quantile, on a
     deterministic batch rollout of (up to `EDGE_STEPS` of) `steps` under `env`."""
     if not noise.edges:

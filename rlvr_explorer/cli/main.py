@@ -351,7 +351,7 @@ def _attach_into(trace_id: int, team_id: int, stored, format: str | None, as_jso
         except InputError as exc:
             fail(str(exc))
         session.expire_all()
-        trace = session.get(Trace, trace_id)
+        trace = session.get_one(Trace, trace_id)
         summary = {
             "id": trace.id,
             "name": trace.name,

@@ -51,7 +51,7 @@ def _trace_workload(trace, steps: list[int] | None, what: str) -> list:
     from workers.runners.simulations import load_columns, steps_of_columns
 
     with get_engine().connect() as conn:
-        columns = load_columns(conn, trace, tuple(steps) if steps else None)
+        columns = load_columns(conn, trace, (steps[0], steps[1]) if steps else None)
     workload = steps_of_columns(columns, trace.max_response_len)
     if not workload:
         raise ValueError(f"steps: no training steps to {what}")
@@ -278,7 +278,7 @@ def _simulation_summary(trace, params: dict, result: dict) -> str:  # noqa: C901
         lines.append("calibration: none (roofline coefficients of the GPU and model presets)")
     head = f"{'step':>6} {'rollout [s]':>11} {'step [s] ' + name_a:>22}"
     if b is not None:
-        head += f" {'step [s] ' + name_b:>24} {'speedup':>8}"
+        head += f" {f'step [s] {name_b}':>24} {'speedup':>8}"
     lines += ["", head]
     b_steps = {s["step"]: s for s in b["steps"]} if b is not None else {}
     for s in a["steps"]:
@@ -576,7 +576,8 @@ def generate(
         except orjson.JSONDecodeError as exc:
             raise typer.BadParameter(f"not JSON: {exc}", param_hint="--params") from None
     team_id = team_id_of(api_key) if (from_trace is not None or ingest) else None
-    trace = _team_trace(from_trace, team_id) if from_trace is not None else None
+    # (team_id is known whenever there is a trace to read or an ingest to make)
+    trace = _team_trace(from_trace, team_id) if from_trace is not None and team_id is not None else None
     try:
         p = workload_params(
             {k: v for k, v in body.items() if v is not None}, multiturn_trace=bool(trace is not None and trace.n_turns)
@@ -596,7 +597,7 @@ def generate(
     result = summary(p, generated, models)
     result["files"] = sorted(str(x) for paths in files.values() for x in paths)
     chosen = ingest_files(files)
-    if ingest and chosen:
+    if ingest and chosen and team_id is not None:
         bar, progress = progress_bar("ingest")
         try:
             result.update(ingest_generated(team_id, chosen, name or default_name(p, result), progress))
@@ -613,7 +614,7 @@ def _best_fit(fits: dict) -> str:
     fits = {k: v for k, v in (fits or {}).items() if v is not None}
     if not fits:
         return "-"
-    kind = min(fits, key=fits.get)
+    kind = min(fits, key=lambda k: fits[k])
     return f"{kind} (KS {fits[kind]:.3f}{'' if fits[kind] <= KS_OK else ', loose'})"
 
 

@@ -15,7 +15,7 @@ import math
 import socket
 from concurrent.futures import ThreadPoolExecutor
 
-from sqlalchemy import func, select, update
+from sqlalchemy import delete, func, select, update
 
 from backend.jobs.state import mark_failed, mark_succeeded, set_progress
 from backend.settings import get_settings
@@ -77,7 +77,7 @@ def plan_and_run(job_ids: list[int], send_part) -> None:
     ranges = step_ranges(steps, n_parts)
     with new_session() as session:
         for job in step_jobs:
-            session.execute(JobPart.__table__.delete().where(JobPart.job_id == job.id))
+            session.execute(delete(JobPart).where(JobPart.job_id == job.id))
             session.add_all(
                 JobPart(job_id=job.id, idx=i, step_lo=lo, step_hi=hi, done=False) for i, (lo, hi) in enumerate(ranges)
             )
@@ -119,6 +119,7 @@ def _run_here(jobs: list[Job], trace: Trace, steps: list[int], shared: dict[str,
     with ThreadPoolExecutor(1) as reader:
         pending = reader.submit(read, ranges[0]) if ranges else None
         for i in range(len(ranges)):
+            assert pending is not None  # a read is submitted for every range
             try:
                 data = pending.result()
             except Exception as exc:
@@ -159,7 +160,7 @@ def run_part(job_ids: list[int], idx: int, shared: dict) -> None:
     if not jobs or trace is None:
         return
     with new_session() as session:
-        part = session.get(JobPart, (jobs[0].id, idx))
+        part = session.get_one(JobPart, (jobs[0].id, idx))
         step_range = (part.step_lo, part.step_hi)
     with engine.connect() as conn:
         data = load_trace_data(conn, trace, union_tables([j.kind for j in jobs]), step_range)

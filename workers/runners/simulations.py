@@ -213,7 +213,7 @@ def replay(steps: list[StepWorkload], params: dict, progress: Progress | None = 
         start = lo + i * width
         return simulate(
             steps,
-            cluster if i == 0 else cluster_b,
+            cluster if i == 0 or cluster_b is None else cluster_b,
             model,
             limits,
             policy,

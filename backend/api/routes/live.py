@@ -146,7 +146,7 @@ async def attach_files(
     session.expire_all()
     if not outcome.created:
         response.status_code = status.HTTP_200_OK
-    return AttachOut(trace=trace_out(session, session.get(Trace, trace.id)), **outcome.__dict__)
+    return AttachOut(trace=trace_out(session, session.get_one(Trace, trace.id)), **outcome.__dict__)
 
 
 @router.post(
@@ -179,7 +179,7 @@ def log_steps(body: StepLogIn, session: SessionDep, trace: TraceDep, response: R
     if not outcome.created:
         response.status_code = status.HTTP_200_OK
     session.expire_all()
-    return StepLogOut(created=outcome.created, steps=outcome.steps, n_steps=session.get(Trace, trace.id).n_steps)
+    return StepLogOut(created=outcome.created, steps=outcome.steps, n_steps=session.get_one(Trace, trace.id).n_steps)
 
 
 def _BytesIO(data: bytes):
@@ -199,7 +199,7 @@ def close_trace(session: SessionDep, trace: TraceDep):
         refresh_analyses(
             session, trace.id, ["steps", "samples", "rank_timings", "turns", "tool_calls", "gpu_events"], force=True
         )
-    return trace_out(session, session.get(Trace, trace.id))
+    return trace_out(session, session.get_one(Trace, trace.id))
 
 
 @router.post("/{trace_id}/open", response_model=TraceOut)

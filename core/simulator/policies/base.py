@@ -220,7 +220,16 @@ def sync_weights(
     return _stage(tb, step, start, sync, "weight_sync", stages, windows, ("busy", "weight_sync"))
 
 
-def _stage(tb, step, start, seconds, name, stages, windows, draw) -> float:
+def _stage(
+    tb: TimelineBuilder,
+    step: int,
+    start: float,
+    seconds: float,
+    name: str,
+    stages: dict,
+    windows: dict,
+    draw: tuple[str, str] | None,
+) -> float:
     """Account `seconds` of stage `name` from `start` (drawn on the training lanes as
     `draw` = (state, label) unless None); returns its end."""
     end = start + seconds
@@ -232,7 +241,22 @@ def _stage(tb, step, start, seconds, name, stages, windows, draw) -> float:
     return end
 
 
-def step_result(step, start, end, prev_end, stages, windows, n_samples, tokens, rollout_stats, completion):
+# what a policy's `run` returns: the steps, their timeline and the makespan
+PolicyRun = tuple[list[StepResult], TimelineBuilder, float]
+
+
+def step_result(
+    step: int,
+    start: float,
+    end: float,
+    prev_end: float,
+    stages: dict[str, float],
+    windows: dict[str, list[float]],
+    n_samples: int,
+    tokens: int,
+    rollout_stats: dict,
+    completion: np.ndarray | None,
+) -> StepResult:
     return StepResult(
         step=step,
         start=start,

@@ -73,7 +73,7 @@ class PoolRun:
             self._submit(items, np.asarray(owner), time, replica)
         return gids
 
-    def _submit(self, items: list[Pending], owner: np.ndarray, time, replica: int | None) -> None:
+    def _submit(self, items: list[Pending], owner: np.ndarray, time: float | list[float], replica: int | None) -> None:
         """Submit `items` at `time` (one time, or one per item)."""
         ch = self.pool.chains(items)
         k0 = len(self.items)
