@@ -78,7 +78,7 @@ from core.simulator.policies import policy_spec
 from core.simulator.policies.base import Env
 from core.simulator.predictor import roofline_coefficients
 from core.simulator.replay_mc import monte_carlo_replay
-from core.simulator.uncertainty import FIGURES, monte_carlo_step
+from core.simulator.uncertainty import FIGURES, NoiseModel, monte_carlo_step
 from core.simulator.workload import workload_from_columns
 from workers.runners.outcome import NOT_READY, JobFailed, job_outcome
 
@@ -186,21 +186,8 @@ def replay(steps: list[StepWorkload], params: dict, progress: Progress | None = 
     coefficients = None
     lo = 0.05
     if fit_ids is not None:
-        report(lo, f"calibrating on step(s) {', '.join(map(str, fit_ids))}")
-        cal = calibrate(steps, cluster, model, limits, fit_steps=fit_ids)
+        cal, acc, unc, noise = _calibrated(steps, params, (cluster, model, limits), fit_ids, report)
         cluster, limits, coefficients = cal.cluster, cal.limits, cal.coefficients
-        mc_param = params.get("uncertainty", {})
-        noise = noise_for(steps, cal, model) if mc_param is not False else None
-        mc: dict[int, dict] = {}
-        if noise is not None:
-            report(0.3, "Monte-Carlo replay of the residual noise")
-            env = Env(cluster, model, limits, Policy(), coefficients, limits.kv_capacity(cluster, model))
-            runs, seed = (mc_param or {}).get("runs"), int((mc_param or {}).get("seed") or 0)
-            mc = {w.step: monte_carlo_step(env, w, noise, n_runs=runs, seed=seed) for w in steps}
-            unc = {"noise": noise.to_dict(), "steps": mc}
-        if any(w.step not in fit_ids for w in steps):
-            report(0.35, "predicting the other steps")
-            acc = accuracy_report(steps, cal, model, noise=noise, mc_results=mc)
         lo = 0.4
     n_runs = 2 if policy_b is not None else 1
     width = (0.98 - lo) / n_runs
@@ -229,24 +216,57 @@ def replay(steps: list[StepWorkload], params: dict, progress: Progress | None = 
     ro = _rolling_origin(steps, params, report) if params.get("rolling_origin") else None
     fc = None
     if params.get("forecast"):
-        mc_param = params.get("uncertainty", {})
-        fc = forecast_steps(
-            steps,
-            Env(
-                cluster,
-                model,
-                limits,
-                Policy(),
-                coefficients or roofline_coefficients(cluster, model),
-                limits.kv_capacity(cluster, model),
-            ),
-            noise if fit_ids is not None else None,
-            after=max(fit_ids) if fit_ids else None,
-            workloads=params["forecast"]["workloads"],
-            n_runs=(mc_param or {}).get("runs"),
-            seed=int((mc_param or {}).get("seed") or 0),
+        env = Env(
+            cluster,
+            model,
+            limits,
+            Policy(),
+            coefficients or roofline_coefficients(cluster, model),
+            limits.kv_capacity(cluster, model),
         )
+        fc = _forecast(steps, params, env, noise if fit_ids is not None else None, fit_ids)
     return Replay(steps, a, b, cal, acc, unc, ro, fc, pmc)
+
+
+def _calibrated(
+    steps: list[StepWorkload], params: dict, configs: tuple, fit_ids: list[int], report: Progress
+) -> tuple[Calibration, dict | None, dict | None, NoiseModel | None]:
+    """Calibration on `fit_ids`; the Monte-Carlo of its residual noise (unless turned off)
+    and the accuracy on the other steps: (calibration, accuracy, uncertainty, noise)."""
+    cluster, model, limits = configs
+    report(0.05, f"calibrating on step(s) {', '.join(map(str, fit_ids))}")
+    cal = calibrate(steps, cluster, model, limits, fit_steps=fit_ids)
+    mc_param = params.get("uncertainty", {})
+    noise = noise_for(steps, cal, model) if mc_param is not False else None
+    mc: dict[int, dict] = {}
+    unc = acc = None
+    if noise is not None:
+        report(0.3, "Monte-Carlo replay of the residual noise")
+        env = Env(
+            cal.cluster, model, cal.limits, Policy(), cal.coefficients, cal.limits.kv_capacity(cal.cluster, model)
+        )
+        runs, seed = (mc_param or {}).get("runs"), int((mc_param or {}).get("seed") or 0)
+        mc = {w.step: monte_carlo_step(env, w, noise, n_runs=runs, seed=seed) for w in steps}
+        unc = {"noise": noise.to_dict(), "steps": mc}
+    if any(w.step not in fit_ids for w in steps):
+        report(0.35, "predicting the other steps")
+        acc = accuracy_report(steps, cal, model, noise=noise, mc_results=mc)
+    return cal, acc, unc, noise
+
+
+def _forecast(
+    steps: list[StepWorkload], params: dict, env: Env, noise: NoiseModel | None, fit_ids: list[int] | None
+) -> dict:
+    mc_param = params.get("uncertainty", {})
+    return forecast_steps(
+        steps,
+        env,
+        noise,
+        after=max(fit_ids) if fit_ids else None,
+        workloads=params["forecast"]["workloads"],
+        n_runs=(mc_param or {}).get("runs"),
+        seed=int((mc_param or {}).get("seed") or 0),
+    )
 
 
 def _rolling_origin(steps, params: dict, report: Progress) -> dict:
