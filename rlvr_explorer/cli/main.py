@@ -204,7 +204,11 @@ def ingest(
                 inline=True,
                 progress=progress,
             )
+            session.commit()
+            done_here = _analyse_if_small(outcome, settings)
             summary = ingest_summary(session, outcome.trace, already_uploaded=not outcome.created)
+            summary["analysed_here"] = done_here
+            summary["queued_analyses"] = [k for k in summary["queued_analyses"] if k not in done_here]
             if not outcome.created:
                 summary["changed_options"] = changed_options(
                     outcome.trace, name=name, forced_format=format, max_response_len=max_response_len
@@ -216,6 +220,16 @@ def ingest(
     emit(summary, ingest_text, as_json)
     if summary.get("changed_options"):
         raise typer.Exit(1)  # the options asked for were not applied
+
+
+def _analyse_if_small(outcome, settings) -> list[str]:
+    """A new small GPU trace's analyses, run here (rlvr_explorer/cli/inline_analyses.py)."""
+    from rlvr_explorer.cli.inline_analyses import is_small, run_queued_here
+
+    trace = outcome.trace
+    if not outcome.created or not is_small(trace.n_gpu_events or 0, trace.n_samples or 0, settings):
+        return []
+    return run_queued_here(trace.id, settings)
 
 
 def ingest_summary(session, trace, *, already_uploaded: bool) -> dict:
@@ -289,10 +303,12 @@ def ingest_text(s: dict) -> str:
         lines += ["", f"skipped {len(s['skipped'])} file(s) (not read):"]
         lines += [f"  {note.removeprefix('skipped ')}" for note in s["skipped"]]
     lines.append("")
+    if s.get("analysed_here"):
+        lines.append(f"analyses done (a small trace: in this process): {', '.join(s['analysed_here'])}")
     if s["queued_analyses"]:
         lines.append(f"queued analyses: {', '.join(s['queued_analyses'])}")
         lines.append(_worker_line(s.get("workers_seen", 0)))
-    elif not s["already_uploaded"]:
+    elif not s["already_uploaded"] and not s.get("analysed_here"):
         lines.append("no analyses queued")
     if s["not_applicable"]:
         lines.append("not run, the trace lacks their data; files that would bring it (attach them with --into):")
