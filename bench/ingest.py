@@ -52,11 +52,23 @@ RAW_TRACE_ID = 1_000_000
 TARGET_RATIO, TARGET_RSS_MB = 1.3, 500
 
 
-def generate(folder: Path, steps: int, groups: int, n: int, csv_path: Path, trace_id: int = RAW_TRACE_ID) -> int:
-    """Write the run as JSONL files and the same sample rows as CSV for `trace_id`."""
+def generate(
+    folder: Path,
+    steps: int,
+    groups: int,
+    n: int,
+    csv_path: Path,
+    trace_id: int = RAW_TRACE_ID,
+    dp_size: int = 8,
+    seed: int = 0,
+) -> int:
+    """Write the run (on `dp_size` DP ranks) as JSONL files and the same sample rows as CSV
+    for `trace_id`."""
     total = 0
     with csv_path.open("w") as csv:
-        for rows in tqdm(packed_length_rows(steps, groups, n), total=steps, desc="generate", unit="step"):
+        for rows in tqdm(
+            packed_length_rows(steps, groups, n, dp_size=dp_size, seed=seed), total=steps, desc="generate", unit="step"
+        ):
             step = rows[0]["step"]
             (folder / f"packed_lengths_step_{step}.jsonl").write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rows))
             out = np.array([r["output"] for r in rows])
