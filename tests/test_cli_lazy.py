@@ -1,5 +1,5 @@
 """The what-if commands load their module (and the simulator) only when one of them runs
-or the help lists them (rlvr_explorer/cli/output.py LAZY_COMMANDS): an `ingest` starts
+or the help lists them (rlvr_explorer/cli/main.py LAZY_COMMANDS): an `ingest` starts
 without them, and every command whatif registers is declared lazy."""
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ def test_ingest_starts_without_the_simulator_and_simulate_loads_it():
 
 def test_every_whatif_command_is_declared_lazy_and_listed():
     from rlvr_explorer.cli import app
-    from rlvr_explorer.cli.output import LAZY_COMMANDS
+    from rlvr_explorer.cli.main import LAZY_COMMANDS
 
     help_text = CliRunner().invoke(app, ["--help"]).output
     import rlvr_explorer.cli.whatif as whatif

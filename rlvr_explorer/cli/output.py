@@ -44,45 +44,9 @@ def describe(exc: BaseException) -> str:
     return f"{text} ({kind})" if text else kind
 
 
-# Commands whose module is imported only when one of them runs or the help lists them:
-# the what-if commands import the simulator (scipy, every policy), a third of an
-# `ingest`'s start-up. name -> module registering it (tests/test_cli_lazy.py checks it).
-LAZY_COMMANDS = {name: "rlvr_explorer.cli.whatif" for name in ("simulate", "advise", "policies", "generate")}
-
-
 class CommandGroup(ReadableGroup):
-    """The CLI's group: readable help (ReadableGroup), LAZY_COMMANDS loaded on first use,
-    and no traceback for any error a command did not turn into a message itself."""
-
-    def _load_lazy(self, names) -> None:
-        import importlib
-
-        from typer.main import get_command_from_info
-
-        from rlvr_explorer.cli.main import app
-
-        for module in dict.fromkeys(LAZY_COMMANDS[n] for n in names if n not in self.commands):
-            importlib.import_module(module)  # its commands register on `app`
-            for info in app.registered_commands:
-                if info.callback is not None and info.callback.__module__ == module:
-                    cmd = get_command_from_info(
-                        info, pretty_exceptions_short=app.pretty_exceptions_short, rich_markup_mode=app.rich_markup_mode
-                    )
-                    if cmd.name:
-                        self.commands.setdefault(cmd.name, cmd)
-
-    def get_command(self, ctx, cmd_name):
-        if cmd_name in LAZY_COMMANDS:
-            self._load_lazy([cmd_name])
-        return super().get_command(ctx, cmd_name)
-
-    def list_commands(self, ctx):
-        self._load_lazy(LAZY_COMMANDS)
-        return super().list_commands(ctx)
-
-    def format_help(self, ctx, formatter):
-        self._load_lazy(LAZY_COMMANDS)
-        return super().format_help(ctx, formatter)
+    """The CLI's group: readable help (ReadableGroup) and no traceback for any error a
+    command did not turn into a message itself."""
 
     def invoke(self, ctx):
         try:
