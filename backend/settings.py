@@ -45,6 +45,10 @@ class Settings(BaseSettings):
     queue_name: str = "rlvr"
     # Analyses of traces with more samples than this run in step-range parts in parallel.
     analysis_part_samples: int = 4_000_000
+    # `rlvr-explorer ingest` of a GPU trace with at most this many GPU events runs its
+    # analyses in its own process instead of leaving them to a worker (a second
+    # interpreter and its imports cost more than they do).
+    inline_analyses_max_gpu_events: int = Field(default=500_000, ge=0)
     # Redis broker: seconds before a job a dead worker held is handed to another worker.
     visibility_timeout_s: int = 3600
     # Job leases (backend.jobs.leases): a running job's worker renews its lease every

@@ -35,7 +35,7 @@ from backend.store.models import (
     Trace,
     TraceStatus,
 )
-from backend.store.trace_tables import trace_events_dir
+from backend.store.trace_tables import KEYS, trace_events_dir
 from core.analysis.tables import STEP_TIMING_COLUMNS
 from core.analysis.truncation import Truncation
 
@@ -50,6 +50,7 @@ COUNT_COLUMN = {
 Progress = Callable[[float, str], None]
 
 
+_KEY_ORDER = ", ".join(KEYS["samples"][1:])
 # Samples read back per query when computing the per-step summaries (bounds memory).
 SUMMARY_RANGE_SAMPLES = 2_000_000
 
@@ -134,7 +135,9 @@ class StepRowLoader:
         ranges = self.steps.step_ranges(SUMMARY_RANGE_SAMPLES)
         for i, (lo, hi) in enumerate(ranges):
             progress(i / len(ranges))
-            cols = read_columns(self.conn, "samples", self.trace_id, columns, step_range=(lo, hi))
+            # in key order: Postgres then packs each step's column into one message
+            # instead of one per row (the per-row messages cost more than the summaries)
+            cols = read_columns(self.conn, "samples", self.trace_id, columns, step_range=(lo, hi), order_by=_KEY_ORDER)
             yield from summarize_steps(cols, cap, list(self.task_ids))
         # the last report before the steps are written: on SQLite a report (another
         # connection's write) would wait for this connection's write lock from then on

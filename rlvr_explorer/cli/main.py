@@ -18,10 +18,48 @@ from tqdm import tqdm
 from rlvr_explorer.cli.help import ReadableCommand
 from rlvr_explorer.cli.output import CommandGroup, JsonFlag, emit, fail
 
+# Commands whose module is imported only when one of them runs or the help lists them:
+# the what-if commands import the simulator (scipy, every policy), a third of an
+# `ingest`'s start-up. name -> module registering it (tests/test_cli_lazy.py checks it).
+LAZY_COMMANDS = {name: "rlvr_explorer.cli.whatif" for name in ("simulate", "advise", "policies", "generate")}
+
+
+class _LazyGroup(CommandGroup):
+    """CommandGroup with LAZY_COMMANDS loaded on first use."""
+
+    def _load_lazy(self, names) -> None:
+        import importlib
+
+        from typer.main import get_command_from_info
+
+        for module in dict.fromkeys(LAZY_COMMANDS[n] for n in names if n not in self.commands):
+            importlib.import_module(module)  # its commands register on `app`
+            for info in app.registered_commands:
+                if info.callback is not None and info.callback.__module__ == module:
+                    cmd = get_command_from_info(
+                        info, pretty_exceptions_short=app.pretty_exceptions_short, rich_markup_mode=app.rich_markup_mode
+                    )
+                    if cmd.name:
+                        self.commands.setdefault(cmd.name, cmd)
+
+    def get_command(self, ctx, cmd_name):
+        if cmd_name in LAZY_COMMANDS:
+            self._load_lazy([cmd_name])
+        return super().get_command(ctx, cmd_name)
+
+    def list_commands(self, ctx):
+        self._load_lazy(LAZY_COMMANDS)
+        return super().list_commands(ctx)
+
+    def format_help(self, ctx, formatter):
+        self._load_lazy(LAZY_COMMANDS)
+        return super().format_help(ctx, formatter)
+
+
 app = typer.Typer(
     help="RLVR Explorer: explore RLVR training traces.",
     no_args_is_help=True,
-    cls=CommandGroup,
+    cls=_LazyGroup,
     pretty_exceptions_enable=False,
 )
 
@@ -204,7 +242,11 @@ def ingest(
                 inline=True,
                 progress=progress,
             )
+            session.commit()
+            done_here = _analyse_if_small(outcome, settings)
             summary = ingest_summary(session, outcome.trace, already_uploaded=not outcome.created)
+            summary["analysed_here"] = done_here
+            summary["queued_analyses"] = [k for k in summary["queued_analyses"] if k not in done_here]
             if not outcome.created:
                 summary["changed_options"] = changed_options(
                     outcome.trace, name=name, forced_format=format, max_response_len=max_response_len
@@ -216,6 +258,16 @@ def ingest(
     emit(summary, ingest_text, as_json)
     if summary.get("changed_options"):
         raise typer.Exit(1)  # the options asked for were not applied
+
+
+def _analyse_if_small(outcome, settings) -> list[str]:
+    """A new small GPU trace's analyses, run here (rlvr_explorer/cli/inline_analyses.py)."""
+    from rlvr_explorer.cli.inline_analyses import is_small, run_queued_here
+
+    trace = outcome.trace
+    if not outcome.created or not is_small(trace.n_gpu_events or 0, trace.n_samples or 0, settings):
+        return []
+    return run_queued_here(trace.id, settings)
 
 
 def ingest_summary(session, trace, *, already_uploaded: bool) -> dict:
@@ -289,10 +341,12 @@ def ingest_text(s: dict) -> str:
         lines += ["", f"skipped {len(s['skipped'])} file(s) (not read):"]
         lines += [f"  {note.removeprefix('skipped ')}" for note in s["skipped"]]
     lines.append("")
+    if s.get("analysed_here"):
+        lines.append(f"analyses done (a small trace: in this process): {', '.join(s['analysed_here'])}")
     if s["queued_analyses"]:
         lines.append(f"queued analyses: {', '.join(s['queued_analyses'])}")
         lines.append(_worker_line(s.get("workers_seen", 0)))
-    elif not s["already_uploaded"]:
+    elif not s["already_uploaded"] and not s.get("analysed_here"):
         lines.append("no analyses queued")
     if s["not_applicable"]:
         lines.append("not run, the trace lacks their data; files that would bring it (attach them with --into):")
