@@ -38,6 +38,7 @@ SEMANTIC_REFUSALS = {
     "POST /api/v1/simulations": "trace_id or workload; the policy's parameters depend on its kind",
     "POST /api/v1/advice": "the trace must be given; ranges depend on each other",
     "POST /api/v1/workloads": "a trace or a parameter file; steps and groups depend on each other",
+    "GET /api/v1/traces/{trace_id}/samples": "the truncated filter needs a trace whose truncation is known",
 }
 ST202 = "Schema-valid request rejected"
 # JSON Schema's integers include 108.0, which the API refuses as an id by design (only
