@@ -29,6 +29,7 @@ class ErrorDetail(BaseModel):
     file: str | None = None
     line: int | None = None
     field: str | None = None
+    changed: dict[str, str] | None = None  # a re-upload's options: field -> what it would change
 
 
 class ErrorResponse(BaseModel):

@@ -206,9 +206,10 @@ def ingest(
             )
             summary = ingest_summary(session, outcome.trace, already_uploaded=not outcome.created)
             if not outcome.created:
-                summary["changed_options"] = changed_options(
+                changed = changed_options(
                     outcome.trace, name=name, forced_format=format, max_response_len=max_response_len
                 )
+                summary["changed_options"] = {"--" + k.replace("_", "-"): v for k, v in changed.items()}
     except InputError as exc:
         fail(str(exc))
     finally:
