@@ -41,7 +41,14 @@ from dashboard.server.downloads import simulation_trace_href
 from dashboard.server.figure_cache import cached
 from dashboard.views.components import PAGE_TRACE_ID, alert, card, clicked_index, control, controls, graph, section
 from dashboard.views.formatting import job_active
-from dashboard.views.job_views import NO_REPLAY, job_history_table, job_progress, replay_placeholder
+from dashboard.views.job_views import (
+    NO_REPLAY,
+    followed_banner,
+    job_banner,
+    job_history_table,
+    job_progress,
+    replay_placeholder,
+)
 from dashboard.views.job_views import describe_simulation as describe
 from dashboard.views.policy_params import PARAM, equivalence_notes, param_inputs, params_from_inputs
 from dashboard.views.replay_forms import CALIBRATION_MODES, form_defaults, form_values_from_job, simulation_body
@@ -359,13 +366,8 @@ def submit(
     except ApiError as exc:
         where = f" ({exc.field})" if exc.field and exc.field not in exc.message else ""
         return no_update, alert(f"{exc.message}{where}")
-    same = job.get("status") == "succeeded"
-    note = (
-        f"Identical to replay {job['id']}: shown below."
-        if same
-        else f"Replay {job['id']} started: its progress is below."
-    )
-    return job["id"], alert(note, "info", id="sim-started")
+    same = f"Identical to replay {job['id']}: shown below." if job.get("status") == "succeeded" else None
+    return job["id"], job_banner(job, "Replay", "sim-started", same)
 
 
 @dash.callback(Output("sim-params-a", "children"), Input("sim-policy-a", "value"), prevent_initial_call=True)
@@ -394,19 +396,21 @@ def reopen(clicks):
     Output("sim-poll", "disabled"),
     Output("sim-done", "data"),
     Output("sim-history", "children"),
+    Output("sim-form-message", "children", allow_duplicate=True),
     Input("sim-job", "data"),
     Input("sim-poll", "n_intervals"),
     State("sim-done", "data"),
     State(PAGE_TRACE_ID, "data"),
+    State("sim-form-message", "children"),
     prevent_initial_call=True,  # the layout shows the state at page load
 )
-def follow(job_id, _n, done, trace_id):
+def follow(job_id, _n, done, trace_id, banner=None):
     if job_id is None:
-        return None, True, no_update, no_update
+        return None, True, no_update, no_update, no_update
     try:
         job = results.job(job_id)
     except ApiError as exc:
-        return alert(exc.message), True, no_update, no_update
+        return alert(exc.message), True, no_update, no_update, no_update
     active = job_active(job)
     finished = job.get("status") == "succeeded"
     history = no_update
@@ -423,7 +427,8 @@ def follow(job_id, _n, done, trace_id):
     new_done = job_id if finished and done != job_id else (no_update if finished else None)
     if ctx.triggered_id == "sim-poll" and active:
         history = no_update  # progress only, while it runs
-    return job_progress(job, "replay"), not active, new_done, history
+    banner = followed_banner(banner, job, "Replay", "sim-started")
+    return job_progress(job, "replay"), not active, new_done, history, banner
 
 
 @dash.callback(
