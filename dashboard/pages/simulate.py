@@ -15,7 +15,8 @@ sim-poll. Output: sim-progress, sim-cards (card-sim-speedup, card-sim-accuracy-r
 ...), sim-pred-vs-measured, sim-accuracy (table), sim-speedup, sim-idle, sim-timeline
 (+ sim-timeline-policy), sim-downloads (links sim-download-a / -b), sim-history (one
 <tr data-job-id> per replay, "Open" buttons). `?job=ID` opens that replay; `?rerun=ID`
-fills the form with its configuration (sim-rerun-note says so). While a replay runs the
+fills the form with its configuration (sim-rerun-note says so); the per-step charts' zoom
+lives in the URL (?z.<chart>=x0,x1[,y0,y1]). While a replay runs the
 figures say so (job_views.replay_placeholder) instead of "Configure a replay".
 """
 
@@ -53,6 +54,7 @@ from dashboard.views.job_views import describe_simulation as describe
 from dashboard.views.policy_params import PARAM, equivalence_notes, param_inputs, params_from_inputs
 from dashboard.views.replay_forms import CALIBRATION_MODES, form_defaults, form_values_from_job, simulation_body
 from dashboard.views.trace_frame import trace_page
+from dashboard.views.url_state import register_url_state, url_sink, zoom_id, zoom_store, zoomed
 
 dash.register_page(
     __name__,
@@ -193,7 +195,11 @@ def form(p: dict, d: dict) -> html.Div:
     )
 
 
-def body(trace: dict, job_param=None, rerun=None) -> html.Div:
+ZOOMABLE = ("sim-pred-vs-measured", "sim-speedup", "sim-idle")
+register_url_state("simulate", {}, zoom=ZOOMABLE)
+
+
+def body(trace: dict, job_param=None, rerun=None, query: dict | None = None) -> html.Div:
     if not trace.get("n_samples"):
         return alert("This trace has no samples (rollout lengths), so there is nothing to replay.", "info")
     api = session.api()
@@ -226,6 +232,8 @@ def body(trace: dict, job_param=None, rerun=None) -> html.Div:
         )
     return html.Div(
         [
+            url_sink("simulate"),
+            zoom_store("simulate", query or {}),
             dcc.Store(id="sim-job", data=shown_id),
             dcc.Store(id="sim-done", data=shown_id if shown and shown.get("status") == "succeeded" else None),
             dcc.Interval(id="sim-poll", interval=1000, disabled=not job_active(shown)),
@@ -282,8 +290,8 @@ def body(trace: dict, job_param=None, rerun=None) -> html.Div:
     )
 
 
-def layout(trace_id: str | None = None, job: str | None = None, rerun: str | None = None, **_):
-    return trace_page(trace_id, __name__, "/simulate", lambda trace: body(trace, job, rerun))
+def layout(trace_id: str | None = None, job: str | None = None, rerun: str | None = None, **query):
+    return trace_page(trace_id, __name__, "/simulate", lambda trace: body(trace, job, rerun, query))
 
 
 @dash.callback(
@@ -441,8 +449,9 @@ def follow(job_id, _n, done, trace_id, banner=None):
     Input("sim-done", "data"),
     State(PAGE_TRACE_ID, "data"),
     State("sim-job", "data"),
+    State(zoom_id("simulate"), "data"),
 )
-def fill(job_id, trace_id, started=None):
+def fill(job_id, trace_id, started=None, zoom=None):
     if job_id is None:
         fig = empty_figure(_placeholder_of(started))
         return [], fig, None, fig, fig, None
@@ -452,7 +461,11 @@ def fill(job_id, trace_id, started=None):
             fig = empty_figure(f"Replay {job_id} has no result")
             return [], fig, None, fig, fig, None
         # measured step timings of the trace, next to the prediction
-        return cached(("simulation", job_id, trace_id), lambda: _figures(job, session.api().steps(trace_id)))
+        cards, pred, accuracy, speedup, idle, links = cached(
+            ("simulation", job_id, trace_id), lambda: _figures(job, session.api().steps(trace_id))
+        )
+        pred, speedup, idle = zoomed((pred, speedup, idle), ZOOMABLE, zoom)
+        return cards, pred, accuracy, speedup, idle, links
     except ApiError as exc:
         fig = empty_figure(exc.message)
         return alert(exc.message), fig, None, fig, fig, None

@@ -5,7 +5,8 @@ card-tail, card-imbalance, card-idle), overview-stage-time (stacked bars; hidden
 overview-no-stage-time saying what to upload, when the trace has no stage timings),
 overview-lengths (response p50/p90/p99/max over steps), overview-gpu (temporal breakdown
 per rank, for traces with GPU events), overview-data-efficiency (DAPO groups generated /
-kept / used per trainer step; card card-data-efficiency), trace-status. A card from an
+kept / used per trainer step; card card-data-efficiency), trace-status. The charts' zoom
+lives in the URL (?z.<chart>=x0,x1[,y0,y1]). A card from an
 analysis whose result is behind the growing trace carries .card-stale ("computed 3 min
 ago, steps 0–41 of 45 — refreshing") until the re-run's result replaces it.
 """
@@ -13,7 +14,7 @@ ago, steps 0–41 of 45 — refreshing") until the re-run's result replaces it.
 from __future__ import annotations
 
 import dash
-from dash import ALL, Input, Output, ctx, html
+from dash import ALL, Input, Output, State, ctx, html
 
 from dashboard.api import session
 from dashboard.api.client import ApiError
@@ -30,6 +31,7 @@ from dashboard.views.freshness import stale_note
 from dashboard.views.overview import Card, analysed_steps, overview_cards
 from dashboard.views.panels import analysis_panel
 from dashboard.views.trace_frame import trace_page
+from dashboard.views.url_state import register_url_state, url_sink, zoom_id, zoom_store, zoomed
 
 dash.register_page(
     __name__, path_template="/traces/<trace_id>", name="Overview", title="Trace · RLVR Explorer", nav="trace", order=0
@@ -44,12 +46,18 @@ def _shown(flag) -> dict:
     return {} if flag else {"display": "none"}
 
 
-def body(trace: dict) -> html.Div:
+ZOOMABLE = ("overview-stage-time", "overview-lengths", "overview-gpu", "overview-data-efficiency")
+register_url_state("overview", {}, zoom=ZOOMABLE)
+
+
+def body(trace: dict, query: dict | None = None) -> html.Div:
     # the API says which analyses apply to the trace (the registry's word)
     kinds = [k for k in trace.get("analyses", []) if k in CARD_KINDS]
     timings = bool(trace.get("n_steps")) and trace_has_stage_timings(trace)
     return html.Div(
         [
+            url_sink("overview"),
+            zoom_store("overview", query or {}),
             html.Div(id="overview-cards", className="cards"),
             html.Div([analysis_panel(k, f"{k} analysis", trace["id"]) for k in kinds]),
             html.Div(
@@ -88,8 +96,8 @@ def body(trace: dict) -> html.Div:
     )
 
 
-def layout(trace_id: str | None = None, **_):
-    return trace_page(trace_id, __name__, "", body)
+def layout(trace_id: str | None = None, **query):
+    return trace_page(trace_id, __name__, "", lambda trace: body(trace, query))
 
 
 @dash.callback(
@@ -100,8 +108,9 @@ def layout(trace_id: str | None = None, **_):
     Output("overview-data-efficiency", "figure"),
     Input(PAGE_TRACE_ID, "data"),
     Input({"type": RESULT, "kind": ALL}, "data"),
+    State(zoom_id("overview"), "data"),
 )
-def fill(trace_id, _results):
+def fill(trace_id, _results, zoom=None):
     results, job_ids = {}, {}
     for item in ctx.inputs_list[1]:
         result, _note = analysis_result(item.get("value"), item["id"]["kind"])
@@ -117,7 +126,7 @@ def fill(trace_id, _results):
     except ApiError as exc:
         fig = empty_figure(exc.message)
         return alert(exc.message), fig, fig, fig, fig
-    return (shown, *figures)
+    return (shown, *zoomed(figures, ZOOMABLE, zoom))
 
 
 def _card(c: Card, results: dict, job_ids: dict, analysed: list[int], live: bool) -> html.Div:
