@@ -1,6 +1,6 @@
 """Every page with a zoomable step axis keeps its charts' zoom in the URL, in a real
 browser (the fixtures of tests/test_browser.py): a chart zoomed on the Overview,
-Imbalance, Simulate and Compare pages puts z.<chart>=x0,x1 in the URL, and a colleague
+Imbalance, Simulate, Compare and metric explorer pages puts z.<chart>=x0,x1 in the URL, and a colleague
 opening that URL sees the same range. A figure drawn again later keeps the user's zoom."""
 
 from __future__ import annotations
@@ -50,6 +50,8 @@ def test_shared_urls_restore_the_zoom_of_step_charts(browser, server, tmp_path):
     zoom_and_share(b, f"/traces/{a['id']}", "overview-lengths", 0.5, 3.5)
     zoom_and_share(b, f"/traces/{a['id']}/imbalance", "imb-ratio", 1.5, 3.5)
     zoom_and_share(b, f"/compare?a={a['id']}&b={c['id']}", "cmp-lengths", 0.5, 2.5)
+    zoom_and_share(b, f"/metrics?traces={a['id']},{c['id']}&keys=response/p99", "metrics-chart", 1.5, 3.5)
+    assert "keys=response" in b.d.current_url  # the page's own query kept beside the zoom
     b.wait(lambda: server.api.get(f"/simulations/{sim['id']}").json()["status"] == "succeeded", "the replay",
            timeout=180)  # fmt: skip
     zoom_and_share(b, f"/traces/{a['id']}/simulate?job={sim['id']}", "sim-pred-vs-measured", 0.5, 2.5)

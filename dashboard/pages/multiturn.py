@@ -44,7 +44,10 @@ dash.register_page(
 
 MT_CHARTS = ("mt-counts", "mt-steps", "mt-cache", "mt-context", "mt-latency")
 LAT_CHARTS = ("lat-reward", "lat-tools", "lat-reward-ranks")
-register_url_state("multiturn", {}, zoom=MT_CHARTS + LAT_CHARTS)
+# one URL state per section: a trace may have either (a callback whose inputs are only
+# partly on the page is an error in the browser)
+register_url_state("multiturn", {}, zoom=MT_CHARTS)
+register_url_state("multiturn-latency", {}, zoom=LAT_CHARTS)
 
 
 def body(trace: dict, query: dict | None = None) -> html.Div:
@@ -54,6 +57,8 @@ def body(trace: dict, query: dict | None = None) -> html.Div:
         parts.append(
             section(
                 "Multi-turn rollouts",
+                url_sink("multiturn"),
+                zoom_store("multiturn", query or {}),
                 analysis_panel("multiturn", "multi-turn analysis", trace["id"]),
                 html.Div(className="grid-2", children=[graph("mt-counts"), graph("mt-steps")]),
                 html.Div(className="grid-2", children=[graph("mt-cache"), graph("mt-context")]),
@@ -64,6 +69,8 @@ def body(trace: dict, query: dict | None = None) -> html.Div:
         parts.append(
             section(
                 "Reward and tool latency",
+                url_sink("multiturn-latency"),
+                zoom_store("multiturn-latency", query or {}),
                 analysis_panel("latency", "latency analysis", trace["id"]),
                 html.Div(className="grid-2", children=[graph("lat-reward"), graph("lat-tools")]),
                 graph("lat-reward-ranks"),
@@ -73,7 +80,7 @@ def body(trace: dict, query: dict | None = None) -> html.Div:
         return upload_hint(
             trace["id"], "This trace has no turns, tool calls or reward timings.", "turns", "rank_timings"
         )
-    return html.Div([drill_location("multiturn"), url_sink("multiturn"), zoom_store("multiturn", query or {}), *parts])
+    return html.Div([drill_location("multiturn"), *parts])
 
 
 register_drill("multiturn")
@@ -115,7 +122,7 @@ def fill_multiturn(data, zoom=None):
     Output("lat-tools", "figure"),
     Output("lat-reward-ranks", "figure"),
     Input({"type": RESULT, "kind": "latency"}, "data"),
-    State(zoom_id("multiturn"), "data"),
+    State(zoom_id("multiturn-latency"), "data"),
 )
 def fill_latency(data, zoom=None):
     result, note = analysis_result(data, "latency")

@@ -33,16 +33,18 @@ function(...args) {
     const fmt = (x) => String(Number(Number(x).toPrecision(6)));
     const range = (r, axis) => r[axis + ".range[0]"] !== undefined
         ? [r[axis + ".range[0]"], r[axis + ".range[1]"]] : r[axis + ".range"];
+    // rows sharing one x axis (matches="x") report the row dragged: xaxis2, xaxis3, ...
+    const xname = (r) => (Object.keys(r).find((k) => /^xaxis\\d*\\./.test(k)) || "xaxis").split(".")[0];
     graphs.forEach((graph, j) => {
         const r = args[keys.length + j];
         if (!r) { return; }
         const key = "%(prefix)s" + graph;
         const old = (q.get(key) || "").split(",");
         let x = [old[0] || "", old[1] || ""], y = [old[2] || "", old[3] || ""], touched = false;
-        const rx = range(r, "xaxis"), ry = range(r, "yaxis");
+        const xa = xname(r), rx = range(r, xa), ry = range(r, "yaxis");
         if (rx) { x = rx.map(fmt); touched = true; }
         if (ry) { y = ry.map(fmt); touched = true; }
-        if (r["xaxis.autorange"]) { x = ["", ""]; touched = true; }
+        if (r[xa + ".autorange"]) { x = ["", ""]; touched = true; }
         if (r["yaxis.autorange"]) { y = ["", ""]; touched = true; }
         if (!touched) { return; }
         const parts = (y[0] === "" ? x : x.concat(y));
@@ -67,8 +69,9 @@ function(...args) {
         const r = args[j];
         if (!r) { return; }
         const entry = Object.assign({}, out[graph] || {});
+        const xa = (Object.keys(r).find((k) => /^xaxis\\d*\\./.test(k)) || "xaxis").split(".")[0];
         ["x", "y"].forEach((axis) => {
-            const key = axis + "axis";
+            const key = axis === "x" ? xa : "yaxis";
             if (r[key + ".range[0]"] !== undefined) { entry[axis] = [r[key + ".range[0]"], r[key + ".range[1]"]]; }
             else if (r[key + ".range"]) { entry[axis] = r[key + ".range"]; }
             if (r[key + ".autorange"]) { delete entry[axis]; }
