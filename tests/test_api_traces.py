@@ -98,6 +98,7 @@ def test_same_content_with_other_options_is_409_naming_them(api, uploaded, per_s
         detail = r.json()["detail"]
         assert detail["field"] == field and words in detail["changed"][field], detail
         assert f"trace {uploaded['id']}" in detail["message"] and "Not applied" in detail["message"]
+        assert detail["trace_id"] == uploaded["id"]
     bad = upload(api, [item], format="nosuch")
     assert bad.status_code == 422 and bad.json()["detail"]["field"] == "format"
     trace = api.get(f"/api/v1/traces/{uploaded['id']}").json()

@@ -82,7 +82,8 @@ def trace_out(session, trace: Trace) -> TraceOut:
         409: {
             "model": ErrorResponse,
             "description": "The team uploaded the same content before and `name`, `format` or `max_response_len` "
-            "differ from that trace's: `detail.changed` says what each would change (nothing was applied).",
+            "differ from that trace's: `detail.changed` says what each would change (nothing was applied), "
+            "`detail.trace_id` is that trace.",
         },
     },
 )
@@ -156,6 +157,7 @@ def _refuse_changed_options(trace: Trace, **options) -> None:
                 f"Not applied: delete trace {trace.id} first to ingest the content with them",
                 "field": next(iter(changed)),
                 "changed": changed,
+                "trace_id": trace.id,
             },
         )
 
