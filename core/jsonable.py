@@ -4,11 +4,13 @@ NaN and infinities become None)."""
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
+from typing import Any
 
 import numpy as np
 
 
-def json_safe(obj):
+def json_safe(obj: Any) -> Any:
     """Plain JSON values: numpy scalars/arrays to Python, NaN/inf to None."""
     # exact built-in types first: results hold hundreds of thousands of plain numbers
     t = type(obj)
@@ -38,7 +40,7 @@ def json_safe(obj):
     return obj
 
 
-def _json_safe_list(items) -> list:
+def _json_safe_list(items: Iterable[Any]) -> list:
     out: list = []
     append = out.append
     for v in items:

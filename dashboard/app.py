@@ -83,7 +83,7 @@ def create_dash(
     prefix = requests_pathname_prefix if requests_pathname_prefix.endswith("/") else requests_pathname_prefix + "/"
     app = dash.Dash(
         "dashboard",
-        server=flask_server,
+        server=flask_server,  # type: ignore[arg-type]  # Dash documents a Flask app here; its annotation omits it
         use_pages=True,
         pages_folder=str(HERE / "pages"),
         assets_folder=str(HERE / "assets"),
@@ -91,7 +91,7 @@ def create_dash(
         routes_pathname_prefix="/",
         suppress_callback_exceptions=True,
         title="RLVR Explorer",
-        update_title=None,
+        update_title="",  # the tab title stays as it is while callbacks run
     )
     # The browser must not call plotly's version server (no internet, and no console errors).
     app._dev_tools["disable_version_check"] = True

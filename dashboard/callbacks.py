@@ -95,7 +95,7 @@ def _trace_status_callback(app: dash.Dash) -> None:
             # reload (a changed URL, so the Location acts): the page now has a body or the error
             return no_update, f"{pathname}?ready={_n}", True
         if job and job_active(job):
-            return c.progress(job.get("progress"), job.get("message") or job.get("status")), no_update, False
+            return c.progress(job.get("progress"), job.get("message") or job.get("status") or ""), no_update, False
         return html.Span(trace.get("status"), className="muted"), no_update, False
 
 
@@ -123,7 +123,7 @@ def _live_trace_callback(app: dash.Dash) -> None:
         the trace-id store) run again; when its sections change, the page reloads. When
         its analysis jobs change (re-run on the new data, finished), the page's analysis
         panels poll again, so every card and figure shows the newest result."""
-        panels = [no_update] * len(dash.ctx.outputs_list[-1])
+        panels: list[object] = [no_update] * len(dash.ctx.outputs_list[-1])
         try:
             api = session.api()
             trace = api.get_trace(trace_id)

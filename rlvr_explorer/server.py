@@ -15,6 +15,7 @@ each request by its key header, which a browser never adds by itself.
 
 from __future__ import annotations
 
+from typing import cast
 from urllib.parse import urlsplit
 
 from a2wsgi import WSGIMiddleware
@@ -75,7 +76,9 @@ def create_server(*, with_dashboard: bool = True) -> FastAPI:
     if with_dashboard:
         settings = get_settings()
         dash_app = create_dash(settings.api_url, secret_key=settings.session_secret())
-        app.mount("/", SameOriginWrites(WSGIMiddleware(dash_app.server), settings.trusted_origin_list))
+        # a2wsgi types its ASGI scope and events as TypedDicts, starlette as plain mappings
+        dash_asgi = cast(ASGIApp, WSGIMiddleware(dash_app.server))
+        app.mount("/", SameOriginWrites(dash_asgi, settings.trusted_origin_list))
     return app
 
 

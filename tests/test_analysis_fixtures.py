@@ -19,7 +19,6 @@ import pytest
 
 from core.analysis.registry import (
     ANALYSES,
-    DEFAULT_ANALYSES,
     chunk_ranges,
     default_analyses,
     resolve_params,
@@ -296,7 +295,7 @@ def test_default_analyses_follow_available_tables():
     }
     # no gpu events, no DAPO marks and no rewards
     skipped = ("gpu_timeline", "data_efficiency", "reward_length")
-    assert default_analyses(multi) == [k for k in DEFAULT_ANALYSES if k not in skipped]
+    assert default_analyses(multi) == [k for k in ANALYSES if k not in skipped]
     dapo = {"samples": single_turn["samples"] | {"filter_mark", "trainer_step"}}
     assert default_analyses(dapo) == ["lengths", "longtail", "imbalance", "data_efficiency"]
     kineto = {

@@ -36,6 +36,14 @@ def test_advice_job_ranks_configurations(api, worker, small_trace):
     assert means == sorted(means)
     assert {c["policy"] for c in res["ranking"]} == set(POLICIES)
     assert [w["step"] for w in res["per_step"]] == [0, 1, 2] and res["ranges"]
+    # swept parameters and the cause of each configuration's gain over the reference
+    partial = [c for c in res["ranking"] if c["policy"] == "partial"]
+    assert {c["params"]["over_provision"] for c in partial} == {2.0, 1.5}
+    assert all(c["label"].startswith(f"partial(over_provision={c['params']['over_provision']:g})") for c in partial)
+    assert res["reference"].startswith("sync") and all(
+        c["gain"] is None or c["gain"]["verdict"] == "same" or c["gain"]["cause"] for c in res["ranking"]
+    )
+    assert job["params"]["policy_runs"] == 16
     assert api.post(URL, json=body).status_code == 200  # identical advice: the same job
     assert api.get(URL, params={"trace_id": small_trace["id"]}).json()["items"][0]["id"] == job["id"]
 
@@ -60,8 +68,10 @@ def test_cli_advise(team_key, tmp_path):
     r = runner.invoke(app, args, catch_exceptions=False)
     assert r.exit_code == 0, r.output
     assert "configurations ranked by predicted step time" in r.stdout and "who wins where" in r.stdout
+    assert "largest cause" in r.stdout and "gains against sync" in r.stdout
     out = orjson.loads(runner.invoke(app, [*args, "--json"], catch_exceptions=False).stdout)
     assert out["n_configurations"] >= 50
+    assert all("params" in c and "gain" in c for c in out["ranking"]) and out["reference"]
 
 
 def test_presets_propose_the_model_a_trace_names(api, tmp_path):

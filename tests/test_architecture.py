@@ -29,3 +29,41 @@ def test_a_cross_layer_import_breaks_a_contract():
     finally:
         bad.unlink()
     assert r.returncode != 0 and "core._contract_probe -> backend.settings" in r.stdout
+
+
+PACKAGES = ("core", "backend", "workers", "dashboard", "rlvr_explorer")
+
+
+def private_imports(source: str, module: str) -> list[str]:
+    """`from <project module> import _name` in `source` (of `module`): another module's
+    private name (a name used across modules is public)."""
+    import ast
+
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.ImportFrom) or node.level or not node.module:
+            continue
+        if node.module.split(".")[0] not in PACKAGES or node.module == module:
+            continue
+        found += [
+            f"{module}:{node.lineno} imports {node.module}.{a.name}"
+            for a in node.names
+            if a.name.startswith("_") and not a.name.startswith("__")
+        ]
+    return found
+
+
+def test_no_module_imports_another_modules_private_names():
+    found = []
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            module = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+            found += private_imports(path.read_text(), module)
+    assert not found, "\n".join(found)
+
+
+def test_the_private_name_check_bites():
+    assert private_imports("from backend.ingest.pipeline import COUNT_COLUMN, _Loader\n", "backend.ingest.attach") == [
+        "backend.ingest.attach:1 imports backend.ingest.pipeline._Loader"
+    ]
+    assert private_imports("from backend.auth import create_team as _create\n", "rlvr_explorer.cli.main") == []

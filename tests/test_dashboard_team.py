@@ -69,12 +69,13 @@ def client(stub):
     return c
 
 
-def team_page(client):
+def team_page(client, path: str = "/team"):
+    """The page at `path` (the Team page by default) as the browser gets it."""
     r = _callback(
         client,
         ".._pages_content.children..._pages_store.data..",
         [
-            {"id": "_pages_location", "property": "pathname", "value": "/team"},
+            {"id": "_pages_location", "property": "pathname", "value": path},
             {"id": "_pages_location", "property": "search", "value": ""},
         ],
         changed=["_pages_location.pathname"],

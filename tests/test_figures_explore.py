@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from dashboard.figures.compare_many import diff_rows, stage_means
+from dashboard.figures.compare_many import diff_rows, longtail_figure, stage_means
 from dashboard.figures.metrics import metrics_figure, parse_offsets, plotted, smooth, with_gaps
 
 
@@ -50,3 +50,10 @@ def test_diff_rows_delta_and_ratio_against_the_first_run():
     row = next(r for r in diff_rows(runs) if r["key"] == "t_step")
     assert row["runs"][0] == {"value": 11.0, "delta": 0.0, "ratio": 1.0}
     assert row["runs"][1]["delta"] == pytest.approx(22.0) and row["runs"][1]["ratio"] == pytest.approx(3.0)
+
+
+def test_compare_idle_share_leaves_a_gap_for_a_step_without_one():
+    # a step whose idle_fraction is null is left out (it raised a TypeError: 100 * None)
+    steps = [{"step": s, "idle_fraction": f} for s, f in ((0, 0.25), (1, None), (2, 0.5))]
+    fig = longtail_figure([{"id": 3, "name": "a", "results": {"longtail": {"steps": steps}}}])
+    assert (list(fig.data[0].x), list(fig.data[0].y)) == ([0, 2], [25.0, 50.0])

@@ -10,8 +10,9 @@ import orjson
 import pytest
 
 from backend.formats import detect_format, read_sources
-from backend.formats.base import STEP_TIMING_COLUMNS, InputError, ReadResult, Source
+from backend.formats.base import InputError, ReadResult, Source
 from backend.formats.verl_logs import parse_console_line
+from core.analysis.tables import STEP_TIMING_COLUMNS
 
 
 def source(path: Path) -> Source:

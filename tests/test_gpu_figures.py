@@ -129,3 +129,23 @@ def test_gantt_detail_view_names_flows_and_absolute_axis():
     arrows = [x for x in by_name["launch -> kernel"].x if x == x]
     assert arrows == pytest.approx([0.1, 0.5, 0.2, 0.95])
     assert "matches 'nccl'" in by_name
+
+
+def test_gantt_writes_kernel_names_only_when_asked():
+    # The overview of a large step passes labels=False: no names on its bars (the row
+    # labels once shadowed this option, so names were always written).
+    from dashboard.figures.gpu import kernel_gantt_figure
+
+    events = [
+        {"rank": 0, "stream": 7, "step": 1, "kind": "compute", "name": "gemm", "start_us": 0.0, "dur_us": 400.0},
+        {"rank": 1, "stream": 7, "step": 1, "kind": "compute", "name": "gemm", "start_us": 100.0, "dur_us": 300.0},
+    ]
+    names = lambda fig: [t for t in fig.data if t.name == "kernel names"]  # noqa: E731
+    assert names(kernel_gantt_figure(events)) == []
+    assert [t[:4] for t in names(kernel_gantt_figure(events, labels=True))[0].text] == ["gemm", "gemm"]
+    assert list(kernel_gantt_figure(events).layout.yaxis.ticktext) == [
+        "rank 0 idle",
+        "rank 0 stream 7",
+        "rank 1 idle",
+        "rank 1 stream 7",
+    ]

@@ -78,3 +78,97 @@ def test_dashboard_builders_read_the_advice():
     fig = winner_figure(out)
     assert len(fig.data) == 2 and list(fig.data[0].x) == [0, 1]
     assert list(fig.data[0].y) == [s["mean"] for s in out["ranking"][0]["steps"]]
+
+
+def test_the_advise_page_shows_params_and_causes():
+    import httpx
+
+    from dashboard.app import create_dash
+    from dashboard.figures.advice import ranking_rows
+
+    create_dash(
+        "http://api.test", http_client=httpx.Client(transport=httpx.MockTransport(lambda r: httpx.Response(404)))
+    )
+    from dashboard.pages.advise import ranges_list, ranking_table  # registers with the app made above
+
+    grid = [c for c in default_grid(4, MODEL) if c["policy"] in ("sync", "partial") and c["balancing"] == "none"]
+    out = advise(_steps(2), "H100", 4, MODEL, grid=grid, workers=1)
+    rows = ranking_rows(out, top=len(grid))
+    by_label = {r["label"]: r for r in rows}
+    for r in out["ranking"]:
+        row = by_label[r["label"]]
+        if r["policy"] == "partial":
+            assert row["params"] == f"over_provision={r['params']['over_provision']}"
+            assert row["vs_ref"] == pytest.approx(r["gain"]["speedup"]) and row["cause"] == r["gain"]["phrase"]
+        else:
+            assert row["params"] == ""
+    text = str(ranking_table(out))
+    assert "Largest cause" in text and "over_provision=1.5" in text
+    if out["why_best"]:
+        assert "Why the best" in str(ranges_list(out))
+
+
+def test_the_grid_sweeps_each_policys_declared_parameters_within_the_bound():
+    from core.simulator.advisor import MAX_PARAM_COMBOS, param_sweep
+
+    grid = default_grid(8, MODEL)
+    for kind, spec in POLICIES.items():
+        combos = param_sweep(spec)
+        assert 1 <= len(combos) <= MAX_PARAM_COMBOS
+        swept = {i.name: {i.default, *i.grid} for i in spec.param_infos if i.grid}
+        assert all(set(c) == set(swept) for c in combos)
+        # every declared value is tried unless it makes the policy replay another kind
+        for name, values in swept.items():
+            tried = {c[name] for c in combos}
+            assert all(v in tried or spec.equivalent_to(spec.resolve({name: v})) for v in values)
+        labels = {c["label"].split(" | ")[0] for c in grid if c["policy"] == kind}
+        assert len(labels) == len(combos)
+    partial = {c["label"].split(" | ")[0] for c in grid if c["policy"] == "partial"}
+    assert partial == {"partial(over_provision=2)", "partial(over_provision=1.5)"}
+    assert len({c["label"] for c in grid}) == len(grid)
+
+
+def test_a_sweep_declaring_too_many_combinations_is_refused():
+    import dataclasses
+
+    from core.simulator.advisor import param_sweep
+    from core.simulator.policies import param
+
+    @dataclasses.dataclass(frozen=True)
+    class Wide:
+        a: int = param(1, "a", grid=(2, 3))
+        b: int = param(1, "b", grid=(2, 3))
+
+    spec = dataclasses.replace(POLICIES["sync"], params=Wide)
+    with pytest.raises(ValueError, match="at most"):
+        param_sweep(spec)
+
+
+def test_advice_with_noise_has_intervals_for_every_configuration_and_names_causes():
+    from core.simulator.uncertainty import NoiseModel
+
+    steps = _steps()
+    noise = NoiseModel([200.0], [0.0, 0.0], [0.2, 0.1], [100, 100], step_sd=0.05)
+    grid = [c for c in default_grid(8, MODEL) if c["max_running_seqs"] is None and c["balancing"] == "none"]
+    out = advise(steps, "H100", 8, MODEL, noise=noise, grid=grid, workers=2, n_runs=50, policy_runs=8)
+    assert out["n_configurations"] == len(grid)
+    for r in out["ranking"]:
+        assert r["step_s"]["p90"] > r["step_s"]["p10"], r["label"]
+        assert r["params"] == next(c["params"] for c in grid if c["label"] == r["label"])
+        assert "digest" not in r
+    means = [r["step_s"]["mean"] for r in out["ranking"]]
+    assert means == sorted(means)
+    ref = next(r for r in out["ranking"] if r["policy"] == "sync")
+    assert out["reference"] == ref["label"] and ref["gain"] is None
+    for r in out["ranking"]:
+        g = r["gain"]
+        if g is None or g["verdict"] == "same":
+            continue
+        # the named cause moves the makespan the way the verdict says
+        assert g["cause"] is not None and (g["cause_s"] < 0) == (g["verdict"] == "faster")
+    best = out["ranking"][0]
+    assert best["within_noise_of_best"] and all(
+        r["cause"] is not None or r["winner"] == ref["label"] for r in out["ranges"]
+    )
+    if out["best"] != ref["label"]:
+        assert out["why_best"]["b"]["label"] == out["best"]

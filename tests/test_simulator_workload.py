@@ -117,13 +117,6 @@ def test_unknown_cached_tokens_assume_the_previous_context_is_cached():
     assert w.turn_cached_tokens.tolist() == [0, 15, 20]
 
 
-def test_step_timing_columns_match_the_reader_contract():
-    from backend.formats.base import STEP_TIMING_COLUMNS as CONTRACT
-    from core.simulator.workload import STEP_TIMING_COLUMNS
-
-    assert STEP_TIMING_COLUMNS == CONTRACT
-
-
 def test_single_turn_requests_share_the_group_prompt():
     w = StepWorkload.from_groups(0, [100, 30], [[5, 6, 7], [8]])
     req = step_request_arrays(w)

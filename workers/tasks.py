@@ -6,6 +6,7 @@ The Job row carries status, progress and the result; a task only receives its id
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from celery.signals import worker_ready, worker_shutting_down
 from sqlalchemy import select
@@ -15,6 +16,7 @@ from backend.formats.base import InputError
 from backend.jobs import leases
 from backend.jobs.contracts import ADVICE_KIND, INGEST_KIND, SIMULATION_KIND, TASK_NAMES, TEXT_INDEX_KIND, WORKLOAD_KIND
 from backend.jobs.fence import Abandoned
+from backend.jobs.lease_terms import fanout_lease_s
 from backend.jobs.state import mark_failed, mark_succeeded, set_progress
 from backend.jobs.sweeper import Sweeper
 from backend.settings import get_settings
@@ -25,7 +27,7 @@ from workers.celery_app import celery_app
 log = logging.getLogger(__name__)
 
 # Transient database trouble (a restart, a dropped connection) is retried.
-RETRY = {"autoretry_for": (OperationalError,), "retry_backoff": 2, "max_retries": 5}
+RETRY: dict[str, Any] = {"autoretry_for": (OperationalError,), "retry_backoff": 2, "max_retries": 5}
 
 
 def _load_job(job_id: int) -> Job | None:
@@ -43,6 +45,7 @@ def ingest_upload(job_id: int) -> None:
     job = _load_job(job_id)
     if job is None or job.status in (JobStatus.SUCCEEDED, JobStatus.FAILED):
         return
+    assert job.trace_id is not None  # an ingest job is created with its trace
     engine = get_engine()
     folder = upload_folder(job.params or {}, get_settings())
 
@@ -59,7 +62,7 @@ def ingest_upload(job_id: int) -> None:
             present = folder is not None and folder.is_dir()
             ingest_stored(
                 job.trace_id,
-                sorted(p for p in folder.iterdir() if p.is_file()) if present else [],
+                sorted(p for p in folder.iterdir() if p.is_file()) if folder is not None and present else [],
                 get_settings(),
                 job.params.get("format"),
                 job.params.get("max_response_len"),
@@ -95,7 +98,7 @@ def run_analyses(job_ids: list[int]) -> None:
         if claimed:
             plan_and_run(claimed, send_parts)
             # Jobs fanned out into parts stay running while the parts wait in the queue.
-            leases.extend(get_engine(), claimed, leases.fanout_lease_s())
+            leases.extend(get_engine(), claimed, fanout_lease_s())
 
 
 @celery_app.task(name=TASK_NAMES["analysis_part"], **RETRY)
@@ -148,12 +151,14 @@ def index_texts(job_id: int) -> None:
     job = _load_job(job_id)
     if job is None or job.status in (JobStatus.SUCCEEDED, JobStatus.FAILED):
         return
+    assert job.trace_id is not None  # a text index job is created with its trace
+    trace_id = job.trace_id
     engine = get_engine()
     with leases.running([job_id], engine) as claimed:
         if not claimed:
             return
         try:
-            n = build_text_index(engine, job.trace_id, lambda f, m: set_progress(engine, job_id, f, m))
+            n = build_text_index(engine, trace_id, lambda f, m: set_progress(engine, job_id, f, m))
         except OperationalError:
             raise
         except Exception as exc:

@@ -23,8 +23,8 @@ from backend.api.routes import (
     workloads,
 )
 from backend.api.security import SecurityHeaders, install_docs
-from backend.jobs.analyses import ANALYSIS_KINDS
 from backend.settings import get_settings
+from core.analysis.registry import ANALYSES
 
 API_PREFIX = "/api/v1"
 
@@ -35,7 +35,7 @@ def create_app() -> FastAPI:
         version="0.1.0",
         description="Explore RLVR training traces: length distributions and truncation, the rollout long tail, "
         "DP load imbalance, reward and tool latency, multi-turn rollouts, DAPO data efficiency, the GPU "
-        f"timeline, and what-if replays. Analyses: {', '.join(ANALYSIS_KINDS)}.",
+        f"timeline, and what-if replays. Analyses: {', '.join(ANALYSES)}.",
         openapi_url=f"{API_PREFIX}/openapi.json",
         docs_url=None,  # served by install_docs with the app's own assets
         redoc_url=None,

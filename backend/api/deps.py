@@ -87,10 +87,14 @@ CurrentTeam = Annotated[Team, Depends(get_current_team)]
 
 
 def _digits(value: Any) -> Any:
-    """Path and query ids arrive as text: only plain decimal digits are an id ("108.0",
-    "+108", " 108" and "1_08", which int() or pydantic would coerce, are refused)."""
-    if isinstance(value, str) and not (value.isascii() and value.isdigit()):
-        raise ValueError("must be an integer id (decimal digits)")
+    """Path and query ids arrive as text: decimal digits are an id, as is an integral
+    decimal ("108.0": JSON Schema's integers include it); "+108", " 108" and "1_08",
+    which int() or pydantic would coerce, are refused."""
+    if isinstance(value, str):
+        whole, dot, frac = value.partition(".")
+        if not (whole.isascii() and whole.isdigit()) or (dot and not (frac and set(frac) == {"0"})):
+            raise ValueError("must be an integer id (decimal digits)")
+        return whole
     return value
 
 

@@ -100,6 +100,19 @@ class JobList(BaseModel):
     items: list[JobOut]
 
 
+class AnalysisKindOut(BaseModel):
+    kind: str
+    title: str
+    defaults: dict[str, Any] = Field(description="Its parameters and their defaults")
+    default: bool = Field(description="Queued automatically when a trace it applies to is ready")
+    live_series: bool = Field(description="Its per-step figures join GET /traces/{id}/series")
+
+
+class JobKindsOut(BaseModel):
+    kinds: list[str] = Field(description="Every job kind")
+    analyses: list[AnalysisKindOut] = Field(description="The analyses (job kinds run per trace), from their registry")
+
+
 class UploadAccepted(BaseModel):
     trace: TraceOut
     job: JobOut

@@ -313,6 +313,12 @@ def _advice_model(kinds: tuple[str, ...]) -> type[BaseModel]:
         "calibrate": _replay_options()["calibrate"],
         "steps": _replay_options()["steps"],
         "runs": count_field(counts["runs"], "runs", ADVICE_DEFAULTS["runs"], "Monte-Carlo runs per layout and step"),
+        "policy_runs": count_field(
+            counts["policy_runs"],
+            "policy_runs",
+            ADVICE_DEFAULTS["policy_runs"],
+            "Monte-Carlo replays of each configuration whose step is not one batch rollout on its critical path",
+        ),
         "seed": count_field(counts["seed"], "seed", ADVICE_DEFAULTS["seed"], "Monte-Carlo seed"),
     }
     return make_model("AdviceRequest", AdviceBody, AdviceBody.__doc__, {k: fields[k] for k in ADVICE_FIELDS})

@@ -11,7 +11,7 @@ undetected files in `ReadResult.skipped` and raises InputError when nothing was 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Generator
 
 from backend.formats.base import InputError, ReadResult, Source, TableBatch
 from backend.formats.dapo import unmatched_note
@@ -32,7 +32,7 @@ def _upload_label(sources: list[Source]) -> str:
 
 def read_sources(
     sources: list[Source], forced_format: str | None, result: ReadResult, *, marks_alone: bool = False
-) -> Iterator[TableBatch]:
+) -> Generator[TableBatch, None, None]:
     """Batches of every readable source; `forced_format` skips detection for all of them.
     `marks_alone`: a DAPO filter file alone is readable (attaching marks to a trace)."""
     if forced_format is not None and forced_format not in FORMATS:

@@ -42,7 +42,7 @@ import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import IO
+from typing import IO, cast
 
 from backend.formats.base import InputError, Source
 
@@ -67,7 +67,7 @@ class _GuardedReader(io.RawIOBase):
     """Counts decompressed bytes against a limit and turns decompression failures
     (truncated gzip, bad CRC, corrupt deflate data) into an InputError naming the file."""
 
-    def __init__(self, inner: IO[bytes], name: str, limit: int, why: str):
+    def __init__(self, inner: io.BufferedIOBase, name: str, limit: int, why: str):
         self._inner, self._name, self._limit, self._why = inner, name, limit, why
         self._count = 0
 
@@ -95,7 +95,7 @@ class _GuardedReader(io.RawIOBase):
             super().close()
 
 
-def _guarded(inner: IO[bytes], name: str, limit: int, why: str) -> IO[bytes]:
+def _guarded(inner: io.BufferedIOBase, name: str, limit: int, why: str) -> IO[bytes]:
     return io.BufferedReader(_GuardedReader(inner, name, limit, why), _READ_BUFFER)
 
 
@@ -113,13 +113,19 @@ def _is_gz(name: str) -> bool:
 class _ClosingGzip(gzip.GzipFile):
     """A GzipFile that also closes the file object it was given."""
 
+    def __init__(self, raw: IO[bytes]) -> None:
+        super().__init__(fileobj=raw, mode="rb")
+        self._raw = raw
+
     def close(self) -> None:
-        fileobj = self.fileobj
         try:
             super().close()
         finally:
-            if fileobj is not None:
-                fileobj.close()
+            self._raw.close()
+
+
+def _file_opener(path: Path) -> Callable[[], IO[bytes]]:
+    return lambda: path.open("rb")
 
 
 def _open_maybe_gz(open_raw: Callable[[], IO[bytes]], name: str, size: int, limits: Limits) -> Callable[[], IO[bytes]]:
@@ -131,7 +137,7 @@ def _gunzip(open_raw: Callable[[], IO[bytes]], name: str, size: int, limits: Lim
     limit, why = _stream_limit(limits, size)
 
     def opener() -> IO[bytes]:
-        return _guarded(_ClosingGzip(fileobj=open_raw(), mode="rb"), name, limit, why)
+        return _guarded(_ClosingGzip(open_raw()), name, limit, why)
 
     return opener
 
@@ -202,7 +208,8 @@ def _zip_sources(path: Path, name: str, limits: Limits) -> list[Source]:
             infos = zf.infolist()
     except (zipfile.BadZipFile, OSError, EOFError) as exc:
         raise InputError(name, f"not a readable zip archive ({exc})") from None
-    sources, total = [], 0
+    sources: list[Source] = []
+    total = 0
     for info in infos:
         parts = _checked_parts(name, info.filename)
         shown = "/".join((name, *parts))
@@ -235,7 +242,8 @@ def _zip_entry_opener(path: Path, info: zipfile.ZipInfo, shown: str) -> Callable
         # The entry keeps the archive file open until it is closed itself.
         zf.close()
         # zipfile stops at the declared size and checks the CRC, so only errors need guarding.
-        return _guarded(entry, shown, info.file_size, "declared size")
+        # ZipFile.open returns a ZipExtFile, a BufferedIOBase (typeshed says IO[bytes])
+        return _guarded(cast(io.BufferedIOBase, entry), shown, info.file_size, "declared size")
 
     return opener
 
@@ -280,7 +288,9 @@ def _tar_sources(path: Path, name: str, limits: Limits) -> list[Source]:
                         f"compression ratio exceeds {limits.max_ratio:g}; refusing a possible decompression bomb",
                     )
                 target = Path(workdir.name) / f"{len(sources):06d}"
-                with tf.extractfile(member) as src, target.open("wb") as out:
+                src = tf.extractfile(member)
+                assert src is not None  # a regular file (checked above) always has a stream
+                with src, target.open("wb") as out:
                     shutil.copyfileobj(src, out, _READ_BUFFER)
                 if target.stat().st_size != member.size:
                     raise InputError(shown, "truncated archive entry")
@@ -315,7 +325,7 @@ def _dir_sources(path: Path, name: str, limits: Limits) -> list[Source]:
             rel = full.relative_to(path).as_posix()
             shown = f"{name}/{rel}"
             size = full.stat().st_size
-            opener = _open_maybe_gz(lambda full=full: full.open("rb"), shown, size, limits)
+            opener = _open_maybe_gz(_file_opener(full), shown, size, limits)
             sources.append(Source(shown, opener, None if _is_gz(shown) else size))
             if len(sources) > limits.max_files:
                 raise InputError(name, f"folder holds more than {limits.max_files:,} files")

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from typing import Literal, overload
 
 import numpy as np
 
@@ -51,6 +52,10 @@ def _rank_of_name(name: str) -> int:
     return int(m.group(1)) if m else 0
 
 
+@overload
+def _number(row: dict, key: str, name: str, line: int, required: Literal[True] = True) -> float: ...
+@overload
+def _number(row: dict, key: str, name: str, line: int, required: bool) -> float | None: ...
 def _number(row: dict, key: str, name: str, line: int, required: bool = True) -> float | None:
     value = row.get(key)
     if value is None:
@@ -79,7 +84,7 @@ def _step_of(args, name: str, line: int) -> int | None:
     return None
 
 
-def read_areal_perf(source: Source, result: ReadResult) -> Iterator[TableBatch]:
+def read_areal_perf(source: Source, result: ReadResult) -> Iterator[TableBatch]:  # noqa: C901 -- one pass over trace events: each branch refuses a field by name
     """AReaL perf traces -> ``rank_timings`` (seconds per step, rank and span name)."""
     name = source.name
     file_rank = _rank_of_name(name)
@@ -179,7 +184,7 @@ def _phase_spans(phases, kind: str, name: str, line: int) -> list[float]:
     return out
 
 
-def read_areal_sessions(source: Source, result: ReadResult) -> Iterator[TableBatch]:
+def read_areal_sessions(source: Source, result: ReadResult) -> Iterator[TableBatch]:  # noqa: C901 -- one pass over session rows: each branch refuses a field by name
     """AReaL session traces -> ``samples`` (latencies, turns, tool calls), per block."""
     name = source.name
     file_rank = _rank_of_name(name)
@@ -230,12 +235,14 @@ def read_areal_sessions(source: Source, result: ReadResult) -> Iterator[TableBat
                     turns[key].append(v)
             status = str(row.get("status") or "")
             for c, seconds in enumerate(tools):
-                for key, v in zip(calls, (step, group, sample, c, seconds, status)):
-                    calls[key].append(v)
+                for key, value in zip(calls, (step, group, sample, c, seconds, status)):
+                    calls[key].append(value)
         if not s["step"]:
             continue
         ints = ("step", "group_idx", "sample_idx", "rank", "prompt_len", "response_len", "num_turns", "num_tool_calls")
-        cols = {k: np.asarray(v, dtype=np.int32 if k in ints else np.float64) for k, v in s.items()}
+        cols: dict[str, np.ndarray | list] = {
+            k: np.asarray(v, dtype=np.int32 if k in ints else np.float64) for k, v in s.items()
+        }
         if np.isnan(cols["reward"]).all():
             del cols["reward"]
         yield TableBatch("samples", cols)
@@ -245,7 +252,7 @@ def read_areal_sessions(source: Source, result: ReadResult) -> Iterator[TableBat
                 {k: np.asarray(v, dtype=np.float64 if k == "engine_latency_s" else np.int32) for k, v in turns.items()},
             )
         if calls["step"]:
-            out = {
+            out: dict[str, np.ndarray | list] = {
                 k: np.asarray(v, dtype=np.float64 if k == "latency_s" else np.int32)
                 for k, v in calls.items()
                 if k != "status"

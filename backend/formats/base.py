@@ -35,7 +35,7 @@ a column present in a batch has a value for every row):
     step, group_idx, sample_idx (int32), key (str), value_num (float64, NaN none),
     value_text (str or None)
 ``steps`` measured per-step figures from framework logs (merged on (step))
-    step (int32), and any of the `STEP_TIMING_COLUMNS` (float64, seconds), plus
+    step (int32), and any of the `STEP_TIMING_COLUMNS` of core.analysis.tables (float64, seconds), plus
     ``metrics``: a list of dicts with every other numeric key the log had.
 """
 
@@ -46,16 +46,6 @@ from dataclasses import dataclass, field
 from typing import IO
 
 import numpy as np
-
-STEP_TIMING_COLUMNS = (
-    "t_gen",
-    "t_reward",
-    "t_old_log_prob",
-    "t_ref",
-    "t_adv",
-    "t_update_actor",
-    "t_step",
-)
 
 TABLES = ("samples", "turns", "tool_calls", "rank_timings", "gpu_events", "steps", "sample_texts", "sample_extras")
 

@@ -39,6 +39,7 @@ otlp-json                   a JSON object whose first key is ``resourceSpans``
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 import orjson
 
@@ -110,7 +111,7 @@ def _wandb_history(source: Source, base: str) -> str | None:
     """wandb-csv / wandb-parquet when a CSV / Parquet file has a ``_step`` column."""
     import csv
 
-    from backend.formats.native import _seekable
+    from backend.formats.native import seekable_stream
 
     if base.endswith(".csv"):
         with source.open() as stream:
@@ -118,7 +119,7 @@ def _wandb_history(source: Source, base: str) -> str | None:
         header = next(csv.reader([first]), [])
         return "wandb-csv" if STEP_COLUMN in (h.strip() for h in header) else None
     if base.endswith((".parquet", ".pq")):
-        with source.open() as raw, _seekable(raw) as stream:
+        with source.open() as raw, seekable_stream(raw) as stream:
             names = parquet_columns(stream)
         return "wandb-parquet" if names and STEP_COLUMN in names else None
     return None
@@ -140,41 +141,36 @@ def _has_console_lines(source: Source, head: bytes, name: str) -> bool:
     return False
 
 
+# Content rules on a file's first bytes (and name), in order: the first match names it.
+HEAD_RULES: tuple[tuple[Callable[[bytes, str], bool], str], ...] = (
+    (lambda head, name: looks_like_nsys(head), "nsys-sqlite"),
+    (lambda head, name: looks_like_tokenizer(head), "tokenizer"),
+    (looks_like_kineto, "kineto"),
+    (lambda head, name: bool(_COMPACT_HEAD.match(head)), "polytrace-compact"),
+    (lambda head, name: bool(_OTLP_HEAD.match(head)), "otlp-json"),
+    (lambda head, name: looks_like_tfrecord(head), "tensorboard"),
+)
+
+
 def detect_format(source: Source) -> str | None:
-    """The format name of `source`, or None when no reader recognises it."""
+    """The format name of `source`, or None when no reader recognises it: by name (a W&B
+    history first), then by the first bytes, the first JSON line, and console lines."""
     base = base_name(source.name)
-    history = _wandb_history(source, base)
-    if history is not None:
-        return history
-    for pattern, fmt in NAME_PATTERNS:
-        if pattern.match(base):
-            return fmt
-    if any(pattern.match(base) for pattern, _ in KNOWN_UNUSED):
-        return None
+    by_name = _wandb_history(source, base) or next((fmt for p, fmt in NAME_PATTERNS if p.match(base)), None)
+    if by_name is not None or any(pattern.match(base) for pattern, _ in KNOWN_UNUSED):
+        return by_name
     with source.open() as stream:
         head = stream.read(HEAD_BYTES)
         if not head.strip():
             return None
-        if looks_like_nsys(head):
-            return "nsys-sqlite"
-        if looks_like_tokenizer(head):
-            return "tokenizer"
-        if looks_like_kineto(head, source.name):
-            return "kineto"
-        if _COMPACT_HEAD.match(head):
-            return "polytrace-compact"
-        if _OTLP_HEAD.match(head):
-            return "otlp-json"
-        if looks_like_tfrecord(head):
-            return "tensorboard"
+        by_head = next((fmt for rule, fmt in HEAD_RULES if rule(head, source.name)), None)
+        if by_head is not None:
+            return by_head
         first_obj = _first_object(head, stream)
-    if first_obj is not None:
-        kind = _jsonl_kind(first_obj)
-        if kind is not None:
-            return kind
-    if _has_console_lines(source, head, base):
-        return "verl-console"
-    return None
+    kind = _jsonl_kind(first_obj) if first_obj is not None else None
+    if kind is not None:
+        return kind
+    return "verl-console" if _has_console_lines(source, head, base) else None
 
 
 def skip_note(source: Source) -> str:

@@ -164,6 +164,11 @@ def _csv_header(source: Source) -> list[str]:
     return [c.strip() for c in next(csv.reader([text]))]
 
 
+def _line_of(base: int) -> Callable[[int], int]:
+    """Row i of a batch -> its line in the file."""
+    return lambda i: base + i
+
+
 def read_native_csv(source: Source, result: ReadResult) -> Iterator[TableBatch]:
     """Native samples as CSV with a header row, streamed in pyarrow blocks."""
     import pyarrow as pa
@@ -175,7 +180,7 @@ def read_native_csv(source: Source, result: ReadResult) -> Iterator[TableBatch]:
             raise InputError(source.name, "missing required column", line=1, field=key)
     used = [c for c in header if c in SAMPLE_COLUMNS]
     _note_ignored(result, source.name, {c for c in header if c not in SAMPLE_COLUMNS})
-    types = {c: pa.int64() for c in used if c in SAMPLE_INT_COLUMNS}
+    types: dict[str, pa.DataType] = {c: pa.int64() for c in used if c in SAMPLE_INT_COLUMNS}
     types.update({c: pa.bool_() for c in used if c in SAMPLE_BOOL_COLUMNS})
     types.update({c: pa.float64() for c in used if c in SAMPLE_FLOAT_COLUMNS})
     types.update({c: pa.string() for c in used if c in SAMPLE_STR_COLUMNS})
@@ -190,9 +195,9 @@ def read_native_csv(source: Source, result: ReadResult) -> Iterator[TableBatch]:
                 if n == 0:
                     continue
                 base = offset + 2  # header is line 1
-                cols = _arrow_columns(record_batch, source.name, lambda i, b=base: b + i)
+                cols = _arrow_columns(record_batch, source.name, _line_of(base))
                 offset += n
-                yield TableBatch("samples", finish_samples(cols, source.name, lambda i, b=base: b + i))
+                yield TableBatch("samples", finish_samples(cols, source.name, _line_of(base)))
         except pa.ArrowInvalid as exc:
             raise _diagnose_csv(source, header, used, exc) from None
     if offset == 0:
@@ -281,7 +286,7 @@ def _arrow_columns(batch, name: str, line_of: Callable[[int], int]) -> dict:
 
 
 @contextmanager
-def _seekable(stream: IO[bytes]):
+def seekable_stream(stream: IO[bytes]):
     """Parquet needs random access; spool a non-seekable (decompressing) stream."""
     if getattr(stream, "seekable", lambda: False)():
         yield stream
@@ -297,7 +302,7 @@ def read_native_parquet(source: Source, result: ReadResult) -> Iterator[TableBat
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    with source.open() as raw, _seekable(raw) as stream:
+    with source.open() as raw, seekable_stream(raw) as stream:
         try:
             pf = pq.ParquetFile(stream)
         except (pa.ArrowInvalid, OSError) as exc:
@@ -314,8 +319,8 @@ def read_native_parquet(source: Source, result: ReadResult) -> Iterator[TableBat
             if n == 0:
                 continue
             base = offset + 1
-            cols = _arrow_columns(record_batch, source.name, lambda i, b=base: b + i)
+            cols = _arrow_columns(record_batch, source.name, _line_of(base))
             offset += n
-            yield TableBatch("samples", finish_samples(cols, source.name, lambda i, b=base: b + i))
+            yield TableBatch("samples", finish_samples(cols, source.name, _line_of(base)))
     if offset == 0:
         raise InputError(source.name, "empty file: no rows")

@@ -242,9 +242,8 @@ def _read_runtime(file: str, db, tables: set[str], strings: dict[int, str]) -> d
     rt = read_table(file, db, RUNTIME, RUNTIME_COLUMNS)
     check_string_ids(file, RUNTIME, "nameId", rt["name"], rt["rowid"], strings)
     distinct = {i: _API_VERSION.sub("", strings[i]) for i in np.unique(rt["name"]).tolist()}
-    rt["names"] = [distinct[i] for i in rt["name"].tolist()]
     rt["process"] = np.where(rt["thread"] >= 0, rt["thread"] >> 24, -1)
-    return rt
+    return {**rt, "names": [distinct[i] for i in rt["name"].tolist()]}
 
 
 def _read_nvtx(file: str, db, tables: set[str], strings: dict[int, str]) -> dict:
@@ -258,9 +257,11 @@ def _read_nvtx(file: str, db, tables: set[str], strings: dict[int, str]) -> dict
     texts: dict[int, str] = {}
     if "text" in {r[1] for r in db.execute(f'PRAGMA table_info("{NVTX}")')}:
         texts = {int(i): str(t) for i, t in db.execute(f"SELECT rowid, text FROM {NVTX} {where} AND text IS NOT NULL")}
-    nv["texts"] = [texts.get(r, strings.get(t, "")) for r, t in zip(nv["rowid"].tolist(), nv["text_id"].tolist())]
     nv["process"] = np.where(nv["thread"] >= 0, nv["thread"] >> 24, -1)
-    return nv
+    return {
+        **nv,
+        "texts": [texts.get(r, strings.get(t, "")) for r, t in zip(nv["rowid"].tolist(), nv["text_id"].tolist())],
+    }
 
 
 # --- ranks, times, launches, steps -----------------------------------------------------

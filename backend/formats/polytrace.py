@@ -144,8 +144,8 @@ def _optional_ids(chunk: JsonChunk, keys: tuple[str, ...], name: str) -> dict[st
 
 
 def _flat_ints(
-    lists: list[list], offsets: np.ndarray, name: str, line_of_row: Callable[[int], int], label: str
-) -> tuple[np.ndarray, Callable[[int], int], Callable[[int], str]]:
+    lists: list[list], offsets: np.ndarray, name: str, line_of_row: Callable[[int], int | None], label: str
+) -> tuple[np.ndarray, Callable[[int], int | None], Callable[[int], str]]:
     """Concatenate per-row integer lists; returns the values and, for an element index,
     its line and field (``label[j]``)."""
     flat = list(chain.from_iterable(lists))
@@ -154,7 +154,7 @@ def _flat_ints(
     def row_of(i: int) -> int:
         return int(np.searchsorted(offsets, i, side="right") - 1)
 
-    def line_of(i: int) -> int:
+    def line_of(i: int) -> int | None:
         return line_of_row(row_of(i))
 
     def field_of(i: int) -> str:
@@ -238,6 +238,7 @@ def _packed_group_ordinals(
         rows = np.arange(len(step)) if len(steps) == 1 else np.flatnonzero(step == s)
 
         def duplicate(i: int, rows=rows, s=s) -> InputError:
+            assert local is not None  # duplicates are found by keys, which need local_index
             r = rows[i]
             return InputError(
                 name,

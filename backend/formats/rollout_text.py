@@ -22,14 +22,14 @@ def _contexts() -> tuple[zstandard.ZstdCompressor, zstandard.ZstdDecompressor]:
 
 def pack_many(texts: list[str]) -> list[bytes]:
     """Each text as one zstd frame, compressed in one call into the library."""
-    raw = [t.encode("utf-8", "surrogatepass") for t in texts]
+    raw: list[bytes | bytearray | memoryview] = [t.encode("utf-8", "surrogatepass") for t in texts]
     if not raw:
         return []
     try:
         frames = _contexts()[0].multi_compress_to_buffer(raw, threads=0)
     except (AttributeError, NotImplementedError, ValueError):  # no batch call; or only empty texts
         return [_contexts()[0].compress(b) for b in raw]
-    return [bytes(f) for f in frames]
+    return [frames[i].tobytes() for i in range(len(frames))]
 
 
 def unpack(blob: bytes) -> str:

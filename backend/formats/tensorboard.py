@@ -63,8 +63,8 @@ def scalar_of_tensor(tensor) -> float | None:
         return None
     field, dtype = kind
     if tensor.tensor_content:
-        values = np.frombuffer(tensor.tensor_content, dtype=dtype)
-        return float(values[0]) if values.size == 1 else None
+        content: np.ndarray = np.frombuffer(tensor.tensor_content, dtype=dtype)
+        return float(content[0]) if content.size == 1 else None
     if field == "half_val":  # stored as the float16's bits
         bits = list(tensor.half_val)
         return float(np.array(bits, dtype=np.uint16).view(np.float16)[0]) if len(bits) == 1 else None

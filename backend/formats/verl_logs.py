@@ -32,8 +32,9 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from backend.formats.base import STEP_TIMING_COLUMNS, InputError, ReadResult, Source, TableBatch
+from backend.formats.base import InputError, ReadResult, Source, TableBatch
 from backend.formats.jsonl import INT32_MAX, iter_json_chunks, stdlib_json
+from core.analysis.tables import STEP_TIMING_COLUMNS
 
 # Step timing column -> verl keys, first match wins. `timing_s/*` is current verl
 # (compute_timing_metrics); `timing/*` is verl before 0.3; generate_sequences is the

@@ -27,7 +27,7 @@ from collections.abc import Iterator
 
 from backend.formats.base import InputError, ReadResult, Source, TableBatch
 from backend.formats.jsonl import INT32_MAX
-from backend.formats.native import _seekable
+from backend.formats.native import seekable_stream
 from backend.formats.step_metrics import StepMetrics
 
 STEP_COLUMN = "_step"
@@ -62,7 +62,7 @@ def read_wandb_csv(source: Source, result: ReadResult) -> Iterator[TableBatch]:
     name = source.name
     buffer = StepMetrics()
     with source.open() as raw:
-        text = codecs.getreader("utf-8-sig")(raw, errors="replace")
+        text = codecs.getreader("utf-8-sig")(raw, "replace")
         reader = csv.reader(text)
         header = next(reader, None)
         if not header:
@@ -114,7 +114,7 @@ def read_wandb_parquet(source: Source, result: ReadResult) -> Iterator[TableBatc
 
     name = source.name
     buffer = StepMetrics()
-    with source.open() as raw, _seekable(raw) as stream:
+    with source.open() as raw, seekable_stream(raw) as stream:
         try:
             pf = pq.ParquetFile(stream)
         except (pa.ArrowInvalid, OSError) as exc:
@@ -138,8 +138,8 @@ def read_wandb_parquet(source: Source, result: ReadResult) -> Iterator[TableBatc
             for j, key in enumerate(numeric, start=1):
                 values = batch.column(j).to_numpy(zero_copy_only=False).astype(np.float64)
                 present = np.flatnonzero(valid & ~np.isnan(values))
-                for i, v in zip(present.tolist(), values[present].tolist()):
-                    spilled = buffer.add(step_list[i] if step_list is not None else int(steps[i]), key, v)
+                for row, v in zip(present.tolist(), values[present].tolist()):
+                    spilled = buffer.add(step_list[row] if step_list is not None else int(steps[row]), key, v)
                     if spilled is not None:
                         yield spilled
             row0 += batch.num_rows

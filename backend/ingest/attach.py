@@ -22,16 +22,18 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError
 
 from backend.formats import read_sources
-from backend.formats.base import STEP_TIMING_COLUMNS, InputError, ReadResult, Source
+from backend.formats.base import InputError, ReadResult, Source
 from backend.formats.dapo import dapo_marks, unmatched_note
 from backend.ingest.bounds import Bounds
-from backend.ingest.pipeline import COUNT_COLUMN, _Loader
+from backend.ingest.pipeline import COUNT_COLUMN, StepRowLoader
 from backend.ingest.rollout_attach import DumpMatcher, merge_rollouts, trace_length_unit
 from backend.ingest.summaries import SUMMARY_COLUMNS, summarize_steps
 from backend.ingest.truncation import settle_truncation, trace_truncation, truncation_meta
 from backend.settings import get_settings
 from backend.store.columns import read_columns
 from backend.store.models import GpuKernelName, Sample, Step, Trace, TraceAttachment, TraceStatus
+from core.analysis.registry import ANALYSES
+from core.analysis.tables import STEP_TIMING_COLUMNS
 
 
 @dataclass
@@ -90,7 +92,7 @@ def merge_meta(old: dict, new: dict) -> dict:
     return out
 
 
-class _AttachLoader(_Loader):
+class _AttachLoader(StepRowLoader):
     """A loader that continues a trace: task and kernel ids and event numbers go on from
     what the trace has."""
 
@@ -331,7 +333,7 @@ def refresh_analyses(session, trace_id: int, tables: list[str], *, force: bool =
     """Stop reuse of the results the change affects and queue the default analyses. For
     a live trace this is debounced: while its analyses are still queued or running, the
     next attach (or closing the trace) catches up instead."""
-    from backend.jobs.analyses import ANALYSIS_KINDS, invalidate_analyses, queue_default_analyses
+    from backend.jobs.analyses import invalidate_analyses, queue_default_analyses
     from backend.store.models import Job, JobStatus
 
     session.expire_all()
@@ -342,7 +344,7 @@ def refresh_analyses(session, trace_id: int, tables: list[str], *, force: bool =
             .select_from(Job)
             .where(
                 Job.trace_id == trace_id,
-                Job.kind.in_(ANALYSIS_KINDS),
+                Job.kind.in_(list(ANALYSES)),
                 Job.status.in_((JobStatus.QUEUED, JobStatus.RUNNING)),
             )
         )

@@ -19,8 +19,9 @@ file, so the upload is refused whole (a 4xx inline, a failed job with the reason
 
 from __future__ import annotations
 
+import functools
 import multiprocessing as mp
-from typing import IO
+from typing import IO, cast
 
 import numpy as np
 
@@ -87,12 +88,13 @@ class Bounds:
 
     def sources(self, sources: list[Source]) -> list[Source]:
         """The sources, each opening as a MeteredStream."""
-        return [Source(s.name, (lambda s=s: self._open(s)), s.size) for s in sources]
+        return [Source(s.name, functools.partial(self._open, s), s.size) for s in sources]
 
-    def _open(self, source: Source) -> MeteredStream:
+    def _open(self, source: Source) -> IO[bytes]:
         if source.name != self._file:  # readers open the file they read next (samples come from it)
             self._file, self._file_samples = source.name, 0
-        return MeteredStream(source.open(), self.bytes_read, source.name, self.max_file_bytes)
+        # read/readline/iteration metered; every other IO attribute delegates (__getattr__)
+        return cast(IO[bytes], MeteredStream(source.open(), self.bytes_read, source.name, self.max_file_bytes))
 
     def count_samples(self, steps: np.ndarray, step_counts: dict[int, int]) -> None:
         """After a samples batch (its rows' `steps`; `step_counts`: samples per step so

@@ -15,7 +15,7 @@ from sqlalchemy import Table
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 
-from backend.store.copy_types import binary_dtype, table_of
+from backend.store.copy_types import binary_dtype, fixed_dtype, table_of
 
 _PG_HEADER = b"PGCOPY\n\xff\r\n\x00" + (0).to_bytes(4, "big") + (0).to_bytes(4, "big")
 _PG_TRAILER = (-1).to_bytes(2, "big", signed=True)
@@ -32,7 +32,7 @@ def encode_pg_rows(table: Table, columns: dict[str, np.ndarray]) -> bytes:
     """Equal-length numpy columns as the rows of a PostgreSQL binary COPY stream (the
     header goes before them, the trailer after)."""
     names = list(columns)
-    dtypes = [binary_dtype(table.c[n].type) for n in names]
+    dtypes = [fixed_dtype(table.c[n].type) for n in names]
     n_rows = len(columns[names[0]])
     masks = [_null_mask(np.asarray(columns[n])) for n in names]
     # Group rows by which nullable columns are NULL: each pattern is one fixed layout.
@@ -44,7 +44,7 @@ def encode_pg_rows(table: Table, columns: dict[str, np.ndarray]) -> bytes:
     patterns = np.unique(pattern)
     for pat in patterns:
         rows = np.flatnonzero(pattern == pat) if len(patterns) > 1 else slice(None)
-        fields = [("n", ">i2")]
+        fields: list[tuple[str, str | np.dtype]] = [("n", ">i2")]
         present = []
         for i, (name, dt) in enumerate(zip(names, dtypes)):
             is_null = bool((pat >> i) & 1)
@@ -114,7 +114,9 @@ def bulk_insert(conn: Connection, table_name: str, columns: dict[str, np.ndarray
 
 
 def _copy_pg(conn: Connection, table: Table, table_name: str, col_sql: str, columns: dict, n_rows: int) -> None:
-    cursor = conn.connection.driver_connection.cursor()
+    driver = conn.connection.driver_connection
+    assert driver is not None  # a live connection (psycopg's)
+    cursor = driver.cursor()
     binary = all(isinstance(v, np.ndarray) and binary_dtype(table.c[n].type) is not None for n, v in columns.items())
     if binary:
         with cursor.copy(f'COPY "{table_name}" ({col_sql}) FROM STDIN (FORMAT BINARY)') as cp:

@@ -20,7 +20,7 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import IntegrityError
 
 from backend.formats import read_sources, upload_format
-from backend.formats.base import STEP_TIMING_COLUMNS, InputError, ReadResult, Source, TableBatch
+from backend.formats.base import InputError, ReadResult, Source, TableBatch
 from backend.formats.kineto_events import EVENTS_DIR_STATE, remove_events
 from backend.ingest.bounds import Bounds
 from backend.ingest.bulk import bulk_insert
@@ -36,6 +36,7 @@ from backend.store.models import (
     TraceStatus,
 )
 from backend.store.trace_tables import trace_events_dir
+from core.analysis.tables import STEP_TIMING_COLUMNS
 from core.analysis.truncation import Truncation
 
 COUNT_COLUMN = {
@@ -53,7 +54,7 @@ Progress = Callable[[float, str], None]
 SUMMARY_RANGE_SAMPLES = 2_000_000
 
 
-class _Loader:
+class StepRowLoader:
     """Folds reader batches into one trace's rows (within `bounds`, when given)."""
 
     def __init__(self, conn: Connection, trace_id: int, bounds: Bounds | None = None):
@@ -78,7 +79,7 @@ class _Loader:
         if batch.table == "samples":
             if "task" in cols:
                 cols["task_id"] = self._ids(cols.pop("task"), self.task_ids).astype(np.int16)
-            self.steps.add(cols["step"], cols["response_len"])
+            self.steps.add(np.asarray(cols["step"]), np.asarray(cols["response_len"]))
             if self.bounds is not None:
                 self.bounds.count_samples(np.asarray(cols["step"]), self.steps.counts)
         elif batch.table == "gpu_events":
@@ -89,10 +90,10 @@ class _Loader:
         # tables without a count on the trace (sample texts, extras) are counted here only
         self.counts[batch.table] = self.counts.get(batch.table, 0) + bulk_insert(self.conn, batch.table, cols)
 
-    def _ids(self, names: list, mapping: dict[str, int]) -> np.ndarray:
+    def _ids(self, names: np.ndarray | list, mapping: dict[str, int]) -> np.ndarray:
         return np.fromiter((mapping.setdefault(str(v), len(mapping)) for v in names), np.int64, len(names))
 
-    def _kernel_ids(self, names: list) -> np.ndarray:
+    def _kernel_ids(self, names: np.ndarray | list) -> np.ndarray:
         before = len(self.kernel_ids)
         ids = self._ids(names, self.kernel_ids)
         new = list(self.kernel_ids)[before:]
@@ -210,7 +211,7 @@ class _Reporter:
         self._send(LOAD_SHARE + SUMMARY_SHARE * done, "per-step summaries", force=done >= 1.0)
 
 
-def ingest_trace(
+def ingest_trace(  # noqa: C901 -- the ingest's stages and their failure paths, in order, in one place
     engine: Engine,
     trace_id: int,
     sources: list[Source],
@@ -251,7 +252,7 @@ def ingest_trace(
         with engine.connect() as conn:
             clear_trace_rows(conn, trace_id)
             conn.commit()
-            loader = _Loader(conn, trace_id, bounds)
+            loader = StepRowLoader(conn, trace_id, bounds)
             try:
                 _load(conn, loader, bounds.sources(sources), forced_format, result, reporter, atomic)
                 # a token cap says nothing of lengths counted in characters (no tokenizer)
@@ -286,7 +287,7 @@ def ingest_trace(
         progress(1.0, "ready")
 
 
-def _load(conn, loader: _Loader, sources, forced_format, result: ReadResult, reporter: _Reporter, atomic: bool):
+def _load(conn, loader: StepRowLoader, sources, forced_format, result: ReadResult, reporter: _Reporter, atomic: bool):
     """Every batch of the sources into the loader (committed per batch on SQLite)."""
     # closed at once on an error: files still being read ahead are waited for before
     # the clean-up removes what they wrote
@@ -315,7 +316,7 @@ def _fail(engine: Engine, trace_id: int, exc: Exception) -> None:
 def _finish(
     conn: Connection,
     trace_id: int,
-    loader: _Loader,
+    loader: StepRowLoader,
     result: ReadResult,
     truncation: Truncation,
     n_steps: int,

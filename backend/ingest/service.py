@@ -238,5 +238,5 @@ def ingest_stored(
         fence=fence,
     )
     with new_session() as session:
-        queue_default_analyses(session, session.get(Trace, trace_id))
-        queue_text_index(session, session.get(Trace, trace_id))
+        queue_default_analyses(session, session.get_one(Trace, trace_id))
+        queue_text_index(session, session.get_one(Trace, trace_id))

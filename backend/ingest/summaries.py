@@ -13,6 +13,7 @@ Memory stays bounded whatever the size of the upload.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -79,7 +80,7 @@ class StepCounter:
         return ranges
 
 
-def summarize_steps(cols: dict[str, np.ndarray], cap: int | None, task_names: list[str]) -> list[StepSummary]:
+def summarize_steps(cols: Mapping[str, np.ndarray | list], cap: int | None, task_names: list[str]) -> list[StepSummary]:
     """Summaries of every step present in `cols` (the SUMMARY_COLUMNS of some samples).
 
     Vectorised over steps (and over (step, task) pairs): one grouping, one sort of each

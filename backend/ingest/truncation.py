@@ -34,6 +34,7 @@ def settle_truncation(
     holds the definition. `kept`: what the trace had before (files attached to it keep
     its cap). A cap is inferred only when no stop reason is recorded."""
     stop_reason = "truncated" in sample_columns or (kept is not None and kept.stop_reason)
+    cap: int | None
     if kept is not None and kept.cap is not None:
         cap, source = kept.cap, kept.cap_source
     else:

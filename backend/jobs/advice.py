@@ -13,6 +13,8 @@ Parameters (stored resolved, so identical requests share a job):
   calibrate      like simulations: None (when measured), False, {"fit_steps": [...]}
   steps          [first, end) or None
   runs, seed     Monte-Carlo runs per layout and step (default 200) and seed
+  policy_runs    replays per configuration that is not one batch rollout on the step's
+                 critical path (the policy's own Monte-Carlo, default 16)
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from backend.store.models import Job
 from core.simulator.config import BALANCING_MODES, GPU_PRESETS, MODEL_PRESETS, ModelConfig, gpu_from, to_dict
 from core.simulator.defaults import DEFAULT_GPU, DEFAULT_MODEL, DEFAULT_N_GPUS
 from core.simulator.policies import POLICIES
+from core.simulator.replay_mc import DEFAULT_RUNS
 
 ADVICE_FIELDS = (
     "trace_id",
@@ -50,12 +53,13 @@ ADVICE_FIELDS = (
     "calibrate",
     "steps",
     "runs",
+    "policy_runs",
     "seed",
 )
 # what the advisor sweeps when the request does not say
 DEFAULT_BALANCING = ["none", "kk"]
 DEFAULT_CONCURRENCY = [None, 256]
-ADVICE_DEFAULTS = {"n_gpus": DEFAULT_N_GPUS, "runs": 200, "seed": 0}
+ADVICE_DEFAULTS = {"n_gpus": DEFAULT_N_GPUS, "runs": 200, "policy_runs": DEFAULT_RUNS, "seed": 0}
 
 
 def advice_gpu(value: Any) -> dict:
@@ -85,6 +89,7 @@ def advice_params(body: dict) -> dict:
         "calibrate": calibrate_option(body.get("calibrate")),
         "steps": step_range(body.get("steps")),
         "runs": counts["runs"],
+        "policy_runs": counts["policy_runs"],
         "seed": counts["seed"],
     }
 

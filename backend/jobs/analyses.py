@@ -19,8 +19,6 @@ from core.analysis.registry import ANALYSES, default_analyses, resolve_params
 
 log = logging.getLogger(__name__)
 
-ANALYSIS_KINDS = tuple(ANALYSES)
-
 
 class NotApplicable(ValueError):
     """The trace lacks the data an analysis needs (the message says which files would

@@ -110,7 +110,7 @@ _REDIS_UNACKED_INDEX = "unacked_index"  # delivery tag -> when a worker fetched 
 
 def _job_ids_of(payload: dict) -> set[int]:
     """The job ids a task message carries (its first argument: an id or a list of ids)."""
-    body = payload.get("body")
+    body = payload["body"]
     if (payload.get("properties") or {}).get("body_encoding") == "base64":
         body = base64.b64decode(body)
     args = json.loads(body)[0]  # Celery message protocol 2: [args, kwargs, embed]

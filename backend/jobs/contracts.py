@@ -11,6 +11,7 @@ import shutil
 from pathlib import Path
 
 from backend.settings import Settings, get_settings
+from core.analysis.registry import ANALYSES
 
 INGEST_KIND = "ingest"
 SIMULATION_KIND = "simulation"
@@ -29,6 +30,11 @@ TASK_NAMES = {
     ADVICE_KIND: "workers.tasks.run_advice",
     TEXT_INDEX_KIND: "workers.tasks.index_texts",
 }
+
+
+def job_kinds() -> list[str]:
+    """Every job kind: the tasks' own and each registered analysis."""
+    return [INGEST_KIND, *ANALYSES, SIMULATION_KIND, WORKLOAD_KIND, ADVICE_KIND, TEXT_INDEX_KIND]
 
 
 def task_name(job_kind: str) -> str:

@@ -98,7 +98,12 @@ WORKLOAD_FORMATS = ("packed", "compact", "multiturn")
 # rollout replica and training rank of it (a budget of 2**31 GPUs would never finish).
 MAX_GPUS = 4096
 # the advisor's budget, Monte-Carlo runs, seed and engine concurrency
-ADVICE_COUNTS = {"n_gpus": Count(1, MAX_GPUS), "runs": Count(10, 5000), "seed": SEED}
+ADVICE_COUNTS = {
+    "n_gpus": Count(1, MAX_GPUS),
+    "runs": Count(10, 5000),
+    "policy_runs": Count(2, 200),
+    "seed": SEED,
+}
 CONCURRENCY = Count(1, nullable=True)
 
 

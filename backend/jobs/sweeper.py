@@ -9,10 +9,12 @@ from __future__ import annotations
 import logging
 import shutil
 import threading
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from itertools import groupby
+from typing import Any
 
-from sqlalchemy import and_, or_, select, update
+from sqlalchemy import ColumnElement, and_, or_, select, update
 from sqlalchemy.engine import Engine
 
 from backend.jobs import presence
@@ -127,7 +129,7 @@ def _drop_dead_inline(engine: Engine, settings: Settings) -> int:
     return len(ids)
 
 
-def _send(engine: Engine, rows: list, condition_of) -> int:
+def _send(engine: Engine, rows: Sequence[Any], condition_of: Callable[[Any], ColumnElement[bool]]) -> int:
     """Send jobs (grouped per task and trace, as the API sends analyses) after marking
     them sent with a compare-and-set, so two sweepers do not both send one."""
     from backend.jobs.dispatch import QueueUnavailable, send
@@ -143,7 +145,6 @@ def _send(engine: Engine, rows: list, condition_of) -> int:
         )
 
     for _key, group in groupby(sorted(rows, key=key), key=key):
-        group = list(group)
         now = utcnow()
         mine = []
         with engine.begin() as conn:

@@ -17,7 +17,7 @@ import numpy as np
 from sqlalchemy import text
 from sqlalchemy.engine import Connection
 
-from backend.store.copy_types import binary_dtype, table_of
+from backend.store.copy_types import binary_dtype, fixed_dtype, table_of
 
 _PG_HEADER_LEN = 19  # signature (11) + flags (4) + header extension length (4, = 0)
 
@@ -126,7 +126,7 @@ _SEND = {">i8": "int8send", ">i2": "int2send", ">i4": "int4send", ">f8": "float8
 def _read_pg_per_step(conn, table_name, columns, keys, where, params) -> dict:
     table = table_of(table_name)
     wanted = list(dict.fromkeys(list(columns) + keys))  # the key columns too, to check the order
-    dtypes = [binary_dtype(table.c[n].type) for n in wanted]
+    dtypes = [fixed_dtype(table.c[n].type) for n in wanted]
     inner = ", ".join(f"{_value_expr(table, n, dt)} AS c{i}" for i, (n, dt) in enumerate(zip(wanted, dtypes)))
     aggs = ", ".join(f"string_agg({_SEND[dt.str]}(c{i}), ''::bytea)" for i, dt in enumerate(dtypes))
     # The sorted subquery feeds each step's aggregates its rows in key order.

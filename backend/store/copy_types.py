@@ -24,5 +24,13 @@ def binary_dtype(column_type) -> np.dtype | None:
     return None
 
 
+def fixed_dtype(column_type) -> np.dtype:
+    """`binary_dtype` of a column the binary COPY paths take only once each has one."""
+    dt = binary_dtype(column_type)
+    if dt is None:
+        raise TypeError(f"{column_type} has no fixed-width binary COPY form")
+    return dt
+
+
 def table_of(name: str) -> Table:
     return Base.metadata.tables[name]

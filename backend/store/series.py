@@ -11,7 +11,7 @@ every number of a result's per-step entries, one level of nesting deep.
 
 from __future__ import annotations
 
-from backend.formats.base import STEP_TIMING_COLUMNS
+from core.analysis.tables import STEP_TIMING_COLUMNS
 
 SERIES_LIMIT = 64
 COUNT_KEYS = ("n_samples", "prompt_tokens", "response_tokens")

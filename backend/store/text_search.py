@@ -55,7 +55,9 @@ def delete_text_index(conn, trace_ids: Iterable[int]) -> None:
 def write_text_index(conn: Connection, trace_id: int, keys: list[Key], word_lists: list[list[str]]) -> None:
     """Index these samples (their distinct words)."""
     if conn.dialect.name == "postgresql":
-        cursor = conn.connection.driver_connection.cursor()
+        driver = conn.connection.driver_connection
+        assert driver is not None  # a live connection (psycopg's)
+        cursor = driver.cursor()
         sql = "COPY sample_text_search (trace_id, step, group_idx, sample_idx, tokens) FROM STDIN"
         with cursor.copy(sql) as cp:
             for (step, group, sample), ws in zip(keys, word_lists):
@@ -71,7 +73,7 @@ def write_text_index(conn: Connection, trace_id: int, keys: list[Key], word_list
 def index_candidates(conn: Connection, trace_id: int, phrase_words: list[str], step: int | None) -> set[Key]:
     """The samples of the trace (and step) whose indexed words include all of these."""
     where = " AND step = :step" if step is not None else ""
-    params = {"trace_id": trace_id, "step": step}
+    params: dict[str, object] = {"trace_id": trace_id, "step": step}
     if conn.dialect.name == "postgresql":
         params["q"] = " & ".join(f"'{w}'" for w in phrase_words)
         sql = (
@@ -84,7 +86,7 @@ def index_candidates(conn: Connection, trace_id: int, phrase_words: list[str], s
             "SELECT step, group_idx, sample_idx FROM sample_text_fts "
             f"WHERE sample_text_fts MATCH :q AND trace_id = :trace_id{where}"
         )
-    return {tuple(r) for r in conn.execute(text(sql), params)}  # type: ignore[misc]
+    return {tuple(r) for r in conn.execute(text(sql), params)}
 
 
 @dataclass

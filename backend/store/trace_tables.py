@@ -6,12 +6,11 @@ import numpy as np
 from sqlalchemy import select
 from sqlalchemy.engine import Connection
 
-from backend.formats.base import STEP_TIMING_COLUMNS
 from backend.formats.kineto_events import load_events
 from backend.settings import get_settings
 from backend.store.columns import read_columns
 from backend.store.models import GpuKernelName, Step, Trace
-from core.analysis.tables import TraceData
+from core.analysis.tables import STEP_TIMING_COLUMNS, TraceData
 
 COUNTS = {
     "samples": "n_samples",

@@ -51,6 +51,7 @@ import heapq
 from collections.abc import Sequence
 
 import numpy as np
+import numpy.typing as npt
 
 
 def partition_loads(weights: np.ndarray | Sequence[float], partitions: list[list[int]]) -> list[float]:
@@ -87,7 +88,7 @@ class _State:
             items = [items[j] for j in order.tolist()]
         self.sums, self.items, self.tiebreak = sums, items, tiebreak
 
-    def key(self):
+    def key(self) -> tuple[float, float, int]:
         # heapq pops the smallest key: largest spread first, then largest top set
         return (-float(self.sums[0] - self.sums[-1]), -float(self.sums[0]), self.tiebreak)
 
@@ -139,7 +140,7 @@ def karmarkar_karp(
 # --------------------------------------------------------------------------- batched loads
 
 
-def _weight_matrix(weights, k: int) -> np.ndarray:
+def _weight_matrix(weights: npt.ArrayLike, k: int) -> np.ndarray:
     w = np.asarray(weights)
     if w.ndim != 2:
         raise ValueError("weights must be a (instances, items) matrix")
@@ -158,7 +159,7 @@ def _exact_in_float(w: np.ndarray) -> bool:
     return w.size == 0 or float(np.abs(w).sum(axis=1, dtype=np.float64).max()) < 2.0**52
 
 
-def lpt_loads(weights, k: int) -> np.ndarray:
+def lpt_loads(weights: npt.ArrayLike, k: int) -> np.ndarray:
     """`lpt`'s final partition loads for every row of a (S, n) weight matrix: (S, k),
     partition j in column j; int64 for integer weights, else float64."""
     w = _weight_matrix(weights, k)
@@ -232,7 +233,7 @@ def _lpt_stepwise(wf: np.ndarray, k: int, exact: np.ndarray | None) -> np.ndarra
     return load if total is None else total
 
 
-def karmarkar_karp_loads(weights, k_partitions: int, equal_size: bool = True) -> np.ndarray:
+def karmarkar_karp_loads(weights: npt.ArrayLike, k_partitions: int, equal_size: bool = True) -> np.ndarray:
     """`karmarkar_karp`'s final set sums for every row of a (S, n) weight matrix: (S, k),
     each row descending (the order of the scalar function's partitions); int64 for
     integer weights, else float64. With equal_size=False the start states take S * n * k

@@ -89,7 +89,7 @@ def per_step_data_efficiency(data: TraceData, include_validation: bool = False) 
 
     row_code = np.searchsorted(by_step.keys, step)
 
-    def per_step(weights=None):
+    def per_step(weights: np.ndarray | None = None) -> np.ndarray:
         return np.bincount(row_code, weights=weights, minlength=n)
 
     groups = np.bincount(g_code, minlength=n)

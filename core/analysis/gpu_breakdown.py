@@ -4,7 +4,7 @@ Each function names the HTA call it reproduces and its rules."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 import numpy as np
 
@@ -18,6 +18,7 @@ from core.analysis.gpu_frames import (
 from core.analysis.gpu_intervals import dense_codes, merge_by_group, union_by_group
 from core.analysis.gpu_kinds import GpuKind
 from core.analysis.gpu_timeline import (
+    StepWindows,
     event_times,
     hta_window_mask,
     idle_breakdown,
@@ -30,7 +31,7 @@ from core.analysis.gpu_timeline import (
 
 def comm_comp_overlap(
     events: Events,
-    step_windows=None,
+    step_windows: StepWindows | None = None,
     *,
     names: Sequence[str] | Mapping[int, str] | None = None,
     hta_compat: bool = True,
@@ -72,7 +73,7 @@ def comm_comp_overlap(
 
 def gpu_kernel_breakdown(
     events: Events,
-    step_windows=None,
+    step_windows: StepWindows | None = None,
     *,
     names: Sequence[str] | Mapping[int, str] | None = None,
     duration_ratio: float = 0.8,
@@ -140,7 +141,17 @@ def gpu_kernel_breakdown(
     }
 
 
-def aggregate_kernels(rows, name_code, table, dur, rank, kind, num_kernels, duration_ratio, allow=()) -> None:
+def aggregate_kernels(
+    rows: dict[str, list],
+    name_code: np.ndarray,
+    table: Sequence[str],
+    dur: np.ndarray,
+    rank: int,
+    kind: str,
+    num_kernels: int,
+    duration_ratio: float,
+    allow: Collection[str] = (),
+) -> None:
     """HTA _aggr_gpu_kernel_time for one (rank, type): appends to `rows`. `name_code`
     indexes `table` (the names)."""
     used, codes = np.unique(np.asarray(name_code, dtype=np.int64), return_inverse=True)
@@ -180,7 +191,9 @@ def aggregate_kernels(rows, name_code, table, dur, rank, kind, num_kernels, dura
         _append(rows, out_name[i], rank, kind, sums[i], mx[i], mn[i], mean[i], std[i])
 
 
-def _append(rows, name, rank, kind, s, mx, mn, mean, std) -> None:
+def _append(
+    rows: dict[str, list], name: str, rank: int, kind: str, s: float, mx: float, mn: float, mean: float, std: float
+) -> None:
     rows["name"].append(str(name))
     rows["rank"].append(int(rank))
     rows["kernel_type"].append(kind)
@@ -196,7 +209,7 @@ def _append(rows, name, rank, kind, s, mx, mn, mean, std) -> None:
 
 def per_step_breakdowns(
     events: Events,
-    step_windows=None,
+    step_windows: StepWindows | None = None,
     *,
     names: Sequence[str] | Mapping[int, str] | None = None,
 ) -> dict[str, dict[str, np.ndarray]]:

@@ -152,10 +152,10 @@ def trace_diff(
         if cb > 0 and d == 0:
             groups["unchanged"] += 1
 
-    def chosen(ev, rank, iteration):
+    def chosen(ev: TraceEvents, rank: int | None, iteration: int | None) -> dict[str, int | None]:
         return {
             "rank": ev.ranks()[0] if rank is None else rank,
-            "step": (iterations(ev)[:1] or [None])[0] if iteration is None else iteration,
+            "step": next(iter(iterations(ev)), None) if iteration is None else iteration,
         }
 
     return {

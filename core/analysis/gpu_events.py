@@ -17,7 +17,7 @@ flow_bp_e (1 when a flow end binds to the enclosing slice, "bp": "e").
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Container, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -60,7 +60,7 @@ class TraceEvents:
     def __len__(self) -> int:
         return len(self.rank)
 
-    def take(self, index) -> TraceEvents:
+    def take(self, index: np.ndarray) -> TraceEvents:
         """The events under a boolean mask or index array (string tables shared)."""
         cols = {f.name: getattr(self, f.name)[index] for f in fields(self) if f.name in self.COLUMNS}
         return TraceEvents(**cols, names=self.names, cats=self.cats, labels=self.labels, meta=self.meta)
@@ -76,7 +76,7 @@ class TraceEvents:
         ids = [self.cat_id(c) for c in cats]
         return np.isin(self.cat, [i for i in ids if i >= 0])
 
-    def name_mask(self, wanted) -> np.ndarray:
+    def name_mask(self, wanted: Container[str]) -> np.ndarray:
         """Events whose name is in `wanted` (a set of strings)."""
         hit = np.fromiter((n in wanted for n in self.names), dtype=bool, count=len(self.names))
         return hit[self.name] if len(self.names) else np.zeros(len(self), dtype=bool)

@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from core.analysis.gpu_events import TraceEvents
 from core.analysis.gpu_timeline import KIND_NAMES, event_names
 
 Events = Mapping[str, "np.ndarray | list"]
@@ -96,7 +97,7 @@ RANK_PID_STRIDE = 100_000_000  # several ranks in one file: pid -> rank * stride
 
 
 def select_events(
-    ev,
+    ev: TraceEvents,
     *,
     ranks: int | Sequence[int] | None = None,
     window_us: tuple[float, float] | None = None,
@@ -141,13 +142,13 @@ def select_events(
     return np.flatnonzero(keep)
 
 
-def full_chrome_trace(ev, idx: np.ndarray, *, max_events: int = 2_000_000) -> dict:
+def full_chrome_trace(ev: TraceEvents, idx: np.ndarray, *, max_events: int = 2_000_000) -> dict:
     """Chrome trace-event JSON of the events `idx` of `ev` (a TraceEvents), in file order:
     complete events, flow arrows (ph s / f with their id, bp "e"), instants and metadata,
     with the kept args (stream, device, correlation, External id, bytes, memory bandwidth).
     One rank keeps its original pids; several ranks get pid = rank * 1e8 + pid and
     "rank N" in their process names, so Perfetto keeps them apart."""
-    from core.analysis.gpu_events import PH_META, PHASES
+    from core.analysis.gpu_events import PH_META
 
     idx = np.asarray(idx, dtype=np.int64)
     meta_rows = idx[ev.ph[idx] == PH_META]
@@ -156,20 +157,57 @@ def full_chrome_trace(ev, idx: np.ndarray, *, max_events: int = 2_000_000) -> di
     idx = idx[:max_events]
     ranks = sorted({int(r) for r in np.unique(ev.rank[idx])} | {int(r) for r in np.unique(ev.rank[meta_rows])})
     multi = len(ranks) > 1
+    trace = _metadata_events(ev, ranks, multi) + _trace_events(ev, idx, multi)
+    return {
+        "traceEvents": trace,
+        "displayTimeUnit": "ms",
+        "otherData": {
+            "matched_events": matched,
+            "exported_events": len(idx),
+            "dropped_events": matched - len(idx),
+            "ranks": ranks,
+            "pid_per_rank": RANK_PID_STRIDE if multi else None,
+        },
+    }
 
-    def ident(values: np.ndarray) -> list:
-        out = values.tolist()
-        if ev.labels:
-            out = [ev.labels[-2 - v] if v <= -2 else v for v in out]
-        return out
+
+def _ids(ev: TraceEvents, values: np.ndarray) -> list:
+    """Ids as the file had them: labels (text ids) are stored as codes <= -2."""
+    out = values.tolist()
+    if ev.labels:
+        out = [ev.labels[-2 - v] if v <= -2 else v for v in out]
+    return out
+
+
+def _metadata_events(ev: TraceEvents, ranks: list[int], multi: bool) -> list[dict]:
+    """The ranks' metadata events; with several ranks, pids and process names per rank."""
+    out = []
+    for m in (ev.meta[i] for i in range(len(ev.meta))):
+        if m["rank"] not in ranks:
+            continue
+        pid = m["pid"]
+        if multi and isinstance(pid, int):
+            pid = m["rank"] * RANK_PID_STRIDE + pid
+        entry = {"ph": "M", "name": m["name"], "pid": pid, "tid": m["tid"], "args": dict(m.get("args", {}))}
+        if multi and m["name"] == "process_name" and "name" in entry["args"]:
+            entry["args"]["name"] = f"rank {m['rank']} {entry['args']['name']}"
+        out.append(entry)
+    return out
+
+
+_ARG_IDS = (("external_id", "External id"), ("device", "device"), ("stream", "stream"), ("correlation", "correlation"))
+
+
+def _trace_events(ev: TraceEvents, idx: np.ndarray, multi: bool) -> list[dict]:
+    """The events `idx` as trace events (columns read once, as lists)."""
+    from core.analysis.gpu_events import PHASES
 
     rank_l = ev.rank[idx].tolist()
-    pid_l = ident(ev.pid[idx])
+    pid_l = _ids(ev, ev.pid[idx])
     if multi:
         pid_l = [r * RANK_PID_STRIDE + p if isinstance(p, int) else f"{r}:{p}" for r, p in zip(rank_l, pid_l)]
-    tid_l = ident(ev.tid[idx])
-    names = ev.names
-    cats = ev.cats
+    tid_l = _ids(ev, ev.tid[idx])
+    names, cats = ev.names, ev.cats
     cols = {
         "ph": ev.ph[idx].tolist(),
         "cat": ev.cat[idx].tolist(),
@@ -182,20 +220,10 @@ def full_chrome_trace(ev, idx: np.ndarray, *, max_events: int = 2_000_000) -> di
         "external_id": ev.external_id[idx].tolist(),
         "bytes": ev.bytes[idx].tolist(),
         "bw": ev.bandwidth_gbps[idx].tolist(),
-        "flow_id": ident(ev.flow_id[idx]),
+        "flow_id": _ids(ev, ev.flow_id[idx]),
         "bp": ev.flow_bp_e[idx].tolist(),
     }
-    trace: list[dict] = []
-    for m in (ev.meta[i] for i in range(len(ev.meta))):
-        if m["rank"] not in ranks:
-            continue
-        pid = m["pid"]
-        if multi and isinstance(pid, int):
-            pid = m["rank"] * RANK_PID_STRIDE + pid
-        entry = {"ph": "M", "name": m["name"], "pid": pid, "tid": m["tid"], "args": dict(m.get("args", {}))}
-        if multi and m["name"] == "process_name" and "name" in entry["args"]:
-            entry["args"]["name"] = f"rank {m['rank']} {entry['args']['name']}"
-        trace.append(entry)
+    out = []
     for i in range(len(idx)):
         ph = PHASES[cols["ph"][i]]
         e: dict = {"ph": ph if ph != "other" else "X", "pid": pid_l[i], "tid": tid_l[i]}
@@ -203,10 +231,9 @@ def full_chrome_trace(ev, idx: np.ndarray, *, max_events: int = 2_000_000) -> di
         if cat:
             e["cat"] = cat
         e["name"] = names[cols["name"][i]]
-        ts = cols["ts"][i]
-        if ts == ts:
+        ts, d = cols["ts"][i], cols["dur"][i]
+        if ts == ts:  # not NaN
             e["ts"] = ts
-        d = cols["dur"][i]
         if d == d:
             e["dur"] = d
         if ph in ("s", "f"):
@@ -215,30 +242,17 @@ def full_chrome_trace(ev, idx: np.ndarray, *, max_events: int = 2_000_000) -> di
             if cols["bp"][i]:
                 e["bp"] = "e"
         else:
-            args: dict = {}
-            for key, out_key in (
-                ("external_id", "External id"),
-                ("device", "device"),
-                ("stream", "stream"),
-                ("correlation", "correlation"),
-            ):
-                if cols[key][i] != -1:
-                    args[out_key] = cols[key][i]
-            if cols["bytes"][i] == cols["bytes"][i]:
-                args["bytes"] = cols["bytes"][i]
-            if cols["bw"][i] == cols["bw"][i]:
-                args["memory bandwidth (GB/s)"] = cols["bw"][i]
+            args = _event_args(cols, i)
             if args:
                 e["args"] = args
-        trace.append(e)
-    return {
-        "traceEvents": trace,
-        "displayTimeUnit": "ms",
-        "otherData": {
-            "matched_events": matched,
-            "exported_events": len(idx),
-            "dropped_events": matched - len(idx),
-            "ranks": ranks,
-            "pid_per_rank": RANK_PID_STRIDE if multi else None,
-        },
-    }
+        out.append(e)
+    return out
+
+
+def _event_args(cols: dict, i: int) -> dict:
+    args: dict = {out_key: cols[key][i] for key, out_key in _ARG_IDS if cols[key][i] != -1}
+    if cols["bytes"][i] == cols["bytes"][i]:
+        args["bytes"] = cols["bytes"][i]
+    if cols["bw"][i] == cols["bw"][i]:
+        args["memory bandwidth (GB/s)"] = cols["bw"][i]
+    return args

@@ -178,7 +178,7 @@ def hta_frames(ev: TraceEvents, *, include_last_step: bool = False, window: bool
     return frames
 
 
-def name_codes(events: Events, names=None) -> tuple[np.ndarray, list[str]]:
+def name_codes(events: Events, names: Sequence[str] | Mapping[int, str] | None = None) -> tuple[np.ndarray, list[str]]:
     """(code per event, distinct names): `name_id` and the lookup when the events carry
     them (no per-event string list is built), else the interned `name` column."""
     if "name_id" in events and names is not None and "name" not in events:
@@ -195,7 +195,7 @@ def name_codes(events: Events, names=None) -> tuple[np.ndarray, list[str]]:
     return codes, list(index)
 
 
-def compute_mask(events: Events, names=None) -> np.ndarray:
+def compute_mask(events: Events, names: Sequence[str] | Mapping[int, str] | None = None) -> np.ndarray:
     """HTA's COMPUTATION kernels (as hta_compute_mask), decided once per distinct name."""
     kind = np.asarray(events["kind"])
     try:

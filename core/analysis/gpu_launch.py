@@ -4,6 +4,9 @@ calls). Each function names the HTA call it reproduces and its rules."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import numpy as np
 
 from core.analysis.gpu_events import TraceEvents
@@ -175,5 +178,5 @@ def codes_of(values: list[str]) -> tuple[np.ndarray, list[str]]:
     return codes, list(table)
 
 
-def stat(fn, x: np.ndarray) -> float:
+def stat(fn: Callable[[np.ndarray], Any], x: np.ndarray) -> float:
     return float(fn(x)) if len(x) else float("nan")

@@ -17,11 +17,13 @@ could be computed. Tables are lists of row dicts.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
 from core.analysis.gpu_annotations import user_annotation_breakdown
 from core.analysis.gpu_breakdown import comm_comp_overlap, gpu_kernel_breakdown, per_step_breakdowns
+from core.analysis.gpu_events import TraceEvents
 from core.analysis.gpu_frames import hta_frames
 from core.analysis.gpu_launch import kernel_launch_stats, queue_length
 from core.analysis.gpu_memory_bw import memory_bw_summary
@@ -38,7 +40,7 @@ def rows(table: Mapping[str, np.ndarray | list]) -> list[dict]:
     return [{k: v[i] for k, v in cols.items()} for i in range(n)]
 
 
-def _tables(value):
+def _tables(value: Any) -> Any:
     if isinstance(value, Mapping) and value and all(isinstance(v, Mapping) for v in value.values()):
         return {k: _tables(v) for k, v in value.items()}
     if isinstance(value, Mapping):
@@ -53,7 +55,7 @@ def gpu_timeline_report(
     *,
     hta_compat: bool = True,
     straggler_tolerance: float = 0.05,
-    trace_events=None,
+    trace_events: TraceEvents | None = None,
 ) -> dict:
     temporal = temporal_breakdown(events, step_windows, names=names, hta_compat=hta_compat)
     out = {
@@ -69,7 +71,7 @@ def gpu_timeline_report(
         else {"temporal": [], "idle": []},
         "cpu_side": trace_events is not None and len(trace_events) > 0,
     }
-    if out["cpu_side"]:
+    if trace_events is not None and out["cpu_side"]:
         frames = hta_frames(trace_events)
         out["queue_length"] = _tables(queue_length(trace_events, frames))
         out["launch_stats"] = rows(kernel_launch_stats(trace_events, frames))

@@ -108,7 +108,25 @@ def stragglers(events: Events, *, tolerance: float = 0.05) -> dict[str, dict[str
         "is_straggler": is_straggler,
     }
 
-    # per step: argmax of compute and of end within each contiguous block
+    per_step = _per_step_summary(steps, step_codes, n_ranks, g_rank, compute, med_compute, gpu_end, order, is_straggler)
+    return {"per_rank": per_rank, "per_step": per_step}
+
+
+def _per_step_summary(
+    steps: np.ndarray,
+    step_codes: np.ndarray,
+    n_ranks: np.ndarray,
+    g_rank: np.ndarray,
+    compute: np.ndarray,
+    med_compute: np.ndarray,
+    gpu_end: np.ndarray,
+    order: np.ndarray,
+    is_straggler: np.ndarray,
+) -> dict:
+    """Per step (rows grouped by step in contiguous blocks): the largest compute and its
+    rank, the rank that finished last, the spread of finishing times, stragglers."""
+    n = len(g_rank)
+    block_start = np.r_[0, np.cumsum(n_ranks)[:-1]]
     by_compute = np.lexsort((-g_rank, compute, step_codes))  # ties -> lowest rank last
     last_of_block = block_start + n_ranks - 1
     slowest = g_rank[by_compute[last_of_block]] if n else np.zeros(0, dtype=np.int64)
@@ -118,7 +136,7 @@ def stragglers(events: Events, *, tolerance: float = 0.05) -> dict[str, dict[str
     last_end = gpu_end[order[last_of_block]] if n else np.zeros(0)
     with np.errstate(invalid="ignore", divide="ignore"):
         max_over_median = max_compute / med_compute
-    per_step = {
+    return {
         "step": steps.astype(np.int64),
         "n_ranks": n_ranks.astype(np.int64),
         "median_compute_us": med_compute,
@@ -127,9 +145,8 @@ def stragglers(events: Events, *, tolerance: float = 0.05) -> dict[str, dict[str
         "compute_max_over_median": max_over_median,
         "last_rank": last_rank.astype(np.int64),
         "end_spread_us": last_end - first_end,
-        "n_stragglers": np.bincount(step_codes[is_straggler], minlength=n_steps).astype(np.int64),
+        "n_stragglers": np.bincount(step_codes[is_straggler], minlength=len(steps)).astype(np.int64),
     }
-    return {"per_rank": per_rank, "per_step": per_step}
 
 
 # --- potential stragglers (TraceEvents, several ranks) -----------------------------------
@@ -168,25 +185,9 @@ def potential_stragglers(
         return {"stragglers": [], "note": "no ProfilerStep annotations to compare ranks by"}
     if len(frames) < 2:
         return {"stragglers": [], "note": "one rank: nothing to compare"}
-    comm_names = np.array([n.startswith("ncclKernel") for n in ev.names] or [False], dtype=bool)
-    parts = []
-    for r, f in frames.items():
-        parts.append((r, f, np.flatnonzero(np.isin(f.iteration, steps))))
-    if not any(len(m) for _, _, m in parts):
+    last, t_min, mean_iter = _last_comm_kernels(ev, frames, steps, min_normalized_duration)
+    if last is None:
         return {"stragglers": [], "note": "no events inside the chosen ProfilerSteps"}
-    t_min = min(float(f.ts[m].min()) for _, f, m in parts if len(m))
-    t_max = max(float((f.ts[m] + f.dur[m]).max()) for _, f, m in parts if len(m))
-    n_iters = len({int(x) for _, f, m in parts for x in np.unique(f.iteration[m])})
-    mean_iter = (t_max - t_min) / float(n_iters)
-    min_dur = mean_iter * min_normalized_duration
-    last: dict[tuple, tuple[float, float]] = {}
-    for r, f, m in parts:
-        stream = ev.stream[f.idx[m]]
-        name = ev.name[f.idx[m]]
-        sel = (stream > 0) & (f.iteration[m] > 0) & (f.dur[m] >= min_dur) & comm_names[name]
-        for j in np.flatnonzero(sel).tolist():  # frame order: the last one wins
-            row = m[j]
-            last[(r, int(stream[j]), int(f.iteration[row]), int(name[j]))] = (float(f.ts[row]), float(f.dur[row]))
     if not last:
         return {"stragglers": [], "note": "no NCCL kernel (ncclKernel*) long enough to compare ranks by"}
     by_group: dict[tuple, list[float]] = {}
@@ -203,13 +204,7 @@ def potential_stragglers(
         ((r, it, (ts - t_min) / mean_iter) for (r, st, it, nm), (ts, _) in last.items() if st == stream and nm == name),
         key=lambda x: (x[1], x[0]),
     )
-    counts: dict[int, int] = {}
-    for it in sorted({m[1] for m in metric}):
-        group = [m for m in metric if m[1] == it]
-        values = sorted((m[2] for m in group), reverse=True)
-        threshold = values[min(num_candidates, len(values)) - 1]
-        for r, _, v in group:
-            counts[r] = counts.get(r, 0) + (1 if v >= threshold else 0)
+    counts = _late_start_counts(metric, num_candidates)
     ranked = sorted(counts, key=lambda r: (-counts[r], r))
     return {
         "stragglers": ranked[:num_candidates],
@@ -223,3 +218,41 @@ def potential_stragglers(
             "normalized_start": [m[2] for m in metric],
         },
     }
+
+
+def _last_comm_kernels(
+    ev: TraceEvents, frames: dict[int, Frame], steps: list[int], min_normalized_duration: float
+) -> tuple[dict[tuple, tuple[float, float]] | None, float, float]:
+    """The last NCCL kernel of each (rank, stream, step, name) at least
+    `min_normalized_duration` of the mean step long: {key: (start, duration)}, with the
+    first start and the mean step time (None for the kernels: no event in `steps`)."""
+    comm_names = np.array([n.startswith("ncclKernel") for n in ev.names] or [False], dtype=bool)
+    parts = [(r, f, np.flatnonzero(np.isin(f.iteration, steps))) for r, f in frames.items()]
+    if not any(len(m) for _, _, m in parts):
+        return None, 0.0, 0.0
+    t_min = min(float(f.ts[m].min()) for _, f, m in parts if len(m))
+    t_max = max(float((f.ts[m] + f.dur[m]).max()) for _, f, m in parts if len(m))
+    n_iters = len({int(x) for _, f, m in parts for x in np.unique(f.iteration[m])})
+    mean_iter = (t_max - t_min) / float(n_iters)
+    min_dur = mean_iter * min_normalized_duration
+    last: dict[tuple, tuple[float, float]] = {}
+    for r, f, m in parts:
+        stream = ev.stream[f.idx[m]]
+        name = ev.name[f.idx[m]]
+        sel = (stream > 0) & (f.iteration[m] > 0) & (f.dur[m] >= min_dur) & comm_names[name]
+        for j in np.flatnonzero(sel).tolist():  # frame order: the last one wins
+            row = m[j]
+            last[(r, int(stream[j]), int(f.iteration[row]), int(name[j]))] = (float(f.ts[row]), float(f.dur[row]))
+    return last, t_min, mean_iter
+
+
+def _late_start_counts(metric: list[tuple], num_candidates: int) -> dict[int, int]:
+    """Per rank: the steps where it is among the `num_candidates` latest starters."""
+    counts: dict[int, int] = {}
+    for it in sorted({m[1] for m in metric}):
+        group = [m for m in metric if m[1] == it]
+        values = sorted((m[2] for m in group), reverse=True)
+        threshold = values[min(num_candidates, len(values)) - 1]
+        for r, _, v in group:
+            counts[r] = counts.get(r, 0) + (1 if v >= threshold else 0)
+    return counts

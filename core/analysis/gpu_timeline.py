@@ -32,6 +32,7 @@ import re
 from collections.abc import Mapping, Sequence
 
 import numpy as np
+import numpy.typing as npt
 
 from core.analysis.gpu_intervals import dense_codes, group_order, merge_by_group, union_by_group
 from core.analysis.gpu_kinds import GpuKind, kernel_kind
@@ -81,7 +82,7 @@ def hta_compute_mask(kind: np.ndarray, names: Sequence[str] | None = None) -> np
     return compute
 
 
-def _col(events: Events, key: str, dtype) -> np.ndarray:
+def _col(events: Events, key: str, dtype: npt.DTypeLike) -> np.ndarray:
     return np.asarray(events[key], dtype=dtype)
 
 
@@ -121,7 +122,7 @@ def event_times(events: Events, hta_compat: bool) -> tuple[np.ndarray, np.ndarra
     return start, end
 
 
-def _names_or_none(events: Events, names) -> list[str] | None:
+def _names_or_none(events: Events, names: Sequence[str] | Mapping[int, str] | None) -> list[str] | None:
     if "name" in events or ("name_id" in events and names is not None):
         return event_names(events, names)
     return None
@@ -301,7 +302,14 @@ def kernel_type_breakdown(
     }
 
 
-def _kind_overlap(rank_codes, ranks, kind, start, end, busy_per_rank) -> dict:
+def _kind_overlap(
+    rank_codes: np.ndarray,
+    ranks: np.ndarray,
+    kind: np.ndarray,
+    start: np.ndarray,
+    end: np.ndarray,
+    busy_per_rank: np.ndarray,
+) -> dict:
     n_kinds = len(KIND_NAMES)
     rk = rank_codes * n_kinds + kind
     c, s, e = merge_by_group(rk, start, end)

@@ -12,6 +12,7 @@ runs of whole groups so temporaries stay cache-sized.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -75,7 +76,7 @@ class Groups:
         """Group number of each row in sorted order."""
         return np.repeat(np.arange(len(self.keys)), self.counts)
 
-    def slices(self):
+    def slices(self) -> Iterator[tuple[int, slice]]:
         for i in range(len(self.keys)):
             yield i, slice(int(self.starts[i]), int(self.starts[i] + self.counts[i]))
 
@@ -96,7 +97,7 @@ def group_rows(key: np.ndarray) -> Groups:
     return Groups(order, key[starts], starts, counts)
 
 
-def group_blocks(counts: np.ndarray, rows: int = 1 << 20):
+def group_blocks(counts: np.ndarray, rows: int = 1 << 20) -> Iterator[tuple[int, int]]:
     """[a, b) ranges of consecutive groups holding about `rows` rows each (at least one
     group): for working through big arrays in cache-sized blocks, so temporaries stay
     small and are reused instead of faulting in fresh pages for every full-size array."""
@@ -223,7 +224,9 @@ def training_mask(validate: np.ndarray | None, n: int, include_validation: bool 
     return ~np.asarray(validate, dtype=bool)
 
 
-def validation_trajectory_filter(data: TraceData, step, group_idx, sample_idx) -> np.ndarray:
+def validation_trajectory_filter(
+    data: TraceData, step: np.ndarray, group_idx: np.ndarray, sample_idx: np.ndarray
+) -> np.ndarray:
     """Mask of rows (of turns/tool calls) whose trajectory is not a validation sample.
 
     Uses samples.validate when the trace has it; rows without a matching sample are kept.

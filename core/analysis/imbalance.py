@@ -50,12 +50,14 @@ mean + largest item, so balancing never loses whenever recorded_max >= mean + la
 from __future__ import annotations
 
 import itertools
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from core.analysis.balancing import karmarkar_karp, karmarkar_karp_loads, lpt, lpt_loads, partition_loads
 from core.analysis.data_efficiency import select_groups
-from core.analysis.grouping import composite_key, group_rows, sorted_run_starts, training_mask
+from core.analysis.grouping import Groups, composite_key, group_rows, sorted_run_starts, training_mask
 from core.analysis.stats import ratio
 from core.analysis.tables import TraceData
 from core.jsonable import json_safe
@@ -83,11 +85,17 @@ def analyze_imbalance(
 
 
 def per_step_imbalance(
-    data, dp_size=None, keep_groups=True, include_validation=False, cost_linear=COST_LINEAR, *, batched: bool = True
-):
+    data: TraceData,
+    dp_size: int | None = None,
+    keep_groups: bool = True,
+    include_validation: bool = False,
+    cost_linear: int = COST_LINEAR,
+    *,
+    batched: bool = True,
+) -> dict:
     """Per-step figures (no summary); batched=False: the scalar reference path."""
     s = data.samples
-    out = {
+    out: dict[str, Any] = {
         "kind": "imbalance",
         "dp_size": dp_size,
         "item": "group" if keep_groups else "sample",
@@ -99,7 +107,7 @@ def per_step_imbalance(
     keep = training_mask(s.validate, len(s), include_validation)
     every = bool(keep.all())  # no copies when every row is kept
 
-    def rows(col):
+    def rows(col: npt.ArrayLike) -> np.ndarray:
         return np.asarray(col) if every else np.asarray(col)[keep]
 
     step, rank = rows(s.step), rows(s.dp_rank)
@@ -180,7 +188,9 @@ def balanced_loads(item_loads: dict[str, np.ndarray], starts: np.ndarray, counts
     return out
 
 
-def _recorded_loads(step, rank, loads: dict, by_step, k: int) -> dict[str, np.ndarray]:
+def _recorded_loads(
+    step: np.ndarray, rank: npt.ArrayLike, loads: dict[str, np.ndarray], by_step: Groups, k: int
+) -> dict[str, np.ndarray]:
     """{load: (steps, k) int64 summed load per step (as in `by_step`) and dp rank}."""
     n_steps = len(by_step)
     rank = np.asarray(rank)
@@ -210,7 +220,7 @@ def _recorded_loads(step, rank, loads: dict, by_step, k: int) -> dict[str, np.nd
     return out
 
 
-def load_figures(recorded: list[int], item_loads, k: int) -> dict:
+def load_figures(recorded: list[int], item_loads: npt.ArrayLike, k: int) -> dict:
     """Recorded vs KK- and LPT-balanced per-rank loads for one step and one load kind,
     by the scalar partition functions (the reference for the batched path)."""
     weights = np.asarray(item_loads)
@@ -225,13 +235,13 @@ def load_figures(recorded: list[int], item_loads, k: int) -> dict:
     )
 
 
-def figures(recorded: list[int], largest_item, balanced: dict[str, list]) -> dict:
+def figures(recorded: list[int], largest_item: float, balanced: dict[str, list]) -> dict:
     """One step's figures for one load from its recorded per-rank loads, its largest
     item and the balanced per-rank loads {"kk": [...], "lpt": [...]} (plain numbers)."""
     total = sum(recorded)
     mean = total / len(recorded) if recorded else 0.0
     rmax, rmin = max(recorded, default=0), min(recorded, default=0)
-    fig = {
+    fig: dict[str, Any] = {
         "recorded": recorded,
         "mean": mean,
         "recorded_max": rmax,

@@ -30,6 +30,7 @@ Result fields:
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 
@@ -54,12 +55,12 @@ def analyze_latency(data: TraceData, reward_phase: str = "reward", include_valid
     return finish_latency(per_step_latency(data, reward_phase, include_validation))
 
 
-def _nan_none(x):
+def _nan_none(x: float) -> float | None:
     x = float(x)
     return x if math.isfinite(x) else None
 
 
-def per_step_latency(data: TraceData, reward_phase="reward", include_validation=False) -> dict:
+def per_step_latency(data: TraceData, reward_phase: str = "reward", include_validation: bool = False) -> dict:
     return {
         "kind": "latency",
         "reward_phase": reward_phase,
@@ -155,7 +156,9 @@ def _tool_steps(data: TraceData, include_validation: bool) -> list[dict]:
     return out
 
 
-def _latency_groups(key, lat, failed, extra=()) -> dict:
+def _latency_groups(
+    key: np.ndarray, lat: np.ndarray, failed: np.ndarray | None, extra: Sequence[np.ndarray] = ()
+) -> dict:
     """Count, mean, p50/p90/p99, max, sum, errors per integer key (lists, key-sorted)."""
     order = order_within_groups(key, lat)
     g = group_rows(np.asarray(key)[order])
@@ -182,7 +185,7 @@ def _latency_groups(key, lat, failed, extra=()) -> dict:
     return out
 
 
-def _mean_max(values) -> dict | None:
+def _mean_max(values: Iterable[float | None]) -> dict | None:
     vals = [v for v in values if v is not None]
     return {"mean": sum(vals) / len(vals), "max": max(vals)} if vals else None
 

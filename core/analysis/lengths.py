@@ -45,8 +45,11 @@ disjoint step ranges merge exactly (`reduce_lengths`).
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Mapping, Sequence
+from typing import overload
 
 import numpy as np
+import numpy.typing as npt
 
 from core.analysis.data_efficiency import select_groups
 from core.analysis.grouping import Groups, composite_key, group_rows, sort_within_groups
@@ -123,13 +126,19 @@ def per_step_lengths(data: TraceData, max_response_len: int | None = None, by_ta
     return out
 
 
-def _lengths(col) -> np.ndarray:
+def _lengths(col: npt.ArrayLike) -> np.ndarray:
     # integer columns stay in their width (sorting int32 is faster than int64)
     a = np.asarray(col)
     return a if np.issubdtype(a.dtype, np.integer) else a.astype(np.int64)
 
 
-def _rows(col, mask):
+@overload
+def _rows(col: np.ndarray, mask: np.ndarray) -> np.ndarray: ...
+@overload
+def _rows(col: None, mask: np.ndarray) -> None: ...
+@overload
+def _rows(col: np.ndarray | None, mask: np.ndarray) -> np.ndarray | None: ...
+def _rows(col: np.ndarray | None, mask: np.ndarray) -> np.ndarray | None:
     """col[mask], without the copy when every row is kept (the common no-validation case)."""
     if col is None:
         return None
@@ -142,7 +151,9 @@ def _total(prompt: np.ndarray, response: np.ndarray) -> np.ndarray:
     return np.add(prompt, response, dtype=np.int64)
 
 
-def _group_stats(g: Groups, prompt, response, truncated, cap, with_total: bool) -> dict:
+def _group_stats(
+    g: Groups, prompt: np.ndarray, response: np.ndarray, truncated: np.ndarray | None, cap: int | None, with_total: bool
+) -> dict:
     """Per group of `g`: the stats dicts and log histograms of prompt, response (and total)."""
     starts, counts = g.starts, g.counts
     p, r = g.sort(prompt), g.sort(response)
@@ -167,7 +178,9 @@ def _group_stats(g: Groups, prompt, response, truncated, cap, with_total: bool) 
     return {"stats": stats, "hists": hists}
 
 
-def _step_entries(step, prompt, response, truncated, cap) -> list[dict]:
+def _step_entries(
+    step: np.ndarray, prompt: np.ndarray, response: np.ndarray, truncated: np.ndarray | None, cap: int | None
+) -> list[dict]:
     g = group_rows(np.asarray(step, dtype=np.int64))
     res = _group_stats(g, prompt, response, truncated, cap, with_total=True)
     stats, hists = res["stats"], {k: h.tolist() for k, h in res["hists"].items()}
@@ -183,7 +196,15 @@ def _step_entries(step, prompt, response, truncated, cap) -> list[dict]:
     ]
 
 
-def _task_entries(task, step, prompt, response, truncated, cap, names) -> list[dict]:
+def _task_entries(
+    task: np.ndarray,
+    step: np.ndarray,
+    prompt: np.ndarray,
+    response: np.ndarray,
+    truncated: np.ndarray | None,
+    cap: int | None,
+    names: Mapping[int, str],
+) -> list[dict]:
     task = np.asarray(task, dtype=np.int64)
     step = np.asarray(step, dtype=np.int64)
     g = group_rows(composite_key(task, step))
@@ -283,7 +304,7 @@ def _infer_truncation(res: dict, min_hits: int) -> None:
         st["truncation_rate"] = st["n_at_max"] / st["count"] if st["max"] == cap else 0.0
 
 
-def _summary(entries: list[dict], quantities, hists: dict | None = None) -> dict:
+def _summary(entries: list[dict], quantities: Iterable[str], hists: dict | None = None) -> dict:
     out: dict[str, dict | int | None] = {}
     for q in quantities:
         hist = hists[q] if hists is not None else _add_lists([e["hist"][q] for e in entries])
@@ -343,7 +364,9 @@ def pool_stats(entries: list[dict], hist: list[int]) -> dict:
     return out
 
 
-def hist_percentiles(hist, qs, lo: float | None = None, hi: float | None = None) -> list[float | None]:
+def hist_percentiles(
+    hist: npt.ArrayLike, qs: Sequence[float], lo: float | None = None, hi: float | None = None
+) -> list[float | None]:
     """Percentiles from counts per `LOG_BIN_EDGES` bin, clamped to [lo, hi]."""
     h = np.asarray(hist, dtype=np.float64)
     n = h.sum()

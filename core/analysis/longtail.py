@@ -55,10 +55,12 @@ and of idle_engine_seconds / t_gen over the steps that have them; ``tail_tied_st
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
+from typing import Any
 
 import numpy as np
 
-from core.analysis.grouping import composite_key, group_blocks, group_rows, sort_within_groups, training_mask
+from core.analysis.grouping import Groups, composite_key, group_blocks, group_rows, sort_within_groups, training_mask
 from core.analysis.stats import count_at_least
 from core.analysis.tables import TraceData
 from core.jsonable import json_safe
@@ -105,7 +107,7 @@ def tail_figures(lengths_sorted: np.ndarray, starts: np.ndarray, counts: np.ndar
     }
 
 
-def completion_times(data) -> np.ndarray | None:
+def completion_times(data: TraceData) -> np.ndarray | None:
     """Per sample row: measured completion time = samples.latency_s + the summed
     latency_s of the sample's tool calls; None unless every row has a finite latency_s."""
     s = data.samples
@@ -136,10 +138,12 @@ def completion_times(data) -> np.ndarray | None:
     return lat + extra
 
 
-def per_step_longtail(data, engine_key="dp_rank", tail_fraction=0.1, include_validation=False) -> dict:
+def per_step_longtail(
+    data: TraceData, engine_key: str | None = "dp_rank", tail_fraction: float = 0.1, include_validation: bool = False
+) -> dict:
     s = data.samples
     col = getattr(s, engine_key, None) if (s is not None and engine_key) else None
-    out = {
+    out: dict[str, Any] = {
         "kind": "longtail",
         "engine_key": engine_key if col is not None else None,
         "tail_fraction": tail_fraction,
@@ -148,24 +152,46 @@ def per_step_longtail(data, engine_key="dp_rank", tail_fraction=0.1, include_val
     }
     if s is None or len(s) == 0:
         return out
+    step, length, engine, out["basis"] = _kept_rows(data, col, include_validation)
+    if len(step) == 0:
+        return out
+    cols, per_engine, bounds = _step_columns(data, step, length, engine, tail_fraction)
+    out["steps"] = [_step_entry(cols, per_engine, bounds, i, out["basis"]) for i in range(len(cols["step"]))]
+    return out
+
+
+def _kept_rows(
+    data: TraceData, col: np.ndarray | None, include_validation: bool
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, str]:
+    """(step, length, engine, basis) of the rows the figures count: completion times
+    where the trace has them (basis "time"), else response tokens."""
+    s = data.samples
+    assert s is not None  # checked by the caller
     keep = training_mask(s.validate, len(s), include_validation)
     every = bool(keep.all())  # no copies when every row is kept
     step = np.asarray(s.step) if every else np.asarray(s.step)[keep]
     times = completion_times(data)
     if times is not None:
-        out["basis"] = "time"
-        length = times if every else times[keep]
+        basis, length = "time", times if every else times[keep]
     else:
+        basis = "tokens"
         length = np.asarray(s.response_len) if every else np.asarray(s.response_len)[keep]
-    if len(step) == 0:
-        return out
     if not np.issubdtype(length.dtype, np.number):
         length = length.astype(np.int64)
     if col is None:
         engine = np.zeros(len(step), dtype=np.int64)
     else:
         engine = np.asarray(col) if every else np.asarray(col)[keep]
+    return step, length, engine, basis
 
+
+ENGINE_FIGURES = ("samples", "tokens", "max_len", "mean_len", "idle_fraction", "tail_time_share", "tail_sample_share")
+
+
+def _step_columns(
+    data: TraceData, step: np.ndarray, length: np.ndarray, engine: np.ndarray, tail_fraction: float
+) -> tuple[dict, dict, list[int]]:
+    """Per-step columns (lists), per-engine columns and each step's engine range."""
     # whole-step figures: lengths sorted within each step
     sg = group_rows(step)
     by_step = sg.sort(length)
@@ -182,31 +208,9 @@ def per_step_longtail(data, engine_key="dp_rank", tail_fraction=0.1, include_val
     T = step_fig["max_len"]
     T_e = np.repeat(T, n_eng)
     m, M = eng_fig["mean_len"], eng_fig["max_len"]
-    idle_time = np.add.reduceat(T_e - m, lo)
-    within = np.add.reduceat(M - m, lo)
-    waiting = np.add.reduceat(T_e - M, lo)
-    engine_time = n_eng * T
     eng_idle = eng_fig["idle_fraction"]
-    eng_idle_mean = np.add.reduceat(eng_idle, lo) / n_eng
-    eng_idle_max = np.maximum.reduceat(eng_idle, lo)
-
     t_gen = data.steps.timing("t_gen", sg.keys) if data.steps is not None else np.full(len(sg.keys), np.nan)
-    per_engine = {
-        "engine": eng_id.tolist(),
-        **{
-            k: eng_fig[k].tolist()
-            for k in (
-                "samples",
-                "tokens",
-                "max_len",
-                "mean_len",
-                "idle_fraction",
-                "tail_time_share",
-                "tail_sample_share",
-            )
-        },
-    }
-    bounds = np.append(lo, len(e_starts)).tolist()
+    per_engine = {"engine": eng_id.tolist(), **{k: eng_fig[k].tolist() for k in ENGINE_FIGURES}}
     cols = {
         k: np.asarray(v).tolist()
         for k, v in (
@@ -218,53 +222,54 @@ def per_step_longtail(data, engine_key="dp_rank", tail_fraction=0.1, include_val
             ("tail_share", step_fig["tail_time_share"]),
             ("tail_samples", step_fig["tail_sample_share"]),
             ("at_max", step_fig["at_max_share"]),
-            ("engine_time", engine_time),
-            ("idle", idle_time),
-            ("within", within),
-            ("waiting", waiting),
-            ("eng_idle_mean", eng_idle_mean),
-            ("eng_idle_max", eng_idle_max),
+            ("engine_time", n_eng * T),
+            ("idle", np.add.reduceat(T_e - m, lo)),
+            ("within", np.add.reduceat(M - m, lo)),
+            ("waiting", np.add.reduceat(T_e - M, lo)),
+            ("eng_idle_mean", np.add.reduceat(eng_idle, lo) / n_eng),
+            ("eng_idle_max", np.maximum.reduceat(eng_idle, lo)),
             ("n_eng", n_eng),
             ("t_gen", t_gen),
         )
     }
-    for i, st in enumerate(cols["step"]):
-        e0, e1 = bounds[i], bounds[i + 1]
-        T_i, idle_i, engine_time_i = cols["T"][i], cols["idle"][i], cols["engine_time"][i]
-        tg = cols["t_gen"][i] if math.isfinite(cols["t_gen"][i]) else None
-        tail_share = cols["tail_share"][i]
-        # seconds per unit: measured times are seconds already; tokens scale by t_gen / T
-        per_unit = 1.0 if out["basis"] == "time" else (tg / T_i if (tg is not None and T_i > 0) else None)
-        out["steps"].append(
-            {
-                "step": st,
-                "samples": cols["samples"][i],
-                "engines": cols["n_eng"][i],
-                "rollout_len": T_i,
-                "tokens": cols["tokens"][i],
-                "tail_len": cols["tail_len"][i],
-                "tail_time_share": tail_share,
-                "tail_sample_share": cols["tail_samples"][i],
-                "at_max_share": cols["at_max"][i],
-                "tail_tied": bool(cols["samples"][i] > 1 and T_i > 0 and cols["tail_len"][i] >= T_i),
-                "basis": out["basis"],
-                "engine_time": engine_time_i,
-                "idle_token_time": idle_i,
-                "idle_within_engines": cols["within"][i],
-                "idle_waiting": cols["waiting"][i],
-                "idle_fraction": idle_i / engine_time_i if engine_time_i > 0 else 0.0,
-                "engine_idle_fraction_mean": cols["eng_idle_mean"][i],
-                "engine_idle_fraction_max": cols["eng_idle_max"][i],
-                "t_gen": tg,
-                "idle_engine_seconds": idle_i * per_unit if per_unit is not None else None,
-                "tail_seconds": tail_share * T_i * per_unit if per_unit is not None else None,
-                "engine": {k: v[e0:e1] for k, v in per_engine.items()},
-            }
-        )
-    return out
+    return cols, per_engine, np.append(lo, len(e_starts)).tolist()
 
 
-def _engine_groups(engine: np.ndarray, length: np.ndarray, sg) -> tuple[np.ndarray, ...]:
+def _step_entry(cols: dict, per_engine: dict, bounds: list[int], i: int, basis: str) -> dict:
+    """Step i's entry of the result."""
+    e0, e1 = bounds[i], bounds[i + 1]
+    T_i, idle_i, engine_time_i = cols["T"][i], cols["idle"][i], cols["engine_time"][i]
+    tg = cols["t_gen"][i] if math.isfinite(cols["t_gen"][i]) else None
+    tail_share = cols["tail_share"][i]
+    # seconds per unit: measured times are seconds already; tokens scale by t_gen / T
+    per_unit = 1.0 if basis == "time" else (tg / T_i if (tg is not None and T_i > 0) else None)
+    return {
+        "step": cols["step"][i],
+        "samples": cols["samples"][i],
+        "engines": cols["n_eng"][i],
+        "rollout_len": T_i,
+        "tokens": cols["tokens"][i],
+        "tail_len": cols["tail_len"][i],
+        "tail_time_share": tail_share,
+        "tail_sample_share": cols["tail_samples"][i],
+        "at_max_share": cols["at_max"][i],
+        "tail_tied": bool(cols["samples"][i] > 1 and T_i > 0 and cols["tail_len"][i] >= T_i),
+        "basis": basis,
+        "engine_time": engine_time_i,
+        "idle_token_time": idle_i,
+        "idle_within_engines": cols["within"][i],
+        "idle_waiting": cols["waiting"][i],
+        "idle_fraction": idle_i / engine_time_i if engine_time_i > 0 else 0.0,
+        "engine_idle_fraction_mean": cols["eng_idle_mean"][i],
+        "engine_idle_fraction_max": cols["eng_idle_max"][i],
+        "t_gen": tg,
+        "idle_engine_seconds": idle_i * per_unit if per_unit is not None else None,
+        "tail_seconds": tail_share * T_i * per_unit if per_unit is not None else None,
+        "engine": {k: v[e0:e1] for k, v in per_engine.items()},
+    }
+
+
+def _engine_groups(engine: np.ndarray, length: np.ndarray, sg: Groups) -> tuple[np.ndarray, ...]:
     """The rows (grouped by step as in `sg`) regrouped by (step, engine), lengths sorted
     within each group: (sorted lengths, group starts, step index and engine of each group).
 
@@ -304,7 +309,7 @@ def _engine_groups(engine: np.ndarray, length: np.ndarray, sg) -> tuple[np.ndarr
     return v, at, code[at], e[at]
 
 
-def _mean_max(values) -> dict | None:
+def _mean_max(values: Iterable[float | None]) -> dict | None:
     vals = [v for v in values if v is not None]
     return {"mean": sum(vals) / len(vals), "max": max(vals)} if vals else None
 

@@ -41,9 +41,12 @@ Result fields:
 
 from __future__ import annotations
 
-import numpy as np
+from collections.abc import Iterable, Sequence
 
-from core.analysis.grouping import composite_key, group_rows, training_mask, validation_trajectory_filter
+import numpy as np
+import numpy.typing as npt
+
+from core.analysis.grouping import Groups, composite_key, group_rows, training_mask, validation_trajectory_filter
 from core.analysis.stats import LOG_BIN_EDGES, ratio
 from core.analysis.tables import TraceData
 from core.jsonable import json_safe
@@ -62,12 +65,14 @@ def _bin(values: np.ndarray) -> np.ndarray:
     return np.clip(idx, 0, N_BINS - 1)
 
 
-def fit_sums(prompt, completion, latency) -> dict:
+def fit_sums(prompt: np.ndarray | Sequence[float], completion: npt.ArrayLike, latency: npt.ArrayLike) -> dict:
     """Normal-equation sums for latency ~ a + b*prompt + c*completion (features / 1000)."""
     return fit_sums_by_group(np.zeros(len(prompt), dtype=np.int64), 1, prompt, completion, latency)[0]
 
 
-def fit_sums_by_group(code, n_groups, prompt, completion, latency) -> list[dict]:
+def fit_sums_by_group(
+    code: npt.ArrayLike, n_groups: int, prompt: npt.ArrayLike, completion: npt.ArrayLike, latency: npt.ArrayLike
+) -> list[dict]:
     """`fit_sums` for each group code 0..n_groups-1, in one vectorised pass."""
     p = np.asarray(prompt, dtype=np.float64) / KTOK
     c = np.asarray(completion, dtype=np.float64) / KTOK
@@ -75,7 +80,7 @@ def fit_sums_by_group(code, n_groups, prompt, completion, latency) -> list[dict]
     ok = np.isfinite(p) & np.isfinite(c) & np.isfinite(y)
     code, p, c, y = np.asarray(code)[ok], p[ok], c[ok], y[ok]
 
-    def total(w=None):
+    def total(w: np.ndarray | None = None) -> np.ndarray:
         return np.bincount(code, weights=w, minlength=n_groups)
 
     n, sp, sc, spp, scc, spc = total(), total(p), total(c), total(p * p), total(c * c), total(p * c)
@@ -142,7 +147,7 @@ def per_step_multiturn(data: TraceData, include_validation: bool = False) -> dic
     return out
 
 
-def _per_trajectory_steps(traj_step, n_turns, n_tools) -> tuple:
+def _per_trajectory_steps(traj_step: np.ndarray, n_turns: np.ndarray, n_tools: np.ndarray | None) -> tuple:
     """Per-step trajectory figures from per-trajectory arrays (traj_step ascending)."""
     sg = group_rows(traj_step)
     code = sg.code()
@@ -216,22 +221,41 @@ def _from_turns(data: TraceData, include_validation: bool, out: dict) -> None:
     step = np.asarray(t.step, dtype=np.int64)[keep]
     if len(step) == 0:
         return
-    grp = np.asarray(t.group_idx, dtype=np.int64)[keep]
-    smp = np.asarray(t.sample_idx, dtype=np.int64)[keep]
     n = len(step)
 
-    def col(x, dtype, fill):
+    def col(x: npt.ArrayLike | None, dtype: npt.DTypeLike, fill: float) -> np.ndarray:
         return np.full(n, fill, dtype=dtype) if x is None else np.asarray(x, dtype=dtype)[keep]
 
+    grp, smp = col(t.group_idx, np.int64, 0), col(t.sample_idx, np.int64, 0)
     turn = col(t.turn, np.int64, 0)
     prompt = col(t.prompt_tokens, np.int64, 0)
     cached = col(t.cached_tokens, np.int64, 0)
     completion = col(t.completion_tokens, np.int64, 0)
     latency = col(t.engine_latency_s, np.float64, np.nan)
 
-    # trajectories: group the turn rows by (step, group, sample); the trajectory-level
-    # tool-call counts (tool-call rows, else samples.num_tool_calls) matched by key
-    tc, s = data.tool_calls, data.samples
+    traj_step, n_turns, n_tools, basis = _trajectories(data, keep, step, grp, smp)
+    sg, entries = _per_trajectory_steps(traj_step, n_turns, n_tools)
+    for e in entries:
+        e["tool_calls_basis"] = basis
+    total_fit = _add_turn_figures(entries, sg, step, turn, prompt, cached, completion, latency)
+    out["steps"] = entries
+    lat_ok = np.isfinite(latency)
+    out["totals"] = {
+        "latency_by_prompt": _latency_bins(prompt[lat_ok], latency[lat_ok]),
+        "latency_by_completion": _latency_bins(completion[lat_ok], latency[lat_ok]),
+        "fit_sums": total_fit,
+    }
+
+
+def _trajectories(
+    data: TraceData, keep: np.ndarray, step: np.ndarray, grp: np.ndarray, smp: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, str | None]:
+    """The turn rows grouped by (step, group, sample): each trajectory's step, turn count
+    and tool-call count (tool-call rows, else samples.num_tool_calls, else the turns'
+    own counts, matched by key), and which of those the counts come from."""
+    t, tc, s = data.turns, data.tool_calls, data.samples
+    assert t is not None
+    n = len(step)
     other: tuple[np.ndarray, ...] | None = None
     weights = np.zeros(0, dtype=np.int64)
     basis = None
@@ -249,24 +273,33 @@ def _from_turns(data: TraceData, include_validation: bool, out: dict) -> None:
     key = composite_key(*cols)
     tkey, okey = key[:n], key[n:]
     tg = group_rows(tkey)
-    traj_step = tg.sort(step)[tg.starts]
-    n_turns = tg.counts
     n_tools: np.ndarray | None = None
     if other is not None:
         n_tools = _matched_counts(tg.keys, okey, weights)
     elif basis == "turns" and t.tool_call_count is not None:
         n_tools = tg.sum(np.asarray(t.tool_call_count, dtype=np.int64)[keep])
-    sg, entries = _per_trajectory_steps(traj_step, n_turns, n_tools)
-    for e in entries:
-        e["tool_calls_basis"] = basis
+    return tg.sort(step)[tg.starts], tg.counts, n_tools, basis
 
+
+def _add_turn_figures(
+    entries: list[dict],
+    sg: Groups,
+    step: np.ndarray,
+    turn: np.ndarray,
+    prompt: np.ndarray,
+    cached: np.ndarray,
+    completion: np.ndarray,
+    latency: np.ndarray,
+) -> dict:
+    """Each step's context growth, cache hits, per-turn figures and latency fit, added to
+    its entry; returns the fit's sums over every step."""
     # per (step, turn number): sums for context growth, cache hits and latency
     step_code = np.searchsorted(sg.keys, step)
     width = int(turn.max()) + 1
     cell = step_code * width + turn
     size = len(sg) * width
 
-    def by_cell(weights=None):
+    def by_cell(weights: np.ndarray | None = None) -> np.ndarray:
         return np.bincount(cell, weights=weights, minlength=size).reshape(len(sg), width)
 
     cnt = by_cell()
@@ -276,7 +309,6 @@ def _from_turns(data: TraceData, include_validation: bool, out: dict) -> None:
     lcnt = by_cell(has_lat.astype(np.float64))
     ptot, ctot = psum.sum(axis=1), csum.sum(axis=1)
 
-    # latency fit per step, and binned latency over all turns
     step_fits = fit_sums_by_group(step_code, len(sg), prompt, completion, latency)
     total_fit = fit_sums([], [], [])
     for i, e in enumerate(entries):
@@ -294,22 +326,21 @@ def _from_turns(data: TraceData, include_validation: bool, out: dict) -> None:
             latency_fit=solve_fit(fs),
             fit_sums=fs,
         )
-    out["steps"] = entries
-    lat_ok = has_lat
-    out["totals"] = {
-        "latency_by_prompt": {
-            "count": np.bincount(_bin(prompt[lat_ok]), minlength=N_BINS).tolist(),
-            "latency_sum": np.bincount(_bin(prompt[lat_ok]), weights=latency[lat_ok], minlength=N_BINS).tolist(),
-        },
-        "latency_by_completion": {
-            "count": np.bincount(_bin(completion[lat_ok]), minlength=N_BINS).tolist(),
-            "latency_sum": np.bincount(_bin(completion[lat_ok]), weights=latency[lat_ok], minlength=N_BINS).tolist(),
-        },
-        "fit_sums": total_fit,
+    return total_fit
+
+
+def _latency_bins(tokens: np.ndarray, latency: np.ndarray) -> dict:
+    """Turns counted and their latency summed per token-count bin."""
+    bins = _bin(tokens)
+    return {
+        "count": np.bincount(bins, minlength=N_BINS).tolist(),
+        "latency_sum": np.bincount(bins, weights=latency, minlength=N_BINS).tolist(),
     }
 
 
-def _by_turn(cnt, psum, csum, osum, lsum, lcnt) -> dict:
+def _by_turn(
+    cnt: np.ndarray, psum: np.ndarray, csum: np.ndarray, osum: np.ndarray, lsum: np.ndarray, lcnt: np.ndarray
+) -> dict:
     with np.errstate(divide="ignore", invalid="ignore"):
         return {
             "turn": list(range(len(cnt))),
@@ -327,8 +358,8 @@ def _by_turn(cnt, psum, csum, osum, lsum, lcnt) -> dict:
         }
 
 
-def _add_padded(lists) -> np.ndarray:
-    lists = [np.asarray(x, dtype=np.float64) for x in lists if x is not None]
+def _add_padded(items: Iterable[npt.ArrayLike | None]) -> np.ndarray:
+    lists = [np.asarray(x, dtype=np.float64) for x in items if x is not None]
     if not lists:
         return np.zeros(0)
     out = np.zeros(max(len(x) for x in lists))

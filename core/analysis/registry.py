@@ -17,17 +17,18 @@ Entry points for the worker:
   `run_analysis_chunked(kind, chunks, params)` does all three in one process.
   Every analysis is per step, and its summary is rebuilt from per-step entries (plus
   additive totals), so the chunked result equals the direct one.
-- `DEFAULT_ANALYSES` and `default_analyses(available)`: the kinds run automatically when
-  a trace becomes ready, given which tables/columns it has.
+- `default_analyses(available)`: the kinds run automatically when a trace becomes ready
+  (`default`), given which tables/columns it has.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
+import numpy.typing as npt
 
 from core.analysis import (
     data_efficiency,
@@ -56,8 +57,15 @@ class AnalysisSpec:
     reduce_params: tuple[str, ...] = ()
     # any one of these {table: columns} makes the analysis applicable (empty: use `required`)
     any_of: tuple[dict[str, tuple[str, ...]], ...] = field(default=())
+    # queued automatically when a trace becomes ready (if applicable)
+    default: bool = True
+    # its per-step figures join the live step series (GET /traces/{id}/series)
+    live_series: bool = False
+    # {parameter: (table, column)}: a parameter every step-range part must share, fixed
+    # when not given from the whole trace as max(column) + 1 (e.g. the DP size)
+    shared_params: dict[str, tuple[str, str]] = field(default_factory=dict)
 
-    def applicable(self, available: dict[str, set[str] | list[str] | tuple[str, ...]]) -> bool:
+    def applicable(self, available: Mapping[str, Collection[str]]) -> bool:
         """Whether a trace with `available` {table: columns} (non-empty tables only) fits."""
 
         def has(req: dict) -> bool:
@@ -67,7 +75,7 @@ class AnalysisSpec:
             return any(has(req) for req in self.any_of)
         return has(self.required)
 
-    def missing_columns(self, available: dict[str, set[str] | list[str] | tuple[str, ...]]) -> list[list]:
+    def missing_columns(self, available: Mapping[str, Collection[str]]) -> list[list]:
         """What a trace with `available` lacks: per alternative, its missing (table, column)s."""
         options = self.any_of or (self.required,)
         return [
@@ -75,7 +83,7 @@ class AnalysisSpec:
             for req in options
         ]
 
-    def missing(self, available: dict[str, set[str] | list[str] | tuple[str, ...]]) -> str:
+    def missing(self, available: Mapping[str, Collection[str]]) -> str:
         """What a trace with `available` lacks for this analysis, as `table.column`s."""
         wants = [" and ".join(f"{t}.{c}" for t, c in alt) or "nothing" for alt in self.missing_columns(available)]
         return " or ".join(wants)
@@ -108,6 +116,7 @@ ANALYSES: dict[str, AnalysisSpec] = {
         defaults={"engine_key": "dp_rank", "tail_fraction": 0.1, "include_validation": False},
         run=longtail.analyze_longtail,
         reduce=longtail.reduce_longtail,
+        live_series=True,
     ),
     "imbalance": AnalysisSpec(
         kind="imbalance",
@@ -123,6 +132,8 @@ ANALYSES: dict[str, AnalysisSpec] = {
         },
         run=imbalance.analyze_imbalance,
         reduce=imbalance.reduce_imbalance,
+        live_series=True,
+        shared_params={"dp_size": ("samples", "dp_rank")},
     ),
     "latency": AnalysisSpec(
         kind="latency",
@@ -142,6 +153,7 @@ ANALYSES: dict[str, AnalysisSpec] = {
         defaults={"reward_phase": "reward", "include_validation": False},
         run=latency.analyze_latency,
         reduce=latency.reduce_latency,
+        live_series=True,
     ),
     "multiturn": AnalysisSpec(
         kind="multiturn",
@@ -168,6 +180,7 @@ ANALYSES["data_efficiency"] = AnalysisSpec(
     defaults={"include_validation": False},
     run=data_efficiency.analyze_data_efficiency,
     reduce=data_efficiency.reduce_data_efficiency,
+    live_series=True,
 )
 
 ANALYSES["reward_length"] = AnalysisSpec(
@@ -196,22 +209,10 @@ ANALYSES["gpu_timeline"] = AnalysisSpec(
     reduce=None,
 )
 
-# Run automatically when a trace becomes ready (each only if `applicable`).
-DEFAULT_ANALYSES = (
-    "lengths",
-    "longtail",
-    "imbalance",
-    "latency",
-    "multiturn",
-    "data_efficiency",
-    "reward_length",
-    "gpu_timeline",
-)
 
-
-def default_analyses(available: dict[str, set[str] | list[str] | tuple[str, ...]]) -> list[str]:
+def default_analyses(available: Mapping[str, Collection[str]]) -> list[str]:
     """The default kinds that fit a trace having `available` {table: columns}."""
-    return [k for k in DEFAULT_ANALYSES if ANALYSES[k].applicable(available)]
+    return [k for k, spec in ANALYSES.items() if spec.default and spec.applicable(available)]
 
 
 # Integer parameters whose default is None (inferred): when given, integers >= 1.
@@ -220,7 +221,7 @@ PARAM_INT_MAX = 2**31 - 1
 PARAM_STR_MAX = 200
 
 
-def _check_param(key: str, value, default):
+def _check_param(key: str, value: object, default: object) -> object:
     """A parameter of the type of its default, within what the store and the analyses
     hold (ValueError naming params.<key>)."""
     where = f"params.{key}"
@@ -278,21 +279,17 @@ def reduce_results(kind: str, partials: list[dict], params: dict | None = None) 
 
 
 def global_params(kind: str, chunks: list[TraceData], params: dict | None = None) -> dict:
-    """Parameters every chunk must share, fixed from all chunks before they run.
-
-    imbalance: dp_size = highest dp_rank + 1 over the whole trace (a chunk missing the
-    top rank would otherwise size its ranks differently). A Celery chord gets the same
-    from one `SELECT max(dp_rank)` and passes it in params.
-    """
+    """Parameters every chunk must share (the spec's `shared_params`), fixed from all
+    chunks before they run: a chunk missing the top DP rank would otherwise size its
+    ranks differently. A Celery chord gets the same from one `SELECT max(column)`."""
     full = dict(params or {})
-    if kind == "imbalance" and not full.get("dp_size"):
-        tops = [
-            int(np.max(c.samples.dp_rank))
-            for c in chunks
-            if c.samples is not None and c.samples.dp_rank is not None and len(c.samples)
-        ]
+    for name, (table, column) in _spec(kind).shared_params.items():
+        if full.get(name):
+            continue
+        cols = [getattr(getattr(c, table), column, None) for c in chunks if getattr(c, table) is not None]
+        tops = [int(np.max(col)) for col in cols if col is not None and len(col)]
         if tops:
-            full["dp_size"] = max(tops) + 1
+            full[name] = max(tops) + 1
     return full
 
 
@@ -302,7 +299,7 @@ def run_analysis_chunked(kind: str, chunks: list[TraceData], params: dict | None
     return reduce_results(kind, [run_analysis(kind, c, shared) for c in chunks], shared)
 
 
-def chunk_ranges(steps, n_chunks: int) -> list[tuple[int, int]]:
+def chunk_ranges(steps: npt.ArrayLike, n_chunks: int) -> list[tuple[int, int]]:
     """Half-open step ranges [lo, hi) splitting the trace's distinct steps into chunks."""
     return step_ranges(np.unique(np.asarray(steps)), n_chunks)
 

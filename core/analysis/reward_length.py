@@ -90,7 +90,15 @@ def _share(mask: np.ndarray) -> float | None:
     return float(mask.mean()) if len(mask) else None
 
 
-def _step_row(step, length, reward, repeat, fraction, no_reward_at, min_samples) -> dict:
+def _step_row(
+    step: int,
+    length: np.ndarray,
+    reward: np.ndarray,
+    repeat: np.ndarray | None,
+    fraction: float,
+    no_reward_at: float,
+    min_samples: int,
+) -> dict:
     n = len(length)
     k = max(1, math.ceil(fraction * n))
     cut = np.sort(length)[n - k]
@@ -117,7 +125,7 @@ def _step_row(step, length, reward, repeat, fraction, no_reward_at, min_samples)
     return row
 
 
-def _bucket_rows(step, length, reward, no_reward_at) -> list[dict]:
+def _bucket_rows(step: int, length: np.ndarray, reward: np.ndarray, no_reward_at: float) -> list[dict]:
     index = bucket_of(length)
     rows = []
     for b in np.unique(index).tolist():
@@ -137,7 +145,7 @@ def _bucket_rows(step, length, reward, no_reward_at) -> list[dict]:
     return rows
 
 
-def _finish(steps: list[dict], buckets: list[dict], fraction, no_reward_at, min_samples) -> dict:
+def _finish(steps: list[dict], buckets: list[dict], fraction: float, no_reward_at: float, min_samples: int) -> dict:
     steps = sorted(steps, key=lambda r: r["step"])
     eligible = [r for r in steps if not r["partial"]]
 

@@ -12,6 +12,7 @@ import itertools
 import math
 
 import numpy as np
+import numpy.typing as npt
 
 from core.analysis.grouping import group_blocks
 
@@ -107,7 +108,7 @@ def grouped_distribution_stats(
 _BLOCK_ROWS = 1 << 20
 
 
-def _stats_block(values: np.ndarray, st: np.ndarray, n: np.ndarray, cap) -> list[list]:
+def _stats_block(values: np.ndarray, st: np.ndarray, n: np.ndarray, cap: float | None) -> list[list]:
     """The distribution_stats fields (as lists, one value per group) of tiled, non-empty,
     sorted groups."""
     v = values.astype(np.float64)
@@ -131,7 +132,9 @@ def _stats_block(values: np.ndarray, st: np.ndarray, n: np.ndarray, cap) -> list
     return [x.tolist() for x in (n, total, mean, std, cv, lo, *pct.T, hi, tail, skew)] + [trunc]
 
 
-def count_at_least(sorted_values: np.ndarray, starts: np.ndarray, counts: np.ndarray, threshold) -> np.ndarray:
+def count_at_least(
+    sorted_values: np.ndarray, starts: np.ndarray, counts: np.ndarray, threshold: npt.ArrayLike
+) -> np.ndarray:
     """Per group of values sorted within groups: how many are >= `threshold` (a scalar or
     one value per group)."""
     v = np.asarray(sorted_values)
@@ -157,7 +160,7 @@ def _group_rows(starts: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.
     return code, rows
 
 
-def _tiled(v: np.ndarray, starts, counts) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _tiled(v: np.ndarray, starts: npt.ArrayLike, counts: npt.ArrayLike) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(values, starts, counts) with the groups back to back from row 0 (a copy only when
     the groups do not already tile `v`)."""
     starts = np.asarray(starts, dtype=np.int64)
@@ -169,7 +172,7 @@ def _tiled(v: np.ndarray, starts, counts) -> tuple[np.ndarray, np.ndarray, np.nd
     return v[rows], new_starts, counts
 
 
-def _sorted_percentiles(v: np.ndarray, starts: np.ndarray, counts: np.ndarray, qs) -> np.ndarray:
+def _sorted_percentiles(v: np.ndarray, starts: np.ndarray, counts: np.ndarray, qs: npt.ArrayLike) -> np.ndarray:
     """(groups, len(qs)) percentiles of non-empty sorted groups, as np.percentile does:
     virtual index (n-1)*q, neighbours floor/floor+1 (both the last at or past the end),
     and its lerp a + (b-a)*g, or b - (b-a)*(1-g) when g >= 0.5."""
@@ -210,7 +213,7 @@ def grouped_log_histogram(sorted_values: np.ndarray, starts: np.ndarray, counts:
     return np.bincount(code * n_bins + idx, minlength=len(counts) * n_bins).reshape(len(counts), n_bins)
 
 
-def ratio(a, b):
+def ratio(a: float | None, b: float | None) -> float | None:
     """a / b as a float, None when b is zero or either is unknown."""
     if a is None or b is None:
         return None
@@ -220,19 +223,19 @@ def ratio(a, b):
     return a / b
 
 
-def trend(x, y) -> dict:
+def trend(x: npt.ArrayLike, y: npt.ArrayLike) -> dict:
     """Least-squares line through (x, y) and the change it implies.
 
     slope (per unit of x), intercept, r2, first/last (the observed y at the smallest and
     largest x), relative_change = (last - first) / first, and fitted_relative_change =
     (fit(x_last) - fit(x_first)) / fit(x_first), less sensitive to one noisy step.
     """
-    x = np.asarray(x, dtype=np.float64)
-    y = np.asarray(y, dtype=np.float64)
-    ok = np.isfinite(x) & np.isfinite(y)
-    x, y = x[ok], y[ok]
+    xs = np.asarray(x, dtype=np.float64)
+    ys = np.asarray(y, dtype=np.float64)
+    ok = np.isfinite(xs) & np.isfinite(ys)
+    xs, ys = xs[ok], ys[ok]
     out: dict[str, float | None] = {
-        "n": int(len(x)),
+        "n": int(len(xs)),
         "slope": None,
         "intercept": None,
         "r2": None,
@@ -241,21 +244,21 @@ def trend(x, y) -> dict:
         "relative_change": None,
         "fitted_relative_change": None,
     }
-    if len(x) == 0:
+    if len(xs) == 0:
         return out
-    order = np.argsort(x, kind="stable")
-    x, y = x[order], y[order]
-    out["first"], out["last"] = float(y[0]), float(y[-1])
-    out["relative_change"] = ratio(y[-1] - y[0], y[0])
-    if len(x) < 2 or x[-1] == x[0]:
+    order = np.argsort(xs, kind="stable")
+    xs, ys = xs[order], ys[order]
+    out["first"], out["last"] = float(ys[0]), float(ys[-1])
+    out["relative_change"] = ratio(ys[-1] - ys[0], ys[0])
+    if len(xs) < 2 or xs[-1] == xs[0]:
         return out
-    xm, ym = x.mean(), y.mean()
-    sxx = float(((x - xm) ** 2).sum())
-    slope = float(((x - xm) * (y - ym)).sum() / sxx)
+    xm, ym = xs.mean(), ys.mean()
+    sxx = float(((xs - xm) ** 2).sum())
+    slope = float(((xs - xm) * (ys - ym)).sum() / sxx)
     intercept = float(ym - slope * xm)
-    resid = y - (intercept + slope * x)
-    syy = float(((y - ym) ** 2).sum())
+    resid = ys - (intercept + slope * xs)
+    syy = float(((ys - ym) ** 2).sum())
     out.update(slope=slope, intercept=intercept, r2=(1.0 - float((resid**2).sum()) / syy) if syy > 0 else None)
-    f0, f1 = intercept + slope * x[0], intercept + slope * x[-1]
+    f0, f1 = intercept + slope * xs[0], intercept + slope * xs[-1]
     out["fitted_relative_change"] = ratio(f1 - f0, f0) if f0 > 0 else None
     return out

@@ -11,15 +11,16 @@ reading only the columns `registry.ANALYSES[kind].tables` names.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Self
 
 import numpy as np
 
 # --------------------------------------------------------------------------- tables
 
 
-def _present(x) -> bool:
+def _present(x: object) -> bool:
     return x is not None
 
 
@@ -35,7 +36,7 @@ class _Columns:
         return 0 if first is None else len(first)
 
     @classmethod
-    def from_columns(cls, columns: dict[str, Any]):
+    def from_columns(cls, columns: dict[str, Any]) -> Self:
         """Build from a column dict, keeping known columns and ignoring the rest."""
         kwargs = {}
         for f in fields(cls):
@@ -51,7 +52,7 @@ class _Columns:
             raise ValueError(f"{cls.__name__}: columns have different lengths {sorted(lengths)}")
         return out
 
-    def take(self, index):
+    def take(self, index: np.ndarray) -> Self:
         """Rows selected by a boolean mask or an index array (optional columns stay None)."""
         return type(self)(
             **{f.name: (None if getattr(self, f.name) is None else getattr(self, f.name)[index]) for f in fields(self)}
@@ -156,6 +157,10 @@ class StepColumns(_Columns):
         return out
 
 
+# The measured per-step durations (seconds) framework logs can carry: StepColumns' t_* fields.
+STEP_TIMING_COLUMNS = tuple(f.name for f in fields(StepColumns) if f.name.startswith("t_"))
+
+
 @dataclass
 class GpuEventColumns(_Columns):
     """GPU events of a Kineto trace, in trace order (see backend/formats/kineto.py).
@@ -217,7 +222,7 @@ class TraceData:
         gpu_trace: Any = None,
     ) -> TraceData:
         """From {table: {column: array}}; unknown tables and columns are ignored."""
-        kwargs = {
+        kwargs: dict[str, Any] = {
             name: klass.from_columns(tables[name])
             for name, klass in TABLE_CLASSES.items()
             if tables.get(name) is not None
@@ -241,7 +246,7 @@ class TraceData:
 
     def select_steps(self, lo: int, hi: int) -> TraceData:
         """The rows with lo <= step < hi, in every table."""
-        chosen = {
+        chosen: dict[str, Any] = {
             name: t.take((t.step_column() >= lo) & (t.step_column() < hi))
             for name, t in self.tables().items()
             if t.by_step
@@ -253,7 +258,7 @@ class TraceData:
         return [self.select_steps(lo, hi) for lo, hi in step_ranges(self.step_values(), n_chunks)]
 
 
-def step_ranges(steps: np.ndarray, n_chunks: int) -> list[tuple[int, int]]:
+def step_ranges(steps: np.ndarray | Sequence[int], n_chunks: int) -> list[tuple[int, int]]:
     """Half-open [lo, hi) step ranges covering `steps` (sorted distinct) in n_chunks pieces."""
     steps = np.asarray(steps)
     if len(steps) == 0:

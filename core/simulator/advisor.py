@@ -1,18 +1,29 @@
-"""Configuration advisor: sweep layouts and policies on one GPU budget, rank them by
-predicted step time (with intervals), and say which wins on which steps.
+"""Configuration advisor: sweep layouts, policies and their parameters on one GPU
+budget, rank them by predicted step time (with intervals), say which wins on which steps
+and why.
 
 Swept (`default_grid`): rollout TP (powers of two whose GPUs hold the weights), the
 rollout share of the budget for disaggregated policies (1/4, 1/2, 3/4; colocated ones
-use the whole cluster for both), policy (every registered kind), DP balancing (none,
-kk; the streaming policies with none only) and engine concurrency (the calibrated or
-configured limit, and 256 running sequences with the KV cache from memory).
+use the whole cluster for both), policy (every registered kind) with every combination
+of its parameters' sweep values (`param_sweep`: each parameter's default and the values
+its declaration lists in `grid`, combinations that replay another kind left out), DP
+balancing (none, kk; the streaming policies with none only) and engine concurrency (the
+calibrated or configured limit, and 256 running sequences with the KV cache from memory).
+The grid stays bounded: at most `MAX_PARAM_COMBOS` parameter combinations per policy (a
+declaration with more is an error), so at most 3 TPs x 3 shares x 8 x 2 x 2 per policy.
 
 Engine coefficients: calibrated ones (per replica, at the calibrated TP) are carried
 to another TP by the roofline's ratio of the two TPs, field by field; without a
-calibration, the roofline's. Intervals: the Monte-Carlo runs of the calibrated noise
-(`core.simulator.uncertainty`) on each layout's batch rollout, shifted onto the step
-time where the rollout is on the step's critical path (colocated policies; disaggregated
-steps whose rollout is longer than training), else the deterministic step time.
+calibration, the roofline's. Intervals, with the calibrated noise
+(`core.simulator.uncertainty`): where the step is a batch rollout on the step's critical
+path (colocated batch-rollout policies; disaggregated steps whose rollout is longer than
+training), the Monte-Carlo runs of that batch rollout shifted onto the step time; every
+other configuration is replayed itself `policy_runs` times with its requests perturbed
+(`core.simulator.replay_mc`). Without a noise model, the deterministic step time.
+
+Why: every configuration's gain over the reference — the best `sync` configuration (the
+slowest one without sync in the grid) — is split by cause with `explain` (GPU-seconds per
+idle cause, overhead and work), and the cause that moves the most is named.
 
 Work is split by rollout layout across processes; within one, every policy and
 balancing mode reuses the same batch rollouts (`simulate(..., rollout_cache=...)`).
@@ -23,20 +34,54 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 
 import numpy as np
 
-from core.simulator.calibration import partial_steps
+from core.simulator.calibration import Calibration, partial_steps
 from core.simulator.config import GPU_PRESETS, ClusterConfig, EngineLimits, GpuSpec, ModelConfig, Policy
-from core.simulator.policies import POLICIES
+from core.simulator.explain import digest, explain_digests
+from core.simulator.policies import POLICIES, PolicySpec
 from core.simulator.policies.base import Env
 from core.simulator.predictor import COEFFICIENT_FIELDS, EngineCoefficients, roofline_coefficients
+from core.simulator.replay_mc import DEFAULT_RUNS, monte_carlo_replay
+from core.simulator.result import SimResult, StepResult
 from core.simulator.simulate import simulate
 from core.simulator.uncertainty import NoiseModel, monte_carlo, request_latencies
 from core.simulator.workload import StepWorkload
 
 ROLLOUT_SHARES = (0.25, 0.5, 0.75)
+MAX_PARAM_COMBOS = 8
+
+
+def param_sweep(spec: PolicySpec) -> list[dict]:
+    """The parameter combinations the advisor tries for a policy: the product of each
+    swept parameter's default and declared `grid` values (the defaults first), minus
+    those making the policy replay another kind; [{}] without swept parameters."""
+    names, values = [], []
+    for info in spec.param_infos:
+        if info.grid:
+            names.append(info.name)
+            values.append(list(dict.fromkeys((info.default, *info.grid))))
+    combos = [dict(zip(names, vals, strict=True)) for vals in itertools.product(*values)]
+    if len(combos) > MAX_PARAM_COMBOS:
+        raise ValueError(f"policy {spec.kind}: {len(combos)} swept parameter combinations, at most {MAX_PARAM_COMBOS}")
+    return [c for i, c in enumerate(combos) if i == 0 or spec.equivalent_to(spec.resolve(c)) is None]
+
+
+def policy_label(kind: str, params: dict) -> str:
+    """`partial(over_provision=1.5)`: a policy with the swept parameters it runs with."""
+    if not params:
+        return kind
+    shown = ", ".join(f"{k}={_value(v)}" for k, v in params.items())
+    return f"{kind}({shown})"
+
+
+def _value(v: object) -> str:
+    if isinstance(v, bool) or v is None:
+        return "null" if v is None else str(v).lower()
+    return f"{v:g}" if isinstance(v, float) else str(v)
 
 
 def _tps(model: ModelConfig, gpu: GpuSpec, budget: int) -> list[int]:
@@ -57,8 +102,9 @@ def default_grid(
     balancing: tuple[str, ...] = ("none", "kk"),
     concurrency: tuple[int | None, ...] = (None, 256),
 ) -> list[dict]:
-    """Configurations: {label, policy, balancing, rollout_replicas, rollout_tp, train_dp,
-    max_running_seqs (None: the calibrated / configured limits)}."""
+    """Configurations: {label, policy, params (the swept ones), balancing,
+    rollout_replicas, rollout_tp, train_dp, max_running_seqs (None: the calibrated /
+    configured limits)}."""
     gpu = GPU_PRESETS[gpu] if isinstance(gpu, str) else gpu
     grid = []
     for kind, spec in POLICIES.items():
@@ -79,10 +125,12 @@ def default_grid(
             if (replicas, tp, train) in seen:
                 continue
             seen.add((replicas, tp, train))
-            for bal, conc in itertools.product(balancing if spec.batch_rollouts else ("none",), concurrency):
+            modes = itertools.product(param_sweep(spec), balancing if spec.batch_rollouts else ("none",), concurrency)
+            for params, bal, conc in modes:
                 grid.append(
                     {
                         "policy": kind,
+                        "params": params,
                         "balancing": bal,
                         "rollout_replicas": replicas,
                         "rollout_tp": tp,
@@ -101,7 +149,7 @@ def label(c: dict) -> str:
     n = c.get("max_running_seqs")
     conc = "running seqs as calibrated" if n is None else f"max {n} running seqs"
     return (
-        f"{c['policy']} | rollout {c['rollout_replicas']}xTP{c['rollout_tp']} | train DP{c['train_dp']} "
+        f"{policy_label(c['policy'], c.get('params') or {})} | rollout {c['rollout_replicas']}xTP{c['rollout_tp']} | train DP{c['train_dp']} "
         f"| {c['balancing']} balancing | {conc}"
     )
 
@@ -138,28 +186,16 @@ def _run_layout(task: tuple) -> list[dict]:
     steps: list[StepWorkload] = st["steps"]
     model: ModelConfig = st["model"]
     base: ClusterConfig = st["cluster"]
-    limits: EngineLimits = st["limits"]
-    if conc is not None:
-        limits = EngineLimits(max_running_seqs=conc)
-    noise: NoiseModel | None = st["noise"]
+    limits: EngineLimits = st["limits"] if conc is None else EngineLimits(max_running_seqs=conc)
     probe = dataclasses.replace(base, rollout_replicas=replicas, rollout_tp=tp)
     coeffs = transfer_coefficients(st["coefficients"], st["cal_cluster"], probe, model)
-    # Monte-Carlo of each step's batch rollout on this layout
-    mc: dict[int, np.ndarray] = {}
-    det_roll: dict[int, float] = {}
-    if noise is not None:
-        env = Env(probe, model, limits, Policy(), coeffs, limits.kv_capacity(probe, model))
-        for w in steps:
-            lat, gap, owner, duration = request_latencies(env, w)
-            det_roll[w.step] = duration
-            mc[w.step] = monte_carlo(lat, gap, owner, w.n_samples, noise, n_runs=st["n_runs"], seed=st["seed"])["runs"]
+    batch_mc = _batch_monte_carlo(probe, limits, coeffs)
     cache: dict = {}
     out = []
     for c in configs:
-        cluster = dataclasses.replace(base, rollout_replicas=replicas, rollout_tp=tp, train_dp=c["train_dp"])
+        cluster = dataclasses.replace(probe, train_dp=c["train_dp"])
         spec = POLICIES[c["policy"]]
-        batch = spec.batch_rollouts
-        policy = Policy(kind=c["policy"], balancing=c["balancing"])
+        policy = Policy(kind=c["policy"], balancing=c["balancing"], params=dict(c.get("params") or {}))
         r = simulate(
             steps,
             cluster,
@@ -167,22 +203,66 @@ def _run_layout(task: tuple) -> list[dict]:
             limits,
             policy,
             coefficients=coeffs,
-            rollout_cache=cache if batch else None,
+            rollout_cache=cache if spec.batch_rollouts else None,
         )
-        serial = not spec.disaggregated
-        rows = []
-        for s in r.steps:
-            roll = s.stages.get("rollout", 0.0)
-            train = sum(v for k, v in s.stages.items() if k != "rollout")
-            runs = mc.get(s.step)
-            if runs is not None and batch and (serial or roll >= train):
-                shifted = s.step_time + (runs - det_roll[s.step])
-                q = (float(shifted.mean()), float(np.percentile(shifted, 10)), float(np.percentile(shifted, 90)))
-            else:
-                q = (s.step_time, s.step_time, s.step_time)
-            rows.append({"step": s.step, "mean": q[0], "p10": q[1], "p90": q[2], "deterministic": s.step_time})
-        out.append({**c, "steps": rows, "unused_gpus": r.unused_gpus})
+        replayed = None
+        if st["noise"] is not None and not _shifted_everywhere(spec, r, batch_mc):
+            replayed = monte_carlo_replay(
+                steps,
+                cluster,
+                model,
+                limits,
+                policy,
+                st["noise"],
+                coefficients=coeffs,
+                n_runs=st["policy_runs"],
+                seed=st["seed"],
+            )["steps"]
+        rows = [_step_row(spec, s, batch_mc, replayed) for s in r.steps]
+        out.append({**c, "steps": rows, "unused_gpus": r.unused_gpus, "digest": digest(r)})
     return out
+
+
+def _batch_monte_carlo(probe: ClusterConfig, limits: EngineLimits, coeffs: EngineCoefficients) -> dict:
+    """{step: (deterministic batch rollout seconds, its Monte-Carlo runs)} on this layout
+    ({} without a noise model)."""
+    st = _STATE
+    noise: NoiseModel | None = st["noise"]
+    if noise is None:
+        return {}
+    env = Env(probe, st["model"], limits, Policy(), coeffs, limits.kv_capacity(probe, st["model"]))
+    out = {}
+    for w in st["steps"]:
+        lat, gap, owner, duration = request_latencies(env, w)
+        runs = monte_carlo(lat, gap, owner, w.n_samples, noise, n_runs=st["n_runs"], seed=st["seed"])["runs"]
+        out[w.step] = (duration, runs)
+    return out
+
+
+def _on_critical_path(spec: PolicySpec, s: StepResult) -> bool:
+    """The step's batch rollout decides its time: colocated, or longer than training."""
+    roll = s.stages.get("rollout", 0.0)
+    train = sum(v for k, v in s.stages.items() if k != "rollout")
+    return spec.batch_rollouts and (not spec.disaggregated or roll >= train)
+
+
+def _shifted_everywhere(spec: PolicySpec, r: SimResult, batch_mc: dict) -> bool:
+    return all(s.step in batch_mc and _on_critical_path(spec, s) for s in r.steps)
+
+
+def _step_row(spec: PolicySpec, s: StepResult, batch_mc: dict, replayed: dict | None) -> dict:
+    """One step's mean / P10 / P90: the policy's own Monte-Carlo replay, else the batch
+    rollout's runs shifted onto the step time, else the deterministic time."""
+    if replayed is not None and s.step in replayed:
+        q = replayed[s.step]
+        mean, p10, p90 = q["mean"], q["p10"], q["p90"]
+    elif s.step in batch_mc and _on_critical_path(spec, s):
+        duration, runs = batch_mc[s.step]
+        shifted = s.step_time + (runs - duration)
+        mean, p10, p90 = float(shifted.mean()), float(np.percentile(shifted, 10)), float(np.percentile(shifted, 90))
+    else:
+        mean = p10 = p90 = s.step_time
+    return {"step": s.step, "mean": mean, "p10": p10, "p90": p90, "deterministic": s.step_time}
 
 
 # --------------------------------------------------------------------------- the sweep
@@ -194,17 +274,20 @@ def advise(
     n_gpus: int,
     model: ModelConfig,
     *,
-    calibration=None,
+    calibration: Calibration | None = None,
     noise: NoiseModel | None = None,
     limits: EngineLimits | None = None,
     grid: list[dict] | None = None,
     workers: int = 2,
     n_runs: int = 200,
+    policy_runs: int = DEFAULT_RUNS,
     seed: int = 0,
-    progress=None,
+    progress: Callable[[float, str], None] | None = None,
 ) -> dict:
     """Rank the `grid` (default `default_grid`) by mean predicted step time over the
-    non-partial steps; per-step winners grouped into step ranges."""
+    steps (`rank`); per-step winners grouped into step ranges; each configuration's
+    gain over the reference explained by cause. `n_runs`: Monte-Carlo runs of a batch
+    rollout; `policy_runs`: replays of a configuration that is not one batch rollout."""
     report = progress or (lambda f, m: None)
     gpu_spec = GPU_PRESETS[gpu] if isinstance(gpu, str) else gpu
     base = ClusterConfig(gpu=gpu_spec, n_gpus=n_gpus)
@@ -224,6 +307,7 @@ def advise(
         "coefficients": calibration.coefficients if calibration is not None else None,
         "cal_cluster": calibration.cluster if calibration is not None else None,
         "n_runs": n_runs,
+        "policy_runs": policy_runs,
         "seed": seed,
     }
     tasks = sorted(by_layout.items(), key=lambda kv: -len(kv[1]))
@@ -247,21 +331,75 @@ def advise(
 
 
 def rank(results: list[dict], partial: set[int]) -> dict:
-    """The ranking (mean over non-partial steps) and who wins where."""
+    """The ranking with intervals, who wins where, and why (each configuration's gain
+    over the reference by cause).
+
+    Ranked by the mean step time over every step (the makespan over the step count),
+    partial steps included: a policy that carries samples over (partial, tail_batching,
+    async) moves work into later steps, so a mean over some steps only would favour it
+    for work it has only postponed. `partial` steps are flagged in the per-step winners."""
     for r in results:
-        kept = [s for s in r["steps"] if s["step"] not in partial] or r["steps"]
-        r["step_s"] = {k: float(np.mean([s[k] for s in kept])) for k in ("mean", "p10", "p90", "deterministic")}
+        r["step_s"] = {k: float(np.mean([s[k] for s in r["steps"]])) for k in ("mean", "p10", "p90", "deterministic")}
     ranking = sorted(results, key=lambda r: r["step_s"]["mean"])
     best = ranking[0]
+    ref = _reference(ranking)
     for r in ranking:
         r["vs_best"] = r["step_s"]["mean"] / best["step_s"]["mean"] if best["step_s"]["mean"] > 0 else math.nan
-    # per step: the winner and its margin over the runner-up
-    step_ids = [s["step"] for s in best["steps"]]
+        # intervals overlap: within the noise of the best, not reliably slower
+        r["within_noise_of_best"] = bool(r["step_s"]["p10"] <= best["step_s"]["p90"])
+        r["gain"] = None if r is ref else _gain(ref, r)
+    winners = _per_step_winners(results, partial, [s["step"] for s in best["steps"]])
+    ranges = _ranges(winners, {r["label"]: r["gain"] for r in ranking})
+    why = None if best is ref else explain_digests(ref["digest"], best["digest"], (ref["label"], best["label"]))
+    for r in ranking:
+        r.pop("digest", None)
+    runner_up = ranking[1] if len(ranking) > 1 else None
+    return {
+        "n_configurations": len(results),
+        "partial_steps": sorted(partial),
+        "ranking": ranking,
+        "per_step": winners,
+        "ranges": ranges,
+        "best": best["label"],
+        # the runner-up's interval starts above the best's: the win is not noise
+        "best_is_clear": runner_up is None or runner_up["step_s"]["p10"] > best["step_s"]["p90"],
+        "reference": ref["label"],
+        "why_best": why,
+    }
+
+
+def _reference(ranking: list[dict]) -> dict:
+    """What gains are measured against: the best sync configuration, else the slowest."""
+    return next((r for r in ranking if r["policy"] == "sync"), ranking[-1])
+
+
+def _gain(ref: dict, r: dict) -> dict:
+    """`r` against the reference: speedup of its replay, and the cause that moves its
+    makespan the most in the direction of the difference (`explain`)."""
+    e = explain_digests(ref["digest"], r["digest"], (ref["label"], r["label"]))
+    sign = -1.0 if e["verdict"] == "faster" else 1.0
+    moves = [c for c in e["components"] if c["delta_s"] * sign > 0] if e["verdict"] != "same" else []
+    top = moves[0] if moves else None
+    return {
+        "vs": ref["label"],
+        "speedup": e["speedup"],
+        "saved_s": -e["delta_s"],
+        "verdict": e["verdict"],
+        "cause": top["cause"] if top else None,
+        "phrase": top["phrase"] if top else None,
+        "cause_s": top["delta_s"] if top else 0.0,
+    }
+
+
+def _per_step_winners(results: list[dict], partial: set[int], step_ids: list[int]) -> list[dict]:
+    """Per step: the winner and its margin over the runner-up (among the configurations
+    that report the step)."""
+    by_step = [{s["step"]: s["mean"] for s in r["steps"]} for r in results]
     winners = []
-    for i, step in enumerate(step_ids):
-        order = sorted(results, key=lambda r: r["steps"][i]["mean"])
-        first, second = order[0], order[1] if len(order) > 1 else order[0]
-        t1, t2 = first["steps"][i]["mean"], second["steps"][i]["mean"]
+    for step in step_ids:
+        order = sorted((t[step], i) for i, t in enumerate(by_step) if step in t)
+        (t1, i1), (t2, i2) = order[0], order[1] if len(order) > 1 else order[0]
+        first, second = results[i1], results[i2]
         winners.append(
             {
                 "step": step,
@@ -272,6 +410,11 @@ def rank(results: list[dict], partial: set[int]) -> dict:
                 "margin": (t2 - t1) / t2 if t2 > 0 else 0.0,
             }
         )
+    return winners
+
+
+def _ranges(winners: list[dict], gains: dict[str, dict | None]) -> list[dict]:
+    """Consecutive steps with the same winner, its margins and the cause of its gain."""
     ranges: list[dict] = []
     for w in winners:
         if ranges and ranges[-1]["winner"] == w["winner"]:
@@ -282,11 +425,6 @@ def rank(results: list[dict], partial: set[int]) -> dict:
     for r in ranges:
         m = r.pop("margins")
         r["margin_min"], r["margin_max"] = float(min(m)), float(max(m))
-    return {
-        "n_configurations": len(results),
-        "partial_steps": sorted(partial),
-        "ranking": ranking,
-        "per_step": winners,
-        "ranges": ranges,
-        "best": best["label"],
-    }
+        gain = gains.get(r["winner"])
+        r["cause"] = gain["phrase"] if gain else None
+    return ranges

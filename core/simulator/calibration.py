@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,6 +36,7 @@ from core.simulator.config import ClusterConfig, EngineLimits, ModelConfig, Poli
 from core.simulator.policies.base import Env, rollout_batch
 from core.simulator.predictor import COEFFICIENT_FIELDS, EngineCoefficients, roofline_coefficients
 from core.simulator.training import training_pass
+from core.simulator.uncertainty import NoiseModel
 from core.simulator.workload import StepWorkload
 
 _LOG_LO, _LOG_HI = math.log(1e-15), math.log(1e3)
@@ -101,7 +103,9 @@ def _has_turn_latency(w: StepWorkload) -> bool:
     return lat is not None and bool(np.isfinite(lat).all()) and bool((lat > 0).any())
 
 
-def _env(cluster, model, limits, coeffs, kv: float) -> Env:
+def _env(
+    cluster: ClusterConfig, model: ModelConfig, limits: EngineLimits, coeffs: EngineCoefficients, kv: float
+) -> Env:
     return Env(cluster, model, limits, Policy(), coeffs, kv)
 
 
@@ -150,7 +154,17 @@ def calibrate(
     return Calibration(start, limits, cl_out, ids, "roofline", None, 0, train_mfu=train_mfu)
 
 
-def _fit_turn_latency(fit, cluster, model, limits, start, candidates, max_evaluations, ids, train_mfu) -> Calibration:
+def _fit_turn_latency(
+    fit: list[StepWorkload],
+    cluster: ClusterConfig,
+    model: ModelConfig,
+    limits: EngineLimits,
+    start: EngineCoefficients,
+    candidates: list[EngineLimits] | None,
+    max_evaluations: int,
+    ids: list[int],
+    train_mfu: float | None,
+) -> Calibration:
     if candidates is None:
         every = max(w.n_samples for w in fit)  # every trajectory admitted at once
         candidates = [
@@ -163,7 +177,7 @@ def _fit_turn_latency(fit, cluster, model, limits, start, candidates, max_evalua
     x0 = np.clip(np.log([max(getattr(start, f), 1e-12) for f in COEFFICIENT_FIELDS]), _LOG_LO, _LOG_HI)
     simulations = [0]
 
-    def residual_fn(lim: EngineLimits, kv: float):
+    def residual_fn(lim: EngineLimits, kv: float) -> Callable[[np.ndarray], np.ndarray]:
         def residual(x: np.ndarray) -> np.ndarray:
             simulations[0] += 1
             env = _env(cluster, model, lim, EngineCoefficients(*map(float, np.exp(x))), kv)
@@ -172,7 +186,7 @@ def _fit_turn_latency(fit, cluster, model, limits, start, candidates, max_evalua
 
         return residual
 
-    def solve(lim: EngineLimits, x_start: np.ndarray, tol: float):
+    def solve(lim: EngineLimits, x_start: np.ndarray, tol: float) -> tuple[Any, float]:
         kv = lim.kv_capacity(cluster, model)
         from scipy.optimize import least_squares  # lazy: scipy costs ~1 s of import for every CLI command
 
@@ -181,7 +195,7 @@ def _fit_turn_latency(fit, cluster, model, limits, start, candidates, max_evalua
             x_start,
             bounds=(_LOG_LO, _LOG_HI),
             method="trf",
-            diff_step=1e-3,
+            diff_step=np.full_like(x_start, 1e-3),  # per parameter (the same step for each)
             ftol=tol,
             xtol=tol,
             gtol=tol,
@@ -215,16 +229,16 @@ def _fit_train_mfu(fit: list[StepWorkload], cluster: ClusterConfig, model: Model
     return float(min(1.0, 1.0 / inv)) if inv > 0 else None
 
 
-def _accuracy(pred: float | None, meas: float | None) -> float | None:
+def step_accuracy(pred: float | None, meas: float | None) -> float | None:
     """1 − |pred − meas| / meas, or None when undefined or below 0 (then only the
     relative error is meaningful)."""
-    err = _rel_error(pred, meas)
+    err = relative_error(pred, meas)
     if err is None or abs(err) > 1.0:
         return None
     return float(1.0 - abs(err))
 
 
-def _rel_error(pred: float | None, meas: float | None) -> float | None:
+def relative_error(pred: float | None, meas: float | None) -> float | None:
     """(pred − meas) / meas (signed: > 0 over-predicts)."""
     if pred is None or meas is None or not np.isfinite(pred) or not meas:
         return None
@@ -260,13 +274,13 @@ def figure_row(pred: float | None, meas: float | None, naive: dict[str, float | 
     row: dict = {
         "measured": meas,
         "predicted": pred,
-        "accuracy": _accuracy(pred, meas),
-        "rel_error": _rel_error(pred, meas),
+        "accuracy": step_accuracy(pred, meas),
+        "rel_error": relative_error(pred, meas),
     }
     for name, value in naive.items():
         row[name] = value
-        row[f"{name}_accuracy"] = _accuracy(value, meas)
-        row[f"{name}_rel_error"] = _rel_error(value, meas)
+        row[f"{name}_accuracy"] = step_accuracy(value, meas)
+        row[f"{name}_rel_error"] = relative_error(value, meas)
     if mc is not None:
         row["interval"] = [mc["p10"], mc["p90"]]
         row["covered"] = None if meas is None else bool(mc["p10"] <= meas <= mc["p90"])
@@ -298,7 +312,7 @@ def accuracy_report(
     calibration: Calibration,
     model: ModelConfig,
     *,
-    noise=None,
+    noise: NoiseModel | None = None,
     n_runs: int | None = None,
     seed: int = 0,
     mc_results: dict[int, dict] | None = None,

@@ -20,6 +20,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Callable
+from typing import Protocol
 
 import numpy as np
 
@@ -31,6 +32,12 @@ from core.simulator.shared_queue import SharedQueue
 from core.simulator.workload import StepWorkload
 
 INF = math.inf
+
+
+class RequestNoise(Protocol):
+    """A Monte-Carlo run's perturbation of requests (`request_noise.RequestNoise`)."""
+
+    def scale_decode(self, arr: dict[str, np.ndarray], owner: np.ndarray) -> np.ndarray: ...
 
 
 class RolloutCluster:
@@ -46,8 +53,11 @@ class RolloutCluster:
         shared_queue: bool = False,
         stealing: bool = False,
         spread_groups: bool = False,
+        noise: RequestNoise | None = None,
     ) -> None:
         self.store = RequestStore()
+        # a Monte-Carlo run's perturbation of every request added (None: the replay of means)
+        self.noise = noise
         limits = {"kv_capacity": kv_capacity, "start_time": start_time}
         self.pool: WorkPool | None = None
         self.replicas: list[ReplicaEngine]
@@ -100,10 +110,11 @@ class RolloutCluster:
         a caller key per request; returns the first new request id. Shared-prompt keys
         are made unique within the cluster."""
         prefix: np.ndarray | None = None
-        if self.pool is not None and arr["prefix"].size:
+        if self.pool is not None and arr.get("prefix") is not None and arr["prefix"].size:
             prefix = np.where(arr["prefix"] >= 0, arr["prefix"] + self._prefix_keys, -1)
             self._prefix_keys += int(arr["prefix"].max()) + 1
-        return self.store.add(arr["prefill"], arr["context"], arr["decode"], arr["gap"], arr["next"], owner, prefix)
+        decode = arr["decode"] if self.noise is None else self.noise.scale_decode(arr, np.asarray(owner))
+        return self.store.add(arr["prefill"], arr["context"], decode, arr["gap"], arr["next"], owner, prefix)
 
     def submit(self, rids: np.ndarray, replica: np.ndarray, time: float) -> None:
         """Requests `rids` arrive at `time` at their replicas (order kept)."""
@@ -114,7 +125,7 @@ class RolloutCluster:
         if self.pool is not None:
             self.pool.on_submit()
 
-    def enqueue(self, rids, key: float, time: float) -> int:
+    def enqueue(self, rids: np.ndarray, key: float, time: float) -> int:
         """Requests `rids` arrive at `time` in the shared queue (dynamic dispatch), to be
         served in this order under `key` (`SharedQueue.push`); returns the run's id."""
         return self.enqueue_runs([(rids, key)], time)[0]

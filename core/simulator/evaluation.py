@@ -30,7 +30,7 @@ from core.simulator.calibration import (
 )
 from core.simulator.config import ClusterConfig, EngineLimits, ModelConfig, Policy
 from core.simulator.policies.base import Env
-from core.simulator.uncertainty import fit_noise
+from core.simulator.uncertainty import NoiseModel, fit_noise
 from core.simulator.workload import StepWorkload
 
 DEFAULT_WINDOW = 4
@@ -40,7 +40,7 @@ def _has_measurement(w: StepWorkload) -> bool:
     return measured_figures(w)["rollout_s"] is not None
 
 
-def noise_for(steps: list[StepWorkload], cal: Calibration, model: ModelConfig):
+def noise_for(steps: list[StepWorkload], cal: Calibration, model: ModelConfig) -> NoiseModel | None:
     """The noise model fitted on the calibration's steps (None when they have no
     per-request latencies)."""
     env = Env(cal.cluster, model, cal.limits, Policy(), cal.coefficients, cal.limits.kv_capacity(cal.cluster, model))

@@ -64,12 +64,31 @@ def pool_split(result: Any) -> dict:
     }
 
 
+def digest(result: Any) -> dict:
+    """What `explain` reads of a `SimResult`, small enough to keep for many replays (the
+    advisor keeps one per configuration): policy, budget, makespan, idle seconds by
+    cause, GPU-seconds per component and the pool split."""
+    return {
+        "policy": result.config.get("policy", {}).get("kind"),
+        "n_gpus": result.n_gpus,
+        "makespan": result.makespan,
+        "idle_gpu_s": dict(result.idle_gpu_s),
+        "components": components(result),
+        "split": pool_split(result),
+    }
+
+
 def explain(a: Any, b: Any) -> dict:
     """The `explain` part of `compare(a, b)` (shape in result.py's docstring)."""
-    la, lb = _labels(a, b)
-    ca, cb = components(a), components(b)
-    n_a = a.n_gpus or 1
-    delta = b.makespan - a.makespan
+    return explain_digests(digest(a), digest(b))
+
+
+def explain_digests(a: dict, b: dict, labels: tuple[str, str] | None = None) -> dict:
+    """`explain` of two `digest`s (`labels`: how to name A and B, default their policies)."""
+    la, lb = labels or _labels(a, b)
+    ca, cb = a["components"], b["components"]
+    n_a = a["n_gpus"] or 1
+    delta = b["makespan"] - a["makespan"]
     rows = []
     for c in _ordered(ca, cb):
         va, vb = ca.get(c, 0.0), cb.get(c, 0.0)
@@ -77,23 +96,23 @@ def explain(a: Any, b: Any) -> dict:
             continue
         rows.append(_row(c, va, vb, n_a, a, b))
     rows.sort(key=lambda r: -abs(r["delta_s"]))
-    verdict = _verdict(a.makespan, b.makespan)
+    verdict = _verdict(a["makespan"], b["makespan"])
     out = {
         "definition": DEFINITION,
-        "a": _side(la, a, ca),
-        "b": _side(lb, b, cb),
+        "a": _side(la, a),
+        "b": _side(lb, b),
         "delta_s": delta,
         "verdict": verdict,
-        "speedup": a.makespan / b.makespan if b.makespan > 0 else None,
-        "budget_s": -(b.n_gpus - a.n_gpus) * b.makespan / n_a,
+        "speedup": a["makespan"] / b["makespan"] if b["makespan"] > 0 else None,
+        "budget_s": -(b["n_gpus"] - a["n_gpus"]) * b["makespan"] / n_a,
         "components": rows,
     }
     out["summary"] = _summary(out)
     return out
 
 
-def _labels(a: Any, b: Any) -> tuple[str, str]:
-    ka, kb = (str(r.config.get("policy", {}).get("kind", "?")) for r in (a, b))
+def _labels(a: dict, b: dict) -> tuple[str, str]:
+    ka, kb = (str(d["policy"] or "?") for d in (a, b))
     return (f"{ka} (A)", f"{kb} (B)") if ka == kb else (ka, kb)
 
 
@@ -102,10 +121,10 @@ def _ordered(ca: dict, cb: dict) -> list[str]:
     return [*COMPONENTS, *extra]
 
 
-def _row(c: str, va: float, vb: float, n_a: int, a: Any, b: Any) -> dict:
+def _row(c: str, va: float, vb: float, n_a: int, a: dict, b: dict) -> dict:
     info = CAUSES.get(c)
-    total_a = a.n_gpus * a.makespan or 1.0
-    total_b = b.n_gpus * b.makespan or 1.0
+    total_a = a["n_gpus"] * a["makespan"] or 1.0
+    total_b = b["n_gpus"] * b["makespan"] or 1.0
     return {
         "cause": c,
         "kind": info.kind if info else "work",
@@ -121,19 +140,19 @@ def _row(c: str, va: float, vb: float, n_a: int, a: Any, b: Any) -> dict:
     }
 
 
-def _side(label: str, r: Any, comp: dict[str, float]) -> dict:
-    total = r.n_gpus * r.makespan
-    idle = sum(r.idle_gpu_s.values())
-    lost = {c: v for c, v in comp.items() if c in IDLE_CAUSES or c in OVERHEAD_STAGES}
+def _side(label: str, d: dict) -> dict:
+    total = d["n_gpus"] * d["makespan"]
+    idle = sum(d["idle_gpu_s"].values())
+    lost = {c: v for c, v in d["components"].items() if c in IDLE_CAUSES or c in OVERHEAD_STAGES}
     top = max(lost.items(), key=lambda kv: kv[1], default=None)
     return {
-        "policy": r.config.get("policy", {}).get("kind"),
+        "policy": d["policy"],
         "label": label,
-        "n_gpus": r.n_gpus,
-        "makespan_s": r.makespan,
+        "n_gpus": d["n_gpus"],
+        "makespan_s": d["makespan"],
         "gpu_s": total,
         "idle_fraction": idle / total if total > 0 else 0.0,
-        "split": pool_split(r),
+        "split": d["split"],
         "top_cause": (
             None
             if top is None or top[1] <= 0

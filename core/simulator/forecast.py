@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from core.simulator.calibration import FIGURES, _accuracy, _rel_error, measured_figures
+from core.simulator.calibration import FIGURES, measured_figures, relative_error, step_accuracy
 from core.simulator.policies.base import Env
 from core.simulator.uncertainty import NoiseModel, monte_carlo, request_latencies
 from core.simulator.workload import StepWorkload
@@ -44,7 +44,9 @@ def drift_factor(history: list[StepWorkload], step: int) -> float:
     return float(max(0.2, min(5.0, (icpt + slope * step) / pooled)))
 
 
-def draw_workload(history: list[StepWorkload], step: int, n_groups: int, factor: float, rng) -> StepWorkload:
+def draw_workload(
+    history: list[StepWorkload], step: int, n_groups: int, factor: float, rng: np.random.Generator
+) -> StepWorkload:
     """One workload of `step`: `n_groups` groups resampled from the history, completions
     scaled by `factor` (see the module doc)."""
     pool = [(i, g) for i, w in enumerate(history) for g in range(w.n_groups)]
@@ -125,14 +127,14 @@ def forecast_step(
             "predicted": mean,
             "interval": [p10, p90],
             "covered": None if meas[k] is None else bool(p10 <= meas[k] <= p90),
-            "accuracy": _accuracy(mean, meas[k]),
-            "rel_error": _rel_error(mean, meas[k]),
+            "accuracy": step_accuracy(mean, meas[k]),
+            "rel_error": relative_error(mean, meas[k]),
             "deterministic": float(np.mean([d[i] for d in det])),
-            "deterministic_accuracy": _accuracy(float(np.mean([d[i] for d in det])), meas[k]),
-            "deterministic_rel_error": _rel_error(float(np.mean([d[i] for d in det])), meas[k]),
+            "deterministic_accuracy": step_accuracy(float(np.mean([d[i] for d in det])), meas[k]),
+            "deterministic_rel_error": relative_error(float(np.mean([d[i] for d in det])), meas[k]),
             "naive_previous": prev[k],
-            "naive_previous_accuracy": _accuracy(prev[k], meas[k]),
-            "naive_previous_rel_error": _rel_error(prev[k], meas[k]),
+            "naive_previous_accuracy": step_accuracy(prev[k], meas[k]),
+            "naive_previous_rel_error": relative_error(prev[k], meas[k]),
         }
     out["n_samples"] = {"forecast": int(w.n_samples), "measured": target.n_samples}
     return out

@@ -30,7 +30,9 @@ known when it started).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from itertools import islice
+from typing import Any
 
 from core.simulator.engine import INF, ReplicaEngine
 from core.simulator.requests import RequestStore
@@ -58,7 +60,7 @@ class WorkPool:
     def wake_after(self, t: float) -> float:
         return self.queue.wake_after(t) if self.queue is not None else INF
 
-    def wake(self, time: float, engines) -> None:
+    def wake(self, time: float, engines: Iterable[ReplicaEngine]) -> None:
         """`engines` look for work again at `time`."""
         for e in engines:
             e.wake(time)
@@ -75,7 +77,7 @@ class WorkPool:
         """Requests were bound to replicas."""
         self.maybe_stealable = True
 
-    def on_new_head(self, time: float, skip=None) -> None:
+    def on_new_head(self, time: float, skip: ReplicaEngine | None = None) -> None:
         """The shared queue's head changed (taken, or a new order): replicas that could
         not fit the old head look at the new one."""
         if not self.blocked or (skip in self.blocked and len(self.blocked) == 1):
@@ -141,7 +143,7 @@ class WorkPool:
 class PooledEngine(ReplicaEngine):
     """A replica engine that takes work from its cluster's `WorkPool`."""
 
-    def __init__(self, *args, pool: WorkPool, index: int, **kwargs) -> None:
+    def __init__(self, *args: Any, pool: WorkPool, index: int, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.pool = self.shared = pool
         # admission numbers unique across the cluster: a request preempted here and
@@ -150,7 +152,7 @@ class PooledEngine(ReplicaEngine):
         self.prefixes: set[int] = set()  # shared-prompt keys prefilled here
         self._admitting: set[int] = set()  # keys of the planned prefill iteration
 
-    def _admissible(self) -> tuple[int, int, int, int]:
+    def _admissible(self) -> tuple[int, int, int, int]:  # noqa: C901 -- the pool's admission rule: each branch is one limit it checks
         """Own queue first, then the shared queue (or a steal when both are empty);
         a shared prompt already prefilled here costs nothing."""
         pool = self.shared

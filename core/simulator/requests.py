@@ -49,7 +49,16 @@ class RequestStore:
     def __len__(self) -> int:
         return len(self.prefill)
 
-    def add(self, prefill, context, decode, gap, nxt, owner, prefix=None) -> int:
+    def add(
+        self,
+        prefill: np.ndarray,
+        context: np.ndarray,
+        decode: np.ndarray,
+        gap: np.ndarray,
+        nxt: np.ndarray,
+        owner: np.ndarray,
+        prefix: np.ndarray | None = None,
+    ) -> int:
         """Append requests (arrays of equal length; `nxt` relative to the first added,
         -1 for none; `prefix` shared-prompt keys, default none). Returns the id of the
         first added request."""

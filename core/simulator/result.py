@@ -53,6 +53,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 from types import SimpleNamespace
+from typing import Any
 
 import numpy as np
 
@@ -150,7 +151,7 @@ class SimResult:
         return _json_safe(d)
 
 
-def _json_safe(x):
+def _json_safe(x: Any) -> Any:
     if isinstance(x, dict):
         return {str(k): _json_safe(v) for k, v in x.items()}
     if isinstance(x, (list, tuple)):

@@ -15,6 +15,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections import deque
+from collections.abc import Iterable
 
 INF = math.inf
 
@@ -34,7 +35,7 @@ class SharedQueue:
     def __len__(self) -> int:
         return self._n
 
-    def push(self, rids, key: float, time: float) -> int:
+    def push(self, rids: Iterable[int], key: float, time: float) -> int:
         """Queue `rids` (served in this order) under `key`, arriving at `time`; returns
         the run's id."""
         run = len(self._runs)

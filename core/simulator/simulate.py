@@ -12,6 +12,7 @@ from core.simulator.defaults import unused_gpus, unused_warning
 from core.simulator.parallel_rollouts import prefill_rollouts
 from core.simulator.policies import Env, policy_spec
 from core.simulator.predictor import EngineCoefficients, roofline_coefficients
+from core.simulator.request_noise import RequestNoise
 from core.simulator.result import SimResult, StepResult
 from core.simulator.timeline import step_locator
 from core.simulator.workload import StepWorkload
@@ -42,6 +43,7 @@ def simulate(
     coefficients: EngineCoefficients | None = None,
     rollout_cache: dict | None = None,
     workers: int | None = None,
+    noise: RequestNoise | None = None,
 ) -> SimResult:
     """Replay `workload` (steps in order) and return stage times, timeline and idle split.
 
@@ -50,6 +52,7 @@ def simulate(
     by the caller) lets replays with the same rollout layout share batch rollouts.
     Without one, a big replay of a batch-rollout policy computes its rollouts ahead in
     `workers` processes (default: the CPUs, where forking is safe; 1 = this process).
+    `noise` perturbs every request's length (one Monte-Carlo run, `request_noise`).
     """
     if not workload:
         raise ValueError("workload: no steps to simulate")
@@ -58,7 +61,7 @@ def simulate(
     coeffs = coefficients or roofline_coefficients(cluster, model)
     params = spec.resolve(policy.params)
     kv = limits.kv_capacity(cluster, model)
-    env = Env(cluster, model, limits, policy, coeffs, kv, rollout_cache, params, spec.rollout, workers)
+    env = Env(cluster, model, limits, policy, coeffs, kv, rollout_cache, params, spec.rollout, workers, noise)
     steps_in = list(workload)
     report = progress or (lambda f: None)
     run_progress = report

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import bisect
 from collections import defaultdict
+from collections.abc import Callable
 
 import numpy as np
 
@@ -107,7 +108,7 @@ class TimelineBuilder:
         self,
         busy: list[list[list[float]]],
         tool_gaps: list[list[tuple[float, float]]],
-        step_of,
+        step_of: Callable[[float], int],
         recompute: list[float] | None = None,
     ) -> None:
         """Replicas running across step boundaries: busy intervals (the first
@@ -130,7 +131,7 @@ class TimelineBuilder:
 
     # ------------------------------------------------------------------ other stages
 
-    def _stage_lanes(self, role: str):
+    def _stage_lanes(self, role: str) -> list[tuple[Lane, int]]:
         if self.disaggregated:
             return self.train_lanes if role == "train" else self.rollout_lanes
         return self.train_lanes
@@ -160,7 +161,7 @@ class TimelineBuilder:
 
     # ------------------------------------------------------------------ totals
 
-    def finish(self, makespan: float, step_of) -> tuple[list[Lane], dict, float, dict, dict]:
+    def finish(self, makespan: float, step_of: Callable[[float], int]) -> tuple[list[Lane], dict, float, dict, dict]:
         """Fill unaccounted time from the backgrounds (else the pool's default); returns
         (lanes, idle per cause, busy GPU-seconds, idle per step and cause, busy per step)."""
         for lane in self.lanes:
@@ -185,7 +186,7 @@ class TimelineBuilder:
                     idle_step[step][label] += d
         return lanes, dict(idle), busy, {s: dict(v) for s, v in idle_step.items()}, dict(busy_step)
 
-    def _filled(self, lane: Lane, makespan: float, step_of) -> list[list]:
+    def _filled(self, lane: Lane, makespan: float, step_of: Callable[[float], int]) -> list[list]:
         lane.intervals.sort(key=lambda iv: iv[0])
         bg = self.backgrounds.get(lane.role, [])
         default = DEFAULT_FILL.get(lane.role, "stage_serialisation")
@@ -201,7 +202,9 @@ class TimelineBuilder:
         return filled
 
 
-def _gap(a: float, b: float, bg: list[tuple[float, float, str]], default: str, step_of) -> list[list]:
+def _gap(
+    a: float, b: float, bg: list[tuple[float, float, str]], default: str, step_of: Callable[[float], int]
+) -> list[list]:
     """[a, b) split by the background intervals over it; the rest is `default`."""
     out: list[list] = []
     t = a
@@ -236,7 +239,7 @@ def _busy_segments(lane: Lane, a: float, b: float, tail: float, recompute_left: 
     return max(0.0, recompute_left - (re_end - a))
 
 
-def step_locator(ends: list[float], steps: list[int]):
+def step_locator(ends: list[float], steps: list[int]) -> Callable[[float], int]:
     """t -> the step whose window [previous end, end) contains t."""
     arr = np.asarray(ends, dtype=np.float64)
 

@@ -36,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from core.simulator.policies.base import Env
 from core.simulator.workload import StepWorkload
 
 MC_BATCH = 100
@@ -113,7 +114,7 @@ def noise_from_residuals(sim: np.ndarray, meas: np.ndarray, n_bins: int = 10) ->
     return NoiseModel([float(e) for e in edges], mu, sd, counts)
 
 
-def request_latencies(env, w: StepWorkload) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
+def request_latencies(env: Env, w: StepWorkload) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
     """Deterministic replay of one step's rollout: per request simulated latency, tool
     latency after it and owning sample; and the rollout time."""
     from core.simulator.policies.base import rollout_batch
@@ -124,7 +125,7 @@ def request_latencies(env, w: StepWorkload) -> tuple[np.ndarray, np.ndarray, np.
     return lat, np.nan_to_num(np.asarray(st.gap, dtype=np.float64)), np.asarray(st.owner, dtype=np.int64), ro.duration
 
 
-def fit_noise(steps: list[StepWorkload], env, fit_steps: list[int], n_bins: int = 10) -> NoiseModel | None:
+def fit_noise(steps: list[StepWorkload], env: Env, fit_steps: list[int], n_bins: int = 10) -> NoiseModel | None:
     """Fit the noise on `fit_steps` (their measured per-request engine latencies)."""
     sims, meas = [], []
     for w in steps:
@@ -197,7 +198,7 @@ def monte_carlo(
     return out
 
 
-def monte_carlo_step(env, w: StepWorkload, noise: NoiseModel, *, n_runs: int | None = None, seed: int = 0) -> dict:
+def monte_carlo_step(env: Env, w: StepWorkload, noise: NoiseModel, *, n_runs: int | None = None, seed: int = 0) -> dict:
     """`monte_carlo` of one step's deterministic replay under `env`, plus the
     deterministic figures (`deterministic`)."""
     lat, gap, owner, duration = request_latencies(env, w)

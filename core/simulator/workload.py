@@ -28,19 +28,14 @@ Fields of `StepWorkload` (arrays are numpy, one entry per sample unless noted):
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
-STEP_TIMING_COLUMNS = (
-    "t_gen",
-    "t_reward",
-    "t_old_log_prob",
-    "t_ref",
-    "t_adv",
-    "t_update_actor",
-    "t_step",
-)
+from core.analysis.tables import STEP_TIMING_COLUMNS
 
 
 @dataclass
@@ -100,7 +95,9 @@ class StepWorkload:
         return np.searchsorted(self.group, np.arange(self.n_groups + 1))
 
     @classmethod
-    def from_groups(cls, step: int, prompt_lens, response_lens, **extra) -> StepWorkload:
+    def from_groups(
+        cls, step: int, prompt_lens: npt.ArrayLike, response_lens: Sequence[np.ndarray | Sequence[int]], **extra: Any
+    ) -> StepWorkload:
         """From a prompt length per group and a list of response lengths per group."""
         sizes = np.array([len(r) for r in response_lens], dtype=np.int64)
         group = np.repeat(np.arange(sizes.size), sizes)
@@ -150,7 +147,9 @@ class StepWorkload:
         return out
 
 
-def _col(cols: dict, name: str, dtype=None):
+def _col(cols: dict, name: str, dtype: npt.DTypeLike | None = None) -> Any:
+    # Any: None only for an absent optional column, which callers test; required
+    # columns passed _require first
     v = cols.get(name)
     if v is None:
         return None
@@ -238,7 +237,7 @@ def workload_from_columns(
     return out
 
 
-def _join_key(step, grp, sidx) -> np.ndarray:
+def _join_key(step: np.ndarray, grp: np.ndarray, sidx: np.ndarray) -> np.ndarray:
     return (step.astype(np.int64) << 42) | (grp.astype(np.int64) << 21) | sidx.astype(np.int64)
 
 

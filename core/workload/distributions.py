@@ -14,8 +14,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 from scipy import stats
 
 DISTRIBUTIONS = {"lognorm": stats.lognorm, "gamma": stats.gamma}
@@ -29,7 +31,7 @@ class MarginalFit:
     n: int
 
     @property
-    def dist(self):
+    def dist(self) -> Any:
         # frozen scipy distributions are slow to build: keep one
         cached = self.__dict__.get("_dist")
         if cached is None or cached[0] != (self.kind, self.params):
@@ -37,7 +39,7 @@ class MarginalFit:
             self.__dict__["_dist"] = cached
         return cached[1]
 
-    def cdf(self, x):
+    def cdf(self, x: npt.ArrayLike) -> np.ndarray:
         return self.dist.cdf(x)
 
     def sample(self, n: int, rng: np.random.Generator) -> np.ndarray:

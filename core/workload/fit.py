@@ -24,9 +24,11 @@ model contains no sample of the original data beyond per-step aggregates.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
+import numpy.typing as npt
 
 from core.workload.distributions import MarginalFit, fit_marginal, icc_log
 from core.workload.gmm import GaussianMixture, fit_gmm
@@ -48,7 +50,15 @@ class StepTrend:
     intercept_log: float = 0.0
 
     @classmethod
-    def fit(cls, steps, log_shift, mean, trunc, tail, groups) -> StepTrend:
+    def fit(
+        cls,
+        steps: npt.ArrayLike,
+        log_shift: npt.ArrayLike,
+        mean: npt.ArrayLike,
+        trunc: npt.ArrayLike,
+        tail: npt.ArrayLike,
+        groups: npt.ArrayLike,
+    ) -> StepTrend:
         t = cls(
             np.asarray(steps, np.int64),
             np.asarray(log_shift, float),
@@ -127,7 +137,9 @@ class MultiTurnModel:
 
     @classmethod
     def from_dict(cls, d: dict) -> MultiTurnModel:
-        opt = lambda x: MarginalFit.from_dict(x) if x else None  # noqa: E731
+        def opt(x: dict | None) -> MarginalFit | None:
+            return MarginalFit.from_dict(x) if x else None
+
         return cls(
             {int(k): int(v) for k, v in d["turns"].items()},
             {int(k): int(v) for k, v in d["calls_per_turn"].items()},
@@ -243,11 +255,12 @@ def _choose_gmm(X: np.ndarray, max_components: int, seed: int) -> GaussianMixtur
     return best[1]
 
 
-def _ks_vs_cdf(values: np.ndarray, cdf) -> float:
+def _ks_vs_cdf(values: np.ndarray, cdf: Callable[[np.ndarray], np.ndarray]) -> float:
     from scipy import stats
 
     v = values if values.size <= 200_000 else np.sort(values)[np.linspace(0, values.size - 1, 200_000).astype(np.int64)]
-    return float(stats.kstest(v, cdf).statistic)
+    # scipy-stubs type a cdf as float -> float; kstest calls it once on the whole array
+    return float(stats.kstest(v, cdf).statistic)  # type: ignore[arg-type]
 
 
 def fit_task(

@@ -32,6 +32,7 @@ import numpy as np
 from scipy.special import ndtri
 
 from core.simulator.workload import StepWorkload
+from core.workload.distributions import MarginalFit
 from core.workload.fit import TaskLengthModel
 
 
@@ -81,7 +82,9 @@ def _stratified_normals(n: int, rng: np.random.Generator) -> np.ndarray:
     return ndtri(np.clip(u, 1e-12, 1 - 1e-12))
 
 
-def _group_sizes(model: TaskLengthModel, n_groups: int, samples_per_group: int | None, rng) -> np.ndarray:
+def _group_sizes(
+    model: TaskLengthModel, n_groups: int, samples_per_group: int | None, rng: np.random.Generator
+) -> np.ndarray:
     if samples_per_group is not None:
         return np.full(n_groups, int(samples_per_group), np.int64)
     sizes = np.array(sorted(model.group_sizes), np.int64)
@@ -116,7 +119,9 @@ def generate_steps(
     return out
 
 
-def _draw_step(model: TaskLengthModel, par: dict, sizes: np.ndarray, rng, match_mean: bool):
+def _draw_step(
+    model: TaskLengthModel, par: dict, sizes: np.ndarray, rng: np.random.Generator, match_mean: bool
+) -> tuple[np.ndarray, np.ndarray]:
     ng, n = sizes.size, int(sizes.sum())
     g = model.joint
     log_prompt = g.marginal([0]).sample(ng, rng)[:, 0]
@@ -154,7 +159,9 @@ def _draw_step(model: TaskLengthModel, par: dict, sizes: np.ndarray, rng, match_
     return prompt, np.maximum(np.round(y), 1).astype(np.int64)
 
 
-def _draw_turns(model: TaskLengthModel, prompt: np.ndarray, responses: list[np.ndarray], rng) -> list[list[dict]]:
+def _draw_turns(
+    model: TaskLengthModel, prompt: np.ndarray, responses: list[np.ndarray], rng: np.random.Generator
+) -> list[list[dict]]:
     mt = model.multiturn
     assert mt is not None, "_draw_turns needs a multi-turn model"
     sizes = np.array([r.size for r in responses], np.int64)
@@ -171,7 +178,7 @@ def _draw_turns(model: TaskLengthModel, prompt: np.ndarray, responses: list[np.n
     n_calls = int(per_turn.sum())
     starts = np.r_[0, np.cumsum(per_turn)[:-1]] if n_tool_turns else np.zeros(0, np.int64)
 
-    def per_turn_sum(fit) -> np.ndarray:
+    def per_turn_sum(fit: MarginalFit | None) -> np.ndarray:
         if fit is None or n_calls == 0:
             return np.zeros(n_tool_turns)
         v = fit.sample(n_calls, rng)

@@ -28,6 +28,7 @@ the continuous CDFs the draws follow, for KS checks (see distributions.ks_discre
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -146,7 +147,9 @@ def sample_math(
     raise ValueError(f"mode: must be 'gmm' or 'marginal', got {mode!r}")
 
 
-def math_cdfs(p: TaskParameters, mode: str = "gmm"):
+def math_cdfs(
+    p: TaskParameters, mode: str = "gmm"
+) -> tuple[Callable[[np.ndarray], np.ndarray], Callable[[np.ndarray], np.ndarray]]:
     """(input CDF, output CDF) of the continuous distributions `sample_math` draws from."""
     if mode == "gmm":
         gmm = p.math_gmm
@@ -196,7 +199,7 @@ def sample_tool_matrix(
     return _finish(rng.multivariate_normal(m.mean, m.cov, size=n, method="eigh"), max_len)
 
 
-def tool_cdfs(p: TaskParameters, calls: int):
+def tool_cdfs(p: TaskParameters, calls: int) -> list[Callable[[np.ndarray], np.ndarray]]:
     """Normal CDFs of input_i and output_i for sessions with `calls` calls."""
     m = p.sequences[calls]
     sd = np.sqrt(np.maximum(np.diag(m.cov), 1e-12))

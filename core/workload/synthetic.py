@@ -19,18 +19,20 @@ def packed_length_rows(
     dp_size: int = 8,
     max_response_len: int = 8192,
     drift: float = 0.002,
+    median_response: float = 600.0,
     seed: int = 0,
 ) -> Iterator[list[dict]]:
     """Yield one list of packed-lengths rows (one per prompt group) per step.
 
     Response lengths are lognormal per group (a group shares a difficulty), their
-    median growing by `drift` per step, clipped at `max_response_len` (truncation).
+    median (`median_response` at step 0) growing by `drift` per step, clipped at
+    `max_response_len` (truncation).
     """
     rng = np.random.default_rng(seed)
     for step in range(steps):
         prompt = np.clip(rng.lognormal(5.2, 0.5, groups), 16, 4096).astype(np.int64)
         difficulty = rng.normal(0.0, 0.6, groups)[:, None]
-        mu = np.log(600.0) + drift * step + difficulty
+        mu = np.log(median_response) + drift * step + difficulty
         out = rng.lognormal(mu, 0.7, (groups, n_sampling))
         out = np.clip(out, 1, max_response_len).astype(np.int64)
         dp = np.arange(groups) * dp_size // groups

@@ -346,6 +346,10 @@ class ApiClient:
         """One job with its result."""
         return self._get(f"/jobs/{job_id}")
 
+    def job_kinds(self) -> dict:
+        """{kinds: every job kind, analyses: [{kind, title, defaults, ...}]} (the registry's)."""
+        return self._get("/jobs/kinds")
+
     # -- simulator replays and synthetic workloads ------------------------------------
     def simulation_presets(self, trace_id: int | str | None = None) -> dict:
         """GPU/model presets, policy kinds, balancing/dispatch modes and every default; with

@@ -8,18 +8,26 @@ from dashboard.figures.common import empty_figure, num, styled_figure
 
 
 def ranking_rows(result: dict, top: int = 20) -> list[dict]:
-    """[{rank, label, mean, p10, p90, vs_best}] of the best `top` configurations."""
+    """[{rank, label, params, mean, p10, p90, vs_best, near_best, vs_ref, cause}] of the
+    best `top` configurations: `params` the swept parameters in words ("" for none),
+    `vs_ref` the speedup over the advice's reference (None for the reference itself) and
+    `cause` the component that moves the most (`gain.phrase`)."""
     out = []
     for i, r in enumerate((result.get("ranking") or [])[:top], 1):
         s = r.get("step_s") or {}
+        gain = r.get("gain") or {}
         out.append(
             {
                 "rank": i,
                 "label": r.get("label"),
+                "params": ", ".join(f"{k}={v}" for k, v in (r.get("params") or {}).items()),
                 "mean": num(s.get("mean")),
                 "p10": num(s.get("p10")),
                 "p90": num(s.get("p90")),
                 "vs_best": num(r.get("vs_best")),
+                "near_best": bool(r.get("within_noise_of_best")) and i > 1,
+                "vs_ref": num(gain.get("speedup")) if gain else None,
+                "cause": gain.get("phrase") if gain else None,
             }
         )
     return out

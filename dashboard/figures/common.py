@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import textwrap
+from collections.abc import Iterable
 
 import numpy as np
 import plotly.graph_objects as go
@@ -81,6 +82,17 @@ def num(value) -> float | None:
     except (TypeError, ValueError):
         return None
     return None if math.isnan(f) else f
+
+
+def numbers(values: Iterable) -> list[float]:
+    """The payload numbers among `values` (missing and NaN left out)."""
+    return [f for f in map(num, values) if f is not None]
+
+
+def pct(value) -> float | None:
+    """A payload fraction in percent, None when it is not a number (a gap)."""
+    f = num(value)
+    return None if f is None else 100.0 * f
 
 
 def column(rows: list[dict], key: str) -> list:
@@ -208,7 +220,7 @@ def _stride(xs: list[float]) -> float | None:
     return min(diffs) if diffs else None
 
 
-def step_gaps(fig: go.Figure) -> go.Figure:
+def step_gaps(fig: go.Figure) -> go.Figure:  # noqa: C901 -- axis breaks for missing steps: each branch one shape of gap
     """Break per-step lines at missing steps: where consecutive x (steps, ascending) are
     further apart than the trace's smallest step stride, insert a point with y = None,
     so plotly leaves a gap instead of drawing a line across steps that have no data

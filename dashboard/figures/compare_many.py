@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from dashboard.figures.common import empty_figure, num
+from dashboard.figures.common import empty_figure, num, numbers, pct
 from dashboard.figures.headlines import gpu_idle_share, imbalance_headline, rollout_idle_share
 from dashboard.figures.metrics import PALETTE, with_gaps
 from dashboard.theme import STAGE_LABELS, STAGES, base_layout, stage_color
@@ -78,7 +78,7 @@ def longtail_figure(runs: list[dict]) -> go.Figure:
         res = (run.get("results") or {}).get("longtail")
         steps_res = [s for s in (res or {}).get("steps", []) if isinstance(s, dict) and "idle_fraction" in s]
         if steps_res:
-            return [("idle", [s["step"] for s in steps_res], [100 * num(s["idle_fraction"]) for s in steps_res])]
+            return [("idle", [s["step"] for s in steps_res], [pct(s["idle_fraction"]) for s in steps_res])]
         return []
 
     return _lines(
@@ -125,8 +125,7 @@ def data_efficiency_figure(runs: list[dict]) -> go.Figure:
 def stage_means(steps: list[dict]) -> dict[str, float]:
     out = {}
     for st in (*STAGES, "step"):
-        vals = [num(s.get(f"t_{st}")) for s in steps]
-        vals = [v for v in vals if v is not None]
+        vals = numbers(s.get(f"t_{st}") for s in steps)
         if vals:
             out[st] = sum(vals) / len(vals)
     return out
@@ -151,15 +150,15 @@ def stages_figure(runs: list[dict]) -> go.Figure:
 
 
 def gpu_figure(runs: list[dict]) -> go.Figure:
-    names, parts = [], {"compute_pct": [], "non_compute_pct": [], "idle_pct": []}
+    names: list[str] = []
+    parts: dict[str, list[float | None]] = {"compute_pct": [], "non_compute_pct": [], "idle_pct": []}
     for r in runs:
         rows = (r.get("results") or {}).get("gpu_timeline", {}).get("temporal") if r.get("results") else None
         if not isinstance(rows, list) or not rows:
             continue
         names.append(_label(r))
         for k in parts:
-            vals = [num(x.get(k)) for x in rows if isinstance(x, dict)]
-            vals = [v for v in vals if v is not None]
+            vals = numbers(x.get(k) for x in rows if isinstance(x, dict))
             parts[k].append(sum(vals) / len(vals) if vals else None)
     if not names:
         return empty_figure("No run has GPU events (attach its Kineto traces)")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from dashboard.figures.common import empty_figure, integer_ticks, num, step_gaps, step_series, styled_figure
+from dashboard.figures.common import empty_figure, integer_ticks, num, pct, step_gaps, step_series, styled_figure
 from dashboard.theme import POLICY_COLORS, STAGE_COLORS
 
 SERIES = (
@@ -49,7 +49,7 @@ def data_efficiency_figure(result: dict) -> go.Figure:
         go.Scatter(
             name="used share of response tokens (%)",
             x=x,
-            y=[None if num(s.get("used_token_share")) is None else 100 * num(s["used_token_share"]) for s in steps],
+            y=[pct(s.get("used_token_share")) for s in steps],
             mode="lines+markers",
             yaxis="y2",
             line=dict(color="#222222", dash="dot"),

@@ -22,7 +22,7 @@ from dashboard.figures.common import (
     integer_ticks,
     log_token_axis,
     many_steps,
-    num,
+    pct,
     percent_axis,
     step_gaps,
     step_series,
@@ -254,7 +254,7 @@ def tail_figure(payload: dict) -> go.Figure:
             hovertemplate="step %{x}: max/mean %{y:.2f}x<extra></extra>",
         )
     )
-    trunc = [None if num(r.get("truncation_rate")) is None else 100.0 * num(r["truncation_rate"]) for r in rows]
+    trunc = [pct(r.get("truncation_rate")) for r in rows]
     definition = (payload.get("truncation") or {}).get("definition") or ""
     if any(t is not None for t in trunc):
         counts = [None if t is None else round(t * r["count"] / 100.0) for t, r in zip(trunc, rows)]

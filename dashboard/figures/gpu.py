@@ -11,6 +11,8 @@ where no stream of that rank was busy (idle).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import plotly.graph_objects as go
 
@@ -84,24 +86,9 @@ def kernel_gantt_figure(
     kind = np.array([e.get("kind") for e in events], dtype=object)
     names = [e.get("name") or "" for e in events]
     origin = float(start.min()) if origin_us is None else float(origin_us)
-
-    # Rows top to bottom: per rank an idle row, then its streams.
-    labels: list[str] = []
-    row_of: dict[tuple[int, int], int] = {}
-    idle_row: dict[int, int] = {}
-    cpu_row: dict[int, int] = {}
     launch = np.array([np.nan if e.get("launch_us") is None else e["launch_us"] for e in events], dtype=np.float64)
     flows = flows and bool(np.isfinite(launch).any())
-    for r in np.unique(rank):
-        if flows:
-            cpu_row[int(r)] = len(labels)
-            labels.append(f"rank {r} launches (CPU)")
-        idle_row[int(r)] = len(labels)
-        labels.append(f"rank {r} idle")
-        for s in np.unique(stream[rank == r]):
-            row_of[(int(r), int(s))] = len(labels)
-            labels.append(f"rank {r} stream {s}")
-    row = np.array([row_of[(int(r), int(s))] for r, s in zip(rank, stream)], dtype=np.float64)
+    rows = _GanttRows.of(rank, stream, flows)
 
     suffix = " (first events only: narrow the window)" if truncated else ""
     if origin_us is None:
@@ -110,11 +97,64 @@ def kernel_gantt_figure(
         title + suffix,
         x_title=f"{UNITS['ms']} from {origin_label}",
         y_title="",
-        height=rows_height(len(labels), per_row=24),
+        height=rows_height(len(rows.labels), per_row=24),
         hovermode="closest",
     )
-    width = max(3, min(14, int(400 / max(len(labels), 1))))
+    width = max(3, min(14, int(400 / max(len(rows.labels), 1))))
     to_ms = lambda us: (us - origin) / 1000.0  # noqa: E731
+    _add_kinds(fig, kind, names, start, end, rows.row, to_ms, width)
+    _add_idle(fig, rank, start, end, rows.idle_row, to_ms, width)
+    if flows:
+        _add_flows(fig, rank, rows.row, start, launch, rows.cpu_row, to_ms)
+    visible = (float(start.min()), float(end.max())) if x_range_us is None else x_range_us
+    if labels:
+        _add_labels(fig, names, start, end, rows.row, to_ms, visible)
+    if highlight:
+        _add_highlight(fig, highlight, names, start, end, rows.row, to_ms)
+    if x_range_us is not None:
+        fig.update_xaxes(range=[to_ms(x_range_us[0]), to_ms(x_range_us[1])])
+    fig.update_yaxes(
+        tickmode="array",
+        tickvals=list(range(len(rows.labels))),
+        ticktext=rows.labels,
+        autorange="reversed",
+        showgrid=False,
+        zeroline=False,
+    )
+    return fig
+
+
+@dataclass
+class _GanttRows:
+    """The Gantt's rows top to bottom: per rank its CPU launches (with flows), an idle row,
+    then its streams; each event's row."""
+
+    labels: list[str]
+    row: np.ndarray
+    idle_row: dict[int, int]
+    cpu_row: dict[int, int]
+
+    @classmethod
+    def of(cls, rank: np.ndarray, stream: np.ndarray, flows: bool) -> _GanttRows:
+        labels: list[str] = []
+        row_of: dict[tuple[int, int], int] = {}
+        idle_row: dict[int, int] = {}
+        cpu_row: dict[int, int] = {}
+        for r in np.unique(rank):
+            if flows:
+                cpu_row[int(r)] = len(labels)
+                labels.append(f"rank {r} launches (CPU)")
+            idle_row[int(r)] = len(labels)
+            labels.append(f"rank {r} idle")
+            for s in np.unique(stream[rank == r]):
+                row_of[(int(r), int(s))] = len(labels)
+                labels.append(f"rank {r} stream {s}")
+        row = np.array([row_of[(int(r), int(s))] for r, s in zip(rank, stream)], dtype=np.float64)
+        return cls(labels, row, idle_row, cpu_row)
+
+
+def _add_kinds(fig, kind, names, start, end, row, to_ms, width) -> None:
+    """One trace of bars per GPU event kind."""
     for k in GPU_KINDS:
         sel = np.flatnonzero(kind == k)
         if sel.size == 0:
@@ -134,6 +174,10 @@ def kernel_gantt_figure(
                 hovertemplate="%{text}<br>at %{x:.3f} ms<extra>" + k + "</extra>",
             )
         )
+
+
+def _add_idle(fig, rank, start, end, idle_row, to_ms, width) -> None:
+    """Each rank's idle gaps (no stream busy) on its idle row."""
     gx0, gx1, gy = [], [], []
     for r, y in idle_row.items():
         m = rank == r
@@ -141,49 +185,38 @@ def kernel_gantt_figure(
             gx0.append(to_ms(a))
             gx1.append(to_ms(b))
             gy.append(y)
-    if gx0:
-        xs, ys = _segments(np.array(gx0), np.array(gx1), np.array(gy, dtype=np.float32))
-        fig.add_trace(
-            go.Scatter(
-                name="idle (no stream busy)",
-                x=xs,
-                y=ys,
-                mode="lines",
-                line=dict(color=GPU_KIND_COLORS["idle"], width=width),
-                hovertemplate="idle until %{x:.3f} ms<extra></extra>",
-            )
+    if not gx0:
+        return
+    xs, ys = _segments(np.array(gx0), np.array(gx1), np.array(gy, dtype=np.float32))
+    fig.add_trace(
+        go.Scatter(
+            name="idle (no stream busy)",
+            x=xs,
+            y=ys,
+            mode="lines",
+            line=dict(color=GPU_KIND_COLORS["idle"], width=width),
+            hovertemplate="idle until %{x:.3f} ms<extra></extra>",
         )
-    if flows:
-        _add_flows(fig, rank, row, start, launch, cpu_row, to_ms)
-    visible = (float(start.min()), float(end.max())) if x_range_us is None else x_range_us
-    if labels:
-        _add_labels(fig, names, start, end, row, to_ms, visible)
-    if highlight:
-        hit = np.array([highlight.lower() in n.lower() for n in names], dtype=bool)
-        if hit.any():
-            xs, ys = _segments(to_ms(start[hit]), to_ms(end[hit]), row[hit])
-            fig.add_trace(
-                go.Scatter(
-                    name=f"matches '{highlight}'",
-                    x=xs,
-                    y=ys,
-                    mode="lines+markers",
-                    line=dict(color="#E15759", width=2),
-                    marker=dict(color="#E15759", size=6, symbol="line-ns-open"),
-                    hoverinfo="skip",
-                )
-            )
-    if x_range_us is not None:
-        fig.update_xaxes(range=[to_ms(x_range_us[0]), to_ms(x_range_us[1])])
-    fig.update_yaxes(
-        tickmode="array",
-        tickvals=list(range(len(labels))),
-        ticktext=labels,
-        autorange="reversed",
-        showgrid=False,
-        zeroline=False,
     )
-    return fig
+
+
+def _add_highlight(fig, highlight, names, start, end, row, to_ms) -> None:
+    """Outline the events whose name holds `highlight` (case-insensitive)."""
+    hit = np.array([highlight.lower() in n.lower() for n in names], dtype=bool)
+    if not hit.any():
+        return
+    xs, ys = _segments(to_ms(start[hit]), to_ms(end[hit]), row[hit])
+    fig.add_trace(
+        go.Scatter(
+            name=f"matches '{highlight}'",
+            x=xs,
+            y=ys,
+            mode="lines+markers",
+            line=dict(color="#E15759", width=2),
+            marker=dict(color="#E15759", size=6, symbol="line-ns-open"),
+            hoverinfo="skip",
+        )
+    )
 
 
 LABEL_LIMIT = 400

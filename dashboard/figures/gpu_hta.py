@@ -20,6 +20,7 @@ def overlap_figure(table) -> go.Figure:
     if not cols or not cols.get("rank"):
         return empty_figure("No GPU events", title)
     pct = cols.get("comm_comp_overlap_pct") or []
+    no_times = [None] * len(cols["rank"])  # a table without the ms columns: hover shows 0
     if all(p is None for p in pct):
         return empty_figure("No communication kernels on any rank", title)
     fig = styled_figure(
@@ -35,7 +36,8 @@ def overlap_figure(table) -> go.Figure:
             orientation="h",
             marker_color=GPU_KIND_COLORS["communication"],
             customdata=[
-                [(c or 0) / 1000, (o or 0) / 1000] for c, o in zip(cols.get("comm_us"), cols.get("overlap_us"))
+                [(c or 0) / 1000, (o or 0) / 1000]
+                for c, o in zip(cols.get("comm_us") or no_times, cols.get("overlap_us") or no_times)
             ],
             hovertemplate="%{y}: %{x:.2f}% of %{customdata[0]:,.1f} ms communication overlapped "
             "(%{customdata[1]:,.1f} ms)<extra></extra>",

@@ -36,8 +36,8 @@ def _best_saved(tokens: dict) -> float | None:
     v = tokens.get("time_saved")
     if isinstance(v, (int, float)):
         return max(0.0, float(v))
-    cands = [tokens.get(k) for k in ("kk_time_saved", "lpt_time_saved")]
-    cands = [float(c) for c in cands if isinstance(c, (int, float))]
+    found = [tokens.get(k) for k in ("kk_time_saved", "lpt_time_saved")]
+    cands = [float(c) for c in found if isinstance(c, (int, float))]
     return max([0.0, *cands]) if cands else None
 
 

@@ -14,6 +14,7 @@ from dashboard.figures.common import (
     integer_ticks,
     many_steps,
     num,
+    numbers,
     rows_height,
     step_gaps,
     step_series,
@@ -131,8 +132,7 @@ def saving_figure(result: dict, load: str = "tokens") -> go.Figure:
         f = s[load]
         saving = num(f.get("saving"))
         if saving is None:  # results from before best_split existed: clip the better heuristic
-            cands = [num(f.get(f"{p}_saving")) for p in ("kk", "lpt")]
-            cands = [c for c in cands if c is not None]
+            cands = numbers(f.get(f"{p}_saving") for p in ("kk", "lpt"))
             saving = max([0.0, *cands]) if cands else None
         ys.append(None if saving is None else 100 * max(0.0, saving))
         best.append(POLICY_LABELS.get(f.get("best_split") or "", "best split"))
@@ -171,6 +171,5 @@ def _time_saved(summary: dict) -> float | None:
     v = num(summary.get("time_saved"))
     if v is not None:
         return max(0.0, v)
-    cands = [num(summary.get(k)) for k in ("kk_time_saved", "lpt_time_saved")]
-    cands = [c for c in cands if c is not None]
+    cands = numbers(summary.get(k) for k in ("kk_time_saved", "lpt_time_saved"))
     return max([0.0, *cands]) if cands else None

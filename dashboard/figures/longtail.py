@@ -15,6 +15,7 @@ from dashboard.figures.common import (
     empty_figure,
     integer_ticks,
     num,
+    pct,
     rows_height,
     step_gaps,
     step_series,
@@ -107,7 +108,7 @@ def longtail_finish_figure(result: dict) -> go.Figure:
         go.Scatter(
             name=f"time taken by the last {100 * f:.0f}% of samples",
             x=x,
-            y=[None if num(s.get("tail_time_share")) is None else 100 * num(s["tail_time_share"]) for s in steps],
+            y=[pct(s.get("tail_time_share")) for s in steps],
             customdata=[t if t is not None else float("nan") for t in tail_secs],
             mode="lines+markers",
             line=dict(color=PERCENTILE_COLORS["p99"], width=2),
@@ -120,7 +121,7 @@ def longtail_finish_figure(result: dict) -> go.Figure:
         go.Scatter(
             name=f"samples running in the last {100 * f:.0f}% of time",
             x=x,
-            y=[None if num(s.get("tail_sample_share")) is None else 100 * num(s["tail_sample_share"]) for s in steps],
+            y=[pct(s.get("tail_sample_share")) for s in steps],
             mode="lines+markers",
             line=dict(color=PERCENTILE_COLORS["p50"], width=2, dash="dash"),
             hovertemplate="%{y:.1f}% of samples<extra></extra>",
@@ -142,8 +143,9 @@ def longtail_engine_figure(result: dict) -> go.Figure:
     z = np.full((len(engines), len(steps)), np.nan, dtype=np.float32)
     for j, s in enumerate(steps):
         for e, v in zip(s["engine"].get("engine", []), s["engine"].get("idle_fraction", [])):
-            if num(v) is not None:
-                z[pos[e], j] = 100 * num(v)
+            p = pct(v)
+            if p is not None:
+                z[pos[e], j] = p
     fig = styled_figure(
         title,
         x_title=UNITS["step"],

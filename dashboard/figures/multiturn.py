@@ -15,6 +15,7 @@ from dashboard.figures.common import (
     integer_ticks,
     log_token_axis,
     num,
+    pct,
     rows_height,
     step_gaps,
     styled_figure,
@@ -38,7 +39,7 @@ def counts_hist_figure(result: dict) -> go.Figure:
     """Trajectories by number of turns and by number of tool calls (all steps)."""
     s = result.get("summary") or {}
     title = "Turns and tool calls per trajectory"
-    basis = TOOL_CALL_BASIS.get(s.get("tool_calls_basis"))
+    basis = TOOL_CALL_BASIS.get(str(s.get("tool_calls_basis")))
     if basis:
         title += f" <br><sup>tool calls = {basis}</sup>"
     turns, tools = s.get("turns_hist") or [], s.get("tool_calls_hist") or []
@@ -109,7 +110,7 @@ def cache_hit_figure(result: dict) -> go.Figure:
     """Prefix-cache hit rate (cached / prompt tokens) per step, %."""
     steps = _steps(result.get("steps"))
     title = "Prefix-cache hit rate"
-    ys = [None if num(e.get("cache_hit_rate")) is None else 100 * num(e["cache_hit_rate"]) for e in steps]
+    ys = [pct(e.get("cache_hit_rate")) for e in steps]
     if not any(y is not None for y in ys):
         return empty_figure(
             "No per-turn cached-token counts: the turns carry no cached_tokens (PolyTrace multi-turn files do)", title
@@ -262,7 +263,7 @@ def reward_ranks_figure(result: dict) -> go.Figure:
         )
     ranks = sorted({r for e in steps for r in e["rank"]})
     pos = {r: i for i, r in enumerate(ranks)}
-    z = [[None] * len(steps) for _ in ranks]
+    z: list[list[float | None]] = [[None] * len(steps) for _ in ranks]
     for j, e in enumerate(steps):
         for r, sec in zip(e["rank"], e.get("seconds") or []):
             z[pos[r]][j] = num(sec)

@@ -11,6 +11,7 @@ from dashboard.figures.common import (
     empty_figure,
     integer_ticks,
     num,
+    pct,
     percent_axis,
     step_gaps,
     styled_figure,
@@ -77,7 +78,7 @@ def tail_reward_figure(result: dict) -> go.Figure:
             go.Scatter(
                 name=label,
                 x=x,
-                y=[None if num(r.get(key)) is None else 100 * r[key] for r in steps],
+                y=[pct(r.get(key)) for r in steps],
                 mode="lines+markers",
                 line=dict(color=color),
                 marker=dict(symbol=["circle-open" if r.get("partial") else "circle" for r in steps], size=8),
@@ -107,7 +108,7 @@ def repetition_figure(result: dict) -> go.Figure:
             go.Bar(
                 name=label,
                 x=x,
-                y=[None if num(r.get(key)) is None else 100 * r[key] for r in steps],
+                y=[pct(r.get(key)) for r in steps],
                 marker_color=color,
                 hovertemplate=f"step %{{x}}<br>{label}: %{{y:.1f}}%<extra></extra>",
             )

@@ -77,7 +77,7 @@ def _lines_mode(n: int) -> str:
 def measured_rollout(result: dict, trace_steps: list[dict] | None = None) -> dict[int, float]:
     """Measured rollout seconds per step: the accuracy report's (the steps not used for
     fitting, from engine latencies or t_gen), else the trace's logged t_gen."""
-    out = {int(s["step"]): num(s.get("t_gen")) for s in trace_steps or [] if num(s.get("t_gen")) is not None}
+    out = {int(s["step"]): t for s in trace_steps or [] if (t := num(s.get("t_gen"))) is not None}
     for row in (result.get("accuracy") or {}).get("steps") or []:
         m = num((row.get("rollout_s") or {}).get("measured"))
         if m is not None:
@@ -122,6 +122,18 @@ def predicted_vs_measured_figure(job: dict, trace_steps: list[dict] | None = Non
         )
     )
     _add_uncertainty(fig, result)
+    _add_naive(fig, result, mode)
+    _add_step_times(fig, result, trace_steps, x, (a_name, b_name), mode)
+    fit = (result.get("accuracy") or {}).get("fit_steps") or ((result.get("calibration") or {}).get("fit_steps") or [])
+    for s in fit[:20]:  # the steps calibration saw: shaded, they are not a test of accuracy
+        fig.add_vrect(x0=s - 0.5, x1=s + 0.5, fillcolor="#EEEEEE", line_width=0, layer="below")
+    flag_partial_steps(fig, result)
+    # lines break where steps are missing (0, 1, 5: no line across 2-4)
+    return integer_ticks(step_gaps(fig))
+
+
+def _add_naive(fig: go.Figure, result: dict, mode: str) -> None:
+    """The naive predictor's rollout time (the mean of the fitted steps), where scored."""
     acc_rows = (result.get("accuracy") or {}).get("steps") or []
     naive = [(r["step"], num((r.get("rollout_s") or {}).get("naive"))) for r in acc_rows]
     naive = [(s, v) for s, v in naive if v is not None]
@@ -136,6 +148,12 @@ def predicted_vs_measured_figure(job: dict, trace_steps: list[dict] | None = Non
                 hovertemplate="naive %{y:.1f} s<extra></extra>",
             )
         )
+
+
+def _add_step_times(
+    fig: go.Figure, result: dict, trace_steps: list[dict] | None, x: list, names: tuple, mode: str
+) -> None:
+    """The measured step time where the trace logged it, and each policy's predicted one."""
     t_step = {int(s["step"]): num(s.get("t_step")) for s in trace_steps or [] if num(s.get("t_step")) is not None}
     if t_step:
         ts = [s for s in sorted(t_step) if s in set(x)]
@@ -149,7 +167,7 @@ def predicted_vs_measured_figure(job: dict, trace_steps: list[dict] | None = Non
                 hovertemplate="measured step %{y:.1f} s<extra></extra>",
             )
         )
-    for key, name in (("a", a_name), ("b", b_name)):
+    for key, name in zip(("a", "b"), names):
         steps = _steps(result.get(key)) if name else []
         if steps:
             fig.add_trace(
@@ -162,12 +180,6 @@ def predicted_vs_measured_figure(job: dict, trace_steps: list[dict] | None = Non
                     hovertemplate=f"{name} step %{{y:.1f}} s<extra></extra>",
                 )
             )
-    fit = (result.get("accuracy") or {}).get("fit_steps") or ((result.get("calibration") or {}).get("fit_steps") or [])
-    for s in fit[:20]:  # the steps calibration saw: shaded, they are not a test of accuracy
-        fig.add_vrect(x0=s - 0.5, x1=s + 0.5, fillcolor="#EEEEEE", line_width=0, layer="below")
-    flag_partial_steps(fig, result)
-    # lines break where steps are missing (0, 1, 5: no line across 2-4)
-    return integer_ticks(step_gaps(fig))
 
 
 def partial_steps_of(result: dict) -> dict[int, int | None]:

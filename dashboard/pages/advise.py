@@ -87,9 +87,11 @@ def body(trace: dict) -> html.Div:
                 model_note(p.get("proposed_model")),
                 controls(control("Policies to sweep", policy_choices(p))),
                 html.Div(id="adv-message"),
-                help_text="Sweeps rollout replicas x TP, training DP, policy, DP balancing and engine concurrency on "
-                "this GPU budget (the engine calibrated on the trace's first step when it has measured timings) and "
-                "ranks them by predicted step time, mean over the non-partial steps, with the Monte-Carlo P10-P90.",
+                help_text="Sweeps rollout replicas x TP, training DP, policy with its declared parameter values, DP "
+                "balancing and engine concurrency on this GPU budget (the engine calibrated on the trace's first step "
+                "when it has measured timings), ranks them by predicted step time, mean over every step, with the "
+                "Monte-Carlo P10-P90 (~: overlapping the best's), and names the largest cause of each one's "
+                "difference from the best sync configuration.",
             ),
             html.Div(job_progress(shown, "advice") if shown else None, id="adv-progress"),
             section("Ranked configurations", html.Div(id="adv-table")),
@@ -176,9 +178,12 @@ def ranking_table(result: dict):
         [
             html.Th("#"),
             html.Th("Configuration"),
+            html.Th("Parameters"),
             html.Th("Step time (s)", className="num"),
             html.Th("P10-P90 (s)", className="num"),
-            html.Th("vs best", className="num"),
+            html.Th("vs best", className="num", title="~: its interval overlaps the best's"),
+            html.Th(f"vs {result.get('reference') or 'reference'}".split(" | ")[0], className="num"),
+            html.Th("Largest cause of the difference"),
         ]
     )
     body_rows = [
@@ -186,9 +191,12 @@ def ranking_table(result: dict):
             [
                 html.Td(str(r["rank"])),
                 html.Td(r["label"]),
+                html.Td(r["params"] or "-"),
                 html.Td(f"{r['mean']:.1f}", className="num"),
                 html.Td(f"{r['p10']:.1f}-{r['p90']:.1f}", className="num"),
-                html.Td(f"{r['vs_best']:.3f}x", className="num"),
+                html.Td(f"{r['vs_best']:.3f}x" + (" ~" if r["near_best"] else ""), className="num"),
+                html.Td("reference" if r["vs_ref"] is None else f"{r['vs_ref']:.3f}x", className="num"),
+                html.Td(r["cause"] or "-"),
             ]
         )
         for r in rows
@@ -201,5 +209,10 @@ def ranges_list(result: dict):
     for rg in result.get("ranges") or []:
         a, b = rg["steps"]
         where = f"step {a}" if a == b else f"steps {a}-{b}"
-        items.append(html.Li(f"{where}: {rg['winner']} — {100 * rg['margin_min']:.1f}% faster than the runner-up"))
-    return html.Ul(items) if items else None
+        cause = f"; its largest gain over the reference: {rg['cause']}" if rg.get("cause") else ""
+        items.append(
+            html.Li(f"{where}: {rg['winner']} — {100 * rg['margin_min']:.1f}% faster than the runner-up{cause}")
+        )
+    why = (result.get("why_best") or {}).get("summary")
+    parts = ([html.P(f"Why the best: {why}", id="adv-why")] if why else []) + ([html.Ul(items)] if items else [])
+    return html.Div(parts) if parts else None

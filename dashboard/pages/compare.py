@@ -88,16 +88,16 @@ def layout(a: str | None = None, b: str | None = None, **query):
         return alert(exc.message)
     options = [{"label": f"{t['name']} (#{t['id']})", "value": t["id"]} for t in traces]
     ids = [t["id"] for t in traces]
-    a, b = _int(a), _int(b)
-    if a not in ids or b not in ids:
-        a, b = compare_pair(traces, a if a in ids else None)
+    id_a, id_b = _int(a), _int(b)
+    if id_a not in ids or id_b not in ids:
+        id_a, id_b = compare_pair(traces, id_a if id_a in ids else None)
     return html.Div(
         [
             html.H2("Compare two traces"),
             url_sink("compare"),
             zoom_store("compare", query),
             dcc.Link("Compare up to 12 traces, with step offsets →", href=dash.get_relative_path("/compare/many")),
-            _controls(options, a, b, query),
+            _controls(options, id_a, id_b, query),
             html.Div(id="cmp-message"),
             html.Div(
                 className="grid-2",

@@ -29,7 +29,7 @@ from dashboard.figures.compare_many import (
 )
 from dashboard.figures.metrics import parse_offsets
 from dashboard.server import results as results_cache
-from dashboard.views.components import alert, control, controls, graph, section, sign_in_required, signed_in
+from dashboard.views.components import alert, control, controls, data_attrs, graph, section, sign_in_required, signed_in
 from dashboard.views.formatting import human_number
 
 dash.register_page(
@@ -155,14 +155,14 @@ def diff_table(runs: list[dict]) -> html.Table:
                 cells.append(
                     html.Td(
                         _fmt(cell[part], part),
-                        **{
-                            "data-trace-id": str(run["id"]),
-                            "data-part": part,
-                            "data-value": "" if cell[part] is None else repr(float(cell[part])),
-                        },
+                        **data_attrs(
+                            trace_id=str(run["id"]),
+                            part=part,
+                            value="" if cell[part] is None else repr(float(cell[part])),
+                        ),
                     )
                 )
-        body.append(html.Tr(cells, **{"data-figure": row["key"]}))
+        body.append(html.Tr(cells, **data_attrs(figure=row["key"])))
     return html.Table(
         [html.Thead([html.Tr(head), html.Tr(sub)]), html.Tbody(body)], className="table", id="cmpn-diff-table"
     )

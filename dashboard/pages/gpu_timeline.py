@@ -9,8 +9,11 @@ gpu-stragglers; table gpu-top-kernels.
 
 from __future__ import annotations
 
+from typing import Any
+
 import dash
 from dash import Input, Output, State, ctx, dcc, html, no_update
+from dash.dcc.express import send_bytes  # where it is defined: dcc re-exports it in a way mypy cannot see
 
 from dashboard.api import session
 from dashboard.api.client import ApiError
@@ -376,7 +379,7 @@ def search_kernels(text, ranks, origin, trace_id):
 def download(n, step, ranks, window, trace_id):
     if not n:
         return no_update, no_update
-    kw = {"rank": list(ranks) if ranks else None}
+    kw: dict[str, Any] = {"rank": list(ranks) if ranks else None}
     if window:
         kw.update(start_us=window["start_us"], end_us=window["end_us"])
     else:
@@ -387,7 +390,7 @@ def download(n, step, ranks, window, trace_id):
         return no_update, alert(f"Download failed: {exc.message}")
     suffix = f"step{step}" if not window else f"{window['start_us']:.0f}-{window['end_us']:.0f}us"
     rank = "ranks" + "-".join(str(r) for r in ranks) + "_" if ranks else ""
-    return dcc.send_bytes(content, f"trace{trace_id}_{rank}{suffix}.json"), None
+    return send_bytes(content, f"trace{trace_id}_{rank}{suffix}.json"), None
 
 
 def top_kernels_table(rows: list[dict]):

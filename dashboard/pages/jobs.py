@@ -18,6 +18,7 @@ import json
 
 import dash
 from dash import ALL, Input, Output, State, ctx, dcc, html, no_update
+from dash.development.base_component import Component
 
 from dashboard.api import session
 from dashboard.api.client import ApiError
@@ -26,6 +27,7 @@ from dashboard.views.components import (
     clicked_index,
     control,
     controls,
+    data_attrs,
     href,
     progress,
     section,
@@ -38,8 +40,6 @@ from dashboard.views.url_state import query_value, register_url_state, url_sink
 
 dash.register_page(__name__, path="/jobs", name="Jobs", title="Jobs · RLVR Explorer", nav="top", order=2)
 
-ANALYSIS_KINDS = ("lengths", "longtail", "imbalance", "latency", "multiturn", "data_efficiency", "gpu_timeline")
-JOB_KINDS = ("ingest", *ANALYSIS_KINDS, "simulation", "workload")
 JOB_PAGES = {"simulation": "simulate", "workload": "workload"}  # kind -> the trace page that shows its jobs
 JOB_STATUSES = ("queued", "running", "succeeded", "failed")
 PARAM = "rerun-param"
@@ -51,6 +51,21 @@ def _int(x):
         return int(x)
     except (TypeError, ValueError):
         return None
+
+
+_KINDS: dict[str, list[str]] = {}
+
+
+def _kinds() -> tuple[list[str], list[str]]:
+    """(every job kind, the analysis kinds), from the API's registries; kept once read (they
+    change only with the server's code), empty while the API cannot answer."""
+    if not _KINDS:
+        try:
+            answer = session.api().job_kinds()
+        except ApiError:
+            return [], []
+        _KINDS.update(jobs=answer["kinds"], analyses=[a["kind"] for a in answer["analyses"]])
+    return _KINDS["jobs"], _KINDS["analyses"]
 
 
 def _trace_names() -> dict[int, str]:
@@ -66,7 +81,7 @@ def _trace_options(names: dict[int, str]) -> list[dict]:
     return [{"label": f"{name} (#{tid})", "value": tid} for tid, name in names.items()]
 
 
-def _jobs_section(options: list[dict], kind, trace_id, query: dict):
+def _jobs_section(options: list[dict], kind, trace_id, query: dict, job_kinds: list[str]):
     """The job list: filters (status, kind, trace), the table and its pages."""
     return section(
         "Running and finished",
@@ -85,7 +100,7 @@ def _jobs_section(options: list[dict], kind, trace_id, query: dict):
                 "Kind",
                 dcc.Dropdown(
                     id="jobs-kind",
-                    options=list(JOB_KINDS),
+                    options=job_kinds,
                     placeholder="any",
                     value=kind,
                     style={"minWidth": "160px"},
@@ -122,14 +137,15 @@ def layout(trace_id: str | None = None, kind: str | None = None, **query):
     if not signed_in():
         return sign_in_required("/jobs")
     trace_id = _int(trace_id)
-    kind = kind if kind in JOB_KINDS else None
+    job_kinds, analysis_kinds = _kinds()
+    kind = kind if kind in job_kinds else None
     names = _trace_names()
     options = _trace_options(names)
     return html.Div(
         [
             html.H2("Jobs"),
             url_sink("jobs"),
-            _jobs_section(options, kind, trace_id, query),
+            _jobs_section(options, kind, trace_id, query, job_kinds),
             section(
                 "Run an analysis",
                 controls(
@@ -137,8 +153,8 @@ def layout(trace_id: str | None = None, kind: str | None = None, **query):
                         "Analysis",
                         dcc.Dropdown(
                             id="rerun-kind",
-                            options=list(ANALYSIS_KINDS),
-                            value=kind if kind in ANALYSIS_KINDS else "lengths",
+                            options=analysis_kinds,
+                            value=kind if kind in analysis_kinds else "lengths",
                             clearable=False,
                             style={"minWidth": "180px"},
                         ),
@@ -168,11 +184,11 @@ def layout(trace_id: str | None = None, kind: str | None = None, **query):
 
 def _action(job: dict):
     """Re-run an analysis here; re-run a replay or workload in its page's form, or open it."""
-    if job.get("kind") in ANALYSIS_KINDS:
+    if job.get("kind") in _kinds()[1]:
         return html.Button(
             "Re-run", id={"type": "job-rerun", "index": job["id"]}, n_clicks=0, className="button small secondary"
         )
-    page = JOB_PAGES.get(job.get("kind"))
+    page = JOB_PAGES.get(job.get("kind") or "")
     if page and job.get("trace_id"):
         base = f"/traces/{job['trace_id']}/{page}"
         return html.Div(
@@ -234,7 +250,7 @@ def jobs_table(jobs: list[dict], names: dict[int, str] | None = None) -> html.Ta
                     ),
                     html.Td(_action(j)),
                 ],
-                **{"data-job-id": str(j["id"]), "data-status": st, "data-kind": j.get("kind") or ""},
+                **data_attrs(job_id=str(j["id"]), status=st, kind=j.get("kind") or ""),
             )
         )
     return html.Table([html.Thead(head), html.Tbody(rows)], className="table", id="jobs-table-el")
@@ -329,10 +345,10 @@ def rerun_form(params: dict | None, note: str | None = None) -> tuple[list, list
         text = note or "No earlier run of this analysis on this trace: it runs with its defaults."
         return [html.P(text, className="muted")], []
     widgets = [
-        html.Div(control(name.replace("_", " "), _widget(name, kind, value)), **{"data-param": name})
+        html.Div(control(name.replace("_", " "), _widget(name, kind, value)), **data_attrs(param=name))
         for name, kind, value in fields
     ]
-    out = [html.Div(widgets, className="controls")]
+    out: list[Component] = [html.Div(widgets, className="controls")]
     if note:
         out.append(html.P(note, className="muted"))
     return out, [[name, kind] for name, kind, _ in fields]

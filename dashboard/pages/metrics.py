@@ -163,7 +163,9 @@ def layout(
 def _payloads(trace_ids: list[int], keys: list[str]) -> tuple[list[dict], list[str], list[str]]:
     """(series payloads with names, every key any chosen trace has, notes)."""
     api = session.api()
-    payloads, all_keys, notes = [], {}, []
+    payloads: list[dict] = []
+    all_keys: dict[str, None] = {}  # insertion-ordered set
+    notes: list[str] = []
     for tid in trace_ids:
         try:
             # one request: the values of the chosen keys this trace has, and every key it has

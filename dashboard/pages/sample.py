@@ -54,7 +54,7 @@ def _cards(body: dict) -> html.Div:
             card(f"response ({unit})", f"{body['response_len']:,}"),
             card("stop reason", body.get("stop_reason") or "unknown", "length: reached max_response_len"),
             card("repetition", _repetition(body.get("repeat_period")), "the response's last 1,000 characters"),
-            card("ground truth", body.get("gts") if body.get("gts") is not None else "–"),
+            card("ground truth", "–" if body.get("gts") is None else str(body["gts"])),
         ],
         className="cards",
         id="sample-cards",

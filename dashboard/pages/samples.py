@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import dash
 from dash import dcc, html
+from dash.development.base_component import Component
 
 from dashboard.api import session
 from dashboard.api.client import ApiError
 from dashboard.figures.samples import request_timeline_figure, turn_timeline_figure, turn_tokens_figure
 from dashboard.pages.sample import sample_href
-from dashboard.views.components import GRAPH_CONFIG, alert, section
+from dashboard.views.components import GRAPH_CONFIG, alert, data_attrs, section
 from dashboard.views.drill import samples_href
 from dashboard.views.reward_length_panel import length_unit_note
 from dashboard.views.trace_frame import trace_page
@@ -99,7 +100,7 @@ def _cell(column: str, value) -> str:
 
 
 def _filter_form(trace_id, q: dict, truncation_known: bool = True) -> html.Form:
-    fields = []
+    fields: list[Component] = []
     for key in INT_FILTERS:
         fields.append(
             html.Label(
@@ -164,12 +165,12 @@ def _table(trace_id, q: dict, page: dict, has_texts: bool = False) -> html.Div:
         classes = " ".join(
             c for c, on in (("truncated", item.get("truncated")), ("focused", key == q.get("sample"))) if on
         )
-        rows.append(html.Tr(cells, **{"data-key": key}, className=classes or None))
+        rows.append(html.Tr(cells, **data_attrs(key=key), className=classes or None))
     total = page["total"]
     first = q["page"] * PAGE_SIZE
     shown = f"{first + 1:,}–{first + len(page['items']):,}" if page["items"] else "none"
     more = "+" if page.get("total_is_lower_bound") else ""
-    nav = [html.Span(f"samples {shown} of {total:,}{more}", id="samples-total")]
+    nav: list[Component] = [html.Span(f"samples {shown} of {total:,}{more}", id="samples-total")]
     if q["page"] > 0:
         nav.append(html.A("← previous", id="samples-prev", href=samples_href(trace_id, {**q, "page": q["page"] - 1})))
     if first + len(page["items"]) < total:

@@ -421,7 +421,7 @@ def follow(job_id, _n, done, trace_id, banner=None):
         return alert(exc.message), True, no_update, no_update, no_update
     active = job_active(job)
     finished = job.get("status") == "succeeded"
-    history = no_update
+    history: object = no_update
     if ctx.triggered_id == "sim-job" or not active:
         try:
             history = job_history_table(

@@ -14,7 +14,7 @@ from dash import ALL, Input, Output, State, dcc, html, no_update
 
 from dashboard.api import session
 from dashboard.api.client import ApiError
-from dashboard.views.components import alert, clicked_index, progress, section, sign_in_required, signed_in
+from dashboard.views.components import alert, clicked_index, data_attrs, progress, section, sign_in_required, signed_in
 from dashboard.views.formatting import human_bytes, human_time
 
 dash.register_page(__name__, path="/team", name="Team", title="Team · RLVR Explorer", nav="top", order=8)
@@ -98,7 +98,7 @@ def _key_row(k: dict) -> html.Tr:
             html.Td(state),
             html.Td(action),
         ],
-        **{"data-key-id": str(k["id"]), "data-active": "true" if active else "false"},
+        **data_attrs(key_id=str(k["id"]), active="true" if active else "false"),
     )
 
 

@@ -15,12 +15,13 @@ from urllib.parse import urlencode
 
 import dash
 from dash import dcc, html
+from dash.development.base_component import Component
 
 from dashboard.api import session
 from dashboard.api.client import ApiError
 from dashboard.pages.sample import sample_href
 from dashboard.views.attach_hint import upload_hint
-from dashboard.views.components import alert, href, section
+from dashboard.views.components import alert, data_attrs, href, section
 from dashboard.views.trace_frame import trace_page
 
 dash.register_page(
@@ -65,7 +66,7 @@ def texts_href(trace_id, params: dict) -> str:
 
 
 def _form(trace_id, q: dict) -> html.Form:
-    fields = [
+    fields: list[Component] = [
         html.Label(
             [
                 html.Span("phrase", className="control-label"),
@@ -123,7 +124,7 @@ def _results(trace_id, q: dict, found: dict) -> html.Div:
                     html.Td(m.get("where") or ""),
                     html.Td(html.Span(m["snippet"], style={"whiteSpace": "pre-wrap"})),
                 ],
-                **{"data-key": key},
+                **data_attrs(key=key),
             )
         )
     unit = found.get("length_unit", "tokens")
@@ -134,7 +135,7 @@ def _results(trace_id, q: dict, found: dict) -> html.Div:
     summary = f"{total:,}{'+' if found.get('total_is_lower_bound') else ''} samples" + (
         f", found {how}" if q["q"] else ""
     )
-    nav = [html.Span(summary, id="texts-summary")]
+    nav: list[Component] = [html.Span(summary, id="texts-summary")]
     if q["page"] > 0:
         nav.append(html.A("← previous", id="texts-prev", href=texts_href(trace_id, {**q, "page": q["page"] - 1})))
     if first + len(found["items"]) < total:
@@ -143,7 +144,7 @@ def _results(trace_id, q: dict, found: dict) -> html.Div:
     return html.Div([html.Div(nav, className="controls"), table])
 
 
-def body(trace: dict, query: dict) -> html.Div:
+def body(trace: dict, query: dict) -> html.Div | html.Section:
     trace_id = trace["id"]
     if not ((trace.get("metadata") or {}).get("rollouts") or {}).get("samples"):
         return upload_hint(trace_id, "This trace has no sample texts.", "texts")

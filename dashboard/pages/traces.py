@@ -12,6 +12,7 @@ and page live in the URL (?q=&status=&offset=).
 from __future__ import annotations
 
 import base64
+from typing import Any
 
 import dash
 from dash import ALL, Input, Output, State, ctx, dcc, html, no_update
@@ -23,6 +24,7 @@ from dashboard.views.components import (
     clicked_index,
     control,
     controls,
+    data_attrs,
     href,
     progress,
     section,
@@ -214,7 +216,7 @@ def upload(contents, filenames, name, fmt, refresh, max_len=None):
     if not contents:
         return no_update, no_update, no_update
     files = [(fname, _decode(c)) for fname, c in zip(filenames, contents)]
-    state = {"files": [{"name": f, "size": len(b)} for f, b in files], "status": "uploading"}
+    state: dict[str, Any] = {"files": [{"name": f, "size": len(b)} for f, b in files], "status": "uploading"}
     try:
         result = session.api().upload_trace(
             files,
@@ -354,7 +356,9 @@ def traces_table(items: list[dict]) -> html.Table | html.P:
                 [
                     html.Td(str(t["id"]), className="num trace-id"),
                     html.Td(
-                        [_trace_link(t), *([" ", html.Span("live", className="badge live")] if t.get("live") else [])]
+                        [_trace_link(t), " ", html.Span("live", className="badge live")]
+                        if t.get("live")
+                        else [_trace_link(t)]
                     ),
                     html.Td(" / ".join(x for x in (t.get("source_format"), t.get("framework")) if x) or "—"),
                     html.Td(_status_cell(t)),
@@ -372,7 +376,7 @@ def traces_table(items: list[dict]) -> html.Table | html.P:
                         )
                     ),
                 ],
-                **{"data-trace-id": str(t["id"]), "data-status": t.get("status") or ""},
+                **data_attrs(trace_id=str(t["id"]), status=t.get("status") or ""),
             )
         )
     return html.Table([html.Thead(head), html.Tbody(body)], className="table", id="traces-table-el")

@@ -13,8 +13,11 @@ wl-history (one <tr data-job-id> per job, "Open" buttons). `?job=ID` opens that 
 
 from __future__ import annotations
 
+from typing import Any
+
 import dash
 from dash import ALL, Input, Output, State, ctx, dcc, html, no_update
+from dash.development.base_component import Component
 
 from dashboard.api import session
 from dashboard.api.client import ApiError
@@ -74,7 +77,7 @@ def body(trace: dict, job_param=None, rerun=None) -> html.Div:
     multiturn = bool(trace.get("n_turns"))
     formats = ["multiturn", "compact"] if multiturn else ["packed", "compact"]
     tasks = trace.get("tasks") or []
-    v = {
+    v: dict[str, Any] = {
         "steps": min(int(trace.get("n_steps") or 1), 20),
         "groups": None,
         "samples_per_group": None,
@@ -246,7 +249,7 @@ def follow(job_id, _n, done, trace_id, banner=None):
         return alert(exc.message), True, no_update, no_update, no_update
     active = job_active(job)
     finished = job.get("status") == "succeeded"
-    history = no_update
+    history: object = no_update
     if not (ctx.triggered_id == "wl-poll" and active):
         try:
             history = job_history_table(
@@ -315,7 +318,7 @@ def output_links(job_id, result: dict):
     """What the job made: the new trace (a link) and the files (the zip)."""
     if not result.get("steps"):
         return alert("Fit only: nothing generated.", "info", id="wl-fit-only")
-    parts = [
+    parts: list[Component] = [
         html.Span(
             f"Generated {result.get('steps')} steps, {human_count(result.get('samples'))} samples "
             f"({result.get('groups')} groups x {result.get('samples_per_group')}); files: "

@@ -11,10 +11,12 @@ Page registry conventions (extra keywords of `dash.register_page`):
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import Any
 from urllib.parse import quote
 
 import dash
 from dash import dcc, html
+from dash.development.base_component import ComponentSingleType, ComponentType
 
 from dashboard.api import session
 from dashboard.figures.common import empty_figure
@@ -22,7 +24,7 @@ from dashboard.figures.common import empty_figure
 # Figures carry their own height (rows of ranks need room), so graphs are not
 # "responsive" (that would force the container's height); width follows the container.
 # No "Share chart" button: it uploads the chart's data to Plotly Cloud (plotly.js >= 3.1).
-GRAPH_CONFIG = {
+GRAPH_CONFIG: dcc.Graph.Config = {
     "displaylogo": False,
     "toImageButtonOptions": {"format": "png", "scale": 2},
     "modeBarButtonsToRemove": ["sendChartToCloud"],
@@ -60,7 +62,7 @@ def placeholder_figure(message: str, height: int | None = None) -> dict:
 
 def card(label: str, value: str, hint: str = "", card_id: str | None = None, stale: str | None = None) -> html.Div:
     """A headline figure; `stale`: how far behind its trace it is (views.freshness)."""
-    kw = {"id": card_id} if card_id else {}
+    kw: dict[str, Any] = {"id": card_id} if card_id else {}
     return html.Div(
         className="card stale" if stale else "card",
         children=[
@@ -73,7 +75,13 @@ def card(label: str, value: str, hint: str = "", card_id: str | None = None, sta
     )
 
 
-def alert(message: str, kind: str = "error", **kw) -> html.Div:
+def data_attrs(**values: str) -> dict[str, Any]:
+    """HTML data-* attributes for a component's keywords: data_attrs(job_id="7") is
+    {"data-job-id": "7"}. Typed Any because Dash takes them through its untyped **kwargs."""
+    return {"data-" + name.replace("_", "-"): value for name, value in values.items()}
+
+
+def alert(message: ComponentType, kind: str = "error", **kw: Any) -> html.Div:
     return html.Div(message, className=f"alert alert-{kind}", role="alert", **kw)
 
 
@@ -96,8 +104,8 @@ def control(label: str, component) -> html.Label:
     return html.Label([html.Span(label, className="control-label"), component], className="control")
 
 
-def section(title: str, *children, help_text: str = "") -> html.Section:
-    head = [html.H3(title)]
+def section(title: str, *children: ComponentSingleType, help_text: str = "") -> html.Section:
+    head: list[ComponentSingleType] = [html.H3(title)]
     if help_text:
         head.append(html.P(help_text, className="help"))
     return html.Section(head + list(children), className="section")
@@ -140,7 +148,7 @@ def top_nav(pathname: str | None) -> list:
     links = []
     for p in _pages("top"):
         target = p["relative_path"]
-        active = bool(pathname) and (pathname == target or pathname.startswith(target.rstrip("/") + "/"))
+        active = bool(pathname and (pathname == target or pathname.startswith(target.rstrip("/") + "/")))
         links.append(
             dcc.Link(
                 p["name"],

@@ -137,7 +137,7 @@ def drill_params(graph_id: str, click: dict | None, figure: dict | None = None, 
     if graph_id in STEP_X:
         return _step_click(graph_id, points, figure, field)
     if graph_id == "dist-heatmap":
-        out = {"step": x} if x is not None else {}
+        out: dict[str, object] = {"step": x} if x is not None else {}
         if field == "response":
             found = _bin(point.get("y"), figure)
             if found is not None:

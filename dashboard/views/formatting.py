@@ -54,7 +54,7 @@ def latest_result(jobs: list[dict], kind: str) -> dict | None:
 
 
 def job_active(job: dict | None) -> bool:
-    return bool(job) and job.get("status") in ("queued", "running")
+    return job is not None and job.get("status") in ("queued", "running")
 
 
 def human_bytes(n) -> str:

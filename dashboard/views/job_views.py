@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 from dash import html, no_update
 
 from dashboard.figures.simulation import policy_names
-from dashboard.views.components import alert, progress
+from dashboard.views.components import alert, data_attrs, progress
 from dashboard.views.formatting import human_time, job_active
 
 NO_REPLAY = "Configure a replay above and press Replay"
@@ -105,7 +105,7 @@ def job_history_table(jobs: list[dict], *, open_type: str, describe, shown_id=No
                         )
                     ),
                 ],
-                **{"data-job-id": str(j["id"]), "data-status": st},
+                **data_attrs(job_id=str(j["id"]), status=st),
             )
         )
     return html.Table([html.Thead(head), html.Tbody(rows)], className="table")
@@ -215,7 +215,7 @@ def param_fields(params: dict) -> list[tuple[str, str, object]]:
     """(name, widget type, value) per analysis parameter for the re-run form: 'bool' for
     yes/no, 'number' for numbers, 'text' for the rest (None: 'optional', left to the
     analysis' default)."""
-    out = []
+    out: list[tuple[str, str, object]] = []
     for name, value in sorted((params or {}).items()):
         if name == "trace_id":
             continue

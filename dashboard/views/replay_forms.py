@@ -118,7 +118,7 @@ def _int_or_none(value) -> int | None:
     return int(value)
 
 
-def simulation_body(trace_id: int, values: dict) -> dict:
+def simulation_body(trace_id: int, values: dict) -> dict:  # noqa: C901 -- one request field per form control
     """The POST /simulations body for the form's `values` (keys as in `form_defaults`);
     empty optional fields are left to the API's defaults."""
     cluster = {"gpu": values.get("gpu")}

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from dash import dcc, html
+from dash.development.base_component import ComponentSingleType
 
 from dashboard.api import session
 from dashboard.api.client import ApiError
@@ -18,7 +19,7 @@ from dashboard.server.figure_cache import note_trace_version
 from dashboard.views.components import PAGE_TRACE_ID, alert, sign_in_required, signed_in, trace_header
 
 
-def trace_page(trace_id: str | None, module: str, path_suffix: str, body_fn: Callable[[dict], object]):
+def trace_page(trace_id: str | None, module: str, path_suffix: str, body_fn: Callable[[dict], ComponentSingleType]):
     """Layout of a per-trace page; `body_fn(trace)` builds the body of a ready trace."""
     path = f"/traces/{trace_id}{path_suffix}"
     if not signed_in():
@@ -33,7 +34,10 @@ def trace_page(trace_id: str | None, module: str, path_suffix: str, body_fn: Cal
         msg = f"Trace {trace_id} not found." if exc.not_found else exc.message
         return html.Div([trace_header(None, trace_id, module), alert(msg, id="trace-error")])
     note_trace_version(trace)
-    head = [trace_header(trace, trace_id, module), dcc.Store(id=PAGE_TRACE_ID, data=trace["id"])]
+    head: list[ComponentSingleType] = [
+        trace_header(trace, trace_id, module),
+        dcc.Store(id=PAGE_TRACE_ID, data=trace["id"]),
+    ]
     if trace.get("live"):
         head.append(live_marker(trace))
     if trace.get("status") != "ready":

@@ -61,11 +61,11 @@ def file_list(state: dict, docs_href: str = "/formats") -> html.Details | None:
     files = sorted(state.get("files") or [], key=lambda f: natural_key(f["name"]))
     if not files:
         return None
-    status = state.get("status")
+    status: str = state.get("status") or ""
     error = state.get("error") or {}
     rows, placed = [], False
     for f in files:
-        cell = ""
+        cell: str | html.Span = ""
         if status == "failed" and not placed and error_matches(error, f["name"], len(files)):
             cell, placed = html.Span(with_docs_link(error["message"], docs_href), className="file-error"), True
         rows.append(

@@ -129,7 +129,7 @@ def local_team_key() -> tuple[int, str]:
         return team.id, key
 
 
-def _team_id(api_key: str | None) -> int:
+def team_id_of(api_key: str | None) -> int:
     if api_key is None:
         return local_team_key()[0]
     from backend.auth import team_for_key
@@ -183,7 +183,7 @@ def ingest(
         raise typer.BadParameter(f"unknown format '{format}'; one of: {', '.join(FORMATS)}", param_hint="--format")
     settings = _settings()
     ensure_schema()
-    team_id = _team_id(api_key)
+    team_id = team_id_of(api_key)
     stored = local_files(paths + _tokenizer_paths(tokenizer))
     if not stored.files:
         raise typer.BadParameter("no files found", param_hint="PATHS")
@@ -352,7 +352,7 @@ def _attach_into(trace_id: int, team_id: int, stored, format: str | None, as_jso
         except InputError as exc:
             fail(str(exc))
         session.expire_all()
-        trace = session.get(Trace, trace_id)
+        trace = session.get_one(Trace, trace_id)
         summary = {
             "id": trace.id,
             "name": trace.name,

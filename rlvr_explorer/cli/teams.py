@@ -11,7 +11,8 @@ import orjson
 import typer
 
 from rlvr_explorer.cli.help import ReadableCommand, ReadableGroup
-from rlvr_explorer.cli.main import INT_MAX, JsonFlag, app, ensure_schema
+from rlvr_explorer.cli.main import INT_MAX, app, ensure_schema
+from rlvr_explorer.cli.output import JsonFlag
 
 keys_app = typer.Typer(help="A team's API keys: list, create, revoke.", no_args_is_help=True, cls=ReadableGroup)
 app.add_typer(keys_app, name="keys")

@@ -14,7 +14,7 @@ from core.simulator.explain import explain_text
 from core.simulator.model_guess import model_proposal
 from core.simulator.policies import POLICIES
 from core.simulator.policies.spec import check_value
-from rlvr_explorer.cli.main import INT_MAX, _team_id, command, progress_bar
+from rlvr_explorer.cli.main import INT_MAX, command, progress_bar, team_id_of
 from rlvr_explorer.cli.output import JsonFlag, emit, fail
 
 # the policy choices, from the simulator's policy registry
@@ -52,7 +52,7 @@ def _trace_workload(trace, steps: list[int] | None, what: str) -> list:
     from workers.runners.simulations import load_columns, steps_of_columns
 
     with get_engine().connect() as conn:
-        columns = load_columns(conn, trace, tuple(steps) if steps else None)
+        columns = load_columns(conn, trace, (steps[0], steps[1]) if steps else None)
     workload = steps_of_columns(columns, trace.max_response_len)
     if not workload:
         raise ValueError(f"steps: no training steps to {what}")
@@ -183,7 +183,7 @@ def simulate(
         params = simulation_params(body)
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint=error_field(exc) or "options") from None
-    trace = _team_trace(trace_id, _team_id(api_key))
+    trace = _team_trace(trace_id, team_id_of(api_key))
     result = _replay_result(trace, params)
     emit(result, lambda r: _simulation_summary(trace, params, r), as_json)
 
@@ -250,7 +250,7 @@ def _acc(fig: dict, prefix: str) -> str:
     return "-" if e is None else f"rel. error {100 * e:+.0f}%"
 
 
-def _simulation_summary(trace, params: dict, result: dict) -> str:
+def _simulation_summary(trace, params: dict, result: dict) -> str:  # noqa: C901 -- one line per figure the replay may or may not have
     c, a, b = params["cluster"], result["a"], result["b"]
     name_a, name_b = params["policy"]["kind"], (params["compare_policy"] or {}).get("kind")
     w = result["workload"]
@@ -279,7 +279,7 @@ def _simulation_summary(trace, params: dict, result: dict) -> str:
         lines.append("calibration: none (roofline coefficients of the GPU and model presets)")
     head = f"{'step':>6} {'rollout [s]':>11} {'step [s] ' + name_a:>22}"
     if b is not None:
-        head += f" {'step [s] ' + name_b:>24} {'speedup':>8}"
+        head += f" {f'step [s] {name_b}':>24} {'speedup':>8}"
     lines += ["", head]
     b_steps = {s["step"]: s for s in b["steps"]} if b is not None else {}
     for s in a["steps"]:
@@ -314,9 +314,10 @@ def _simulation_summary(trace, params: dict, result: dict) -> str:
         for row in unc["steps"]:
             r = row["rollout_s"]
             line = f"  step {row['step']}: rollout {r['mean']:.1f} s [{r['p10']:.1f}-{r['p90']:.1f}]"
-            if "step_s_a" in row:
-                sa = row["step_s_a"]
-                line += f", step {sa['mean']:.1f} s [{sa['p10']:.1f}-{sa['p90']:.1f}]"
+            for side, name in (("a", "step"), ("b", "step of B")):
+                if f"step_s_{side}" in row:
+                    sa = row[f"step_s_{side}"]
+                    line += f", {name} {sa['mean']:.1f} s [{sa['p10']:.1f}-{sa['p90']:.1f}]"
             line += f" ({row['n_runs']} runs)"
             lines.append(line)
         if unc.get("warning"):
@@ -412,11 +413,16 @@ def advise(
     steps: Annotated[str | None, typer.Option(metavar="FIRST:END", help="Step range (end exclusive)")] = None,
     no_calibrate: Annotated[bool, typer.Option("--no-calibrate", help="Roofline engine, no calibration")] = False,
     workers: Annotated[int | None, _int_option("Processes for the sweep (default: the CPUs)", lo=1)] = None,
+    policy_runs: Annotated[
+        int | None,
+        _int_option("Monte-Carlo replays of each configuration that is not one batch rollout (default 16)", lo=2),
+    ] = None,
     top: Annotated[int, _int_option("Configurations to print", lo=1)] = 15,
     as_json: JsonFlag = False,
     api_key: Annotated[str | None, KeyOption] = None,
 ) -> None:
-    """Sweep layouts, policies, DP balancing and engine concurrency on a GPU budget; rank by step time."""
+    """Sweep layouts, policies with their parameters, DP balancing and engine concurrency on a GPU
+    budget; rank by step time with intervals, and name the cause of each one's gain over sync."""
     from backend.jobs.advice import advice_params
     from backend.jobs.simulations import error_field
     from workers.runners.advice import advice_of
@@ -432,11 +438,13 @@ def advise(
         body["policies"] = list(policy)
     if no_calibrate:
         body["calibrate"] = False
+    if policy_runs is not None:
+        body["policy_runs"] = policy_runs
     try:
         params = advice_params(body)
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint=error_field(exc) or "options") from None
-    trace = _team_trace(trace_id, _team_id(api_key))
+    trace = _team_trace(trace_id, team_id_of(api_key))
     proposal = model_proposal(trace.name, trace.meta) if model is None else None
     if proposal is not None:  # no --model: the one the trace names
         params = advice_params({**body, "model": proposal["model"]})
@@ -462,14 +470,24 @@ def _advice_summary(trace, params: dict, out: dict, top: int) -> str:
         + (f" ({out['proposed_model']['note']})" if out.get("proposed_model") else "")
         + "; "
         + (f"engine calibrated on step(s) {', '.join(map(str, cal['fit_steps']))}" if cal else "roofline engine"),
-        f"{out['n_configurations']} configurations ranked by predicted step time (mean over non-partial steps; P10-P90"
-        + (" of the Monte-Carlo replay)" if out.get("uncertainty") else ": no calibrated noise)"),
+        f"{out['n_configurations']} configurations ranked by predicted step time (mean over every step; P10-P90"
+        + (" of the Monte-Carlo replay" if out.get("uncertainty") else ": no calibrated noise")
+        + "; ~ marks intervals overlapping the best's); gains against "
+        + str(out.get("reference")),
         "",
-        f"{'rank':>4} {'step_s':>9} {'P10-P90':>17} {'vs best':>8}  configuration",
+        f"{'rank':>4} {'step_s':>9} {'P10-P90':>17} {'vs best':>9} {'vs ref':>7}  {'largest cause':<34} configuration",
     ]
     for i, r in enumerate(out["ranking"][:top], 1):
-        s = r["step_s"]
-        lines.append(f"{i:>4} {s['mean']:>9.1f} {s['p10']:>8.1f}-{s['p90']:<8.1f} {r['vs_best']:>7.3f}x  {r['label']}")
+        s, g = r["step_s"], r.get("gain")
+        near = "~" if r.get("within_noise_of_best") and i > 1 else " "
+        speed = f"{g['speedup']:.3f}x" if g and g.get("speedup") else "ref"
+        cause = ((g or {}).get("phrase") or "-")[:34]
+        lines.append(
+            f"{i:>4} {s['mean']:>9.1f} {s['p10']:>8.1f}-{s['p90']:<8.1f} {r['vs_best']:>7.3f}x{near} {speed:>7}  "
+            f"{cause:<34} {r['label']}"
+        )
+    if out.get("why_best"):
+        lines += ["", "why the best: " + out["why_best"]["summary"]]
     lines += ["", "who wins where:"]
     for rg in out["ranges"]:
         a, b = rg["steps"]
@@ -480,7 +498,8 @@ def _advice_summary(trace, params: dict, out: dict, top: int) -> str:
             else (f"{100 * rg['margin_min']:.1f}-{100 * rg['margin_max']:.1f}%")
         )
         flag = " (partial workload)" if any(w["partial"] for w in out["per_step"] if a <= w["step"] <= b) else ""
-        lines.append(f"  {where}: {rg['winner']}, {margin} faster than the runner-up{flag}")
+        cause = f"; its largest gain over the reference: {rg['cause']}" if rg.get("cause") else ""
+        lines.append(f"  {where}: {rg['winner']}, {margin} faster than the runner-up{flag}{cause}")
     return "\n".join(lines)
 
 
@@ -575,8 +594,9 @@ def generate(
             body["parameters"] = orjson.loads(params.read_bytes())
         except orjson.JSONDecodeError as exc:
             raise typer.BadParameter(f"not JSON: {exc}", param_hint="--params") from None
-    team_id = _team_id(api_key) if (from_trace is not None or ingest) else None
-    trace = _team_trace(from_trace, team_id) if from_trace is not None else None
+    team_id = team_id_of(api_key) if (from_trace is not None or ingest) else None
+    # (team_id is known whenever there is a trace to read or an ingest to make)
+    trace = _team_trace(from_trace, team_id) if from_trace is not None and team_id is not None else None
     try:
         p = workload_params(
             {k: v for k, v in body.items() if v is not None}, multiturn_trace=bool(trace is not None and trace.n_turns)
@@ -596,7 +616,7 @@ def generate(
     result = summary(p, generated, models)
     result["files"] = sorted(str(x) for paths in files.values() for x in paths)
     chosen = ingest_files(files)
-    if ingest and chosen:
+    if ingest and chosen and team_id is not None:
         bar, progress = progress_bar("ingest")
         try:
             result.update(ingest_generated(team_id, chosen, name or default_name(p, result), progress))
@@ -613,7 +633,7 @@ def _best_fit(fits: dict) -> str:
     fits = {k: v for k, v in (fits or {}).items() if v is not None}
     if not fits:
         return "-"
-    kind = min(fits, key=fits.get)
+    kind = min(fits, key=lambda k: fits[k])
     return f"{kind} (KS {fits[kind]:.3f}{'' if fits[kind] <= KS_OK else ', loose'})"
 
 

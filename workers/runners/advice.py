@@ -3,9 +3,10 @@ simulations do), fit the residual noise, sweep the configurations
 (`core.simulator.advisor.advise`, parallel across processes), store the ranking.
 
 Pure half (the Celery task and `rlvr-explorer advise` in-process): `advice_of(steps,
-params, progress)`. Result: `advise`'s ranking (each configuration with its per-step
-mean / P10 / P90 step time), per-step winners and step ranges, plus `calibration`
-(None when not calibrated) and `workload`.
+params, progress)`. Result: `advise`'s ranking (each configuration with its swept
+`params`, per-step mean / P10 / P90 step time and its `gain` over the reference by
+cause), per-step winners and step ranges (with the cause of each winner's gain),
+`reference`, `why_best`, plus `calibration` (None when not calibrated) and `workload`.
 """
 
 from __future__ import annotations
@@ -20,8 +21,9 @@ from core.simulator import ClusterConfig, EngineLimits, ModelConfig, calibrate
 from core.simulator.advisor import advise, default_grid
 from core.simulator.config import GpuSpec
 from core.simulator.evaluation import noise_for
+from core.simulator.replay_mc import DEFAULT_RUNS
 from workers.runners.outcome import NOT_READY, JobFailed, job_outcome
-from workers.runners.simulations import Progress, _Throttled, fit_steps_for, load_columns, steps_of_columns
+from workers.runners.simulations import Progress, ThrottledProgress, fit_steps_for, load_columns, steps_of_columns
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +67,7 @@ def advice_of(steps, params: dict, progress: Progress | None = None, workers: in
         grid=grid,
         workers=workers or workers_for_sweep(),
         n_runs=params["runs"],
+        policy_runs=params.get("policy_runs", DEFAULT_RUNS),
         seed=params["seed"],
         progress=lambda f, m: report(0.3 + 0.68 * f, m),
     )
@@ -87,7 +90,7 @@ def run_advice_job(job_id: int) -> None:
             return
         params = dict(job.params)
         trace = session.get(Trace, params["trace_id"])
-    progress = _Throttled(job_id)
+    progress = ThrottledProgress(job_id)
     with job_outcome(engine, job_id, "advice") as outcome:
         if trace is None or trace.status != TraceStatus.READY:
             raise JobFailed(NOT_READY)

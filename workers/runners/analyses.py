@@ -15,12 +15,12 @@ import math
 import socket
 from concurrent.futures import ThreadPoolExecutor
 
-from sqlalchemy import func, select, update
+from sqlalchemy import delete, func, select, update
 
 from backend.jobs.state import mark_failed, mark_succeeded, set_progress
 from backend.settings import get_settings
 from backend.store.db import get_engine, new_session
-from backend.store.models import Job, JobPart, JobStatus, Sample, Step, Trace, TraceStatus
+from backend.store.models import Base, Job, JobPart, JobStatus, Step, Trace, TraceStatus
 from backend.store.trace_tables import load_trace_data
 from core.analysis.registry import ANALYSES, reduce_results, run_analysis
 from core.analysis.tables import TraceData, step_ranges
@@ -77,7 +77,7 @@ def plan_and_run(job_ids: list[int], send_part) -> None:
     ranges = step_ranges(steps, n_parts)
     with new_session() as session:
         for job in step_jobs:
-            session.execute(JobPart.__table__.delete().where(JobPart.job_id == job.id))
+            session.execute(delete(JobPart).where(JobPart.job_id == job.id))
             session.add_all(
                 JobPart(job_id=job.id, idx=i, step_lo=lo, step_hi=hi, done=False) for i, (lo, hi) in enumerate(ranges)
             )
@@ -88,16 +88,18 @@ def plan_and_run(job_ids: list[int], send_part) -> None:
 
 def _steps_and_shared_params(jobs: list[Job], trace: Trace) -> tuple[list[int], dict[str, dict]]:
     """The trace's steps, and each job's parameters with what every step range must
-    share fixed from the whole trace (imbalance: dp_size = highest dp_rank + 1)."""
+    share fixed from the whole trace (each spec's `shared_params`: max(column) + 1)."""
     with new_session() as session:
         steps = list(session.scalars(select(Step.step).where(Step.trace_id == trace.id).order_by(Step.step)))
-        max_dp = session.scalar(select(func.max(Sample.dp_rank)).where(Sample.trace_id == trace.id))
-    shared = {}
-    for job in jobs:
-        params = dict(job.params)
-        if job.kind == "imbalance" and not params.get("dp_size") and max_dp is not None and max_dp >= 0:
-            params["dp_size"] = int(max_dp) + 1
-        shared[str(job.id)] = params
+        shared = {}
+        for job in jobs:
+            params = dict(job.params)
+            for name, (table, column) in ANALYSES[job.kind].shared_params.items():
+                rows = Base.metadata.tables[table]
+                top = session.scalar(select(func.max(rows.c[column])).where(rows.c.trace_id == trace.id))
+                if not params.get(name) and top is not None and top >= 0:
+                    params[name] = int(top) + 1
+            shared[str(job.id)] = params
     return steps, shared
 
 
@@ -117,6 +119,7 @@ def _run_here(jobs: list[Job], trace: Trace, steps: list[int], shared: dict[str,
     with ThreadPoolExecutor(1) as reader:
         pending = reader.submit(read, ranges[0]) if ranges else None
         for i in range(len(ranges)):
+            assert pending is not None  # a read is submitted for every range
             try:
                 data = pending.result()
             except Exception as exc:
@@ -157,7 +160,7 @@ def run_part(job_ids: list[int], idx: int, shared: dict) -> None:
     if not jobs or trace is None:
         return
     with new_session() as session:
-        part = session.get(JobPart, (jobs[0].id, idx))
+        part = session.get_one(JobPart, (jobs[0].id, idx))
         step_range = (part.step_lo, part.step_hi)
     with engine.connect() as conn:
         data = load_trace_data(conn, trace, union_tables([j.kind for j in jobs]), step_range)

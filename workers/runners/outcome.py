@@ -43,11 +43,12 @@ class Outcome:
 def job_outcome(
     engine: Engine, job_id: int, what: str, user_errors: tuple[type[Exception], ...] = (ValueError,)
 ) -> Iterator[Outcome]:
+    failures: tuple[type[Exception], ...] = (JobFailed, *user_errors)
     try:
         yield Outcome(engine, job_id)
     except (OperationalError, Abandoned):
         raise
-    except (JobFailed, *user_errors) as exc:
+    except failures as exc:
         mark_failed(engine, job_id, str(exc))
     except Exception as exc:
         log.exception("%s job %s failed", what, job_id)

@@ -16,8 +16,9 @@ Job result (JSON):
   accuracy     `accuracy_report` on the steps not used for fitting (None without
                calibration or without other steps)
   uncertainty  per step MC mean and P10-P90 of rollout time, median and p90 trajectory
-               completion (and the step time of a colocated batch-rollout policy), the
-               fitted noise, coverage (None without calibration on per-request
+               completion, and the step time of policy A and B (a colocated batch-rollout
+               policy: its rollout's runs shifted onto the step; any other: the policy's
+               own Monte-Carlo replay, `core.simulator.replay_mc`), the fitted noise, coverage (None without calibration on per-request
                latencies or with uncertainty false)
   rolling_origin  `core.simulator.evaluation.rolling_origin` when asked for
   forecast     `core.simulator.forecast.forecast_step` per step after the calibration
@@ -51,13 +52,13 @@ import numpy as np
 import orjson
 from sqlalchemy.engine import Connection
 
-from backend.formats.base import STEP_TIMING_COLUMNS
 from backend.jobs.contracts import chrome_trace_path
 from backend.jobs.simulations import compare_cluster_of, configs_of
 from backend.jobs.state import set_progress
 from backend.store.db import get_engine, new_session
 from backend.store.models import Job, JobStatus, Trace, TraceStatus
 from backend.store.trace_tables import load_trace_tables
+from core.analysis.tables import STEP_TIMING_COLUMNS
 from core.jsonable import json_safe
 from core.simulator import (
     Calibration,
@@ -76,6 +77,7 @@ from core.simulator.forecast import forecast_step
 from core.simulator.policies import policy_spec
 from core.simulator.policies.base import Env
 from core.simulator.predictor import roofline_coefficients
+from core.simulator.replay_mc import monte_carlo_replay
 from core.simulator.uncertainty import FIGURES, monte_carlo_step
 from core.simulator.workload import workload_from_columns
 from workers.runners.outcome import NOT_READY, JobFailed, job_outcome
@@ -153,6 +155,9 @@ class Replay:
     uncertainty: dict | None = None
     rolling_origin: dict | None = None
     forecast: dict | None = None
+    # per policy side ("a", "b") not a batch rollout then training: its own Monte-Carlo
+    # replay's per-step step-time quantiles (`replay_mc.monte_carlo_replay`)
+    policy_mc: dict | None = None
 
 
 def has_measurements(w: StepWorkload) -> bool:
@@ -208,7 +213,7 @@ def replay(steps: list[StepWorkload], params: dict, progress: Progress | None = 
         start = lo + i * width
         return simulate(
             steps,
-            cluster if i == 0 else cluster_b,
+            cluster if i == 0 or cluster_b is None else cluster_b,
             model,
             limits,
             policy,
@@ -218,21 +223,10 @@ def replay(steps: list[StepWorkload], params: dict, progress: Progress | None = 
 
     a = run(policy_a, 0)
     b = run(policy_b, 1) if policy_b is not None else None
-    ro = None
-    if params.get("rolling_origin"):
-        c0, m0, l0, _, _ = configs_of(params)
-        mc_param = params.get("uncertainty", {})
-        ro = rolling_origin(
-            steps,
-            c0,
-            m0,
-            l0,
-            window=params["rolling_origin"].get("window"),
-            monte_carlo=mc_param is not False,
-            n_runs=(mc_param or {}).get("runs"),
-            seed=int((mc_param or {}).get("seed") or 0),
-            progress=lambda f, m: report(0.98, f"rolling origin: {m}"),
-        )
+    pmc = policy_intervals(
+        steps, params, (model, limits, noise, coefficients), (a, policy_a, cluster), (b, policy_b, cluster_b)
+    )
+    ro = _rolling_origin(steps, params, report) if params.get("rolling_origin") else None
     fc = None
     if params.get("forecast"):
         mc_param = params.get("uncertainty", {})
@@ -252,7 +246,39 @@ def replay(steps: list[StepWorkload], params: dict, progress: Progress | None = 
             n_runs=(mc_param or {}).get("runs"),
             seed=int((mc_param or {}).get("seed") or 0),
         )
-    return Replay(steps, a, b, cal, acc, unc, ro, fc)
+    return Replay(steps, a, b, cal, acc, unc, ro, fc, pmc)
+
+
+def _rolling_origin(steps, params: dict, report: Progress) -> dict:
+    """`rolling_origin` on the request's own layout, with its Monte-Carlo settings."""
+    c0, m0, l0, _, _ = configs_of(params)
+    mc_param = params.get("uncertainty", {})
+    return rolling_origin(
+        steps,
+        c0,
+        m0,
+        l0,
+        window=params["rolling_origin"].get("window"),
+        monte_carlo=mc_param is not False,
+        n_runs=(mc_param or {}).get("runs"),
+        seed=int((mc_param or {}).get("seed") or 0),
+        progress=lambda f, m: report(0.98, f"rolling origin: {m}"),
+    )
+
+
+def policy_intervals(steps, params: dict, engine: tuple, *sides: tuple) -> dict | None:
+    """{side: per-step step-time quantiles} of the policy's own Monte-Carlo replay, for
+    each side ("a", "b": (result, policy, cluster)) whose step is not a batch rollout then
+    training; None without a noise model (`engine`: model, limits, noise, coefficients)."""
+    model, limits, noise, coefficients = engine
+    if noise is None:
+        return None
+    seed = int((params.get("uncertainty") or {}).get("seed") or 0)
+    return {
+        k: monte_carlo_replay(steps, c, model, limits, p, noise, coefficients=coefficients, seed=seed)["steps"]
+        for k, (res, p, c) in zip(("a", "b"), sides, strict=True)
+        if res is not None and not _rollout_then_training(res)
+    }
 
 
 def _timeline(result: SimResult, max_intervals: int) -> tuple[list[dict], dict | None]:
@@ -316,9 +342,10 @@ def _rollout_then_training(result: SimResult) -> bool:
 
 
 def uncertainty_dict(r: Replay) -> dict | None:
-    """Per step: MC mean and P10-P90 of the rollout figures (and of policy A's and B's
-    step time when the step is its batch rollout then training, on the same GPUs),
-    coverage of the measured values."""
+    """Per step: MC mean and P10-P90 of the rollout figures and of policy A's and B's
+    step time (the batch rollout's runs shifted when the step is that rollout then
+    training on the same GPUs, else the policy's own Monte-Carlo replay), coverage of the
+    measured values."""
     if r.uncertainty is None:
         return None
     mc = r.uncertainty["steps"]
@@ -339,6 +366,10 @@ def uncertainty_dict(r: Replay) -> dict | None:
             row[k]["covered"] = None if meas[k] is None else bool(m[k]["p10"] <= meas[k] <= m[k]["p90"])
         for which, by in (("a", a_steps), ("b", b_steps)):
             s = by.get(w.step)
+            own = (r.policy_mc or {}).get(which, {}).get(w.step)
+            if s is not None and own is not None:
+                row[f"step_s_{which}"] = {x: own[x] for x in ("mean", "p10", "p90")}
+                row[f"step_s_{which}"]["deterministic"] = s.step_time
             if s is None or not serial[which]:
                 continue
             # the step is the rollout then deterministic stages: shift the rollout's runs
@@ -399,7 +430,7 @@ def write_chrome_traces(job_id: int, r: Replay) -> None:
 # --------------------------------------------------------------------------- the job
 
 
-class _Throttled:
+class ThrottledProgress:
     """Progress written to the job row at most once a second (and at the end)."""
 
     def __init__(self, job_id: int) -> None:
@@ -435,7 +466,7 @@ def run_simulation_job(job_id: int) -> None:
             return
         params = dict(job.params)
         trace = session.get(Trace, params["trace_id"]) if params.get("trace_id") is not None else None
-    progress = _Throttled(job_id)
+    progress = ThrottledProgress(job_id)
     with job_outcome(engine, job_id, "simulation") as outcome:
         if params.get("trace_id") is not None:
             if trace is None or trace.status != TraceStatus.READY:

@@ -27,10 +27,11 @@ def build_text_index(engine: Engine, trace_id: int, progress=None) -> int:
     with engine.begin() as conn:
         _set_indexed(conn, trace_id, 0)
         delete_text_index(conn, [trace_id])
-        steps = conn.execute(
-            text("SELECT DISTINCT step FROM sample_texts WHERE trace_id = :t ORDER BY step"), {"t": trace_id}
-        ).scalars()
-        steps = list(steps)
+        steps = list(
+            conn.execute(
+                text("SELECT DISTINCT step FROM sample_texts WHERE trace_id = :t ORDER BY step"), {"t": trace_id}
+            ).scalars()
+        )
     sql = text(
         "SELECT step, group_idx, sample_idx, prompt, response FROM sample_texts WHERE trace_id = :t AND step = :s"
     )

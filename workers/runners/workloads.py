@@ -93,7 +93,9 @@ def generate(params: dict, models: dict[str, TaskLengthModel] | None) -> list[Ge
             params["samples_per_group"],
             seed=params["seed"],
         )
-    task = pick_task(models or {}, params.get("task"))
+    if models is None:
+        raise ValueError("a workload from a trace needs the trace's fitted task models")
+    task = pick_task(models, params.get("task"))
     return generate_steps(
         models[task],
         params["steps"],

@@ -11,10 +11,10 @@ from backend.api.errors import ERROR_RESPONSES
 from backend.api.routes.jobs import IncludeResult, job_list, job_list_query
 from backend.api.routes.trace_data import require_ready
 from backend.api.schemas import AnalysisRequest, JobList, JobOut
-from backend.jobs.analyses import ANALYSIS_KINDS, NotApplicable, request_analysis
+from backend.jobs.analyses import NotApplicable, request_analysis
 from backend.jobs.state import params_key
 from backend.store.models import Job, JobStatus
-from core.analysis.registry import resolve_params
+from core.analysis.registry import ANALYSES, resolve_params
 
 router = APIRouter(prefix="/traces/{trace_id}/analyses", tags=["analyses"], responses=ERROR_RESPONSES)
 
@@ -26,7 +26,7 @@ router = APIRouter(prefix="/traces/{trace_id}/analyses", tags=["analyses"], resp
     responses={200: {"model": JobOut, "description": "An identical analysis exists: that job."}},
     # the kinds from the analysis registry, never a list kept by hand
     description=f"Queue an analysis (the kinds a trace has the data for: its `analyses`; all kinds: "
-    f"{', '.join(ANALYSIS_KINDS)}). The same kind and parameters return the existing job (200).",
+    f"{', '.join(ANALYSES)}). The same kind and parameters return the existing job (200).",
 )
 def create_analysis(body: AnalysisRequest, session: SessionDep, trace: TraceDep, response: Response):
     """Queue an analysis of the trace (see the route's description)."""
@@ -46,7 +46,7 @@ def create_analysis(body: AnalysisRequest, session: SessionDep, trace: TraceDep,
 @router.get("", response_model=JobList)
 def list_analyses(session: SessionDep, trace: TraceDep, include_result: IncludeResult = False):
     """The trace's analysis jobs, newest first (results only with `include_result=true`)."""
-    query = job_list_query(Job.trace_id == trace.id, Job.kind.in_(ANALYSIS_KINDS), include_result=include_result)
+    query = job_list_query(Job.trace_id == trace.id, Job.kind.in_(list(ANALYSES)), include_result=include_result)
     return job_list(session.scalars(query), include_result)
 
 
@@ -54,7 +54,7 @@ def list_analyses(session: SessionDep, trace: TraceDep, include_result: IncludeR
 def latest_analysis(kind: str, session: SessionDep, trace: TraceDep):
     """The newest job of this kind with default parameters (else any parameters),
     preferring a finished one."""
-    if kind not in ANALYSIS_KINDS:
+    if kind not in ANALYSES:
         raise HTTPException(status.HTTP_404_NOT_FOUND, detail={"message": f"unknown analysis '{kind}'"})
     # results deferred: only the chosen job's result is read
     query = select(Job).where(Job.trace_id == trace.id, Job.kind == kind).order_by(Job.id.desc())

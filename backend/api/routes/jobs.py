@@ -15,9 +15,10 @@ from sqlalchemy.orm import defer
 
 from backend.api.deps import CurrentTeam, JobIdPath, OptionalTraceQuery, SessionDep, job_of_team
 from backend.api.errors import ERROR_RESPONSES
-from backend.api.schemas import NO_NUL, JobList, JobOut
-from backend.jobs.contracts import remove_artefacts
+from backend.api.schemas import NO_NUL, AnalysisKindOut, JobKindsOut, JobList, JobOut
+from backend.jobs.contracts import job_kinds, remove_artefacts
 from backend.store.models import Job, JobStatus
+from core.analysis.registry import ANALYSES
 
 router = APIRouter(prefix="/jobs", tags=["jobs"], responses=ERROR_RESPONSES)
 
@@ -69,6 +70,18 @@ def list_jobs(
         where.append(Job.kind == kind)
     jobs = session.scalars(job_list_query(*where, include_result=include_result).limit(limit).offset(offset))
     return job_list(jobs, include_result)
+
+
+@router.get("/kinds", response_model=JobKindsOut)
+def list_job_kinds(team: CurrentTeam) -> JobKindsOut:
+    """Every job kind, and the analyses with their parameters' defaults (the registry's)."""
+    analyses = [
+        AnalysisKindOut(
+            kind=k, title=spec.title, defaults=spec.defaults, default=spec.default, live_series=spec.live_series
+        )
+        for k, spec in ANALYSES.items()
+    ]
+    return JobKindsOut(kinds=job_kinds(), analyses=analyses)
 
 
 @router.get("/{job_id}", response_model=JobOut)

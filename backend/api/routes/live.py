@@ -57,6 +57,8 @@ METRIC_NAME = {"minLength": 1, "maxLength": 300, "pattern": NO_NUL}
 
 
 def _metric_names(metrics: dict) -> dict:
+    if not metrics:
+        raise ValueError("at least one metric")
     for name in metrics:
         if not 1 <= len(name) <= 300 or "\x00" in name:
             raise ValueError(f"metric name {name[:40]!r}: 1 to 300 characters, no NUL")
@@ -68,7 +70,8 @@ class StepMetrics(BaseModel):
     metrics: Annotated[
         dict[str, MetricValue | None],
         AfterValidator(_metric_names),
-        Field(min_length=1, description="at least one metric", json_schema_extra={"propertyNames": METRIC_NAME}),
+        # minProperties by hand: pydantic's min_length on a dict reaches the schema as minLength
+        Field(description="at least one metric", json_schema_extra={"propertyNames": METRIC_NAME, "minProperties": 1}),
     ]
 
 
@@ -143,7 +146,7 @@ async def attach_files(
     session.expire_all()
     if not outcome.created:
         response.status_code = status.HTTP_200_OK
-    return AttachOut(trace=trace_out(session, session.get(Trace, trace.id)), **outcome.__dict__)
+    return AttachOut(trace=trace_out(session, session.get_one(Trace, trace.id)), **outcome.__dict__)
 
 
 @router.post(
@@ -176,7 +179,7 @@ def log_steps(body: StepLogIn, session: SessionDep, trace: TraceDep, response: R
     if not outcome.created:
         response.status_code = status.HTTP_200_OK
     session.expire_all()
-    return StepLogOut(created=outcome.created, steps=outcome.steps, n_steps=session.get(Trace, trace.id).n_steps)
+    return StepLogOut(created=outcome.created, steps=outcome.steps, n_steps=session.get_one(Trace, trace.id).n_steps)
 
 
 def _BytesIO(data: bytes):
@@ -196,7 +199,7 @@ def close_trace(session: SessionDep, trace: TraceDep):
         refresh_analyses(
             session, trace.id, ["steps", "samples", "rank_timings", "turns", "tool_calls", "gpu_events"], force=True
         )
-    return trace_out(session, session.get(Trace, trace.id))
+    return trace_out(session, session.get_one(Trace, trace.id))
 
 
 @router.post("/{trace_id}/open", response_model=TraceOut)
@@ -267,9 +270,6 @@ def get_series(
     return SeriesOut(trace_id=trace.id, live=trace.live, steps=steps, series=series, keys=available)
 
 
-SERIES_ANALYSES = ("longtail", "imbalance", "data_efficiency", "latency")
-
-
 # {job id: its per-step series}: a finished job's result never changes, and results are
 # big (a long-tail result of a 10 M-sample trace is ~11 MB of JSON), so each is read once
 _SERIES_CACHE: OrderedDict[int, dict] = OrderedDict()
@@ -285,9 +285,7 @@ def _analysis_series(session, trace_id: int) -> dict[str, dict[int, float]]:
     from core.analysis.registry import ANALYSES, resolve_params
 
     out: dict[str, dict[int, float]] = {}
-    for kind in SERIES_ANALYSES:
-        if kind not in ANALYSES:
-            continue
+    for kind in [k for k, spec in ANALYSES.items() if spec.live_series]:
         job_id = session.scalars(
             select(Job.id)
             .where(

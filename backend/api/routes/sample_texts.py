@@ -57,8 +57,8 @@ def _member(sample: Sample, text: SampleText | None, trace: Trace) -> GroupMembe
         truncated=_truncated(sample, trace),
         repeat_period=sample.repeat_period,
         response_chars=None if text is None else text.response_chars,
-        response_head=response[:PREVIEW] if long else response,
-        response_tail=response[-PREVIEW:] if long else None,
+        response_head=response[:PREVIEW] if long and response is not None else response,
+        response_tail=response[-PREVIEW:] if long and response is not None else None,
     )
 
 
@@ -162,6 +162,7 @@ def text_search(
     use_index = bool(phrase and indexed and phrase_words)
     if use_index:
         allowed &= index_candidates(session.connection(), trace.id, phrase_words, step)
+    found: list[tuple[tuple[int, int, int], str | None, str]]
     if phrase:
         steps = sorted({k[0] for k in allowed})
         outcome = scan_texts(session.connection(), trace.id, steps, allowed.__contains__, phrase)

@@ -132,7 +132,8 @@ def simulation_chrome_trace(
     """The simulated GPU timeline of policy `a` or `b` as a Chrome-trace download."""
     job = job_of_team(session, team, job_id, SIMULATION_KIND)
     require_succeeded(job)
-    if (job.result or {}).get(policy) is None:
+    result = (job.result or {}).get(policy)
+    if result is None:
         raise HTTPException(
             status.HTTP_404_NOT_FOUND, detail={"message": f"simulation {job_id} has no policy {policy}"}
         )
@@ -140,7 +141,7 @@ def simulation_chrome_trace(
     if path.is_file():
         packed = path.read_bytes()
     else:  # no shared data folder: rebuild from the stored (possibly truncated) timeline
-        packed = gzip.compress(orjson.dumps(chrome_trace_from_result(job.result[policy])))
+        packed = gzip.compress(orjson.dumps(chrome_trace_from_result(result)))
     headers = {"Content-Disposition": f'attachment; filename="simulation-{job_id}-{policy}.json"'}
     if accept_encoding and "gzip" in accept_encoding.lower():
         headers["Content-Encoding"] = "gzip"

@@ -20,6 +20,7 @@ from backend.api.schemas import (
     GpuEventOut,
     GpuEventPage,
     RankTimingList,
+    RankTimingOut,
     SampleOut,
     SamplePage,
     StepList,
@@ -330,12 +331,12 @@ def step_trajectories(session: SessionDep, trace: TraceDep, step: Int4Path):
         turns.setdefault((g, i), []).append((turn, engine, finish))
     tools: dict[tuple[int, int, int | None], float] = {}
     failed: set[tuple[int, int]] = set()
-    for g, i, turn, latency, tool_status in session.execute(
+    for g, i, tool_turn, latency, tool_status in session.execute(
         select(ToolCall.group_idx, ToolCall.sample_idx, ToolCall.turn, ToolCall.latency_s, ToolCall.status).where(
             ToolCall.trace_id == trace.id, ToolCall.step == step
         )
     ):
-        tools[(g, i, turn)] = tools.get((g, i, turn), 0.0) + (latency or 0.0)
+        tools[(g, i, tool_turn)] = tools.get((g, i, tool_turn), 0.0) + (latency or 0.0)
         if (tool_status or "").lower() in DISCARD_TOOL_STATUS:
             failed.add((g, i))
     items = []
@@ -378,7 +379,7 @@ def list_rank_timings(session: SessionDep, trace: TraceDep, step: StepQuery = No
     if step is not None:
         where.append(RankTiming.step == step)
     rows = session.scalars(select(RankTiming).where(*where).order_by(RankTiming.step, RankTiming.rank))
-    return RankTimingList(items=list(rows))
+    return RankTimingList(items=[RankTimingOut.model_validate(r) for r in rows])
 
 
 @router.get("/gpu-events", response_model=GpuEventPage)

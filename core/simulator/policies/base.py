@@ -40,6 +40,9 @@ class Env:
     rollout: Callable[[Env, StepWorkload, bool], RolloutOutcome] | None = None
     # processes the policy may fork for work it computes ahead (None: the CPUs, where safe)
     workers: int | None = None
+    # a Monte-Carlo run's perturbation of request lengths (`request_noise.RequestNoise`),
+    # applied by every cluster the policy makes; None: the deterministic replay
+    noise: Any = None
 
     def new_cluster(self, start_time: float = 0.0, **sharing: bool) -> RolloutCluster:
         """Fresh replicas from `start_time`; `sharing` as `RolloutCluster` takes it
@@ -51,6 +54,7 @@ class Env:
             kv_capacity=self.kv_capacity,
             max_prefill_tokens=self.limits.max_prefill_tokens,
             start_time=start_time,
+            noise=self.noise,
             **sharing,
         )
 
@@ -216,7 +220,16 @@ def sync_weights(
     return _stage(tb, step, start, sync, "weight_sync", stages, windows, ("busy", "weight_sync"))
 
 
-def _stage(tb, step, start, seconds, name, stages, windows, draw) -> float:
+def _stage(
+    tb: TimelineBuilder,
+    step: int,
+    start: float,
+    seconds: float,
+    name: str,
+    stages: dict,
+    windows: dict,
+    draw: tuple[str, str] | None,
+) -> float:
     """Account `seconds` of stage `name` from `start` (drawn on the training lanes as
     `draw` = (state, label) unless None); returns its end."""
     end = start + seconds
@@ -228,7 +241,22 @@ def _stage(tb, step, start, seconds, name, stages, windows, draw) -> float:
     return end
 
 
-def step_result(step, start, end, prev_end, stages, windows, n_samples, tokens, rollout_stats, completion):
+# what a policy's `run` returns: the steps, their timeline and the makespan
+PolicyRun = tuple[list[StepResult], TimelineBuilder, float]
+
+
+def step_result(
+    step: int,
+    start: float,
+    end: float,
+    prev_end: float,
+    stages: dict[str, float],
+    windows: dict[str, list[float]],
+    n_samples: int,
+    tokens: int,
+    rollout_stats: dict,
+    completion: np.ndarray | None,
+) -> StepResult:
     return StepResult(
         step=step,
         start=start,

@@ -42,7 +42,9 @@ class DividedParams:
         "longest finished sample of the group); false: first come, first served",
     )
     work_stealing: bool = param(
-        True, "a replica with a free slot and nothing queued takes waiting requests from the most loaded one"
+        True,
+        "a replica with a free slot and nothing queued takes waiting requests from the most loaded one",
+        grid=(False,),
     )
 
 

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from core.simulator.policies.base import Env, reward_seconds, step_result, sync_weights, train_on
+from core.simulator.policies.base import Env, PolicyRun, reward_seconds, step_result, sync_weights, train_on
 from core.simulator.policies.carryover import ChainPool, FreshStream, group_tokens
 from core.simulator.policies.pool_run import PoolRun
 from core.simulator.policies.spec import PolicySpec, param
@@ -54,6 +54,7 @@ class LaminarParams:
         "most weight versions between the weights generating a trajectory and the update training it (the "
         "paper bounds staleness per trajectory; this default is ours)",
         ge=0,
+        grid=(1,),
     )
     batch_groups: int | None = param(
         None,
@@ -323,7 +324,7 @@ class _Laminar:
         return makespan
 
 
-def run_laminar(env: Env, workload: list[StepWorkload], progress: Callable[[float], None]):
+def run_laminar(env: Env, workload: list[StepWorkload], progress: Callable[[float], None]) -> PolicyRun:
     r = _Laminar(env, workload)
     r.progress = progress
     r.replay()

@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 from core.simulator.policies.base import (
     Env,
+    PolicyRun,
     post_rollout,
     reward_seconds,
     rollout_batch,
@@ -25,7 +26,7 @@ from core.simulator.training import weight_sync_seconds
 from core.simulator.workload import StepWorkload
 
 
-def run_one_step_off(env: Env, workload: list[StepWorkload], progress: Callable[[float], None]):
+def run_one_step_off(env: Env, workload: list[StepWorkload], progress: Callable[[float], None]) -> PolicyRun:
     tb = TimelineBuilder(env.cluster, disaggregated=True)
     steps = []
     sync = weight_sync_seconds(env.model, env.cluster)

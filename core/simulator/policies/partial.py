@@ -14,10 +14,11 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from core.simulator.policies.base import Env, post_rollout, reward_seconds, step_result
+from core.simulator.policies.base import Env, PolicyRun, post_rollout, reward_seconds, step_result
 from core.simulator.policies.carryover import ChainPool, FreshStream, Pending, group_tokens
 from core.simulator.policies.pool_run import PoolRun
 from core.simulator.policies.spec import PolicySpec, param
+from core.simulator.result import StepResult
 from core.simulator.timeline import TimelineBuilder
 from core.simulator.workload import StepWorkload
 
@@ -44,7 +45,7 @@ class PartialParams:
     )
 
 
-def run_partial(env: Env, workload: list[StepWorkload], progress: Callable[[float], None]):
+def run_partial(env: Env, workload: list[StepWorkload], progress: Callable[[float], None]) -> PolicyRun:
     prm: PartialParams = env.params
     tb = TimelineBuilder(env.cluster, disaggregated=False)
     pool = ChainPool(workload)
@@ -75,7 +76,17 @@ def run_partial(env: Env, workload: list[StepWorkload], progress: Callable[[floa
     return steps, tb, t
 
 
-def _step(env, tb, run: PoolRun, w: StepWorkload, t: float, stop: float, done, left, pool: ChainPool):
+def _step(
+    env: Env,
+    tb: TimelineBuilder,
+    run: PoolRun,
+    w: StepWorkload,
+    t: float,
+    stop: float,
+    done: list[list[Pending]],
+    left: list[list[Pending]],
+    pool: ChainPool,
+) -> StepResult:
     """Draw and account one step: its rollout window, then the stages after it."""
     total_len, tokens, n = group_tokens(pool, done)
     stats = run.stats(run.sample_completions() - t, stop - t)

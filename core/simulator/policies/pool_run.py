@@ -73,11 +73,11 @@ class PoolRun:
             self._submit(items, np.asarray(owner), time, replica)
         return gids
 
-    def _submit(self, items: list[Pending], owner: np.ndarray, time, replica: int | None) -> None:
+    def _submit(self, items: list[Pending], owner: np.ndarray, time: float | list[float], replica: int | None) -> None:
         """Submit `items` at `time` (one time, or one per item)."""
         ch = self.pool.chains(items)
         k0 = len(self.items)
-        base = self.rc.store.add(ch["prefill"], ch["context"], ch["decode"], ch["gap"], ch["next"], ch["owner"] + k0)
+        base = self.rc.add_requests(ch, ch["owner"] + k0)
         rep = self._replicas(items, owner, replica)
         times = np.broadcast_to(np.asarray(time, dtype=np.float64), (len(items),))
         for t in np.unique(times).tolist():
@@ -102,8 +102,7 @@ class PoolRun:
         if replica is not None:
             return np.full(len(items), replica, dtype=np.int64)
         gids, idx = np.unique(owner, return_inverse=True)
-        prompt = np.bincount(idx, self.pool.lookup(items, "prompt"), gids.size)
-        total = np.bincount(idx, self.pool.lookup(items, "total"), gids.size)
+        prompt, total = (np.bincount(idx, v, gids.size) for v in self.pool.lookup(items, "prompt", "total"))
         per_group = assign_groups(self.env.policy.dispatch, len(self.rc.replicas), prompt, total)
         return per_group[idx]
 
@@ -113,20 +112,28 @@ class PoolRun:
         """Record requests that finished at `now` (a sample is done with its last)."""
         if not rids:
             return
+        last_item, items, replica, group, left = (
+            self._last_item,
+            self.items,
+            self.item_replica,
+            self.item_group,
+            self.group_left,
+        )
+        on_item, on_group = self.on_item_done, self.on_group_done
         for r in rids:
-            k = self._last_item.get(r)
+            k = last_item.get(r)
             if k is None:
                 continue
-            self.items[k].done = True
-            self.running[self.item_replica[k]].discard(k)
-            g = self.item_group[k]
-            self.group_left[g] -= 1
-            if self.on_item_done is not None:
-                self.on_item_done(k, now)
-            if self.group_left[g] == 0:
+            items[k].done = True
+            self.running[replica[k]].discard(k)
+            g = group[k]
+            left[g] -= 1
+            if on_item is not None:
+                on_item(k, now)
+            if left[g] == 0:
                 self.completed.append((g, now))
-                if self.on_group_done is not None:
-                    self.on_group_done(g, now)
+                if on_group is not None:
+                    on_group(g, now)
 
     def run_until_completed(self, n: int) -> bool:
         """Run until `n` groups have completed in all; False when the work ran out first."""

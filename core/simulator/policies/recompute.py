@@ -11,11 +11,12 @@ costed here; the engine adds up the same share for each request it preempts
 from __future__ import annotations
 
 import numpy as np
+import numpy.typing as npt
 
 from core.simulator.predictor import EngineCoefficients
 
 
-def prefill_seconds(coefficients: EngineCoefficients, tokens) -> float:
+def prefill_seconds(coefficients: EngineCoefficients, tokens: npt.ArrayLike) -> float:
     """The marginal prefill time of requests of `tokens` uncached tokens each."""
     p = np.asarray(tokens, dtype=np.float64)
     return float(coefficients.prefill_b * p.sum() + coefficients.prefill_c * (p * p).sum())

@@ -140,7 +140,7 @@ def _unwrap_optional(tp: Any) -> tuple[Any, bool]:
     return tp, False
 
 
-def check_value(info: ParamInfo, value: Any, where: str) -> Any:
+def check_value(info: ParamInfo, value: Any, where: str) -> Any:  # noqa: C901 -- one branch per declared parameter type and bound
     """`value` for parameter `info`, type- and range-checked (ValueError names `where`)."""
     if value is None:
         if info.nullable:

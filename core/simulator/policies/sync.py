@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 from core.simulator.policies.base import (
     Env,
+    PolicyRun,
     post_rollout,
     reward_seconds,
     rollout_batch,
@@ -18,7 +19,7 @@ from core.simulator.timeline import TimelineBuilder
 from core.simulator.workload import StepWorkload
 
 
-def run_sync(env: Env, workload: list[StepWorkload], progress: Callable[[float], None]):
+def run_sync(env: Env, workload: list[StepWorkload], progress: Callable[[float], None]) -> PolicyRun:
     tb = TimelineBuilder(env.cluster, disaggregated=False)
     steps = []
     t = 0.0

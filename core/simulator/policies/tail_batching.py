@@ -36,7 +36,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from core.simulator.forked import fork_map, worth_forking
-from core.simulator.policies.base import Env, post_rollout, reward_seconds, shift_intervals, step_result
+from core.simulator.policies.base import Env, PolicyRun, post_rollout, reward_seconds, shift_intervals, step_result
 from core.simulator.policies.rounds import Prompts, RoundOutcome, run_round
 from core.simulator.policies.spec import PolicySpec, param
 from core.simulator.result import StepResult
@@ -95,7 +95,9 @@ def long_rounds(waiting: list[int], prompts: Prompts, group_count: list[int]) ->
     return out
 
 
-def compute(env: Env, prompts: Prompts, plans: list[RoundPlan], workers: int, progress) -> None:
+def compute(
+    env: Env, prompts: Prompts, plans: list[RoundPlan], workers: int, progress: Callable[[float], None]
+) -> None:
     """Every plan's outcome, in forked processes when `workers`."""
 
     def one(i: int) -> RoundOutcome:
@@ -106,7 +108,9 @@ def compute(env: Env, prompts: Prompts, plans: list[RoundPlan], workers: int, pr
         plan.outcome = outcome
 
 
-def schedule(shorts: list[RoundPlan], longs: list[RoundPlan], group_count: list[int], prompts) -> list[RoundPlan]:
+def schedule(
+    shorts: list[RoundPlan], longs: list[RoundPlan], group_count: list[int], prompts: Prompts
+) -> list[RoundPlan]:
     """Rounds in the order they run: a long round as soon as its prompts all wait."""
     order: list[RoundPlan] = []
     waiting = li = 0
@@ -126,7 +130,7 @@ def schedule(shorts: list[RoundPlan], longs: list[RoundPlan], group_count: list[
     return order + longs[li:]
 
 
-def run_tail_batching(env: Env, workload: list[StepWorkload], progress: Callable[[float], None]):
+def run_tail_batching(env: Env, workload: list[StepWorkload], progress: Callable[[float], None]) -> PolicyRun:
     prm: TailBatchingParams = env.params
     prompts = Prompts(workload)
     group_count = [w.n_groups for w in workload]
@@ -147,7 +151,16 @@ def run_tail_batching(env: Env, workload: list[StepWorkload], progress: Callable
     return steps, tb, t
 
 
-def assemble(env, tb, steps, prompts: Prompts, plan: RoundPlan, label: int, w: StepWorkload, t: float) -> float:
+def assemble(
+    env: Env,
+    tb: TimelineBuilder,
+    steps: list[StepResult],
+    prompts: Prompts,
+    plan: RoundPlan,
+    label: int,
+    w: StepWorkload,
+    t: float,
+) -> float:
     """The round's rollout, reward and training on the timeline from `t`; its end."""
     ro = plan.outcome
     assert ro is not None

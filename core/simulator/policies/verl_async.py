@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from core.simulator.policies.base import Env, reward_share, step_result, sync_weights, train_on
+from core.simulator.policies.base import Env, PolicyRun, reward_share, step_result, sync_weights, train_on
 from core.simulator.policies.carryover import ChainPool, FreshStream, Pending, group_tokens
 from core.simulator.policies.pool_run import PoolRun
 from core.simulator.policies.spec import PolicySpec, param
@@ -73,7 +73,7 @@ class _Replay:
         self.resume = 0.0  # when the rollouter (re)starts
         self.prev_end = 0.0
 
-    def version(self, j: int, w: StepWorkload):
+    def version(self, j: int, w: StepWorkload) -> tuple[dict[str, float], dict[str, list[float]], dict, float]:
         """Step j: rollout from the last resume, the trainer's local updates, the sync."""
         start = self.resume
         run = PoolRun(self.env, self.pool, start)
@@ -106,7 +106,9 @@ class _Replay:
         windows["rollout"] = [start, pause]
         return stages, windows, stats, end
 
-    def train(self, j: int, w: StepWorkload, run: PoolRun, version: dict, stages: dict, windows: dict):
+    def train(
+        self, j: int, w: StepWorkload, run: PoolRun, version: dict, stages: dict, windows: dict
+    ) -> tuple[list[int], float]:
         """The local updates of step j, each on the next groups in completion order."""
         prm, n = self.prm, w.n_groups
         sizes = [c.size for c in np.array_split(np.arange(n), prm.trigger_parameter_sync_step) if c.size]
@@ -135,7 +137,9 @@ class _Replay:
         self.used = used
         return taken, waited
 
-    def update(self, j: int, w: StepWorkload, groups, start: float, stages: dict, windows: dict) -> float:
+    def update(
+        self, j: int, w: StepWorkload, groups: list[list[Pending]], start: float, stages: dict, windows: dict
+    ) -> float:
         total_len, tokens, n = group_tokens(self.pool, groups)
         self.tokens += tokens
         self.samples += n
@@ -154,7 +158,9 @@ class _Replay:
             minibatches=self.prm.require_batches,
         )
 
-    def sync(self, j: int, w: StepWorkload, run: PoolRun, version: dict, pause: float, stages, windows) -> float:
+    def sync(
+        self, j: int, w: StepWorkload, run: PoolRun, version: dict, pause: float, stages: dict, windows: dict
+    ) -> float:
         """Pause the rollouter (interrupt, or drain), sync the weights; returns the end."""
         tb, step = self.tb, w.step
         if self.prm.partial_rollout and self.prm.staleness_threshold > 0:
@@ -176,7 +182,7 @@ class _Replay:
         return end
 
 
-def run_async(env: Env, workload: list[StepWorkload], progress: Callable[[float], None]):
+def run_async(env: Env, workload: list[StepWorkload], progress: Callable[[float], None]) -> PolicyRun:
     r = _Replay(env, workload)
     steps = []
     for j, w in enumerate(workload):
