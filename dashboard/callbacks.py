@@ -67,7 +67,7 @@ def register(app: dash.Dash) -> None:
             state = {"job_id": None, "note": f"{kind} analysis unavailable: {exc.message}"}
             return _if_changed(state, shown), c.alert(exc.message), True
         state = panel_state(job, best, kind)
-        return _if_changed(state, shown), status_line(job), not job_active(job)
+        return _if_changed(state, shown), status_line(job, best), not job_active(job)
 
     _trace_status_callback(app)
     _live_trace_callback(app)

@@ -6,6 +6,7 @@ import orjson
 import pytest
 from typer.testing import CliRunner
 
+from core.simulator.defaults import DEFAULT_MODEL
 from core.simulator.policies import POLICIES
 from rlvr_explorer.cli import app
 from tests.conftest import wait_for_job
@@ -71,3 +72,32 @@ def test_cli_advise(team_key, tmp_path):
     out = orjson.loads(runner.invoke(app, [*args, "--json"], catch_exceptions=False).stdout)
     assert out["n_configurations"] >= 50
     assert all("params" in c and "gain" in c for c in out["ranking"]) and out["reference"]
+
+
+def test_presets_propose_the_model_a_trace_names(api, tmp_path):
+    folder = write_packed_dir(tmp_path / "named", synthetic_rows(steps=2, groups=4, n=2, seed=3))
+    files = [("files", ("run.zip", zip_folder(folder), "application/zip"))]
+    named = api.post("/api/v1/traces", files=files, data={"name": "verl dapo 32b"}).json()
+    got = api.get("/api/v1/simulations/presets", params={"trace_id": named["id"]}).json()
+    assert got["proposed_model"]["model"] == "Qwen2.5-32B" and got["defaults"]["model"] == "Qwen2.5-32B"
+    assert got["proposed_model"]["note"] == "proposed from the trace name ('verl dapo 32b')"
+    plain = api.get("/api/v1/simulations/presets").json()
+    assert "proposed_model" not in plain and plain["defaults"]["model"] == DEFAULT_MODEL
+    assert api.get("/api/v1/simulations/presets", params={"trace_id": 999999}).status_code == 404
+
+
+@pytest.mark.parametrize("backend_env", ["sqlite"], indirect=True)
+def test_cli_advise_proposes_the_model_the_trace_names(team_key, tmp_path):
+    runner = CliRunner()
+    folder = write_packed_dir(tmp_path / "run", synthetic_rows(steps=2, groups=4, n=2, seed=4))
+    r = runner.invoke(app, ["ingest", str(folder), "--name", "verl dapo 32b", "--api-key", team_key, "--json"])
+    trace_id = orjson.loads(r.stdout.strip().splitlines()[-1])["id"]
+    args = ["advise", str(trace_id), "--policy", "sync", "--workers", "1", "--api-key", team_key]
+    r = runner.invoke(app, args, catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    assert "model Qwen2.5-32B (proposed from the trace name ('verl dapo 32b'))" in r.stdout
+    out = orjson.loads(runner.invoke(app, [*args, "--json"], catch_exceptions=False).stdout)
+    assert out["proposed_model"]["model"] == "Qwen2.5-32B"
+    chosen = orjson.loads(runner.invoke(app, [*args, "--model", "qwen2.5-7b", "--json"]).stdout)
+    assert chosen["proposed_model"] is None  # a model given is the model used
+    assert "proposed" not in runner.invoke(app, [*args, "--model", "qwen2.5-7b"]).stdout

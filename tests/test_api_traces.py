@@ -82,6 +82,29 @@ def test_same_content_returns_existing_trace(api, uploaded, per_step, tmp_path):
     assert api.get("/api/v1/traces").json()["total"] == 1
 
 
+def test_same_content_with_other_options_is_409_naming_them(api, uploaded, per_step, tmp_path):
+    archive = zip_folder(write_packed_dir(tmp_path / "run", per_step))
+    item = ("run.zip", archive, "application/zip")
+    # the options the trace has: the same trace, 200
+    same = upload(api, [item], name="synthetic", format="polytrace-packed")
+    assert same.status_code == 200 and same.json()["id"] == uploaded["id"]
+    for form, field, words in (
+        ({"name": "renamed"}, "name", "named 'renamed' instead of 'synthetic'"),
+        ({"max_response_len": "16384"}, "max_response_len", "16,384-token cap"),
+        ({"format": "kineto"}, "format", "files read as kineto instead of polytrace-packed"),
+    ):
+        r = upload(api, [item], **form)
+        assert r.status_code == 409, (form, r.text)
+        detail = r.json()["detail"]
+        assert detail["field"] == field and words in detail["changed"][field], detail
+        assert f"trace {uploaded['id']}" in detail["message"] and "Not applied" in detail["message"]
+        assert detail["trace_id"] == uploaded["id"]
+    bad = upload(api, [item], format="nosuch")
+    assert bad.status_code == 422 and bad.json()["detail"]["field"] == "format"
+    trace = api.get(f"/api/v1/traces/{uploaded['id']}").json()
+    assert trace["name"] == "synthetic" and api.get("/api/v1/traces").json()["total"] == 1
+
+
 def test_list_filter_and_paging(api, per_step):
     for i in range(3):
         rows = synthetic_rows(steps=1, groups=4, n=2, seed=10 + i)[0]

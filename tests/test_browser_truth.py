@@ -5,17 +5,22 @@
   count the same samples, under the same definition;
 - a drill-down from a max marker lands on that sample, highlighted;
 - a shared URL restores a page's controls and zoom;
-- a live run's overview cards follow its analyses without a reload;
+- a live run's overview cards follow its analyses without a reload, marked stale with
+  their age while the re-run waits;
 - no legend overlaps a chart's title or its data at 1,440 px wide (bounding boxes).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import re
 import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 from urllib.parse import parse_qs, urlparse
 
 import numpy as np
@@ -176,6 +181,30 @@ def _card(b: Browser, card_id: str) -> str | None:
     return text.split("\n")[1] if text and "\n" in text else None
 
 
+@contextlib.contextmanager
+def held_worker(srv):
+    """The server's worker (and its pool) stopped with SIGSTOP for the block: jobs queued
+    meanwhile wait, so a page shows what it shows before their results."""
+    data = f"RLVR_DATA_DIR={srv.env['RLVR_DATA_DIR']}".encode()
+    pids = []
+    for proc in Path("/proc").iterdir():
+        try:
+            cmd = (proc / "cmdline").read_bytes().split(b"\0")
+            if b"rlvr_explorer" in cmd and b"worker" in cmd and data in (proc / "environ").read_bytes().split(b"\0"):
+                pids.append(int(proc.name))
+        except (OSError, ValueError):
+            continue
+    assert pids, "the server's worker process"
+    groups = {os.getpgid(p) for p in pids}
+    for g in groups:
+        os.killpg(g, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        for g in groups:
+            os.killpg(g, signal.SIGCONT)
+
+
 def test_a_live_runs_cards_follow_its_analyses_without_a_reload(browser, server, tmp_path):  # noqa: F811
     b = browser
     run = tmp_path / "live-cards"
@@ -205,13 +234,21 @@ def test_a_live_runs_cards_follow_its_analyses_without_a_reload(browser, server,
         b.open(f"/traces/{trace_id}")
         b.wait(lambda: _card(b, "card-idle") == f"{100 * before:.1f}%", "the idle card of step 0", timeout=120)
         b.d.execute_script("window.__same_page = true;")
-        # a step whose long tail is very different: the idle share moves
+        assert not b.css("#card-idle .card-stale")  # the result covers every step
+        # a step whose long tail is very different: the idle share moves. The worker is
+        # held meanwhile, so the page shows the step before the analysis re-ran.
         skewed = synthetic_rows(steps=2, groups=8, n=4, seed=41)[1]
         skewed[0]["output"][0] = 40 * max(o for r in skewed for o in r["output"])
-        (run / "packed_lengths_step_1.jsonl").write_bytes(jsonl(skewed))
+        with held_worker(server):
+            (run / "packed_lengths_step_1.jsonl").write_bytes(jsonl(skewed))
+            b.wait(lambda: "2 steps" in (b.text("trace-live-steps") or ""), "step 1 on the page", timeout=60)
+            stale = b.wait(lambda: b.css("#card-idle .card-stale"), "the idle card marked stale")[0].text
+            assert re.fullmatch(r"computed \d+ s ago, step 0 of 2 — refreshing", stale), stale
+            assert _card(b, "card-idle") == f"{100 * before:.1f}%"  # the old figure, said to be old
         after = b.wait(lambda: (v := idle_result()) is not None and abs(v - before) > 1e-3 and v, "the re-run",
                        timeout=120)  # fmt: skip
         b.wait(lambda: _card(b, "card-idle") == f"{100 * after:.1f}%", "the idle card after the re-run", timeout=90)
+        assert not b.css("#card-idle .card-stale")
         assert b.d.execute_script("return window.__same_page === true;"), "the page reloaded"
         b.assert_console_clean()
     finally:

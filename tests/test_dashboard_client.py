@@ -343,6 +343,7 @@ def test_app_routes_sign_in_and_renders_a_trace(app):
         "..overview-cards.children...overview-stage-time.figure...overview-lengths.figure...overview-gpu.figure"
         "...overview-data-efficiency.figure..",
         [{"id": "page-trace-id", "property": "data", "value": 7}, []],
+        [{"id": "overview-zoom", "property": "data", "value": {}}],
         changed=["page-trace-id.data"],
     )
     # the ALL input is an empty list here (no analysis panels rendered)
@@ -444,7 +445,7 @@ def test_cdf_draws_the_default_steps_in_the_first_round_and_redraws_for_chosen_o
         inputs,
         [
             {"id": "dist-cdf-steps", "property": "value", "value": None},
-            {"id": "dist-zoom", "property": "data", "value": {}},
+            {"id": "distributions-zoom", "property": "data", "value": {}},
         ],
         ["page-trace-id.data"],
     ).get_json()["response"]

@@ -33,3 +33,18 @@ def test_metadata_wins_and_nothing_is_guessed_without_a_size():
     assert propose_model("demo: synthetic long-tailed GRPO run", {"steps": 60}) is None
     assert propose_model("16k context run") is None
     assert propose_model("mystery 123b") is None  # no preset of that size
+
+
+def test_model_proposal_says_where_the_model_came_from():
+    from core.simulator.model_guess import model_proposal
+
+    by_name = model_proposal("verl dapo 32b")
+    assert by_name == {
+        "model": "Qwen2.5-32B",
+        "source": "name",
+        "text": "verl dapo 32b",
+        "note": "proposed from the trace name ('verl dapo 32b')",
+    }
+    by_meta = model_proposal("run 1", {"model": "Qwen/Qwen2.5-72B-Instruct"})
+    assert by_meta is not None and by_meta["source"] == "metadata" and by_meta["model"] == "Qwen2.5-72B"
+    assert model_proposal("grpo client live") is None

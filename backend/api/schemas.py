@@ -29,6 +29,8 @@ class ErrorDetail(BaseModel):
     file: str | None = None
     line: int | None = None
     field: str | None = None
+    changed: dict[str, str] | None = None  # a re-upload's options: field -> what it would change
+    trace_id: int | None = None  # ... and the trace that holds its content
 
 
 class ErrorResponse(BaseModel):

@@ -101,17 +101,18 @@ def changed_options(
     trace: Trace, *, name: str | None, forced_format: str | None, max_response_len: int | None
 ) -> dict[str, str]:
     """What the options given with content the team already uploaded would change in its
-    trace, option -> in words (empty: the same trace would result)."""
+    trace, upload field -> in words (empty: the same trace would result). The API answers
+    409 with them, the CLI exits 1 naming them as its flags."""
     from backend.ingest.truncation import trace_truncation
 
     out = {}
     if name is not None and name != trace.name:
-        out["--name"] = f"named {name!r} instead of {trace.name!r}"
+        out["name"] = f"named {name!r} instead of {trace.name!r}"
     if forced_format is not None and forced_format != trace.source_format:
-        out["--format"] = f"files read as {forced_format} instead of {trace.source_format or 'detected formats'}"
+        out["format"] = f"files read as {forced_format} instead of {trace.source_format or 'detected formats'}"
     if max_response_len is not None and max_response_len != trace.max_response_len:
         before = trace_truncation(trace).definition().removeprefix("truncated = ")
-        out["--max-response-len"] = (
+        out["max_response_len"] = (
             f"truncation counted at the {max_response_len:,}-token cap"
             + (" for samples without a recorded stop reason" if trace_truncation(trace).stop_reason else "")
             + f" (now: {before})"

@@ -6,7 +6,8 @@ mentions a model (``model``, ``model_name``, ``actor_rollout_ref.model.path``, .
 size (``32b``, ``1.5B``; ``16k`` is a length, not a size) and a family (``qwen3``,
 ``qwen2.5`` / ``qwen2_5``, ``llama``, ``deepcoder``, ``vl``), and returns the preset of
 `MODEL_PRESETS` they name -- the family's, or the only preset of that size -- with the
-words it matched, or None when nothing names a preset.
+words it matched, or None when nothing names a preset. `model_proposal` says it the way
+the advisor's form and CLI show it ("proposed from the trace name").
 """
 
 from __future__ import annotations
@@ -64,3 +65,13 @@ def _preset_of(low: str, size: str) -> str | None:
         return sized[0]
     qwen = [p for p in sized if p.lower().startswith("qwen2.5")]  # the common family when none is named
     return qwen[0] if family is None and len(qwen) == 1 else None
+
+
+def model_proposal(name: str | None, metadata: dict | None = None) -> dict | None:
+    """{"model", "source" ("name" or "metadata"), "text", "note"} of `propose_model`, or None."""
+    found = propose_model(name, metadata)
+    if found is None:
+        return None
+    preset, text = found
+    source = "name" if text == name else "metadata"
+    return {"model": preset, "source": source, "text": text, "note": f"proposed from the trace {source} ({text!r})"}

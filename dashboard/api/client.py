@@ -351,9 +351,10 @@ class ApiClient:
         return self._get("/jobs/kinds")
 
     # -- simulator replays and synthetic workloads ------------------------------------
-    def simulation_presets(self) -> dict:
-        """GPU/model presets, policy kinds, balancing/dispatch modes and every default."""
-        return self._get("/simulations/presets")
+    def simulation_presets(self, trace_id: int | str | None = None) -> dict:
+        """GPU/model presets, policy kinds, balancing/dispatch modes and every default; with
+        a trace, the model its name or metadata names (`proposed_model`) as the default."""
+        return self._get("/simulations/presets", **({"trace_id": trace_id} if trace_id is not None else {}))
 
     def simulate(self, body: dict) -> dict:
         """Queue a replay (202, or 200 with the identical earlier replay): the job."""

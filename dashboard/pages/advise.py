@@ -2,7 +2,8 @@
 replicas x TP, training DP, policy, DP balancing, engine concurrency) ranked by
 predicted step time with P10-P90, who wins on which steps, the winner's step times.
 
-Ids: adv-gpu, adv-gpus, adv-model, adv-policies (which registered policies to sweep,
+Ids: adv-gpu, adv-gpus, adv-model (its default the model the trace's name or metadata
+names, said in adv-model-proposed), adv-policies (which registered policies to sweep,
 from the presets; each with its help line), adv-submit, adv-message, adv-job (store),
 adv-poll, adv-progress, adv-table, adv-ranges, adv-winner (chart).
 """
@@ -18,7 +19,7 @@ from dashboard.figures.advice import ranking_rows, winner_figure
 from dashboard.figures.common import empty_figure
 from dashboard.views.components import PAGE_TRACE_ID, alert, control, controls, graph, section
 from dashboard.views.formatting import job_active
-from dashboard.views.job_views import job_progress
+from dashboard.views.job_views import followed_banner, job_banner, job_progress
 from dashboard.views.trace_frame import trace_page
 
 dash.register_page(
@@ -36,7 +37,7 @@ def body(trace: dict) -> html.Div:
         return alert("This trace has no samples (rollout lengths) to advise on.", "info")
     api = session.api()
     try:
-        p = api.simulation_presets()
+        p = api.simulation_presets(trace["id"])  # the model default: the one the trace names, if any
         history = api.advice_list(trace_id=trace["id"], limit=1)
     except ApiError as exc:
         return alert(exc.message)
@@ -83,6 +84,7 @@ def body(trace: dict) -> html.Div:
                     ),
                     html.Button("Advise", id="adv-submit", n_clicks=0, className="button"),
                 ),
+                model_note(p.get("proposed_model")),
                 controls(control("Policies to sweep", policy_choices(p))),
                 html.Div(id="adv-message"),
                 help_text="Sweeps rollout replicas x TP, training DP, policy with its declared parameter values, DP "
@@ -97,6 +99,13 @@ def body(trace: dict) -> html.Div:
             section("Step time of the best configuration", graph("adv-winner")),
         ]
     )
+
+
+def model_note(proposal: dict | None) -> html.P | None:
+    """Where the Model default came from, when the trace's name or metadata named it."""
+    if not proposal:
+        return None
+    return html.P(f"Model {proposal['model']}: {proposal['note']}.", id="adv-model-proposed", className="help")
 
 
 def policy_choices(p: dict) -> dcc.Checklist:
@@ -133,7 +142,7 @@ def submit(n, trace_id, gpu, n_gpus, model, policies=None):
         job = session.api().advise(body)
     except ApiError as exc:
         return no_update, alert(exc.message), no_update
-    return job["id"], alert(f"Advice {job['id']} started: its progress is below.", "info"), False
+    return job["id"], job_banner(job, "Advice", "adv-started"), False
 
 
 @dash.callback(
@@ -142,21 +151,25 @@ def submit(n, trace_id, gpu, n_gpus, model, policies=None):
     Output("adv-ranges", "children"),
     Output("adv-winner", "figure"),
     Output("adv-poll", "disabled"),
+    Output("adv-message", "children", allow_duplicate=True),
     Input("adv-job", "data"),
     Input("adv-poll", "n_intervals"),
+    State("adv-message", "children"),
+    prevent_initial_call="initial_duplicate",
 )
-def show(job_id, _n):
+def show(job_id, _n, banner=None):
     empty = empty_figure("No advice yet: choose a GPU budget and press Advise", "Step time of the best configuration")
     if job_id is None:
-        return None, None, None, empty, True
+        return None, None, None, empty, True, no_update
     try:
         job = session.api().advice(job_id)
     except ApiError as exc:
-        return alert(exc.message), None, None, empty, True
+        return alert(exc.message), None, None, empty, True, no_update
+    banner = followed_banner(banner, job, "Advice", "adv-started")
     if job.get("status") != "succeeded":
-        return job_progress(job, "advice"), None, None, empty, not job_active(job)
+        return job_progress(job, "advice"), None, None, empty, not job_active(job), banner
     result = job.get("result") or {}
-    return None, ranking_table(result), ranges_list(result), winner_figure(result), True
+    return None, ranking_table(result), ranges_list(result), winner_figure(result), True, banner
 
 
 def ranking_table(result: dict):

@@ -1,8 +1,8 @@
 """Two traces side by side: length percentiles over steps, pooled CDFs and stage times,
 and for two Kineto traces the GPU trace diff (ops and kernels added, removed, changed).
 
-Query: /compare?a=<trace id>&b=<trace id>&field=&keys= (kept current as they change; without
-a and b: the newest two traces that share data). Ids: cmp-a, cmp-b, cmp-field, cmp-keys;
+Query: /compare?a=<trace id>&b=<trace id>&field=&keys=&z.<chart>= (kept current as they
+change, the charts' zoom too; without a and b: the newest two traces that share data). Ids: cmp-a, cmp-b, cmp-field, cmp-keys;
 charts cmp-lengths, cmp-cdf, cmp-stages-a, cmp-stages-b, cmp-diff-chart; cmp-diff-device,
 cmp-diff-summary, cmp-diff-table.
 """
@@ -10,7 +10,7 @@ cmp-diff-summary, cmp-diff-table.
 from __future__ import annotations
 
 import dash
-from dash import Input, Output, dcc, html
+from dash import Input, Output, State, dcc, html
 
 from dashboard.api import session
 from dashboard.api.client import ApiError
@@ -20,7 +20,7 @@ from dashboard.figures.gpu_diff import diff_figure, diff_summary, diff_table
 from dashboard.figures.stages import stage_time_figure
 from dashboard.views.components import alert, control, controls, graph, section, sign_in_required, signed_in
 from dashboard.views.formatting import compare_pair
-from dashboard.views.url_state import query_value, register_url_state, url_sink
+from dashboard.views.url_state import query_value, register_url_state, url_sink, zoom_id, zoom_store, zoomed
 
 dash.register_page(__name__, path="/compare", name="Compare", title="Compare · RLVR Explorer", nav="top", order=3)
 
@@ -34,6 +34,7 @@ def _int(x):
 
 FIELDS = ("response", "prompt", "total")
 KEYS = ("mean", "p50", "p90", "p99", "max")
+ZOOMABLE = ("cmp-lengths", "cmp-cdf", "cmp-stages-a", "cmp-stages-b")
 register_url_state(
     "compare",
     {
@@ -42,6 +43,7 @@ register_url_state(
         "field": ("cmp-field", "value", "response"),
         "keys": ("cmp-keys", "value", ["p50", "p99"]),
     },
+    zoom=ZOOMABLE,
 )
 
 
@@ -93,6 +95,7 @@ def layout(a: str | None = None, b: str | None = None, **query):
         [
             html.H2("Compare two traces"),
             url_sink("compare"),
+            zoom_store("compare", query),
             dcc.Link("Compare up to 12 traces, with step offsets →", href=dash.get_relative_path("/compare/many")),
             _controls(options, id_a, id_b, query),
             html.Div(id="cmp-message"),
@@ -154,8 +157,9 @@ def _load(api, trace_id, field):
     Input("cmp-b", "value"),
     Input("cmp-field", "value"),
     Input("cmp-keys", "value"),
+    State(zoom_id("compare"), "data"),
 )
-def fill(a, b, field, keys):
+def fill(a, b, field, keys, zoom=None):
     if a is None or b is None:
         fig = empty_figure("Upload at least two traces to compare")
         return fig, fig, fig, fig, None
@@ -175,13 +179,8 @@ def fill(a, b, field, keys):
     if top > 0:
         for fig in (fig_a, fig_b):
             fig.update_yaxes(range=[0, top * 1.05])
-    return (
-        compare_percentiles_figure(sa, sb, names, tuple(keys or ["p50"])),
-        compare_cdf_figure(sa, sb, names),
-        fig_a,
-        fig_b,
-        None,
-    )
+    figures = (compare_percentiles_figure(sa, sb, names, tuple(keys or ["p50"])), compare_cdf_figure(sa, sb, names))
+    return (*zoomed((*figures, fig_a, fig_b), ZOOMABLE, zoom), None)
 
 
 def _stack_top(fig) -> float:

@@ -35,7 +35,7 @@ from dashboard.views.formatting import PHASES, filter_phase
 from dashboard.views.panels import analysis_panel
 from dashboard.views.reward_length_panel import length_unit_note, reward_length_section
 from dashboard.views.trace_frame import trace_page
-from dashboard.views.url_state import apply_zoom, query_value, register_url_state, url_sink, zoom_state
+from dashboard.views.url_state import apply_zoom, query_value, register_url_state, url_sink, zoom_id, zoom_store
 
 dash.register_page(
     __name__,
@@ -120,7 +120,7 @@ def body(trace: dict, query: dict | None = None) -> html.Div:
             drill_location("distributions"),
             length_unit_note(trace),
             url_sink("distributions"),
-            dcc.Store(id="dist-zoom", data=zoom_state(q)),
+            zoom_store("distributions", q),
             _controls(tasks, q),
             html.Div(id="dist-message"),
             section(
@@ -207,7 +207,7 @@ def _summaries(trace_id, field, task, phase) -> tuple[dict, dict]:
     Input("dist-phase", "value"),
     Input("dist-log", "value"),
     State("dist-cdf-steps", "value"),
-    State("dist-zoom", "data"),
+    State(zoom_id("distributions"), "data"),
 )
 def fill(trace_id, field, task, phase, log, chosen, zoom):
     try:
@@ -272,7 +272,7 @@ def fill_cdf(chosen, trace_id, field, task, phase):
     Output("longtail-finish", "figure"),
     Output("longtail-engines", "figure"),
     Input({"type": RESULT, "kind": "longtail"}, "data"),
-    State("dist-zoom", "data"),
+    State(zoom_id("distributions"), "data"),
 )
 def fill_longtail(data, zoom):
     result, note = analysis_result(data, "long-tail")

@@ -1,7 +1,7 @@
 """DP load imbalance of one trace (the "imbalance" analysis).
 
 Filters: imb-load (tokens / training cost, explained by imb-cost-caption), imb-metric
-(max/mean or max/min).
+(max/mean or max/min); they and the charts' zoom live in the URL (?load=&ratio=&z.<chart>=).
 Charts: imb-heatmap (step x DP rank load relative to the step mean), imb-ratio
 (recorded vs KK vs LPT), imb-saving (per-step saving). Cards: imb-cards.
 """
@@ -9,7 +9,7 @@ Charts: imb-heatmap (step x DP rank load relative to the step mean), imb-ratio
 from __future__ import annotations
 
 import dash
-from dash import Input, Output, dcc, html
+from dash import Input, Output, State, dcc, html
 
 from dashboard.figures.common import empty_figure
 from dashboard.figures.imbalance import (
@@ -28,7 +28,7 @@ from dashboard.views.drill import drill_location, register_drill
 from dashboard.views.formatting import human_ratio, human_share
 from dashboard.views.panels import analysis_panel
 from dashboard.views.trace_frame import trace_page
-from dashboard.views.url_state import query_value, register_url_state, url_sink
+from dashboard.views.url_state import query_value, register_url_state, url_sink, zoom_id, zoom_store, zoomed
 
 dash.register_page(
     __name__,
@@ -53,6 +53,7 @@ def body(trace: dict, query: dict | None = None) -> html.Div:
         [
             drill_location("imbalance"),
             url_sink("imbalance"),
+            zoom_store("imbalance", q),
             analysis_panel("imbalance", "imbalance analysis", trace["id"]),
             controls(
                 control(
@@ -101,8 +102,11 @@ def body(trace: dict, query: dict | None = None) -> html.Div:
 
 
 register_drill("imbalance")
+ZOOMABLE = ("imb-heatmap", "imb-ratio", "imb-saving")
 register_url_state(
-    "imbalance", {"load": ("imb-load", "value", "tokens"), "ratio": ("imb-metric", "value", "max_over_mean")}
+    "imbalance",
+    {"load": ("imb-load", "value", "tokens"), "ratio": ("imb-metric", "value", "max_over_mean")},
+    zoom=ZOOMABLE,
 )
 
 
@@ -118,14 +122,16 @@ def layout(trace_id: str | None = None, **query):
     Input({"type": RESULT, "kind": "imbalance"}, "data"),
     Input("imb-load", "value"),
     Input("imb-metric", "value"),
+    State(zoom_id("imbalance"), "data"),
 )
-def fill(data, load, metric):
+def fill(data, load, metric, zoom=None):
     result, note = analysis_result(data, "imbalance")
     if result is None:
         fig = empty_figure(note)
         return [], fig, fig, fig
     load = load or "tokens"
-    return cached(("imbalance", data["job_id"], load, metric), lambda: _figures(result, load, metric))
+    cards, *figures = cached(("imbalance", data["job_id"], load, metric), lambda: _figures(result, load, metric))
+    return (cards, *zoomed(figures, ZOOMABLE, zoom))
 
 
 def _figures(result: dict, load: str, metric: str | None):

@@ -6,7 +6,8 @@ GET /traces/{id}/series (O(steps)). Smoothing (EMA weight or trailing window), l
 a per-trace step offset for alignment, one chart row per series with the x axis shared
 (hover crosshair and zoom linked), gaps where steps are missing, CSV of what is plotted.
 The choice lives in the URL: /metrics?traces=1,2&keys=t_gen,response/p99&smooth=ema&w=0.6
-&log=y&offsets=2:5 (kept current with history.replaceState, so the link can be shared).
+&log=y&offsets=2:5&z.metrics-chart=x0,x1 (kept current with history.replaceState, so the
+link can be shared; the zoom is of the shared step axis).
 
 Ids: metrics-traces, metrics-keys, metrics-smooth, metrics-weight, metrics-log,
 metrics-offsets, metrics-chart, metrics-csv (button), metrics-download, metrics-message.
@@ -25,10 +26,13 @@ from dashboard.api.client import ApiError
 from dashboard.figures.common import empty_figure
 from dashboard.figures.metrics import metrics_figure, parse_offsets, plotted, plotted_csv
 from dashboard.views.components import alert, control, controls, graph, section, sign_in_required, signed_in
+from dashboard.views.url_state import apply_zoom, register_url_state, url_sink, zoom_id, zoom_store
 
 dash.register_page(__name__, path="/metrics", name="Metrics", title="Metrics · RLVR Explorer", nav="top", order=2)
 
 DEFAULT_KEYS = ("t_step", "t_gen", "response/mean", "response/p99")
+ZOOM_PAGE = "metric-explorer"  # (the page's own URL writer owns metrics-url-sink)
+register_url_state(ZOOM_PAGE, {}, zoom=("metrics-chart",))
 
 
 def _ids(text: str | None) -> list[int]:
@@ -54,7 +58,7 @@ def layout(
     w: str | None = None,
     log: str | None = None,
     offsets: str | None = None,
-    **_,
+    **query,
 ):
     if not signed_in():
         return sign_in_required("/metrics")
@@ -149,6 +153,8 @@ def layout(
             ),
             dcc.Store(id="metrics-query"),
             html.Div(id="metrics-url-sink", hidden=True),
+            url_sink(ZOOM_PAGE),
+            zoom_store(ZOOM_PAGE, query),
             dcc.Interval(id="metrics-poll", interval=3000, disabled=True),
         ]
     )
@@ -189,8 +195,9 @@ def _payloads(trace_ids: list[int], keys: list[str]) -> tuple[list[dict], list[s
     Input("metrics-log", "value"),
     Input("metrics-offsets", "value"),
     Input("metrics-poll", "n_intervals"),
+    State(zoom_id(ZOOM_PAGE), "data"),
 )
-def fill(trace_ids, keys, mode, weight, log, offsets_text, _n):
+def fill(trace_ids, keys, mode, weight, log, offsets_text, _n, zoom=None):
     trace_ids = [int(t) for t in trace_ids or []]
     keys = list(keys or [])
     try:
@@ -235,14 +242,23 @@ def fill(trace_ids, keys, mode, weight, log, offsets_text, _n):
         notes.append("no trace chosen has " + ", ".join(missing))
     message = alert("; ".join(notes), "info") if notes else None
     options = [{"label": k, "value": k} for k in all_keys]
+    # rows have y axes of their own: the step axis they share is what the URL keeps
+    shared_x = ((zoom or {}).get("metrics-chart") or {}).get("x")
+    fig = apply_zoom(fig, {"x": shared_x} if shared_x else None)
     return fig, options, keys_out, message, "?" + urlencode(query), not live
 
 
 dash.clientside_callback(
     """
     function(query) {
-        if (query !== undefined && query !== null && window.location.search !== query) {
-            window.history.replaceState(null, '', window.location.pathname + query);
+        if (query === undefined || query === null) { return window.dash_clientside.no_update; }
+        // the chart's zoom (z.*, written by url_state) stays in the URL
+        const next = new URLSearchParams(query);
+        new URLSearchParams(window.location.search).forEach((v, k) => { if (k.startsWith("z.")) { next.set(k, v); } });
+        const text = next.toString().replace(/%2C/g, ",").replace(/%3A/g, ":");
+        const target = text ? "?" + text : "";
+        if (window.location.search !== target) {
+            window.history.replaceState(null, '', window.location.pathname + target);
         }
         return window.dash_clientside.no_update;
     }

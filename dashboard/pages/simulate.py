@@ -15,7 +15,8 @@ sim-poll. Output: sim-progress, sim-cards (card-sim-speedup, card-sim-accuracy-r
 ...), sim-pred-vs-measured, sim-accuracy (table), sim-speedup, sim-idle, sim-timeline
 (+ sim-timeline-policy), sim-downloads (links sim-download-a / -b), sim-history (one
 <tr data-job-id> per replay, "Open" buttons). `?job=ID` opens that replay; `?rerun=ID`
-fills the form with its configuration (sim-rerun-note says so). While a replay runs the
+fills the form with its configuration (sim-rerun-note says so); the per-step charts' zoom
+lives in the URL (?z.<chart>=x0,x1[,y0,y1]). While a replay runs the
 figures say so (job_views.replay_placeholder) instead of "Configure a replay".
 """
 
@@ -41,11 +42,19 @@ from dashboard.server.downloads import simulation_trace_href
 from dashboard.server.figure_cache import cached
 from dashboard.views.components import PAGE_TRACE_ID, alert, card, clicked_index, control, controls, graph, section
 from dashboard.views.formatting import job_active
-from dashboard.views.job_views import NO_REPLAY, job_history_table, job_progress, replay_placeholder
+from dashboard.views.job_views import (
+    NO_REPLAY,
+    followed_banner,
+    job_banner,
+    job_history_table,
+    job_progress,
+    replay_placeholder,
+)
 from dashboard.views.job_views import describe_simulation as describe
 from dashboard.views.policy_params import PARAM, equivalence_notes, param_inputs, params_from_inputs
 from dashboard.views.replay_forms import CALIBRATION_MODES, form_defaults, form_values_from_job, simulation_body
 from dashboard.views.trace_frame import trace_page
+from dashboard.views.url_state import register_url_state, url_sink, zoom_id, zoom_store, zoomed
 
 dash.register_page(
     __name__,
@@ -186,7 +195,11 @@ def form(p: dict, d: dict) -> html.Div:
     )
 
 
-def body(trace: dict, job_param=None, rerun=None) -> html.Div:
+ZOOMABLE = ("sim-pred-vs-measured", "sim-speedup", "sim-idle")
+register_url_state("simulate", {}, zoom=ZOOMABLE)
+
+
+def body(trace: dict, job_param=None, rerun=None, query: dict | None = None) -> html.Div:
     if not trace.get("n_samples"):
         return alert("This trace has no samples (rollout lengths), so there is nothing to replay.", "info")
     api = session.api()
@@ -219,6 +232,8 @@ def body(trace: dict, job_param=None, rerun=None) -> html.Div:
         )
     return html.Div(
         [
+            url_sink("simulate"),
+            zoom_store("simulate", query or {}),
             dcc.Store(id="sim-job", data=shown_id),
             dcc.Store(id="sim-done", data=shown_id if shown and shown.get("status") == "succeeded" else None),
             dcc.Interval(id="sim-poll", interval=1000, disabled=not job_active(shown)),
@@ -275,8 +290,8 @@ def body(trace: dict, job_param=None, rerun=None) -> html.Div:
     )
 
 
-def layout(trace_id: str | None = None, job: str | None = None, rerun: str | None = None, **_):
-    return trace_page(trace_id, __name__, "/simulate", lambda trace: body(trace, job, rerun))
+def layout(trace_id: str | None = None, job: str | None = None, rerun: str | None = None, **query):
+    return trace_page(trace_id, __name__, "/simulate", lambda trace: body(trace, job, rerun, query))
 
 
 @dash.callback(
@@ -359,13 +374,8 @@ def submit(
     except ApiError as exc:
         where = f" ({exc.field})" if exc.field and exc.field not in exc.message else ""
         return no_update, alert(f"{exc.message}{where}")
-    same = job.get("status") == "succeeded"
-    note = (
-        f"Identical to replay {job['id']}: shown below."
-        if same
-        else f"Replay {job['id']} started: its progress is below."
-    )
-    return job["id"], alert(note, "info", id="sim-started")
+    same = f"Identical to replay {job['id']}: shown below." if job.get("status") == "succeeded" else None
+    return job["id"], job_banner(job, "Replay", "sim-started", same)
 
 
 @dash.callback(Output("sim-params-a", "children"), Input("sim-policy-a", "value"), prevent_initial_call=True)
@@ -394,19 +404,21 @@ def reopen(clicks):
     Output("sim-poll", "disabled"),
     Output("sim-done", "data"),
     Output("sim-history", "children"),
+    Output("sim-form-message", "children", allow_duplicate=True),
     Input("sim-job", "data"),
     Input("sim-poll", "n_intervals"),
     State("sim-done", "data"),
     State(PAGE_TRACE_ID, "data"),
+    State("sim-form-message", "children"),
     prevent_initial_call=True,  # the layout shows the state at page load
 )
-def follow(job_id, _n, done, trace_id):
+def follow(job_id, _n, done, trace_id, banner=None):
     if job_id is None:
-        return None, True, no_update, no_update
+        return None, True, no_update, no_update, no_update
     try:
         job = results.job(job_id)
     except ApiError as exc:
-        return alert(exc.message), True, no_update, no_update
+        return alert(exc.message), True, no_update, no_update, no_update
     active = job_active(job)
     finished = job.get("status") == "succeeded"
     history: object = no_update
@@ -423,7 +435,8 @@ def follow(job_id, _n, done, trace_id):
     new_done = job_id if finished and done != job_id else (no_update if finished else None)
     if ctx.triggered_id == "sim-poll" and active:
         history = no_update  # progress only, while it runs
-    return job_progress(job, "replay"), not active, new_done, history
+    banner = followed_banner(banner, job, "Replay", "sim-started")
+    return job_progress(job, "replay"), not active, new_done, history, banner
 
 
 @dash.callback(
@@ -436,8 +449,9 @@ def follow(job_id, _n, done, trace_id):
     Input("sim-done", "data"),
     State(PAGE_TRACE_ID, "data"),
     State("sim-job", "data"),
+    State(zoom_id("simulate"), "data"),
 )
-def fill(job_id, trace_id, started=None):
+def fill(job_id, trace_id, started=None, zoom=None):
     if job_id is None:
         fig = empty_figure(_placeholder_of(started))
         return [], fig, None, fig, fig, None
@@ -447,7 +461,11 @@ def fill(job_id, trace_id, started=None):
             fig = empty_figure(f"Replay {job_id} has no result")
             return [], fig, None, fig, fig, None
         # measured step timings of the trace, next to the prediction
-        return cached(("simulation", job_id, trace_id), lambda: _figures(job, session.api().steps(trace_id)))
+        cards, pred, accuracy, speedup, idle, links = cached(
+            ("simulation", job_id, trace_id), lambda: _figures(job, session.api().steps(trace_id))
+        )
+        pred, speedup, idle = zoomed((pred, speedup, idle), ZOOMABLE, zoom)
+        return cards, pred, accuracy, speedup, idle, links
     except ApiError as exc:
         fig = empty_figure(exc.message)
         return alert(exc.message), fig, None, fig, fig, None

@@ -5,13 +5,16 @@ card-tail, card-imbalance, card-idle), overview-stage-time (stacked bars; hidden
 overview-no-stage-time saying what to upload, when the trace has no stage timings),
 overview-lengths (response p50/p90/p99/max over steps), overview-gpu (temporal breakdown
 per rank, for traces with GPU events), overview-data-efficiency (DAPO groups generated /
-kept / used per trainer step; card card-data-efficiency), trace-status.
+kept / used per trainer step; card card-data-efficiency), trace-status. The charts' zoom
+lives in the URL (?z.<chart>=x0,x1[,y0,y1]). A card from an
+analysis whose result is behind the growing trace carries .card-stale ("computed 3 min
+ago, steps 0–41 of 45 — refreshing") until the re-run's result replaces it.
 """
 
 from __future__ import annotations
 
 import dash
-from dash import ALL, Input, Output, ctx, html
+from dash import ALL, Input, Output, State, ctx, html
 
 from dashboard.api import session
 from dashboard.api.client import ApiError
@@ -22,10 +25,13 @@ from dashboard.figures.gpu import temporal_breakdown_figure
 from dashboard.figures.stages import stage_time_figure, trace_has_stage_timings
 from dashboard.server.figure_cache import cached
 from dashboard.server.results import analysis_result
+from dashboard.server.results import job as results_job
 from dashboard.views.components import PAGE_TRACE_ID, RESULT, alert, card, graph, section
-from dashboard.views.overview import overview_cards
+from dashboard.views.freshness import stale_note
+from dashboard.views.overview import Card, analysed_steps, overview_cards
 from dashboard.views.panels import analysis_panel
 from dashboard.views.trace_frame import trace_page
+from dashboard.views.url_state import register_url_state, url_sink, zoom_id, zoom_store, zoomed
 
 dash.register_page(
     __name__, path_template="/traces/<trace_id>", name="Overview", title="Trace · RLVR Explorer", nav="trace", order=0
@@ -40,12 +46,18 @@ def _shown(flag) -> dict:
     return {} if flag else {"display": "none"}
 
 
-def body(trace: dict) -> html.Div:
+ZOOMABLE = ("overview-stage-time", "overview-lengths", "overview-gpu", "overview-data-efficiency")
+register_url_state("overview", {}, zoom=ZOOMABLE)
+
+
+def body(trace: dict, query: dict | None = None) -> html.Div:
     # the API says which analyses apply to the trace (the registry's word)
     kinds = [k for k in trace.get("analyses", []) if k in CARD_KINDS]
     timings = bool(trace.get("n_steps")) and trace_has_stage_timings(trace)
     return html.Div(
         [
+            url_sink("overview"),
+            zoom_store("overview", query or {}),
             html.Div(id="overview-cards", className="cards"),
             html.Div([analysis_panel(k, f"{k} analysis", trace["id"]) for k in kinds]),
             html.Div(
@@ -84,8 +96,8 @@ def body(trace: dict) -> html.Div:
     )
 
 
-def layout(trace_id: str | None = None, **_):
-    return trace_page(trace_id, __name__, "", body)
+def layout(trace_id: str | None = None, **query):
+    return trace_page(trace_id, __name__, "", lambda trace: body(trace, query))
 
 
 @dash.callback(
@@ -96,19 +108,33 @@ def layout(trace_id: str | None = None, **_):
     Output("overview-data-efficiency", "figure"),
     Input(PAGE_TRACE_ID, "data"),
     Input({"type": RESULT, "kind": ALL}, "data"),
+    State(zoom_id("overview"), "data"),
 )
-def fill(trace_id, _results):
-    results, shown = {}, []
+def fill(trace_id, _results, zoom=None):
+    results, job_ids = {}, {}
     for item in ctx.inputs_list[1]:
         result, _note = analysis_result(item.get("value"), item["id"]["kind"])
         if result is not None:
             results[item["id"]["kind"]] = result
-            shown.append((item["id"]["kind"], item["value"]["job_id"]))
+            job_ids[item["id"]["kind"]] = item["value"]["job_id"]
     try:
-        return cached(("overview", trace_id, tuple(sorted(shown))), lambda: _figures(trace_id, results))
+        cards, analysed, live, *figures = cached(
+            ("overview", trace_id, tuple(sorted(job_ids.items()))), lambda: _figures(trace_id, results)
+        )
+        # marked here, not in the cache: the age goes on while the cached cards are shown
+        shown = [_card(c, results, job_ids, analysed, live) for c in cards]
     except ApiError as exc:
         fig = empty_figure(exc.message)
         return alert(exc.message), fig, fig, fig, fig
+    return (shown, *zoomed(figures, ZOOMABLE, zoom))
+
+
+def _card(c: Card, results: dict, job_ids: dict, analysed: list[int], live: bool) -> html.Div:
+    """The card, marked with its result's age when that result is behind the trace."""
+    stale = None
+    if c.source in results:
+        stale = stale_note(results_job(job_ids[c.source]), results[c.source], analysed, refreshing=live)
+    return card(c.label, c.value, c.hint, card_id=f"card-{c.key}", stale=stale)
 
 
 def _figures(trace_id, results: dict):
@@ -116,9 +142,7 @@ def _figures(trace_id, results: dict):
     trace = api.get_trace(trace_id)
     steps = api.steps(trace_id)
     summary = api.summaries(trace_id, field="response") if trace.get("n_samples") else None
-    cards = [
-        card(c.label, c.value, c.hint, card_id=f"card-{c.key}") for c in overview_cards(trace, steps, summary, results)
-    ]
+    cards = overview_cards(trace, steps, summary, results)
     lengths = percentile_lines_figure(summary) if summary else empty_figure("This trace has no samples")
     if not trace.get("n_gpu_events"):
         gpu = empty_figure("This trace has no GPU events")
@@ -128,4 +152,5 @@ def _figures(trace_id, results: dict):
         gpu = empty_figure("Waiting for the GPU timeline analysis…")
     eff = results.get("data_efficiency")
     efficiency = data_efficiency_figure(eff) if eff else empty_figure("No data-efficiency analysis for this trace")
-    return cards, stage_time_figure(steps), lengths, gpu, efficiency
+    live = bool(trace.get("live"))
+    return cards, analysed_steps(steps), live, stage_time_figure(steps), lengths, gpu, efficiency

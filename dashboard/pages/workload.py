@@ -29,7 +29,7 @@ from dashboard.server.figure_cache import cached
 from dashboard.views.components import PAGE_TRACE_ID, alert, clicked_index, control, controls, graph, href, section
 from dashboard.views.formatting import human_count, job_active
 from dashboard.views.job_views import describe_workload as describe
-from dashboard.views.job_views import job_history_table, job_progress
+from dashboard.views.job_views import followed_banner, job_banner, job_history_table, job_progress
 from dashboard.views.replay_forms import workload_body, workload_values_from_job
 from dashboard.views.trace_frame import trace_page
 
@@ -214,7 +214,7 @@ def submit(n_fit, n_gen, trace_id, steps, groups, samples, seed, dp_size, task, 
         job = session.api().create_workload(workload_body(trace_id, values, fit_only=ctx.triggered_id == "wl-fit"))
     except ApiError as exc:
         return no_update, alert(exc.message)
-    return job["id"], alert(f"Workload job {job['id']} started: its progress is below.", "info", id="wl-started")
+    return job["id"], job_banner(job, "Workload job", "wl-started")
 
 
 @dash.callback(
@@ -232,19 +232,21 @@ def reopen(clicks):
     Output("wl-poll", "disabled"),
     Output("wl-done", "data"),
     Output("wl-history", "children"),
+    Output("wl-form-message", "children", allow_duplicate=True),
     Input("wl-job", "data"),
     Input("wl-poll", "n_intervals"),
     State("wl-done", "data"),
     State(PAGE_TRACE_ID, "data"),
+    State("wl-form-message", "children"),
     prevent_initial_call=True,
 )
-def follow(job_id, _n, done, trace_id):
+def follow(job_id, _n, done, trace_id, banner=None):
     if job_id is None:
-        return None, True, no_update, no_update
+        return None, True, no_update, no_update, no_update
     try:
         job = results.job(job_id)
     except ApiError as exc:
-        return alert(exc.message), True, no_update, no_update
+        return alert(exc.message), True, no_update, no_update, no_update
     active = job_active(job)
     finished = job.get("status") == "succeeded"
     history: object = no_update
@@ -259,7 +261,8 @@ def follow(job_id, _n, done, trace_id):
         except ApiError:
             pass
     new_done = job_id if finished and done != job_id else (no_update if finished else None)
-    return job_progress(job, "workload job"), not active, new_done, history
+    banner = followed_banner(banner, job, "Workload job", "wl-started")
+    return job_progress(job, "workload job"), not active, new_done, history, banner
 
 
 @dash.callback(

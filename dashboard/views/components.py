@@ -60,14 +60,16 @@ def placeholder_figure(message: str, height: int | None = None) -> dict:
     return fig.to_plotly_json()
 
 
-def card(label: str, value: str, hint: str = "", card_id: str | None = None) -> html.Div:
+def card(label: str, value: str, hint: str = "", card_id: str | None = None, stale: str | None = None) -> html.Div:
+    """A headline figure; `stale`: how far behind its trace it is (views.freshness)."""
     kw: dict[str, Any] = {"id": card_id} if card_id else {}
     return html.Div(
-        className="card",
+        className="card stale" if stale else "card",
         children=[
             html.Div(label, className="card-label"),
             html.Div(value, className="card-value"),
             html.Div(hint, className="card-hint"),
+            *([html.Div(stale, className="card-stale")] if stale else []),
         ],
         **kw,
     )

@@ -1,6 +1,7 @@
-"""Layout pieces for pages that start jobs and show them (replays, workloads): a job's
-progress line and the table of a trace's earlier jobs, each row with an "Open" button
-(pattern id {"type": open_type, "index": job id}).
+"""Layout pieces for pages that start jobs and show them (replays, workloads, advice): the
+submit's banner that follows its job (`job_banner`, `followed_banner`), a job's progress
+line and the table of a trace's earlier jobs, each row with an "Open" button (pattern id
+{"type": open_type, "index": job id}).
 """
 
 from __future__ import annotations
@@ -8,7 +9,7 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime
 
-from dash import html
+from dash import html, no_update
 
 from dashboard.figures.simulation import policy_names
 from dashboard.views.components import alert, data_attrs, progress
@@ -28,6 +29,35 @@ def replay_placeholder(job: dict | None) -> str:
     if job.get("status") == "failed":
         return f"Replay {job['id']} failed ({job.get('error') or 'unknown error'}): change the configuration and replay"
     return NO_REPLAY
+
+
+def job_banner(job: dict, what: str, banner_id: str, text: str | None = None) -> html.Div:
+    """The submit's banner about its job as the job stands: started (info), finished (ok),
+    failed (error). It carries the job and the status it shows, so the page's follow
+    callback can bring it up to date (`followed_banner`)."""
+    status = job.get("status") or "queued"
+    attrs = {"id": banner_id, "data-job-id": str(job["id"]), "data-status": status}
+    if text is not None:
+        kind = "info" if job_active(job) else ("error" if status == "failed" else "ok")
+        return alert(text, kind, **attrs)
+    if job_active(job):
+        return alert(f"{what} {job['id']} started: its progress is below.", "info", **attrs)
+    if status == "failed":
+        error = job.get("error") or job.get("message") or "unknown error"
+        return alert(f"{what} {job['id']} failed: {error}", "error", **attrs)
+    return alert(f"{what} {job['id']} finished: its results are below.", "ok", **attrs)
+
+
+def followed_banner(shown, job: dict, what: str, banner_id: str):
+    """The banner now on the page (a Dash component dict) brought up to date with the job
+    it announced: "started" becomes finished or failed when the job does. no_update when
+    the banner is about another job (or none) or already says the job's status."""
+    props = shown.get("props") if isinstance(shown, dict) else None
+    if not props or props.get("data-job-id") != str(job.get("id")):
+        return no_update
+    if job_active(job) or props.get("data-status") == job.get("status"):
+        return no_update
+    return job_banner(job, what, banner_id)
 
 
 def job_progress(job: dict | None, what: str):

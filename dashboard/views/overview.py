@@ -20,6 +20,7 @@ class Card:
     label: str
     value: str
     hint: str = ""
+    source: str | None = None  # the analysis kind the figure comes from (its result may be behind the trace)
 
 
 def overview_cards(
@@ -71,6 +72,7 @@ def overview_cards(
             f"max/mean token load; the best split (recorded / KK / LPT) saves {human_share(saved)}"
             if saved is not None
             else ("max/mean token load per step" if imb is not None else "imbalance analysis not available"),
+            source="imbalance",
         )
     )
     eff = results.get("data_efficiency")
@@ -84,6 +86,7 @@ def overview_cards(
                 f"of generated response tokens; {human_count(s.get('groups_used'))} of "
                 f"{human_count(s.get('groups_generated'))} groups used; "
                 f"~{human_share(s.get('unused_rollout_time_share'))} of rollout time on unused groups (estimate)",
+                source="data_efficiency",
             )
         )
     rollout = rollout_idle_share(results.get("longtail"))
@@ -100,10 +103,18 @@ def overview_cards(
                     if (results.get("longtail") or {}).get("basis") == "time"
                     else " (from response lengths)"
                 ),
+                source="longtail",
             )
         )
     elif gpu is not None:
-        cards.append(Card("idle", "Idle share", human_share(gpu), "GPU idle, mean over ranks (HTA definition)"))
+        cards.append(
+            Card("idle", "Idle share", human_share(gpu), "GPU idle, mean over ranks (HTA definition)", "gpu_timeline")
+        )
     else:
         cards.append(Card("idle", "Idle share", "—", "long-tail / GPU timeline analysis not available"))
     return cards
+
+
+def analysed_steps(steps: list[dict]) -> list[int]:
+    """The steps an analysis of the trace covers now: training steps with responses."""
+    return sorted(s["step"] for s in steps if not s.get("validate") and (s.get("response_tokens") or 0) > 0)

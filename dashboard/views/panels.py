@@ -12,6 +12,8 @@ fetch the chosen job's result by id (`dashboard.server.results`).
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import flask
 from dash import html
 
@@ -20,6 +22,7 @@ from dashboard.api.client import ApiClient, ApiError
 from dashboard.server import results
 from dashboard.views import components as c
 from dashboard.views.formatting import job_active, latest_job, latest_succeeded
+from dashboard.views.freshness import age_text
 
 
 def panel_jobs(
@@ -52,11 +55,16 @@ def note(job: dict, kind: str) -> str:
     return f"The {kind} analysis has no result"
 
 
-def status_line(job: dict):
+def status_line(job: dict, best: dict | None = None):
+    """The panel's line: a re-run's progress (saying the figures show an earlier result,
+    and its age, meanwhile), a failure, or when the shown result was computed."""
     status = job.get("status")
     if job_active(job):
         text = job.get("message") or status
-        return c.progress(job.get("progress"), f"{text} {100 * float(job.get('progress') or 0):.0f}%")
+        shown = ""
+        if best is not None and best.get("id") != job.get("id"):
+            shown = f" — figures show the earlier result ({age_text(best.get('finished_at'), datetime.now(UTC))})"
+        return c.progress(job.get("progress"), f"{text} {100 * float(job.get('progress') or 0):.0f}%{shown}")
     if status == "failed":
         return c.alert(f"failed: {job.get('error') or job.get('message') or 'unknown error'}")
     return html.Span(f"done {str(job.get('finished_at') or '')[:19].replace('T', ' ')}", className="muted")
@@ -96,6 +104,6 @@ def analysis_panel(kind: str, label: str, trace_id, params: dict | None = None) 
         trace_id,
         params,
         state=panel_state(job, best, kind),
-        status=status_line(job),
+        status=status_line(job, best),
         polling=job_active(job),
     )

@@ -6,7 +6,9 @@ default)) and the zoom of its charts (`zoom`: graph ids; query ``z.<graph>=x0,x1
 into the query string with history.replaceState whenever one changes: no reload, no
 round trip, and other query keys are kept. The page's layout puts `url_sink(page)` in
 its body and reads the state back from its query: `query_value` for a control,
-`zoom_state` for the charts (applied to built figures with `apply_zoom`).
+`zoom_state` for the charts (applied to built figures with `apply_zoom`). A page keeps
+its charts' zoom with `zoom_store(page, query)` in its body and, in its figure callbacks,
+`State(zoom_id(page), "data")` and `zoomed(figures, graphs, zoom)`.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from __future__ import annotations
 import math
 
 import plotly.graph_objects as go
-from dash import Input, Output, clientside_callback, html
+from dash import Input, Output, State, clientside_callback, dcc, html
 
 ZOOM_PREFIX = "z."
 
@@ -31,16 +33,18 @@ function(...args) {
     const fmt = (x) => String(Number(Number(x).toPrecision(6)));
     const range = (r, axis) => r[axis + ".range[0]"] !== undefined
         ? [r[axis + ".range[0]"], r[axis + ".range[1]"]] : r[axis + ".range"];
+    // rows sharing one x axis (matches="x") report the row dragged: xaxis2, xaxis3, ...
+    const xname = (r) => (Object.keys(r).find((k) => /^xaxis\\d*\\./.test(k)) || "xaxis").split(".")[0];
     graphs.forEach((graph, j) => {
         const r = args[keys.length + j];
         if (!r) { return; }
         const key = "%(prefix)s" + graph;
         const old = (q.get(key) || "").split(",");
         let x = [old[0] || "", old[1] || ""], y = [old[2] || "", old[3] || ""], touched = false;
-        const rx = range(r, "xaxis"), ry = range(r, "yaxis");
+        const xa = xname(r), rx = range(r, xa), ry = range(r, "yaxis");
         if (rx) { x = rx.map(fmt); touched = true; }
         if (ry) { y = ry.map(fmt); touched = true; }
-        if (r["xaxis.autorange"]) { x = ["", ""]; touched = true; }
+        if (r[xa + ".autorange"]) { x = ["", ""]; touched = true; }
         if (r["yaxis.autorange"]) { y = ["", ""]; touched = true; }
         if (!touched) { return; }
         const parts = (y[0] === "" ? x : x.concat(y));
@@ -56,12 +60,36 @@ function(...args) {
 """
 
 
+# The page's zoom store follows the user's zoom, so a figure redrawn later (a live trace
+# grew, a control changed) keeps the view instead of going back to the URL's first zoom.
+_FOLLOW_JS = """
+function(...args) {
+    const graphs = %(graphs)s, out = Object.assign({}, args[graphs.length] || {});
+    graphs.forEach((graph, j) => {
+        const r = args[j];
+        if (!r) { return; }
+        const entry = Object.assign({}, out[graph] || {});
+        const xa = (Object.keys(r).find((k) => /^xaxis\\d*\\./.test(k)) || "xaxis").split(".")[0];
+        ["x", "y"].forEach((axis) => {
+            const key = axis === "x" ? xa : "yaxis";
+            if (r[key + ".range[0]"] !== undefined) { entry[axis] = [r[key + ".range[0]"], r[key + ".range[1]"]]; }
+            else if (r[key + ".range"]) { entry[axis] = r[key + ".range"]; }
+            if (r[key + ".autorange"]) { delete entry[axis]; }
+        });
+        if (Object.keys(entry).length) { out[graph] = entry; } else { delete out[graph]; }
+    });
+    return out;
+}
+"""
+
+
 def url_sink(page: str) -> html.Div:
     return html.Div(id=f"{page}-url-sink", hidden=True)
 
 
 def register_url_state(page: str, fields: dict[str, tuple[str, str, object]], zoom: tuple[str, ...] = ()) -> None:
-    """One clientside callback: any field or chart zoom of `page` changes -> the URL."""
+    """One clientside callback: any field or chart zoom of `page` changes -> the URL; with
+    `zoom`, another keeps the page's zoom store (`zoom_store`) at the user's zoom."""
     import json
 
     keys = list(fields)
@@ -79,6 +107,14 @@ def register_url_state(page: str, fields: dict[str, tuple[str, str, object]], zo
         *[Input(g, "relayoutData") for g in zoom],
         prevent_initial_call=True,
     )
+    if zoom:
+        clientside_callback(
+            _FOLLOW_JS % {"graphs": json.dumps(list(zoom))},
+            Output(zoom_id(page), "data", allow_duplicate=True),
+            *[Input(g, "relayoutData") for g in zoom],
+            State(zoom_id(page), "data"),
+            prevent_initial_call=True,
+        )
 
 
 def _text(value) -> str:
@@ -136,3 +172,17 @@ def apply_zoom(fig: go.Figure, ranges: dict[str, list[float]] | None) -> go.Figu
     if "y" in ranges:
         out.update_yaxes(range=ranges["y"], autorange=False)
     return out
+
+
+def zoom_id(page: str) -> str:
+    return f"{page}-zoom"
+
+
+def zoom_store(page: str, query: dict) -> dcc.Store:
+    """The zoom the page's URL holds, read by its figure callbacks."""
+    return dcc.Store(id=zoom_id(page), data=zoom_state(query))
+
+
+def zoomed(figures, graphs, zoom: dict | None) -> tuple:
+    """`figures` (one per graph id of `graphs`, in order) shown at the URL's zoom."""
+    return tuple(apply_zoom(f, (zoom or {}).get(g)) for f, g in zip(figures, graphs, strict=True))

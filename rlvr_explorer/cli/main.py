@@ -248,9 +248,10 @@ def ingest(
             summary["analysed_here"] = done_here
             summary["queued_analyses"] = [k for k in summary["queued_analyses"] if k not in done_here]
             if not outcome.created:
-                summary["changed_options"] = changed_options(
+                changed = changed_options(
                     outcome.trace, name=name, forced_format=format, max_response_len=max_response_len
                 )
+                summary["changed_options"] = {"--" + k.replace("_", "-"): v for k, v in changed.items()}
     except InputError as exc:
         fail(str(exc))
     finally:

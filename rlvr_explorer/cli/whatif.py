@@ -11,6 +11,7 @@ import typer
 
 from core.simulator.defaults import DEFAULT_GPU, DEFAULT_MODEL, DEFAULT_N_GPUS, DEFAULT_POLICY
 from core.simulator.explain import explain_text
+from core.simulator.model_guess import model_proposal
 from core.simulator.policies import POLICIES
 from core.simulator.policies.spec import check_value
 from rlvr_explorer.cli.main import INT_MAX, command, progress_bar, team_id_of
@@ -399,7 +400,13 @@ def advise(
     trace_id: Annotated[int, typer.Argument(min=1, max=INT_MAX, help="The trace to advise on")],
     gpus: Annotated[int, _int_option("GPU budget every configuration uses", lo=1)] = DEFAULT_N_GPUS,
     gpu: Annotated[str, typer.Option(metavar="GPU", help="GPU preset (H100, A100, H20, ...)")] = DEFAULT_GPU,
-    model: Annotated[str, typer.Option(metavar="MODEL", help="Model preset (e.g. qwen2.5-7b)")] = DEFAULT_MODEL,
+    model: Annotated[
+        str | None,
+        typer.Option(
+            metavar="MODEL",
+            help=f"Model preset (e.g. qwen2.5-7b); default: the one the trace's name or metadata names, else {DEFAULT_MODEL}",
+        ),
+    ] = None,
     policy: Annotated[
         list[str] | None, typer.Option(metavar="POLICY", help="Policies to sweep (repeatable; default all)")
     ] = None,
@@ -420,7 +427,13 @@ def advise(
     from backend.jobs.simulations import error_field
     from workers.runners.advice import advice_of
 
-    body = {"trace_id": trace_id, "gpu": gpu, "n_gpus": gpus, "model": model, "steps": _step_range_option(steps)}
+    body = {
+        "trace_id": trace_id,
+        "gpu": gpu,
+        "n_gpus": gpus,
+        "model": model or DEFAULT_MODEL,
+        "steps": _step_range_option(steps),
+    }
     if policy:
         body["policies"] = list(policy)
     if no_calibrate:
@@ -432,6 +445,9 @@ def advise(
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint=error_field(exc) or "options") from None
     trace = _team_trace(trace_id, team_id_of(api_key))
+    proposal = model_proposal(trace.name, trace.meta) if model is None else None
+    if proposal is not None:  # no --model: the one the trace names
+        params = advice_params({**body, "model": proposal["model"]})
     try:
         workload = _trace_workload(trace, params["steps"], "advise on")
         bar, progress = progress_bar("advise")
@@ -442,6 +458,7 @@ def advise(
             bar.close()
     except ValueError as exc:
         fail(str(exc))
+    out["proposed_model"] = proposal
     emit(out, lambda r: _advice_summary(trace, params, r, top), as_json)
 
 
@@ -449,7 +466,9 @@ def _advice_summary(trace, params: dict, out: dict, top: int) -> str:
     cal = out.get("calibration")
     lines = [
         f"trace {trace.id} ({trace.name}): {out['workload']['steps']} steps; {params['n_gpus']} x {params['gpu']['name']}, "
-        f"model {params['model']['name']}; "
+        f"model {params['model']['name']}"
+        + (f" ({out['proposed_model']['note']})" if out.get("proposed_model") else "")
+        + "; "
         + (f"engine calibrated on step(s) {', '.join(map(str, cal['fit_steps']))}" if cal else "roofline engine"),
         f"{out['n_configurations']} configurations ranked by predicted step time (mean over every step; P10-P90"
         + (" of the Monte-Carlo replay" if out.get("uncertainty") else ": no calibrated noise")

@@ -17,6 +17,7 @@ from backend.api.schemas_replay import replay_models
 from backend.jobs.contracts import SIMULATION_KIND, chrome_trace_path
 from backend.jobs.simulations import error_field, presets, queue_simulation, simulation_params
 from backend.store.models import Job, JobStatus, Trace
+from core.simulator.model_guess import model_proposal
 from core.simulator.result import chrome_trace_from_result
 
 
@@ -74,11 +75,18 @@ def make_router() -> APIRouter:
     return router
 
 
-def simulation_presets(_team: CurrentTeam) -> dict:
+def simulation_presets(_team: CurrentTeam, trace: OptionalTraceQuery) -> dict:
     """GPU and model presets, policy kinds (with each one's help, paper and parameters),
     balancing and dispatch modes, and the default of every config field (the dashboard
-    builds its forms from this)."""
-    return presets()
+    builds its forms from this). With `trace_id`: `proposed_model`, the preset the trace's
+    name or metadata names (or null), which is then the model default."""
+    out = presets()
+    if trace is not None:
+        proposal = model_proposal(trace.name, trace.meta)
+        out["proposed_model"] = proposal
+        if proposal is not None:
+            out["defaults"] = {**out["defaults"], "model": proposal["model"]}
+    return out
 
 
 def queue_from_request(body: BaseModel, session, team, response: Response, to_params, queue) -> Job:

@@ -10,12 +10,12 @@ from sqlalchemy import func, select
 
 from backend.api.deps import CurrentTeam, SessionDep, SettingsDep, TraceDep
 from backend.api.errors import ERROR_RESPONSES
-from backend.api.schemas import NO_NUL, JobOut, TraceOut, TracePage, TruncationOut, UploadAccepted
+from backend.api.schemas import NO_NUL, ErrorResponse, JobOut, TraceOut, TracePage, TruncationOut, UploadAccepted
 from backend.api.upload_fields import TokenizerField, upload_items
 from backend.formats import FORMATS
 from backend.formats.kineto_events import remove_events
 from backend.ingest.quota import team_usage
-from backend.ingest.service import accept_upload
+from backend.ingest.service import accept_upload, changed_options
 from backend.ingest.truncation import trace_truncation
 from backend.ingest.uploads import discard, store_upload
 from backend.jobs.analyses import applicable_analyses
@@ -79,6 +79,12 @@ def trace_out(session, trace: Trace) -> TraceOut:
         200: {"model": TraceOut, "description": "The team uploaded the same content before: that trace."},
         202: {"model": UploadAccepted, "description": "Large upload: a worker job ingests it."},
         **ERROR_RESPONSES,
+        409: {
+            "model": ErrorResponse,
+            "description": "The team uploaded the same content before and `name`, `format` or `max_response_len` "
+            "differ from that trace's: `detail.changed` says what each would change (nothing was applied), "
+            "`detail.trace_id` is that trace.",
+        },
     },
 )
 async def upload_trace(
@@ -125,6 +131,8 @@ async def upload_trace(
         if not _queued_ingest_of(session, team.id, stored.folder):
             discard(stored.folder)
         raise
+    if not outcome.created:
+        _refuse_changed_options(outcome.trace, name=name, forced_format=format, max_response_len=max_response_len)
     trace = trace_out(session, outcome.trace)
     if outcome.job is not None:
         response.status_code = status.HTTP_202_ACCEPTED
@@ -132,6 +140,26 @@ async def upload_trace(
     if not outcome.created:
         response.status_code = status.HTTP_200_OK
     return trace
+
+
+def _refuse_changed_options(trace: Trace, **options) -> None:
+    """Content the team uploaded before, with options that would make another trace of
+    it: 409 naming them. Dedupe is by content (one trace per content and team), so the
+    options cannot be applied silently, and answering with the old trace would look like
+    they were."""
+    changed = changed_options(trace, **options)
+    if changed:
+        said = "; ".join(f"{k}: {v}" for k, v in changed.items())
+        raise HTTPException(
+            409,
+            detail={
+                "message": f"trace {trace.id} holds this content already; these options would change it: {said}. "
+                f"Not applied: delete trace {trace.id} first to ingest the content with them",
+                "field": next(iter(changed)),
+                "changed": changed,
+                "trace_id": trace.id,
+            },
+        )
 
 
 @router.get("", response_model=TracePage)
