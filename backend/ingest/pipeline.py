@@ -263,6 +263,10 @@ def ingest_trace(  # noqa: C901 -- the ingest's stages and their failure paths, 
                 truncation = loader.settle_truncation(
                     max_response_len if tokens else None, result.info.max_response_len if tokens else None, tokens
                 )
+                if not atomic:
+                    # committed as each batch is: the summaries' progress reports (writes
+                    # of another connection) would otherwise wait for this write lock
+                    conn.commit()
                 _still_there(conn, trace_id)  # (else the steps' foreign key refuses them)
                 n_steps = loader.write_steps(truncation.cap, reporter.summaries)
                 _finish(conn, trace_id, loader, result, truncation, n_steps, upload_format(sources), bounds)
