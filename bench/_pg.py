@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import psycopg
 
@@ -26,3 +31,18 @@ def throwaway_database(admin_url: str = DEFAULT_ADMIN_URL) -> Iterator[str]:
     finally:
         with psycopg.connect(admin_url, autocommit=True) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def cli_ingest(url: str, run: Path, data_dir: Path, *, quiet: bool = False) -> float:
+    """Wall seconds of `rlvr-explorer ingest` of `run` into `url`, in a fresh process."""
+    env = {**os.environ, "RLVR_DATABASE_URL": url, "RLVR_DATA_DIR": str(data_dir)}
+    t0 = time.perf_counter()
+    subprocess.run(
+        [sys.executable, "-m", "rlvr_explorer", "ingest", str(run), "--name", "bench"],
+        env=env,
+        cwd=Path(__file__).resolve().parents[1],
+        check=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL if quiet else None,
+    )
+    return time.perf_counter() - t0

@@ -34,7 +34,6 @@ from __future__ import annotations
 import argparse
 import os
 import resource
-import subprocess
 import sys
 import tempfile
 import time
@@ -45,7 +44,7 @@ import orjson
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench._pg import DEFAULT_ADMIN_URL, throwaway_database  # noqa: E402
+from bench._pg import DEFAULT_ADMIN_URL, cli_ingest, throwaway_database  # noqa: E402
 from core.workload.synthetic import packed_length_rows  # noqa: E402
 
 TARGET = 1.5
@@ -63,17 +62,8 @@ def generate(folder: Path, steps: int, groups: int, n: int, dp_size: int) -> int
 
 def ingest(url: str, run: Path, data_dir: Path) -> tuple[float, float]:
     """`rlvr-explorer ingest` in a subprocess; (seconds, the subprocess's peak RSS in MB)."""
-    env = {**os.environ, "RLVR_DATABASE_URL": url, "RLVR_DATA_DIR": str(data_dir)}
-    t0 = time.perf_counter()
-    subprocess.run(
-        [sys.executable, "-m", "rlvr_explorer", "ingest", str(run), "--name", "bench"],
-        env=env,
-        cwd=ROOT,
-        check=True,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    return time.perf_counter() - t0, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    seconds = cli_ingest(url, run, data_dir, quiet=True)
+    return seconds, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
 
 
 def measure(repeat: int) -> dict:
@@ -220,6 +210,9 @@ def main() -> None:
             # the worker's settings: this database, a scratch data folder
             os.environ["RLVR_DATABASE_URL"] = url
             os.environ["RLVR_DATA_DIR"] = str(tmp / "data")
+            from backend.store.db import reset_caches
+
+            reset_caches()  # the settings were read before (the throwaway database's migration)
             m = measure(args.repeat)
             try:
                 from backend.store.db import get_engine

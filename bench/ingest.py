@@ -14,10 +14,8 @@ the median of the pairs' ratios (target <= 1.3), with the ingest process's peak 
 from __future__ import annotations
 
 import argparse
-import os
 import resource
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -31,7 +29,7 @@ from tqdm import tqdm
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench._pg import DEFAULT_ADMIN_URL, throwaway_database  # noqa: E402
+from bench._pg import DEFAULT_ADMIN_URL, cli_ingest, throwaway_database  # noqa: E402
 from core.workload.synthetic import packed_length_rows  # noqa: E402
 
 COLUMNS = (
@@ -98,20 +96,6 @@ def baseline_trace(url: str, trace_id: int = RAW_TRACE_ID) -> int:
     return trace_id
 
 
-def run_ours(url: str, run: Path, data_dir: Path) -> float:
-    """Wall seconds of `rlvr-explorer ingest` of the run, in a fresh process."""
-    env = {**os.environ, "RLVR_DATABASE_URL": url, "RLVR_DATA_DIR": str(data_dir)}
-    t0 = time.perf_counter()
-    subprocess.run(
-        [sys.executable, "-m", "rlvr_explorer", "ingest", str(run), "--name", "bench"],
-        env=env,
-        cwd=ROOT,
-        check=True,
-        stdout=subprocess.DEVNULL,
-    )
-    return time.perf_counter() - t0
-
-
 def run_copy(url: str, csv_path: Path, trace_id: int = RAW_TRACE_ID) -> tuple[float, int]:
     """Wall seconds of a raw CSV COPY of the rows, and how many samples ours stored."""
     with psycopg.connect(url, autocommit=True) as conn:
@@ -151,7 +135,7 @@ def main() -> None:
         for i in range(args.runs):
             with throwaway_database(args.pg) as url:
                 baseline_trace(url)
-                ours = run_ours(url, run, tmp / f"data{i}")
+                ours = cli_ingest(url, run, tmp / f"data{i}")
                 raw, stored = run_copy(url, csv_path)
             assert stored == n_samples, (stored, n_samples)
             ratios.append(ours / raw)

@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -33,15 +32,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench._pg import DEFAULT_ADMIN_URL, throwaway_database  # noqa: E402
+from bench._pg import DEFAULT_ADMIN_URL, cli_ingest, throwaway_database  # noqa: E402
 
 TARGET_MS = 300.0
 TARGET_POINTS = 100_000
 
 
 def bench_readers(folder: Path, events: int) -> None:
-    from tensorboard.compat.proto import event_pb2, summary_pb2
-    from tensorboard.summary.writer.event_file_writer import EventFileWriter
+    from tensorboardX.event_file_writer import EventFileWriter
+    from tensorboardX.proto import event_pb2, summary_pb2
 
     from backend.formats.base import ReadResult, Source
     from backend.formats.tensorboard import read_tensorboard
@@ -160,16 +159,7 @@ def bench_samples(url: str, steps: int, per_step: int, repeat: int) -> None:
         t0 = time.perf_counter()
         n = generate(run / "samples.parquet", steps, per_step)
         print(f"generated {n:,} samples in {time.perf_counter() - t0:.1f} s")
-        env = {**os.environ, "RLVR_DATABASE_URL": url, "RLVR_DATA_DIR": str(data_dir)}
-        t0 = time.perf_counter()
-        subprocess.run(
-            [sys.executable, "-m", "rlvr_explorer", "ingest", str(run), "--name", "bench"],
-            env=env,
-            cwd=ROOT,
-            check=True,
-            stdout=subprocess.DEVNULL,
-        )
-        print(f"ingested in {time.perf_counter() - t0:.1f} s")
+        print(f"ingested in {cli_ingest(url, run, data_dir):.1f} s")
         os.environ.update({"RLVR_DATABASE_URL": url, "RLVR_DATA_DIR": str(data_dir)})
         from fastapi.testclient import TestClient
         from sqlalchemy import select, text
