@@ -62,18 +62,6 @@ SIM_STAGE_LABELS = {
     "weight_sync": "weight sync",
     "recompute": "recompute (re-prefill of carried or preempted samples)",
 }
-SIM_IDLE_CAUSES = (
-    "rollout_tail",
-    "tool_wait",
-    "reward_wait",
-    "dp_imbalance",
-    "trainer_waits_rollout",
-    "rollout_waits_trainer",
-    "staleness_wait",
-    "weight_sync",
-    "stage_serialisation",
-    "unused",
-)
 SIM_IDLE_COLORS = {
     "rollout_tail": "#A0CBE8",
     "tool_wait": "#D7B5A6",
@@ -86,6 +74,8 @@ SIM_IDLE_COLORS = {
     "stage_serialisation": "#D4A6C8",
     "unused": "#C9C9C9",
 }
+# the replay's idle causes in the order it explains them (core.simulator.causes)
+SIM_IDLE_CAUSES = tuple(SIM_IDLE_COLORS)
 SIM_IDLE_LABELS = {
     "rollout_tail": "rollout tail (waiting for the longest samples)",
     "tool_wait": "waiting for tools",

@@ -239,3 +239,10 @@ def test_compare_total_carries_the_words(replays):
     c = compare(replays["sync"], replays["one_step_off"])
     assert c["total"]["summary"] == c["explain"]["summary"]
     assert c["total"]["delta_s"] == pytest.approx(-c["total"]["saved_s"])
+
+
+def test_the_dashboard_colours_every_idle_cause_in_order():
+    """The dashboard (a REST client: it cannot import core) keeps its own list, by colour."""
+    from dashboard.theme import SIM_IDLE_CAUSES
+
+    assert SIM_IDLE_CAUSES == IDLE_CAUSES
