@@ -250,7 +250,7 @@ def _acc(fig: dict, prefix: str) -> str:
     return "-" if e is None else f"rel. error {100 * e:+.0f}%"
 
 
-def _simulation_summary(trace, params: dict, result: dict) -> str:  # noqa: C901 -- one line per figure the replay may or may not have
+def _simulation_summary(trace, params: dict, result: dict) -> str:
     c, a, b = params["cluster"], result["a"], result["b"]
     name_a, name_b = params["policy"]["kind"], (params["compare_policy"] or {}).get("kind")
     w = result["workload"]
@@ -261,6 +261,22 @@ def _simulation_summary(trace, params: dict, result: dict) -> str:  # noqa: C901
         f"training DP{c['train_dp']} x TP{c['train_tp']}; model {params['model']['name']}",
     ]
     lines += [_policy_line(which.upper(), used) for which, used in result.get("policies", {}).items()]
+    lines += _setup_lines(params, result, name_b)
+    lines += _step_table(a, b, name_a, name_b)
+    lines += _total_lines(result, name_a, name_b)
+    lines += _uncertainty_lines(result.get("uncertainty"))
+    lines += _accuracy_lines(result["accuracy"])
+    lines += _forecast_lines(result.get("forecast"))
+    ro = result.get("rolling_origin")
+    if ro is not None:
+        lines += ["", _rolling_origin_summary(ro)]
+    lines += ["", "(speedup = step time of A / step time of B; --json prints every number)"]
+    return "\n".join(lines)
+
+
+def _setup_lines(params: dict, result: dict, name_b: str | None) -> list[str]:
+    """B's own cluster, when it has one, and the calibration."""
+    lines: list[str] = []
     cb = params.get("compare_cluster")
     if cb is not None and name_b is not None:
         lines.append(
@@ -277,6 +293,11 @@ def _simulation_summary(trace, params: dict, result: dict) -> str:  # noqa: C901
             )
     else:
         lines.append("calibration: none (roofline coefficients of the GPU and model presets)")
+    return lines
+
+
+def _step_table(a: dict, b: dict | None, name_a: str, name_b: str | None) -> list[str]:
+    lines: list[str] = []
     head = f"{'step':>6} {'rollout [s]':>11} {'step [s] ' + name_a:>22}"
     if b is not None:
         head += f" {f'step [s] {name_b}':>24} {'speedup':>8}"
@@ -289,6 +310,13 @@ def _simulation_summary(trace, params: dict, result: dict) -> str:  # noqa: C901
             row += f" {tb:>24.2f} {(s['step_time'] / tb if tb else float('nan')):>8.3f}"
         lines.append(row)
     lines.append("")
+    return lines
+
+
+def _total_lines(result: dict, name_a: str, name_b: str | None) -> list[str]:
+    """Makespans, warnings, the speedup and its explanation."""
+    a, b = result["a"], result["b"]
+    lines: list[str] = []
     idle_a = a["idle_fraction"]
     lines.append(
         f"makespan {name_a}: {a['makespan_s']:.1f} s, idle GPU share {_pct(idle_a)}, "
@@ -305,7 +333,11 @@ def _simulation_summary(trace, params: dict, result: dict) -> str:  # noqa: C901
         )
         lines.append(f"speedup of {name_b} over {name_a}: {t['speedup']:.3f}x")
         lines += ["", explain_text(result["compare"]["explain"])]
-    unc = result.get("uncertainty")
+    return lines
+
+
+def _uncertainty_lines(unc: dict | None) -> list[str]:
+    lines: list[str] = []
     if unc is not None and unc["steps"]:
         lines += [
             "",
@@ -322,7 +354,11 @@ def _simulation_summary(trace, params: dict, result: dict) -> str:  # noqa: C901
             lines.append(line)
         if unc.get("warning"):
             lines.append(f"  warning: {unc['warning']}")
-    acc = result["accuracy"]
+    return lines
+
+
+def _accuracy_lines(acc: dict | None) -> list[str]:
+    lines: list[str] = []
     if acc is not None and acc["steps"]:
         how = "Monte-Carlo mean" if acc.get("predictor") == "mc_mean" else "deterministic replay"
         lines += ["", f"accuracy on steps not used for fitting (predicted from their workload alone, {how}):"]
@@ -344,7 +380,11 @@ def _simulation_summary(trace, params: dict, result: dict) -> str:  # noqa: C901
             f"(naive {_pct(m['rollout_s_naive_accuracy'])})"
             + ("" if cov is None else f", interval coverage {_pct(cov)}")
         )
-    fc = result.get("forecast")
+    return lines
+
+
+def _forecast_lines(fc: dict | None) -> list[str]:
+    lines: list[str] = []
     if fc is not None and fc["steps"]:
         lines += ["", "forecast (workload drawn from earlier steps with drift, not the step's own; MC mean [P10-P90]):"]
         for row in fc["steps"]:
@@ -363,11 +403,7 @@ def _simulation_summary(trace, params: dict, result: dict) -> str:  # noqa: C901
                 f"(repeat previous {_pct(m.get('rollout_s_naive_previous_accuracy'))}), "
                 f"coverage {_pct(m.get('rollout_s_coverage'))}"
             )
-    ro = result.get("rolling_origin")
-    if ro is not None:
-        lines += ["", _rolling_origin_summary(ro)]
-    lines += ["", "(speedup = step time of A / step time of B; --json prints every number)"]
-    return "\n".join(lines)
+    return lines
 
 
 def _rolling_origin_summary(ro: dict) -> str:
