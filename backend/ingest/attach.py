@@ -229,21 +229,16 @@ def attach_sources(
             trace = conn.execute(select(Trace.__table__).where(Trace.id == trace_id).with_for_update()).one()
             trace_meta = dict(trace.meta or {})
             loader = _AttachLoader(conn, trace, bounds)
-            try:
-                # a rollout dump's samples land on the trace's own when it has them (rollout_attach.py)
-                dumps = DumpMatcher(conn, trace_id, result, trace_length_unit(trace_meta, trace.n_samples))
-                for batch in dumps.batches(
-                    read_sources(bounds.sources(sources), forced_format, result, marks_alone=True)
-                ):
-                    loader.add(batch)
-                marked = _apply_dapo_marks(conn, trace_id, result)
-            except IntegrityError as exc:
-                detail = " ".join(str(exc.orig).strip().splitlines()[:2])
-                raise InputError(
-                    "upload",
-                    f"rows already in trace {trace_id} (the same step/group/sample, or step/rank/phase, "
-                    f"twice); attach only new steps or new kinds of data: {detail}",
-                ) from exc
+            # a rollout dump's samples land on the trace's own when it has them (rollout_attach.py)
+            dumps = DumpMatcher(conn, trace_id, result, trace_length_unit(trace_meta, trace.n_samples))
+            marked = _load_attached(
+                conn,
+                trace_id,
+                loader,
+                dumps,
+                read_sources(bounds.sources(sources), forced_format, result, marks_alone=True),
+                result,
+            )
             result.skipped = [s for s in result.skipped if "DAPO marks for generation step" not in s]
             note = unmatched_note(result)
             if note:
@@ -287,6 +282,23 @@ def attach_sources(
                 )
             )
     return AttachOutcome(created=True, tables=sorted(tables), steps=steps, skipped=result.skipped)
+
+
+def _load_attached(conn, trace_id: int, loader, dumps: DumpMatcher, batches, result: ReadResult) -> list[int]:
+    """The upload's batches into the trace (a rollout dump's matched to its samples), then
+    the DAPO marks; the steps marked. Rows the trace holds already are an
+    InputError naming the clash."""
+    try:
+        for batch in dumps.batches(batches):
+            loader.add(batch)
+        return _apply_dapo_marks(conn, trace_id, result)
+    except IntegrityError as exc:
+        detail = " ".join(str(exc.orig).strip().splitlines()[:2])
+        raise InputError(
+            "upload",
+            f"rows already in trace {trace_id} (the same step/group/sample, or step/rank/phase, "
+            f"twice); attach only new steps or new kinds of data: {detail}",
+        ) from exc
 
 
 def _merged_meta(conn, trace_id: int, trace_meta: dict, result: ReadResult, loader, extra: dict) -> tuple[dict, int]:

@@ -166,22 +166,7 @@ def accept_upload(
         if not inline:
             slot = None
     if not inline:
-        job = create_job(
-            session,
-            team_id=team_id,
-            trace_id=trace.id,
-            kind=INGEST_KIND,
-            params={
-                "upload": stored.folder.name if stored.folder is not None else None,
-                "format": forced_format,
-                "max_response_len": max_response_len,
-            },
-        )
-        session.commit()
-        # The job is committed: if the broker is down, QueueUnavailable (503) leaves it
-        # in the outbox, sent by the workers' sweeper once the broker is back.
-        dispatch(job.id, INGEST_KIND)
-        return UploadOutcome(trace, job, created=True)
+        return _queue_ingest(session, trace, stored, forced_format, max_response_len)
     try:
         session.commit()
         with leases.touching_trace(trace.id):
@@ -201,6 +186,28 @@ def accept_upload(
         discard(stored.folder)
     session.refresh(trace)
     return UploadOutcome(trace, None, created=True)
+
+
+def _queue_ingest(
+    session: Session, trace: Trace, stored: StoredUpload, forced_format: str | None, max_response_len: int | None
+) -> UploadOutcome:
+    """The trace's ingest as a worker's job."""
+    job = create_job(
+        session,
+        team_id=trace.team_id,
+        trace_id=trace.id,
+        kind=INGEST_KIND,
+        params={
+            "upload": stored.folder.name if stored.folder is not None else None,
+            "format": forced_format,
+            "max_response_len": max_response_len,
+        },
+    )
+    session.commit()
+    # The job is committed: if the broker is down, QueueUnavailable (503) leaves it
+    # in the outbox, sent by the workers' sweeper once the broker is back.
+    dispatch(job.id, INGEST_KIND)
+    return UploadOutcome(trace, job, created=True)
 
 
 def _forget(trace_id: int) -> None:
