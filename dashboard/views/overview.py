@@ -63,8 +63,14 @@ def overview_cards(
             else "no samples",
         ),
     ]
+    return cards + _analysis_cards(results)
+
+
+def _analysis_cards(results: dict[str, dict]) -> list[Card]:
+    """The cards drawn from analysis results: DP imbalance, data efficiency (DAPO runs)
+    and the idle share (long tail, else the GPU timeline)."""
     imb, saved = imbalance_headline(results.get("imbalance"))
-    cards.append(
+    cards = [
         Card(
             "imbalance",
             "DP imbalance",
@@ -74,7 +80,7 @@ def overview_cards(
             else ("max/mean token load per step" if imb is not None else "imbalance analysis not available"),
             source="imbalance",
         )
-    )
+    ]
     eff = results.get("data_efficiency")
     if eff and dig(eff, "summary", "generation_steps"):
         s = eff["summary"]
