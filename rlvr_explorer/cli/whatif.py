@@ -101,6 +101,37 @@ def _step_range_option(value: str | None) -> list[int] | None:
     return [lo, hi]
 
 
+# Options long enough to read better here than in their command's signature.
+CalibrateStepsOption = Annotated[
+    list[int] | None,
+    typer.Option(
+        min=0,
+        max=INT_MAX,
+        metavar="STEP",
+        help="Calibrate on this step (repeatable); default: on the first step when the trace has measured timings",
+    ),
+]
+RollingOriginFlag = Annotated[
+    bool,
+    typer.Option(
+        "--rolling-origin", help="Also evaluate accuracy by rolling origin (calibrate on earlier steps, predict each)"
+    ),
+]
+ForecastFlag = Annotated[
+    bool,
+    typer.Option(
+        "--forecast",
+        help="Also forecast each step after the calibration steps from earlier workloads only (drawn with drift)",
+    ),
+]
+ParamsFileOption = Annotated[
+    Path | None,
+    typer.Option(
+        exists=True, dir_okay=False, help="PolyTrace parameter file (enhanced_task_distribution_parameters.json)"
+    ),
+]
+
+
 @command()
 def simulate(
     trace_id: Annotated[int, typer.Argument(min=1, max=INT_MAX, help="The trace to replay")],
@@ -121,15 +152,7 @@ def simulate(
     compare_param: Annotated[
         list[str] | None, typer.Option("--compare-param", metavar="KEY=VALUE", help=PARAM_HELP.format("B"))
     ] = None,
-    calibrate_steps: Annotated[
-        list[int] | None,
-        typer.Option(
-            min=0,
-            max=INT_MAX,
-            metavar="STEP",
-            help="Calibrate on this step (repeatable); default: on the first step when the trace has measured timings",
-        ),
-    ] = None,
+    calibrate_steps: CalibrateStepsOption = None,
     no_calibrate: Annotated[
         bool, typer.Option("--no-calibrate", help="Never calibrate (roofline coefficients)")
     ] = False,
@@ -141,20 +164,8 @@ def simulate(
     deterministic: Annotated[
         bool, typer.Option("--deterministic", help="No Monte-Carlo replay: predict with the replay of mean latencies")
     ] = False,
-    rolling_origin: Annotated[
-        bool,
-        typer.Option(
-            "--rolling-origin",
-            help="Also evaluate accuracy by rolling origin (calibrate on earlier steps, predict each)",
-        ),
-    ] = False,
-    forecast: Annotated[
-        bool,
-        typer.Option(
-            "--forecast",
-            help="Also forecast each step after the calibration steps from earlier workloads only (drawn with drift)",
-        ),
-    ] = False,
+    rolling_origin: RollingOriginFlag = False,
+    forecast: ForecastFlag = False,
     window: Annotated[
         int | None, _int_option("Rolling origin: calibrate on at most this many earlier steps (default 4)")
     ] = None,
@@ -582,12 +593,7 @@ def generate(
         int | None,
         typer.Option(min=1, max=INT_MAX, metavar="TRACE_ID", help="Fit this trace and generate from the fit"),
     ] = None,
-    params: Annotated[
-        Path | None,
-        typer.Option(
-            exists=True, dir_okay=False, help="PolyTrace parameter file (enhanced_task_distribution_parameters.json)"
-        ),
-    ] = None,
+    params: ParamsFileOption = None,
     task: Annotated[
         str | None, typer.Option(metavar="TASK", help="math | tool_calling (parameter file), or a fitted task")
     ] = None,
