@@ -12,7 +12,7 @@ import pytest
 
 from core.simulator.policies import POLICIES
 from tests.helpers import synthetic_rows, write_packed_dir
-from tests.test_browser import Browser, browser, downloads, server  # noqa: F401
+from tests.test_browser import Browser, _submitted, browser, downloads, server  # noqa: F401
 
 pytestmark = pytest.mark.browser
 
@@ -58,7 +58,7 @@ def test_policy_parameters_round_trip_through_the_simulate_form(browser, server,
     # over_provision 1 with finished_groups unset makes partial sync: the page says so
     set_number(b, "b", "over_provision", 1)
     b.click("sim-submit", "the replay button")
-    b.wait(lambda: "started" in (b.text("sim-form-message") or ""), "the replay to start")
+    b.wait(lambda: _submitted(b.text("sim-form-message")), "the replay to start")
     note = b.wait(lambda: b.text("sim-equivalent"), "the equivalence note", timeout=120)
     job = latest(server, "/simulations", trace["id"])
     assert job["id"] != first["id"]
@@ -85,7 +85,7 @@ def test_advise_sweeps_the_policies_ticked(browser, server, tmp_path):  # noqa: 
     for box in boxes[2:]:  # keep the first two
         box.click()
     b.click("adv-submit", "the advise button")
-    b.wait(lambda: "started" in (b.text("adv-message") or ""), "the advice to start")
+    b.wait(lambda: _submitted(b.text("adv-message")), "the advice to start")
     job = latest(server, "/advice", trace["id"])
     assert job["params"]["policies"] == kinds[:2]
     b.assert_console_clean()

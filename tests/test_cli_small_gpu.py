@@ -5,6 +5,7 @@ for the same trace, and above the threshold the analyses are left queued as befo
 from __future__ import annotations
 
 import orjson
+import pytest
 from sqlalchemy import select
 from typer.testing import CliRunner
 
@@ -15,6 +16,18 @@ from rlvr_explorer.cli import app
 from tests.format_writers import kineto_rank_trace
 
 runner = CliRunner()
+
+
+@pytest.fixture()
+def env(env, monkeypatch):
+    """Jobs sent to a queue no worker reads: the session's worker processes would
+    otherwise race this process for them (and, by design, may win)."""
+    from backend.store.db import reset_caches
+
+    monkeypatch.setenv("RLVR_QUEUE_NAME", "small-gpu-test")
+    reset_caches()
+    yield env
+    reset_caches()
 
 
 def _ingest(path) -> dict:

@@ -100,13 +100,13 @@ def write_job(folder: Path, ranks: int, bad_rank: int | None = None, gz: bool = 
     return files
 
 
-def test_small_plain_files_are_read_in_turn_and_compressed_ones_ahead(tmp_path):
-    """The size rule: plain files below MIN_BYTES in all are not worth a fork; a
-    compressed file's size is unknown until it is read, so those are read ahead."""
+def test_small_files_are_read_in_turn_compressed_or_not(tmp_path):
+    """The size rule: files below MIN_BYTES in all are not worth a fork; an uploaded .gz
+    counts by the decompressed size its gzip trailer records (backend/ingest/uploads.py)."""
     plain, _ = ingest(tmp_path, "default", write_job(tmp_path / "plain", ranks=2), pools=0)
     assert plain.returncode == 0, plain.stderr
     (tmp_path / "gz-data").mkdir()
-    compressed, data = ingest(tmp_path / "gz-data", "default", write_job(tmp_path / "gz", ranks=2, gz=True), pools=1)
+    compressed, data = ingest(tmp_path / "gz-data", "default", write_job(tmp_path / "gz", ranks=2, gz=True), pools=0)
     assert compressed.returncode == 0, compressed.stderr
     assert stored(data)["n_events"] == 2 * 3 * 40
 

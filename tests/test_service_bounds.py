@@ -56,11 +56,12 @@ def test_quota_refuses_an_upload_past_it_and_keeps_nothing(api, env):
         "remaining_bytes": 100,
         "traces": 1,
     }
+    before = set(_stored_uploads(env))  # (other tests' queued uploads share the folder)
     refused = upload(api, "packed_lengths_step_1.jsonl", packed(2))
     assert refused.status_code == 413, refused.text
     message = refused.json()["detail"]["message"]
     assert "quota" in message and "used" in message and "this upload needs" in message, message
-    assert api.get("/api/v1/traces").json()["total"] == 1 and not _stored_uploads(env)
+    assert api.get("/api/v1/traces").json()["total"] == 1 and set(_stored_uploads(env)) == before
     trace_id = r.json()["id"]
     attach = upload(api, "packed_lengths_step_1.jsonl", packed(3), f"/api/v1/traces/{trace_id}/files")
     assert attach.status_code == 413, attach.text

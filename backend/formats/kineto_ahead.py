@@ -84,8 +84,8 @@ class KinetoReadAhead:
 
 def kineto_read_ahead(sources: list[Source], result: ReadResult) -> KinetoReadAhead | None:
     """Reader processes for these Kineto files, or None where reading them in turn is as
-    good: one file, files known to be small (compressed ones have no size until read:
-    they count as big), one CPU, or forking not safe here."""
+    good: one file, files known to be small (a source of unknown size, such as a .gz
+    inside an archive, counts as big), one CPU, or forking not safe here."""
     readers = fork_workers(MAX_READERS)
     if len(sources) < 2 or readers < 2:
         return None
