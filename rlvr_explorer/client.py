@@ -23,6 +23,8 @@ from typing import Any
 
 import httpx
 
+from rlvr_explorer.errors import error_lines
+
 
 class ClientError(RuntimeError):
     """The server refused a request; the message is its detail (file, line, field)."""
@@ -51,7 +53,9 @@ class Client:
                 detail = r.json().get("detail")
             except ValueError:
                 detail = r.text
-            raise ClientError(f"{method} {path}: {r.status_code} {detail}")
+            lines = error_lines(detail)  # every error of a refused upload, one per line
+            text = lines[0] if len(lines) == 1 else f"{len(lines)} errors:\n" + "\n".join(f"  {x}" for x in lines)
+            raise ClientError(f"{method} {path}: {r.status_code} {text}")
         return r.json() if r.content else {}
 
     def trace(self) -> int:

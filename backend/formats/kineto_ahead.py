@@ -18,14 +18,13 @@ decoding in chunks 36.4 s, 0.76 GB (two readers decoding whole files took 1.2 GB
 
 from __future__ import annotations
 
-import multiprocessing as mp
 from collections.abc import Iterator
-from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures import Future
 
 from backend.formats.base import ReadResult, Source, TableBatch
 from backend.formats.kineto import merge_kineto_metadata, read_kineto
 from backend.formats.kineto_events import EVENTS_DIR_STATE
-from core.forking import fork_workers
+from core.forking import fork_workers, forked_pool
 
 MAX_READERS = 2
 MIN_BYTES = 64 * 1024**2  # below this the files read in well under a second: not worth a fork
@@ -52,7 +51,7 @@ class KinetoReadAhead:
         _FILES = list(sources)
         first_kept = result.state.get("kineto_files_kept", 0)
         events_dir = result.state.get(EVENTS_DIR_STATE)
-        self._pool = ProcessPoolExecutor(max_workers=readers, mp_context=mp.get_context("fork"))
+        self._pool = forked_pool(readers)  # the readers stop when this process dies
         self._todo = [(i, first_kept + i, events_dir) for i in range(len(sources))]
         self._ids = [id(s) for s in sources]
         self._futures: dict[int, Future] = {}

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Collection
 
 from backend.formats.areal import read_areal_perf, read_areal_sessions
 from backend.formats.base import Reader
@@ -81,6 +82,8 @@ CARRIED_BY = {
     "or a native CSV/JSONL/Parquet with a dp_rank column",
     "samples.filter_mark": "verl DAPO's dapo_filter_indices.jsonl beside the packed_lengths_step_N.jsonl files",
     "samples.num_turns": "a native CSV/JSONL/Parquet with a num_turns column",
+    "samples.reward": "per-sample rewards: verl rollout dumps (<step>.jsonl of trainer.rollout_data_dir, with "
+    "score), AReaL sessions-rN.jsonl with reward, or a native CSV/JSONL/Parquet with a reward column",
     "samples": "per-step lengths: packed_lengths_step_N.jsonl or multiturn_workload_step_N.jsonl (PolyTrace), "
     "a PolyTrace compact JSON, or a native CSV/JSONL/Parquet",
     "rank_timings": "reward_timings_step_N.jsonl (PolyTrace, reward_time_s per rank)",
@@ -92,11 +95,20 @@ CARRIED_BY = {
 }
 
 
-def files_carrying(alternatives: list[list[tuple[str, str]]]) -> str:
-    """The files that would provide missing (table, column)s, per alternative, in words."""
+def files_carrying(alternatives: list[list[tuple[str, str]]], present: Collection[str] = ()) -> str:
+    """The files that would provide missing (table, column)s, per alternative, in words.
+    A column of a table the trace already has (`present`) is named as that column, never
+    as the files bringing the table it has."""
+
+    def carrying(table: str, column: str) -> str:
+        if f"{table}.{column}" in CARRIED_BY:
+            return CARRIED_BY[f"{table}.{column}"]
+        if table in present:
+            return f"files with a {column} column for its {table} (docs/formats.md)"
+        return CARRIED_BY.get(table, table)
+
     options = []
     for alt in alternatives:
-        keys = [f"{t}.{c}" if f"{t}.{c}" in CARRIED_BY else t for t, c in alt]
-        files = list(dict.fromkeys(CARRIED_BY.get(k, k) for k in keys))
+        files = list(dict.fromkeys(carrying(t, c) for t, c in alt))
         options.append(" plus ".join(files))
     return "; or ".join(o for o in options if o) or "nothing"

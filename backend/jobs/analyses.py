@@ -39,7 +39,7 @@ def check_applicable(kind: str, trace: Trace) -> None:
     spec = ANALYSES[kind]
     available = available_columns(trace)
     if not spec.applicable(available):
-        needs = files_carrying(spec.missing_columns(available))
+        needs = files_carrying(spec.missing_columns(available), present=available)
         raise NotApplicable(
             f"analysis '{kind}' does not apply to trace {trace.id}: the uploaded files lack its data, "
             f"which {needs} would bring (attach them to the trace; docs/formats.md)",

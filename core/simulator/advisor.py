@@ -35,10 +35,10 @@ import dataclasses
 import itertools
 import math
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor
 
 import numpy as np
 
+from core.forking import forked_pool
 from core.simulator.calibration import Calibration, partial_steps
 from core.simulator.config import GPU_PRESETS, ClusterConfig, EngineLimits, GpuSpec, ModelConfig, Policy
 from core.simulator.explain import digest, explain_digests
@@ -317,8 +317,7 @@ def advise(
     # a daemonic process (e.g. a Celery prefork child) cannot have children: run here
     parallel = workers > 1 and len(tasks) > 1 and not mp.current_process().daemon
     if parallel:
-        ctx = mp.get_context("fork")
-        with ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_init, initargs=(state,)) as ex:
+        with forked_pool(workers, _init, (state,)) as ex:  # they stop when this process dies
             for i, part in enumerate(ex.map(_run_layout, tasks)):
                 results += part
                 report((i + 1) / len(tasks), f"{len(results)} of {len(grid)} configurations")

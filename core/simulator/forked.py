@@ -2,19 +2,17 @@
 
 `fork_map(fn, n, workers, progress)` evaluates fn(0..n-1) in `workers` processes made by
 fork, so `fn` and whatever it reads reach them without pickling; only the results come
-back. Used for batch rollouts computed ahead (`parallel_rollouts.py`) and for tail
+back; they end with this process, even one killed (`core.forking.forked_pool`). Used for batch rollouts computed ahead (`parallel_rollouts.py`) and for tail
 batching's rounds. Only where forking is safe (`core.forking`) and pays: a workload big
 enough that starting the processes costs little next to it (`worth_forking`).
 """
 
 from __future__ import annotations
 
-import multiprocessing as mp
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor
 from typing import Any, TypeVar
 
-from core.forking import fork_workers
+from core.forking import fork_workers, forked_pool
 from core.simulator.workload import StepWorkload
 
 T = TypeVar("T")
@@ -53,7 +51,7 @@ def fork_map(fn: Callable[[int], T], n: int, workers: int, progress: Callable[[f
     out: list = [None] * n
     _JOB = fn
     try:
-        with ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("fork")) as ex:
+        with forked_pool(workers) as ex:  # they stop when this process dies
             done = 0
             for indices, results in zip(chunks, ex.map(_run, chunks)):
                 for i, r in zip(indices, results):

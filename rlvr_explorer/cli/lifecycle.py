@@ -11,7 +11,6 @@ prctl)."""
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import errno
 import os
 import signal
@@ -21,8 +20,9 @@ import sys
 import threading
 import time
 
+from core.forking import set_parent_death_signal
+
 PARENT_ENV = "RLVR_PARENT_PID"
-_PR_SET_PDEATHSIG = 1
 
 
 class PortInUse(RuntimeError):
@@ -49,10 +49,7 @@ def bind_listener(host: str, port: int) -> socket.socket:
 
 def tie_to_parent() -> None:
     """SIGTERM to this process when its parent dies (Linux; elsewhere a no-op)."""
-    if sys.platform.startswith("linux"):
-        with contextlib.suppress(OSError, AttributeError):
-            libc = ctypes.CDLL(None, use_errno=True)
-            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    set_parent_death_signal(signal.SIGTERM)
 
 
 WORKER_NICE = 10  # beside the server on one machine: reads come before ingestion

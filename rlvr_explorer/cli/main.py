@@ -7,6 +7,7 @@ import signal
 import socket
 import sys
 import tempfile
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Annotated
 
@@ -16,6 +17,7 @@ from sqlalchemy import func, select
 from tqdm import tqdm
 
 from rlvr_explorer.cli.help import ReadableCommand
+from rlvr_explorer.cli.input_errors import ingest_error_lines
 from rlvr_explorer.cli.output import CommandGroup, JsonFlag, emit, fail
 
 # Commands whose module is imported only when one of them runs or the help lists them:
@@ -252,8 +254,8 @@ def ingest(
                     outcome.trace, name=name, forced_format=format, max_response_len=max_response_len
                 )
                 summary["changed_options"] = {"--" + k.replace("_", "-"): v for k, v in changed.items()}
-    except InputError as exc:
-        fail(str(exc))
+    except InputError as exc:  # every error of the upload, one per line
+        fail(ingest_error_lines(exc, stored.files, format, settings))
     finally:
         bar.close()
     emit(summary, ingest_text, as_json)
@@ -349,11 +351,27 @@ def ingest_text(s: dict) -> str:
         lines.append(_worker_line(s.get("workers_seen", 0)))
     elif not s["already_uploaded"] and not s.get("analysed_here"):
         lines.append("no analyses queued")
-    if s["not_applicable"]:
-        lines.append("not run, the trace lacks their data; files that would bring it (attach them with --into):")
-        lines += [f"  {kind}: {needs}" for kind, needs in s["not_applicable"].items()]
+    lines += _not_applicable_lines(s)
     lines.append(f"next: `rlvr-explorer simulate {s['id']}` replays it; the dashboard shows it at /traces/{s['id']}")
     return "\n".join(lines)
+
+
+GPU_ONLY_TABLES = ("samples", "turns", "tool_calls", "rank_timings")  # all empty: a profiler trace alone
+
+
+def _not_applicable_lines(s: dict) -> list[str]:
+    """The analyses the trace lacks data for: with the files that would bring it, or in
+    one line for a GPU-only trace (none of them is about GPU timelines)."""
+    kinds = s["not_applicable"]
+    if not kinds:
+        return []
+    if s["gpu_events"] and not any(s[t] for t in GPU_ONLY_TABLES):
+        return [
+            f"not applicable to a GPU-only trace: {', '.join(kinds)} (they read the run's rollouts, rewards or "
+            "timings: attach such files with --into, see docs/formats.md)"
+        ]
+    lines = ["not run, the trace lacks their data; files that would bring it (attach them with --into):"]
+    return lines + [f"  {kind}: {needs}" for kind, needs in kinds.items()]
 
 
 def _changed_lines(s: dict, changed: dict | None) -> list[str]:
@@ -380,9 +398,15 @@ def _tokenizer_paths(tokenizer: Path | None) -> list[Path]:
         raise typer.BadParameter(exc.reason, param_hint="--tokenizer") from None
 
 
+# Set while `serve` ingests its demo trace: the worker it starts next runs the analyses.
+SERVE_STARTS_WORKER: ContextVar[bool] = ContextVar("serve_starts_worker", default=False)
+
+
 def _worker_line(workers: int) -> str:
     if workers:
         return f"  a worker is running ({workers} seen): they start now"
+    if SERVE_STARTS_WORKER.get():
+        return "  the worker `serve` starts next runs them"
     return (
         "  no worker seen running on this machine: they start when one runs "
         "(`rlvr-explorer worker`, or everything with `rlvr-explorer serve`)"
@@ -404,7 +428,7 @@ def _attach_into(trace_id: int, team_id: int, stored, format: str | None, as_jso
         try:
             outcome = attach_stored(session, _settings(), trace_id, stored, format)
         except InputError as exc:
-            fail(str(exc))
+            fail(ingest_error_lines(exc, stored.files, format, _settings()))
         session.expire_all()
         trace = session.get_one(Trace, trace_id)
         summary = {
@@ -597,7 +621,9 @@ def serve(
         with session_scope() as session:
             empty = not session.scalar(select(func.count()).select_from(Trace).where(Trace.team_id == team_id))
         if seed_demo and empty:
+            token = SERVE_STARTS_WORKER.set(True)
             demo(api_key=key)
+            SERVE_STARTS_WORKER.reset(token)
         worker_proc = start_worker(concurrency)
         try:
             typer.echo(f"\n  RLVR Explorer: http://{host}:{port}/   (API docs: http://{host}:{port}/api/v1/docs)")

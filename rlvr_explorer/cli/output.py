@@ -14,6 +14,7 @@ import orjson
 import typer
 
 from rlvr_explorer.cli.help import ReadableGroup
+from rlvr_explorer.errors import error_lines
 
 JsonFlag = Annotated[
     bool, typer.Option("--json", help="Print one JSON object (on one line) for scripts instead of the summary")
@@ -28,20 +29,27 @@ def emit(record: dict, summary: str | Callable[[dict], str], as_json: bool) -> N
         typer.echo(summary(record) if callable(summary) else summary)
 
 
-def fail(message: str, code: int = 2) -> NoReturn:
-    """Stop the command: the reason on stderr, exit `code` (2: bad input or arguments)."""
-    typer.echo(f"error: {message}", err=True)
+def fail(message: str | list[str], code: int = 2) -> NoReturn:
+    """Stop the command: the reason (or each of several, one per line) on stderr, exit
+    `code` (2: bad input or arguments)."""
+    for line in [message] if isinstance(message, str) else message:
+        typer.echo(f"error: {line}", err=True)
     raise typer.Exit(code)
 
 
-def describe(exc: BaseException) -> str:
-    """An unexpected error in a sentence: its first line, and what kind it is when that
-    line does not say (a database or network error names its cause)."""
-    text = (str(exc).strip().splitlines() or [""])[0]
+def describe(exc: BaseException) -> list[str]:
+    """An error no command worded itself, in sentences: a refusal (a ValueError: bad
+    input, a quota) as its own words, one line per error; anything else its first line
+    marked unexpected; a database or network error names the service. Never a class name."""
     kind = type(exc).__name__
+    text = (str(exc).strip().splitlines() or [""])[0]
     if "OperationalError" in kind or "ConnectError" in kind or "ConnectionError" in kind:
-        return f"cannot reach a service the command needs ({text or kind}); check RLVR_DATABASE_URL / the server"
-    return f"{text} ({kind})" if text else kind
+        return [
+            f"cannot reach a service the command needs ({text or 'no answer'}); check RLVR_DATABASE_URL / the server"
+        ]
+    if isinstance(exc, ValueError) and text:
+        return error_lines(exc)
+    return [f"{text or 'the command failed'} (an unexpected error: RLVR_DEBUG=1 shows its traceback)"]
 
 
 class CommandGroup(ReadableGroup):
@@ -55,5 +63,6 @@ class CommandGroup(ReadableGroup):
             # usage errors, Exit and Abort belong to the CLI framework (typer vendors click)
             if type(exc).__module__.startswith(("typer", "click")) or os.environ.get("RLVR_DEBUG"):
                 raise
-            typer.echo(f"error: {describe(exc)}", err=True)
+            for line in describe(exc):
+                typer.echo(f"error: {line}", err=True)
             raise typer.Exit(1) from None

@@ -5,6 +5,8 @@ rlvr_explorer.cli."""
 
 from __future__ import annotations
 
+import re
+from decimal import Decimal
 from typing import Annotated
 
 import orjson
@@ -117,11 +119,35 @@ def revoke(
     typer.echo(f"revoked key {key_id} ({record['name']!r}) of team {team!r}; refused everywhere within {wait:g} s")
 
 
+# Sizes as GNU coreutils read them: K, M, G, T and KiB, MiB, ... are powers of 1024 (as
+# the quota is shown), KB, MB, ... powers of 1000.
+SIZE_HELP = (
+    "bytes, or a number with a unit: K, M, G, T or KiB, MiB, GiB, TiB (powers of 1024), "
+    "KB, MB, GB, TB (powers of 1000), e.g. 500M or 1.5GiB; 0: no limit"
+)
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(?:([kmgt])(i?b)?|(b))?\s*$", re.IGNORECASE)
+SIZE_MAX = 2**63 - 1  # the database's BIGINT
+
+
+def parse_size(text: str) -> int:
+    """'1.5G' -> 1610612736 bytes (SIZE_HELP); a usage error naming --set otherwise."""
+    match = _SIZE.match(text)
+    if match is None:
+        raise typer.BadParameter(f"{text!r} is not a size; give {SIZE_HELP}", param_hint="--set")
+    number, prefix, suffix = match.group(1), match.group(2), match.group(3)
+    base = 1000 if suffix is not None and suffix.lower() == "b" else 1024
+    power = "kmgt".index(prefix.lower()) + 1 if prefix else 0
+    size = int(Decimal(number) * base**power)
+    if size > SIZE_MAX:
+        raise typer.BadParameter(f"{text!r} is more than the largest quota ({SIZE_MAX:,} bytes)", param_hint="--set")
+    return size
+
+
 @app.command(cls=ReadableCommand)
 def quota(
     team: TeamArg,
     set_bytes: Annotated[
-        int | None, typer.Option("--set", min=0, metavar="BYTES", help="The team's own quota (0: no limit)")
+        int | None, typer.Option("--set", parser=parse_size, metavar="SIZE", help=f"The team's own quota: {SIZE_HELP}")
     ] = None,
     default: Annotated[bool, typer.Option("--default", help="Back to the deployment's RLVR_TEAM_QUOTA_BYTES")] = False,
     as_json: JsonFlag = False,

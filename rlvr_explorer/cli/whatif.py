@@ -281,7 +281,8 @@ def _simulation_summary(trace, params: dict, result: dict) -> str:
     ro = result.get("rolling_origin")
     if ro is not None:
         lines += ["", _rolling_origin_summary(ro)]
-    lines += ["", "(speedup = step time of A / step time of B; --json prints every number)"]
+    speedup = "speedup = step time of A / step time of B; " if result["b"] is not None else ""
+    lines += ["", f"({speedup}--json prints every number)"]
     return "\n".join(lines)
 
 
@@ -613,8 +614,9 @@ def generate(
     api_key: Annotated[str | None, KeyOption] = None,
 ) -> None:
     """Generate a synthetic PolyTrace-style workload from a fitted trace or a parameter file."""
-    from backend.jobs.simulations import error_field, workload_params
+    from backend.jobs.simulations import workload_params
     from backend.store.db import get_engine
+    from rlvr_explorer.cli.request_errors import GENERATE_OPTIONS, option_error
     from workers.runners.simulations import load_columns
     from workers.runners.workloads import default_name, fit_models, ingest_files, ingest_generated, summary, write_files
     from workers.runners.workloads import generate as generate_steps_of
@@ -644,7 +646,7 @@ def generate(
             {k: v for k, v in body.items() if v is not None}, multiturn_trace=bool(trace is not None and trace.n_turns)
         )
     except ValueError as exc:
-        raise typer.BadParameter(str(exc), param_hint=error_field(exc) or "options") from None
+        raise option_error(exc, GENERATE_OPTIONS) from None  # named by this command's options
     try:
         models = None
         if trace is not None:
