@@ -50,7 +50,12 @@ def test_advice_job_ranks_configurations(api, worker, small_trace):
 
 @pytest.mark.parametrize(
     "change, field",
-    [({"n_gpus": 0}, "n_gpus"), ({"gpu": "TPU9"}, "gpu"), ({"policies": ["eventually"]}, "policies[0]")],
+    [
+        ({"n_gpus": 0}, "n_gpus"),
+        ({"gpu": "TPU9"}, "gpu"),
+        ({"policies": ["eventually"]}, "policies[0]"),
+        ({"model": "qwen2.5-72b", "n_gpus": 4}, "n_gpus"),  # no layout of 4 GPUs can train it
+    ],
 )
 def test_bad_advice_is_422_naming_the_field(api, small_trace, change, field):
     r = api.post(URL, json={"trace_id": small_trace["id"], **change})
