@@ -179,7 +179,7 @@ def simulation_request(body: dict) -> ReplayRequest:
     source = workload_source(body["workload"]) if trace_id is None else None
     return build_request(
         cluster=c,
-        explicit_layout={k: cluster[k] for k in LAYOUT_FIELDS if cluster.get(k) is not None},
+        explicit_layout={k: getattr(c, k) for k in LAYOUT_FIELDS if cluster.get(k) is not None},
         model=m,
         limits=lim,
         policy=body.get("policy") or DEFAULT_POLICY,
