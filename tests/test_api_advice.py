@@ -50,7 +50,12 @@ def test_advice_job_ranks_configurations(api, worker, small_trace):
 
 @pytest.mark.parametrize(
     "change, field",
-    [({"n_gpus": 0}, "n_gpus"), ({"gpu": "TPU9"}, "gpu"), ({"policies": ["eventually"]}, "policies[0]")],
+    [
+        ({"n_gpus": 0}, "n_gpus"),
+        ({"gpu": "TPU9"}, "gpu"),
+        ({"policies": ["eventually"]}, "policies[0]"),
+        ({"model": "qwen2.5-72b", "n_gpus": 4}, "n_gpus"),  # no layout of 4 GPUs can train it
+    ],
 )
 def test_bad_advice_is_422_naming_the_field(api, small_trace, change, field):
     r = api.post(URL, json={"trace_id": small_trace["id"], **change})
@@ -72,6 +77,9 @@ def test_cli_advise(team_key, tmp_path):
     out = orjson.loads(runner.invoke(app, [*args, "--json"], catch_exceptions=False).stdout)
     assert out["n_configurations"] >= 50
     assert all("params" in c and "gain" in c for c in out["ranking"]) and out["reference"]
+    # a budget on which no layout can train the model: refused before any sweep
+    r = runner.invoke(app, [*args[:3], "4", "--model", "qwen2.5-72b", "--api-key", team_key])
+    assert r.exit_code == 1 and "error: n_gpus: training Qwen2.5-72B needs at least 15 H100 GPUs" in r.output
 
 
 def test_presets_propose_the_model_a_trace_names(api, tmp_path):

@@ -133,6 +133,10 @@ def test_chrome_trace_rebuilt_from_stored_timeline_when_file_is_gone(api, worker
         ({"calibrate": {"fit_steps": ["first"]}}, "calibrate.fit_steps[0]"),
         ({"steps": [5, 2]}, "steps"),
         ({"colour": "blue"}, "colour"),
+        # layouts that cannot hold the model (core/simulator/feasibility.py)
+        ({"model": "qwen2.5-72b", "cluster": {"n_gpus": 4}}, "cluster.n_gpus"),
+        ({"model": "qwen2.5-72b", "cluster": {"n_gpus": 32, "train_dp": 4}}, "cluster.train_dp"),
+        ({"model": "qwen2.5-72b", "cluster": {"n_gpus": 32, "rollout_tp": 1}}, "cluster.rollout_tp"),
     ],
 )
 def test_bad_config_is_422_naming_the_field(api, small_trace, change, field):
@@ -142,6 +146,20 @@ def test_bad_config_is_422_naming_the_field(api, small_trace, change, field):
     assert r.json()["detail"]["field"] == field
     assert r.json()["detail"]["message"].startswith(field)
     assert api.get(URL).json()["items"] == []  # nothing was queued
+
+
+def test_an_impossible_cluster_is_refused_with_the_memory_it_needs(api, small_trace):
+    trace, _ = small_trace
+    body = {"trace_id": trace["id"], "model": "qwen2.5-72b", "cluster": {"n_gpus": 4}}
+    r = api.post(URL, json=body)
+    assert r.status_code == 422, r.text
+    msg = r.json()["detail"]["message"]
+    assert "training Qwen2.5-72B on DP4 × TP1" in msg and "290.8 GB per GPU" in msg and "80.0 GB" in msg
+    assert "at least 15 GPUs" in msg
+    body["cluster"] = {"n_gpus": 16}  # enough GPUs: accepted
+    assert api.post(URL, json=body).status_code == 202
+    r = api.post(URL, json={**body, "compare_policy": "one_step_off", "cluster": {"n_gpus": 15}})
+    assert r.status_code == 422 and r.json()["detail"]["message"].endswith("(for compare_policy one_step_off)")
 
 
 def test_other_team_sees_nothing(api, worker, small_trace):
@@ -250,7 +268,7 @@ def test_replay_of_a_synthetic_workload_from_the_parameter_file(api, worker, sha
 
 
 def test_stored_timeline_keeps_whole_first_steps_when_too_long():
-    from workers.runners.simulations import sim_dict
+    from core.simulator.replay import sim_dict
 
     steps = workload_from_columns(
         packed_rows_to_columns([r for rows in synthetic_rows(steps=5, groups=8, n=2) for r in rows])

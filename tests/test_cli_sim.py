@@ -207,6 +207,26 @@ def test_simulate_rejects_values_the_database_cannot_hold(team_key, stored):
         assert r.exit_code == 2 and "Traceback" not in r.output, r.output
 
 
+def test_simulate_refuses_a_cluster_that_cannot_hold_the_model(team_key, stored):
+    trace_id, _ = stored
+    r = runner.invoke(app, ["simulate", str(trace_id), "--model", "qwen2.5-72b", "--gpus", "4", "--api-key", team_key])
+    assert r.exit_code == 1, r.output
+    assert "error: cluster.n_gpus: training Qwen2.5-72B on DP4 × TP1" in r.output and "290.8 GB per GPU" in r.output
+    assert "Traceback" not in r.output
+    args = ["--model", "qwen2.5-72b", "--gpus", "32", "--train-dp", "4"]
+    r = runner.invoke(app, ["simulate", str(trace_id), *args, "--api-key", team_key])
+    assert r.exit_code == 1 and "error: cluster.train_dp: training Qwen2.5-72B" in r.output
+
+
+def test_simulate_warns_of_gpus_the_layout_leaves_idle(team_key, stored):
+    trace_id, _ = stored
+    args = ["--gpu", "A100", "--model", "qwen2.5-32b", "--gpus", "7", "--no-calibrate", "--deterministic"]
+    r = runner.invoke(app, ["simulate", str(trace_id), *args, "--api-key", team_key])
+    assert r.exit_code == 0, r.output
+    assert "rollout 3 x TP2, training DP7 x TP1" in r.output
+    assert "warning (policy A): rollout uses 6 of the 7 GPUs (3 × TP2): 1 GPU idle during every rollout" in r.output
+
+
 def test_policy_parameters_are_set_by_type_and_reported(team_key, stored):
     trace_id, per_step = stored
     args = ["simulate", trace_id, "--policy", "partial", "--policy-param", "over_provision=1.5"]

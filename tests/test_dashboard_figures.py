@@ -628,9 +628,9 @@ def rows_of(columns: dict) -> list[dict]:
 def simulated(kind: str) -> dict:
     """A replay result of the synthetic packed trace, as the worker stores it."""
     from core.simulator import MODEL_PRESETS, ClusterConfig, EngineLimits, Policy, simulate, workload_from_columns
+    from core.simulator.replay import sim_dict
     from core.workload.polytrace_rows import packed_rows_to_columns
     from tests.helpers import synthetic_rows
-    from workers.runners.simulations import sim_dict
 
     per_step = synthetic_rows(steps=3, groups=8, n=4)
     steps = workload_from_columns(packed_rows_to_columns([r for rows in per_step for r in rows]))

@@ -162,9 +162,9 @@ def test_step_time_intervals_follow_the_registry(toy):
     GPUs: its step time gets the rollout's Monte-Carlo interval, shifted (the toy policy
     too, being declared so); a disaggregated or streaming one does not."""
     from core.simulator import MODEL_PRESETS, ClusterConfig, EngineLimits, Policy, simulate, workload_from_columns
+    from core.simulator.replay import Replay, uncertainty_dict
     from core.simulator.uncertainty import FIGURES
     from core.workload.polytrace_rows import packed_rows_to_columns
-    from workers.runners.simulations import Replay, uncertainty_dict
 
     steps = workload_from_columns(packed_rows_to_columns([r for rows in synthetic_rows(2, 4, 2) for r in rows]))
     cluster, model = ClusterConfig(n_gpus=16), MODEL_PRESETS["Qwen2.5-7B"]

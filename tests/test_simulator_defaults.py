@@ -9,13 +9,14 @@ import itertools
 import numpy as np
 import pytest
 
-from backend.jobs.simulations import presets, simulation_params
+from backend.jobs.simulations import presets, simulation_params, simulation_request
 from core.simulator import GPU_PRESETS, MODEL_PRESETS, ClusterConfig, StepWorkload, simulate
 from core.simulator.config import EngineLimits, Policy
 from core.simulator.defaults import DEFAULT_N_GPUS, layout_for, unused_gpus
+from core.simulator.feasibility import InfeasibleLayout, layout_shortfall, min_training_gpus
 from core.simulator.policies import POLICIES
+from core.simulator.replay import replay, result_dict
 from dashboard.views.replay_forms import form_defaults, simulation_body
-from workers.runners.simulations import replay, result_dict
 
 
 def _steps(n_steps: int = 2) -> list[StepWorkload]:
@@ -46,14 +47,14 @@ def test_the_default_request_compares_on_the_same_budget():
 
 
 def test_explicit_layouts_are_kept_and_unused_gpus_reported():
-    params = simulation_params(
+    request = simulation_request(
         {"trace_id": 1, "cluster": {"n_gpus": 16, "rollout_replicas": 2, "rollout_tp": 4, "train_dp": 8}}
     )
-    assert params["cluster"]["rollout_replicas"] == 2
-    out = replay(_steps(), params)
+    assert request.cluster.rollout_replicas == 2
+    out = replay(_steps(), request)
     d = result_dict(out)["a"]
     assert d["unused_gpus"] == 8 and "8 of 16 GPUs are never used" in d["warnings"][0]
-    full = result_dict(replay(_steps(), simulation_params({"trace_id": 1, "cluster": {"n_gpus": 16}})))["a"]
+    full = result_dict(replay(_steps(), simulation_request({"trace_id": 1, "cluster": {"n_gpus": 16}})))["a"]
     assert full["unused_gpus"] == 0 and full["warnings"] == []
 
 
@@ -63,21 +64,31 @@ def test_every_form_combination_runs():
     base = form_defaults(p, [0, 1])
     for a, b, bal in itertools.product(p["policies"], [None, *p["policies"]], p["balancing"]):
         values = {**base, "policy_a": a, "policy_b": b, "balancing": bal}
-        params = simulation_params(simulation_body(1, values))
-        out = result_dict(replay(steps, params))
+        out = result_dict(replay(steps, simulation_request(simulation_body(1, values))))
         assert out["a"]["makespan_s"] > 0 and out["a"]["unused_gpus"] == 0, (a, b, bal)
         if b is not None:
             assert out["b"]["unused_gpus"] == 0 and out["compare"]["total"]["speedup"] is not None
 
 
 @pytest.mark.parametrize("gpu", list(GPU_PRESETS))
-def test_every_gpu_and_model_preset_runs_with_the_defaults(gpu):
+def test_every_gpu_and_model_preset_runs_with_the_defaults_or_is_refused(gpu):
+    """Every preset pair replays on the default budget, unless its GPUs cannot hold the
+    model's training state: then the request is refused naming the budget."""
     steps = _steps(1)
+    ran = 0
     for model in MODEL_PRESETS:
         values = {**form_defaults(presets(), [0]), "gpu": gpu, "model": model}
-        params = simulation_params(simulation_body(1, values))
-        out = result_dict(replay(steps, params))
+        if min_training_gpus(MODEL_PRESETS[model], GPU_PRESETS[gpu]) > DEFAULT_N_GPUS:
+            with pytest.raises(InfeasibleLayout, match=r"^cluster\.n_gpus: training .* needs at least"):
+                simulation_request(simulation_body(1, values))
+            continue
+        request = simulation_request(simulation_body(1, values))
+        for c in (request.cluster, request.compare_cluster):
+            assert c is not None and layout_shortfall(c, request.model, request.limits) is None, (gpu, model)
+        out = result_dict(replay(steps, request))
         assert out["a"]["makespan_s"] > 0 and out["b"]["makespan_s"] > 0, (gpu, model)
+        ran += 1
+    assert ran >= 5  # the small and mid-size models fit every preset GPU
 
 
 @pytest.mark.parametrize("n", [1, 2, 3, 8, 12, 64])

@@ -71,15 +71,13 @@ def test_a_request_draws_the_same_factor_whatever_else_is_added():
 def test_a_simulation_job_gives_every_policy_a_step_time_interval():
     """The replay runner: a colocated batch-rollout side gets its rollout's runs shifted;
     a streaming or disaggregated side its own Monte-Carlo replay, non-degenerate."""
-    from workers.runners.simulations import Replay, policy_intervals, uncertainty_dict
+    from core.simulator.replay import Replay, policy_intervals, uncertainty_dict
 
     steps = _steps()
     ca, cb = _cluster("sync"), _cluster("async")
     a, b = (simulate(steps, c, MODEL, EngineLimits(), Policy(kind=k)) for c, k in ((ca, "sync"), (cb, "async")))
     engine = (MODEL, EngineLimits(), NOISE, None)
-    pmc = policy_intervals(
-        steps, {"uncertainty": {"seed": 1}}, engine, (a, Policy(kind="sync"), ca), (b, Policy(kind="async"), cb)
-    )
+    pmc = policy_intervals(steps, 1, engine, (a, Policy(kind="sync"), ca), (b, Policy(kind="async"), cb))
     assert set(pmc) == {"b"}
     figures = {k: {"mean": 2.0, "p10": 1.0, "p90": 3.0} for k in ("rollout_s", "p50_traj_s", "p90_traj_s")}
     mc = {w.step: {"n_runs": 10, **figures, "deterministic": dict.fromkeys(figures, 2.0)} for w in steps}

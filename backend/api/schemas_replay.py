@@ -8,7 +8,8 @@ same declaration: bounds as minimum / exclusiveMinimum / maximum, choices as an 
 the default and the help line. A check names what it checks relative to its field and
 `backend.api.errors.locate` joins the two, so a 422 reads "policy.params.over_provision:
 must be >= 1, got 0.5". Rules across fields (one workload source, layouts fitting the
-GPU budget, ...) stay with the job code, which runs next.
+GPU budget and holding the model, ...) stay with the job code, which runs next and builds
+the one typed request (`backend.jobs.simulations.simulation_request`).
 
 The policy models (`schemas_policy`) are made from the registry when an app is made
 (`replay_models()`): a policy registered before that is in the app's schema. The

@@ -1,7 +1,8 @@
-"""Advice requests: validate a body into job parameters, then create and queue the job
-(the configuration advisor, `core.simulator.advisor`). Shared by the REST API and the CLI.
+"""Advice requests: check a body into a typed `core.simulator.advice.AdviceRequest`, then
+create and queue the job (the configuration advisor, `core.simulator.advisor`). Shared by
+the REST API and the CLI.
 
-Parameters (stored resolved, so identical requests share a job):
+Fields (stored resolved by `AdviceRequest.to_json`, so identical requests share a job):
   trace_id       the team's trace
   gpu            GPU preset name (case-insensitive) or {preset, overrides}
   n_gpus         the GPU budget every configuration uses
@@ -37,10 +38,13 @@ from backend.jobs.request_fields import (
 from backend.jobs.state import create_job, find_reusable
 from backend.store.ids import check_id
 from backend.store.models import Job
+from core.simulator.advice import AdviceRequest
 from core.simulator.config import BALANCING_MODES, GPU_PRESETS, MODEL_PRESETS, ModelConfig, gpu_from, to_dict
 from core.simulator.defaults import DEFAULT_GPU, DEFAULT_MODEL, DEFAULT_N_GPUS
+from core.simulator.feasibility import InfeasibleLayout, min_training_gpus, training_bytes
 from core.simulator.policies import POLICIES
 from core.simulator.replay_mc import DEFAULT_RUNS
+from core.simulator.request import calibrate_from_json
 
 ADVICE_FIELDS = (
     "trace_id",
@@ -72,34 +76,50 @@ def advice_model(value: Any) -> dict:
     return to_dict(ModelConfig.from_dict(resolve_names(value, MODEL_PRESETS)))
 
 
-def advice_params(body: dict) -> dict:
-    """Validated parameters of an advice job (ValueError names the field)."""
+def advice_request(body: dict) -> AdviceRequest:
+    """The typed advice request of a body (REST or CLI), checked once (ValueError names
+    the field): a budget too small to train the model on is refused here."""
     check_fields(body, ADVICE_FIELDS)
     if body.get("trace_id") is None:
         raise ValueError("trace_id: required (the trace to advise on)")
     counts = {k: c.check(body.get(k, ADVICE_DEFAULTS[k]), k) for k, c in ADVICE_COUNTS.items()}
-    return {
-        "trace_id": check_id(body["trace_id"], "trace_id"),
-        "gpu": advice_gpu(body.get("gpu") or DEFAULT_GPU),
-        "n_gpus": counts["n_gpus"],
-        "model": advice_model(body.get("model") or DEFAULT_MODEL),
-        "policies": choices_list(body.get("policies"), list(POLICIES), "policies", list(POLICIES)),
-        "balancing": choices_list(body.get("balancing"), BALANCING_MODES, "balancing", DEFAULT_BALANCING),
-        "concurrency": concurrency_list(body.get("concurrency", DEFAULT_CONCURRENCY)),
-        "calibrate": calibrate_option(body.get("calibrate")),
-        "steps": step_range(body.get("steps")),
-        "runs": counts["runs"],
-        "policy_runs": counts["policy_runs"],
-        "seed": counts["seed"],
-    }
+    steps = step_range(body.get("steps"))
+    request = AdviceRequest(
+        trace_id=check_id(body["trace_id"], "trace_id"),
+        gpu=gpu_from(resolve_names(body.get("gpu") or DEFAULT_GPU, GPU_PRESETS), "gpu"),
+        n_gpus=counts["n_gpus"],
+        model=ModelConfig.from_dict(resolve_names(body.get("model") or DEFAULT_MODEL, MODEL_PRESETS)),
+        policies=tuple(choices_list(body.get("policies"), list(POLICIES), "policies", list(POLICIES))),
+        balancing=tuple(choices_list(body.get("balancing"), BALANCING_MODES, "balancing", DEFAULT_BALANCING)),
+        concurrency=tuple(concurrency_list(body.get("concurrency", DEFAULT_CONCURRENCY))),
+        calibrate=calibrate_from_json(calibrate_option(body.get("calibrate"))),
+        steps=(steps[0], steps[1]) if steps is not None else None,
+        runs=counts["runs"],
+        policy_runs=counts["policy_runs"],
+        seed=counts["seed"],
+    )
+    least = min_training_gpus(request.model, request.gpu)
+    if least > request.n_gpus:
+        raise InfeasibleLayout(
+            f"n_gpus: training {request.model.name} needs at least {least} {request.gpu.name} GPUs "
+            f"({training_bytes(request.model) / 1e9:.0f} GB of bf16 weights and gradients and fp32 Adam states, "
+            f"sharded), got {request.n_gpus}"
+        )
+    return request
 
 
-def queue_advice(session: Session, team_id: int, params: dict) -> tuple[Job, bool]:
-    """(job, created): an identical advice on the trace is reused."""
-    existing = find_reusable(session, params["trace_id"], ADVICE_KIND, params)
+def advice_params(body: dict) -> dict:
+    """What an advice job row stores for a body: `advice_request(body).to_json()`."""
+    return advice_request(body).to_json()
+
+
+def queue_advice(session: Session, team_id: int, request: AdviceRequest) -> tuple[Job, bool]:
+    """(job, created): an identical advice on the trace is reused. The row stores `request.to_json()`."""
+    params = request.to_json()
+    existing = find_reusable(session, request.trace_id, ADVICE_KIND, params)
     if existing is not None:
         return existing, False
-    job = create_job(session, team_id=team_id, trace_id=params["trace_id"], kind=ADVICE_KIND, params=params)
+    job = create_job(session, team_id=team_id, trace_id=request.trace_id, kind=ADVICE_KIND, params=params)
     session.commit()
     dispatch(job.id, ADVICE_KIND)
     return job, True

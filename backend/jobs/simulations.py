@@ -5,29 +5,13 @@ Validation is pure (no database): every `ValueError` starts with the offending f
 ``"cluster.rollout_tp: must be an integer >= 1, got 0"``, which the API turns into a
 422 naming that field (`error_field`).
 
-Simulation job parameters (`simulation_params`), stored fully resolved so a job is
-self-describing and identical requests share a `params_key`:
-  trace_id          the team's trace to replay, or
-  workload          a synthetic source instead: {"parameters": <PolyTrace parameter
-                    file JSON>, "task", "steps", "groups", "samples_per_group", "seed"}
-  cluster, model, limits, policy   full config dicts (presets resolved; names are
-                    matched case-insensitively, so "qwen2.5-7b" is "Qwen2.5-7B");
-                    layout fields left out (rollout_replicas, rollout_tp, train_dp)
-                    are derived per policy from the budget (core/simulator/defaults.py)
-  compare_cluster   policy B's cluster: the same n_gpus, its own derived layout
-  compare_policy    policy B (full dict) or None
-  calibrate         None (auto: calibrate when the trace has measured latencies),
-                    False (never) or {"fit_steps": [..]} (an empty list: the first step)
-  steps             [lo, hi) step range or None (all steps)
-  uncertainty       {"runs": N or None (chosen by a convergence check), "seed"}: the
-                    Monte-Carlo replay of the residual noise fitted with the
-                    calibration (default); False: deterministic only
-  forecast          None, or {"workloads": J}: also forecast every step after the
-                    calibration steps from the earlier steps' workloads only (drawn
-                    with drift; `core.simulator.forecast`), against the measured step
-  rolling_origin    None, or {"window": W or None (all earlier steps)}: also evaluate
-                    accuracy by rolling origin (calibrate on the steps before each
-                    measured step, predict it; `core.simulator.evaluation`)
+A simulation body becomes one typed `core.simulator.request.ReplayRequest`
+(`simulation_request`): names matched case-insensitively ("qwen2.5-7b" is
+"Qwen2.5-7B"), layout fields left out derived per policy from the GPU budget
+(core/simulator/defaults.py), every layout checked to hold the model
+(core/simulator/feasibility.py). The job row stores `request.to_json()` (its fields
+are listed in core/simulator/request.py) and the worker decodes it with
+`ReplayRequest.from_json`.
 
 Workload job parameters (`workload_params`):
   trace_id          fit the team's trace (a length model per task), and/or
@@ -78,7 +62,6 @@ from core.simulator.config import (
     MODEL_PRESETS,
     ClusterConfig,
     EngineLimits,
-    ModelConfig,
     Policy,
     config_from_dict,
     to_dict,
@@ -90,9 +73,17 @@ from core.simulator.defaults import (
     DEFAULT_POLICY,
     LAYOUT_FIELDS,
     defaults_dict,
-    layout_for,
 )
-from core.simulator.policies import POLICIES, make_policy, policy_spec
+from core.simulator.policies import POLICIES
+from core.simulator.request import (
+    ReplayRequest,
+    SyntheticSource,
+    build_request,
+    calibrate_from_json,
+    forecast_from_json,
+    rolling_origin_from_json,
+    uncertainty_from_json,
+)
 
 SIMULATION_FIELDS = (
     "trace_id",
@@ -168,55 +159,39 @@ def presets() -> dict:
 # --------------------------------------------------------------------------- simulations
 
 
-def checked_policy(d: Any, where: str) -> Policy:
-    """`make_policy(d)` (parameters resolved), its messages naming `where` (policy or
-    compare_policy) instead of "policy"."""
-    try:
-        return make_policy(d)
-    except ValueError as exc:
-        msg = str(exc)
-        raise ValueError(where + msg[len("policy") :] if msg.startswith("policy") else f"{where}: {msg}") from None
-
-
-def _layout(c: ClusterConfig, given: dict, model: ModelConfig, kind: str) -> ClusterConfig:
-    """`c` with the layout fields the request left out derived for policy `kind` from
-    the GPU budget (`core.simulator.defaults.layout_for`)."""
-    explicit = {k: given[k] for k in LAYOUT_FIELDS if given.get(k) is not None}
-    derived = layout_for(policy_spec(kind).disaggregated, c.n_gpus, model, c.gpu, train_tp=c.train_tp, **explicit)
-    return dataclasses.replace(c, **derived)
-
-
-def resolve_config(body: dict) -> tuple[ClusterConfig, ModelConfig, EngineLimits, Policy, Policy | None]:
-    """The configs of a simulation body (presets by name, case-insensitive); the
-    cluster of policy A (`resolve_clusters` gives B's too)."""
-    c, m, lim, p, b, _ = resolve_clusters(body)
-    return c, m, lim, p, b
-
-
-def resolve_clusters(body: dict):
-    """(cluster A, model, limits, policy A, policy B, cluster B): one GPU budget,
-    layouts the request leaves out derived per policy (see core/simulator/defaults.py)."""
+def simulation_request(body: dict) -> ReplayRequest:
+    """The replay request of a body (REST or CLI), checked once: each field by its one
+    check, then the request as a whole (`core.simulator.request.build_request`: the
+    policies, each policy's layout and whether it holds the model). ValueError names the
+    field."""
+    check_fields(body, SIMULATION_FIELDS)
+    check_simulation_source(body)
     cluster = body.get("cluster") or {}
     if isinstance(cluster, dict) and "gpu" in cluster:
         cluster = {**cluster, "gpu": resolve_names(cluster["gpu"], GPU_PRESETS)}
     if isinstance(cluster, dict):
         cluster = {"gpu": DEFAULT_GPU, "n_gpus": DEFAULT_N_GPUS, **cluster}
     model = resolve_names(body.get("model") or DEFAULT_MODEL, MODEL_PRESETS)
-    policy = body.get("policy") or DEFAULT_POLICY
     c, m, lim, _ = config_from_dict({"cluster": cluster, "model": model, "limits": body.get("limits") or {}})
     check_budget(c.n_gpus, "cluster.n_gpus")
-    p = checked_policy(policy, "policy")
-    c_a = _layout(c, cluster, m, p.kind)
-    c_a.check_fits(policy_spec(p.kind).disaggregated)
-    b = c_b = None
-    if body.get("compare_policy") is not None:
-        b = checked_policy(body["compare_policy"], "compare_policy")
-        c_b = _layout(c, cluster, m, b.kind)
-        try:
-            c_b.check_fits(policy_spec(b.kind).disaggregated)
-        except ValueError as exc:
-            raise ValueError(f"{exc} (for compare_policy {b.kind})") from None
-    return c_a, m, lim, p, b, c_b
+    steps = step_range(body.get("steps"))
+    trace_id = check_id(body["trace_id"], "trace_id") if body.get("trace_id") is not None else None
+    source = workload_source(body["workload"]) if trace_id is None else None
+    return build_request(
+        cluster=c,
+        explicit_layout={k: getattr(c, k) for k in LAYOUT_FIELDS if cluster.get(k) is not None},
+        model=m,
+        limits=lim,
+        policy=body.get("policy") or DEFAULT_POLICY,
+        compare_policy=body.get("compare_policy"),
+        calibrate=calibrate_from_json(calibrate_option(body.get("calibrate"))),
+        steps=(steps[0], steps[1]) if steps is not None else None,
+        uncertainty=uncertainty_from_json(uncertainty_option(body.get("uncertainty"))),
+        rolling_origin=rolling_origin_from_json(rolling_origin_option(body.get("rolling_origin"))),
+        forecast=forecast_from_json(forecast_option(body.get("forecast"))),
+        trace_id=trace_id,
+        workload=SyntheticSource(**source) if source is not None else None,
+    )
 
 
 def check_simulation_source(body: Any) -> None:
@@ -225,46 +200,8 @@ def check_simulation_source(body: Any) -> None:
 
 
 def simulation_params(body: dict) -> dict:
-    """Validated, fully resolved parameters of a simulation job (ValueError names the field)."""
-    check_fields(body, SIMULATION_FIELDS)
-    check_simulation_source(body)
-    c, m, lim, p, b, c_b = resolve_clusters(body)
-    params: dict[str, Any] = {
-        "cluster": to_dict(c),
-        "compare_cluster": to_dict(c_b) if c_b is not None else None,
-        "model": to_dict(m),
-        "limits": to_dict(lim),
-        "policy": to_dict(p),
-        "compare_policy": to_dict(b) if b is not None else None,
-        "calibrate": calibrate_option(body.get("calibrate")),
-        "steps": step_range(body.get("steps")),
-        "uncertainty": uncertainty_option(body.get("uncertainty")),
-        "rolling_origin": rolling_origin_option(body.get("rolling_origin")),
-        "forecast": forecast_option(body.get("forecast")),
-    }
-    if body.get("trace_id") is not None:
-        params["trace_id"] = check_id(body["trace_id"], "trace_id")
-    else:
-        params["workload"] = workload_source(body["workload"])
-        if params["calibrate"]:
-            raise ValueError("calibrate: a synthetic workload has no measured timings to calibrate on")
-        if params["rolling_origin"]:
-            raise ValueError("rolling_origin: a synthetic workload has no measured timings to evaluate on")
-    return params
-
-
-def configs_of(params: dict) -> tuple[ClusterConfig, ModelConfig, EngineLimits, Policy, Policy | None]:
-    """The config objects of stored (resolved) simulation parameters (cluster of A)."""
-    c, m, lim, p = config_from_dict({k: params[k] for k in ("cluster", "model", "limits", "policy")})
-    b = make_policy(params["compare_policy"]) if params.get("compare_policy") else None
-    return c, m, lim, make_policy(p), b
-
-
-def compare_cluster_of(params: dict) -> ClusterConfig | None:
-    """Policy B's cluster: the same budget, its own derived layout (older jobs: A's)."""
-    if not params.get("compare_policy"):
-        return None
-    return ClusterConfig.from_dict(params.get("compare_cluster") or params["cluster"])
+    """What a simulation job row stores for a body: `simulation_request(body).to_json()`."""
+    return simulation_request(body).to_json()
 
 
 # --------------------------------------------------------------------------- workloads
@@ -338,10 +275,10 @@ def check_formats(formats: Any) -> list[str]:
 # --------------------------------------------------------------------------- queueing
 
 
-def queue_simulation(session: Session, team_id: int, params: dict) -> tuple[Job, bool]:
+def queue_simulation(session: Session, team_id: int, request: ReplayRequest) -> tuple[Job, bool]:
     """(job, created): an identical queued/running/finished replay of the trace is reused
-    (the simulator is deterministic)."""
-    trace_id = params.get("trace_id")
+    (the simulator is deterministic). The row stores `request.to_json()`."""
+    trace_id, params = request.trace_id, request.to_json()
     if trace_id is not None:
         existing = find_reusable(session, trace_id, SIMULATION_KIND, params)
         if existing is not None:

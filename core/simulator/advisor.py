@@ -9,6 +9,8 @@ of its parameters' sweep values (`param_sweep`: each parameter's default and the
 its declaration lists in `grid`, combinations that replay another kind left out), DP
 balancing (none, kk; the streaming policies with none only) and engine concurrency (the
 calibrated or configured limit, and 256 running sequences with the KV cache from memory).
+Layouts that cannot hold the model (`core.simulator.feasibility`: training state
+sharded over the training GPUs, a replica's weights and a minimal KV cache) are left out.
 The grid stays bounded: at most `MAX_PARAM_COMBOS` parameter combinations per policy (a
 declaration with more is an error), so at most 3 TPs x 3 shares x 8 x 2 x 2 per policy.
 
@@ -42,6 +44,7 @@ from core.forking import forked_pool
 from core.simulator.calibration import Calibration, partial_steps
 from core.simulator.config import GPU_PRESETS, ClusterConfig, EngineLimits, GpuSpec, ModelConfig, Policy
 from core.simulator.explain import digest, explain_digests
+from core.simulator.feasibility import layout_shortfall
 from core.simulator.policies import POLICIES, PolicySpec
 from core.simulator.policies.base import Env
 from core.simulator.predictor import COEFFICIENT_FIELDS, EngineCoefficients, roofline_coefficients
@@ -106,6 +109,7 @@ def default_grid(
     rollout_replicas, rollout_tp, train_dp, max_running_seqs (None: the calibrated /
     configured limits)}."""
     gpu = GPU_PRESETS[gpu] if isinstance(gpu, str) else gpu
+    lim = limits or EngineLimits()
     grid = []
     for kind, spec in POLICIES.items():
         if spec.disaggregated and n_gpus < 2:
@@ -125,6 +129,9 @@ def default_grid(
             if (replicas, tp, train) in seen:
                 continue
             seen.add((replicas, tp, train))
+            layout = ClusterConfig(gpu=gpu, n_gpus=n_gpus, rollout_replicas=replicas, rollout_tp=tp, train_dp=train)
+            if layout_shortfall(layout, model, lim) is not None:
+                continue
             modes = itertools.product(param_sweep(spec), balancing if spec.batch_rollouts else ("none",), concurrency)
             for params, bal, conc in modes:
                 grid.append(

@@ -9,6 +9,7 @@ from contextlib import contextmanager
 
 from core.simulator.config import ClusterConfig, EngineLimits, ModelConfig, Policy, to_dict
 from core.simulator.defaults import unused_gpus, unused_warning
+from core.simulator.feasibility import layout_warnings
 from core.simulator.parallel_rollouts import prefill_rollouts
 from core.simulator.policies import Env, policy_spec
 from core.simulator.predictor import EngineCoefficients, roofline_coefficients
@@ -91,6 +92,7 @@ def simulate(
         "kv_capacity_tokens": env.kv_capacity,
     }
     warning = unused_warning(cluster, spec.disaggregated)
+    warnings = ([warning] if warning else []) + layout_warnings(cluster, spec.disaggregated)
     return SimResult(
         steps=steps,
         makespan=makespan,
@@ -100,7 +102,7 @@ def simulate(
         idle_gpu_s=idle,
         busy_gpu_s=busy,
         unused_gpus=unused_gpus(cluster, spec.disaggregated),
-        warnings=[warning] if warning else [],
+        warnings=warnings,
     )
 
 

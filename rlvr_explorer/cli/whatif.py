@@ -4,7 +4,7 @@ this process (no worker needed). Registered on the main CLI app by rlvr_explorer
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import orjson
 import typer
@@ -16,6 +16,10 @@ from core.simulator.policies import POLICIES
 from core.simulator.policies.spec import check_value
 from rlvr_explorer.cli.main import INT_MAX, command, progress_bar, team_id_of
 from rlvr_explorer.cli.output import JsonFlag, emit, fail
+
+if TYPE_CHECKING:
+    from core.simulator.advice import AdviceRequest
+    from core.simulator.request import ReplayRequest
 
 # the policy choices, from the simulator's policy registry
 POLICY_HELP = "; ".join(f"{kind}: {spec.help}" for kind, spec in POLICIES.items())
@@ -45,7 +49,7 @@ def _int_option(help: str, lo: int | None = None, metavar: str = "INTEGER"):
 KeyOption = typer.Option(envvar="RLVR_API_KEY", metavar="KEY", help="Team key (default: local team)")
 
 
-def _trace_workload(trace, steps: list[int] | None, what: str) -> list:
+def _trace_workload(trace, steps: tuple[int, int] | None, what: str) -> list:
     """The trace's training steps (in [first, end) when given) as simulator workloads;
     ValueError when there are none."""
     from backend.store.db import get_engine
@@ -173,7 +177,7 @@ def simulate(
     api_key: Annotated[str | None, KeyOption] = None,
 ) -> None:
     """Replay a trace on a described cluster in this process (no worker needed)."""
-    from backend.jobs.simulations import error_field, simulation_params
+    from backend.jobs.simulations import simulation_request
 
     cluster = {"gpu": gpu, "n_gpus": gpus, "rollout_replicas": replicas, "rollout_tp": tp, "train_dp": train_dp}
     policy_a, policy_b = _policies_option(policy, policy_param, compare, compare_param)
@@ -190,13 +194,24 @@ def simulate(
         "rolling_origin": ({"window": window} if window else True) if rolling_origin else None,
         "forecast": True if forecast else None,
     }
+    request = _checked(simulation_request, body)
+    trace = _team_trace(trace_id, team_id_of(api_key))
+    result = _replay_result(trace, request)
+    emit(result, lambda r: _simulation_summary(trace, request, r), as_json)
+
+
+def _checked(to_request, body: dict):
+    """The typed request of `body`: a layout that cannot hold the model is "error: ..."
+    and exit 1; any other bad option a usage error naming it (exit 2)."""
+    from backend.jobs.simulations import error_field
+    from core.simulator.feasibility import InfeasibleLayout
+
     try:
-        params = simulation_params(body)
+        return to_request(body)
+    except InfeasibleLayout as exc:
+        fail(str(exc), 1)
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint=error_field(exc) or "options") from None
-    trace = _team_trace(trace_id, team_id_of(api_key))
-    result = _replay_result(trace, params)
-    emit(result, lambda r: _simulation_summary(trace, params, r), as_json)
 
 
 def _policies_option(policy: str, pairs_a: list[str] | None, compare: str | None, pairs_b: list[str] | None):
@@ -210,15 +225,15 @@ def _policies_option(policy: str, pairs_a: list[str] | None, compare: str | None
         fail(str(exc))
 
 
-def _replay_result(trace, params: dict) -> dict:
+def _replay_result(trace, request: ReplayRequest) -> dict:
     """The replay's result without its timelines, with each policy's parameters as used."""
-    from workers.runners.simulations import replay, result_dict
+    from core.simulator.replay import replay, result_dict
 
     try:
-        workload = _trace_workload(trace, params["steps"], "replay")
+        workload = _trace_workload(trace, request.steps, "replay")
         bar, progress = progress_bar("simulate")
         try:
-            outcome = replay(workload, params, progress)
+            outcome = replay(workload, request, progress)
             progress(1.0, "done")
         finally:
             bar.close()
@@ -261,18 +276,19 @@ def _acc(fig: dict, prefix: str) -> str:
     return "-" if e is None else f"rel. error {100 * e:+.0f}%"
 
 
-def _simulation_summary(trace, params: dict, result: dict) -> str:
-    c, a, b = params["cluster"], result["a"], result["b"]
-    name_a, name_b = params["policy"]["kind"], (params["compare_policy"] or {}).get("kind")
+def _simulation_summary(trace, request: ReplayRequest, result: dict) -> str:
+    c, a, b = request.cluster, result["a"], result["b"]
+    name_a = request.policy.kind
+    name_b = request.compare_policy.kind if request.compare_policy is not None else None
     w = result["workload"]
     lines = [
         f"trace {trace.id} ({trace.name}): {w['steps']} steps, {w['samples']:,} samples"
         f"{' (multi-turn)' if w['multiturn'] else ''}",
-        f"cluster: {c['n_gpus']} x {c['gpu']['name']}, rollout {c['rollout_replicas']} x TP{c['rollout_tp']}, "
-        f"training DP{c['train_dp']} x TP{c['train_tp']}; model {params['model']['name']}",
+        f"cluster: {c.n_gpus} x {c.gpu.name}, rollout {c.rollout_replicas} x TP{c.rollout_tp}, "
+        f"training DP{c.train_dp} x TP{c.train_tp}; model {request.model.name}",
     ]
     lines += [_policy_line(which.upper(), used) for which, used in result.get("policies", {}).items()]
-    lines += _setup_lines(params, result, name_b)
+    lines += _setup_lines(request, result)
     lines += _step_table(a, b, name_a, name_b)
     lines += _total_lines(result, name_a, name_b)
     lines += _uncertainty_lines(result.get("uncertainty"))
@@ -286,14 +302,14 @@ def _simulation_summary(trace, params: dict, result: dict) -> str:
     return "\n".join(lines)
 
 
-def _setup_lines(params: dict, result: dict, name_b: str | None) -> list[str]:
+def _setup_lines(request: ReplayRequest, result: dict) -> list[str]:
     """B's own cluster, when it has one, and the calibration."""
     lines: list[str] = []
-    cb = params.get("compare_cluster")
-    if cb is not None and name_b is not None:
+    cb, b = request.compare_cluster, request.compare_policy
+    if cb is not None and b is not None:
         lines.append(
-            f"cluster of {name_b}: the same {cb['n_gpus']} GPUs, rollout {cb['rollout_replicas']} x TP{cb['rollout_tp']}, "
-            f"training DP{cb['train_dp']} x TP{cb['train_tp']}"
+            f"cluster of {b.kind}: the same {cb.n_gpus} GPUs, rollout {cb.rollout_replicas} x TP{cb.rollout_tp}, "
+            f"training DP{cb.train_dp} x TP{cb.train_tp}"
         )
     cal = result["calibration"]
     if cal is not None:
@@ -471,9 +487,9 @@ def advise(
 ) -> None:
     """Sweep layouts, policies with their parameters, DP balancing and engine concurrency on a GPU
     budget; rank by step time with intervals, and name the cause of each one's gain over sync."""
-    from backend.jobs.advice import advice_params
-    from backend.jobs.simulations import error_field
-    from workers.runners.advice import advice_of
+    from backend.jobs.advice import advice_request
+    from core.simulator.advice import advice_of
+    from workers.runners.advice import workers_for_sweep
 
     body = {
         "trace_id": trace_id,
@@ -488,33 +504,30 @@ def advise(
         body["calibrate"] = False
     if policy_runs is not None:
         body["policy_runs"] = policy_runs
-    try:
-        params = advice_params(body)
-    except ValueError as exc:
-        raise typer.BadParameter(str(exc), param_hint=error_field(exc) or "options") from None
+    request = _checked(advice_request, body)
     trace = _team_trace(trace_id, team_id_of(api_key))
     proposal = model_proposal(trace.name, trace.meta) if model is None else None
     if proposal is not None:  # no --model: the one the trace names
-        params = advice_params({**body, "model": proposal["model"]})
+        request = _checked(advice_request, {**body, "model": proposal["model"]})
     try:
-        workload = _trace_workload(trace, params["steps"], "advise on")
+        workload = _trace_workload(trace, request.steps, "advise on")
         bar, progress = progress_bar("advise")
         try:
-            out = advice_of(workload, params, progress, workers=workers)
+            out = advice_of(workload, request, progress, workers=workers or workers_for_sweep())
             progress(1.0, "done")
         finally:
             bar.close()
     except ValueError as exc:
         fail(str(exc))
     out["proposed_model"] = proposal
-    emit(out, lambda r: _advice_summary(trace, params, r, top), as_json)
+    emit(out, lambda r: _advice_summary(trace, request, r, top), as_json)
 
 
-def _advice_summary(trace, params: dict, out: dict, top: int) -> str:
+def _advice_summary(trace, request: AdviceRequest, out: dict, top: int) -> str:
     cal = out.get("calibration")
     lines = [
-        f"trace {trace.id} ({trace.name}): {out['workload']['steps']} steps; {params['n_gpus']} x {params['gpu']['name']}, "
-        f"model {params['model']['name']}"
+        f"trace {trace.id} ({trace.name}): {out['workload']['steps']} steps; {request.n_gpus} x {request.gpu.name}, "
+        f"model {request.model.name}"
         + (f" ({out['proposed_model']['note']})" if out.get("proposed_model") else "")
         + "; "
         + (f"engine calibrated on step(s) {', '.join(map(str, cal['fit_steps']))}" if cal else "roofline engine"),

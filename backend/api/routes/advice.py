@@ -10,7 +10,7 @@ from backend.api.routes.jobs import IncludeResult, team_jobs
 from backend.api.routes.simulations import queue_from_request
 from backend.api.schemas import JobList, JobOut
 from backend.api.schemas_replay import replay_models
-from backend.jobs.advice import advice_params, queue_advice
+from backend.jobs.advice import advice_request, queue_advice
 from backend.jobs.contracts import ADVICE_KIND
 
 
@@ -21,7 +21,7 @@ def make_router() -> APIRouter:
 
     def create_advice(body: request, session: SessionDep, team: CurrentTeam, response: Response):  # type: ignore[valid-type]
         """Queue the advisor's sweep: configurations ranked by predicted step time."""
-        return queue_from_request(body, session, team, response, advice_params, queue_advice)
+        return queue_from_request(body, session, team, response, advice_request, queue_advice)
 
     router.post(
         "",

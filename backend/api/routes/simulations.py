@@ -15,7 +15,7 @@ from backend.api.routes.trace_data import require_ready
 from backend.api.schemas import JobList, JobOut
 from backend.api.schemas_replay import replay_models
 from backend.jobs.contracts import SIMULATION_KIND, chrome_trace_path
-from backend.jobs.simulations import error_field, presets, queue_simulation, simulation_params
+from backend.jobs.simulations import error_field, presets, queue_simulation, simulation_request
 from backend.store.models import Job, JobStatus, Trace
 from core.simulator.model_guess import model_proposal
 from core.simulator.result import chrome_trace_from_result
@@ -51,7 +51,7 @@ def make_router() -> APIRouter:
 
     def create_simulation(body: request, session: SessionDep, team: CurrentTeam, response: Response):  # type: ignore[valid-type]
         """Queue a replay of a trace under `policy` (and `compare_policy`)."""
-        return queue_from_request(body, session, team, response, simulation_params, queue_simulation)
+        return queue_from_request(body, session, team, response, simulation_request, queue_simulation)
 
     router.get("/presets")(simulation_presets)
     router.post(
@@ -89,19 +89,19 @@ def simulation_presets(_team: CurrentTeam, trace: OptionalTraceQuery) -> dict:
     return out
 
 
-def queue_from_request(body: BaseModel, session, team, response: Response, to_params, queue) -> Job:
+def queue_from_request(body: BaseModel, session, team, response: Response, to_request, queue) -> Job:
     """The create shape of the jobs that replay a trace (replays, advice): the trace's
-    ownership first (another team's id is a 404), then `to_params` on the request (a
-    ValueError is a 422 naming the field), then `queue`; an identical job that exists
-    already is answered 200 instead of 202."""
+    ownership first (another team's id is a 404), then `to_request` on the body (the
+    typed request, checked once; a ValueError is a 422 naming the field), then `queue`;
+    an identical job that exists already is answered 200 instead of 202."""
     raw = body.model_dump(exclude_unset=True)
     if raw.get("trace_id") is not None:
         require_replayable(owned_trace(session, team, raw["trace_id"]))
     try:
-        params = to_params(raw)
+        request = to_request(raw)
     except ValueError as exc:
         raise unprocessable(exc) from exc
-    job, created = queue(session, team.id, params)
+    job, created = queue(session, team.id, request)
     if not created:
         response.status_code = status.HTTP_200_OK
     return job

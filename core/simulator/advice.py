@@ -1,0 +1,151 @@
+"""The advice request and its run, pure: (request, workload) -> the advisor's ranking.
+
+`AdviceRequest` is what an advice job runs, typed: built by
+`backend.jobs.advice.advice_request` from a REST body or the CLI's flags, stored as
+`to_json()` (the shape advice rows have always had, so older rows decode and identical
+requests keep matching) and decoded by the worker with `from_json`. `advice_of` then
+calibrates when the trace has measured timings (as a replay does), fits the residual
+noise and sweeps the configurations that hold the model (`core.simulator.advisor`).
+
+Result: `advise`'s ranking (each configuration with its swept `params`, per-step mean /
+P10 / P90 step time and its `gain` over the reference by cause), per-step winners and
+step ranges (with the cause of each winner's gain), `reference`, `why_best`, plus
+`calibration` (None when not calibrated), `uncertainty` ("mc" or None) and `workload`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from core.jsonable import json_safe
+from core.simulator.advisor import advise, default_grid
+from core.simulator.calibration import calibrate
+from core.simulator.config import ClusterConfig, EngineLimits, GpuSpec, ModelConfig, to_dict
+from core.simulator.evaluation import noise_for
+from core.simulator.feasibility import min_training_gpus
+from core.simulator.replay import fit_steps_for
+from core.simulator.replay_mc import DEFAULT_RUNS
+from core.simulator.request import Calibrate, calibrate_from_json, calibrate_to_json
+from core.simulator.workload import StepWorkload
+
+
+@dataclass(frozen=True)
+class AdviceRequest:
+    """A sweep over one GPU budget: the GPU, the model, what to sweep (policy kinds, DP
+    balancing modes, running-sequence limits; None: as calibrated), the calibration and
+    step range, and the Monte-Carlo settings."""
+
+    trace_id: int
+    gpu: GpuSpec
+    n_gpus: int
+    model: ModelConfig
+    policies: tuple[str, ...]
+    balancing: tuple[str, ...]
+    concurrency: tuple[int | None, ...]
+    calibrate: Calibrate = None
+    steps: tuple[int, int] | None = None
+    runs: int = 200
+    policy_runs: int = DEFAULT_RUNS
+    seed: int = 0
+
+    def to_json(self) -> dict:
+        """The job row's parameters (key order as stored before)."""
+        return {
+            "trace_id": self.trace_id,
+            "gpu": to_dict(self.gpu),
+            "n_gpus": self.n_gpus,
+            "model": to_dict(self.model),
+            "policies": list(self.policies),
+            "balancing": list(self.balancing),
+            "concurrency": list(self.concurrency),
+            "calibrate": calibrate_to_json(self.calibrate),
+            "steps": list(self.steps) if self.steps is not None else None,
+            "runs": self.runs,
+            "policy_runs": self.policy_runs,
+            "seed": self.seed,
+        }
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> AdviceRequest:
+        """A stored advice row (rows from before `policy_runs`: the default)."""
+        return cls(
+            trace_id=int(d["trace_id"]),
+            gpu=GpuSpec(**d["gpu"]),
+            n_gpus=int(d["n_gpus"]),
+            model=ModelConfig(**d["model"]),
+            policies=tuple(d["policies"]),
+            balancing=tuple(d["balancing"]),
+            concurrency=tuple(d["concurrency"]),
+            calibrate=calibrate_from_json(d.get("calibrate")),
+            steps=(int(d["steps"][0]), int(d["steps"][1])) if d.get("steps") else None,
+            runs=int(d["runs"]),
+            policy_runs=int(d.get("policy_runs", DEFAULT_RUNS)),
+            seed=int(d["seed"]),
+        )
+
+    def grid(self) -> list[dict]:
+        """The configurations to sweep: the default grid's that hold the model, of the
+        asked policies; ValueError naming why when none is left."""
+        grid = [
+            c
+            for c in default_grid(
+                self.n_gpus, self.model, self.gpu, balancing=self.balancing, concurrency=self.concurrency
+            )
+            if c["policy"] in self.policies
+        ]
+        if grid:
+            return grid
+        least = min_training_gpus(self.model, self.gpu)
+        if least > self.n_gpus:
+            raise ValueError(
+                f"n_gpus: no configuration of {self.n_gpus} × {self.gpu.name} holds {self.model.name} "
+                f"(training needs at least {least} of these GPUs; see core/simulator/feasibility.py)"
+            )
+        raise ValueError("policies: no configuration fits the GPU budget")
+
+
+def advice_of(
+    steps: list[StepWorkload],
+    request: AdviceRequest,
+    progress: Callable[[float, str], None] | None = None,
+    workers: int = 1,
+) -> dict:
+    """Calibrate (as asked, or when measured), then rank the request's grid (see the module doc)."""
+    report = progress or (lambda f, m: None)
+    gpu, model, n = request.gpu, request.model, request.n_gpus
+    cal = noise = None
+    fit_ids = fit_steps_for(steps, request.calibrate)
+    if fit_ids is not None:
+        report(0.05, f"calibrating on step(s) {', '.join(map(str, fit_ids))}")
+        cal = calibrate(steps, ClusterConfig(gpu=gpu, n_gpus=n), model, EngineLimits(), fit_steps=fit_ids)
+        noise = noise_for(steps, cal, model)
+    grid = request.grid()
+    report(0.3, f"sweeping {len(grid)} configurations")
+    out = advise(
+        steps,
+        gpu,
+        n,
+        model,
+        calibration=cal,
+        noise=noise,
+        grid=grid,
+        workers=workers,
+        n_runs=request.runs,
+        policy_runs=request.policy_runs,
+        seed=request.seed,
+        progress=lambda f, m: report(0.3 + 0.68 * f, m),
+    )
+    out["calibration"] = cal.to_dict() if cal is not None else None
+    out["uncertainty"] = "mc" if noise is not None else None
+    out["workload"] = {
+        "steps": len(steps),
+        "first_step": steps[0].step,
+        "last_step": steps[-1].step,
+        "samples": int(sum(w.n_samples for w in steps)),
+    }
+    return json_safe(out)
+
+
+__all__ = ["AdviceRequest", "advice_of"]
