@@ -79,7 +79,7 @@ def test_cli_advise(team_key, tmp_path):
     assert all("params" in c and "gain" in c for c in out["ranking"]) and out["reference"]
     # a budget on which no layout can train the model: refused before any sweep
     r = runner.invoke(app, [*args[:3], "4", "--model", "qwen2.5-72b", "--api-key", team_key])
-    assert r.exit_code == 1 and "error: n_gpus: training Qwen2.5-72B needs at least 15 H100 GPUs" in r.output
+    assert r.exit_code == 1 and "error: n_gpus: training Qwen2.5-72B needs at least 17 H100 GPUs" in r.output
 
 
 def test_presets_propose_the_model_a_trace_names(api, tmp_path):

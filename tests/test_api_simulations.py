@@ -154,11 +154,11 @@ def test_an_impossible_cluster_is_refused_with_the_memory_it_needs(api, small_tr
     r = api.post(URL, json=body)
     assert r.status_code == 422, r.text
     msg = r.json()["detail"]["message"]
-    assert "training Qwen2.5-72B on DP4 × TP1" in msg and "290.8 GB per GPU" in msg and "80.0 GB" in msg
-    assert "at least 15 GPUs" in msg
-    body["cluster"] = {"n_gpus": 16}  # enough GPUs: accepted
+    assert "training Qwen2.5-72B on DP4 × TP1" in msg and "290.8 GB per GPU" in msg and "72.0 GB" in msg
+    assert "at least 17 GPUs" in msg
+    body["cluster"] = {"n_gpus": 20}  # enough GPUs: accepted
     assert api.post(URL, json=body).status_code == 202
-    r = api.post(URL, json={**body, "compare_policy": "one_step_off", "cluster": {"n_gpus": 15}})
+    r = api.post(URL, json={**body, "compare_policy": "one_step_off", "cluster": {"n_gpus": 17}})
     assert r.status_code == 422 and r.json()["detail"]["message"].endswith("(for compare_policy one_step_off)")
 
 

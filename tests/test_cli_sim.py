@@ -220,11 +220,11 @@ def test_simulate_refuses_a_cluster_that_cannot_hold_the_model(team_key, stored)
 
 def test_simulate_warns_of_gpus_the_layout_leaves_idle(team_key, stored):
     trace_id, _ = stored
-    args = ["--gpu", "A100", "--model", "qwen2.5-32b", "--gpus", "7", "--no-calibrate", "--deterministic"]
+    args = ["--gpu", "A100", "--model", "qwen2.5-32b", "--gpus", "9", "--no-calibrate", "--deterministic"]
     r = runner.invoke(app, ["simulate", str(trace_id), *args, "--api-key", team_key])
     assert r.exit_code == 0, r.output
-    assert "rollout 3 x TP2, training DP7 x TP1" in r.output
-    assert "warning (policy A): rollout uses 6 of the 7 GPUs (3 × TP2): 1 GPU idle during every rollout" in r.output
+    assert "rollout 4 x TP2, training DP9 x TP1" in r.output
+    assert "warning (policy A): rollout uses 8 of the 9 GPUs (4 × TP2): 1 GPU idle during every rollout" in r.output
 
 
 def test_policy_parameters_are_set_by_type_and_reported(team_key, stored):

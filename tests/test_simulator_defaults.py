@@ -12,7 +12,7 @@ import pytest
 from backend.jobs.simulations import presets, simulation_params, simulation_request
 from core.simulator import GPU_PRESETS, MODEL_PRESETS, ClusterConfig, StepWorkload, simulate
 from core.simulator.config import EngineLimits, Policy
-from core.simulator.defaults import DEFAULT_N_GPUS, layout_for, unused_gpus
+from core.simulator.defaults import DEFAULT_COMPARE, DEFAULT_N_GPUS, layout_for, unused_gpus
 from core.simulator.feasibility import InfeasibleLayout, layout_shortfall, min_training_gpus
 from core.simulator.policies import POLICIES
 from core.simulator.replay import replay, result_dict
@@ -73,12 +73,14 @@ def test_every_form_combination_runs():
 @pytest.mark.parametrize("gpu", list(GPU_PRESETS))
 def test_every_gpu_and_model_preset_runs_with_the_defaults_or_is_refused(gpu):
     """Every preset pair replays on the default budget, unless its GPUs cannot hold the
-    model's training state: then the request is refused naming the budget."""
+    model's training state (beside at least one rollout GPU for the disaggregated
+    policy compared by default): then the request is refused naming the budget."""
     steps = _steps(1)
     ran = 0
     for model in MODEL_PRESETS:
         values = {**form_defaults(presets(), [0]), "gpu": gpu, "model": model}
-        if min_training_gpus(MODEL_PRESETS[model], GPU_PRESETS[gpu]) > DEFAULT_N_GPUS:
+        rollout_gpus = 1 if POLICIES[DEFAULT_COMPARE].disaggregated else 0
+        if min_training_gpus(MODEL_PRESETS[model], GPU_PRESETS[gpu]) + rollout_gpus > DEFAULT_N_GPUS:
             with pytest.raises(InfeasibleLayout, match=r"^cluster\.n_gpus: training .* needs at least"):
                 simulation_request(simulation_body(1, values))
             continue

@@ -75,11 +75,13 @@ def test_older_job_rows_decode_as_they_ran():
 
 
 def test_training_state_is_sharded_over_the_training_gpus():
-    # 72.7e9 parameters x 16 bytes over 4 GPUs = 290.8 GB each, on 80 GB GPUs
+    # 72.7e9 parameters x 16 bytes over 4 GPUs = 290.8 GB each, on 80 GB GPUs of which 90% hold it
     short = training_shortfall(Q72, H100, 4, 1)
     assert short is not None and short.needed_per_gpu == pytest.approx(72.7e9 * 16 / 4)
-    assert training_shortfall(Q72, H100, 16, 1) is None
-    assert min_training_gpus(Q72, H100) == 15 and min_training_gpus(Q7, H100) == 2
+    assert short.available_per_gpu == pytest.approx(0.9 * 80e9)
+    assert training_shortfall(Q72, H100, 16, 1) is not None  # 72.7 GB each: no room left for activations
+    assert training_shortfall(Q72, H100, 17, 1) is None
+    assert min_training_gpus(Q72, H100) == 17 and min_training_gpus(Q7, H100) == 2
     assert training_shortfall(Q7, H100, 1, 1) is not None and training_shortfall(Q7, H100, 2, 1) is None
 
 
@@ -97,7 +99,7 @@ def test_an_impossible_automatic_layout_is_refused_saying_why():
         simulation_request({"trace_id": 1, "model": "qwen2.5-72b", "cluster": {"n_gpus": 4}})
     msg = str(err.value)
     assert msg.startswith("cluster.n_gpus: training Qwen2.5-72B on DP4 × TP1")
-    assert "290.8 GB per GPU" in msg and "80.0 GB" in msg and "at least 15 GPUs" in msg
+    assert "290.8 GB per GPU" in msg and "72.0 GB" in msg and "at least 17 GPUs" in msg
 
 
 @pytest.mark.parametrize(
@@ -113,24 +115,27 @@ def test_an_impossible_explicit_layout_names_its_field(cluster, field):
 
 
 def test_an_automatic_disaggregated_split_gives_training_what_it_needs():
-    """32B on 8 H100s: half the budget cannot train it (131 GB per GPU); a smaller rollout
-    pool leaves training the 7 GPUs it needs."""
+    """32B on 10 H100s: half the budget cannot train it (105 GB per GPU); a smaller rollout
+    pool leaves training the 8 GPUs it needs."""
     request = simulation_request(
-        {"trace_id": 1, "model": "qwen2.5-32b", "policy": "one_step_off", "cluster": {"n_gpus": 8}}
+        {"trace_id": 1, "model": "qwen2.5-32b", "policy": "one_step_off", "cluster": {"n_gpus": 10}}
     )
     c = request.cluster
     assert layout_shortfall(c, request.model, request.limits) is None
-    assert c.rollout_gpus + c.train_gpus <= 8 and c.train_gpus >= min_training_gpus(Q32, H100)
+    assert c.rollout_gpus + c.train_gpus <= 10 and c.train_gpus >= min_training_gpus(Q32, H100) == 8
 
 
 def test_gpus_a_layout_leaves_idle_are_warned():
-    """7 A100s for a 32B model: rollout 3 x TP2 leaves one GPU idle in every rollout."""
-    request = simulation_request({"trace_id": 1, "model": "qwen2.5-32b", "cluster": {"gpu": "A100", "n_gpus": 7}})
+    """9 A100s for a 32B model: rollout 4 x TP2 leaves one GPU idle in every rollout (7
+    cannot train it: 75 GB of training state per GPU)."""
+    with pytest.raises(InfeasibleLayout, match="at least 8 GPUs"):
+        simulation_request({"trace_id": 1, "model": "qwen2.5-32b", "cluster": {"gpu": "A100", "n_gpus": 7}})
+    request = simulation_request({"trace_id": 1, "model": "qwen2.5-32b", "cluster": {"gpu": "A100", "n_gpus": 9}})
     c = request.cluster
-    assert (c.rollout_replicas, c.rollout_tp, c.train_dp) == (3, 2, 7)
+    assert (c.rollout_replicas, c.rollout_tp, c.train_dp) == (4, 2, 9)
     (warning,) = layout_warnings(c, disaggregated=False)
-    assert warning.startswith("rollout uses 6 of the 7 GPUs (3 × TP2): 1 GPU idle")
-    assert layout_warnings(dataclasses.replace(c, n_gpus=6, train_dp=6), disaggregated=False) == []
+    assert warning.startswith("rollout uses 8 of the 9 GPUs (4 × TP2): 1 GPU idle")
+    assert layout_warnings(dataclasses.replace(c, n_gpus=8, train_dp=8), disaggregated=False) == []
 
 
 def test_the_advisor_sweeps_only_layouts_that_hold_the_model():

@@ -8,8 +8,9 @@ care):
 - training: full-parameter RL with Adam in mixed precision and no CPU offload —
   bf16 weights (2 bytes per parameter) and gradients (2), fp32 master weights and two
   Adam moments (4 + 4 + 4): `TRAIN_BYTES_PER_PARAM` = 16 bytes per parameter, sharded
-  evenly over every training GPU (FSDP / ZeRO-3 over DP, times TP). Activations,
-  the reference model and buffers are not counted.
+  evenly over every training GPU (FSDP / ZeRO-3 over DP, times TP), within
+  `TRAIN_MEMORY_FRACTION` of each GPU: the rest is kept for activations (checkpointed),
+  the CUDA context and communication buffers, which are not counted one by one.
 - rollout: each replica holds the weights (the model's dtype) split over its TP GPUs
   plus a KV cache of at least `MIN_KV_TOKENS` tokens, within the engine's
   `gpu_memory_fraction` of their memory.
@@ -24,6 +25,7 @@ from dataclasses import dataclass
 from core.simulator.config import ClusterConfig, EngineLimits, GpuSpec, ModelConfig
 
 TRAIN_BYTES_PER_PARAM = 16  # bf16 weights + bf16 grads + fp32 master, Adam m and v
+TRAIN_MEMORY_FRACTION = 0.9  # as vLLM's default gpu_memory_utilization: room for activations and buffers
 MIN_KV_TOKENS = 4096  # the smallest useful KV cache of a rollout replica
 GB = 1e9
 
@@ -58,18 +60,19 @@ def training_shortfall(model: ModelConfig, gpu: GpuSpec, train_dp: int, train_tp
     """None when DP × TP GPUs hold the sharded training state, else what is missing."""
     shards = max(1, train_dp * train_tp)
     need = training_bytes(model) / shards
-    if need <= gpu.memory_bytes:
+    have = TRAIN_MEMORY_FRACTION * gpu.memory_bytes
+    if need <= have:
         return None
     detail = (
         f"DP{train_dp} × TP{train_tp} (bf16 weights and gradients, fp32 Adam states: "
-        f"{TRAIN_BYTES_PER_PARAM} bytes per parameter sharded over {shards} GPU{'s' if shards > 1 else ''})"
+        f"{TRAIN_BYTES_PER_PARAM} bytes per parameter sharded over {shards} GPU{'s' if shards > 1 else ''}, in {TRAIN_MEMORY_FRACTION:.0%} of each GPU's memory)"
     )
-    return Shortfall("training", need, gpu.memory_bytes, detail)
+    return Shortfall("training", need, have, detail)
 
 
 def min_training_gpus(model: ModelConfig, gpu: GpuSpec) -> int:
     """The fewest GPUs whose memory holds the sharded training state."""
-    return max(1, -int(-training_bytes(model) // gpu.memory_bytes))
+    return max(1, -int(-training_bytes(model) // (TRAIN_MEMORY_FRACTION * gpu.memory_bytes)))
 
 
 def rollout_shortfall(model: ModelConfig, gpu: GpuSpec, tp: int, limits: EngineLimits) -> Shortfall | None:
