@@ -439,15 +439,24 @@ def list_gpu_events(
 def search_trace_events(
     session: SessionDep,
     trace: TraceDep,
+    q: Annotated[
+        str | None,
+        Query(min_length=1, max_length=200, pattern=NO_NUL, description="name contains (case-insensitive)"),
+    ] = None,
     name: Annotated[
-        str, Query(min_length=1, max_length=200, pattern=NO_NUL, description="name contains (case-insensitive)")
-    ],
+        str | None,
+        Query(min_length=1, max_length=200, pattern=NO_NUL, deprecated=True, description="the same as `q`"),
+    ] = None,
     rank: Annotated[list[Annotated[int, Field(ge=INT4_MIN, le=INT4_MAX)]] | None, Query(max_length=10_000)] = None,
     limit: Annotated[int, Query(ge=1, le=5000)] = 200,
 ):
     """Events of any kind (CPU ops, annotations, runtime calls, GPU kernels...) whose name
-    contains `name`, in time order: `{"items": [{rank, cat, name, ts_us, dur_us,
-    stream}], "total": matches}`. Needs the events kept at ingest (409 otherwise)."""
+    contains `q`, in time order: `{"items": [{rank, cat, name, ts_us, dur_us,
+    stream}], "total": matches}`. Needs the events kept at ingest (409 otherwise).
+    `name` is the parameter's former name, still accepted."""
+    needle = (q if q is not None else name or "").lower()
+    if not needle:
+        raise HTTPException(422, detail={"message": "q: required (the text event names contain)", "field": "q"})
     require_ready(trace)
     kept = load_events(trace_events_dir(trace.id))
     if kept is None:
@@ -455,7 +464,6 @@ def search_trace_events(
             status.HTTP_409_CONFLICT,
             detail={"message": f"trace {trace.id} has no kept Kineto events (search its GPU events instead)"},
         )
-    needle = name.lower()
     wanted = {n for n in kept.names if needle in n.lower()}
     hit = kept.name_mask(wanted) & (kept.ph == 0) & (kept.cat != kept.cat_id("Trace"))
     if rank:
