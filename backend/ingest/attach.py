@@ -29,6 +29,7 @@ from backend.ingest.pipeline import COUNT_COLUMN, StepRowLoader
 from backend.ingest.rollout_attach import DumpMatcher, merge_rollouts, trace_length_unit
 from backend.ingest.summaries import SUMMARY_COLUMNS, summarize_steps
 from backend.ingest.truncation import settle_truncation, trace_truncation, truncation_meta
+from backend.ingest.uploads import Room
 from backend.settings import get_settings
 from backend.store.columns import read_columns
 from backend.store.models import GpuKernelName, Sample, Step, Trace, TraceAttachment, TraceStatus
@@ -213,10 +214,12 @@ def attach_sources(
     names: list[str],
     size_bytes: int,
     forced_format: str | None = None,
+    quota: Room | None = None,
 ) -> AttachOutcome:
-    """Add `sources` to ready trace `trace_id` in one transaction (see the module doc)."""
+    """Add `sources` to ready trace `trace_id` in one transaction (see the module doc);
+    the bytes read count against `quota` (what the team has left), when given."""
     result = ReadResult()
-    bounds = Bounds(get_settings())
+    bounds = Bounds(get_settings(), quota)
     with engine.connect() as conn:
         with conn.begin():
             seen = conn.execute(
@@ -320,10 +323,15 @@ def attach_stored(session, settings, trace_id: int, stored, forced_format: str |
     """Attach a stored upload (backend.ingest.uploads) to a trace, then refresh what
     depends on it: results of analyses reading a changed table stop being reused and the
     default analyses are queued again."""
+    from backend.ingest.quota import team_usage
     from backend.ingest.uploads import discard, upload_sources
     from backend.store.db import get_engine
 
     try:
+        team_id = session.get_one(Trace, trace_id).team_id
+        usage = team_usage(session, team_id, settings)
+        usage.check_stored(stored, settings)  # what it expands to, before reading it
+        session.commit()  # no transaction held while the files are read
         sources = upload_sources(stored.files, settings)
         outcome = attach_sources(
             get_engine(),
@@ -333,6 +341,7 @@ def attach_stored(session, settings, trace_id: int, stored, forced_format: str |
             names=[f.name for f in stored.files],
             size_bytes=stored.size_bytes,
             forced_format=forced_format,
+            quota=usage,
         )
     finally:
         discard(stored.folder)

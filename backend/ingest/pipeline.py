@@ -26,6 +26,7 @@ from backend.ingest.bounds import Bounds
 from backend.ingest.bulk import bulk_insert
 from backend.ingest.summaries import SUMMARY_COLUMNS, StepCounter, summarize_steps
 from backend.ingest.truncation import settle_truncation, truncation_meta
+from backend.ingest.uploads import UploadTooLarge
 from backend.jobs.fence import Abandoned, Fence
 from backend.settings import get_settings
 from backend.store.columns import read_columns
@@ -313,7 +314,7 @@ def _fail(engine: Engine, trace_id: int, exc: Exception) -> None:
         message = _duplicate_message(exc)
         set_trace_status(engine, trace_id, TraceStatus.FAILED, message)
         raise InputError("upload", message) from exc
-    if isinstance(exc, InputError):
+    if isinstance(exc, (InputError, UploadTooLarge)):  # bad input, or past the team's quota
         set_trace_status(engine, trace_id, TraceStatus.FAILED, str(exc))
         raise exc
     set_trace_status(engine, trace_id, TraceStatus.FAILED, f"ingestion failed: {exc}")

@@ -12,8 +12,9 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
 from backend.formats.base import InputError
+from backend.ingest.bounds import Bounds
 from backend.ingest.pipeline import Progress, ingest_trace, set_trace_status
-from backend.ingest.quota import QuotaExceeded, team_usage
+from backend.ingest.quota import QuotaExceeded, Usage, team_usage
 from backend.ingest.uploads import StoredUpload, discard, upload_sources
 from backend.jobs import leases
 from backend.jobs.analyses import queue_default_analyses
@@ -143,8 +144,8 @@ def accept_upload(
             raise IngestionInProgress(f"trace {existing.id}: the same upload is being ingested by another request")
         return UploadOutcome(existing, None, created=False)
     try:  # again, now that the upload is stored: uploads of the team may have raced
-        team_usage(session, team_id, settings).check(stored.size_bytes)
-    except QuotaExceeded:
+        team_usage(session, team_id, settings).check_stored(stored, settings)
+    except (QuotaExceeded, InputError):  # (an archive too broken to read its directory)
         discard(stored.folder)
         raise
     trace = Trace(
@@ -171,7 +172,7 @@ def accept_upload(
         session.commit()
         with leases.touching_trace(trace.id):
             ingest_stored(trace.id, stored.files, settings, forced_format, max_response_len, progress)
-    except InputError:
+    except (InputError, QuotaExceeded):
         delete_traces(session, Trace.id == trace.id)
         session.commit()
         raise
@@ -218,6 +219,14 @@ def _forget(trace_id: int) -> None:
         log.warning("could not remove trace %s after a failed inline ingestion: %s", trace_id, exc)
 
 
+def _room_for(trace_id: int, settings: Settings) -> Usage:
+    """The team's usage without the trace being ingested: what the bytes read from its
+    upload may reach."""
+    with new_session() as session:
+        trace = session.get_one(Trace, trace_id)
+        return team_usage(session, trace.team_id, settings).without(int(trace.stored_bytes or 0))
+
+
 def ingest_stored(
     trace_id: int,
     files: list,
@@ -243,6 +252,7 @@ def ingest_stored(
         max_response_len=max_response_len,
         progress=progress,
         fence=fence,
+        bounds=Bounds(settings, _room_for(trace_id, settings)),
     )
     with new_session() as session:
         queue_default_analyses(session, session.get_one(Trace, trace_id))

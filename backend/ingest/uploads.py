@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Protocol
 
-from backend.formats.archive import Limits, expand_upload
+from backend.formats.archive import Limits, declared_size, expand_upload, gzip_isize
 from backend.formats.base import InputError, Source
 from backend.settings import Settings
 
@@ -87,12 +87,16 @@ def store_upload(items: Iterable[tuple[str, BinaryIO]], settings: Settings, quot
     return StoredUpload(folder, files, total, digest.hexdigest())
 
 
-def upload_sources(files: list[Path], settings: Settings) -> list[Source]:
-    limits = Limits(
+def upload_limits(settings: Settings) -> Limits:
+    return Limits(
         max_total_uncompressed_bytes=settings.max_uncompressed_bytes,
         max_files=settings.max_archive_files,
         max_ratio=settings.max_compression_ratio,
     )
+
+
+def upload_sources(files: list[Path], settings: Settings) -> list[Source]:
+    limits = upload_limits(settings)
     sources: list[Source] = []
     for path in sorted(files):
         expanded = expand_upload(path, path.name, limits)
@@ -104,14 +108,24 @@ def upload_sources(files: list[Path], settings: Settings) -> list[Source]:
 
 
 def gzip_size(path: Path) -> int | None:
-    """The decompressed size a gzip file records in its last 4 bytes (ISIZE: the size
-    modulo 2**32, so exact below 4 GiB; one member assumed, as a size estimate)."""
+    """The decompressed size a gzip file records in its trailer (modulo 2**32, so exact
+    below 4 GiB; one member assumed, as a size estimate)."""
     try:
-        with path.open("rb") as f:
-            f.seek(-4, 2)
-            return int.from_bytes(f.read(4), "little")
+        return gzip_isize(path)
     except OSError:
         return None
+
+
+def declared_upload_size(files: list[Path], settings: Settings, cap: int | None = None) -> int:
+    """What the stored files say they expand to (archive directories, tar headers, gzip
+    trailers), counted up to just past `cap`: the quota's pre-check."""
+    limits = upload_limits(settings)
+    total = 0
+    for path in files:
+        total += declared_size(path, path.name, limits, None if cap is None else cap - total)
+        if cap is not None and total > cap:
+            break
+    return total
 
 
 # An ingest job names its stored upload by folder name (its `upload` parameter), found
