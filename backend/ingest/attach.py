@@ -110,6 +110,9 @@ class _AttachLoader(StepRowLoader):
         self.kernel_ids = {name: int(i) for i, name in names}
         self.prior_sample_columns = set(((trace.meta or {}).get("columns") or {}).get("samples", ()))
 
+    def _duplicate(self, table, cols, exc, file):
+        return None  # rows the trace holds already: said by _load_attached, in its transaction
+
 
 def _apply_dapo_marks(conn, trace_id: int, result: ReadResult) -> list[int]:
     """Marks of generation steps this attach brought no samples for go onto the trace's
@@ -332,7 +335,7 @@ def attach_stored(session, settings, trace_id: int, stored, forced_format: str |
         usage = team_usage(session, team_id, settings)
         usage.check_stored(stored, settings)  # what it expands to, before reading it
         session.commit()  # no transaction held while the files are read
-        sources = upload_sources(stored.files, settings)
+        sources = upload_sources(stored.files, settings, stored.shown)
         outcome = attach_sources(
             get_engine(),
             trace_id,

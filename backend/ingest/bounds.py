@@ -93,6 +93,11 @@ class Bounds:
         self._file: str | None = None
         self._file_samples = 0
 
+    @property
+    def current_file(self) -> str | None:
+        """The file being read (the one the latest batches come from)."""
+        return self._file
+
     def sources(self, sources: list[Source]) -> list[Source]:
         """The sources, each opening as a MeteredStream."""
         return [Source(s.name, functools.partial(self._open, s), s.size) for s in sources]

@@ -171,7 +171,9 @@ def accept_upload(
     try:
         session.commit()
         with leases.touching_trace(trace.id):
-            ingest_stored(trace.id, stored.files, settings, forced_format, max_response_len, progress)
+            ingest_stored(
+                trace.id, stored.files, settings, forced_format, max_response_len, progress, shown=stored.shown
+            )
     except (InputError, QuotaExceeded):
         delete_traces(session, Trace.id == trace.id)
         session.commit()
@@ -235,12 +237,14 @@ def ingest_stored(
     max_response_len: int | None,
     progress: Progress | None = None,
     fence: Fence | None = None,
+    shown: dict | None = None,
 ) -> None:
     """Expand the stored files (archives, .gz) and ingest them into the trace (`fence`:
-    backend.jobs.fence.Fence, for an ingestion a job's lease owns)."""
+    backend.jobs.fence.Fence, for an ingestion a job's lease owns; `shown`: the files'
+    names in messages, when not their own)."""
     engine = get_engine()
     try:
-        sources = upload_sources(files, settings)
+        sources = upload_sources(files, settings, shown)
     except InputError as exc:
         set_trace_status(engine, trace_id, TraceStatus.FAILED, str(exc))
         raise

@@ -7,7 +7,7 @@ import hashlib
 import shutil
 import uuid
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO, Protocol
 
@@ -37,6 +37,9 @@ class StoredUpload:
     files: list[Path]
     size_bytes: int
     content_hash: str
+    # names shown in messages, by file, when not the file's own (a folder's files: with
+    # their path in it, "run_a/packed_lengths_step_0.jsonl")
+    shown: dict[Path, str] = field(default_factory=dict)
 
 
 # A file name is one path component on disk: at most 255 bytes (ext4, APFS, NTFS).
@@ -95,11 +98,12 @@ def upload_limits(settings: Settings) -> Limits:
     )
 
 
-def upload_sources(files: list[Path], settings: Settings) -> list[Source]:
+def upload_sources(files: list[Path], settings: Settings, shown: dict[Path, str] | None = None) -> list[Source]:
+    """The reader sources of stored files, named as `shown` says (else by file name)."""
     limits = upload_limits(settings)
     sources: list[Source] = []
     for path in sorted(files):
-        expanded = expand_upload(path, path.name, limits)
+        expanded = expand_upload(path, (shown or {}).get(path, path.name), limits)
         if len(expanded) == 1 and expanded[0].size is None and path.name.lower().endswith(".gz"):
             # a .gz file's size once decompressed, for the ingest's progress
             expanded[0].size = gzip_size(path)
@@ -132,6 +136,9 @@ def declared_upload_size(files: list[Path], settings: Settings, cap: int | None 
 # under the data folder of whichever process runs it: no server path in the job.
 def local_files(paths: list[Path]) -> StoredUpload:
     """Files already on this machine (the CLI): hashed like an upload, ingested in place."""
+    # a folder's files by their path in it (in several folders: from the folders' parent)
+    roots = {p: p if len(paths) == 1 else p.parent for p in paths if p.is_dir()}
+    shown = {f: f.relative_to(root).as_posix() for p, root in roots.items() for f in p.rglob("*") if f.is_file()}
     files = sorted(f for p in paths for f in ([p] if p.is_file() else p.rglob("*")) if f.is_file())
     digest = hashlib.sha256()
     total = 0
@@ -141,7 +148,7 @@ def local_files(paths: list[Path]) -> StoredUpload:
             while chunk := stream.read(CHUNK):
                 digest.update(chunk)
                 total += len(chunk)
-    return StoredUpload(None, files, total, digest.hexdigest())
+    return StoredUpload(None, files, total, digest.hexdigest(), shown)
 
 
 def discard(folder: Path | None) -> None:
