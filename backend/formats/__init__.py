@@ -113,8 +113,8 @@ def one_representation(pairs: list[tuple[Source, str | None]], result: ReadResul
         d = folder(source)
         if d in kept and fmt in REPRESENTATIONS and fmt != kept[d]:
             result.skipped.append(
-                f"{source.name}: not read, another representation ({fmt}) of the run whose "
-                f"{kept[d]} files were read (they give the same samples)"
+                f"skipped {source.name}: {fmt}, another representation of the samples "
+                f"the run's {kept[d]} files give (those were read)"
             )
             continue
         out.append((source, fmt))
