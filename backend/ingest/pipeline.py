@@ -118,9 +118,11 @@ class StepRowLoader:
     def _duplicate(self, table: str, cols: dict, exc: IntegrityError, file: str | None) -> InputError | None:
         """A key given twice, in the upload's terms: the key and the files that gave it
         (None: the store's refusal is left to the caller)."""
-        if self.conn.dialect.name != "postgresql":
+        if self.conn.dialect.name == "postgresql":
+            key = _pg_key(exc)  # (the transaction is aborted: nothing more can be read)
+        else:
             self.conn.rollback()  # this batch's rows; earlier batches are committed (SQLite)
-        key = _pg_key(exc) or _repeated_key(self.conn, self.trace_id, table, cols)
+            key = _repeated_key(self.conn, self.trace_id, table, cols)
         if key is None or file is None or table not in KEYS:
             return InputError(file or "upload", _duplicate_message(exc))
         files = self.files_of.get((table, int(key["step"])), [file])
