@@ -168,3 +168,30 @@ def test_a_single_bad_file_keeps_its_own_message(api, tmp_path):
     detail = r.json()["detail"]
     assert detail["message"].startswith("run.zip/run/packed_lengths_step_1.jsonl, line 1: ")
     assert "errors" not in detail or detail["errors"] is None
+
+
+def test_one_representation_per_run_folder():
+    from backend.formats import one_representation
+    from backend.formats.base import ReadResult, Source
+
+    def src(name: str) -> Source:
+        return Source(name, lambda: io.BytesIO(b""), 0)
+
+    pairs = [
+        (src("a/packed_lengths_step_0.jsonl"), "polytrace-packed"),
+        (src("a/multiturn_workload_step_0.jsonl"), "polytrace-multiturn"),
+        (src("a/workload_compact.json"), "polytrace-compact"),
+        (src("a/reward_timings_step_0.jsonl"), "polytrace-reward"),
+        (src("b/workload_compact.json"), "polytrace-compact"),
+    ]
+    result = ReadResult()
+    kept = [s.name for s, _ in one_representation(pairs, result)]
+    assert kept == [
+        "a/multiturn_workload_step_0.jsonl",
+        "a/reward_timings_step_0.jsonl",  # not a representation of the samples: read as well
+        "b/workload_compact.json",  # another folder: its own run
+    ]
+    assert [n.split(":")[0] for n in result.skipped] == [
+        "skipped a/packed_lengths_step_0.jsonl",
+        "skipped a/workload_compact.json",
+    ]
