@@ -13,9 +13,10 @@ ingesting process, measured on the worst cases in tests/test_service_bounds.py):
 - and a file `max_samples_per_file` samples (20M), which bounds what one file adds to
   the database and how long it takes.
 
-Raising a bound raises the ceiling with it. The bytes read also count against what is
-left of the team's storage quota, when given (an archive's declared sizes may lie). Each refusal is an InputError naming the
-file, so the upload is refused whole (a 4xx inline, a failed job with the reason).
+Raising a bound raises the ceiling with it. Each refusal is an InputError naming the
+file, so the upload is refused whole (a 4xx inline, a failed job with the reason). The
+bytes read also count against what is left of the team's storage quota, when given (an
+archive's declared sizes may lie): past it, a QuotaExceeded (a 413).
 """
 
 from __future__ import annotations

@@ -54,7 +54,8 @@ class Usage:
         head = f"team storage quota of {human_bytes(self.quota_bytes or 0)} "
         used = f"{human_bytes(self.used_bytes)} used"
         if incoming and uploaded is not None and uploaded != incoming:
-            why = f"exceeded: {used}, and this upload expands to {human_bytes(incoming)} ({human_bytes(uploaded)} as uploaded)"
+            sizes = f"{human_bytes(incoming)} ({human_bytes(uploaded)} as uploaded)"
+            why = f"exceeded: {used}, and this upload expands to {sizes}"
         elif incoming:
             why = f"exceeded: {used}, and this upload needs at least {human_bytes(incoming)} more"
         else:
