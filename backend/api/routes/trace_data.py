@@ -10,7 +10,7 @@ from typing import Annotated, Literal
 import numpy as np
 import orjson
 from fastapi import APIRouter, HTTPException, Path, Query, Response, status
-from pydantic import Field
+from pydantic import AliasChoices, Field
 from sqlalchemy import func, select
 
 from backend.api.deps import ID_DIGITS, CurrentTeam, SessionDep, TraceDep, trace_of_team
@@ -440,13 +440,15 @@ def search_trace_events(
     session: SessionDep,
     trace: TraceDep,
     q: Annotated[
-        str | None,
-        Query(min_length=1, max_length=200, pattern=NO_NUL, description="name contains (case-insensitive)"),
-    ] = None,
-    name: Annotated[
-        str | None,
-        Query(min_length=1, max_length=200, pattern=NO_NUL, deprecated=True, description="the same as `q`"),
-    ] = None,
+        str,
+        Query(
+            min_length=1,
+            max_length=200,
+            pattern=NO_NUL,
+            description="name contains (case-insensitive); `name=` is taken too (its former name)",
+            validation_alias=AliasChoices("q", "name"),
+        ),
+    ],
     rank: Annotated[list[Annotated[int, Field(ge=INT4_MIN, le=INT4_MAX)]] | None, Query(max_length=10_000)] = None,
     limit: Annotated[int, Query(ge=1, le=5000)] = 200,
 ):
@@ -454,9 +456,7 @@ def search_trace_events(
     contains `q`, in time order: `{"items": [{rank, cat, name, ts_us, dur_us,
     stream}], "total": matches}`. Needs the events kept at ingest (409 otherwise).
     `name` is the parameter's former name, still accepted."""
-    needle = (q if q is not None else name or "").lower()
-    if not needle:
-        raise HTTPException(422, detail={"message": "q: required (the text event names contain)", "field": "q"})
+    needle = q.lower()
     require_ready(trace)
     kept = load_events(trace_events_dir(trace.id))
     if kept is None:
