@@ -11,6 +11,7 @@ import os
 import secrets
 from functools import lru_cache
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from pydantic import AliasChoices, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -84,10 +85,21 @@ class Settings(BaseSettings):
     # requests, besides the one the request was sent to; comma-separated. Set it behind
     # a proxy that changes the Host header (rlvr_explorer/server.py).
     trusted_origins: str = ""
+    # The URL users open the dashboard at (https://rlvr.example.com): its origin may make
+    # state-changing dashboard requests, and its host is one the deployment answers to.
+    public_url: str = ""
     api_url: str = "http://127.0.0.1:8000"
     # Signs the dashboard's session cookies and seals the API key in them. Unset: one is
     # made on first start and kept in the data folder (`session_secret`).
     secret_key: str | None = None
+
+    @field_validator("public_url")
+    @classmethod
+    def _http_url(cls, v: str) -> str:
+        parts = urlsplit(v.strip())
+        if v.strip() and (parts.scheme not in ("http", "https") or not parts.hostname):
+            raise ValueError(f"RLVR_PUBLIC_URL must be an http(s) URL such as https://rlvr.example.com, not {v!r}")
+        return v.strip()
 
     @field_validator("data_dir")
     @classmethod
@@ -147,14 +159,21 @@ class Settings(BaseSettings):
 
     @property
     def trusted_origin_list(self) -> list[str]:
-        """`trusted_origins` as normalised origins (lower case, no trailing slash)."""
-        return [o.strip().rstrip("/").lower() for o in self.trusted_origins.split(",") if o.strip()]
+        """`trusted_origins` and `public_url`'s origin, normalised (lower case, no path)."""
+        given = [o for o in (*self.trusted_origins.split(","), self.public_url) if o.strip()]
+        return [_origin(o) for o in given]
 
     def ensure_dirs(self) -> None:
         # The queue folder is only for the embedded filesystem broker (not with Redis).
         queue = (self.queue_dir,) if self.celery_broker.startswith("filesystem://") else ()
         for d in (self.data_dir, *queue, self.upload_dir):
             d.mkdir(parents=True, exist_ok=True)
+
+
+def _origin(url: str) -> str:
+    """scheme://host[:port] of a URL, lower case (a path or trailing slash dropped)."""
+    parts = urlsplit(url.strip())
+    return f"{parts.scheme}://{parts.netloc}".lower() if parts.netloc else url.strip().rstrip("/").lower()
 
 
 @lru_cache

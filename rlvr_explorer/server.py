@@ -5,16 +5,20 @@ dashboard itself only talks to the API over HTTP, at `settings.api_url`.
 
 State-changing dashboard requests (its callbacks: sign-in, uploads, deletions, replays)
 must come from the deployment's own pages: their Origin (or, without one, their
-Referer) must be the origin the request was sent to — scheme (https when the request
-came over TLS or a proxy says so in X-Forwarded-Proto) and Host — or one of
-`Settings.trusted_origins` (a proxy that rewrites Host). Anything else is a 403, so a
-foreign page cannot replay a signed-in session's callbacks, whatever the cookie's
-SameSite rule or a proxy's CORS headers. The API is not concerned: it authenticates
-each request by its key header, which a browser never adds by itself.
+Referer) must be one of the deployment's configured origins — `Settings.public_url`'s
+and `Settings.trusted_origins` — or the origin the request was sent to (scheme: https
+when the request came over TLS or a proxy says so in X-Forwarded-Proto) when its host is
+one the deployment answers to: the public URL's or a trusted origin's host, a loopback
+name or an IP address. The request's Host alone is not trusted: a foreign page whose
+name resolves to this server (DNS rebinding) sends its own name as both Host and Origin.
+Anything else is a 403, so a foreign page cannot replay a signed-in session's callbacks,
+whatever the cookie's SameSite rule or a proxy's CORS headers. The API is not concerned:
+it authenticates each request by its key header, which a browser never adds by itself.
 """
 
 from __future__ import annotations
 
+import ipaddress
 from typing import cast
 from urllib.parse import urlsplit
 
@@ -32,6 +36,9 @@ from dashboard.app import create_dash
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
 
+LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain"})
+
+
 def _origin_of(url: str) -> str | None:
     parts = urlsplit(url.strip())
     if parts.scheme not in ("http", "https") or not parts.netloc:
@@ -39,12 +46,30 @@ def _origin_of(url: str) -> str | None:
     return f"{parts.scheme}://{parts.netloc}".lower()
 
 
+def _host_name(netloc: str) -> str:
+    """The host of `host[:port]` (IPv6 in brackets), lower case."""
+    return (urlsplit(f"//{netloc}").hostname or "").lower()
+
+
+def _is_ip(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
+
+
 class SameOriginWrites:
     """ASGI middleware: a request with a state-changing method is let through only when
-    its Origin (else its Referer) is this deployment's origin or a trusted one."""
+    its Origin (else its Referer) is one of the deployment's origins (module docstring)."""
 
     def __init__(self, app: ASGIApp, trusted: list[str]):
         self.app, self.trusted = app, frozenset(trusted)
+        # host names a request's own origin may carry: those of the configured origins
+        self.hosts = LOOPBACK_NAMES | {_host_name(urlsplit(o).netloc) for o in trusted}
+
+    def _answers_to(self, host: str) -> bool:
+        return host in self.hosts or host.endswith(".localhost") or _is_ip(host)
 
     def refusal(self, scope: Scope) -> str | None:
         """Why the request is refused, or None when it may go on."""
@@ -53,12 +78,13 @@ class SameOriginWrites:
         if not sent:
             return "a state-changing dashboard request needs an Origin or Referer header"
         origin = _origin_of(sent)
-        own = f"{'https' if is_https(scope) else 'http'}://{headers.get('host', '')}".lower()
-        if origin is not None and (origin == own or origin in self.trusted):
+        host = headers.get("host", "")
+        own = f"{'https' if is_https(scope) else 'http'}://{host}".lower()
+        if origin is not None and (origin in self.trusted or (origin == own and self._answers_to(_host_name(host)))):
             return None
         return (
-            f"cross-origin request refused: {sent[:100]!r} is not this deployment's origin ({own}); "
-            "behind a proxy, list the public origin in RLVR_TRUSTED_ORIGINS"
+            f"cross-origin request refused: {sent[:100]!r} is not one of this deployment's origins; "
+            "set RLVR_PUBLIC_URL to the URL the dashboard is opened at (other origins: RLVR_TRUSTED_ORIGINS)"
         )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

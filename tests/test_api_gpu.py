@@ -125,3 +125,15 @@ def test_kept_events_go_with_the_trace(api, kineto_trace):
     assert sorted(p.suffix for p in folder.iterdir()) == [".json", ".npz"]
     assert api.delete(f"/api/v1/traces/{trace['id']}").status_code == 204
     assert not folder.exists()
+
+
+def test_search_takes_q_as_documented_and_name_as_before(api, kineto_trace):
+    trace, _ = kineto_trace
+    url = f"/api/v1/traces/{trace['id']}/gpu-events/search"
+    by_q = api.get(url, params={"q": "aten::mm", "limit": 5000})
+    assert by_q.status_code == 200, by_q.text
+    assert by_q.json()["total"] > 0
+    assert api.get(url, params={"name": "aten::mm", "limit": 5000}).json() == by_q.json()
+    missing = api.get(url)
+    assert missing.status_code == 422
+    assert missing.json()["detail"]["field"] == "q"

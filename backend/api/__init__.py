@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from fastapi import APIRouter, FastAPI, HTTPException, Request
-from starlette.routing import Match
+from starlette.routing import Match, Mount
 
 from backend.api.errors import ERROR_RESPONSES, install_error_handlers
 from backend.api.limits import ConcurrencyLimit, request_limit
@@ -76,13 +76,19 @@ def _api_not_found(app: FastAPI) -> None:
 
     @app.api_route(
         "/api/{path:path}",
-        methods=["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"],
+        # every method (TRACE and CONNECT too): none may fall through to the dashboard
+        methods=[*_METHODS, "HEAD", "OPTIONS", "TRACE", "CONNECT"],
         include_in_schema=False,
     )
     def api_not_found(path: str, request: Request) -> None:
         # a known path asked with another method stays a 405, saying which methods it has
-        # (asked of the routes themselves: FastAPI nests included routers)
-        others = [r for r in app.router.routes if getattr(r, "endpoint", None) is not api_not_found]
+        # (asked of the routes themselves: FastAPI nests included routers; mounts, such
+        # as the dashboard's at /, match every method and path, so they are not asked)
+        others = [
+            r
+            for r in app.router.routes
+            if not isinstance(r, Mount) and getattr(r, "endpoint", None) is not api_not_found
+        ]
         allowed = [
             m for m in _METHODS if any(r.matches({**request.scope, "method": m})[0] == Match.FULL for r in others)
         ]

@@ -24,11 +24,15 @@ NO_NUL = r"^[^\x00]*$"
 BodyId = Annotated[int, Field(strict=True, ge=ID_MIN, le=ID_MAX)]
 
 
-class ErrorDetail(BaseModel):
+class FileError(BaseModel):
     message: str
     file: str | None = None
     line: int | None = None
     field: str | None = None
+
+
+class ErrorDetail(FileError):
+    errors: list[FileError] | None = None  # an upload's errors, one per file (the first 20)
     changed: dict[str, str] | None = None  # a re-upload's options: field -> what it would change
     trace_id: int | None = None  # ... and the trace that holds its content
 

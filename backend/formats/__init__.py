@@ -6,6 +6,9 @@ read loop here.
 folder, its zip and its tar.gz give identical rows), after the files that prepare the
 others' reading (`registry.READ_FIRST`: the run's tokenizer, DAPO marks), notes
 undetected files in `ReadResult.skipped` and raises InputError when nothing was readable.
+A run folder holding several representations of its samples (`registry.REPRESENTATIONS`)
+is read in one, the others noted as skipped. A bad file does not stop the reading: the
+upload's error lists every file's (up to MAX_ERRORS_LISTED).
 """
 
 from __future__ import annotations
@@ -13,11 +16,11 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Generator
 
-from backend.formats.base import InputError, ReadResult, Source, TableBatch
+from backend.formats.base import MAX_ERRORS_LISTED, InputError, ReadResult, Source, TableBatch, upload_errors
 from backend.formats.dapo import unmatched_note
 from backend.formats.detect import base_name, detect_format, natural_key, skip_note
 from backend.formats.kineto_ahead import kineto_read_ahead
-from backend.formats.registry import FORMATS, READ_FIRST
+from backend.formats.registry import FORMATS, READ_FIRST, REPRESENTATIONS
 from backend.formats.tokenizer import FILE_NAME as TOKENIZER_FILE
 
 __all__ = ["FORMATS", "detect_format", "natural_key", "read_sources", "upload_format"]
@@ -43,7 +46,6 @@ def read_sources(
         )
     if not sources:
         raise InputError("upload", "no readable trace files: the upload holds no files")
-    readable = 0
     detected = [detect_format(s) if forced_format is None or _is_tokenizer(s) else forced_format for s in sources]
 
     # files that prepare the others' reading first (READ_FIRST), then in natural name order
@@ -51,17 +53,13 @@ def read_sources(
         fmt = item[1]
         return (READ_FIRST.index(fmt) if fmt in READ_FIRST else len(READ_FIRST), natural_key(item[0].name))
 
-    pairs = sorted(zip(sources, detected), key=order)
-    ordered, formats = [s for s, _ in pairs], [f for _, f in pairs]
-    ahead = kineto_read_ahead([s for s, f in zip(ordered, formats) if f == "kineto"], result)
+    pairs = list(zip(sources, detected))
+    if forced_format is None:
+        pairs = one_representation(pairs, result)
+    pairs.sort(key=order)
+    ahead = kineto_read_ahead([s for s, f in pairs if f == "kineto"], result)
     try:
-        for source, fmt in zip(ordered, formats):
-            if fmt is None:
-                result.skipped.append(skip_note(source))
-                continue
-            readable += (marks_alone and fmt == "dapo-filter") or fmt not in READ_FIRST  # marks alone are no trace
-            reader = ahead.reader if ahead is not None and fmt == "kineto" else FORMATS[fmt]
-            yield from reader(source, result)
+        readable = yield from _read_each(pairs, ahead, result, marks_alone)
     finally:
         if ahead is not None:
             ahead.close()
@@ -73,6 +71,54 @@ def read_sources(
             _upload_label(sources),
             "no readable trace files (see docs/formats.md for accepted formats): " + "; ".join(result.skipped),
         )
+
+
+def _read_each(pairs, ahead, result: ReadResult, marks_alone: bool) -> Generator[TableBatch, None, int]:
+    """Batches of each (source, format); returns how many trace files were read. Every
+    file's error is reported (up to MAX_ERRORS_LISTED): after one, the others are still
+    read (the upload fails whole)."""
+    readable = 0
+    errors: list[InputError] = []
+    for source, fmt in pairs:
+        if fmt is None:
+            result.skipped.append(skip_note(source))
+            continue
+        readable += (marks_alone and fmt == "dapo-filter") or fmt not in READ_FIRST  # marks alone are no trace
+        reader = ahead.reader if ahead is not None and fmt == "kineto" else FORMATS[fmt]
+        try:
+            yield from reader(source, result)
+        except InputError as exc:
+            errors.append(exc)
+            if len(errors) > MAX_ERRORS_LISTED:
+                break
+    if errors:
+        raise upload_errors(errors)
+    return readable
+
+
+def one_representation(pairs: list[tuple[Source, str | None]], result: ReadResult) -> list[tuple[Source, str | None]]:
+    """The (source, format) pairs less the files of a second representation of their
+    folder's run, each with a note in `result.skipped` saying which was read instead."""
+
+    def folder(source: Source) -> str:
+        return source.name.rsplit("/", 1)[0] if "/" in source.name else ""
+
+    present: dict[str, set[str]] = {}
+    for source, fmt in pairs:
+        if fmt in REPRESENTATIONS:
+            present.setdefault(folder(source), set()).add(fmt)
+    kept = {d: next(f for f in REPRESENTATIONS if f in fmts) for d, fmts in present.items() if len(fmts) > 1}
+    out = []
+    for source, fmt in pairs:
+        d = folder(source)
+        if d in kept and fmt in REPRESENTATIONS and fmt != kept[d]:
+            result.skipped.append(
+                f"skipped {source.name}: {fmt}, another representation of the samples "
+                f"the run's {kept[d]} files give (those were read)"
+            )
+            continue
+        out.append((source, fmt))
+    return out
 
 
 def _is_tokenizer(source: Source) -> bool:

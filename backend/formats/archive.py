@@ -330,3 +330,74 @@ def _dir_sources(path: Path, name: str, limits: Limits) -> list[Source]:
             if len(sources) > limits.max_files:
                 raise InputError(name, f"folder holds more than {limits.max_files:,} files")
     return sources
+
+
+# --------------------------------------------------------------------------- declared sizes
+
+
+def declared_size(path: Path, name: str, limits: Limits | None = None, cap: int | None = None) -> int:
+    """What one uploaded file says it expands to, read without expanding it: a zip's
+    central directory, a tar's member headers, a gzip's trailer (ISIZE), a folder's files;
+    at least its own size. Counting stops once past `cap` (any larger answer is as good).
+    A declaration can lie: the bytes read are counted again while the upload is ingested
+    (backend/ingest/bounds.py)."""
+    limits = limits or Limits()
+    path = Path(path)
+    kind = _kind(path, name)
+    if kind == "dir":
+        total = 0
+        for f in sorted(path.rglob("*")):
+            if f.is_file() and not _is_junk(f.relative_to(path).parts):
+                total += declared_size(f, f.name, limits, None if cap is None else cap - total)
+                if cap is not None and total > cap:
+                    break
+        return total
+    own = path.stat().st_size
+    if kind == "zip":
+        return max(own, _zip_declared(path, name))
+    if kind == "tar":
+        return max(own, _tar_declared(path, name, limits, cap))
+    if kind == "gz":
+        return max(own, gzip_isize(path))
+    return own
+
+
+def _zip_declared(path: Path, name: str) -> int:
+    try:
+        with zipfile.ZipFile(path) as zf:
+            return sum(i.file_size for i in zf.infolist() if not i.is_dir())
+    except (zipfile.BadZipFile, OSError, EOFError) as exc:
+        raise InputError(name, f"not a readable zip archive ({exc})") from None
+
+
+def gzip_isize(path: Path) -> int:
+    """The decompressed size a gzip file records in its last 4 bytes (modulo 2**32)."""
+    with path.open("rb") as f:
+        if f.seek(0, os.SEEK_END) < 18:  # shorter than a gzip header and trailer
+            return 0
+        f.seek(-4, os.SEEK_END)
+        return int.from_bytes(f.read(4), "little")
+
+
+def _tar_declared(path: Path, name: str, limits: Limits, cap: int | None) -> int:
+    """A tar's member sizes (an uncompressed tar seeks from header to header); a .tar.gz
+    by its gzip trailer; other compressed tars by their headers, read in one pass."""
+    lower = name.lower()
+    if lower.endswith((".tar.gz", ".tgz")) or (not lower.endswith(".tar") and _gzip_magic(path)):
+        return gzip_isize(path)
+    total, files = 0, 0
+    try:
+        with tarfile.open(path, mode="r:" if lower.endswith(".tar") else "r|*") as tf:
+            for member in tf:
+                total += member.size
+                files += 1
+                if files > limits.max_files or (cap is not None and total > cap):
+                    break
+    except (tarfile.TarError, EOFError, zlib.error, OSError) as exc:
+        raise InputError(name, f"truncated or corrupt archive ({exc})") from None
+    return total
+
+
+def _gzip_magic(path: Path) -> bool:
+    with path.open("rb") as f:
+        return f.read(2) == b"\x1f\x8b"

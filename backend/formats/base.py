@@ -93,6 +93,69 @@ class InputError(ValueError):
         return type(self), (self.file, self.reason, self.line, self.field)
 
 
+class UploadInputError(InputError):
+    """Bad input that concerns several files of an upload: its message names them all
+    (it is not prefixed by `file`, the first of them); `errors`: each file's own error."""
+
+    def __init__(
+        self,
+        file: str,
+        message: str,
+        line: int | None = None,
+        field: str | None = None,
+        errors: list[InputError] | None = None,
+    ):
+        super().__init__(file, message, line, field)
+        self.args = (message,)
+        self.errors = list(errors or [])
+
+    def as_dict(self) -> dict:
+        out = super().as_dict()
+        if self.errors:
+            out["message"] = str(self).replace(":\n  ", ": ", 1).replace("\n  ", "; ")  # one line
+            out["errors"] = [e.as_dict() for e in self.errors]
+        return out
+
+    def __reduce__(self):
+        return type(self), (self.file, self.reason, self.line, self.field, self.errors)
+
+
+def files_named(files: list[str]) -> str:
+    """Files of an upload in few words: "packed_lengths_step_0.jsonl in run_a/ and run_b/"
+    when they share a name, else "a.jsonl and b.csv"."""
+    bases = {f.rsplit("/", 1)[-1] for f in files}
+    if len(bases) == 1 and len(files) > 1:
+        return f"{bases.pop()} in " + " and ".join(f.rsplit("/", 1)[0] + "/" if "/" in f else "./" for f in files)
+    return " and ".join(files)
+
+
+def runs_hint(files: list[str]) -> str:
+    """Advice when files of different folders collide: they are likely different runs."""
+    folders = {f.rsplit("/", 1)[0] if "/" in f else "" for f in files}
+    return "; an upload is one run: ingest each run's folder on its own" if len(folders) > 1 else ""
+
+
+# An upload's errors listed at most (one per file).
+MAX_ERRORS_LISTED = 20
+
+
+def upload_errors(errors: list[InputError]) -> InputError:
+    """The error of an upload whose files failed: a single file's own error, else one
+    listing each file's (the first MAX_ERRORS_LISTED)."""
+    if len(errors) == 1:
+        return errors[0]
+    shown = errors[:MAX_ERRORS_LISTED]
+    many = f"more than {MAX_ERRORS_LISTED} (the first {MAX_ERRORS_LISTED})" if len(errors) > len(shown) else len(errors)
+    first = shown[0]
+    return UploadInputError(
+        first.file,
+        f"{many} files of the upload have errors:\n" + "\n".join(f"  {e}" for e in shown),
+        first.line,
+        first.field,
+        errors=shown,
+    )
+
+
 @dataclass
 class Source:
     """One input file: a display name (path inside the upload) and a way to open it.

@@ -44,7 +44,7 @@ from itertools import chain
 import numpy as np
 import orjson
 
-from backend.formats.base import InputError, ReadResult, Source, TableBatch
+from backend.formats.base import InputError, ReadResult, Source, TableBatch, files_named, runs_hint
 from backend.formats.dapo import sample_marks
 from backend.formats.jsonl import (
     INT32_MAX,
@@ -84,6 +84,7 @@ def step_from_name(name: str) -> int | None:
 class _StepGroups:
     next: int = 0
     seen: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))  # sorted keys
+    files: list[str] = field(default_factory=list)  # the files that gave them (a few)
 
 
 @dataclass
@@ -110,7 +111,9 @@ class GroupOrdinals:
                 pos = np.minimum(np.searchsorted(state.seen, keys), state.seen.size - 1)
                 again = state.seen[pos] == keys
                 if again.any():
-                    raise on_duplicate(int(np.argmax(again)))
+                    raise _given_before(on_duplicate(int(np.argmax(again))), name, state.files)
+            if name not in state.files and len(state.files) < 4:
+                state.files.append(name)
             # Both runs are sorted: a stable sort of the concatenation is a linear merge.
             state.seen = np.sort(np.concatenate([state.seen, sorted_keys]), kind="stable")
         first = state.next
@@ -118,6 +121,20 @@ class GroupOrdinals:
         if state.next - 1 > INT32_MAX:
             raise InputError(name, f"more than {INT32_MAX:,} prompt groups in step {step}")
         return np.arange(first, first + n, dtype=np.int64)
+
+
+def _given_before(error: InputError, name: str, files: list[str]) -> InputError:
+    """A group an earlier file of the upload gave already: the error names that file too."""
+    others = [f for f in files if f != name]
+    if not others:
+        return error
+    both = [*others, name]
+    return InputError(
+        error.file,
+        f"{error.reason}: {files_named(both)} {'both ' if len(both) == 2 else ''}give it{runs_hint(both)}",
+        error.line,
+        error.field,
+    )
 
 
 def group_ordinals(result: ReadResult) -> GroupOrdinals:

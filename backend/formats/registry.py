@@ -60,6 +60,9 @@ NAME_PATTERNS = (
 # no trace on their own: the tokenizer (rollout dumps' token lengths), then DAPO marks
 # (attached to the packed-length samples).
 READ_FIRST = ("tokenizer", "dapo-filter")
+# Formats that each give every sample of a run, in order of preference: a folder holding
+# several (as `rlvr-explorer generate` writes, and its zip) is read in the first only.
+REPRESENTATIONS = ("polytrace-multiturn", "polytrace-packed", "polytrace-compact")
 
 # Files known to sit in run folders that no reader uses (yet): a friendlier note.
 KNOWN_UNUSED = (

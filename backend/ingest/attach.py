@@ -29,6 +29,7 @@ from backend.ingest.pipeline import COUNT_COLUMN, StepRowLoader
 from backend.ingest.rollout_attach import DumpMatcher, merge_rollouts, trace_length_unit
 from backend.ingest.summaries import SUMMARY_COLUMNS, summarize_steps
 from backend.ingest.truncation import settle_truncation, trace_truncation, truncation_meta
+from backend.ingest.uploads import Room
 from backend.settings import get_settings
 from backend.store.columns import read_columns
 from backend.store.models import GpuKernelName, Sample, Step, Trace, TraceAttachment, TraceStatus
@@ -108,6 +109,9 @@ class _AttachLoader(StepRowLoader):
         ).all()
         self.kernel_ids = {name: int(i) for i, name in names}
         self.prior_sample_columns = set(((trace.meta or {}).get("columns") or {}).get("samples", ()))
+
+    def _duplicate(self, table, cols, exc, file):
+        return None  # rows the trace holds already: said by _load_attached, in its transaction
 
 
 def _apply_dapo_marks(conn, trace_id: int, result: ReadResult) -> list[int]:
@@ -213,10 +217,12 @@ def attach_sources(
     names: list[str],
     size_bytes: int,
     forced_format: str | None = None,
+    quota: Room | None = None,
 ) -> AttachOutcome:
-    """Add `sources` to ready trace `trace_id` in one transaction (see the module doc)."""
+    """Add `sources` to ready trace `trace_id` in one transaction (see the module doc);
+    the bytes read count against `quota` (what the team has left), when given."""
     result = ReadResult()
-    bounds = Bounds(get_settings())
+    bounds = Bounds(get_settings(), quota)
     with engine.connect() as conn:
         with conn.begin():
             seen = conn.execute(
@@ -320,11 +326,16 @@ def attach_stored(session, settings, trace_id: int, stored, forced_format: str |
     """Attach a stored upload (backend.ingest.uploads) to a trace, then refresh what
     depends on it: results of analyses reading a changed table stop being reused and the
     default analyses are queued again."""
+    from backend.ingest.quota import team_usage
     from backend.ingest.uploads import discard, upload_sources
     from backend.store.db import get_engine
 
     try:
-        sources = upload_sources(stored.files, settings)
+        team_id = session.get_one(Trace, trace_id).team_id
+        usage = team_usage(session, team_id, settings)
+        usage.check_stored(stored, settings)  # what it expands to, before reading it
+        session.commit()  # no transaction held while the files are read
+        sources = upload_sources(stored.files, settings, stored.shown)
         outcome = attach_sources(
             get_engine(),
             trace_id,
@@ -333,6 +344,7 @@ def attach_stored(session, settings, trace_id: int, stored, forced_format: str |
             names=[f.name for f in stored.files],
             size_bytes=stored.size_bytes,
             forced_format=forced_format,
+            quota=usage,
         )
     finally:
         discard(stored.folder)

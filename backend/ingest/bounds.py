@@ -14,7 +14,9 @@ ingesting process, measured on the worst cases in tests/test_service_bounds.py):
   the database and how long it takes.
 
 Raising a bound raises the ceiling with it. Each refusal is an InputError naming the
-file, so the upload is refused whole (a 4xx inline, a failed job with the reason).
+file, so the upload is refused whole (a 4xx inline, a failed job with the reason). The
+bytes read also count against what is left of the team's storage quota, when given (an
+archive's declared sizes may lie): past it, a QuotaExceeded (a 413).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from typing import IO, cast
 import numpy as np
 
 from backend.formats.base import InputError, Source
+from backend.ingest.uploads import Room
 from backend.settings import Settings
 
 INGEST_MEMORY_CEILING_MB = 1024
@@ -37,13 +40,17 @@ class MeteredStream:
     refuses a file expanding past `limit` bytes — before holding them: a read of
     everything reads at most limit + 1 bytes."""
 
-    def __init__(self, raw: IO[bytes], counter, name: str, limit: int):
+    def __init__(self, raw: IO[bytes], counter, name: str, limit: int, quota: Room | None = None):
         self._raw, self._counter, self._name, self._limit = raw, counter, name, limit
         self._read = 0
+        self._quota, self._room = quota, (quota.remaining if quota is not None else None)
 
     def _take(self, data: bytes) -> bytes:
         self._read += len(data)
         self._counter.value += len(data)
+        if self._room is not None and self._counter.value > self._room:
+            assert self._quota is not None
+            raise self._quota.refusal(self._counter.value)  # the upload expands past the quota
         if self._read > self._limit:
             raise InputError(
                 self._name,
@@ -78,13 +85,19 @@ class Bounds:
     """The bounds of one ingestion: bytes read so far (for progress) and the samples of
     the file being read."""
 
-    def __init__(self, settings: Settings):
+    def __init__(self, settings: Settings, quota: Room | None = None):
+        self.quota = quota  # what the team has left: the bytes read count against it
         self.max_file_bytes = settings.max_file_bytes
         self.max_samples_per_file = settings.max_samples_per_file
         self.max_samples_per_step = settings.max_samples_per_step
         self.bytes_read = mp.RawValue("q", 0)
         self._file: str | None = None
         self._file_samples = 0
+
+    @property
+    def current_file(self) -> str | None:
+        """The file being read (the one the latest batches come from)."""
+        return self._file
 
     def sources(self, sources: list[Source]) -> list[Source]:
         """The sources, each opening as a MeteredStream."""
@@ -94,7 +107,9 @@ class Bounds:
         if source.name != self._file:  # readers open the file they read next (samples come from it)
             self._file, self._file_samples = source.name, 0
         # read/readline/iteration metered; every other IO attribute delegates (__getattr__)
-        return cast(IO[bytes], MeteredStream(source.open(), self.bytes_read, source.name, self.max_file_bytes))
+        return cast(
+            IO[bytes], MeteredStream(source.open(), self.bytes_read, source.name, self.max_file_bytes, self.quota)
+        )
 
     def count_samples(self, steps: np.ndarray, step_counts: dict[int, int]) -> None:
         """After a samples batch (its rows' `steps`; `step_counts`: samples per step so

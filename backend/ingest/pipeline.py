@@ -20,12 +20,21 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import IntegrityError
 
 from backend.formats import read_sources, upload_format
-from backend.formats.base import InputError, ReadResult, Source, TableBatch
+from backend.formats.base import (
+    InputError,
+    ReadResult,
+    Source,
+    TableBatch,
+    UploadInputError,
+    files_named,
+    runs_hint,
+)
 from backend.formats.kineto_events import EVENTS_DIR_STATE, remove_events
 from backend.ingest.bounds import Bounds
 from backend.ingest.bulk import bulk_insert
 from backend.ingest.summaries import SUMMARY_COLUMNS, StepCounter, summarize_steps
 from backend.ingest.truncation import settle_truncation, truncation_meta
+from backend.ingest.uploads import UploadTooLarge
 from backend.jobs.fence import Abandoned, Fence
 from backend.settings import get_settings
 from backend.store.columns import read_columns
@@ -67,6 +76,8 @@ class StepRowLoader:
         self.kernel_ids: dict[str, int] = {}
         # Columns each table actually received: analyses read only those.
         self.columns: dict[str, set[str]] = {}
+        # (table, step) -> the files that gave its rows: a duplicate key names them
+        self.files_of: dict[tuple[str, int], list[str]] = {}
 
     def add(self, batch: TableBatch) -> None:
         cols = dict(batch.columns)
@@ -87,9 +98,35 @@ class StepRowLoader:
             cols["name_id"] = self._kernel_ids(cols.pop("name"))
             cols["event_idx"] = np.arange(self.counts["gpu_events"], self.counts["gpu_events"] + n, dtype=np.int64)
         self.columns.setdefault(batch.table, set()).update(cols)
+        file = self.bounds.current_file if self.bounds is not None else None
+        if batch.table in KEYS and file is not None:
+            for step in np.unique(np.asarray(cols["step"])).tolist():
+                files = self.files_of.setdefault((batch.table, int(step)), [])
+                if file not in files and len(files) < MAX_FILES_NAMED:
+                    files.append(file)
         cols["trace_id"] = np.full(n, self.trace_id, dtype=np.int64)
+        try:
+            inserted = bulk_insert(self.conn, batch.table, cols)
+        except IntegrityError as exc:
+            named = self._duplicate(batch.table, cols, exc, file)
+            if named is None:
+                raise
+            raise named from exc
         # tables without a count on the trace (sample texts, extras) are counted here only
-        self.counts[batch.table] = self.counts.get(batch.table, 0) + bulk_insert(self.conn, batch.table, cols)
+        self.counts[batch.table] = self.counts.get(batch.table, 0) + inserted
+
+    def _duplicate(self, table: str, cols: dict, exc: IntegrityError, file: str | None) -> InputError | None:
+        """A key given twice, in the upload's terms: the key and the files that gave it
+        (None: the store's refusal is left to the caller)."""
+        if self.conn.dialect.name == "postgresql":
+            key = _pg_key(exc)  # (the transaction is aborted: nothing more can be read)
+        else:
+            self.conn.rollback()  # this batch's rows; earlier batches are committed (SQLite)
+            key = _repeated_key(self.conn, self.trace_id, table, cols)
+        if key is None or file is None or table not in KEYS:
+            return InputError(file or "upload", _duplicate_message(exc))
+        files = self.files_of.get((table, int(key["step"])), [file])
+        return duplicate_error(table, key, [f for f in files if f != file] + [file])
 
     def _ids(self, names: np.ndarray | list, mapping: dict[str, int]) -> np.ndarray:
         return np.fromiter((mapping.setdefault(str(v), len(mapping)) for v in names), np.int64, len(names))
@@ -168,18 +205,50 @@ def _still_there(conn: Connection, trace_id: int) -> None:
 
 
 _PG_KEY = re.compile(r"Key \(trace_id, ([\w, ]+)\)=\(\d+, ([^)]*)\)")
+# Files a duplicate-key error names at most (per table and step).
+MAX_FILES_NAMED = 4
+_KEY_WORDS = {"group_idx": "group", "sample_idx": "sample", "call_idx": "tool call"}
 
 
 def _duplicate_message(exc: IntegrityError) -> str:
     """The store's unique-key refusal in the upload's terms (the key's columns and values
     when the database names them), never the database's raw text."""
+    key = _pg_key(exc)
+    said = (": " + ", ".join(f"{c} {v}" for c, v in key.items())) if key else ""
+    return "duplicate rows in the upload (the same step/group/sample, or step/rank/phase, twice)" + said
+
+
+def _pg_key(exc: IntegrityError) -> dict[str, str] | None:
+    """The key Postgres names in its refusal ("Key (trace_id, step, ...)=(1, 0, ...)")."""
     match = _PG_KEY.search(str(exc.orig))
-    key = ""
-    if match:
-        key = ": " + ", ".join(
-            f"{c.strip()} {v.strip()}" for c, v in zip(match.group(1).split(","), match.group(2).split(","))
-        )
-    return "duplicate rows in the upload (the same step/group/sample, or step/rank/phase, twice)" + key
+    if not match:
+        return None
+    return {c.strip(): v.strip() for c, v in zip(match.group(1).split(","), match.group(2).split(","))}
+
+
+def _repeated_key(conn: Connection, trace_id: int, table: str, cols: dict) -> dict[str, str] | None:
+    """The first key of a refused batch already stored, or given twice in the batch."""
+    names = KEYS[table][1:]
+    batch = list(zip(*(np.asarray(cols[c]).tolist() for c in names)))
+    steps = sorted({k[0] for k in batch})
+    columns = read_columns(conn, table, trace_id, list(names), step_range=(steps[0], steps[-1] + 1))
+    seen = set(zip(*(np.asarray(columns[c]).tolist() for c in names)))
+    for k in batch:
+        if k in seen:
+            return {c: str(v) for c, v in zip(names, k)}
+        seen.add(k)
+    return None
+
+
+def duplicate_error(table: str, key: dict[str, str], files: list[str]) -> InputError:
+    """ "packed_lengths_step_0.jsonl in run_a/ and run_b/ both give step 0 group 0 sample 0"
+    (the last file is the one being read)."""
+    said = " ".join(f"{_KEY_WORDS.get(c, c)} {v}" for c, v in key.items())
+    what = "" if table == "samples" else f" of {table.replace('_', ' ')}"
+    if len(files) == 1:
+        return InputError(files[0], f"gives {said}{what} twice")
+    verb = "both give" if len(files) == 2 else "all give"
+    return UploadInputError(files[-1], f"{files_named(files)} {verb} {said}{what}{runs_hint(files)}")
 
 
 # Shares of the progress bar: reading and loading the rows, then the per-step summaries;
@@ -313,7 +382,7 @@ def _fail(engine: Engine, trace_id: int, exc: Exception) -> None:
         message = _duplicate_message(exc)
         set_trace_status(engine, trace_id, TraceStatus.FAILED, message)
         raise InputError("upload", message) from exc
-    if isinstance(exc, InputError):
+    if isinstance(exc, (InputError, UploadTooLarge)):  # bad input, or past the team's quota
         set_trace_status(engine, trace_id, TraceStatus.FAILED, str(exc))
         raise exc
     set_trace_status(engine, trace_id, TraceStatus.FAILED, f"ingestion failed: {exc}")

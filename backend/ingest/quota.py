@@ -5,19 +5,21 @@ file attached later) took as uploaded, or, once ingested, what it expanded to wh
 is more (archives and .gz files). The quota is the team's own (`Team.quota_bytes`, set
 with `rlvr-explorer quota`) or the deployment's `team_quota_bytes`; 0 means none.
 
-An upload is refused (413, the message naming quota and usage) before anything of it
-is kept: at once when the team is already at its quota, else as soon as the bytes
-streamed in pass what is left; the count is checked again when its trace is created.
+An upload is refused (413, the message naming quota, usage and the upload's size) before
+anything of it is kept: at once when the team is already at its quota, else as soon as
+the bytes streamed in pass what is left; once stored, by what it declares it expands to
+(archives, .gz) before its trace is created; and while it is ingested, as soon as the
+bytes read from it pass what is left (a declaration may lie).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from backend.ingest.uploads import UploadTooLarge
+from backend.ingest.uploads import StoredUpload, UploadTooLarge, declared_upload_size
 from backend.settings import Settings
 from backend.store.models import Team, Trace
 
@@ -46,21 +48,39 @@ class Usage:
     def remaining(self) -> int | None:
         return None if self.quota_bytes is None else max(0, self.quota_bytes - self.used_bytes)
 
-    def refusal(self, incoming: int = 0) -> QuotaExceeded:
-        """The 413's reason: quota, usage and (when known) the upload's size."""
+    def refusal(self, incoming: int = 0, *, uploaded: int | None = None) -> QuotaExceeded:
+        """The 413's reason: quota, usage and (when known) the upload's size — expanded,
+        with `uploaded` its size as sent when that differs."""
         head = f"team storage quota of {human_bytes(self.quota_bytes or 0)} "
         used = f"{human_bytes(self.used_bytes)} used"
-        if incoming:
+        if incoming and uploaded is not None and uploaded != incoming:
+            sizes = f"{human_bytes(incoming)} ({human_bytes(uploaded)} as uploaded)"
+            why = f"exceeded: {used}, and this upload expands to {sizes}"
+        elif incoming:
             why = f"exceeded: {used}, and this upload needs at least {human_bytes(incoming)} more"
         else:
             why = f"reached: {used}"
         return QuotaExceeded(head + why + " (delete traces, or ask for a larger quota)")
 
-    def check(self, incoming: int = 0) -> None:
+    def check(self, incoming: int = 0, *, uploaded: int | None = None) -> None:
         """Raise QuotaExceeded when `incoming` more bytes do not fit (0: when full)."""
         remaining = self.remaining
         if remaining is not None and (incoming > remaining or remaining == 0):
-            raise self.refusal(incoming)
+            raise self.refusal(incoming, uploaded=uploaded)
+
+    def without(self, stored_bytes: int) -> Usage:
+        """The usage less one trace's bytes (the trace being ingested counts as it grows)."""
+        return replace(self, used_bytes=max(0, self.used_bytes - stored_bytes))
+
+    def check_stored(self, stored: StoredUpload, settings: Settings) -> None:
+        """An upload now stored: refused when what it expands to does not fit. Its
+        declared expanded size (archive directories, tar headers, gzip trailers) is read
+        up to just past what is left; the ingest counts the bytes read again."""
+        remaining = self.remaining
+        if remaining is None:
+            return
+        expanded = max(stored.size_bytes, declared_upload_size(stored.files, settings, cap=remaining))
+        self.check(expanded, uploaded=stored.size_bytes)
 
 
 def team_usage(session: Session, team_id: int, settings: Settings) -> Usage:

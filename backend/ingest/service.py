@@ -12,8 +12,9 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
 from backend.formats.base import InputError
+from backend.ingest.bounds import Bounds
 from backend.ingest.pipeline import Progress, ingest_trace, set_trace_status
-from backend.ingest.quota import QuotaExceeded, team_usage
+from backend.ingest.quota import QuotaExceeded, Usage, team_usage
 from backend.ingest.uploads import StoredUpload, discard, upload_sources
 from backend.jobs import leases
 from backend.jobs.analyses import queue_default_analyses
@@ -143,8 +144,8 @@ def accept_upload(
             raise IngestionInProgress(f"trace {existing.id}: the same upload is being ingested by another request")
         return UploadOutcome(existing, None, created=False)
     try:  # again, now that the upload is stored: uploads of the team may have raced
-        team_usage(session, team_id, settings).check(stored.size_bytes)
-    except QuotaExceeded:
+        team_usage(session, team_id, settings).check_stored(stored, settings)
+    except (QuotaExceeded, InputError):  # (an archive too broken to read its directory)
         discard(stored.folder)
         raise
     trace = Trace(
@@ -170,8 +171,10 @@ def accept_upload(
     try:
         session.commit()
         with leases.touching_trace(trace.id):
-            ingest_stored(trace.id, stored.files, settings, forced_format, max_response_len, progress)
-    except InputError:
+            ingest_stored(
+                trace.id, stored.files, settings, forced_format, max_response_len, progress, shown=stored.shown
+            )
+    except (InputError, QuotaExceeded):
         delete_traces(session, Trace.id == trace.id)
         session.commit()
         raise
@@ -218,6 +221,14 @@ def _forget(trace_id: int) -> None:
         log.warning("could not remove trace %s after a failed inline ingestion: %s", trace_id, exc)
 
 
+def _room_for(trace_id: int, settings: Settings) -> Usage:
+    """The team's usage without the trace being ingested: what the bytes read from its
+    upload may reach."""
+    with new_session() as session:
+        trace = session.get_one(Trace, trace_id)
+        return team_usage(session, trace.team_id, settings).without(int(trace.stored_bytes or 0))
+
+
 def ingest_stored(
     trace_id: int,
     files: list,
@@ -226,12 +237,14 @@ def ingest_stored(
     max_response_len: int | None,
     progress: Progress | None = None,
     fence: Fence | None = None,
+    shown: dict | None = None,
 ) -> None:
     """Expand the stored files (archives, .gz) and ingest them into the trace (`fence`:
-    backend.jobs.fence.Fence, for an ingestion a job's lease owns)."""
+    backend.jobs.fence.Fence, for an ingestion a job's lease owns; `shown`: the files'
+    names in messages, when not their own)."""
     engine = get_engine()
     try:
-        sources = upload_sources(files, settings)
+        sources = upload_sources(files, settings, shown)
     except InputError as exc:
         set_trace_status(engine, trace_id, TraceStatus.FAILED, str(exc))
         raise
@@ -243,6 +256,7 @@ def ingest_stored(
         max_response_len=max_response_len,
         progress=progress,
         fence=fence,
+        bounds=Bounds(settings, _room_for(trace_id, settings)),
     )
     with new_session() as session:
         queue_default_analyses(session, session.get_one(Trace, trace_id))

@@ -7,11 +7,11 @@ import hashlib
 import shutil
 import uuid
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO, Protocol
 
-from backend.formats.archive import Limits, expand_upload
+from backend.formats.archive import Limits, declared_size, expand_upload, gzip_isize
 from backend.formats.base import InputError, Source
 from backend.settings import Settings
 
@@ -37,6 +37,9 @@ class StoredUpload:
     files: list[Path]
     size_bytes: int
     content_hash: str
+    # names shown in messages, by file, when not the file's own (a folder's files: with
+    # their path in it, "run_a/packed_lengths_step_0.jsonl")
+    shown: dict[Path, str] = field(default_factory=dict)
 
 
 # A file name is one path component on disk: at most 255 bytes (ext4, APFS, NTFS).
@@ -87,15 +90,20 @@ def store_upload(items: Iterable[tuple[str, BinaryIO]], settings: Settings, quot
     return StoredUpload(folder, files, total, digest.hexdigest())
 
 
-def upload_sources(files: list[Path], settings: Settings) -> list[Source]:
-    limits = Limits(
+def upload_limits(settings: Settings) -> Limits:
+    return Limits(
         max_total_uncompressed_bytes=settings.max_uncompressed_bytes,
         max_files=settings.max_archive_files,
         max_ratio=settings.max_compression_ratio,
     )
+
+
+def upload_sources(files: list[Path], settings: Settings, shown: dict[Path, str] | None = None) -> list[Source]:
+    """The reader sources of stored files, named as `shown` says (else by file name)."""
+    limits = upload_limits(settings)
     sources: list[Source] = []
     for path in sorted(files):
-        expanded = expand_upload(path, path.name, limits)
+        expanded = expand_upload(path, (shown or {}).get(path, path.name), limits)
         if len(expanded) == 1 and expanded[0].size is None and path.name.lower().endswith(".gz"):
             # a .gz file's size once decompressed, for the ingest's progress
             expanded[0].size = gzip_size(path)
@@ -104,20 +112,33 @@ def upload_sources(files: list[Path], settings: Settings) -> list[Source]:
 
 
 def gzip_size(path: Path) -> int | None:
-    """The decompressed size a gzip file records in its last 4 bytes (ISIZE: the size
-    modulo 2**32, so exact below 4 GiB; one member assumed, as a size estimate)."""
+    """The decompressed size a gzip file records in its trailer (modulo 2**32, so exact
+    below 4 GiB; one member assumed, as a size estimate)."""
     try:
-        with path.open("rb") as f:
-            f.seek(-4, 2)
-            return int.from_bytes(f.read(4), "little")
+        return gzip_isize(path)
     except OSError:
         return None
+
+
+def declared_upload_size(files: list[Path], settings: Settings, cap: int | None = None) -> int:
+    """What the stored files say they expand to (archive directories, tar headers, gzip
+    trailers), counted up to just past `cap`: the quota's pre-check."""
+    limits = upload_limits(settings)
+    total = 0
+    for path in files:
+        total += declared_size(path, path.name, limits, None if cap is None else cap - total)
+        if cap is not None and total > cap:
+            break
+    return total
 
 
 # An ingest job names its stored upload by folder name (its `upload` parameter), found
 # under the data folder of whichever process runs it: no server path in the job.
 def local_files(paths: list[Path]) -> StoredUpload:
     """Files already on this machine (the CLI): hashed like an upload, ingested in place."""
+    # a folder's files by their path in it (in several folders: from the folders' parent)
+    roots = {p: p if len(paths) == 1 else p.parent for p in paths if p.is_dir()}
+    shown = {f: f.relative_to(root).as_posix() for p, root in roots.items() for f in p.rglob("*") if f.is_file()}
     files = sorted(f for p in paths for f in ([p] if p.is_file() else p.rglob("*")) if f.is_file())
     digest = hashlib.sha256()
     total = 0
@@ -127,7 +148,7 @@ def local_files(paths: list[Path]) -> StoredUpload:
             while chunk := stream.read(CHUNK):
                 digest.update(chunk)
                 total += len(chunk)
-    return StoredUpload(None, files, total, digest.hexdigest())
+    return StoredUpload(None, files, total, digest.hexdigest(), shown)
 
 
 def discard(folder: Path | None) -> None:

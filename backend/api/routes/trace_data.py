@@ -10,7 +10,7 @@ from typing import Annotated, Literal
 import numpy as np
 import orjson
 from fastapi import APIRouter, HTTPException, Path, Query, Response, status
-from pydantic import Field
+from pydantic import AliasChoices, Field
 from sqlalchemy import func, select
 
 from backend.api.deps import ID_DIGITS, CurrentTeam, SessionDep, TraceDep, trace_of_team
@@ -439,15 +439,24 @@ def list_gpu_events(
 def search_trace_events(
     session: SessionDep,
     trace: TraceDep,
-    name: Annotated[
-        str, Query(min_length=1, max_length=200, pattern=NO_NUL, description="name contains (case-insensitive)")
+    q: Annotated[
+        str,
+        Query(
+            min_length=1,
+            max_length=200,
+            pattern=NO_NUL,
+            description="name contains (case-insensitive); `name=` is taken too (its former name)",
+            validation_alias=AliasChoices("q", "name"),
+        ),
     ],
     rank: Annotated[list[Annotated[int, Field(ge=INT4_MIN, le=INT4_MAX)]] | None, Query(max_length=10_000)] = None,
     limit: Annotated[int, Query(ge=1, le=5000)] = 200,
 ):
     """Events of any kind (CPU ops, annotations, runtime calls, GPU kernels...) whose name
-    contains `name`, in time order: `{"items": [{rank, cat, name, ts_us, dur_us,
-    stream}], "total": matches}`. Needs the events kept at ingest (409 otherwise)."""
+    contains `q`, in time order: `{"items": [{rank, cat, name, ts_us, dur_us,
+    stream}], "total": matches}`. Needs the events kept at ingest (409 otherwise).
+    `name` is the parameter's former name, still accepted."""
+    needle = q.lower()
     require_ready(trace)
     kept = load_events(trace_events_dir(trace.id))
     if kept is None:
@@ -455,7 +464,6 @@ def search_trace_events(
             status.HTTP_409_CONFLICT,
             detail={"message": f"trace {trace.id} has no kept Kineto events (search its GPU events instead)"},
         )
-    needle = name.lower()
     wanted = {n for n in kept.names if needle in n.lower()}
     hit = kept.name_mask(wanted) & (kept.ph == 0) & (kept.cat != kept.cat_id("Trace"))
     if rank:
