@@ -183,7 +183,7 @@ def team_id_of(api_key: str | None) -> int:
 @command()
 def ingest(
     paths: Annotated[list[Path], typer.Argument(exists=True, help="Files, folders or archives")],
-    name: Annotated[str | None, typer.Option(help="Trace name (default: the first path's name)")] = None,
+    name: Annotated[str | None, typer.Option(help="Trace name (default: the run folder's or archive's name)")] = None,
     format: Annotated[str | None, typer.Option(metavar="FORMAT", help="Force a format instead of detecting it")] = None,
     max_response_len: Annotated[
         int | None,
@@ -213,6 +213,7 @@ def ingest(
     """Ingest trace files into the database, then queue the default analyses."""
     from backend.formats import FORMATS
     from backend.formats.base import InputError
+    from backend.ingest.naming import default_trace_name
     from backend.ingest.service import accept_upload, changed_options
     from backend.ingest.uploads import local_files
     from backend.store.db import session_scope
@@ -236,7 +237,7 @@ def ingest(
                 settings,
                 team_id=team_id,
                 stored=stored,
-                name=name or paths[0].name,
+                name=name or default_trace_name(stored.files, paths),
                 forced_format=format,
                 max_response_len=max_response_len,
                 inline=True,
