@@ -297,6 +297,7 @@ def ingest_summary(session, trace, *, already_uploaded: bool) -> dict:
         "status": trace.status,
         "format": trace.source_format,
         "truncation": trace_truncation(trace).definition() if trace.n_samples else None,
+        "at_cap": trace_truncation(trace).at_cap_definition() if trace.n_samples else None,
         "steps": trace.n_steps,
         "samples": trace.n_samples,
         "turns": trace.n_turns,
@@ -339,6 +340,7 @@ def ingest_text(s: dict) -> str:
     lines = [head, *_changed_lines(s, s.get("changed_options")), *(f"  {lb:<14}{_count(n):>12}" for lb, n in rows)]
     if s.get("truncation"):
         lines.append(f"  {s['truncation']}")
+        lines += [f"  {s['at_cap']}"] if s.get("at_cap") else []  # the second figure: whatever the stop reason
     if s["skipped"]:
         lines += ["", f"skipped {len(s['skipped'])} file(s) (not read):"]
         lines += [f"  {note.removeprefix('skipped ')}" for note in s["skipped"]]

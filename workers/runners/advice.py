@@ -6,7 +6,8 @@ Pure half (the Celery task and `rlvr-explorer advise` in-process): `advice_of(st
 params, progress)`. Result: `advise`'s ranking (each configuration with its swept
 `params`, per-step mean / P10 / P90 step time and its `gain` over the reference by
 cause), per-step winners and step ranges (with the cause of each winner's gain),
-`reference`, `why_best`, plus `calibration` (None when not calibrated) and `workload`.
+`reference`, `why_best`, plus `calibration` (None when not calibrated), `calibration_note`
+(why not, naming the measured timings the trace has) and `workload`.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from core.simulator import ClusterConfig, EngineLimits, ModelConfig, calibrate
 from core.simulator.advisor import advise, default_grid
 from core.simulator.config import GpuSpec
 from core.simulator.evaluation import noise_for
+from core.simulator.measured import uncalibrated_note
 from core.simulator.replay_mc import DEFAULT_RUNS
 from workers.runners.outcome import NOT_READY, JobFailed, job_outcome
 from workers.runners.simulations import Progress, ThrottledProgress, fit_steps_for, load_columns, steps_of_columns
@@ -72,6 +74,7 @@ def advice_of(steps, params: dict, progress: Progress | None = None, workers: in
         progress=lambda f, m: report(0.3 + 0.68 * f, m),
     )
     out["calibration"] = cal.to_dict() if cal is not None else None
+    out["calibration_note"] = None if cal is not None else uncalibrated_note(steps, params.get("calibrate"))
     out["uncertainty"] = "mc" if noise is not None else None
     out["workload"] = {
         "steps": len(steps),

@@ -24,6 +24,7 @@ Job result (JSON):
   forecast     `core.simulator.forecast.forecast_step` per step after the calibration
                steps, with `mean`, when asked for
   calibration  `Calibration.to_dict` (None when not calibrated)
+  calibration_note  why not calibrated, naming the measured timings the trace has (None: calibrated)
   workload     {"steps", "first_step", "last_step", "samples", "multiturn"}
 
 Chrome-trace export: the worker writes the complete timeline of each policy as gzipped
@@ -74,6 +75,7 @@ from core.simulator.calibration import mean_of_rows, measured_figures, partial_s
 from core.simulator.config import Policy
 from core.simulator.evaluation import noise_for, rolling_origin
 from core.simulator.forecast import forecast_step
+from core.simulator.measured import rollout_timed, uncalibrated_note
 from core.simulator.policies import policy_spec
 from core.simulator.policies.base import Env
 from core.simulator.predictor import roofline_coefficients
@@ -158,11 +160,12 @@ class Replay:
     # per policy side ("a", "b") not a batch rollout then training: its own Monte-Carlo
     # replay's per-step step-time quantiles (`replay_mc.monte_carlo_replay`)
     policy_mc: dict | None = None
+    # why the replay ran uncalibrated, naming the timings the trace has (None: calibrated)
+    calibration_note: str | None = None
 
 
 def has_measurements(w: StepWorkload) -> bool:
-    lat = w.turn_engine_latency_s
-    return bool((lat is not None and np.isfinite(lat).any()) or "t_gen" in w.timings or "t_update_actor" in w.timings)
+    return rollout_timed(w)
 
 
 def fit_steps_for(steps: list[StepWorkload], calibrate_param) -> list[int] | None:
@@ -225,7 +228,8 @@ def replay(steps: list[StepWorkload], params: dict, progress: Progress | None = 
             limits.kv_capacity(cluster, model),
         )
         fc = _forecast(steps, params, env, noise if fit_ids is not None else None, fit_ids)
-    return Replay(steps, a, b, cal, acc, unc, ro, fc, pmc)
+    note = None if cal is not None else uncalibrated_note(steps, params.get("calibrate"))
+    return Replay(steps, a, b, cal, acc, unc, ro, fc, pmc, calibration_note=note)
 
 
 def _calibrated(
@@ -422,6 +426,7 @@ def result_dict(r: Replay, max_intervals: int = TIMELINE_MAX_INTERVALS) -> dict:
             "rolling_origin": r.rolling_origin,
             "forecast": r.forecast,
             "calibration": r.calibration.to_dict() if r.calibration is not None else None,
+            "calibration_note": r.calibration_note,
             "workload": {
                 "steps": len(r.steps),
                 "first_step": r.steps[0].step,
