@@ -73,6 +73,13 @@ def _lines_mode(n: int) -> str:
     return "lines+markers" if n <= 60 else "lines"
 
 
+# Simulate's idle figure, told apart from the Overview's (dashboard/views/overview.py).
+REPLAYED_IDLE_DEFINITION = (
+    "idle GPU-seconds / (GPUs × replayed time), every GPU and stage. "
+    "Not the Overview's rollout idle share (rollout slots only, while the longest sample runs)"
+)
+
+
 # -- predicted versus measured --------------------------------------------------------
 def measured_rollout(result: dict, trace_steps: list[dict] | None = None) -> dict[int, float]:
     """Measured rollout seconds per step: the accuracy report's (the steps not used for
@@ -614,7 +621,8 @@ def summary_cards(job: dict) -> list[dict]:
             "key": "makespan-a",
             "label": f"Time, {a_name}",
             "value": _dur(a.get("makespan_s")),
-            "hint": f"{_share(a.get('idle_fraction'))} of GPU time idle on {a.get('n_gpus') or '—'} GPUs",
+            "hint": f"replayed idle GPU share {_share(a.get('idle_fraction'))} on {a.get('n_gpus') or '—'} GPUs"
+            f": {REPLAYED_IDLE_DEFINITION}",
         }
     )
     if b_name:
@@ -623,7 +631,7 @@ def summary_cards(job: dict) -> list[dict]:
                 "key": "makespan-b",
                 "label": f"Time, {b_name}",
                 "value": _dur(b.get("makespan_s")),
-                "hint": f"{_share(b.get('idle_fraction'))} of GPU time idle",
+                "hint": f"replayed idle GPU share {_share(b.get('idle_fraction'))}",
             }
         )
     rows = {r["metric"]: r for r in accuracy_rows(result)}

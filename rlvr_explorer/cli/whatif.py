@@ -332,7 +332,7 @@ def _total_lines(result: dict, name_a: str, name_b: str | None) -> list[str]:
     lines: list[str] = []
     idle_a = a["idle_fraction"]
     lines.append(
-        f"makespan {name_a}: {a['makespan_s']:.1f} s, idle GPU share {_pct(idle_a)}, "
+        f"makespan {name_a}: {a['makespan_s']:.1f} s, replayed idle GPU share {_pct(idle_a)}, "
         f"{a['throughput_tokens_per_s_per_gpu']:.1f} generated tokens/s/GPU"
     )
     for which, r in (("A", a), ("B", b)):
@@ -341,7 +341,7 @@ def _total_lines(result: dict, name_a: str, name_b: str | None) -> list[str]:
     if b is not None:
         t = result["compare"]["total"]
         lines.append(
-            f"makespan {name_b}: {b['makespan_s']:.1f} s, idle GPU share {_pct(b['idle_fraction'])}, "
+            f"makespan {name_b}: {b['makespan_s']:.1f} s, replayed idle GPU share {_pct(b['idle_fraction'])}, "
             f"{b['throughput_tokens_per_s_per_gpu']:.1f} generated tokens/s/GPU"
         )
         lines.append(f"speedup of {name_b} over {name_a}: {t['speedup']:.3f}x")
