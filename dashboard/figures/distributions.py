@@ -296,6 +296,10 @@ def _add_at_cap(fig: go.Figure, payload: dict, rows: list[dict], trunc: list) ->
     if not t.get("stop_reason") or all(v is None for v in at_cap):
         return
     counts = [None if v is None else round(v * r["count"] / 100.0) for v, r in zip(at_cap, rows)]
+    # "the response reached the N-token cap (...),<br>whatever its stop reason"
+    said = escape((t.get("at_cap_definition") or "").split(" = ", 1)[-1], quote=False).replace(
+        ", whatever", ",<br>whatever"
+    )
     fig.add_trace(
         step_series(
             [r["step"] for r in rows],
@@ -306,7 +310,7 @@ def _add_at_cap(fig: go.Figure, payload: dict, rows: list[dict], trunc: list) ->
             yaxis="y2",
             customdata=[[c, r["count"]] for c, r in zip(counts, rows)],
             hovertemplate="step %{x}: %{y:.2f}% at the length cap (%{customdata[0]:,} of %{customdata[1]:,})"
-            f"<extra>{escape(t.get('at_cap_definition') or '', quote=False)}</extra>",
+            f"<br>{said}<extra></extra>",
         )
     )
     top = max(v for v in [*trunc, *at_cap] if v is not None)

@@ -94,9 +94,10 @@ def _truncation_card(trace: dict, rows: list[dict]) -> Card:
     if not t.get("basis"):
         return Card("truncation", "Truncated", "unknown", t.get("definition") or "no samples")
     hint = t.get("definition") or ""
-    if t.get("stop_reason"):
+    if t.get("stop_reason"):  # a sample may end at the cap for another reason: the second figure first
         at_cap = _share_of(rows, "at_cap_rate")
-        hint += f". {human_share(at_cap, 2) if at_cap is not None else 'unknown'} {t.get('at_cap_definition', '')}"
+        shown = human_share(at_cap, 2) if at_cap is not None else "unknown"
+        hint = f"{shown} at the length cap · {hint} · {t.get('at_cap_definition', '')}"
     return Card("truncation", "Truncated", human_share(truncated, 2) if truncated is not None else "unknown", hint)
 
 
