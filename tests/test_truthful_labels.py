@@ -261,3 +261,12 @@ def test_reward_of_two_ranks_shows_their_values_not_percentiles(env, shared_fixt
     assert "not percentiles" in fig.layout.title.text
     rank0 = next(t for t in fig.data if t.name == "rank 0")
     assert rank0.y[0] == pytest.approx(entry["seconds"][entry["rank"].index(0)])
+
+
+def test_cli_ingest_names_both_definitions_where_stop_reasons_are_recorded(env, shared_fixtures):
+    r = runner.invoke(app, ["ingest", str(shared_fixtures.joinpath(*SEARCH_R1))])
+    assert r.exit_code == 0, r.output
+    assert "truncated = the engine stopped the response for length" in r.stdout
+    assert "at the length cap = the response reached the 3,000-token cap" in r.stdout
+    rllm = runner.invoke(app, ["ingest", str(shared_fixtures.joinpath(*RLLM))])
+    assert "truncated = the response reached" in rllm.stdout and "at the length cap" not in rllm.stdout

@@ -83,7 +83,8 @@ class Truncation:
         if not cap:
             return "at the length cap: unknown (no cap given, recorded in the files or shown by the data)"
         why = "" if self.stop_reason else " (the same samples as truncated: no stop reasons are recorded)"
-        return f"at the length cap = the response reached {_cap_words(cap, self.length_cap_source)}, whatever its stop reason{why}"
+        reached = _cap_words(cap, self.length_cap_source)
+        return f"at the length cap = the response reached {reached}, whatever its stop reason{why}"
 
     def as_dict(self) -> dict:
         return {

@@ -285,6 +285,7 @@ def ingest_summary(session, trace, *, already_uploaded: bool) -> dict:
         .where(Job.trace_id == trace.id, Job.kind.in_(tuple(ANALYSES)), Job.status != JobStatus.FAILED)
         .order_by(Job.id)
     ).all()
+    truncation = trace_truncation(trace)
     not_applicable = {}
     for kind in ANALYSES:
         try:
@@ -296,8 +297,9 @@ def ingest_summary(session, trace, *, already_uploaded: bool) -> dict:
         "name": trace.name,
         "status": trace.status,
         "format": trace.source_format,
-        "truncation": trace_truncation(trace).definition() if trace.n_samples else None,
-        "at_cap": trace_truncation(trace).at_cap_definition() if trace.n_samples else None,
+        "truncation": truncation.definition() if trace.n_samples else None,
+        # with stop reasons recorded, the share at the cap is another figure (else the same)
+        "at_cap": truncation.at_cap_definition() if trace.n_samples and truncation.stop_reason else None,
         "steps": trace.n_steps,
         "samples": trace.n_samples,
         "turns": trace.n_turns,
