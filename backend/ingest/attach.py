@@ -163,7 +163,7 @@ def _settle(conn, trace, loader: _AttachLoader, result: ReadResult, marked: list
         inferred=loader.steps.inferred_cap() if tokens else None,
         kept=kept,
     )
-    if truncation.cap != kept.cap:
+    if truncation.cap != kept.cap or truncation.length_cap != kept.length_cap:
         earlier = conn.scalars(select(Step.step).where(Step.trace_id == trace.id, Step.n_samples > 0))
         steps = sorted(set(steps) | set(earlier))
     return truncation, steps
