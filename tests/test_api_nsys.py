@@ -71,6 +71,6 @@ def test_broken_export_is_a_422_naming_file_row_and_column(api, activity, tmp_pa
     assert r.status_code == 422, r.text
     detail = r.json()["detail"]
     assert (detail["file"], detail["line"], detail["field"]) == ("rank0.sqlite", 5, "CUPTI_ACTIVITY_KIND_KERNEL.end")
-    listed = [t for t in api.get("/api/v1/traces").json()["items"] if t["name"] == "rank0.sqlite"]
+    listed = [t for t in api.get("/api/v1/traces").json()["items"] if t["name"] == "rank0"]
     assert all(t["status"] == "failed" and t["n_gpu_events"] == 0 for t in listed)  # nothing half-written
     assert all(not trace_events_dir(t["id"]).exists() for t in listed)

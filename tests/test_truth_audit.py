@@ -367,6 +367,46 @@ def dist_tail(c: Ctx):
         close(x["truncation_rate"], want, f"step {x['step']} truncated share")
 
 
+def length_cap_raw(c: Ctx) -> int | None:
+    """The cap "at the length cap" counts against, from the raw rows: recorded in the
+    files, else the longest response when at least two samples reach it (whatever the
+    stop reasons say); None when neither."""
+    if c.raw.max_response_len is not None:
+        return c.raw.max_response_len
+    top = max(s["response"] for s in c.raw.samples)
+    return top if sum(s["response"] == top for s in c.raw.samples) >= 2 else None
+
+
+def dist_at_cap(c: Ctx):
+    """Per step, the share of samples whose response reached the length cap, beside the
+    truncated share (Search-R1: 3 of 2,048 truncated by stop reason, 37 at the cap)."""
+    r = c.raw.by_step("response")
+    cap = length_cap_raw(c)
+    payload = c.summaries("response")
+    assert payload["truncation"]["length_cap"] == cap, payload["truncation"]
+    assert payload["truncation"]["at_cap_definition"].startswith("at the length cap")
+    for x in payload["steps"]:
+        want = None if cap is None else float((r[x["step"]] >= cap).mean())
+        close(x["at_cap_rate"], want, f"step {x['step']} share at the length cap")
+
+
+def ov_truncation(c: Ctx):
+    """The Overview's card: truncated and at-cap shares over the training steps' samples."""
+    flags, cap = truncated_raw(c), length_cap_raw(c)
+    summary = {x["step"]: x for x in c.summaries("response")["steps"] if x["count"] and not x["validate"]}
+
+    def pooled(key: str) -> float | None:
+        rates = [(x[key], x["count"]) for x in summary.values()]
+        return None if any(v is None for v, _ in rates) else sum(v * n for v, n in rates) / sum(n for _, n in rates)
+
+    if flags is not None:
+        close(pooled("truncation_rate"), float(np.concatenate([flags[s] for s in summary]).mean()), "truncated share")
+    want = (
+        None if cap is None else float(np.mean([s["response"] >= cap for s in c.raw.samples if s["step"] in summary]))
+    )
+    close(pooled("at_cap_rate"), want, "share at the length cap")
+
+
 def task_percentiles(c: Ctx):
     """Per task and step: percentiles and truncated share of that task's samples."""
     flags = truncated_raw(c)
@@ -792,6 +832,7 @@ PAGES = {
         ("card DP imbalance (mean max/mean)", ("card-imbalance",), PACKED_ONLY, ov_imbalance, ""),
         ("card DP imbalance hint: best split saves", ("card-imbalance",), PACKED_ONLY, ov_best_saved, ""),
         ("card Idle share (rollout)", ("card-idle", "overview-cards"), SAMPLES, ov_idle, ""),
+        ("card Truncated: by the definition and at the length cap", ("card-truncation",), SAMPLES, ov_truncation, ""),
         ("overview-lengths p50/p90/p99/max per step", ("overview-lengths",), SAMPLES, ov_lengths, ""),
         ("overview-stage-time measured stage seconds", ("overview-stage-time",), STAGES, stage_seconds, ""),
         (
@@ -823,6 +864,7 @@ PAGES = {
         ("dist-heatmap / dist-cdf total histogram", ("dist-heatmap",), SAMPLES, lambda c: dist_hist(c, "total"), ""),
         ("per-task views (task selector)", ("dist-box", "dist-percentiles"), TASKS, task_percentiles, ""),
         ("dist-tail max/mean and truncated share", ("dist-tail",), SAMPLES, dist_tail, ""),
+        ("dist-tail share at the length cap", ("dist-tail",), SAMPLES, dist_at_cap, ""),
         ("longtail-idle per step", ("longtail-idle",), SAMPLES, lt_idle, ""),
         ("longtail-finish per step (+ tie flag)", ("longtail-finish",), SAMPLES, lt_finish, ""),
         ("longtail-engines per engine", ("longtail-engines",), SAMPLES, lt_engines, ""),

@@ -166,6 +166,11 @@ class StepStats(BaseModel):
         description="share of truncated samples: the engine stopped for length where the trace records its stop"
         " reason, else the response reached the cap (`truncation` says which; None: unknown)",
     )
+    at_cap_rate: float | None = Field(
+        None,
+        description="share of samples whose response reached the length cap, whatever their stop reason "
+        "(`truncation.at_cap_definition`; None: no cap known, or summarised before this figure existed)",
+    )
     hist: list[int] = []
 
 
@@ -178,6 +183,11 @@ class TruncationOut(BaseModel):
     cap: int | None
     cap_source: str | None = Field(description="given (at upload), recorded (in the files), inferred")
     definition: str
+    length_cap: int | None = Field(
+        None, description="the cap `at_cap_rate` counts against: `cap`, else the one the data shows (None: unknown)"
+    )
+    length_cap_source: str | None = None
+    at_cap_definition: str = Field("", description="what `at_cap_rate` counts, in words")
 
 
 class SummaryOut(BaseModel):

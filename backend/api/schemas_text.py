@@ -32,7 +32,8 @@ class SampleTextOut(BaseModel):
     length_unit: str = Field(description="tokens (the run's tokenizer) or characters")
     truncated: bool | None
     stop_reason: str | None = Field(
-        description="The dump's finish_reason / stop_reason, else 'length' (reached max_response_len) or 'stop'"
+        description="The dump's finish_reason / stop_reason, else 'length' (reached max_response_len) or 'stop'; "
+        "null: unknown (none recorded, and no token cap to compare the length with)"
     )
     repeat_period: int | None = Field(description="Period of the repetition the response ends in; 0 none")
     extras: dict[str, float | str | None]

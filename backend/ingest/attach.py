@@ -167,19 +167,21 @@ def _settle(conn, trace, loader: _AttachLoader, result: ReadResult, marked: list
         inferred=loader.steps.inferred_cap() if tokens else None,
         kept=kept,
     )
-    if truncation.cap != kept.cap:
+    if truncation.cap != kept.cap or truncation.length_cap != kept.length_cap:
         earlier = conn.scalars(select(Step.step).where(Step.trace_id == trace.id, Step.n_samples > 0))
         steps = sorted(set(steps) | set(earlier))
     return truncation, steps
 
 
-def _write_steps(conn, loader: _AttachLoader, cap: int | None, sample_steps: list[int]) -> None:
+def _write_steps(
+    conn, loader: _AttachLoader, cap: int | None, sample_steps: list[int], length_cap: int | None = None
+) -> None:
     available = set(loader.columns.get("samples") or set()) | loader.prior_sample_columns
     columns = [c for c in SUMMARY_COLUMNS if c in available]
     rows: dict[int, dict] = {}
     for lo, hi in _runs(sample_steps):
         cols = read_columns(conn, "samples", loader.trace_id, columns, step_range=(lo, hi))
-        for summary in summarize_steps(cols, cap, list(loader.task_ids)):
+        for summary in summarize_steps(cols, cap, list(loader.task_ids), length_cap):
             rows[summary.step] = asdict(summary)
     touched = sorted(set(rows) | set(loader.measured))
     if not touched:
@@ -254,7 +256,7 @@ def attach_sources(
             if dumps.matched:
                 loader.columns.setdefault("samples", set()).update({"reward", "repeat_period"})
             truncation, sample_steps = _settle(conn, trace, loader, result, marked)
-            _write_steps(conn, loader, truncation.cap, sample_steps)
+            _write_steps(conn, loader, truncation.cap, sample_steps, truncation.length_cap)
             extra = {"truncation": truncation_meta(truncation)} if loader.steps.counts else {}
             merged, n_steps = _merged_meta(conn, trace_id, trace_meta, result, loader, extra)
             conn.execute(

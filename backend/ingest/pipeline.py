@@ -166,7 +166,7 @@ class StepRowLoader:
         inferred = self.steps.inferred_cap() if infer else None
         return settle_truncation(self.conn, self.trace_id, columns, given=given, recorded=recorded, inferred=inferred)
 
-    def _summaries(self, cap: int | None, progress: Callable[[float], None]):
+    def _summaries(self, cap: int | None, progress: Callable[[float], None], length_cap: int | None = None):
         """Read the loaded samples back a bounded step range at a time and summarise."""
         columns = [c for c in SUMMARY_COLUMNS if c in self.columns.get("samples", ())]
         ranges = self.steps.step_ranges(SUMMARY_RANGE_SAMPLES)
@@ -175,14 +175,16 @@ class StepRowLoader:
             # in key order: Postgres then packs each step's column into one message
             # instead of one per row (the per-row messages cost more than the summaries)
             cols = read_columns(self.conn, "samples", self.trace_id, columns, step_range=(lo, hi), order_by=_KEY_ORDER)
-            yield from summarize_steps(cols, cap, list(self.task_ids))
+            yield from summarize_steps(cols, cap, list(self.task_ids), length_cap)
         # the last report before the steps are written: on SQLite a report (another
         # connection's write) would wait for this connection's write lock from then on
         progress(1.0)
 
-    def write_steps(self, cap: int | None, progress: Callable[[float], None] = lambda _f: None) -> int:
+    def write_steps(
+        self, cap: int | None, progress: Callable[[float], None] = lambda _f: None, length_cap: int | None = None
+    ) -> int:
         rows: dict[int, dict] = {}
-        for summary in self._summaries(cap, progress):
+        for summary in self._summaries(cap, progress, length_cap):
             rows[summary.step] = {**asdict(summary), "metrics": {}}
         for step, measured in self.measured.items():
             rows.setdefault(step, {"step": step, "summary": {}, "metrics": {}}).update(measured)
@@ -337,7 +339,7 @@ def ingest_trace(  # noqa: C901 -- the ingest's stages and their failure paths, 
                     # of another connection) would otherwise wait for this write lock
                     conn.commit()
                 _still_there(conn, trace_id)  # (else the steps' foreign key refuses them)
-                n_steps = loader.write_steps(truncation.cap, reporter.summaries)
+                n_steps = loader.write_steps(truncation.cap, reporter.summaries, truncation.length_cap)
                 _finish(conn, trace_id, loader, result, truncation, n_steps, upload_format(sources), bounds)
                 if fence is not None:
                     fence(conn)

@@ -13,6 +13,7 @@ from sqlalchemy.orm import Session
 
 from backend.formats.base import InputError
 from backend.ingest.bounds import Bounds
+from backend.ingest.naming import default_trace_name
 from backend.ingest.pipeline import Progress, ingest_trace, set_trace_status
 from backend.ingest.quota import QuotaExceeded, Usage, team_usage
 from backend.ingest.uploads import StoredUpload, discard, upload_sources
@@ -150,7 +151,7 @@ def accept_upload(
         raise
     trace = Trace(
         team_id=team_id,
-        name=name or stored.files[0].name,
+        name=name or default_trace_name(stored.files),
         source_format=forced_format,
         status=TraceStatus.PENDING,
         content_hash=stored.content_hash,

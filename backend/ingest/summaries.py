@@ -7,7 +7,9 @@ numpy) computes, per step: counts, token sums and, for prompt/response/total len
 (all samples and per task), the statistics of `distribution_stats` plus a histogram on
 the shared `LOG_BIN_EDGES`. A response's ``truncation_rate`` is the share of truncated
 samples by the one definition (core/analysis/truncation.py: the stored ``truncated``
-column, which ingestion settled, else the share at the cap; None when neither is known).
+column, which ingestion settled, else the share at the cap; None when neither is known),
+its ``at_cap_rate`` the share whose response reached the length cap (`Truncation.length_cap`,
+whatever the stop reason; None when no cap is known).
 Memory stays bounded whatever the size of the upload.
 """
 
@@ -23,7 +25,7 @@ from core.analysis.stats import (
     grouped_distribution_stats,
     grouped_log_histogram,
 )
-from core.analysis.truncation import INFER_MIN_HITS, truncated_rows
+from core.analysis.truncation import INFER_MIN_HITS, at_cap_rows, truncated_rows
 
 SUMMARY_COLUMNS = ["step", "group_idx", "prompt_len", "response_len", "task_id", "validate", "truncated"]
 
@@ -80,8 +82,11 @@ class StepCounter:
         return ranges
 
 
-def summarize_steps(cols: Mapping[str, np.ndarray | list], cap: int | None, task_names: list[str]) -> list[StepSummary]:
-    """Summaries of every step present in `cols` (the SUMMARY_COLUMNS of some samples).
+def summarize_steps(
+    cols: Mapping[str, np.ndarray | list], cap: int | None, task_names: list[str], length_cap: int | None = None
+) -> list[StepSummary]:
+    """Summaries of every step present in `cols` (the SUMMARY_COLUMNS of some samples);
+    `cap` counts truncation without a stop reason, `length_cap` the share at the cap.
 
     Vectorised over steps (and over (step, task) pairs): one grouping, one sort of each
     length within its group, then `grouped_distribution_stats` / `grouped_log_histogram`.
@@ -95,7 +100,11 @@ def summarize_steps(cols: Mapping[str, np.ndarray | list], cap: int | None, task
     flag = np.asarray(cols["truncated"]) if "truncated" in cols else None
     trunc = truncated_rows(response, None if flag is None else by_step.sort(flag), cap)
     truncs = {"prompt": None, "response": trunc, "total": None}
-    per_step = {name: _length_summaries(v, by_step.starts, by_step.counts, truncs[name]) for name, v in values.items()}
+    at_cap = {"prompt": None, "response": at_cap_rows(response, length_cap), "total": None}
+    per_step = {
+        name: _length_summaries(v, by_step.starts, by_step.counts, truncs[name], at_cap[name])
+        for name, v in values.items()
+    }
 
     # per task: the rows of each (step, task) pair with a task, grouped the same way
     per_task: dict[str, list[list[tuple[int, dict]]]] = {name: [[] for _ in by_step.keys] for name in values}
@@ -108,9 +117,10 @@ def summarize_steps(cols: Mapping[str, np.ndarray | list], cap: int | None, task
             pair_step = pairs.sort(code)[pairs.starts].tolist()
             pair_task = pairs.sort(task[tasked])[pairs.starts].tolist()
             for name, v in values.items():
-                t = truncs[name]
+                t, c = truncs[name], at_cap[name]
                 sub = None if t is None else pairs.sort(t[tasked])
-                stats = _length_summaries(pairs.sort(v[tasked]), pairs.starts, pairs.counts, sub)
+                sub_cap = None if c is None else pairs.sort(c[tasked])
+                stats = _length_summaries(pairs.sort(v[tasked]), pairs.starts, pairs.counts, sub, sub_cap)
                 for g, t_id, st in zip(pair_step, pair_task, stats):
                     per_task[name][g].append((t_id, st))
 
@@ -144,17 +154,31 @@ def summarize_steps(cols: Mapping[str, np.ndarray | list], cap: int | None, task
 
 
 def _length_summaries(
-    values: np.ndarray, starts: np.ndarray, counts: np.ndarray, truncated: np.ndarray | None
+    values: np.ndarray,
+    starts: np.ndarray,
+    counts: np.ndarray,
+    truncated: np.ndarray | None,
+    at_cap: np.ndarray | None = None,
 ) -> list[dict]:
     """Distribution stats and log histogram of every group (rows back to back, in any
-    order within a group); `truncated` (aligned with `values`) gives truncation_rate."""
+    order within a group); `truncated` and `at_cap` (aligned with `values`) give
+    truncation_rate and at_cap_rate (response lengths only)."""
     v = sort_within_groups(values, starts, counts)
     stats = grouped_distribution_stats(v, starts, counts, None)
     hists = grouped_log_histogram(v, starts, counts).tolist()
-    rates = [None] * len(counts)
-    if truncated is not None and len(counts):
-        rates = (np.add.reduceat(truncated.astype(np.int64), starts) / np.maximum(counts, 1)).tolist()
-    return [{**st, "truncation_rate": r, "hist": h} for st, r, h in zip(stats, rates, hists)]
+    rates, at_cap_rates = _shares(truncated, starts, counts), _shares(at_cap, starts, counts)
+    out = [{**st, "truncation_rate": r, "hist": h} for st, r, h in zip(stats, rates, hists)]
+    if at_cap is not None:
+        for st, r in zip(out, at_cap_rates):
+            st["at_cap_rate"] = r
+    return out
+
+
+def _shares(flags: np.ndarray | None, starts: np.ndarray, counts: np.ndarray) -> list[float | None]:
+    """Per group, the share of rows flagged (None for every group without flags)."""
+    if flags is None or not len(counts):
+        return [None] * len(counts)
+    return (np.add.reduceat(flags.astype(np.int64), starts) / np.maximum(counts, 1)).tolist()
 
 
 def _distinct_per_step(by_step, group: np.ndarray) -> list[int]:

@@ -46,12 +46,14 @@ def settle_truncation(
             .values(truncated=True)
         )
         sample_columns.add("truncated")
-    return Truncation(stop_reason, cap, source)
+    # stop reasons recorded and no cap: the cap the data shows, for the "at the length cap" share
+    shown = None if cap is not None or not stop_reason else ((kept.shown_cap if kept else None) or inferred)
+    return Truncation(stop_reason, cap, source, shown)
 
 
 def truncation_meta(t: Truncation) -> dict:
     """What a trace's `meta["truncation"]` keeps (the definition's words are made when read)."""
-    return {"stop_reason": t.stop_reason, "cap": t.cap, "cap_source": t.cap_source}
+    return {"stop_reason": t.stop_reason, "cap": t.cap, "cap_source": t.cap_source, "shown_cap": t.shown_cap}
 
 
 def trace_truncation(trace: Trace) -> Truncation:

@@ -12,7 +12,9 @@ Result fields:
 ``reward``: one entry per step that has reward timings or a measured t_reward:
     ``step``, ``ranks`` (count), ``rank`` / ``seconds`` (one per rank, by rank),
     ``mean``, ``p50``, ``p90``, ``p99``, ``max``, ``min`` (seconds over ranks, numpy's
-    linear percentiles), ``max_over_mean`` (the straggler rank vs the average),
+    linear percentiles), ``few_ranks`` (fewer than `MIN_PERCENTILE_VALUES` ranks: the
+    percentiles interpolate between a handful of values, so pages show the values
+    themselves), ``max_over_mean`` (the straggler rank vs the average),
     ``per_sample_s`` (summed seconds / summed batch_size, when batch sizes are known),
     ``t_reward`` and ``t_step`` (measured, seconds, None when unknown),
     ``share_of_step`` = max / t_step (ranks score in parallel, the step waits for the
@@ -47,6 +49,8 @@ from core.analysis.tables import TraceData
 from core.jsonable import json_safe
 
 QS = (50, 90, 99)
+# Below this many values a p90 / p99 is an interpolation between a few of them, not a tail.
+MIN_PERCENTILE_VALUES = 10
 _RANK_FIELDS = ("rank", "seconds", "mean", "p50", "p90", "p99", "max", "min", "max_over_mean", "per_sample_s")
 
 
@@ -101,6 +105,7 @@ def _reward_steps(data: TraceData, phase: str, include_validation: bool) -> list
                     **{f"p{q}": float(pct[i, j]) for j, q in enumerate(QS)},
                     "max": mx,
                     "min": mn,
+                    "few_ranks": n < MIN_PERCENTILE_VALUES,
                     "max_over_mean": ratio(mx, mean),
                     "per_sample_s": None if bsum is None else ratio(total[i], bsum[i]),
                 }

@@ -28,7 +28,9 @@ Result fields:
     latency_mean, cache_hit_rate}, and ``latency_fit`` (see below) of the step's turns.
 ``latency_fit``: least squares engine_latency_s ~ a + b * prompt_tokens +
     c * completion_tokens over turns: {n, a (s), b (s per prompt token), c (s per
-    completion token), r2}; ``fit_sums`` holds its normal-equation sums (features in
+    completion token), r2, caveats}: ``caveats`` says in words when the fit is not to
+    be read as per-token costs (R² below `LOW_R2`: tokens explain little of the latency;
+    a negative coefficient: not a physical cost); ``fit_sums`` holds its normal-equation sums (features in
     thousands of tokens) so fits merge across step ranges.
 ``totals`` (additive across step ranges): ``latency_by_prompt`` and
     ``latency_by_completion``: {count, latency_sum} per `stats.LOG_BIN_EDGES` bin of the
@@ -110,7 +112,7 @@ def add_fit_sums(a: dict, b: dict) -> dict:
 def solve_fit(sums: dict) -> dict:
     """Coefficients and r2 from `fit_sums`; None where the data cannot determine them."""
     n = sums["n"]
-    out = {"n": n, "a": None, "b": None, "c": None, "r2": None}
+    out = {"n": n, "a": None, "b": None, "c": None, "r2": None, "caveats": []}
     if n < 3:
         return out
     xtx, xty = np.asarray(sums["xtx"]), np.asarray(sums["xty"])
@@ -120,6 +122,26 @@ def solve_fit(sums: dict) -> dict:
     out.update(
         a=float(beta[0]), b=float(beta[1]) / KTOK, c=float(beta[2]) / KTOK, r2=float(1 - sse / sst) if sst > 0 else None
     )
+    out["caveats"] = fit_caveats(out)
+    return out
+
+
+# Below this R² the token counts explain too little of the latency to read the fit as costs.
+LOW_R2 = 0.5
+
+
+def fit_caveats(fit: dict) -> list[str]:
+    """Why the latency fit should not be read as per-token costs (empty: no reason)."""
+    out = []
+    if fit.get("r2") is not None and fit["r2"] < LOW_R2:
+        out.append(
+            f"R² {fit['r2']:.2f} < {LOW_R2}: token counts explain little of the latency "
+            "(batching, queueing and cache hits vary it)"
+        )
+    for key, what in (("b", "prompt"), ("c", "completion"), ("a", "fixed")):
+        v = fit.get(key)
+        if v is not None and v < 0:
+            out.append(f"negative {what} coefficient: not a physical cost (correlated inputs or a poor model)")
     return out
 
 

@@ -11,6 +11,14 @@ at least `INFER_MIN_HITS` samples reach it exactly (sampling stops there; a sing
 longest sample proves nothing). Ingestion writes the definition into the stored
 per-sample ``truncated`` column once, so summaries, the samples filter, analyses and
 pages all count the same samples.
+
+A second figure says how many responses sit at the length cap, whatever their stop
+reason: where stop reasons are recorded few samples may be "truncated" (stopped for
+length) while many more end exactly at the cap (a multi-turn budget, a tool-call limit
+that ends the trajectory there). `at_cap_definition` names it: the share of samples
+whose response reached the cap, the cap being the truncation's own, else (stop reasons
+recorded, no cap given or recorded) the one the data shows (the longest response,
+reached exactly by several samples). Summaries carry it per step as ``at_cap_rate``.
 """
 
 from __future__ import annotations
@@ -34,6 +42,17 @@ class Truncation:
     stop_reason: bool = False
     cap: int | None = None
     cap_source: str | None = None
+    # the cap the data shows where stop reasons are recorded (not used for `truncated`)
+    shown_cap: int | None = None
+
+    @property
+    def length_cap(self) -> int | None:
+        """The cap "at the length cap" counts against (None: unknown)."""
+        return self.cap or self.shown_cap
+
+    @property
+    def length_cap_source(self) -> str | None:
+        return self.cap_source if self.cap else ("inferred" if self.shown_cap else None)
 
     @property
     def known(self) -> bool:
@@ -48,10 +67,7 @@ class Truncation:
 
     def definition(self) -> str:
         """The sentence pages print beside every truncation figure."""
-        cap = None
-        if self.cap:
-            source = CAP_SOURCES.get(self.cap_source or "")
-            cap = f"the {self.cap:,}-token cap" + (f" ({source})" if source else "")
+        cap = _cap_words(self.cap, self.cap_source) if self.cap else None
         if self.stop_reason:
             rest = f"; without one, the response reached {cap}" if cap else ""
             return "truncated = the engine stopped the response for length (its recorded stop reason)" + rest
@@ -61,6 +77,15 @@ class Truncation:
             "truncation unknown: the trace records no stop reason and no cap (upload with max_response_len to count it)"
         )
 
+    def at_cap_definition(self) -> str:
+        """The sentence pages print beside every "at the length cap" figure."""
+        cap = self.length_cap
+        if not cap:
+            return "at the length cap: unknown (no cap given, recorded in the files or shown by the data)"
+        why = "" if self.stop_reason else " (the same samples as truncated: no stop reasons are recorded)"
+        reached = _cap_words(cap, self.length_cap_source)
+        return f"at the length cap = the response reached {reached}, whatever its stop reason{why}"
+
     def as_dict(self) -> dict:
         return {
             "basis": self.basis,
@@ -68,13 +93,23 @@ class Truncation:
             "cap": self.cap,
             "cap_source": self.cap_source,
             "definition": self.definition(),
+            "length_cap": self.length_cap,
+            "length_cap_source": self.length_cap_source,
+            "at_cap_definition": self.at_cap_definition(),
         }
 
     @classmethod
     def from_dict(cls, d: dict | None, cap: int | None = None) -> Truncation:
         d = d or {}
         found = d.get("cap", cap)
-        return cls(bool(d.get("stop_reason")), found, d.get("cap_source") if found is not None else None)
+        return cls(
+            bool(d.get("stop_reason")), found, d.get("cap_source") if found is not None else None, d.get("shown_cap")
+        )
+
+
+def _cap_words(cap: int, source: str | None) -> str:
+    said = CAP_SOURCES.get(source or "")
+    return f"the {cap:,}-token cap" + (f" ({said})" if said else "")
 
 
 def choose_cap(given: int | None, recorded: int | None, inferred: int | None) -> tuple[int | None, str | None]:
@@ -94,3 +129,8 @@ def truncated_rows(response_len: np.ndarray, flag: np.ndarray | None, cap: int |
     if cap:
         return np.asarray(response_len) >= cap
     return None
+
+
+def at_cap_rows(response_len: np.ndarray, length_cap: int | None) -> np.ndarray | None:
+    """Per sample, whether its response reached the length cap (None: no cap known)."""
+    return np.asarray(response_len) >= length_cap if length_cap else None

@@ -10,7 +10,8 @@ noise and sweeps the configurations that hold the model (`core.simulator.advisor
 Result: `advise`'s ranking (each configuration with its swept `params`, per-step mean /
 P10 / P90 step time and its `gain` over the reference by cause), per-step winners and
 step ranges (with the cause of each winner's gain), `reference`, `why_best`, plus
-`calibration` (None when not calibrated), `uncertainty` ("mc" or None) and `workload`.
+`calibration` (None when not calibrated), `calibration_note` (why not, naming the measured
+timings the trace has), `uncertainty` ("mc" or None) and `workload`.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from core.simulator.calibration import calibrate
 from core.simulator.config import ClusterConfig, EngineLimits, GpuSpec, ModelConfig, to_dict
 from core.simulator.evaluation import noise_for
 from core.simulator.feasibility import min_training_gpus
+from core.simulator.measured import uncalibrated_note
 from core.simulator.replay import fit_steps_for
 from core.simulator.replay_mc import DEFAULT_RUNS
 from core.simulator.request import Calibrate, calibrate_from_json, calibrate_to_json
@@ -138,6 +140,7 @@ def advice_of(
         progress=lambda f, m: report(0.3 + 0.68 * f, m),
     )
     out["calibration"] = cal.to_dict() if cal is not None else None
+    out["calibration_note"] = None if cal is not None else uncalibrated_note(steps, request.calibrate)
     out["uncertainty"] = "mc" if noise is not None else None
     out["workload"] = {
         "steps": len(steps),

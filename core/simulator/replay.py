@@ -27,6 +27,7 @@ Result (JSON):
   forecast     `core.simulator.forecast.forecast_step` per step after the calibration
                steps, with `mean`, when asked for
   calibration  `Calibration.to_dict` (None when not calibrated)
+  calibration_note  why not calibrated, naming the measured timings the trace has (None: calibrated)
   workload     {"steps", "first_step", "last_step", "samples", "multiturn"}
 
 Calibration: request.calibrate None calibrates when the fit steps have measured timings
@@ -57,6 +58,7 @@ from core.simulator.calibration import (
 from core.simulator.config import Policy
 from core.simulator.evaluation import noise_for, rolling_origin
 from core.simulator.forecast import forecast_step
+from core.simulator.measured import rollout_timed, uncalibrated_note
 from core.simulator.policies import policy_spec
 from core.simulator.policies.base import Env
 from core.simulator.predictor import roofline_coefficients
@@ -86,11 +88,8 @@ class Replay:
     # per policy side ("a", "b") not a batch rollout then training: its own Monte-Carlo
     # replay's per-step step-time quantiles (`replay_mc.monte_carlo_replay`)
     policy_mc: dict | None = None
-
-
-def has_measurements(w: StepWorkload) -> bool:
-    lat = w.turn_engine_latency_s
-    return bool((lat is not None and np.isfinite(lat).any()) or "t_gen" in w.timings or "t_update_actor" in w.timings)
+    # why the replay ran uncalibrated, naming the timings the trace has (None: calibrated)
+    calibration_note: str | None = None
 
 
 def fit_steps_for(steps: list[StepWorkload], option: Calibrate) -> list[int] | None:
@@ -100,7 +99,7 @@ def fit_steps_for(steps: list[StepWorkload], option: Calibrate) -> list[int] | N
     ids = list(option.fit_steps) if isinstance(option, CalibrateOn) else []
     if option is None:
         ids = [steps[0].step]
-        if not has_measurements(steps[0]):
+        if not rollout_timed(steps[0]):
             return None
     return ids or [steps[0].step]
 
@@ -162,7 +161,8 @@ def replay(steps: list[StepWorkload], request: ReplayRequest, progress: Progress
             n_runs=request.mc_runs,
             seed=request.seed,
         )
-    return Replay(steps, a, b, cal, acc, unc, ro, fc, pmc)
+    note = None if cal is not None else uncalibrated_note(steps, request.calibrate)
+    return Replay(steps, a, b, cal, acc, unc, ro, fc, pmc, calibration_note=note)
 
 
 def _calibrated(
@@ -349,6 +349,7 @@ def result_dict(r: Replay, max_intervals: int = TIMELINE_MAX_INTERVALS) -> dict:
             "rolling_origin": r.rolling_origin,
             "forecast": r.forecast,
             "calibration": r.calibration.to_dict() if r.calibration is not None else None,
+            "calibration_note": r.calibration_note,
             "workload": {
                 "steps": len(r.steps),
                 "first_step": r.steps[0].step,

@@ -181,7 +181,11 @@ class TaskLengthModel:
                 "ks": self.tail.ks if self.tail else None,
                 "rate": float(self.trend.tail_rate.mean()) if self.trend.steps.size else 0.0,
             },
-            "truncation_rate": float(self.trend.truncation_rate.mean()) if self.trend.steps.size else 0.0,
+            # the share at the length cap; None (unknown, not 0) when no cap is known
+            "truncation_rate": float(self.trend.truncation_rate.mean())
+            if self.trend.steps.size and self.max_response_len
+            else None,
+            "max_response_len": self.max_response_len,
             "intra_group_corr": self.intra_group_corr,
             "trend": {"mean_tokens_per_step": self.trend.slope_mean, "log_shift_per_step": self.trend.slope_log},
         }

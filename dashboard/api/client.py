@@ -193,6 +193,11 @@ class ApiClient:
     def delete_trace(self, trace_id: str | int) -> None:
         self._request("DELETE", f"/traces/{trace_id}")
 
+    def rename_trace(self, trace_id: str | int, name: str) -> dict:
+        """The renamed trace; ApiError(422) for an empty or too long name."""
+        path = f"/traces/{trace_id}"
+        return self._json(self._request("PATCH", path, json={"name": name}), path)
+
     def upload_trace(
         self,
         files: Iterable[tuple[str, bytes]],

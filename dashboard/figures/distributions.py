@@ -32,6 +32,7 @@ from dashboard.theme import HEATMAP_COLORSCALE, PERCENTILE_COLORS, UNITS, step_c
 
 # The truncation series' name (the drill-down opens a step's truncated samples from it).
 TRUNCATED_NAME = "truncated (%)"
+AT_CAP_NAME = "at the length cap (%)"
 FIELD_LABELS = {"response": "response length", "prompt": "prompt length", "total": "prompt + response length"}
 
 
@@ -280,9 +281,42 @@ def tail_figure(payload: dict) -> go.Figure:
                 **percent_axis(max(t for t in trunc if t is not None)),
             )
         )
+    _add_at_cap(fig, payload, rows, trunc)
     if definition:
         fig.update_layout(title=dict(text=f"{title} <br><sup>{escape(definition, quote=False)}</sup>"))
     return integer_ticks(step_gaps(fig))
+
+
+def _add_at_cap(fig: go.Figure, payload: dict, rows: list[dict], trunc: list) -> None:
+    """Where stop reasons are recorded, the share at the length cap beside the truncated
+    share (a sample may end at the cap for another reason), on the same % axis, its
+    definition in the hover."""
+    t = payload.get("truncation") or {}
+    at_cap = [pct(r.get("at_cap_rate")) for r in rows]
+    if not t.get("stop_reason") or all(v is None for v in at_cap):
+        return
+    counts = [None if v is None else round(v * r["count"] / 100.0) for v, r in zip(at_cap, rows)]
+    # "the response reached the N-token cap (...),<br>whatever its stop reason"
+    said = escape((t.get("at_cap_definition") or "").split(" = ", 1)[-1], quote=False).replace(
+        ", whatever", ",<br>whatever"
+    )
+    fig.add_trace(
+        step_series(
+            [r["step"] for r in rows],
+            at_cap,
+            name=AT_CAP_NAME,
+            color=PERCENTILE_COLORS["p99"],
+            opacity=0.45,
+            yaxis="y2",
+            customdata=[[c, r["count"]] for c, r in zip(counts, rows)],
+            hovertemplate="step %{x}: %{y:.2f}% at the length cap (%{customdata[0]:,} of %{customdata[1]:,})"
+            f"<br>{said}<extra></extra>",
+        )
+    )
+    top = max(v for v in [*trunc, *at_cap] if v is not None)
+    fig.update_layout(
+        yaxis2=dict(title=dict(text="% of samples"), overlaying="y", side="right", showgrid=False, **percent_axis(top))
+    )
 
 
 def cdf_points(hist: list[int], edges: list[float]) -> tuple[list[float], list[float]]:

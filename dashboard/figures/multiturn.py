@@ -7,6 +7,8 @@ percentiles).
 
 from __future__ import annotations
 
+from html import escape
+
 import plotly.graph_objects as go
 
 from dashboard.figures.common import (
@@ -179,6 +181,9 @@ def latency_vs_tokens_figure(result: dict) -> go.Figure:
     fit = s.get("latency_fit") or {}
     if num(fit.get("a")) is not None:
         title += f" (fit: {fit_label(fit)})"
+        caveats = fit.get("caveats") or []
+        if caveats:  # a poor or non-physical fit is not a per-token cost: said under the title
+            title += "<br><sup>caveat: " + "; ".join(escape(c, quote=False) for c in caveats) + "</sup>"
     fig = styled_figure(title, x_title=UNITS["tokens"], y_title="engine latency per request (s)", hovermode="closest")
     any_data = False
     for key, label, color in (
@@ -226,6 +231,26 @@ def _add_percentile_lines(fig: go.Figure, x: list, steps: list[dict]) -> None:
         )
 
 
+def _add_rank_values(fig: go.Figure, steps: list[dict]) -> None:
+    """One marker series per rank (seconds over steps): too few ranks for percentiles."""
+    ranks = sorted({r for e in steps for r in e.get("rank") or []})
+    colors = list(PERCENTILE_COLORS.values())
+    for i, r in enumerate(ranks):
+        at = [
+            (e["step"], sec) for e in steps for rr, sec in zip(e.get("rank") or [], e.get("seconds") or []) if rr == r
+        ]
+        fig.add_trace(
+            go.Scatter(
+                name=f"rank {r}",
+                x=[s for s, _ in at],
+                y=[sec for _, sec in at],
+                mode="lines+markers",
+                line=dict(color=colors[i % len(colors)]),
+                hovertemplate=f"rank {r} %{{y:.2f}} s<extra></extra>",
+            )
+        )
+
+
 def reward_latency_figure(result: dict) -> go.Figure:
     """Reward seconds per step over ranks: p50/p90/p99/max (every rank scores in
     parallel, the step waits for the slowest), and the measured t_reward if logged."""
@@ -238,8 +263,15 @@ def reward_latency_figure(result: dict) -> go.Figure:
             title,
         )
     x = [e["step"] for e in steps]
+    few = [e for e in steps if e.get("few_ranks")]
+    if few:  # percentiles of 2 ranks interpolate between them: the values themselves
+        most = max(e.get("ranks") or 0 for e in few)
+        title += f"<br><sup>{most} rank(s) per step: each rank's time, not percentiles</sup>"
     fig = styled_figure(title, x_title=UNITS["step"], y_title=UNITS["seconds"], hovermode="x unified")
-    _add_percentile_lines(fig, x, steps)
+    if few:
+        _add_rank_values(fig, steps)
+    else:
+        _add_percentile_lines(fig, x, steps)
     if any(e.get("t_reward") is not None for e in steps):
         fig.add_trace(
             go.Scatter(

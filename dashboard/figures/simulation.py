@@ -73,6 +73,13 @@ def _lines_mode(n: int) -> str:
     return "lines+markers" if n <= 60 else "lines"
 
 
+# Simulate's idle figure, told apart from the Overview's (dashboard/views/overview.py).
+REPLAYED_IDLE_DEFINITION = (
+    "idle GPU-seconds / (GPUs × replayed time), every GPU and stage. "
+    "Not the Overview's rollout idle share (rollout slots only, while the longest sample runs)"
+)
+
+
 # -- predicted versus measured --------------------------------------------------------
 def measured_rollout(result: dict, trace_steps: list[dict] | None = None) -> dict[int, float]:
     """Measured rollout seconds per step: the accuracy report's (the steps not used for
@@ -91,14 +98,18 @@ def predicted_vs_measured_figure(job: dict, trace_steps: list[dict] | None = Non
     the measured step time where the trace logged it."""
     result = job.get("result") or job
     a_name, b_name = policy_names(job)
-    title = "Predicted versus measured time per step"
     a_steps = _steps(result.get("a"))
     if not a_steps:
-        return empty_figure("This replay has no steps", title)
+        return empty_figure("This replay has no steps", "Predicted time per step")
     x = [s["step"] for s in a_steps]
     mode = _lines_mode(len(x))
-    fig = styled_figure(title, x_title=UNITS["step"], y_title=UNITS["seconds"], hovermode="x unified")
     measured = measured_rollout(result, trace_steps)
+    fig = styled_figure(
+        _predicted_title(bool(measured) or bool(_measured_steps(trace_steps, x))),
+        x_title=UNITS["step"],
+        y_title=UNITS["seconds"],
+        hovermode="x unified",
+    )
     if measured:
         ms = sorted(measured)
         fig.add_trace(
@@ -150,13 +161,28 @@ def _add_naive(fig: go.Figure, result: dict, mode: str) -> None:
         )
 
 
+def _predicted_title(measured: bool) -> str:
+    """No "versus" without a measured series to be versus."""
+    if measured:
+        return "Predicted versus measured time per step"
+    return "Predicted time per step<br><sup>no measured rollout or step times in this trace to compare with</sup>"
+
+
+def _measured_steps(trace_steps: list[dict] | None, x: list) -> dict[int, float]:
+    """{step: measured step time} of the replayed steps where the trace logged it."""
+    shown = set(x)
+    return {
+        int(s["step"]): t for s in trace_steps or [] if (t := num(s.get("t_step"))) is not None and s["step"] in shown
+    }
+
+
 def _add_step_times(
     fig: go.Figure, result: dict, trace_steps: list[dict] | None, x: list, names: tuple, mode: str
 ) -> None:
     """The measured step time where the trace logged it, and each policy's predicted one."""
-    t_step = {int(s["step"]): num(s.get("t_step")) for s in trace_steps or [] if num(s.get("t_step")) is not None}
+    t_step = _measured_steps(trace_steps, x)
     if t_step:
-        ts = [s for s in sorted(t_step) if s in set(x)]
+        ts = sorted(t_step)
         fig.add_trace(
             go.Scatter(
                 name="measured step",
@@ -595,7 +621,8 @@ def summary_cards(job: dict) -> list[dict]:
             "key": "makespan-a",
             "label": f"Time, {a_name}",
             "value": _dur(a.get("makespan_s")),
-            "hint": f"{_share(a.get('idle_fraction'))} of GPU time idle on {a.get('n_gpus') or '—'} GPUs",
+            "hint": f"replayed idle GPU share {_share(a.get('idle_fraction'))} on {a.get('n_gpus') or '—'} GPUs"
+            f": {REPLAYED_IDLE_DEFINITION}",
         }
     )
     if b_name:
@@ -604,7 +631,7 @@ def summary_cards(job: dict) -> list[dict]:
                 "key": "makespan-b",
                 "label": f"Time, {b_name}",
                 "value": _dur(b.get("makespan_s")),
-                "hint": f"{_share(b.get('idle_fraction'))} of GPU time idle",
+                "hint": f"replayed idle GPU share {_share(b.get('idle_fraction'))}",
             }
         )
     rows = {r["metric"]: r for r in accuracy_rows(result)}
@@ -627,7 +654,7 @@ def summary_cards(job: dict) -> list[dict]:
                 "value": "—",
                 "hint": "calibrated on every replayed step: nothing left to test"
                 if cal
-                else "not calibrated (the trace has no measured timings)",
+                else (result.get("calibration_note") or "not calibrated"),
             }
         )
     return cards

@@ -98,8 +98,9 @@ def fit_ks_figure(result: dict) -> go.Figure:
 
 
 def task_summary(result: dict) -> list[dict]:
-    """Per fitted task: [{task, samples, truncation_rate, intra_group_corr,
-    tokens_per_step}] (the trend of mean response length per step)."""
+    """Per fitted task: [{task, samples, truncation_rate (the share at the length cap,
+    None: unknown), intra_group_corr, tokens_per_step}] (the trend of mean
+    response length per step)."""
     out = []
     for task, rep in sorted((result.get("fit") or {}).items()):
         rep = rep or {}

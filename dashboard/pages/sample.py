@@ -45,14 +45,32 @@ def _repetition(period) -> str:
     return f"period {period:,} chars" if period > 0 else "none"
 
 
-def _cards(body: dict) -> html.Div:
+def stop_reason_caption(body: dict, trace: dict) -> str:
+    """What the stop reason card's value means for this sample, and why when unknown."""
+    reason, cap = body.get("stop_reason"), trace.get("max_response_len")
+    at = f" ({cap:,} {body['length_unit']})" if cap else ""
+    recorded = any(isinstance(body.get("extras", {}).get(k), str) for k in ("finish_reason", "stop_reason"))
+    if reason == "length":
+        return "the engine stopped it at the max response length" + ("" if recorded else f" (reached it{at})")
+    if reason == "stop":
+        return "it ended by itself (end of sequence or a stop string)" if recorded else f"shorter than the cap{at}"
+    if reason:
+        return "the stop reason the dump records"
+    if body["length_unit"] != "tokens":
+        return "the dump records none, and lengths are characters (no tokenizer): no token cap to compare with"
+    if not cap:
+        return "the dump records none, and the trace has no max response length to compare with"
+    return "the dump records none"
+
+
+def _cards(body: dict, trace: dict) -> html.Div:
     unit = body["length_unit"]
     return html.Div(
         [
             card("reward", _num(body["reward"])),
             card(f"prompt ({unit})", f"{body['prompt_len']:,}"),
             card(f"response ({unit})", f"{body['response_len']:,}"),
-            card("stop reason", body.get("stop_reason") or "unknown", "length: reached max_response_len"),
+            card("stop reason", body.get("stop_reason") or "unknown", stop_reason_caption(body, trace)),
             card("repetition", _repetition(body.get("repeat_period")), "the response's last 1,000 characters"),
             card("ground truth", "–" if body.get("gts") is None else str(body["gts"])),
         ],
@@ -115,7 +133,7 @@ def body(trace: dict, step: int, group: int, sample: int) -> html.Div:
         [
             html.H3(title, id="sample-title"),
             html.A("← the step's samples", href=back, id="sample-back"),
-            _cards(b),
+            _cards(b, trace),
             section("Prompt", html.Pre(b["prompt"], id="sample-prompt", style=TEXT_STYLE)),
             section("Response", html.Pre(b["response"], id="sample-response", style=TEXT_STYLE)),
             _extras(b["extras"]),

@@ -99,6 +99,19 @@ def _cell(column: str, value) -> str:
     return str(value)
 
 
+def _at_cap_note(trace: dict) -> html.P | None:
+    """Where stop reasons are recorded, how to see the samples at the length cap too (a
+    sample may end there for another reason): the second figure's definition."""
+    t = trace.get("truncation") or {}
+    if not t.get("stop_reason") or not t.get("length_cap"):
+        return None
+    return html.P(
+        f"{t.get('at_cap_definition', '')}: filter response length ≥ {t['length_cap']:,} to list them.",
+        className="help",
+        id="samples-at-cap-definition",
+    )
+
+
 def _filter_form(trace_id, q: dict, truncation_known: bool = True) -> html.Form:
     fields: list[Component] = []
     for key in INT_FILTERS:
@@ -215,6 +228,7 @@ def body(trace: dict, query: dict) -> html.Div:
                 className="help",
                 id="samples-truncation-definition",
             ),
+            _at_cap_note(trace),
             help_text="Click a column title to sort; every chart's mark on the Distributions, Imbalance and "
             "Multi-turn pages opens this table filtered to it, the clicked sample highlighted.",
         ),

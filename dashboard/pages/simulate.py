@@ -248,7 +248,7 @@ def body(trace: dict, job_param=None, rerun=None, query: dict | None = None) -> 
             html.Div(job_progress(shown, "replay"), id="sim-progress"),
             html.Div(id="sim-cards", className="cards"),
             section(
-                "Predicted versus measured",
+                "Predicted time per step",
                 graph("sim-pred-vs-measured"),
                 html.Div(id="sim-accuracy"),
                 help_text="Accuracy = 1 − |predicted − measured| / measured on steps not used for calibration; the "
@@ -549,10 +549,11 @@ def _accuracy_table(result: dict):
     rows = accuracy_rows(result)
     if not rows:
         cal = result.get("calibration")
+        note = result.get("calibration_note") or "not calibrated"  # names the timings the trace has
         text = (
             "Calibrated on every replayed step: widen the step range to test the accuracy on other steps."
             if cal
-            else "Not calibrated: the trace has no measured timings, or calibration was off."
+            else note[:1].upper() + note[1:] + "."
         )
         return html.P(text, className="muted", id="sim-accuracy-note")
     head = html.Tr(

@@ -5,7 +5,9 @@ card-tail, card-imbalance, card-idle), overview-stage-time (stacked bars; hidden
 overview-no-stage-time saying what to upload, when the trace has no stage timings),
 overview-lengths (response p50/p90/p99/max over steps), overview-gpu (temporal breakdown
 per rank, for traces with GPU events), overview-data-efficiency (DAPO groups generated /
-kept / used per trainer step; card card-data-efficiency), trace-status. The charts' zoom
+kept / used per trainer step; card card-data-efficiency), trace-status, and the rename
+form (trace-rename-name, trace-rename-save, trace-rename-message; the header's
+trace-name follows). The charts' zoom
 lives in the URL (?z.<chart>=x0,x1[,y0,y1]). A card from an
 analysis whose result is behind the growing trace carries .card-stale ("computed 3 min
 ago, steps 0–41 of 45 — refreshing") until the re-run's result replaces it.
@@ -14,7 +16,7 @@ ago, steps 0–41 of 45 — refreshing") until the re-run's result replaces it.
 from __future__ import annotations
 
 import dash
-from dash import ALL, Input, Output, State, ctx, html
+from dash import ALL, Input, Output, State, ctx, dcc, html, no_update
 
 from dashboard.api import session
 from dashboard.api.client import ApiError
@@ -26,7 +28,7 @@ from dashboard.figures.stages import stage_time_figure, trace_has_stage_timings
 from dashboard.server.figure_cache import cached
 from dashboard.server.results import analysis_result
 from dashboard.server.results import job as results_job
-from dashboard.views.components import PAGE_TRACE_ID, RESULT, alert, card, graph, section
+from dashboard.views.components import PAGE_TRACE_ID, RESULT, alert, card, control, controls, graph, section
 from dashboard.views.freshness import stale_note
 from dashboard.views.overview import Card, analysed_steps, overview_cards
 from dashboard.views.panels import analysis_panel
@@ -92,8 +94,51 @@ def body(trace: dict, query: dict | None = None) -> html.Div:
                 ),
                 style=_shown("data_efficiency" in trace.get("analyses", [])),
             ),
+            _rename_form(trace),
         ]
     )
+
+
+def _rename_form(trace: dict) -> html.Section:
+    return section(
+        "Name",
+        controls(
+            control(
+                "Trace name",
+                dcc.Input(
+                    id="trace-rename-name",
+                    type="text",
+                    value=trace.get("name") or "",
+                    maxLength=300,
+                    className="input",
+                    style={"width": "420px", "maxWidth": "100%"},
+                ),
+            ),
+            html.Button("Rename", id="trace-rename-save", n_clicks=0, className="button small"),
+        ),
+        html.Div(id="trace-rename-message"),
+        help_text="The name the trace lists, Compare and Metrics show (also `rlvr-explorer rename` and "
+        "PATCH /traces/{id}).",
+    )
+
+
+@dash.callback(
+    Output("trace-rename-message", "children"),
+    Output("trace-name", "children"),
+    Input("trace-rename-save", "n_clicks"),
+    State("trace-rename-name", "value"),
+    State(PAGE_TRACE_ID, "data"),
+    prevent_initial_call=True,
+)
+def rename(_n, name, trace_id):
+    name = (name or "").strip()
+    if not name:  # checked here too: an empty name is not sent
+        return alert("Give the trace a name (1-300 characters).", id="trace-rename-error"), no_update
+    try:
+        trace = session.api().rename_trace(trace_id, name)
+    except ApiError as exc:
+        return alert(exc.message, id="trace-rename-error"), no_update
+    return alert(f"Renamed to {trace['name']!r}.", "ok", id="trace-rename-ok"), trace["name"]
 
 
 def layout(trace_id: str | None = None, **query):

@@ -72,7 +72,7 @@ def layout(**query):
                         dcc.Input(
                             id="trace-upload-name",
                             type="text",
-                            placeholder="from the files",
+                            placeholder="default: the archive or the kinds of file",
                             className="input",
                             style={"width": "420px", "maxWidth": "100%"},
                         ),

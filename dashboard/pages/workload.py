@@ -293,7 +293,12 @@ def fit_table(result: dict):
         [
             html.Th("Task"),
             html.Th("Samples fitted", className="num"),
-            html.Th("Truncated", className="num"),
+            html.Th(
+                "At length cap",
+                className="num",
+                title="share of samples whose response reached the length cap (whatever their stop reason); "
+                "unknown when the trace has no cap (none given, recorded or shown by the data)",
+            ),
             html.Th("Within-group correlation", className="num"),
             html.Th("Mean response trend (tokens / step)", className="num"),
         ]
@@ -304,7 +309,7 @@ def fit_table(result: dict):
             [
                 html.Td(r["task"]),
                 html.Td(human_count(r["samples"]), className="num"),
-                html.Td("—" if r["truncation_rate"] is None else f"{100 * r['truncation_rate']:.2f}%", className="num"),
+                html.Td(_at_cap(r), className="num"),
                 html.Td(fmt(r["intra_group_corr"], ".3f"), className="num"),
                 html.Td(fmt(r["tokens_per_step"], "+.1f"), className="num"),
             ]
@@ -312,6 +317,11 @@ def fit_table(result: dict):
         for r in rows
     ]
     return html.Table([html.Thead(head), html.Tbody(body_rows)], className="table")
+
+
+def _at_cap(row: dict) -> str:
+    """The share at the length cap, or "unknown" (no cap: not 0%)."""
+    return "unknown" if row["truncation_rate"] is None else f"{100 * row['truncation_rate']:.2f}%"
 
 
 def output_links(job_id, result: dict):

@@ -2,8 +2,10 @@
 
 Cards: steps, samples, tokens (prompt + response), tail ratio (median over steps of
 the response max/mean), imbalance (mean over steps of the max/mean DP token load, from
-the "imbalance" analysis), idle share (rollout idle share from the "longtail"
-analysis, else the GPU idle share from "gpu_timeline").
+the "imbalance" analysis), truncation (share truncated by the trace's definition and
+share at the length cap, over every training step), idle (the rollout idle share from
+the "longtail" analysis, else the profiled GPU idle share from "gpu_timeline"; both
+named apart from Simulate's replayed idle GPU share, which their captions point to).
 """
 
 from __future__ import annotations
@@ -12,6 +14,16 @@ from dataclasses import dataclass
 
 from dashboard.figures.headlines import dig, gpu_idle_share, imbalance_headline, rollout_idle_share
 from dashboard.views.formatting import human_count, human_ratio, human_share, kineto_steps, median
+
+# The idle shares' definitions, each pointing at the other figure of that name.
+ROLLOUT_IDLE_HINT = (
+    "rollout slot-time idle while the step's longest sample runs: 1 − Σ length / (engines × longest), "
+    "mean over steps{basis}. Not Simulate's replayed idle GPU share (every GPU, whole step)"
+)
+GPU_IDLE_HINT = (
+    "GPU idle: profiled GPU time with no kernel running, mean over ranks (HTA definition). "
+    "Not Simulate's replayed idle GPU share (a replay of the samples)"
+)
 
 
 @dataclass
@@ -63,7 +75,30 @@ def overview_cards(
             else "no samples",
         ),
     ]
-    return cards + _analysis_cards(results)
+    return [*cards, _truncation_card(trace, rows), *_analysis_cards(results)]
+
+
+def _share_of(rows: list[dict], key: str) -> float | None:
+    """The share over every row's samples (None when a row lacks it)."""
+    rates = [(r.get(key), r["count"]) for r in rows if not r.get("validate")]
+    if not rates or any(v is None for v, _ in rates):
+        return None
+    return sum(v * n for v, n in rates) / sum(n for _, n in rates)
+
+
+def _truncation_card(trace: dict, rows: list[dict]) -> Card:
+    """Truncated by the trace's definition and, where stop reasons are recorded, the
+    share at the length cap: each figure beside its definition."""
+    t = trace.get("truncation") or {}
+    truncated = _share_of(rows, "truncation_rate")
+    if not t.get("basis"):
+        return Card("truncation", "Truncated", "unknown", t.get("definition") or "no samples")
+    hint = t.get("definition") or ""
+    if t.get("stop_reason"):  # a sample may end at the cap for another reason: the second figure first
+        at_cap = _share_of(rows, "at_cap_rate")
+        shown = human_share(at_cap, 2) if at_cap is not None else "unknown"
+        hint = f"{shown} at the length cap · {hint} · {t.get('at_cap_definition', '')}"
+    return Card("truncation", "Truncated", human_share(truncated, 2) if truncated is not None else "unknown", hint)
 
 
 def _analysis_cards(results: dict[str, dict]) -> list[Card]:
@@ -98,26 +133,15 @@ def _analysis_cards(results: dict[str, dict]) -> list[Card]:
     rollout = rollout_idle_share(results.get("longtail"))
     gpu = gpu_idle_share(results.get("gpu_timeline"))
     if rollout is not None:
+        timed = (results.get("longtail") or {}).get("basis") == "time"
+        basis = ", from measured completion times" if timed else ", from response lengths"
         cards.append(
-            Card(
-                "idle",
-                "Idle share",
-                human_share(rollout),
-                "rollout slots idle while the longest sample runs"
-                + (
-                    " (measured completion times)"
-                    if (results.get("longtail") or {}).get("basis") == "time"
-                    else " (from response lengths)"
-                ),
-                source="longtail",
-            )
+            Card("idle", "Rollout idle share", human_share(rollout), ROLLOUT_IDLE_HINT.format(basis=basis), "longtail")
         )
     elif gpu is not None:
-        cards.append(
-            Card("idle", "Idle share", human_share(gpu), "GPU idle, mean over ranks (HTA definition)", "gpu_timeline")
-        )
+        cards.append(Card("idle", "GPU idle share (profiled)", human_share(gpu), GPU_IDLE_HINT, "gpu_timeline"))
     else:
-        cards.append(Card("idle", "Idle share", "—", "long-tail / GPU timeline analysis not available"))
+        cards.append(Card("idle", "Rollout idle share", "—", "long-tail / GPU timeline analysis not available"))
     return cards
 
 

@@ -185,7 +185,7 @@ def team_id_of(api_key: str | None) -> int:
 @command()
 def ingest(
     paths: Annotated[list[Path], typer.Argument(exists=True, help="Files, folders or archives")],
-    name: Annotated[str | None, typer.Option(help="Trace name (default: the first path's name)")] = None,
+    name: Annotated[str | None, typer.Option(help="Trace name (default: the run folder's or archive's name)")] = None,
     format: Annotated[str | None, typer.Option(metavar="FORMAT", help="Force a format instead of detecting it")] = None,
     max_response_len: Annotated[
         int | None,
@@ -215,6 +215,7 @@ def ingest(
     """Ingest trace files into the database, then queue the default analyses."""
     from backend.formats import FORMATS
     from backend.formats.base import InputError
+    from backend.ingest.naming import default_trace_name
     from backend.ingest.service import accept_upload, changed_options
     from backend.ingest.uploads import local_files
     from backend.store.db import session_scope
@@ -238,7 +239,7 @@ def ingest(
                 settings,
                 team_id=team_id,
                 stored=stored,
-                name=name or paths[0].name,
+                name=name or default_trace_name(stored.files, paths),
                 forced_format=format,
                 max_response_len=max_response_len,
                 inline=True,
@@ -286,6 +287,7 @@ def ingest_summary(session, trace, *, already_uploaded: bool) -> dict:
         .where(Job.trace_id == trace.id, Job.kind.in_(tuple(ANALYSES)), Job.status != JobStatus.FAILED)
         .order_by(Job.id)
     ).all()
+    truncation = trace_truncation(trace)
     not_applicable = {}
     for kind in ANALYSES:
         try:
@@ -297,7 +299,9 @@ def ingest_summary(session, trace, *, already_uploaded: bool) -> dict:
         "name": trace.name,
         "status": trace.status,
         "format": trace.source_format,
-        "truncation": trace_truncation(trace).definition() if trace.n_samples else None,
+        "truncation": truncation.definition() if trace.n_samples else None,
+        # with stop reasons recorded, the share at the cap is another figure (else the same)
+        "at_cap": truncation.at_cap_definition() if trace.n_samples and truncation.stop_reason else None,
         "steps": trace.n_steps,
         "samples": trace.n_samples,
         "turns": trace.n_turns,
@@ -340,6 +344,7 @@ def ingest_text(s: dict) -> str:
     lines = [head, *_changed_lines(s, s.get("changed_options")), *(f"  {lb:<14}{_count(n):>12}" for lb, n in rows)]
     if s.get("truncation"):
         lines.append(f"  {s['truncation']}")
+        lines += [f"  {s['at_cap']}"] if s.get("at_cap") else []  # the second figure: whatever the stop reason
     if s["skipped"]:
         lines += ["", f"skipped {len(s['skipped'])} file(s) (not read):"]
         lines += [f"  {note.removeprefix('skipped ')}" for note in s["skipped"]]

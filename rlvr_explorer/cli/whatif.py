@@ -264,8 +264,8 @@ def _policy_line(which: str, used: dict) -> str:
     return line
 
 
-def _pct(x) -> str:
-    return "-" if x is None else f"{100 * x:.1f}%"
+def _pct(x, none: str = "-") -> str:
+    return none if x is None else f"{100 * x:.1f}%"
 
 
 def _acc(fig: dict, prefix: str) -> str:
@@ -321,6 +321,8 @@ def _setup_lines(request: ReplayRequest, result: dict) -> list[str]:
             )
     else:
         lines.append("calibration: none (roofline coefficients of the GPU and model presets)")
+        if result.get("calibration_note"):
+            lines.append(f"  {result['calibration_note']}")
     return lines
 
 
@@ -347,7 +349,7 @@ def _total_lines(result: dict, name_a: str, name_b: str | None) -> list[str]:
     lines: list[str] = []
     idle_a = a["idle_fraction"]
     lines.append(
-        f"makespan {name_a}: {a['makespan_s']:.1f} s, idle GPU share {_pct(idle_a)}, "
+        f"makespan {name_a}: {a['makespan_s']:.1f} s, replayed idle GPU share {_pct(idle_a)}, "
         f"{a['throughput_tokens_per_s_per_gpu']:.1f} generated tokens/s/GPU"
     )
     for which, r in (("A", a), ("B", b)):
@@ -356,7 +358,7 @@ def _total_lines(result: dict, name_a: str, name_b: str | None) -> list[str]:
     if b is not None:
         t = result["compare"]["total"]
         lines.append(
-            f"makespan {name_b}: {b['makespan_s']:.1f} s, idle GPU share {_pct(b['idle_fraction'])}, "
+            f"makespan {name_b}: {b['makespan_s']:.1f} s, replayed idle GPU share {_pct(b['idle_fraction'])}, "
             f"{b['throughput_tokens_per_s_per_gpu']:.1f} generated tokens/s/GPU"
         )
         lines.append(f"speedup of {name_b} over {name_a}: {t['speedup']:.3f}x")
@@ -530,7 +532,8 @@ def _advice_summary(trace, request: AdviceRequest, out: dict, top: int) -> str:
         f"model {request.model.name}"
         + (f" ({out['proposed_model']['note']})" if out.get("proposed_model") else "")
         + "; "
-        + (f"engine calibrated on step(s) {', '.join(map(str, cal['fit_steps']))}" if cal else "roofline engine"),
+        + (f"engine calibrated on step(s) {', '.join(map(str, cal['fit_steps']))}" if cal else "roofline engine")
+        + (f" ({out['calibration_note']})" if not cal and out.get("calibration_note") else ""),
         f"{out['n_configurations']} configurations ranked by predicted step time (mean over every step; P10-P90"
         + (" of the Monte-Carlo replay" if out.get("uncertainty") else ": no calibrated noise")
         + "; ~ marks intervals overlapping the best's); gains against "
@@ -699,11 +702,11 @@ def _workload_summary(result: dict, out: Path) -> str:
     lines = []
     if result.get("fit"):
         lines.append("fit of the trace (KS = largest gap between the fitted and the measured CDF; <= 0.05 is close):")
-        lines.append(f"  {'task':<16}{'samples':>10}  {'prompt length':<28}{'response length':<28}{'truncated':>9}")
+        lines.append(f"  {'task':<16}{'samples':>10}  {'prompt length':<28}{'response length':<28}{'at cap':>9}")
         for task, rep in result["fit"].items():
             lines.append(
                 f"  {task:<16}{rep['n_samples']:>10,}  {_best_fit(rep.get('prompt')):<28}"
-                f"{_best_fit(rep.get('response')):<28}{_pct(rep.get('truncation_rate')):>9}"
+                f"{_best_fit(rep.get('response')):<28}{_pct(rep.get('truncation_rate'), 'unknown'):>9}"
             )
     if result["steps"]:
         per_step = f"{result['groups']} groups x {result['samples_per_group']} samples"

@@ -1,4 +1,4 @@
-"""Traces: upload, list, get, delete."""
+"""Traces: upload, list, get, rename, delete."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, File, Form, HTTPException, Query, Response, UploadFile, status
 from fastapi.concurrency import run_in_threadpool
+from pydantic import AfterValidator, BaseModel, Field
 from sqlalchemy import func, select
 
 from backend.api.deps import CurrentTeam, SessionDep, SettingsDep, TraceDep
@@ -14,6 +15,7 @@ from backend.api.schemas import NO_NUL, ErrorResponse, JobOut, TraceOut, TracePa
 from backend.api.upload_fields import TokenizerField, upload_items
 from backend.formats import FORMATS
 from backend.formats.kineto_events import remove_events
+from backend.ingest.naming import MAX_NAME, clean_trace_name
 from backend.ingest.quota import team_usage
 from backend.ingest.service import accept_upload, changed_options
 from backend.ingest.truncation import trace_truncation
@@ -183,6 +185,20 @@ def list_traces(
 
 @router.get("/{trace_id}", response_model=TraceOut, responses=ERROR_RESPONSES)
 def get_trace(session: SessionDep, trace: TraceDep):
+    return trace_out(session, trace)
+
+
+class TraceRename(BaseModel):
+    name: Annotated[
+        str, AfterValidator(clean_trace_name), Field(min_length=1, max_length=MAX_NAME, description="The new name")
+    ]
+
+
+@router.patch("/{trace_id}", response_model=TraceOut, responses=ERROR_RESPONSES)
+def rename_trace(session: SessionDep, trace: TraceDep, body: TraceRename):
+    """Rename a trace (the name legends and lists show; its content is unchanged)."""
+    trace.name = body.name
+    session.commit()
     return trace_out(session, trace)
 
 
