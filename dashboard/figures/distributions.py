@@ -11,6 +11,7 @@ O(steps x bins) no matter how many samples the trace has:
 
 from __future__ import annotations
 
+import textwrap
 from html import escape
 
 import numpy as np
@@ -281,8 +282,23 @@ def tail_figure(payload: dict) -> go.Figure:
             )
         )
     if definition:
-        fig.update_layout(title=dict(text=f"{title} <br><sup>{escape(definition, quote=False)}</sup>"))
+        lines = wrapped(definition)
+        fig.update_layout(
+            title=dict(text=f"{title}<br><sup>{'<br>'.join(escape(x, quote=False) for x in lines)}</sup>"),
+            margin=dict(t=76 + SUBTITLE_LINE_PX * (len(lines) - 1)),
+        )
     return integer_ticks(step_gaps(fig))
+
+
+# A subtitle line fits a half-width chart (the Distributions grid) at plotly's <sup> size.
+SUBTITLE_CHARS = 72
+SUBTITLE_LINE_PX = 13
+
+
+def wrapped(text: str, width: int = SUBTITLE_CHARS) -> list[str]:
+    """`text` in lines of at most `width` characters, broken between words (plotly
+    neither wraps a title nor keeps it whole: it is cut at the chart's edge)."""
+    return textwrap.wrap(text, width, break_long_words=False, break_on_hyphens=False) or [text]
 
 
 def cdf_points(hist: list[int], edges: list[float]) -> tuple[list[float], list[float]]:
