@@ -171,3 +171,31 @@ def test_a_key_revoked_elsewhere_sends_the_next_action_to_sign_in(browser, serve
     assert f"next=%2Ftraces%2F{trace['id']}%2Fsimulate" in b.d.current_url
     assert RAW_401 not in b.d.find_element("tag name", "body").text
     b.assert_console_clean()
+
+
+def test_the_jobs_rerun_form_refuses_text_that_is_not_a_number(browser, server, trace):  # noqa: F811
+    from selenium.webdriver.common.keys import Keys
+
+    b = browser
+    server.wait_ready(trace["id"])
+    b.wait(lambda: _jobs(server, "/jobs", trace["id"], kind="longtail"), "the trace's longtail job")
+    _signed_in(b, server.key)
+    b.open(f"/jobs?trace_id={trace['id']}&kind=longtail")
+    row = b.element("#jobs-table tr[data-kind=longtail]", "the longtail job's row")
+    row.find_element("css selector", "button").click()
+    field = b.wait(lambda: b.d.find_element("css selector", "[data-param=tail_fraction] input"), "the re-run form")
+    before = len(_jobs(server, "/jobs", trace["id"], kind="longtail"))
+    for text in ("0.2x", "0.25"):
+        field.send_keys(Keys.CONTROL, "a")  # (clear() bypasses React)
+        field.send_keys(Keys.DELETE)
+        field.send_keys(text)
+        b.click("rerun-submit", "the run button")
+        if text == "0.2x":  # refused as typed: a browser's number box would have sent nothing (the default)
+            said = b.wait(lambda: b.css("[data-param=tail_fraction] .field-error")[0].text, "the field's message")
+            assert said.startswith("'0.2x' is not a number") and "Not submitted" in b.text("rerun-message")
+            assert len(_jobs(server, "/jobs", trace["id"], kind="longtail")) == before
+    started = b.wait(lambda: "Started job" in (b.text("rerun-message") or "") and b.text("rerun-message"), "the run")
+    job = server.api.get(f"/jobs/{int(started.split()[2])}").json()
+    assert job["kind"] == "longtail" and job["params"]["tail_fraction"] == 0.25
+    assert not b.css("[data-param=tail_fraction] .field-error")[0].text
+    b.assert_console_clean()
