@@ -42,15 +42,25 @@ def _jobs(srv, path: str, trace_id: int, **params) -> list[dict]:
     return srv.api.get(path, params={"trace_id": trace_id, **params}).json()["items"]
 
 
-def _type(b: Browser, element_id: str, value: str) -> None:
-    """Replace what a text box holds by `value`, as a user types it."""
+def _type(b: Browser, selector: str, value: str) -> None:
+    """Replace what a text box (an element id, or a CSS selector) holds by `value`, as a
+    user types it; found afresh when Dash re-rendered it meanwhile."""
+    from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.common.keys import Keys
 
-    box = b.element(f"[id='{element_id}']", element_id, clickable=True)
-    box.send_keys(Keys.CONTROL, "a")  # (clear() bypasses React)
-    box.send_keys(Keys.DELETE)
-    if value:
-        box.send_keys(value)
+    css = selector if selector.startswith("[") else f"[id='{selector}']"
+    for _ in range(5):
+        try:
+            box = b.element(css, selector, clickable=True)
+            box.send_keys(Keys.CONTROL, "a")  # (clear() bypasses React)
+            box.send_keys(Keys.DELETE)
+            if value:
+                box.send_keys(value)
+            if box.get_attribute("value") == value:
+                return
+        except StaleElementReferenceException:
+            continue
+    raise AssertionError(f"could not type {value!r} into {selector}")
 
 
 def _signed_in(b: Browser, key: str) -> None:
@@ -174,26 +184,23 @@ def test_a_key_revoked_elsewhere_sends_the_next_action_to_sign_in(browser, serve
 
 
 def test_the_jobs_rerun_form_refuses_text_that_is_not_a_number(browser, server, trace):  # noqa: F811
-    from selenium.webdriver.common.keys import Keys
-
     b = browser
     server.wait_ready(trace["id"])
     b.wait(lambda: _jobs(server, "/jobs", trace["id"], kind="longtail"), "the trace's longtail job")
     _signed_in(b, server.key)
     b.open(f"/jobs?trace_id={trace['id']}&kind=longtail")
-    row = b.element("#jobs-table tr[data-kind=longtail]", "the longtail job's row")
-    row.find_element("css selector", "button").click()
-    field = b.wait(lambda: b.d.find_element("css selector", "[data-param=tail_fraction] input"), "the re-run form")
+    b.click("#jobs-table tr[data-kind=longtail] button", "the longtail job's re-run button")  # (polled: found afresh)
+    b.wait(lambda: "Parameters of job" in (b.text("rerun-form") or ""), "the re-run form with the job's parameters")
     before = len(_jobs(server, "/jobs", trace["id"], kind="longtail"))
-    for text in ("0.2x", "0.25"):
-        field.send_keys(Keys.CONTROL, "a")  # (clear() bypasses React)
-        field.send_keys(Keys.DELETE)
-        field.send_keys(text)
-        b.click("rerun-submit", "the run button")
-        if text == "0.2x":  # refused as typed: a browser's number box would have sent nothing (the default)
-            said = b.wait(lambda: b.css("[data-param=tail_fraction] .field-error")[0].text, "the field's message")
-            assert said.startswith("'0.2x' is not a number") and "Not submitted" in b.text("rerun-message")
-            assert len(_jobs(server, "/jobs", trace["id"], kind="longtail")) == before
+    box = "[data-param=tail_fraction] input"
+    _type(b, box, "0.2x")
+    b.click("rerun-submit", "the run button")
+    said = b.wait(lambda: b.css("[data-param=tail_fraction] .field-error")[0].text, "the field's message")
+    # refused as typed: a browser's number box would have sent nothing (the analysis' default)
+    assert said.startswith("'0.2x' is not a number") and "Not submitted" in b.text("rerun-message")
+    assert len(_jobs(server, "/jobs", trace["id"], kind="longtail")) == before
+    _type(b, box, "0.25")
+    b.click("rerun-submit", "the run button")
     started = b.wait(lambda: "Started job" in (b.text("rerun-message") or "") and b.text("rerun-message"), "the run")
     job = server.api.get(f"/jobs/{int(started.split()[2])}").json()
     assert job["kind"] == "longtail" and job["params"]["tail_fraction"] == 0.25
