@@ -206,3 +206,19 @@ def test_the_jobs_rerun_form_refuses_text_that_is_not_a_number(browser, server, 
     assert job["kind"] == "longtail" and job["params"]["tail_fraction"] == 0.25
     assert not b.css("[data-param=tail_fraction] .field-error")[0].text
     b.assert_console_clean()
+
+
+def test_compare_of_two_gpu_only_traces_says_what_they_lack(browser, server, shared_fixtures):  # noqa: F811
+    """Issue 32, item 9: no four empty panels for two Kineto traces, one line instead."""
+    b = browser
+    kineto = shared_fixtures / "kineto"
+    a = server.upload([kineto / "sampled_rank-0.json.gz"], "gpu only A")
+    c = server.upload([kineto / "sampled_rank-1.json.gz"], "gpu only B")
+    _signed_in(b, server.key)
+    b.open(f"/compare?a={a['id']}&b={c['id']}")
+    said = b.wait(lambda: b.text("cmp-lacking"), "what the traces lack")
+    assert "rollout lengths" in said and "stage timings" in said and "GPU trace diff" in said
+    for row in ("cmp-lengths-row", "cmp-stages-row"):
+        assert not b.element(row).is_displayed(), f"{row} shown with no data"
+    b.wait(lambda: b.chart("cmp-diff-chart"), "the GPU trace diff")
+    b.assert_console_clean()

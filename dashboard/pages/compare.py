@@ -34,6 +34,7 @@ def _int(x):
 
 FIELDS = ("response", "prompt", "total")
 KEYS = ("mean", "p50", "p90", "p99", "max")
+HIDDEN = {"display": "none"}
 ZOOMABLE = ("cmp-lengths", "cmp-cdf", "cmp-stages-a", "cmp-stages-b")
 register_url_state(
     "compare",
@@ -155,8 +156,8 @@ def _load(api, trace_id, field):
     Output("cmp-stages-a", "figure"),
     Output("cmp-stages-b", "figure"),
     Output("cmp-message", "children"),
-    Output("cmp-lengths-row", "hidden"),
-    Output("cmp-stages-row", "hidden"),
+    Output("cmp-lengths-row", "style"),
+    Output("cmp-stages-row", "style"),
     Input("cmp-a", "value"),
     Input("cmp-b", "value"),
     Input("cmp-field", "value"),
@@ -168,14 +169,14 @@ def fill(a, b, field, keys, zoom=None):
     line says what they lack."""
     if a is None or b is None:
         fig = empty_figure("Upload at least two traces to compare")
-        return fig, fig, fig, fig, None, False, False
+        return fig, fig, fig, fig, None, None, None
     api = session.api()
     try:
         ta, sa, steps_a = _load(api, a, field or "response")
         tb, sb, steps_b = _load(api, b, field or "response")
     except ApiError as exc:
         fig = empty_figure(exc.message)
-        return fig, fig, fig, fig, alert(exc.message), False, False
+        return fig, fig, fig, fig, alert(exc.message), None, None
     shown = compare_panels(ta, tb, steps_a, steps_b)
     note = html.P(shown["note"], className="muted", id="cmp-lacking") if shown["note"] else None
     # Short legend names (the dropdowns above say which trace is A and which is B).
@@ -188,7 +189,8 @@ def fill(a, b, field, keys, zoom=None):
         for fig in (fig_a, fig_b):
             fig.update_yaxes(range=[0, top * 1.05])
     figures = (compare_percentiles_figure(sa, sb, names, tuple(keys or ["p50"])), compare_cdf_figure(sa, sb, names))
-    return (*zoomed((*figures, fig_a, fig_b), ZOOMABLE, zoom), note, not shown["lengths"], not shown["stages"])
+    rows = [None if shown[k] else HIDDEN for k in ("lengths", "stages")]  # (a grid's display beats `hidden`)
+    return (*zoomed((*figures, fig_a, fig_b), ZOOMABLE, zoom), note, *rows)
 
 
 def _stack_top(fig) -> float:
