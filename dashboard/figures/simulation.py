@@ -286,7 +286,7 @@ def speedup_figure(job: dict) -> go.Figure:
         fig.add_trace(
             go.Scatter(
                 name=f"overall {total:.3f}x",
-                x=[min(x), max(x)] if len(x) > 1 else [x[0] - 0.5, x[0] + 0.5],
+                x=[min(x), max(x)] if many_steps(len(x)) else [min(x) - 0.5, max(x) + 0.5],  # bars' edges
                 y=[total, total],
                 mode="lines",
                 line=dict(color=REPLAY_COLORS["b"], width=2, dash="dash"),
