@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dash
 from dash import ALL, Input, Output, State, ctx, dcc, html, no_update
+from dash.exceptions import PreventUpdate
 
 from dashboard.api import session
 from dashboard.api.client import ApiClient, ApiError
@@ -342,7 +343,7 @@ def submit(n, trace_id, choices, numbers, params_a, params_b):
     """Replay with the form's values exactly as shown; a field whose value the form cannot
     send blocks it, its message under it (never replaced by the default)."""
     if not n:
-        return dict.fromkeys(("job", "message", "errors", "errors_a", "errors_b"), no_update)
+        raise PreventUpdate  # a re-rendered button, not a click
     values, errors, param_errors = _form_values(choices, numbers, params_a, params_b)
     out = {
         "job": no_update,

@@ -18,6 +18,7 @@ from typing import Any
 import dash
 from dash import ALL, Input, Output, State, ctx, dcc, html, no_update
 from dash.development.base_component import Component
+from dash.exceptions import PreventUpdate
 
 from dashboard.api import session
 from dashboard.api.client import ApiError
@@ -198,7 +199,7 @@ def submit(n_fit, n_gen, trace_id, numbers, task, formats, ingest, name):
     """Fit, or fit and generate with the form's values exactly as shown: a number field
     the form cannot send blocks the submit, its message under it."""
     if not (n_fit or n_gen):
-        return {"job": no_update, "message": no_update, "errors": dict.fromkeys(NUMBERS, no_update)}
+        raise PreventUpdate  # a re-rendered button, not a click
     fit_only = ctx.triggered_id == "wl-fit"  # the fit reads none of the numbers
     checked, errors = check_fields(numbers, {} if fit_only else {id_: spec[2] for id_, spec in NUMBERS.items()})
     out = {"job": no_update, "message": None, "errors": {id_: errors.get(id_) for id_ in NUMBERS}}
