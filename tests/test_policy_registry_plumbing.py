@@ -150,12 +150,12 @@ def test_the_form_builder_renders_its_fields(toy):
                     fields[box.id["name"]], takes[box.id["name"]] = box, getattr(child, "title", None)
     assert list(fields) == ["rounds", "share", "greedy", "order"]
     rounds, share = fields["rounds"], fields["share"]
-    assert (rounds.type, rounds.value, takes["rounds"]) == ("text", 3, "a whole number >= 1 <= 64")
-    assert (share.type, share.value, takes["share"]) == ("text", 0.25, "a number > 0 <= 1")
+    assert (rounds.type, rounds.value, takes["rounds"]) == ("text", 3, "a whole number >= 1 and <= 64")
+    assert (share.type, share.value, takes["share"]) == ("text", 0.25, "a number > 0 and <= 1")
     bad = [{"type": PARAM, "form": "sim", "policy": "a", "name": n} for n in ("rounds", "share")]
     assert read_params(infos, bad, ["65", "1.5"])[1] == {
-        "rounds": "65 is out of range: a whole number >= 1 <= 64",
-        "share": "1.5 is out of range: a number > 0 <= 1",
+        "rounds": "65 is out of range: a whole number >= 1 and <= 64",
+        "share": "1.5 is out of range: a number > 0 and <= 1",
     }
     assert [o["value"] for o in fields["greedy"].options] == ["true", "false"] and fields["greedy"].value == "false"
     assert [o["value"] for o in fields["order"].options] == ["fifo", "lifo"] and fields["order"].value == "fifo"

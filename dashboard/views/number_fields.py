@@ -3,8 +3,8 @@ or the submit is blocked with a message next to the field.
 
 A browser's number input hands Dash `null` for any value it finds invalid (out of its
 min / max, off its step, half typed), which a form cannot tell from an empty field and
-would replace by the default. So these fields are text inputs (a numeric keyboard on
-touch devices) checked here against the bounds the form declares: `check_number` is
+would replace by the default. So these fields are text inputs (whole numbers get a
+numeric keyboard on touch devices) checked here against the bounds the form declares: `check_number` is
 pure, `number_input` draws the input and the message slot under it (id:
 `error_id(input id)`).
 """
@@ -30,14 +30,15 @@ class Bounds:
     required: bool = False
 
     def allowed(self) -> str:
-        """'a whole number >= 1' (as the API's presets say it)."""
+        """'a whole number >= 1', 'a number > 0 and <= 1' (as the API's presets say it)."""
         parts = [
             f">= {_fmt(self.ge)}" if self.ge is not None else "",
             f"> {_fmt(self.gt)}" if self.gt is not None else "",
+            f"<= {_fmt(self.le)}" if self.le is not None else "",
         ]
-        parts.append(f"<= {_fmt(self.le)}" if self.le is not None else "")
         what = "a whole number" if self.integer else "a number"
-        return " ".join([what, *(p for p in parts if p)])
+        bounds = " and ".join(p for p in parts if p)
+        return f"{what} {bounds}" if bounds else what
 
 
 def _fmt(x: float) -> str:
