@@ -22,7 +22,7 @@ import httpx
 from dash import dcc, html
 
 from dashboard import callbacks
-from dashboard.api.session import API_BASE_URL, API_HTTP_CLIENT, SessionInterface
+from dashboard.api.session import API_BASE_URL, API_HTTP_CLIENT, SESSION_ENDED, SessionInterface
 from dashboard.server import compression, downloads
 from dashboard.views import components
 
@@ -34,6 +34,9 @@ def _layout():
     return html.Div(
         [
             dcc.Location(id="nav-redirect", refresh=True),
+            # a sign-in URL put here (the API refused the session's key) is opened at once
+            dcc.Store(id=SESSION_ENDED),
+            html.Div(id=f"{SESSION_ENDED}-redirect", hidden=True),
             html.Header(
                 className="topbar",
                 children=[

@@ -20,6 +20,13 @@ def register(app: dash.Dash) -> None:
         Output("redirect", "title"),
         Input(c.REDIRECT_TARGET, "data"),
     )
+    # The API refused the session's key (dashboard.api.session.end_session): to sign-in.
+    app.clientside_callback(
+        "function(target) { if (target) { window.location.replace(target); } return window.dash_clientside.no_update; }",
+        Output(f"{session.SESSION_ENDED}-redirect", "title"),
+        Input(session.SESSION_ENDED, "data"),
+        prevent_initial_call=True,
+    )
 
     @app.callback(
         Output("top-nav", "children"),

@@ -423,7 +423,7 @@ def test_analysis_results_stay_on_the_server_and_are_cached_per_team(app, stub):
     with app.server.test_request_context():
         flask.session[session.KEY_FIELD] = session.seal_key("another team")
         result, note = results.analysis_result({"job_id": 21}, "imbalance")
-        assert result is None and "invalid API key" in note  # the cache does not answer for another key
+        assert result is None and "session has ended" in note  # the cache does not answer for another key
 
 
 def test_cdf_draws_the_default_steps_in_the_first_round_and_redraws_for_chosen_ones(app, stub):
@@ -680,7 +680,7 @@ def test_simulate_form_shows_the_chosen_policies_parameters(app, stub):
     assert field(page, "a", "over_provision")["props"]["value"] == 1.5
     assert field(page, "a", "finished_groups")["props"]["value"] is None
     every = field(page, "b", "trigger_parameter_sync_step")["props"]
-    assert every["value"] == 2 and every["min"] == 1 and every["step"] == 1
+    assert every["value"] == 2 and every["type"] == "text"  # checked against its bounds on submit
     r = _callback(
         client,
         "sim-params-b.children",

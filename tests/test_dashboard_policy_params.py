@@ -12,7 +12,8 @@ import pytest
 
 from backend.jobs.simulations import presets, simulation_params
 from core.simulator.policies import POLICIES
-from dashboard.views.policy_params import PARAM, equivalence_notes, param_inputs, params_from_inputs
+from dashboard.views.number_fields import Bounds, check_number
+from dashboard.views.policy_params import PARAM, equivalence_notes, param_inputs, params_from_inputs, read_params
 from dashboard.views.replay_forms import form_defaults, form_values_from_job, simulation_body
 
 
@@ -26,9 +27,10 @@ def inputs_of(components: list) -> dict[str, dict]:
     out = {}
     for label in components:
         for child in label.children:
-            pid = getattr(child, "id", None)
-            if isinstance(pid, dict) and pid.get("type") == PARAM:
-                out[pid["name"]] = {**child.to_plotly_json()["props"], "component": type(child).__name__}
+            for box in [child, *(getattr(child, "children", None) or [])]:  # a number field: its input's span
+                pid = getattr(box, "id", None)
+                if isinstance(pid, dict) and pid.get("type") == PARAM:
+                    out[pid["name"]] = {**box.to_plotly_json()["props"], "component": type(box).__name__}
     return out
 
 
@@ -41,9 +43,9 @@ def test_every_declared_parameter_gets_a_typed_input(kind):
         f = fields[info.name]
         assert f["id"] == {"type": PARAM, "form": "sim", "policy": "b", "name": info.name}
         if info.type in ("integer", "number"):
-            assert f["component"] == "Input" and f["type"] == "number" and f["value"] == info.default
-            assert f["min"] == (info.ge if info.ge is not None else info.gt) and f["max"] == info.le
-            assert f["step"] == (1 if info.type == "integer" else "any")
+            # a text box: a browser's number box hands an out-of-bounds value over as null
+            assert f["component"] == "Input" and f["type"] == "text" and f["value"] == info.default
+            assert "min" not in f and "max" not in f
         else:
             assert f["component"] == "Dropdown"
 
@@ -94,3 +96,35 @@ def test_equivalent_parameters_are_said():
         "Policy B: partial with finished_groups null, over_provision 1.0 replays identically to sync."
     ]
     assert equivalence_notes({"a": result["a"], "b": None}, {}) == []
+
+
+def test_an_invalid_number_is_refused_with_its_message_never_the_default():
+    """Item 2 of issue 32: partial's over_provision 0.5 (>= 1 declared) was replaced by 2.0."""
+    infos = served_presets()["policy_params"]["partial"]
+    ids = [{"type": PARAM, "form": "sim", "policy": "b", "name": n} for n in ("finished_groups", "over_provision")]
+    params, errors = read_params(infos, ids, ["", "0.5"])
+    assert params == {"finished_groups": None} and "over_provision" not in params
+    assert errors == {"over_provision": "0.5 is out of range: a number >= 1"}
+    assert read_params(infos, ids, ["2.5", "1.5"])[1] == {"finished_groups": "2.5 is not a whole number"}
+    assert read_params(infos, ids, ["abc", "1.5"])[1]["finished_groups"].startswith("'abc' is not a number")
+    assert read_params(infos, ids, [" 12 ", "0.75e1"]) == ({"finished_groups": 12, "over_provision": 7.5}, {})
+    with pytest.raises(ValueError, match="over_provision: 0.5 is out of range"):
+        params_from_inputs(infos, ids, [None, 0.5])
+
+
+@pytest.mark.parametrize(
+    ("value", "bounds", "expected"),
+    [
+        ("3", Bounds(ge=1), (3, None)),
+        (3.0, Bounds(ge=1), (3, None)),
+        ("", Bounds(ge=1), (None, None)),
+        (None, Bounds(ge=1, required=True), (None, "required: a whole number >= 1")),
+        ("0", Bounds(ge=1), (None, "0 is out of range: a whole number >= 1")),
+        ("0", Bounds(integer=False, gt=0), (None, "0 is out of range: a number > 0")),
+        ("1.5", Bounds(integer=False, le=1), (None, "1.5 is out of range: a number <= 1")),
+        ("nan", Bounds(integer=False), (None, "'nan' is not a number")),
+        ("1e", Bounds(), (None, "'1e' is not a number: a whole number")),
+    ],
+)
+def test_check_number_says_why_a_value_is_refused(value, bounds, expected):
+    assert check_number(value, bounds) == expected

@@ -139,18 +139,24 @@ def test_the_cli_reads_its_parameters_by_type(toy, team_key, tmp_path):
 
 def test_the_form_builder_renders_its_fields(toy):
     from backend.jobs.simulations import presets
-    from dashboard.views.policy_params import PARAM, param_inputs, params_from_inputs
+    from dashboard.views.policy_params import PARAM, param_inputs, params_from_inputs, read_params
 
     infos = orjson.loads(orjson.dumps(presets()))["policy_params"]["toy"]
-    fields = {}
+    fields, takes = {}, {}
     for label in param_inputs(infos, "sim", "a"):
         for child in label.children:
-            if isinstance(getattr(child, "id", None), dict):
-                fields[child.id["name"]] = child
+            for box in [child, *(getattr(child, "children", None) or [])]:  # a number field: its input's span
+                if getattr(box, "id", {}) and isinstance(box.id, dict) and box.id.get("type") == PARAM:
+                    fields[box.id["name"]], takes[box.id["name"]] = box, getattr(child, "title", None)
     assert list(fields) == ["rounds", "share", "greedy", "order"]
     rounds, share = fields["rounds"], fields["share"]
-    assert (rounds.type, rounds.min, rounds.max, rounds.step, rounds.value) == ("number", 1, 64, 1, 3)
-    assert (share.type, share.min, share.max, share.step, share.value) == ("number", 0.0, 1.0, "any", 0.25)
+    assert (rounds.type, rounds.value, takes["rounds"]) == ("text", 3, "a whole number >= 1 and <= 64")
+    assert (share.type, share.value, takes["share"]) == ("text", 0.25, "a number > 0 and <= 1")
+    bad = [{"type": PARAM, "form": "sim", "policy": "a", "name": n} for n in ("rounds", "share")]
+    assert read_params(infos, bad, ["65", "1.5"])[1] == {
+        "rounds": "65 is out of range: a whole number >= 1 and <= 64",
+        "share": "1.5 is out of range: a number > 0 and <= 1",
+    }
     assert [o["value"] for o in fields["greedy"].options] == ["true", "false"] and fields["greedy"].value == "false"
     assert [o["value"] for o in fields["order"].options] == ["fifo", "lifo"] and fields["order"].value == "fifo"
     ids = [{"type": PARAM, "form": "sim", "policy": "a", "name": n} for n in fields]

@@ -20,6 +20,7 @@ import orjson
 API_PREFIX = "/api/v1"
 DEFAULT_TIMEOUT = httpx.Timeout(30.0, connect=5.0)
 UPLOAD_TIMEOUT = httpx.Timeout(600.0, connect=5.0)
+SESSION_ENDED = "Your session has ended: sign in again."
 
 
 class ApiError(Exception):
@@ -123,9 +124,11 @@ class ApiClient:
         self.on_unauthorized = on_unauthorized
 
     def _refused(self, resp: httpx.Response) -> ApiError:
+        err = ApiError.from_response(resp)
         if resp.status_code == 401 and self.api_key and self.on_unauthorized is not None:
             self.on_unauthorized()
-        return ApiError.from_response(resp)
+            err.message = SESSION_ENDED  # what a page shows meanwhile, not the API's wording
+        return err
 
     # -- plumbing -------------------------------------------------------------------
     def _url(self, path: str) -> str:

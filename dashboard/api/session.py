@@ -18,13 +18,14 @@ import base64
 import hashlib
 import hmac
 import secrets
-from urllib.parse import unquote, urlsplit
+from urllib.parse import quote, unquote, urlsplit
 
 import flask
 from flask.sessions import SecureCookieSessionInterface
 
 from dashboard.api.client import ApiClient
 
+SESSION_ENDED = "session-ended"  # a store of the app's layout: a sign-in URL set there is opened
 API_BASE_URL = "RLVR_API_BASE_URL"
 API_HTTP_CLIENT = "RLVR_API_HTTP_CLIENT"
 KEY_FIELD = "key_token"  # the sealed API key in the session
@@ -126,6 +127,37 @@ def sign_out() -> None:
     flask.session.clear()
 
 
+def end_session(reason: str = "refused") -> None:
+    """Sign out and, inside a callback, send the browser to the sign-in page, which says
+    why (`reason`: "refused", the API refused the key; "revoked", the user revoked it)
+    and comes back to the page the user was on."""
+    import dash  # (only here: the rest of this module is plain Flask)
+
+    sign_out()
+    target = dash.get_relative_path("/sign-in") + f"?ended={reason}"
+    back = _page_of_request()
+    if back and not back.startswith("/sign-in"):
+        target += "&next=" + quote(back, safe="")
+    try:
+        dash.set_props(SESSION_ENDED, {"data": target})
+    except dash.exceptions.MissingCallbackContextException:
+        pass  # not in a callback (a download): the pages' sign-in guard takes over
+
+
+def _page_of_request() -> str | None:
+    """The app-relative page (path and query) a callback request came from."""
+    import dash
+
+    if not flask.has_request_context() or not flask.request.referrer:
+        return None
+    page = urlsplit(flask.request.referrer)
+    try:
+        path = "/" + dash.strip_relative_path(page.path or "/")
+    except dash.exceptions.UnsupportedRelativePath:
+        return None
+    return path + (f"?{page.query}" if page.query else "")
+
+
 def client_for(key: str | None) -> ApiClient:
     """An API client for the app serving this request, acting with `key`."""
     cfg = flask.current_app.config
@@ -134,7 +166,8 @@ def client_for(key: str | None) -> ApiClient:
 
 def api() -> ApiClient:
     """An API client acting as the signed-in team (callbacks and layouts only). When the
-    API refuses the key (revoked), the session ends: this response clears the cookie."""
+    API refuses the key (revoked), the session ends: this response clears the cookie and
+    sends the browser to the sign-in page (`end_session`)."""
     client = client_for(api_key())
-    client.on_unauthorized = sign_out
+    client.on_unauthorized = end_session
     return client

@@ -8,6 +8,7 @@ import plotly.graph_objects as go
 
 from dashboard.figures.common import column, empty_figure, integer_ticks, log_token_axis, styled_figure
 from dashboard.figures.distributions import FIELD_LABELS, cdf_points
+from dashboard.figures.stages import has_stage_timings
 from dashboard.theme import TRACE_COLORS, UNITS
 
 DASHES = {"p50": None, "mean": "dot", "p90": "dashdot", "p99": "dash", "max": "longdash"}
@@ -79,3 +80,25 @@ def compare_cdf_figure(a: dict | None, b: dict | None, names: tuple[str, str]) -
     log_token_axis(fig, "x", min(xs_all), max(xs_all))
     fig.update_yaxes(range=[0, 1.02], tickformat=".0%")
     return fig
+
+
+def compare_panels(a: dict, b: dict, steps_a: list[dict], steps_b: list[dict]) -> dict:
+    """Which of the page's chart rows have data for traces `a` and `b` (the API's trace
+    bodies and step rows): "lengths" (samples), "stages" (per-step stage timings), and
+    "note", one line saying what both traces lack, or None when every row is shown."""
+    lengths = bool(a.get("n_samples") or b.get("n_samples"))
+    stages = has_stage_timings(steps_a) or has_stage_timings(steps_b)
+    lacking = [
+        what
+        for what, shown in (("rollout lengths (samples)", lengths), ("per-step stage timings", stages))
+        if not shown
+    ]
+    note = None
+    if lacking:
+        gpu = (
+            " (GPU traces only: see the GPU trace diff below)"
+            if a.get("n_gpu_events") and b.get("n_gpu_events")
+            else ""
+        )
+        note = f"Neither trace has {' nor '.join(lacking)}, so their charts are not shown{gpu}."
+    return {"lengths": lengths, "stages": stages, "note": note}

@@ -11,6 +11,7 @@ O(steps x bins) no matter how many samples the trace has:
 
 from __future__ import annotations
 
+import textwrap
 from html import escape
 
 import numpy as np
@@ -283,7 +284,11 @@ def tail_figure(payload: dict) -> go.Figure:
         )
     _add_at_cap(fig, payload, rows, trunc)
     if definition:
-        fig.update_layout(title=dict(text=f"{title} <br><sup>{escape(definition, quote=False)}</sup>"))
+        lines = wrapped(definition)
+        fig.update_layout(
+            title=dict(text=f"{title}<br><sup>{'<br>'.join(escape(x, quote=False) for x in lines)}</sup>"),
+            margin=dict(t=76 + SUBTITLE_LINE_PX * (len(lines) - 1)),
+        )
     return integer_ticks(step_gaps(fig))
 
 
@@ -317,6 +322,17 @@ def _add_at_cap(fig: go.Figure, payload: dict, rows: list[dict], trunc: list) ->
     fig.update_layout(
         yaxis2=dict(title=dict(text="% of samples"), overlaying="y", side="right", showgrid=False, **percent_axis(top))
     )
+
+
+# A subtitle line fits a half-width chart (the Distributions grid) at plotly's <sup> size.
+SUBTITLE_CHARS = 72
+SUBTITLE_LINE_PX = 13
+
+
+def wrapped(text: str, width: int = SUBTITLE_CHARS) -> list[str]:
+    """`text` in lines of at most `width` characters, broken between words (plotly
+    neither wraps a title nor keeps it whole: it is cut at the chart's edge)."""
+    return textwrap.wrap(text, width, break_long_words=False, break_on_hyphens=False) or [text]
 
 
 def cdf_points(hist: list[int], edges: list[float]) -> tuple[list[float], list[float]]:

@@ -31,6 +31,20 @@ COST_CAPTION = (
     "ranks matter, so the unit is arbitrary."
 )
 POLICY_LABELS = {"recorded": "recorded", "kk": "Karmarkar-Karp", "lpt": "LPT"}
+# Drawn in this order. Karmarkar-Karp and LPT often give the same split: KK's wide dashed
+# line with open circles stays visible around LPT's thin dotted one with crosses on top.
+RATIO_STYLES: dict[str, dict[str, dict]] = {
+    "recorded": {"line": dict(width=2), "marker": dict(symbol="circle", size=6)},
+    "kk": {"line": dict(width=5, dash="dash"), "marker": dict(symbol="circle-open", size=11, line=dict(width=2))},
+    "lpt": {"line": dict(width=2, dash="dot"), "marker": dict(symbol="x-thin-open", size=7, line=dict(width=2))},
+}
+
+
+SAME_SPLIT_NOTE = "LPT gives Karmarkar-Karp's split on every step: its dotted line runs inside KK's dashed one"
+
+
+def _ratio_keys(metric: str) -> dict[str, str]:
+    return {"recorded": metric, "kk": f"kk_{metric}", "lpt": f"lpt_{metric}"}
 
 
 def _steps(result: dict, load: str) -> list[dict]:
@@ -91,18 +105,20 @@ def imbalance_ratio_figure(result: dict, load: str = "tokens", metric: str = "ma
         return empty_figure("No per-rank loads", title)
     x = [s["step"] for s in steps]
     fig = styled_figure(title, x_title=UNITS["step"], y_title=f"{label} (ratio)", hovermode="x unified")
-    for policy, key in (("recorded", metric), ("kk", f"kk_{metric}"), ("lpt", f"lpt_{metric}")):
+    series = {p: [num(s[load].get(key)) for s in steps] for p, key in _ratio_keys(metric).items()}
+    if series["kk"] == series["lpt"]:  # the legend alone would not say why one line seems missing
+        fig.update_layout(title=dict(text=f"{title}<br><sup>{SAME_SPLIT_NOTE}</sup>"))
+    markers = not (many_steps(len(x)) or len(x) > 60)
+    for policy, ys in series.items():
+        style = RATIO_STYLES[policy]
         fig.add_trace(
             go.Scatter(
                 name=POLICY_LABELS[policy],
                 x=x,
-                y=[num(s[load].get(key)) for s in steps],
-                mode="lines" if many_steps(len(x)) or len(x) > 60 else "lines+markers",
-                line=dict(
-                    color=POLICY_COLORS["measured" if policy == "recorded" else policy],
-                    width=2,
-                    dash=None if policy == "recorded" else "dash",
-                ),
+                y=ys,
+                mode="lines+markers" if markers else "lines",
+                line=dict(color=POLICY_COLORS["measured" if policy == "recorded" else policy], **style["line"]),
+                marker=style["marker"],
                 hovertemplate=f"{POLICY_LABELS[policy]} %{{y:.3f}}<extra></extra>",
             )
         )

@@ -24,6 +24,37 @@ from plotly.subplots import make_subplots
 
 from dashboard.theme import base_layout
 
+# A series' unit from its key, first match wins: (test on the key's last part or the
+# whole key, unit). Length statistics are tokens except the dimensionless ones.
+_RATIO_STATS = ("tail_ratio", "cv", "skewness")
+_RATIO_WORDS = ("ratio", "over_mean", "over_min", "speedup")
+_SHARE_WORDS = ("fraction", "share", "rate", "frac", "mfu", "saving")
+
+
+def metric_unit(key: str) -> str | None:
+    """The unit of a metric explorer series, read from its key: 't_gen' -> 's',
+    'timing_s/gen' -> 's', 'response/p99' -> 'tokens', 'longtail/idle_fraction' ->
+    'fraction'; None when the key does not say."""
+    low = key.lower()
+    last = low.rsplit("/", 1)[-1].rsplit(".", 1)[-1]
+    head = low.split("/", 1)[0]
+    if head in ("response", "prompt", "total") and "/" in low:  # the per-step length statistics
+        if last in _RATIO_STATS:
+            return "ratio"
+        return "fraction" if "rate" in last else ("samples" if last == "count" else "tokens")
+    checks: tuple[tuple[bool, str], ...] = (
+        ("throughput" in low or "tokens_per_s" in low or "tok/s" in low, "tokens/s"),
+        (head.endswith("_ms") or last.endswith("_ms"), "ms"),
+        (low.startswith("t_") or head.endswith("_s") or head == "time" or last.endswith(("_s", "_sec")), "s"),
+        (last.endswith(("_gb", "_gib")), "GB"),
+        (any(w in last for w in _RATIO_WORDS), "ratio"),
+        (any(w in last for w in _SHARE_WORDS) or "/mfu" in low, "fraction"),
+        ("token" in last or "length" in low or last in ("tokens",), "tokens"),
+        (last in ("n_samples", "samples", "count"), "samples"),
+    )
+    return next((unit for hit, unit in checks if hit), None)
+
+
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#7f7f7f")
 
 
@@ -150,6 +181,8 @@ def metrics_figure(
     if log_y:
         fig.update_yaxes(type="log")
     fig.update_xaxes(title_text="step (after offset)", row=n, col=1)
+    for row, key in enumerate(keys, start=1):
+        fig.update_yaxes(title_text=metric_unit(key) or "value (unit not in its name)", row=row, col=1)
     return fig
 
 

@@ -308,16 +308,21 @@ def speedup_figure(job: dict) -> go.Figure:
     else:
         colors = [REPLAY_COLORS["b"] if (y or 0) >= 1 else REPLAY_COLORS["measured"] for y in ys]
         fig.add_trace(go.Bar(name="per step", x=x, y=ys, marker_color=colors, customdata=saved, hovertemplate=hover))
-    if total is not None:
-        fig.add_hline(
-            y=total,
-            line=dict(color=REPLAY_COLORS["b"], width=2, dash="dash"),
-            annotation_text=f"overall {total:.3f}x",
-            annotation_position="top left",
+    if total is not None:  # a legend entry, not a label on the plot that could sit over a tick
+        fig.add_trace(
+            go.Scatter(
+                name=f"overall {total:.3f}x",
+                x=[min(x), max(x)] if many_steps(len(x)) else [min(x) - 0.5, max(x) + 0.5],  # bars' edges
+                y=[total, total],
+                mode="lines",
+                line=dict(color=REPLAY_COLORS["b"], width=2, dash="dash"),
+                hoverinfo="skip",
+            )
         )
     fig.add_hline(y=1.0, line=dict(color="#999", width=1, dash="dot"))
-    lo = min([y for y in ys if y is not None] + [1.0])
-    fig.update_yaxes(range=[min(0.9, lo * 0.95), None] if lo > 0.5 else None)
+    # from 0, so a slowdown's bar is as short as it is (not magnified by a cut axis)
+    top = max([y for y in ys if y is not None] + [1.0, total or 0.0])
+    fig.update_yaxes(range=[0, top * 1.08])
     flag_partial_steps(fig, result)
     return integer_ticks(step_gaps(fig))
 
@@ -383,6 +388,7 @@ def idle_cause_figure(job: dict) -> go.Figure:
             )
         fig.update_yaxes(title_text="idle GPU-seconds", row=row, col=1)
     fig.update_xaxes(title_text=UNITS["step"], row=len(names), col=1)
+    fig.update_yaxes(matches="y", rangemode="tozero")  # one scale: equal heights, equal GPU-seconds
     return integer_ticks(fig)
 
 

@@ -20,6 +20,7 @@ from dashboard.figures.common import empty_figure
 from dashboard.views.components import PAGE_TRACE_ID, alert, control, controls, graph, section
 from dashboard.views.formatting import job_active
 from dashboard.views.job_views import followed_banner, job_banner, job_progress
+from dashboard.views.number_fields import Bounds, blocked_message, check_number, error_id, number_input
 from dashboard.views.trace_frame import trace_page
 
 dash.register_page(
@@ -60,18 +61,7 @@ def body(trace: dict) -> html.Div:
                             style={"minWidth": "150px"},
                         ),
                     ),
-                    control(
-                        "GPUs",
-                        dcc.Input(
-                            id="adv-gpus",
-                            type="number",
-                            min=1,
-                            step=1,
-                            value=d.get("n_gpus", 8),
-                            className="input",
-                            style={"width": "110px"},
-                        ),
-                    ),
+                    control("GPUs", number_input("adv-gpus", d.get("n_gpus", 8), GPUS)),
                     control(
                         "Model",
                         dcc.Dropdown(
@@ -101,6 +91,9 @@ def body(trace: dict) -> html.Div:
     )
 
 
+GPUS = Bounds(ge=1, required=True)  # the GPU budget: an invalid one blocks Advise, its message under it
+
+
 def model_note(proposal: dict | None) -> html.P | None:
     """Where the Model default came from, when the trace's name or metadata named it."""
     if not proposal:
@@ -124,6 +117,7 @@ def layout(trace_id: str | None = None, **_):
     Output("adv-job", "data"),
     Output("adv-message", "children"),
     Output("adv-poll", "disabled", allow_duplicate=True),
+    Output(error_id("adv-gpus"), "children"),
     Input("adv-submit", "n_clicks"),
     State(PAGE_TRACE_ID, "data"),
     State("adv-gpu", "value"),
@@ -134,15 +128,18 @@ def layout(trace_id: str | None = None, **_):
 )
 def submit(n, trace_id, gpu, n_gpus, model, policies=None):
     if not n:
-        return no_update, no_update, no_update
+        return no_update, no_update, no_update, no_update
+    gpus, wrong = check_number(n_gpus, GPUS)
+    if wrong:
+        return no_update, alert(blocked_message(['"GPUs"']), id="adv-form-blocked"), no_update, wrong
     if not policies:
-        return no_update, alert("Choose at least one policy to sweep."), no_update
-    body = {"trace_id": trace_id, "gpu": gpu, "n_gpus": n_gpus, "model": model, "policies": list(policies)}
+        return no_update, alert("Choose at least one policy to sweep."), no_update, None
+    body = {"trace_id": trace_id, "gpu": gpu, "n_gpus": gpus, "model": model, "policies": list(policies)}
     try:
         job = session.api().advise(body)
     except ApiError as exc:
-        return no_update, alert(exc.message), no_update
-    return job["id"], job_banner(job, "Advice", "adv-started"), False
+        return no_update, alert(exc.message), no_update, None
+    return job["id"], job_banner(job, "Advice", "adv-started"), False, None
 
 
 @dash.callback(

@@ -15,7 +15,7 @@ from dash import Input, Output, State, dcc, html
 from dashboard.api import session
 from dashboard.api.client import ApiError
 from dashboard.figures.common import empty_figure
-from dashboard.figures.compare import compare_cdf_figure, compare_percentiles_figure
+from dashboard.figures.compare import compare_cdf_figure, compare_panels, compare_percentiles_figure
 from dashboard.figures.gpu_diff import diff_figure, diff_summary, diff_table
 from dashboard.figures.stages import stage_time_figure
 from dashboard.views.components import alert, control, controls, graph, section, sign_in_required, signed_in
@@ -34,6 +34,7 @@ def _int(x):
 
 FIELDS = ("response", "prompt", "total")
 KEYS = ("mean", "p50", "p90", "p99", "max")
+HIDDEN = {"display": "none"}
 ZOOMABLE = ("cmp-lengths", "cmp-cdf", "cmp-stages-a", "cmp-stages-b")
 register_url_state(
     "compare",
@@ -100,6 +101,7 @@ def layout(a: str | None = None, b: str | None = None, **query):
             _controls(options, id_a, id_b, query),
             html.Div(id="cmp-message"),
             html.Div(
+                id="cmp-lengths-row",
                 className="grid-2",
                 children=[
                     section("Lengths over steps", graph("cmp-lengths")),
@@ -107,6 +109,7 @@ def layout(a: str | None = None, b: str | None = None, **query):
                 ],
             ),
             html.Div(
+                id="cmp-stages-row",
                 className="grid-2",
                 children=[
                     section("Stage time, trace A", graph("cmp-stages-a")),
@@ -153,6 +156,8 @@ def _load(api, trace_id, field):
     Output("cmp-stages-a", "figure"),
     Output("cmp-stages-b", "figure"),
     Output("cmp-message", "children"),
+    Output("cmp-lengths-row", "style"),
+    Output("cmp-stages-row", "style"),
     Input("cmp-a", "value"),
     Input("cmp-b", "value"),
     Input("cmp-field", "value"),
@@ -160,16 +165,20 @@ def _load(api, trace_id, field):
     State(zoom_id("compare"), "data"),
 )
 def fill(a, b, field, keys, zoom=None):
+    """The charts of the two traces; a row neither trace has data for is hidden, and one
+    line says what they lack."""
     if a is None or b is None:
         fig = empty_figure("Upload at least two traces to compare")
-        return fig, fig, fig, fig, None
+        return fig, fig, fig, fig, None, None, None
     api = session.api()
     try:
         ta, sa, steps_a = _load(api, a, field or "response")
         tb, sb, steps_b = _load(api, b, field or "response")
     except ApiError as exc:
         fig = empty_figure(exc.message)
-        return fig, fig, fig, fig, alert(exc.message)
+        return fig, fig, fig, fig, alert(exc.message), None, None
+    shown = compare_panels(ta, tb, steps_a, steps_b)
+    note = html.P(shown["note"], className="muted", id="cmp-lacking") if shown["note"] else None
     # Short legend names (the dropdowns above say which trace is A and which is B).
     names = ("A", "B")
     fig_a = stage_time_figure(steps_a, title=f"Stage time per step, A: {ta['name']}")
@@ -180,7 +189,8 @@ def fill(a, b, field, keys, zoom=None):
         for fig in (fig_a, fig_b):
             fig.update_yaxes(range=[0, top * 1.05])
     figures = (compare_percentiles_figure(sa, sb, names, tuple(keys or ["p50"])), compare_cdf_figure(sa, sb, names))
-    return (*zoomed((*figures, fig_a, fig_b), ZOOMABLE, zoom), None)
+    rows = [None if shown[k] else HIDDEN for k in ("lengths", "stages")]  # (a grid's display beats `hidden`)
+    return (*zoomed((*figures, fig_a, fig_b), ZOOMABLE, zoom), note, *rows)
 
 
 def _stack_top(fig) -> float:

@@ -8,7 +8,9 @@ jobs-range (pages of PAGE_SIZE, newest first; filters and page in the URL:
 <tr data-job-id data-kind data-status> per job; "Re-run" buttons {"type": "job-rerun"}
 for analyses, "Re-run…" / "Open" links for replays and workloads), jobs-poll,
 rerun-kind, rerun-trace, rerun-form (one widget per parameter, in
-<div data-param=NAME>, ids {"type": "rerun-param", "name": NAME}), rerun-fields,
+<div data-param=NAME>, ids {"type": "rerun-param", "name": NAME}, its message slot
+{"type": "rerun-param-error", "name": NAME}: a number field's text that is not a number
+blocks Run), rerun-fields,
 rerun-submit, rerun-message.
 """
 
@@ -35,7 +37,8 @@ from dashboard.views.components import (
     signed_in,
 )
 from dashboard.views.formatting import human_time, job_active
-from dashboard.views.job_views import describe_params, job_duration, param_fields, params_from_fields
+from dashboard.views.job_views import ANY_NUMBER, describe_params, job_duration, param_fields, read_fields
+from dashboard.views.number_fields import blocked_message, error_slot, number_input
 from dashboard.views.url_state import query_value, register_url_state, url_sink
 
 dash.register_page(__name__, path="/jobs", name="Jobs", title="Jobs · RLVR Explorer", nav="top", order=2)
@@ -43,6 +46,7 @@ dash.register_page(__name__, path="/jobs", name="Jobs", title="Jobs · RLVR Expl
 JOB_PAGES = {"simulation": "simulate", "workload": "workload"}  # kind -> the trace page that shows its jobs
 JOB_STATUSES = ("queued", "running", "succeeded", "failed")
 PARAM = "rerun-param"
+PARAM_ERROR = f"{PARAM}-error"  # under each parameter: why its value is refused
 PAGE_SIZE = 25
 
 
@@ -324,15 +328,8 @@ def _widget(name: str, kind: str, value):
     pid = {"type": PARAM, "name": name}
     if kind == "bool":
         return dcc.Checklist(id=pid, options=[{"label": "yes", "value": "yes"}], value=["yes"] if value else [])
-    if kind in ("number", "optional"):
-        return dcc.Input(
-            id=pid,
-            type="number",
-            value=value,
-            placeholder="default" if value is None else "",
-            className="input",
-            style={"width": "130px"},
-        )
+    if kind in ("number", "optional"):  # checked on Run: what is typed is sent, or Run is refused
+        return number_input(pid, value, ANY_NUMBER, placeholder="default", width=130, slot=False)
     if kind == "json":
         return dcc.Input(id=pid, type="text", value=json.dumps(value), className="input", style={"width": "260px"})
     return dcc.Input(id=pid, type="text", value=value, className="input", style={"width": "180px"})
@@ -345,7 +342,10 @@ def rerun_form(params: dict | None, note: str | None = None) -> tuple[list, list
         text = note or "No earlier run of this analysis on this trace: it runs with its defaults."
         return [html.P(text, className="muted")], []
     widgets = [
-        html.Div(control(name.replace("_", " "), _widget(name, kind, value)), **data_attrs(param=name))
+        html.Div(
+            [control(name.replace("_", " "), _widget(name, kind, value)), error_slot({"type": PARAM, "name": name})],
+            **data_attrs(param=name),
+        )
         for name, kind, value in fields
     ]
     out: list[Component] = [html.Div(widgets, className="controls")]
@@ -386,6 +386,7 @@ def fill_form(_clicks, kind, trace_id):
 
 @dash.callback(
     Output("rerun-message", "children"),
+    Output({"type": PARAM_ERROR, "name": ALL}, "children"),
     Input("rerun-submit", "n_clicks"),
     State("rerun-kind", "value"),
     State("rerun-trace", "value"),
@@ -394,19 +395,22 @@ def fill_form(_clicks, kind, trace_id):
     prevent_initial_call=True,
 )
 def rerun(n, kind, trace_id, fields, values):
-    if not n:
-        return no_update
-    if trace_id in (None, ""):
-        return alert("Choose a trace.")
-    kinds = {name: k for name, k in fields or []}
+    """Run the analysis with the parameters as typed; a value the form cannot send
+    blocks it, its message under the field."""
     shown = [item["id"]["name"] for item in ctx.states_list[3]]
-    try:
-        params = params_from_fields([(name, kinds.get(name, "text")) for name in shown], values)
-    except ValueError as exc:
-        return alert(f"Parameters: {exc}")
+    if not n:
+        return no_update, [no_update] * len(shown)
+    if trace_id in (None, ""):
+        return alert("Choose a trace."), [None] * len(shown)
+    kinds = {name: k for name, k in fields or []}
+    params, errors = read_fields([(name, kinds.get(name, "text")) for name in shown], values)
+    said = [errors.get(name) for name in shown]
+    if errors:
+        return alert(blocked_message(list(errors)), id="rerun-blocked"), said
     try:
         job = session.api().run_analysis(int(trace_id), kind, params)
     except ApiError as exc:
         where = f" ({exc.field})" if exc.field and exc.field not in exc.message else ""
-        return alert(f"{exc.message}{where}")
-    return alert(f"Started job {job.get('id')} ({kind} on trace {trace_id}): its status is in the table above.", "info")
+        return alert(f"{exc.message}{where}"), said
+    note = f"Started job {job.get('id')} ({kind} on trace {trace_id}): its status is in the table above."
+    return alert(note, "info"), said

@@ -16,7 +16,16 @@ from dashboard.views.components import alert, href
 dash.register_page(__name__, path="/sign-in", name="Sign in", title="Sign in · RLVR Explorer")
 
 
-def layout(next: str | None = None, **_):
+# Why a session ended (dashboard.api.session.end_session), said above the form.
+ENDED = {
+    "refused": "Your session has ended: the API no longer accepts its key (revoked or unknown). "
+    "Sign in with a valid key.",
+    "revoked": "You revoked the API key this session was signed in with, so the session has ended. "
+    "Sign in with another key.",
+}
+
+
+def layout(next: str | None = None, ended: str | None = None, **_):
     team = session.team_name()
     return html.Div(
         className="page narrow section",
@@ -28,6 +37,7 @@ def layout(next: str | None = None, **_):
                 className="help",
             ),
             html.P(f"Currently signed in as {team}.", className="muted") if team else None,
+            alert(ENDED[ended], "info", id="sign-in-ended") if ended in ENDED else None,
             dcc.Store(id="sign-in-next", data=safe_next(next)),
             dcc.Input(
                 id="sign-in-key",

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dash
 from dash import ALL, Input, Output, State, ctx, dcc, html, no_update
+from dash.exceptions import PreventUpdate
 
 from dashboard.api import session
 from dashboard.api.client import ApiClient, ApiError
@@ -51,7 +52,15 @@ from dashboard.views.job_views import (
     replay_placeholder,
 )
 from dashboard.views.job_views import describe_simulation as describe
-from dashboard.views.policy_params import PARAM, equivalence_notes, param_inputs, params_from_inputs
+from dashboard.views.number_fields import Bounds, blocked_message, check_fields, error_id, number_input
+from dashboard.views.policy_params import (
+    PARAM,
+    PARAM_ERROR,
+    equivalence_notes,
+    error_outputs,
+    param_inputs,
+    read_params,
+)
 from dashboard.views.replay_forms import CALIBRATION_MODES, form_defaults, form_values_from_job, simulation_body
 from dashboard.views.trace_frame import trace_page
 from dashboard.views.url_state import register_url_state, url_sink, zoom_id, zoom_store, zoomed
@@ -85,17 +94,23 @@ def presets(api: ApiClient) -> dict:
     return _presets[api.root]
 
 
-def _number(id_: str, value, *, minimum: int = 0, placeholder: str = "") -> dcc.Input:
-    return dcc.Input(
-        id=id_,
-        type="number",
-        min=minimum,
-        step=1,
-        value=value,
-        placeholder=placeholder,
-        className="input",
-        style={"width": "110px"},
-    )
+# The form's number fields: id -> (form value key, label, what it takes, empty means).
+# An invalid value blocks Replay with its message under the field.
+NUMBERS: dict[str, tuple[str, str, Bounds, str]] = {
+    "sim-gpus": ("n_gpus", "GPUs", Bounds(ge=1), "default"),
+    "sim-replicas": ("replicas", "Rollout replicas", Bounds(ge=1), "per policy"),
+    "sim-tp": ("tp", "TP per replica", Bounds(ge=1), "fits model"),
+    "sim-train-dp": ("train_dp", "Training DP", Bounds(ge=1), "per policy"),
+    "sim-max-seqs": ("max_running_seqs", "Max running sequences", Bounds(ge=1), "default"),
+    "sim-kv-tokens": ("kv_cache_tokens", "KV cache tokens", Bounds(ge=1), "from memory"),
+    "sim-step-from": ("step_from", "From step", Bounds(ge=0), "first"),
+    "sim-step-to": ("step_to", "To step (excl.)", Bounds(ge=0), "last + 1"),
+}
+
+
+def _number(id_: str, d: dict):
+    key, label, bounds, empty = NUMBERS[id_]
+    return control(label, number_input(id_, d[key], bounds, placeholder=empty))
 
 
 def _dropdown(id_: str, options, value, *, clearable: bool = False, placeholder: str = "", width: int = 170):
@@ -131,19 +146,14 @@ def form(p: dict, d: dict) -> html.Div:
             controls(
                 control("GPU", _dropdown("sim-gpu", list(p.get("gpus") or {}), d["gpu"])),
                 control("Model", _dropdown("sim-model", list(p.get("models") or {}), d["model"], width=190)),
-                control("GPUs", _number("sim-gpus", d["n_gpus"], minimum=1)),
-                control(
-                    "Rollout replicas", _number("sim-replicas", d["replicas"], minimum=1, placeholder="per policy")
-                ),
-                control("TP per replica", _number("sim-tp", d["tp"], minimum=1, placeholder="fits model")),
-                control("Training DP", _number("sim-train-dp", d["train_dp"], minimum=1, placeholder="per policy")),
+                _number("sim-gpus", d),
+                _number("sim-replicas", d),
+                _number("sim-tp", d),
+                _number("sim-train-dp", d),
             ),
             controls(
-                control("Max running sequences", _number("sim-max-seqs", d["max_running_seqs"], minimum=1)),
-                control(
-                    "KV cache tokens",
-                    _number("sim-kv-tokens", d["kv_cache_tokens"], minimum=1, placeholder="from memory"),
-                ),
+                _number("sim-max-seqs", d),
+                _number("sim-kv-tokens", d),
                 control("Policy A", _dropdown("sim-policy-a", policies, d["policy_a"])),
                 control(
                     "Policy B",
@@ -178,8 +188,8 @@ def form(p: dict, d: dict) -> html.Div:
                         style={"width": "120px"},
                     ),
                 ),
-                control("From step", _number("sim-step-from", d["step_from"])),
-                control("To step (excl.)", _number("sim-step-to", d["step_to"])),
+                _number("sim-step-from", d),
+                _number("sim-step-to", d),
                 control(
                     "Forecast",
                     dcc.Checklist(
@@ -294,88 +304,82 @@ def layout(trace_id: str | None = None, job: str | None = None, rerun: str | Non
     return trace_page(trace_id, __name__, "/simulate", lambda trace: body(trace, job, rerun, query))
 
 
+def _param_states(which: str) -> dict:
+    pattern = {"type": PARAM, "form": "sim", "policy": which, "name": ALL}
+    return {"ids": State(pattern, "id"), "values": State(pattern, "value")}
+
+
 @dash.callback(
-    Output("sim-job", "data", allow_duplicate=True),
-    Output("sim-form-message", "children"),
-    Input("sim-submit", "n_clicks"),
-    State(PAGE_TRACE_ID, "data"),
-    State("sim-gpu", "value"),
-    State("sim-model", "value"),
-    State("sim-gpus", "value"),
-    State("sim-replicas", "value"),
-    State("sim-tp", "value"),
-    State("sim-train-dp", "value"),
-    State("sim-max-seqs", "value"),
-    State("sim-kv-tokens", "value"),
-    State("sim-policy-a", "value"),
-    State("sim-policy-b", "value"),
-    State("sim-balancing", "value"),
-    State("sim-calibrate", "value"),
-    State("sim-fit-steps", "value"),
-    State("sim-step-from", "value"),
-    State("sim-step-to", "value"),
-    State("sim-forecast", "value"),
-    State({"type": PARAM, "form": "sim", "policy": "a", "name": ALL}, "id"),
-    State({"type": PARAM, "form": "sim", "policy": "a", "name": ALL}, "value"),
-    State({"type": PARAM, "form": "sim", "policy": "b", "name": ALL}, "id"),
-    State({"type": PARAM, "form": "sim", "policy": "b", "name": ALL}, "value"),
+    output={
+        "job": Output("sim-job", "data", allow_duplicate=True),
+        "message": Output("sim-form-message", "children"),
+        "errors": {id_: Output(error_id(id_), "children") for id_ in NUMBERS},
+        "errors_a": Output({"type": PARAM_ERROR, "form": "sim", "policy": "a", "name": ALL}, "children"),
+        "errors_b": Output({"type": PARAM_ERROR, "form": "sim", "policy": "b", "name": ALL}, "children"),
+    },
+    inputs={
+        "n": Input("sim-submit", "n_clicks"),
+        "trace_id": State(PAGE_TRACE_ID, "data"),
+        "choices": {
+            key: State(id_, "value")
+            for key, id_ in (
+                ("gpu", "sim-gpu"),
+                ("model", "sim-model"),
+                ("policy_a", "sim-policy-a"),
+                ("policy_b", "sim-policy-b"),
+                ("balancing", "sim-balancing"),
+                ("calibrate", "sim-calibrate"),
+                ("fit_steps", "sim-fit-steps"),
+                ("forecast", "sim-forecast"),
+            )
+        },
+        "numbers": {id_: State(id_, "value") for id_ in NUMBERS},
+        "params_a": _param_states("a"),
+        "params_b": _param_states("b"),
+    },
     prevent_initial_call=True,
 )
-def submit(
-    n,
-    trace_id,
-    gpu,
-    model,
-    n_gpus,
-    replicas,
-    tp,
-    train_dp,
-    max_seqs,
-    kv_tokens,
-    policy_a,
-    policy_b,
-    balancing,
-    calibrate,
-    fit_steps,
-    step_from,
-    step_to,
-    forecast=None,
-    ids_a=(),
-    params_a=(),
-    ids_b=(),
-    params_b=(),
-):
+def submit(n, trace_id, choices, numbers, params_a, params_b):
+    """Replay with the form's values exactly as shown; a field whose value the form cannot
+    send blocks it, its message under it (never replaced by the default)."""
     if not n:
-        return no_update, no_update
-    values = dict(
-        gpu=gpu,
-        model=model,
-        n_gpus=n_gpus,
-        replicas=replicas,
-        tp=tp,
-        train_dp=train_dp,
-        max_running_seqs=max_seqs,
-        kv_cache_tokens=kv_tokens,
-        policy_a=policy_a,
-        policy_b=policy_b,
-        balancing=balancing,
-        calibrate=calibrate,
-        fit_steps=fit_steps,
-        step_from=step_from,
-        step_to=step_to,
-        forecast=bool(forecast),
-        params_a=params_from_inputs(_infos(policy_a), list(ids_a or ()), list(params_a or ())),
-        params_b=params_from_inputs(_infos(policy_b), list(ids_b or ()), list(params_b or ())),
-    )
+        raise PreventUpdate  # a re-rendered button, not a click
+    values, errors, param_errors = _form_values(choices, numbers, params_a, params_b)
+    out = {
+        "job": no_update,
+        "message": None,
+        "errors": {id_: errors.get(id_) for id_ in NUMBERS},
+        "errors_a": error_outputs(param_errors["a"], params_a["ids"]),
+        "errors_b": error_outputs(param_errors["b"], params_b["ids"]),
+    }
+    if errors or any(param_errors.values()):
+        named = [f'"{NUMBERS[id_][1]}"' for id_ in errors]
+        named += [f"policy {w.upper()}'s {name}" for w, wrong in param_errors.items() for name in wrong]
+        return {**out, "message": alert(blocked_message(named), id="sim-form-blocked")}
     try:
         job = session.api().simulate(simulation_body(trace_id, values))
     except ValueError as exc:
-        return no_update, alert(str(exc))
+        return {**out, "message": alert(str(exc))}
     except ApiError as exc:
         where = f" ({exc.field})" if exc.field and exc.field not in exc.message else ""
-        return no_update, alert(f"{exc.message}{where}")
+        return {**out, "message": alert(f"{exc.message}{where}")}
     same = f"Identical to replay {job['id']}: shown below." if job.get("status") == "succeeded" else None
-    return job["id"], job_banner(job, "Replay", "sim-started", same)
+    return {**out, "job": job["id"], "message": job_banner(job, "Replay", "sim-started", same)}
+
+
+def _form_values(choices: dict, numbers: dict, params_a: dict, params_b: dict):
+    """(the form's values as `simulation_body` takes them, {field id: message} and
+    {"a" | "b": {parameter: message}} of the values it cannot send)."""
+    checked, errors = check_fields(numbers, {id_: spec[2] for id_, spec in NUMBERS.items()})
+    values = {**choices, "forecast": bool(choices.get("forecast"))}
+    values.update({NUMBERS[id_][0]: v for id_, v in checked.items()})
+    param_errors: dict[str, dict[str, str]] = {}
+    for which, given in (("a", params_a), ("b", params_b)):
+        infos = _infos(choices.get(f"policy_{which}"))
+        values[f"params_{which}"], param_errors[which] = read_params(
+            infos, list(given["ids"] or ()), list(given["values"] or ())
+        )
+    return values, errors, param_errors
 
 
 @dash.callback(Output("sim-params-a", "children"), Input("sim-policy-a", "value"), prevent_initial_call=True)

@@ -4,7 +4,9 @@ revoke one (refused everywhere within seconds; its dashboard sessions end).
 Ids: team-storage (the usage line and bar), team-keys (a table with one
 <tr data-key-id data-active> per key, "Revoke" buttons {"type": "key-revoke", "index": id}
 on active keys), key-name, key-create, key-new (the new key, shown once), key-message,
-team-refresh (a store bumped after each change).
+team-refresh (a store bumped after each change). Revoking the key this session is signed
+in with asks first (key-revoke-confirm, the key in key-revoke-pending), then ends the
+session: the browser goes to the sign-in page, which says why.
 """
 
 from __future__ import annotations
@@ -35,6 +37,8 @@ def layout(**_):
         [
             html.H2(f"Team {session.team_name() or ''}".strip()),
             dcc.Store(id="team-refresh", data=0),
+            dcc.Store(id="key-revoke-pending"),
+            dcc.ConfirmDialog(id="key-revoke-confirm"),
             section(
                 "Storage",
                 html.Div(storage_view(usage), id="team-storage"),
@@ -134,19 +138,49 @@ def create_key(n_clicks, name, refresh):
 @dash.callback(
     Output("key-message", "children", allow_duplicate=True),
     Output("team-refresh", "data", allow_duplicate=True),
+    Output("key-revoke-confirm", "displayed"),
+    Output("key-revoke-confirm", "message"),
+    Output("key-revoke-pending", "data"),
     Input({"type": REVOKE, "index": ALL}, "n_clicks"),
     State("team-refresh", "data"),
     prevent_initial_call=True,
 )
 def revoke_key(_clicks, refresh):
+    """Revoke the key clicked; the session's own key only once confirmed."""
     key_id = clicked_index()
     if key_id is None:
-        return no_update, no_update
+        return no_update, no_update, no_update, no_update, no_update
+    try:
+        api = session.api()
+        own = next((k for k in api.keys() if k["id"] == key_id and k.get("current")), None)
+        if own is not None:
+            ask = (
+                f"Key {own.get('name')!r} is the key of this session (you are signed in with it). "
+                "Revoking it signs you out of the dashboard. Revoke it?"
+            )
+            return None, no_update, True, ask, key_id
+        api.revoke_key(key_id)
+    except ApiError as exc:
+        return alert(exc.message), no_update, no_update, no_update, no_update
+    return alert(f"Key {key_id} revoked.", "ok"), (refresh or 0) + 1, no_update, no_update, None
+
+
+@dash.callback(
+    Output("key-message", "children", allow_duplicate=True),
+    Input("key-revoke-confirm", "submit_n_clicks"),
+    State("key-revoke-pending", "data"),
+    prevent_initial_call=True,
+)
+def revoke_own_key(confirmed, key_id):
+    """Confirmed: revoke the session's own key, then to the sign-in page."""
+    if not confirmed or key_id is None:
+        return no_update
     try:
         session.api().revoke_key(key_id)
     except ApiError as exc:
-        return alert(exc.message), no_update
-    return alert(f"Key {key_id} revoked.", "ok"), (refresh or 0) + 1
+        return alert(exc.message)
+    session.end_session("revoked")
+    return alert(f"Key {key_id} revoked: signing out.", "ok")
 
 
 @dash.callback(

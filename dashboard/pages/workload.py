@@ -18,6 +18,7 @@ from typing import Any
 import dash
 from dash import ALL, Input, Output, State, ctx, dcc, html, no_update
 from dash.development.base_component import Component
+from dash.exceptions import PreventUpdate
 
 from dashboard.api import session
 from dashboard.api.client import ApiError
@@ -30,6 +31,7 @@ from dashboard.views.components import PAGE_TRACE_ID, alert, clicked_index, cont
 from dashboard.views.formatting import human_count, job_active
 from dashboard.views.job_views import describe_workload as describe
 from dashboard.views.job_views import followed_banner, job_banner, job_history_table, job_progress
+from dashboard.views.number_fields import Bounds, blocked_message, check_fields, error_id, number_input
 from dashboard.views.replay_forms import workload_body, workload_values_from_job
 from dashboard.views.trace_frame import trace_page
 
@@ -45,17 +47,20 @@ dash.register_page(
 NO_FIT = "Fit the trace (or generate a workload) to see how well the distributions match"
 
 
-def _number(id_: str, value, *, minimum: int = 0, placeholder: str = "") -> dcc.Input:
-    return dcc.Input(
-        id=id_,
-        type="number",
-        min=minimum,
-        step=1,
-        value=value,
-        placeholder=placeholder,
-        className="input",
-        style={"width": "110px"},
-    )
+# The form's number fields: id -> (form value key, label, what it takes, empty means).
+# An invalid value blocks the submit with its message under the field.
+NUMBERS: dict[str, tuple[str, str, Bounds, str]] = {
+    "wl-steps": ("steps", "Steps", Bounds(ge=1, required=True), ""),
+    "wl-groups": ("groups", "Groups per step", Bounds(ge=1), "as fitted"),
+    "wl-samples": ("samples_per_group", "Samples per group", Bounds(ge=1), "as fitted"),
+    "wl-seed": ("seed", "Seed", Bounds(ge=0), "0"),
+    "wl-dp-size": ("dp_size", "DP ranks", Bounds(ge=1), "1"),
+}
+
+
+def _number(id_: str, v: dict):
+    key, label, bounds, empty = NUMBERS[id_]
+    return control(label, number_input(id_, v[key], bounds, placeholder=empty))
 
 
 def body(trace: dict, job_param=None, rerun=None) -> html.Div:
@@ -99,14 +104,7 @@ def body(trace: dict, job_param=None, rerun=None) -> html.Div:
             section(
                 "Generate a synthetic twin of this trace",
                 controls(
-                    control("Steps", _number("wl-steps", v["steps"], minimum=1)),
-                    control("Groups per step", _number("wl-groups", v["groups"], minimum=1, placeholder="as fitted")),
-                    control(
-                        "Samples per group",
-                        _number("wl-samples", v["samples_per_group"], minimum=1, placeholder="as fitted"),
-                    ),
-                    control("Seed", _number("wl-seed", v["seed"])),
-                    control("DP ranks", _number("wl-dp-size", v["dp_size"], minimum=1)),
+                    *(_number(id_, v) for id_ in NUMBERS),
                     control(
                         "Task",
                         dcc.Dropdown(
@@ -180,41 +178,40 @@ def layout(trace_id: str | None = None, job: str | None = None, rerun: str | Non
 
 
 @dash.callback(
-    Output("wl-job", "data", allow_duplicate=True),
-    Output("wl-form-message", "children"),
-    Input("wl-fit", "n_clicks"),
-    Input("wl-submit", "n_clicks"),
-    State(PAGE_TRACE_ID, "data"),
-    State("wl-steps", "value"),
-    State("wl-groups", "value"),
-    State("wl-samples", "value"),
-    State("wl-seed", "value"),
-    State("wl-dp-size", "value"),
-    State("wl-task", "value"),
-    State("wl-formats", "value"),
-    State("wl-ingest", "value"),
-    State("wl-name", "value"),
+    output={
+        "job": Output("wl-job", "data", allow_duplicate=True),
+        "message": Output("wl-form-message", "children"),
+        "errors": {id_: Output(error_id(id_), "children") for id_ in NUMBERS},
+    },
+    inputs={
+        "n_fit": Input("wl-fit", "n_clicks"),
+        "n_gen": Input("wl-submit", "n_clicks"),
+        "trace_id": State(PAGE_TRACE_ID, "data"),
+        "numbers": {id_: State(id_, "value") for id_ in NUMBERS},
+        "task": State("wl-task", "value"),
+        "formats": State("wl-formats", "value"),
+        "ingest": State("wl-ingest", "value"),
+        "name": State("wl-name", "value"),
+    },
     prevent_initial_call=True,
 )
-def submit(n_fit, n_gen, trace_id, steps, groups, samples, seed, dp_size, task, formats, ingest, name):
+def submit(n_fit, n_gen, trace_id, numbers, task, formats, ingest, name):
+    """Fit, or fit and generate with the form's values exactly as shown: a number field
+    the form cannot send blocks the submit, its message under it."""
     if not (n_fit or n_gen):
-        return no_update, no_update
-    values = dict(
-        steps=steps,
-        groups=groups,
-        samples_per_group=samples,
-        seed=seed,
-        dp_size=dp_size,
-        task=task,
-        formats=formats,
-        ingest="ingest" in (ingest or []),
-        name=name,
-    )
+        raise PreventUpdate  # a re-rendered button, not a click
+    fit_only = ctx.triggered_id == "wl-fit"  # the fit reads none of the numbers
+    checked, errors = check_fields(numbers, {} if fit_only else {id_: spec[2] for id_, spec in NUMBERS.items()})
+    out = {"job": no_update, "message": None, "errors": {id_: errors.get(id_) for id_ in NUMBERS}}
+    if errors:
+        return {**out, "message": alert(blocked_message([f'"{NUMBERS[i][1]}"' for i in errors]), id="wl-form-blocked")}
+    values = {NUMBERS[id_][0]: v for id_, v in checked.items()}
+    values.update(task=task, formats=formats, ingest="ingest" in (ingest or []), name=name)
     try:
-        job = session.api().create_workload(workload_body(trace_id, values, fit_only=ctx.triggered_id == "wl-fit"))
+        job = session.api().create_workload(workload_body(trace_id, values, fit_only=fit_only))
     except ApiError as exc:
-        return no_update, alert(exc.message)
-    return job["id"], job_banner(job, "Workload job", "wl-started")
+        return {**out, "message": alert(exc.message)}
+    return {**out, "job": job["id"], "message": job_banner(job, "Workload job", "wl-started")}
 
 
 @dash.callback(

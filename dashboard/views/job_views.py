@@ -14,6 +14,7 @@ from dash import html, no_update
 from dashboard.figures.simulation import policy_names
 from dashboard.views.components import alert, data_attrs, progress
 from dashboard.views.formatting import human_time, job_active
+from dashboard.views.number_fields import Bounds, check_number
 
 NO_REPLAY = "Configure a replay above and press Replay"
 
@@ -211,6 +212,9 @@ def job_duration(job: dict, now: datetime | None = None) -> str:
     return human_seconds((end - start).total_seconds())
 
 
+ANY_NUMBER = Bounds(integer=False)  # the API checks an analysis parameter's range (its 422 names it)
+
+
 def param_fields(params: dict) -> list[tuple[str, str, object]]:
     """(name, widget type, value) per analysis parameter for the re-run form: 'bool' for
     yes/no, 'number' for numbers, 'text' for the rest (None: 'optional', left to the
@@ -233,19 +237,32 @@ def param_fields(params: dict) -> list[tuple[str, str, object]]:
 
 
 def params_from_fields(fields: list[tuple[str, str]], values: list) -> dict:
-    """The analysis parameters from the re-run form's (name, widget type) fields and
-    their values (a checklist ["yes"] / [] for 'bool', numbers from number inputs);
-    empty number fields are left out, so the analysis uses its default."""
+    """The analysis parameters (see `read_fields`); ValueError names a refused value."""
+    params, errors = read_fields(fields, values)
+    if errors:
+        raise ValueError("; ".join(f"{k}: {v}" for k, v in errors.items()))
+    return params
+
+
+def read_fields(fields: list[tuple[str, str]], values: list) -> tuple[dict, dict[str, str]]:
+    """(the analysis parameters, {name: why its value is refused}) from the re-run form's
+    (name, widget type) fields and their values (a checklist ["yes"] / [] for 'bool',
+    numbers as typed); an empty number field is left out, so the analysis uses its
+    default (the field's placeholder says so), and text that is not a number is refused,
+    never replaced by the default."""
     out: dict = {}
+    errors: dict[str, str] = {}
     for (name, kind), value in zip(fields, values):
         if kind == "bool":
             out[name] = "yes" in (value or [])
         elif kind in ("number", "optional"):
-            if value in (None, ""):
-                continue
-            out[name] = int(value) if isinstance(value, float) and value.is_integer() else value
+            number, err = check_number(value, ANY_NUMBER)
+            if err:
+                errors[name] = err
+            elif number is not None:
+                out[name] = int(number) if float(number).is_integer() else number
         elif kind == "json":
             out[name] = json.loads(value) if isinstance(value, str) else value
         else:
             out[name] = value
-    return out
+    return out, errors

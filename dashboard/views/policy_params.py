@@ -6,7 +6,9 @@ identically to another. Nothing here names a policy or a parameter: all comes fr
 the presets and the results.
 
 Input ids (Dash pattern matching): {"type": PARAM, "form": form, "policy": "a" | "b",
-"name": parameter}.
+"name": parameter}; under each, its message slot {"type": PARAM_ERROR, ...the same}. A
+number outside what the parameter takes blocks the submit with its message there
+(`read_params`), never replaced by the default.
 """
 
 from __future__ import annotations
@@ -16,7 +18,10 @@ from typing import Any
 
 from dash import dcc, html
 
+from dashboard.views.number_fields import Bounds, check_number, error_slot, number_input
+
 PARAM = "policy-param"
+PARAM_ERROR = f"{PARAM}-error"
 
 
 def _text(value: Any) -> Any:
@@ -41,6 +46,7 @@ def param_inputs(infos: list[dict], form: str, which: str, values: dict | None =
                 [
                     html.Span(info["name"], className="control-label"),
                     _input(info, param_id(form, which, info["name"]), value),
+                    error_slot(param_id(form, which, info["name"])),
                     html.Small(caption, className="muted param-help"),
                 ],
                 className="control param",
@@ -48,6 +54,11 @@ def param_inputs(infos: list[dict], form: str, which: str, values: dict | None =
             )
         )
     return out
+
+
+def bounds_of(info: dict) -> Bounds:
+    """The bounds a declared number parameter takes (empty: its default, or null)."""
+    return Bounds(integer=info["type"] == "integer", ge=info.get("ge"), gt=info.get("gt"), le=info.get("le"))
 
 
 def _input(info: dict, id_: dict, value: Any):
@@ -58,41 +69,54 @@ def _input(info: dict, id_: dict, value: Any):
         return dcc.Dropdown(id=id_, options=options, value=_text(value), clearable=False)
     if info["type"] == "string":
         return dcc.Input(id=id_, type="text", value=value, className="input", debounce=True)
-    low = info.get("ge") if info.get("ge") is not None else info.get("gt")
-    return dcc.Input(
-        id=id_,
-        type="number",
-        value=value,
-        min=low,
-        max=info.get("le"),
-        step=1 if info["type"] == "integer" else "any",
-        placeholder="null" if nullable else "default",
-        className="input",
-        style={"width": "110px"},
-    )
+    empty = "null" if nullable else f"default {info.get('default')}"
+    return number_input(id_, value, bounds_of(info), placeholder=empty, slot=False)
 
 
-def params_from_inputs(infos: list[dict], ids: list[dict], values: list) -> dict:
-    """The request's `params` from the inputs' ids and values: numbers as declared (an
-    integer's 3.0 is 3), true / false / null from the choices; an empty input is null
-    where the parameter takes null, else left out (its default). The API checks the
-    values and its 422 names the parameter."""
+def read_params(infos: list[dict], ids: list[dict], values: list) -> tuple[dict, dict[str, str]]:
+    """(the request's `params`, {parameter: why its value is refused}) from the inputs'
+    ids and values: numbers as declared (an integer's 3.0 is 3) and within their bounds,
+    true / false / null from the choices; an empty input is null where the parameter
+    takes null, else left out (its default, which the empty field shows)."""
     by_name = {i["name"]: i for i in infos}
     out: dict = {}
+    errors: dict[str, str] = {}
     for id_, value in zip(ids, values):
         info = by_name.get(id_.get("name"))
         if info is None:
             continue
+        name = info["name"]
+        if info["type"] in ("integer", "number") and not info.get("choices"):
+            number, err = check_number(value, bounds_of(info))
+            if err:
+                errors[name] = err
+            elif number is not None:
+                out[name] = number
+            elif info.get("nullable"):
+                out[name] = None
+            continue
         if value in (None, ""):
             if info.get("nullable"):
-                out[info["name"]] = None
+                out[name] = None
             continue
         if value in ("true", "false", "null") and (info["type"] == "boolean" or value == "null"):
             value = json.loads(value)
-        elif info["type"] == "integer" and isinstance(value, float) and value.is_integer():
-            value = int(value)
-        out[info["name"]] = value
-    return out
+        out[name] = value
+    return out, errors
+
+
+def params_from_inputs(infos: list[dict], ids: list[dict], values: list) -> dict:
+    """The request's `params` (see `read_params`); ValueError names a refused value."""
+    params, errors = read_params(infos, ids, values)
+    if errors:
+        raise ValueError("; ".join(f"{k}: {v}" for k, v in errors.items()))
+    return params
+
+
+def error_outputs(errors: dict[str, str], ids: list[dict]) -> list:
+    """The message slots' contents, one per parameter input `ids` (each input has one
+    slot, so an ALL output over them has the inputs' order)."""
+    return [errors.get(str(i.get("name"))) for i in ids]
 
 
 def describe_params(params: dict | None) -> str:
