@@ -153,9 +153,9 @@ def test_every_bad_file_is_listed_by_the_cli(env, team_key, tmp_path):
     r = cli("ingest", folder, "--api-key", team_key)
     assert r.exit_code != 0
     lines = r.stderr.splitlines()  # one "error: ..." line per bad file
-    assert [line.split(",")[0] for line in lines] == [
-        f"error: packed_lengths_step_{i}.jsonl" for i in (1, 2, 3)
-    ], r.stderr
+    assert [line.split(",")[0] for line in lines] == [f"error: packed_lengths_step_{i}.jsonl" for i in (1, 2, 3)], (
+        r.stderr
+    )
     assert "Traceback" not in r.output
 
 
