@@ -32,6 +32,7 @@ from dashboard.views.components import (
     signed_in,
 )
 from dashboard.views.formatting import human_bytes, human_count, human_time, job_active
+from dashboard.views.number_fields import Bounds, blocked_message, check_number, error_id, number_input
 from dashboard.views.uploads import error_matches, file_list, skipped_note, with_docs_link
 from dashboard.views.url_state import query_value, register_url_state, url_sink
 
@@ -39,6 +40,7 @@ dash.register_page(__name__, path="/traces", name="Traces", title="Traces · RLV
 
 PAGE_SIZE = 25
 MAX_RESPONSE_LEN = 2**31 - 1  # what the API takes (an INTEGER column)
+MAX_LEN_BOUNDS = Bounds(integer=True, ge=1, le=MAX_RESPONSE_LEN)
 STATUSES = ("pending", "ingesting", "ready", "failed")
 
 
@@ -83,15 +85,8 @@ def layout(**query):
                     ),
                     control(
                         "Max response length (optional)",
-                        dcc.Input(
-                            id="trace-upload-max-len",
-                            type="number",
-                            min=1,
-                            max=MAX_RESPONSE_LEN,
-                            step=1,
-                            placeholder="e.g. 8192 tokens",
-                            className="input",
-                            style={"width": "230px"},
+                        number_input(
+                            "trace-upload-max-len", None, MAX_LEN_BOUNDS, placeholder="e.g. 8192 tokens", width=230
                         ),
                     ),
                 ),
@@ -202,6 +197,7 @@ dash.clientside_callback(
     Output("upload-state", "data"),
     Output("upload-busy", "children", allow_duplicate=True),
     Output("traces-refresh", "data", allow_duplicate=True),
+    Output(error_id("trace-upload-max-len"), "children"),
     Input("trace-upload", "contents"),
     State("trace-upload", "filename"),
     State("trace-upload-name", "value"),
@@ -214,7 +210,10 @@ dash.clientside_callback(
 def upload(contents, filenames, name, fmt, refresh, max_len=None):
     contents, filenames = _as_list(contents), _as_list(filenames)
     if not contents:
-        return no_update, no_update, no_update
+        return no_update, no_update, no_update, no_update
+    max_response_len, why = check_number(max_len, MAX_LEN_BOUNDS)
+    if why:  # never upload with a limit other than the one shown
+        return no_update, blocked_message(["Max response length"]) + " Then drop the files again.", no_update, why
     files = [(fname, _decode(c)) for fname, c in zip(filenames, contents)]
     state: dict[str, Any] = {"files": [{"name": f, "size": len(b)} for f, b in files], "status": "uploading"}
     try:
@@ -222,7 +221,7 @@ def upload(contents, filenames, name, fmt, refresh, max_len=None):
             files,
             name=(name or "").strip() or None,
             format=(fmt or "").strip() or None,
-            max_response_len=int(max_len) if max_len not in (None, "") else None,
+            max_response_len=None if max_response_len is None else int(max_response_len),
         )
     except ApiError as exc:
         state.update(
@@ -235,14 +234,14 @@ def upload(contents, filenames, name, fmt, refresh, max_len=None):
                 "status": exc.status,
             },
         )
-        return state, "", no_update
+        return state, "", no_update, ""
     state.update(
         trace=result.trace,
         job=result.job,
         http=result.status_code,
         status="ingesting" if result.job else ("duplicate" if result.duplicate else "done"),
     )
-    return state, "", (refresh or 0) + 1
+    return state, "", (refresh or 0) + 1, ""
 
 
 @dash.callback(
