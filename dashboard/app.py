@@ -149,17 +149,19 @@ def _flat(outputs) -> list[dict]:
 
 
 def _record_callbacks(server: flask.Flask, path: Path) -> None:
-    """Append each callback request's output id, HTTP status and any error the callback
-    raised (set by `_on_callback_error`) to `path`."""
+    """Append each callback request's output id, HTTP status, whether it changed anything
+    on the page and any error the callback raised (set by `_on_callback_error`) to `path`."""
     lock = threading.Lock()
 
     @server.after_request
     def record(response: flask.Response) -> flask.Response:
         if flask.request.path.endswith("/_dash-update-component"):
             body = flask.request.get_json(silent=True) or {}
+            answer = response.get_json(silent=True) if response.is_json else None
             line = {
                 "output": body.get("output"),
                 "status": response.status_code,
+                "updated": bool(answer and (answer.get("response") or answer.get("sideUpdate"))),
                 "error": flask.g.get("dash_callback_error"),
             }
             with lock, path.open("a") as f:
