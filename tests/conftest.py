@@ -296,6 +296,13 @@ def _browser_page_checks(request):
     browser.assert_console_clean()
 
 
+def pytest_unconfigure(config):
+    import shutil
+
+    if BROWSER_RUN._log is not None:
+        shutil.rmtree(BROWSER_RUN._log.parent, ignore_errors=True)
+
+
 def pytest_deselected(items):
     BROWSER_RUN.partial += [f"{item.nodeid} deselected" for item in items if item.get_closest_marker("browser")]
 

@@ -268,3 +268,17 @@ def test_simulate_policy_parameters_and_reopening_replays_and_workloads(browser,
             ),
             f"job {jobs[0]['id']} shown",
         )
+
+
+def test_the_page_checks_catch_http_and_console_errors(browser, server):  # noqa: F811
+    """What every browser test fails on (tests/conftest.py), unless the test allows it."""
+    b = browser
+    missing = "/api/v1/traces/987654"  # no key: 401
+    b.open(missing)
+    b.d.execute_script("console.error('something broke')")
+    found = b.problems()
+    assert any(p.startswith("HTTP 401") and missing in p for p in found), found
+    assert any("something broke" in p for p in found), found
+    b.allow_http(401, missing)  # provoked on purpose: allowed in this test only
+    b.open(missing)
+    assert b.problems() == []
