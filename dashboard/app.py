@@ -145,7 +145,9 @@ def _on_callback_error(exc: Exception) -> None:
 
 
 def _flat(outputs) -> list[dict]:
-    return [o for item in outputs for o in (item if isinstance(item, list) else [item])]
+    """Dash's outputs_list: one dict (one output), or a list of dicts and lists (pattern-matched)."""
+    items = [outputs] if isinstance(outputs, dict) else outputs or []
+    return [o for item in items for o in (item if isinstance(item, list) else [item])]
 
 
 def _record_callbacks(server: flask.Flask, path: Path) -> None:

@@ -71,3 +71,21 @@ def test_a_failing_callback_writes_a_message_on_the_page(monkeypatch, tmp_path, 
         "updated": True,
         "error": None,
     }
+
+
+def test_a_failing_callback_of_one_output_writes_its_message_too(monkeypatch):
+    client = create_dash("http://api.test").server.test_client()
+
+    def broken():
+        raise RuntimeError("no")
+
+    monkeypatch.setattr(session, "sign_out", broken)
+    body = {
+        "output": "nav-redirect.href",
+        "outputs": {"id": "nav-redirect", "property": "href"},
+        "inputs": [{"id": "sign-out", "property": "n_clicks", "value": 1}],
+        "state": [],
+        "changedPropIds": ["sign-out.n_clicks"],
+    }
+    r = client.post("/_dash-update-component", json=body)
+    assert r.status_code == 200 and "could not be updated" in _message(r)
