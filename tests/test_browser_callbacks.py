@@ -76,8 +76,9 @@ return null;
 """
 
 
-def drill(b: Browser, page: str, chart_id: str) -> dict[str, list[str]]:
-    """Open the page, click the chart's first mark; the samples page's query it opened."""
+def drill(b: Browser, page: str, chart_id: str) -> tuple[dict[str, list[str]], list]:
+    """Open the page, click a mark of the chart: the samples page's query it opened, and
+    the clicked curve's name and x."""
     b.open(page)
     b.wait(lambda: b.chart(chart_id), f"{chart_id} drawn", timeout=120)
     time.sleep(0.3)  # (the figure handed to plotly: its handlers are on)
@@ -85,7 +86,7 @@ def drill(b: Browser, page: str, chart_id: str) -> dict[str, list[str]]:
     assert clicked, f"{chart_id} has no mark to click"
     b.wait(lambda: "/samples" in b.d.current_url, f"the samples page after a click on {chart_id}")
     b.wait(lambda: b.css("#samples-table tbody tr"), f"the samples drilled from {chart_id}")
-    return parse_qs(urlparse(b.d.current_url).query)
+    return parse_qs(urlparse(b.d.current_url).query), clicked
 
 
 def test_gpu_kernel_search_lists_the_matches_and_jumps_to_one(browser, server, shared_fixtures):  # noqa: F811
@@ -134,8 +135,14 @@ def test_every_chart_drills_to_its_samples(browser, server, run, shared_fixtures
     for page, charts in DRILL_GRAPHS.items():
         for chart in charts:
             trace = rewards if chart == "lat-reward" else trace_of[page]
-            query = drill(b, f"/traces/{trace['id']}/{page}", chart)
-            assert query.get("step") or query.get("num_turns"), (chart, query)  # what was clicked, as a filter
+            query, (curve, x) = drill(b, f"/traces/{trace['id']}/{page}", chart)
+            # what was clicked, as the samples' filter
+            if chart == "mt-counts":
+                assert query["num_turns"] == [str(round(x))], (chart, query)
+            elif chart == "dist-cdf":  # (one curve per step; x is a length)
+                assert query["step"] == [curve.split()[-1]], (chart, curve, query)
+            else:
+                assert query["step"] == [str(round(x))], (chart, x, query)
             assert f"/traces/{trace['id']}/samples" in b.d.current_url
 
 
