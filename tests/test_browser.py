@@ -2,8 +2,10 @@
 driving the real server (`rlvr-explorer serve`, with its worker) in a subprocess.
 
 Each test reads what the charts hold from the DOM (`.js-plotly-plot`.data of the chart
-with a stable id) and compares it with values computed here from the uploaded rows,
-and fails on any SEVERE entry in the browser console.
+with a stable id) and compares it with values computed here from the uploaded rows.
+Every test fails on any HTTP status >= 400 its pages got, any SEVERE entry in the
+browser console and a failed callback's message (`Browser.problems`, checked when a page
+is left and after each test by tests/conftest.py).
 """
 
 from __future__ import annotations
