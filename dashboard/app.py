@@ -11,8 +11,11 @@ team's key (sealed in Flask's session cookie, see `dashboard.api.session`).
 
 from __future__ import annotations
 
+import json
+import logging
 import os
 import secrets
+import threading
 from datetime import timedelta
 from pathlib import Path
 
@@ -22,11 +25,18 @@ import httpx
 from dash import dcc, html
 
 from dashboard import callbacks
+from dashboard.api.client import ApiError
 from dashboard.api.session import API_BASE_URL, API_HTTP_CLIENT, SESSION_ENDED, SessionInterface
 from dashboard.server import compression, downloads
 from dashboard.views import components
 
 HERE = Path(__file__).resolve().parent
+LOG = logging.getLogger(__name__)
+# Where a failed callback says so: above the page, cleared when the page changes.
+CALLBACK_ERROR = "callback-error"
+# A file to which each callback request's output id and outcome is appended (one JSON
+# line each): the browser suite's callback coverage (tests/test_browser_callbacks_coverage.py).
+CALLBACK_LOG_ENV = "RLVR_DASH_CALLBACK_LOG"
 
 
 def _layout():
@@ -45,7 +55,13 @@ def _layout():
                     html.Div(id="team-box", className="team-box"),
                 ],
             ),
-            html.Main(dash.page_container, className="content"),
+            html.Main(
+                [
+                    html.Div(id=CALLBACK_ERROR, className="callback-error"),
+                    dash.page_container,
+                ],
+                className="content",
+            ),
         ]
     )
 
@@ -95,16 +111,67 @@ def create_dash(
         suppress_callback_exceptions=True,
         title="RLVR Explorer",
         update_title="",  # the tab title stays as it is while callbacks run
+        on_error=_on_callback_error,
     )
     # The browser must not call plotly's version server (no internet, and no console errors).
     app._dev_tools["disable_version_check"] = True
     app.layout = _layout
     _most_specific_templates_first()
     callbacks.register(app)
+    # a failed callback's message belongs to the page it was on
+    app.clientside_callback(
+        "function(_path) { return null; }",
+        dash.Output(CALLBACK_ERROR, "children"),
+        dash.Input("_pages_location", "pathname"),
+    )
     downloads.register(flask_server)
     compression.register(flask_server)
+    if os.environ.get(CALLBACK_LOG_ENV):
+        _record_callbacks(flask_server, Path(os.environ[CALLBACK_LOG_ENV]))
     _register_component_assets(app)
     return app
+
+
+def _on_callback_error(exc: Exception) -> None:
+    """A callback that raised: the page says so above its content (a widget is never left
+    empty without a word, nor a request answered 500 that the page does not show); the
+    server log keeps the traceback. Its outputs stay as they were."""
+    outputs = [o["id"] for o in _flat(dash.ctx.outputs_list)]
+    LOG.error("dashboard callback for %s failed", outputs, exc_info=exc)
+    if flask.has_request_context():
+        flask.g.dash_callback_error = f"{type(exc).__name__}: {exc}"
+    why = exc.message if isinstance(exc, ApiError) else "an unexpected error on the server (its log has the details)"
+    dash.set_props(
+        CALLBACK_ERROR,
+        {"children": components.alert(f"Part of this page could not be updated: {why}. Reload the page to try again.")},
+    )
+
+
+def _flat(outputs) -> list[dict]:
+    """Dash's outputs_list: one dict (one output), or a list of dicts and lists (pattern-matched)."""
+    items = [outputs] if isinstance(outputs, dict) else outputs or []
+    return [o for item in items for o in (item if isinstance(item, list) else [item])]
+
+
+def _record_callbacks(server: flask.Flask, path: Path) -> None:
+    """Append each callback request's output id, HTTP status, whether it changed anything
+    on the page and any error the callback raised (set by `_on_callback_error`) to `path`."""
+    lock = threading.Lock()
+
+    @server.after_request
+    def record(response: flask.Response) -> flask.Response:
+        if flask.request.path.endswith("/_dash-update-component"):
+            body = flask.request.get_json(silent=True) or {}
+            answer = response.get_json(silent=True) if response.is_json else None
+            line = {
+                "output": body.get("output"),
+                "status": response.status_code,
+                "updated": bool(answer and (answer.get("response") or answer.get("sideUpdate"))),
+                "error": flask.g.get("dash_callback_error"),
+            }
+            with lock, path.open("a") as f:
+                f.write(json.dumps(line) + "\n")
+        return response
 
 
 def _register_component_assets(app: dash.Dash) -> None:

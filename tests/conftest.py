@@ -214,6 +214,8 @@ MARKERS_BY_FIXTURE = {"browser": ("browser",), "private_pg": ("postgres",)}
 
 
 def pytest_collection_modifyitems(items):
+    # the callback coverage counts what every browser test before it fired
+    items.sort(key=lambda item: Path(str(item.path)).name == CALLBACK_COVERAGE_FILE)
     for item in items:
         for fixture in getattr(item, "fixturenames", ()):
             for marker in MARKERS_BY_FIXTURE.get(fixture, ()):
@@ -225,9 +227,93 @@ def pytest_collection_modifyitems(items):
 
 
 def pytest_terminal_summary(terminalreporter):
-    """The truth audit's counts (tests/test_truth_audit.py), when it ran."""
+    """The truth audit's counts (tests/test_truth_audit.py), when it ran; the browser
+    suite's callback coverage, when it was checked."""
+    if BROWSER_RUN.summary:
+        terminalreporter.section("dashboard callbacks")
+        for line in BROWSER_RUN.summary:
+            terminalreporter.write_line(line)
     audit = next((m for name, m in sys.modules.items() if name.endswith("test_truth_audit")), None)
     if audit is not None and getattr(audit, "AUDIT", None):
         terminalreporter.section("truth audit")
         for line in audit.audit_report():
             terminalreporter.write_line(line)
+
+
+# --- the browser suite -----------------------------------------------------------------
+# Every browser test's page checks (HTTP >= 400, console errors, a failed callback's
+# message) run after it; the dashboard's callbacks they fire are recorded by the test
+# server (dashboard.app.CALLBACK_LOG_ENV) into one file for the session, which
+# tests/test_browser_callbacks_coverage.py, run last, checks against the app's callbacks.
+BROWSER_FILES = "test_browser*.py"
+CALLBACK_COVERAGE_FILE = "test_browser_callbacks_coverage.py"
+
+
+class BrowserRun:
+    """The session's browser tests: the callback log, and why this run is not the whole
+    browser suite (a subset: callback coverage is then reported, not enforced)."""
+
+    def __init__(self) -> None:
+        self._log: Path | None = None
+        self.partial: list[str] = []
+        self.summary: list[str] = []
+
+    @property
+    def log(self) -> Path:
+        """The file the test servers append the callbacks they ran to."""
+        if self._log is None:
+            import tempfile
+
+            self._log = Path(tempfile.mkdtemp(prefix="rlvr-callbacks-")) / "callbacks.jsonl"
+        return self._log
+
+    def calls(self) -> list[dict]:
+        import json
+
+        if self._log is None or not self._log.exists():
+            return []
+        return [json.loads(line) for line in self._log.read_text().splitlines()]
+
+
+BROWSER_RUN = BrowserRun()  # one per test session (process)
+
+
+@pytest.fixture(scope="session")
+def browser_run() -> BrowserRun:
+    return BROWSER_RUN
+
+
+@pytest.fixture(autouse=True)
+def _browser_page_checks(request):
+    """Any browser test fails on an HTTP error, a console error or a callback's error
+    message in its pages (a test that provokes one says so: `browser.allow_http`)."""
+    if "browser" not in request.fixturenames:
+        yield
+        return
+    browser = request.getfixturevalue("browser")
+    browser.start_test()
+    yield
+    browser.assert_console_clean()
+
+
+def pytest_unconfigure(config):
+    import shutil
+
+    if BROWSER_RUN._log is not None:
+        shutil.rmtree(BROWSER_RUN._log.parent, ignore_errors=True)
+
+
+def pytest_deselected(items):
+    BROWSER_RUN.partial += [f"{item.nodeid} deselected" for item in items if item.get_closest_marker("browser")]
+
+
+def pytest_collection_finish(session):
+    collected = {Path(str(item.path)).name for item in session.items}
+    for path in sorted((ROOT / "tests").glob(BROWSER_FILES)):
+        if path.name not in collected:
+            BROWSER_RUN.partial.append(f"tests/{path.name} not collected")
+
+
+def pytest_runtest_logreport(report):
+    if "browser" in report.keywords and (report.skipped or report.failed):
+        BROWSER_RUN.partial.append(f"{report.nodeid} {'skipped' if report.skipped else 'failed'}")

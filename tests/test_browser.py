@@ -2,8 +2,10 @@
 driving the real server (`rlvr-explorer serve`, with its worker) in a subprocess.
 
 Each test reads what the charts hold from the DOM (`.js-plotly-plot`.data of the chart
-with a stable id) and compares it with values computed here from the uploaded rows,
-and fails on any SEVERE entry in the browser console.
+with a stable id) and compares it with values computed here from the uploaded rows.
+Every test fails on any HTTP status >= 400 its pages got, any SEVERE entry in the
+browser console and a failed callback's message (`Browser.problems`, checked when a page
+is left and after each test by tests/conftest.py).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import httpx
 import numpy as np
 import pytest
 
+from dashboard.app import CALLBACK_ERROR, CALLBACK_LOG_ENV
 from tests.conftest import ROOT
 from tests.helpers import health, synthetic_rows, write_packed_dir
 
@@ -85,13 +88,14 @@ class Server:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
+def server(tmp_path_factory, browser_run):
     for path in (CHROMIUM, CHROMEDRIVER):
         assert Path(path).exists(), f"{path} is missing (apt-get install chromium chromium-driver)"
     data = tmp_path_factory.mktemp("server")
     port = _free_port()
     env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "CELERY_BROKER_URL")}
     env.update(RLVR_DATA_DIR=str(data), RLVR_SECRET_KEY="browser-test-secret", PYTHONUNBUFFERED="1")
+    env[CALLBACK_LOG_ENV] = str(browser_run.log)  # the session's callback coverage (tests/conftest.py)
     log = data / "serve.log"
     proc = subprocess.Popen(
         [sys.executable, "-m", "rlvr_explorer", "serve", "--no-demo", "--port", str(port), "--concurrency", "1"],
@@ -138,7 +142,9 @@ def browser(server, downloads):
         "--window-size=1400,1800",
     ):
         opts.add_argument(arg)
-    opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    # the console, and the network's responses (every HTTP status the pages got)
+    opts.set_capability("goog:loggingPrefs", {"browser": "ALL", "performance": "ALL"})
+    opts.add_experimental_option("perfLoggingPrefs", {"enableNetwork": True, "enablePage": False})
     opts.add_experimental_option(
         "prefs", {"download.default_directory": str(downloads), "download.prompt_for_download": False}
     )
@@ -153,9 +159,11 @@ def browser(server, downloads):
 class Browser:
     def __init__(self, driver, server: Server):
         self.d, self.server = driver, server
+        self.allowed: list[tuple[int, str]] = []
 
     # navigation and waiting
     def open(self, path: str) -> None:
+        self.assert_console_clean()  # what the page before did
         self.d.get(self.server.base + path)
 
     def wait(self, predicate, what: str, timeout: float = TIMEOUT):
@@ -253,9 +261,43 @@ class Browser:
         if valid:
             self.wait(lambda: "/sign-in" not in self.d.current_url, "the redirect after signing in")
 
+    # what went wrong in the pages: every browser test fails on it (tests/conftest.py)
+    def start_test(self) -> None:
+        """A new test: the log read afresh, nothing allowed."""
+        self.problems()
+        self.allowed = []
+
+    def allow_http(self, status: int, url_part: str) -> None:
+        """An HTTP error this test provokes on purpose (and the console line Chromium
+        writes for it), on URLs containing `url_part`."""
+        self.allowed.append((status, url_part))
+
+    def _allowed(self, status: int, text: str) -> bool:
+        return any(status == s and part in text for s, part in self.allowed)
+
+    def problems(self) -> list[str]:
+        """HTTP errors, console errors and a failed callback's message since the last look."""
+        found = []
+        for entry in self.d.get_log("performance"):
+            event = json.loads(entry["message"])["message"]
+            response = event.get("params", {}).get("response") or {}
+            if event.get("method") == "Network.responseReceived" and response.get("status", 0) >= 400:
+                if not self._allowed(response["status"], response.get("url", "")):
+                    found.append(f"HTTP {response['status']} {response.get('url')}")
+        for entry in self.d.get_log("browser"):
+            status = next((s for s, _ in self.allowed if f"status of {s}" in entry["message"]), 0)
+            if entry["level"] == "SEVERE" and not self._allowed(status, entry["message"]):
+                found.append("console: " + entry["message"][:500])
+        shown = self.d.execute_script(
+            f"var e = document.getElementById({json.dumps(CALLBACK_ERROR)}); return e ? e.innerText : '';"
+        )
+        if shown:
+            found.append(f"a callback failed: {shown}")
+        return found
+
     def assert_console_clean(self) -> None:
-        severe = [e for e in self.d.get_log("browser") if e["level"] == "SEVERE"]
-        assert not severe, "browser console errors:\n" + "\n".join(e["message"][:500] for e in severe)
+        problems = self.problems()
+        assert not problems, "the page had errors:\n" + "\n".join(problems)
 
 
 # -- expected values, computed from the uploaded rows -----------------------------------

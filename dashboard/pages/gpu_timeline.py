@@ -309,6 +309,12 @@ def trace_origin(trace: dict) -> float | None:
 SEARCH_HITS = 100
 
 
+def _duration(us) -> str:
+    if us is None:
+        return "?"
+    return f"{us / 1000:,.3f} ms" if us >= 1000 else f"{us:,.1f} µs"
+
+
 @dash.callback(
     Output("gpu-search-hits", "options"),
     Output("gpu-search-hits", "value"),
@@ -318,12 +324,6 @@ SEARCH_HITS = 100
     State(PAGE_TRACE_ID, "data"),
     prevent_initial_call=True,
 )
-def _duration(us) -> str:
-    if us is None:
-        return "?"
-    return f"{us / 1000:,.3f} ms" if us >= 1000 else f"{us:,.1f} µs"
-
-
 def search_kernels(text, ranks, origin, trace_id):
     """Kernels and CPU ops whose name contains the text (on the chosen ranks): one option
     per match, in time order; choosing one zooms the Gantt onto it."""
