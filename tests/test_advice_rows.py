@@ -47,10 +47,20 @@ def test_identical_configurations_collapse_into_one_row_naming_the_settings():
     for r in out["ranking"]:
         assert r["max_running_seqs"] is None and len(r["stands_for"]) == 2
         assert r["label"].endswith("(same as: max 256 running seqs)")
-    # other calibrated limits: the two settings differ and both stay
-    other = advise(_steps(), "H100", 4, MODEL, grid=grid, limits=EngineLimits(max_running_seqs=8), workers=1)
+    # other calibrated limits that bind (2 running sequences): the two settings differ, both stay
+    other = advise(_steps(), "H100", 4, MODEL, grid=grid, limits=EngineLimits(max_running_seqs=2), workers=1)
     assert other["n_configurations"] == len(grid)
-    assert all(len(r["stands_for"]) == 1 for r in other["ranking"])
+    assert all(len(r["stands_for"]) == 1 and "same as" not in r["label"] for r in other["ranking"])
+
+
+def test_limits_that_never_bind_replay_the_same_configuration_once():
+    grid = _sync_grid()
+    # 2048 running sequences as calibrated, 256 swept: 32 requests a step reach neither
+    out = advise(_steps(), "H100", 4, MODEL, grid=grid, limits=EngineLimits(max_running_seqs=2048), workers=1)
+    assert out["n_configurations"] == len(grid) // 2 and out["n_swept_settings"] == len(grid)
+    for r in out["ranking"]:
+        assert r["limits_never_bound"] and len(r["stands_for"]) == 2
+        assert r["label"].endswith("(same as: max 256 running seqs: no engine limit reached)")
 
 
 def test_a_tie_is_said_as_a_tie_with_the_figures():

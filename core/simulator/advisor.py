@@ -28,7 +28,10 @@ Identical configurations collapse into one row (`collapse`): two swept settings 
 resolve to the same effective configuration the replay runs (layout, policy with its
 resolved parameters, balancing, engine limits; e.g. "running seqs as calibrated" without
 a calibration is the default limit of 256) are replayed once, under one label that names
-the settings it stands for (`stands_for`).
+the settings it stands for (`stands_for`). After the replay, configurations that differ
+only in their engine limits yet replay to the very same step times and intervals (no
+limit was reached: the engines ran the same concurrency) collapse too
+(`merge_unbound`, `limits_never_bound`).
 
 Who wins where: per step, the winner and the runner-up with their step times; a margin
 that shows as 0.0% is a tie, and a win whose interval overlaps the runner-up's is within
@@ -207,14 +210,40 @@ def collapse(grid: list[dict], limits: EngineLimits) -> list[dict]:
     return out
 
 
-def _merged_label(labels: list[str]) -> str:
+def merge_unbound(results: list[dict]) -> list[dict]:
+    """Replayed configurations that differ only in their engine limits and replay to the
+    same step times and intervals, step by step: no limit bound, so the engines ran the
+    same concurrency; one row (the first) stands for them all."""
+    kept: dict[tuple, dict] = {}
+    for r in results:
+        key = (
+            r["policy"],
+            repr(POLICIES[r["policy"]].resolve(r.get("params"))),
+            r["balancing"],
+            (r["rollout_replicas"], r["rollout_tp"], r["train_dp"]),
+            r.get("unused_gpus"),
+            tuple(tuple(sorted(s.items())) for s in r["steps"]),
+        )
+        if key in kept:
+            kept[key]["stands_for"] += r["stands_for"]
+            kept[key]["limits_never_bound"] = True
+        else:
+            kept[key] = r
+    out = list(kept.values())
+    for r in out:
+        if r.get("limits_never_bound"):
+            r["label"] = _merged_label(r["stands_for"], "no engine limit reached")
+    return out
+
+
+def _merged_label(labels: list[str], why: str = "") -> str:
     """`a | b | c (same as: c')`: the first label and, per other, the parts that differ."""
     first = labels[0].split(" | ")
     diffs = []
     for other in labels[1:]:
         parts = [p for i, p in enumerate(other.split(" | ")) if i >= len(first) or p != first[i]]
         diffs.append(" | ".join(parts) or other)
-    return f"{labels[0]} (same as: {'; '.join(diffs)})"
+    return f"{labels[0]} (same as: {'; '.join(diffs)}{': ' + why if why else ''})"
 
 
 def transfer_coefficients(
@@ -390,7 +419,7 @@ def advise(
         for i, t in enumerate(tasks):
             results += _run_layout(t)
             report((i + 1) / len(tasks), f"{len(results)} of {len(grid)} configurations")
-    return rank(results, partial_steps(steps))
+    return rank(merge_unbound(results), partial_steps(steps))
 
 
 def rank(results: list[dict], partial: set[int]) -> dict:
