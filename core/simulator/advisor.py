@@ -185,12 +185,17 @@ def effective_limits(c: dict, limits: EngineLimits) -> EngineLimits:
     return limits if n is None else EngineLimits(max_running_seqs=n)
 
 
+def _setting(c: dict) -> tuple:
+    """Policy with its resolved parameters, balancing and layout: a configuration but for
+    its engine limits."""
+    resolved = repr(POLICIES[c["policy"]].resolve(c.get("params")))
+    return (c["policy"], resolved, c["balancing"], (c["rollout_replicas"], c["rollout_tp"], c["train_dp"]))
+
+
 def identity(c: dict, limits: EngineLimits) -> tuple:
     """What the replay of `c` runs: layout, policy with its resolved parameters,
     balancing and effective engine limits (equal identities replay identically)."""
-    spec = POLICIES[c["policy"]]
-    layout = (c["rollout_replicas"], c["rollout_tp"], c["train_dp"])
-    return (c["policy"], repr(spec.resolve(c.get("params"))), c["balancing"], layout, effective_limits(c, limits))
+    return (*_setting(c), effective_limits(c, limits))
 
 
 def collapse(grid: list[dict], limits: EngineLimits) -> list[dict]:
@@ -216,14 +221,7 @@ def merge_unbound(results: list[dict]) -> list[dict]:
     same concurrency; one row (the first) stands for them all."""
     kept: dict[tuple, dict] = {}
     for r in results:
-        key = (
-            r["policy"],
-            repr(POLICIES[r["policy"]].resolve(r.get("params"))),
-            r["balancing"],
-            (r["rollout_replicas"], r["rollout_tp"], r["train_dp"]),
-            r.get("unused_gpus"),
-            tuple(tuple(sorted(s.items())) for s in r["steps"]),
-        )
+        key = (*_setting(r), r.get("unused_gpus"), tuple(tuple(sorted(s.items())) for s in r["steps"]))
         if key in kept:
             kept[key]["stands_for"] += r["stands_for"]
             kept[key]["limits_never_bound"] = True
