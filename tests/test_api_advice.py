@@ -34,6 +34,13 @@ def test_advice_job_ranks_configurations(api, worker, small_trace):
     assert res["n_configurations"] >= 50 and res["calibration"] is None  # packed lengths: no timings
     means = [c["step_s"]["mean"] for c in res["ranking"]]
     assert means == sorted(means)
+    # no noise model: no interval, never a zero-width one; no configuration twice
+    assert all(c["step_s"]["p10"] is None and c["step_s"]["p90"] is None for c in res["ranking"])
+    same = [
+        (c["policy"], orjson.dumps(c["params"]), c["balancing"], c["rollout_replicas"], c["rollout_tp"], c["train_dp"])
+        for c in res["ranking"]
+    ]
+    assert len(same) == len(set(same)) and res["n_swept_settings"] == 2 * res["n_configurations"]
     assert {c["policy"] for c in res["ranking"]} == set(POLICIES)
     assert [w["step"] for w in res["per_step"]] == [0, 1, 2] and res["ranges"]
     # swept parameters and the cause of each configuration's gain over the reference
@@ -74,6 +81,8 @@ def test_cli_advise(team_key, tmp_path):
     assert r.exit_code == 0, r.output
     assert "configurations ranked by predicted step time" in r.stdout and "who wins where" in r.stdout
     assert "largest cause" in r.stdout and "gains against sync" in r.stdout
+    assert "uncalibrated: no interval" in r.stdout and "0.0% faster" not in r.stdout
+    assert "(same as: max 256 running seqs)" in r.stdout
     out = orjson.loads(runner.invoke(app, [*args, "--json"], catch_exceptions=False).stdout)
     assert out["n_configurations"] >= 50
     assert all("params" in c and "gain" in c for c in out["ranking"]) and out["reference"]

@@ -45,6 +45,8 @@ def test_advise_proposes_the_named_model_and_its_banner_follows_the_job(browser,
     assert latest(server, "/advice", trace["id"])["status"] == "succeeded"
     assert done == (f"Advice {job['id']} finished: its results are below.", "ok")
     b.wait(lambda: b.css("#adv-ranking"), "the ranking")
+    # packed lengths, no timings: no noise model, so no interval (never a zero-width one)
+    assert "uncalibrated: no interval" in b.text("adv-ranking")
     b.assert_console_clean()
 
 

@@ -7,9 +7,11 @@ requests keep matching) and decoded by the worker with `from_json`. `advice_of` 
 calibrates when the trace has measured timings (as a replay does), fits the residual
 noise and sweeps the configurations that hold the model (`core.simulator.advisor`).
 
-Result: `advise`'s ranking (each configuration with its swept `params`, per-step mean /
-P10 / P90 step time and its `gain` over the reference by cause), per-step winners and
-step ranges (with the cause of each winner's gain), `reference`, `why_best`, plus
+Result: `advise`'s ranking (one row per effective configuration, with its swept `params`,
+the swept settings it `stands_for`, per-step mean / P10 / P90 step time — P10 and P90
+null without a noise model — and its `gain` over the reference by cause), per-step
+winners and step ranges (with their `verdict`, the cause of each winner's gain and the
+range in words, `said`), `n_swept_settings`, `reference`, `why_best`, plus
 `calibration` (None when not calibrated), `calibration_note` (why not, naming the measured
 timings the trace has), `uncertainty` ("mc" or None) and `workload`.
 """

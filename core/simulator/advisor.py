@@ -21,7 +21,21 @@ calibration, the roofline's. Intervals, with the calibrated noise
 path (colocated batch-rollout policies; disaggregated steps whose rollout is longer than
 training), the Monte-Carlo runs of that batch rollout shifted onto the step time; every
 other configuration is replayed itself `policy_runs` times with its requests perturbed
-(`core.simulator.replay_mc`). Without a noise model, the deterministic step time.
+(`core.simulator.replay_mc`). Without a noise model there is no interval: P10 and P90
+are None (never a zero-width interval).
+
+Identical configurations collapse into one row (`collapse`): two swept settings that
+resolve to the same effective configuration the replay runs (layout, policy with its
+resolved parameters, balancing, engine limits; e.g. "running seqs as calibrated" without
+a calibration is the default limit of 256) are replayed once, under one label that names
+the settings it stands for (`stands_for`). After the replay, configurations that differ
+only in their engine limits yet replay to the very same step times and intervals (no
+limit was reached: the engines ran the same concurrency) collapse too
+(`merge_unbound`, `limits_never_bound`).
+
+Who wins where: per step, the winner and the runner-up with their step times; a margin
+that shows as 0.0% is a tie, and a win whose interval overlaps the runner-up's is within
+the uncertainty (`verdict`: "faster", "tie", "within uncertainty").
 
 Why: every configuration's gain over the reference — the best `sync` configuration (the
 slowest one without sync in the grid) — is split by cause with `explain` (GPU-seconds per
@@ -36,7 +50,8 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -56,6 +71,8 @@ from core.simulator.workload import StepWorkload
 
 ROLLOUT_SHARES = (0.25, 0.5, 0.75)
 MAX_PARAM_COMBOS = 8
+# a margin below this shows as "0.0%": the two are tied, not one faster
+TIE_MARGIN = 0.0005
 
 
 def param_sweep(spec: PolicySpec) -> list[dict]:
@@ -161,6 +178,72 @@ def label(c: dict) -> str:
     )
 
 
+def effective_limits(c: dict, limits: EngineLimits) -> EngineLimits:
+    """The engine limits a configuration replays with: `limits` (calibrated or
+    configured) unless it sets its own running-sequence limit."""
+    n = c.get("max_running_seqs")
+    return limits if n is None else EngineLimits(max_running_seqs=n)
+
+
+def _setting(c: dict) -> tuple:
+    """Policy with its resolved parameters, balancing and layout: a configuration but for
+    its engine limits."""
+    resolved = repr(POLICIES[c["policy"]].resolve(c.get("params")))
+    return (c["policy"], resolved, c["balancing"], (c["rollout_replicas"], c["rollout_tp"], c["train_dp"]))
+
+
+def identity(c: dict, limits: EngineLimits) -> tuple:
+    """What the replay of `c` runs: layout, policy with its resolved parameters,
+    balancing and effective engine limits (equal identities replay identically)."""
+    return (*_setting(c), effective_limits(c, limits))
+
+
+def collapse(grid: list[dict], limits: EngineLimits) -> list[dict]:
+    """One configuration per identity (the first swept), labelled with the settings it
+    also stands for; `stands_for` lists every swept label it represents."""
+    kept: dict[tuple, dict] = {}
+    for c in grid:
+        key = identity(c, limits)
+        if key in kept:
+            kept[key]["stands_for"].append(c.get("label") or label(c))
+        else:
+            kept[key] = {**c, "stands_for": [c.get("label") or label(c)]}
+    out = list(kept.values())
+    for c in out:
+        if len(c["stands_for"]) > 1:
+            c["label"] = _merged_label(c["stands_for"])
+    return out
+
+
+def merge_unbound(results: list[dict]) -> list[dict]:
+    """Replayed configurations that differ only in their engine limits and replay to the
+    same step times and intervals, step by step: no limit bound, so the engines ran the
+    same concurrency; one row (the first) stands for them all."""
+    kept: dict[tuple, dict] = {}
+    for r in results:
+        key = (*_setting(r), r.get("unused_gpus"), tuple(tuple(sorted(s.items())) for s in r["steps"]))
+        if key in kept:
+            kept[key]["stands_for"] += r["stands_for"]
+            kept[key]["limits_never_bound"] = True
+        else:
+            kept[key] = r
+    out = list(kept.values())
+    for r in out:
+        if r.get("limits_never_bound"):
+            r["label"] = _merged_label(r["stands_for"], "no engine limit reached")
+    return out
+
+
+def _merged_label(labels: list[str], why: str = "") -> str:
+    """`a | b | c (same as: c')`: the first label and, per other, the parts that differ."""
+    first = labels[0].split(" | ")
+    diffs = []
+    for other in labels[1:]:
+        parts = [p for i, p in enumerate(other.split(" | ")) if i >= len(first) or p != first[i]]
+        diffs.append(" | ".join(parts) or other)
+    return f"{labels[0]} (same as: {'; '.join(diffs)}{': ' + why if why else ''})"
+
+
 def transfer_coefficients(
     coeffs: EngineCoefficients | None, from_cluster: ClusterConfig | None, to_cluster: ClusterConfig, model: ModelConfig
 ) -> EngineCoefficients:
@@ -193,7 +276,7 @@ def _run_layout(task: tuple) -> list[dict]:
     steps: list[StepWorkload] = st["steps"]
     model: ModelConfig = st["model"]
     base: ClusterConfig = st["cluster"]
-    limits: EngineLimits = st["limits"] if conc is None else EngineLimits(max_running_seqs=conc)
+    limits = effective_limits({"max_running_seqs": conc}, st["limits"])
     probe = dataclasses.replace(base, rollout_replicas=replicas, rollout_tp=tp)
     coeffs = transfer_coefficients(st["coefficients"], st["cal_cluster"], probe, model)
     batch_mc = _batch_monte_carlo(probe, limits, coeffs)
@@ -259,7 +342,8 @@ def _shifted_everywhere(spec: PolicySpec, r: SimResult, batch_mc: dict) -> bool:
 
 def _step_row(spec: PolicySpec, s: StepResult, batch_mc: dict, replayed: dict | None) -> dict:
     """One step's mean / P10 / P90: the policy's own Monte-Carlo replay, else the batch
-    rollout's runs shifted onto the step time, else the deterministic time."""
+    rollout's runs shifted onto the step time, else the deterministic time with no
+    interval (P10 and P90 None: without a noise model nothing bounds it)."""
     if replayed is not None and s.step in replayed:
         q = replayed[s.step]
         mean, p10, p90 = q["mean"], q["p10"], q["p90"]
@@ -268,7 +352,7 @@ def _step_row(spec: PolicySpec, s: StepResult, batch_mc: dict, replayed: dict | 
         shifted = s.step_time + (runs - duration)
         mean, p10, p90 = float(shifted.mean()), float(np.percentile(shifted, 10)), float(np.percentile(shifted, 90))
     else:
-        mean = p10 = p90 = s.step_time
+        mean, p10, p90 = s.step_time, None, None
     return {"step": s.step, "mean": mean, "p10": p10, "p90": p90, "deterministic": s.step_time}
 
 
@@ -301,7 +385,7 @@ def advise(
     if calibration is not None and calibration.cluster.train_mfu:
         base = dataclasses.replace(base, train_mfu=calibration.cluster.train_mfu)
     lim = calibration.limits if calibration is not None else (limits or EngineLimits())
-    grid = grid if grid is not None else default_grid(n_gpus, model, gpu_spec)
+    grid = collapse(grid if grid is not None else default_grid(n_gpus, model, gpu_spec), lim)
     by_layout: dict[tuple, list[dict]] = {}
     for c in grid:
         by_layout.setdefault((c["rollout_replicas"], c["rollout_tp"], c["max_running_seqs"]), []).append(c)
@@ -333,7 +417,7 @@ def advise(
         for i, t in enumerate(tasks):
             results += _run_layout(t)
             report((i + 1) / len(tasks), f"{len(results)} of {len(grid)} configurations")
-    return rank(results, partial_steps(steps))
+    return rank(merge_unbound(results), partial_steps(steps))
 
 
 def rank(results: list[dict], partial: set[int]) -> dict:
@@ -345,14 +429,14 @@ def rank(results: list[dict], partial: set[int]) -> dict:
     async) moves work into later steps, so a mean over some steps only would favour it
     for work it has only postponed. `partial` steps are flagged in the per-step winners."""
     for r in results:
-        r["step_s"] = {k: float(np.mean([s[k] for s in r["steps"]])) for k in ("mean", "p10", "p90", "deterministic")}
+        r["step_s"] = {k: _mean_of(r["steps"], k) for k in ("mean", "p10", "p90", "deterministic")}
     ranking = sorted(results, key=lambda r: r["step_s"]["mean"])
     best = ranking[0]
     ref = _reference(ranking)
     for r in ranking:
         r["vs_best"] = r["step_s"]["mean"] / best["step_s"]["mean"] if best["step_s"]["mean"] > 0 else math.nan
-        # intervals overlap: within the noise of the best, not reliably slower
-        r["within_noise_of_best"] = bool(r["step_s"]["p10"] <= best["step_s"]["p90"])
+        # intervals overlap: within the noise of the best, not reliably slower (None: no intervals)
+        r["within_noise_of_best"] = _overlap(best["step_s"], r["step_s"])
         r["gain"] = None if r is ref else _gain(ref, r)
     winners = _per_step_winners(results, partial, [s["step"] for s in best["steps"]])
     ranges = _ranges(winners, {r["label"]: r["gain"] for r in ranking})
@@ -360,18 +444,34 @@ def rank(results: list[dict], partial: set[int]) -> dict:
     for r in ranking:
         r.pop("digest", None)
     runner_up = ranking[1] if len(ranking) > 1 else None
+    clear = _overlap(best["step_s"], runner_up["step_s"]) if runner_up is not None else False
     return {
         "n_configurations": len(results),
+        "n_swept_settings": sum(len(r.get("stands_for") or [r["label"]]) for r in results),
         "partial_steps": sorted(partial),
         "ranking": ranking,
         "per_step": winners,
         "ranges": ranges,
         "best": best["label"],
-        # the runner-up's interval starts above the best's: the win is not noise
-        "best_is_clear": runner_up is None or runner_up["step_s"]["p10"] > best["step_s"]["p90"],
+        # the runner-up's interval starts above the best's: the win is not noise (None: no intervals)
+        "best_is_clear": None if clear is None else not clear,
         "reference": ref["label"],
         "why_best": why,
     }
+
+
+def _mean_of(steps: list[dict], key: str) -> float | None:
+    """The mean of one field over the steps; None when a step has none (no interval)."""
+    values = [s[key] for s in steps]
+    return None if any(v is None for v in values) else float(np.mean(values))
+
+
+def _overlap(faster: Mapping[str, Any], slower: Mapping[str, Any]) -> bool | None:
+    """Whether the slower one's interval starts at or below the faster one's end (the
+    difference is within the uncertainty); None when either has no interval."""
+    if faster.get("p90") is None or slower.get("p10") is None:
+        return None
+    return bool(slower["p10"] <= faster["p90"])
 
 
 def _reference(ranking: list[dict]) -> dict:
@@ -398,39 +498,73 @@ def _gain(ref: dict, r: dict) -> dict:
 
 
 def _per_step_winners(results: list[dict], partial: set[int], step_ids: list[int]) -> list[dict]:
-    """Per step: the winner and its margin over the runner-up (among the configurations
-    that report the step)."""
-    by_step = [{s["step"]: s["mean"] for s in r["steps"]} for r in results]
+    """Per step: the winner and the runner-up (among the configurations that report the
+    step) with their step times, the margin and the `verdict` it supports."""
+    by_step = [{s["step"]: s for s in r["steps"]} for r in results]
     winners = []
     for step in step_ids:
-        order = sorted((t[step], i) for i, t in enumerate(by_step) if step in t)
+        order = sorted((t[step]["mean"], i) for i, t in enumerate(by_step) if step in t)
         (t1, i1), (t2, i2) = order[0], order[1] if len(order) > 1 else order[0]
-        first, second = results[i1], results[i2]
+        margin = (t2 - t1) / t2 if t2 > 0 else 0.0
         winners.append(
             {
                 "step": step,
                 "partial": step in partial,
-                "winner": first["label"],
+                "winner": results[i1]["label"],
                 "step_s": t1,
-                "runner_up": second["label"],
-                "margin": (t2 - t1) / t2 if t2 > 0 else 0.0,
+                "runner_up": results[i2]["label"],
+                "runner_up_s": t2,
+                "margin": margin,
+                "verdict": _verdict(margin, _overlap(by_step[i1][step], by_step[i2][step])),
             }
         )
     return winners
 
 
+def _verdict(margin: float, overlap: bool | None) -> str:
+    """ "tie" when the margin shows as 0.0%, "within uncertainty" when the intervals
+    overlap, else "faster"."""
+    if margin < TIE_MARGIN:
+        return "tie"
+    return "within uncertainty" if overlap else "faster"
+
+
 def _ranges(winners: list[dict], gains: dict[str, dict | None]) -> list[dict]:
-    """Consecutive steps with the same winner, its margins and the cause of its gain."""
+    """Consecutive steps with the same winner and verdict: its margins, the mean step
+    times of the winner and of the runner-ups, the cause of its gain and the range in
+    words (`said`, so every client says it the same way)."""
     ranges: list[dict] = []
     for w in winners:
-        if ranges and ranges[-1]["winner"] == w["winner"]:
-            ranges[-1]["steps"][1] = w["step"]
-            ranges[-1]["margins"].append(w["margin"])
+        last = ranges[-1] if ranges else None
+        if last is not None and (last["winner"], last["verdict"]) == (w["winner"], w["verdict"]):
+            last["steps"][1] = w["step"]
+            last["of"].append(w)
         else:
-            ranges.append({"winner": w["winner"], "steps": [w["step"], w["step"]], "margins": [w["margin"]]})
+            ranges.append({"winner": w["winner"], "verdict": w["verdict"], "steps": [w["step"], w["step"]], "of": [w]})
     for r in ranges:
-        m = r.pop("margins")
-        r["margin_min"], r["margin_max"] = float(min(m)), float(max(m))
+        of = r.pop("of")
+        r["margin_min"], r["margin_max"] = float(min(w["margin"] for w in of)), float(max(w["margin"] for w in of))
+        r["winner_s"] = float(np.mean([w["step_s"] for w in of]))
+        r["runner_up_s"] = float(np.mean([w["runner_up_s"] for w in of]))
+        r["runner_ups"] = list(dict.fromkeys(w["runner_up"] for w in of))
         gain = gains.get(r["winner"])
         r["cause"] = gain["phrase"] if gain else None
+        r["said"] = range_sentence(r)
     return ranges
+
+
+def range_sentence(rg: dict) -> str:
+    """A range of `rank`'s `ranges` in words: "faster than the runner-up" only when it is
+    (a tie and a win within the uncertainty are said as such, with the step times)."""
+    a, b = rg["steps"]
+    where = f"step {a}" if a == b else f"steps {a}-{b}"
+    lo, hi = 100 * rg["margin_min"], 100 * rg["margin_max"]
+    margin = f"{lo:.1f}%" if f"{lo:.1f}" == f"{hi:.1f}" else f"{lo:.1f}-{hi:.1f}%"
+    figures = f"{rg['winner_s']:.1f} s vs {rg['runner_up_s']:.1f} s"
+    if rg["verdict"] == "tie":
+        said = f"tied with the runner-up ({figures})"
+    elif rg["verdict"] == "within uncertainty":
+        said = f"{margin} ahead of the runner-up, within the uncertainty ({figures}; intervals overlap)"
+    else:
+        said = f"{margin} faster than the runner-up ({figures})"
+    return f"{where}: {rg['winner']}, {said}"

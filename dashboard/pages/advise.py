@@ -80,7 +80,7 @@ def body(trace: dict) -> html.Div:
                 help_text="Sweeps rollout replicas x TP, training DP, policy with its declared parameter values, DP "
                 "balancing and engine concurrency on this GPU budget (the engine calibrated on the trace's first step "
                 "when it has measured timings), ranks them by predicted step time, mean over every step, with the "
-                "Monte-Carlo P10-P90 (~: overlapping the best's), and names the largest cause of each one's "
+                "Monte-Carlo P10-P90 (~: overlapping the best's; none when uncalibrated), and names the largest cause of each one's "
                 "difference from the best sync configuration.",
             ),
             html.Div(job_progress(shown, "advice") if shown else None, id="adv-progress"),
@@ -190,7 +190,7 @@ def ranking_table(result: dict):
                 html.Td(r["label"]),
                 html.Td(r["params"] or "-"),
                 html.Td(f"{r['mean']:.1f}", className="num"),
-                html.Td(f"{r['p10']:.1f}-{r['p90']:.1f}", className="num"),
+                html.Td(r["interval"], className="num"),
                 html.Td(f"{r['vs_best']:.3f}x" + (" ~" if r["near_best"] else ""), className="num"),
                 html.Td("reference" if r["vs_ref"] is None else f"{r['vs_ref']:.3f}x", className="num"),
                 html.Td(r["cause"] or "-"),
@@ -201,15 +201,18 @@ def ranking_table(result: dict):
     return html.Table([html.Thead(head), html.Tbody(body_rows)], className="table", id="adv-ranking")
 
 
+def _older_range(rg: dict) -> str:
+    """A range of advice stored before ranges said themselves: the winner and margin only."""
+    a, b = rg["steps"]
+    where = f"step {a}" if a == b else f"steps {a}-{b}"
+    return f"{where}: {rg['winner']} (margin over the runner-up {100 * rg['margin_min']:.1f}%)"
+
+
 def ranges_list(result: dict):
     items = []
     for rg in result.get("ranges") or []:
-        a, b = rg["steps"]
-        where = f"step {a}" if a == b else f"steps {a}-{b}"
         cause = f"; its largest gain over the reference: {rg['cause']}" if rg.get("cause") else ""
-        items.append(
-            html.Li(f"{where}: {rg['winner']} — {100 * rg['margin_min']:.1f}% faster than the runner-up{cause}")
-        )
+        items.append(html.Li(f"{rg.get('said') or _older_range(rg)}{cause}"))
     why = (result.get("why_best") or {}).get("summary")
     parts = ([html.P(f"Why the best: {why}", id="adv-why")] if why else []) + ([html.Ul(items)] if items else [])
     return html.Div(parts) if parts else None

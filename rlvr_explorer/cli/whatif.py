@@ -535,19 +535,23 @@ def _advice_summary(trace, request: AdviceRequest, out: dict, top: int) -> str:
         + (f"engine calibrated on step(s) {', '.join(map(str, cal['fit_steps']))}" if cal else "roofline engine")
         + (f" ({out['calibration_note']})" if not cal and out.get("calibration_note") else ""),
         f"{out['n_configurations']} configurations ranked by predicted step time (mean over every step; P10-P90"
-        + (" of the Monte-Carlo replay" if out.get("uncertainty") else ": no calibrated noise")
+        + (" of the Monte-Carlo replay" if out.get("uncertainty") else ": uncalibrated, no interval")
         + "; ~ marks intervals overlapping the best's); gains against "
         + str(out.get("reference")),
         "",
-        f"{'rank':>4} {'step_s':>9} {'P10-P90':>17} {'vs best':>9} {'vs ref':>7}  {'largest cause':<34} configuration",
     ]
-    for i, r in enumerate(out["ranking"][:top], 1):
+    intervals = [_interval(r["step_s"]) for r in out["ranking"][:top]]
+    width = max([17, *map(len, intervals)])
+    lines.append(
+        f"{'rank':>4} {'step_s':>9} {'P10-P90':>{width}} {'vs best':>9} {'vs ref':>7}  {'largest cause':<34} configuration"
+    )
+    for i, (r, interval) in enumerate(zip(out["ranking"][:top], intervals, strict=True), 1):
         s, g = r["step_s"], r.get("gain")
         near = "~" if r.get("within_noise_of_best") and i > 1 else " "
         speed = f"{g['speedup']:.3f}x" if g and g.get("speedup") else "ref"
         cause = ((g or {}).get("phrase") or "-")[:34]
         lines.append(
-            f"{i:>4} {s['mean']:>9.1f} {s['p10']:>8.1f}-{s['p90']:<8.1f} {r['vs_best']:>7.3f}x{near} {speed:>7}  "
+            f"{i:>4} {s['mean']:>9.1f} {interval:>{width}} {r['vs_best']:>7.3f}x{near} {speed:>7}  "
             f"{cause:<34} {r['label']}"
         )
     if out.get("why_best"):
@@ -555,16 +559,17 @@ def _advice_summary(trace, request: AdviceRequest, out: dict, top: int) -> str:
     lines += ["", "who wins where:"]
     for rg in out["ranges"]:
         a, b = rg["steps"]
-        where = f"step {a}" if a == b else f"steps {a}-{b}"
-        margin = (
-            f"{100 * rg['margin_min']:.1f}%"
-            if rg["margin_min"] == rg["margin_max"]
-            else (f"{100 * rg['margin_min']:.1f}-{100 * rg['margin_max']:.1f}%")
-        )
         flag = " (partial workload)" if any(w["partial"] for w in out["per_step"] if a <= w["step"] <= b) else ""
         cause = f"; its largest gain over the reference: {rg['cause']}" if rg.get("cause") else ""
-        lines.append(f"  {where}: {rg['winner']}, {margin} faster than the runner-up{flag}{cause}")
+        lines.append(f"  {rg['said']}{flag}{cause}")
     return "\n".join(lines)
+
+
+def _interval(step_s: dict) -> str:
+    """P10-P90 of a ranked configuration; without a noise model there is none to show."""
+    if step_s.get("p10") is None or step_s.get("p90") is None:
+        return "uncalibrated: no interval"
+    return f"{step_s['p10']:.1f}-{step_s['p90']:.1f}"
 
 
 @command()
