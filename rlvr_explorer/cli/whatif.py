@@ -708,3 +708,7 @@ def _workload_summary(result: dict, out: Path) -> str:
     elif result["files"]:
         lines.append(f"next: `rlvr-explorer ingest {out}` stores it as a trace (or pass --ingest)")
     return "\n".join(lines)
+
+
+# Shared with the engine commands (rlvr_explorer/cli/engine.py).
+team_trace, trace_workload, step_range_option = _team_trace, _trace_workload, _step_range_option
