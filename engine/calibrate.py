@@ -3,7 +3,7 @@ fitted into the simulator's iteration-time model (core/simulator/predictor.py):
 
 - decode iteration with B running sequences holding ΣKV tokens:
   ``decode_a + decode_b · ΣKV + decode_c · B`` — fitted on every pure decode step
-  (no prompt prefilled in it) of the sweep;
+  (no request waiting for its first token) of the sweep;
 - prefill of new requests with p prompt tokens each:
   ``prefill_a + prefill_b · Σp + prefill_c · Σp²`` per iteration — fitted on each sweep
   point's prefill phase (the steps until every request of the batch had its first
@@ -40,8 +40,10 @@ def fit(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, float]:
 
 
 def decode_rows(iterations: list[list[float]]) -> tuple[np.ndarray, np.ndarray]:
-    """([1, ΣKV, B] per pure decode step, its seconds) from an engine's step log."""
-    rows = [(1.0, kv, b, dt) for _, dt, b, kv, prefill in iterations if prefill == 0 and b > 0]
+    """([1, ΣKV, B] per pure decode step, its seconds) from an engine's step log: steps
+    with running requests and none waiting for its first token (a chunked prefill's
+    steps mix prompt chunks into the batch)."""
+    rows = [(1.0, kv, b, dt) for _, dt, b, kv, _prefill, waiting in iterations if waiting == 0 and b > 0]
     a = np.array(rows, dtype=np.float64).reshape(-1, 4)
     return a[:, :3], a[:, 3]
 

@@ -176,7 +176,7 @@ class EnginePool:
                         self.done[ev["id"]] = Done(engine=child.index, **ev)
 
     def iterations(self) -> list[list[list[float]]]:
-        """Per engine, its steps: [start, seconds, running, KV tokens, prefill tokens]."""
+        """Per engine, its steps: [start, seconds, running, KV tokens, prefill tokens, waiting]."""
         out = []
         for c in self.children:
             c.send({"op": "stats"})

@@ -9,8 +9,9 @@ request that finished or was aborted: id, reason (length | abort), tokens decode
 times it was submitted, scheduled, got its first token and ended (time.monotonic, the
 same clock in every process of the machine), and for an aborted one its token ids (a
 partial response to resume). Between commands the engine steps whenever it has work;
-each step's start, duration, running requests, their KV tokens and its prefill tokens are
-logged (prefill: prompts whose first token that step produced).
+each step's start, duration, running requests, their KV tokens, its prefill tokens
+(prompts whose first token that step produced) and the requests still without a first
+token (queued or part-way through a chunked prefill) are logged.
 """
 
 from __future__ import annotations
@@ -123,6 +124,7 @@ class Server:
 
     def step(self) -> None:
         running = sum(1 for r in self.reqs.values() if r.t_first)
+        waiting = len(self.reqs) - running  # no first token yet: queued or prefilling
         kv_before = self.kv
         t0 = time.monotonic()
         outputs = self.engine.step()
@@ -142,7 +144,7 @@ class Server:
             if out.finished:
                 m = out.metrics
                 self._done(out.request_id, "length", t1, float(getattr(m, "scheduled_ts", 0.0) or 0.0))
-        self.iterations.append([t0, t1 - t0, running, kv_before, prefill])
+        self.iterations.append([t0, t1 - t0, running, kv_before, prefill, waiting])
 
     def handle(self, cmd: dict) -> bool:
         op = cmd["op"]

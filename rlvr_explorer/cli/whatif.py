@@ -559,6 +559,8 @@ def policies(as_json: JsonFlag = False) -> None:
             "disaggregated": spec.disaggregated,
             "paper": spec.paper,
             "params": [i.to_dict() for i in spec.param_infos],
+            # None: `engine-replay` acts it out on real engines; else why it cannot
+            "not_on_engine": spec.not_on_engine,
         }
         for kind, spec in POLICIES.items()
     }
