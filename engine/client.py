@@ -110,9 +110,9 @@ class EnginePool:
     """k engines of one model, each in its own process; the driver interface the engine
     policies use (times are time.monotonic seconds, one clock for every process)."""
 
-    def __init__(self, model: dict, k: int = 1, *, threads: list[str] | None = None) -> None:
+    def __init__(self, model: dict, k: int = 1, *, env: dict[str, str] | None = None) -> None:
         """`model`: {"model": folder} or {"arch": preset}, and optionally max_model_len;
-        `threads`: per engine, the cores its OpenMP threads bind to (cycled)."""
+        `env`: environment of every engine process beside its defaults (server.ENGINE_ENV)."""
         python = engine_python()
         t0 = time.monotonic()
         self.children: list[_Child] = []
@@ -120,9 +120,7 @@ class EnginePool:
         self._sel = selectors.DefaultSelector()
         try:
             for i in range(k):
-                config = dict(model)
-                if threads:  # which cores each engine's OpenMP threads bind to
-                    config["env"] = {"VLLM_CPU_OMP_THREADS_BIND": threads[i % len(threads)]}
+                config = {**model, "env": env or {}}
                 self.children.append(_Child(python, config, i))
             self.limits = [self._ready(c) for c in self.children]
         except BaseException:

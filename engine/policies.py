@@ -9,6 +9,7 @@ the replay's workload, and returns the steps' rollout windows and every request 
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -23,6 +24,9 @@ from core.simulator.requests import sample_tokens, step_request_arrays
 from core.simulator.workload import StepWorkload
 from engine.client import EnginePool, Request
 from engine.workload import prompt_ids
+
+# request ids, unique in the process: runs may share a pool (its `done` is keyed by id)
+_request_ids = itertools.count()
 
 
 @dataclass
@@ -69,7 +73,7 @@ class _Launcher:
         """Send (step index, sample, already generated token ids, tokens left) items."""
         reqs = []
         for step_idx, sample, generated, left in items:
-            rid = f"{len(self.run.sent)}"
+            rid = str(next(_request_ids))
             self.run.sent[rid] = Sent(rid, step_idx, sample, left)
             reqs.append(Request(rid, self.prompt(step_idx, sample) + generated, left))
         self.pool.submit(engine, reqs)

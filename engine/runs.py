@@ -3,7 +3,6 @@ engine replay compared with the simulator's prediction from a profile."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -29,10 +28,10 @@ def resolve_model(arch: str, model_path: Path | None) -> tuple[dict, Arch]:
     return {"arch": shape.name, "max_model_len": min(shape.max_positions, 32768)}, shape
 
 
-def _threads(k: int) -> list[str] | None:
-    """Several engines on one CPU machine: each bound to cores of its own."""
-    n = os.cpu_count() or 1
-    return [str(i % n) for i in range(k)] if k > 1 else None
+def engine_env(k: int) -> dict[str, str] | None:
+    """Several engines on one CPU machine: one OpenMP thread each, placed by the OS (bound
+    to fixed cores, each engine stalled whenever another process ran on its core)."""
+    return {"VLLM_CPU_OMP_THREADS_BIND": "nobind", "OMP_NUM_THREADS": "1"} if k > 1 else None
 
 
 def calibrate_on(pool: EnginePool, shape: Arch, progress: Progress, grid: Sweep | None = None) -> dict:
@@ -98,7 +97,7 @@ def replay_on_engine(
             get_profile(session, team_id, profile_id)
     k = engines or design.engines
     progress(f"starting {k} engine(s)")
-    with EnginePool(config, k, threads=_threads(k)) as pool:
+    with EnginePool(config, k, env=engine_env(k)) as pool:
         profile = _profile_for(pool, team_id, shape, profile_id, progress)
         model = model_config(shape.name, shape.__dict__, shape.params)
         out = engine_replay(pool, wl, kind, params, profile, model, shape.vocab, progress)

@@ -104,3 +104,28 @@ def test_replay_on_real_engines_under_sync_partial_and_dispatch(engine_python, t
         assert out["measured"]["decoded_tokens"] > 0 and out["predicted"]["decoded_tokens"] > 0
         expected = (out["predicted"]["makespan_s"] - out["measured"]["makespan_s"]) / out["measured"]["makespan_s"]
         assert out["error"]["makespan"] == pytest.approx(expected)
+
+
+@sqlite
+def test_an_engine_replay_job_goes_to_the_engine_queue_and_says_when_no_engine(team_key, stored, monkeypatch, tmp_path):
+    from backend.auth import team_for_key
+    from backend.jobs.contracts import ENGINE_QUEUE, ENGINE_REPLAY_KIND, task_name
+    from backend.jobs.engine_replay import create_engine_replay_job, engine_replay_params
+    from backend.store.db import session_scope
+    from backend.store.models import Job, JobStatus
+    from workers.runners.engine_replay import run_engine_replay_job
+
+    with pytest.raises(ValueError, match="does not run on an engine"):
+        engine_replay_params(stored, "divided")
+    with session_scope() as session:
+        team = team_for_key(session, team_key)
+        assert team is not None
+        params = engine_replay_params(stored, "partial", {"finished_groups": 4}, max_requests=64, length_scale=0.05)
+        job_id = create_engine_replay_job(session, team.id, params).id
+    monkeypatch.setenv("RLVR_ENGINE_PYTHON", str(tmp_path / "nowhere" / "python"))
+    run_engine_replay_job(job_id)
+    with session_scope() as session:
+        job = session.get(Job, job_id)
+        assert job is not None and job.queue == ENGINE_QUEUE
+        assert task_name(ENGINE_REPLAY_KIND) == "workers.tasks.run_engine_replay"
+        assert job.status == JobStatus.FAILED and "bash deploy/engine-venv.sh DIR" in (job.error or "")
