@@ -65,7 +65,7 @@ def workloads(steps: int) -> dict[str, list[StepWorkload] | str]:
 def run(args: argparse.Namespace) -> dict:
     config, shape = resolve_model(args.arch, None)
     t0 = time.monotonic()
-    with EnginePool(config, 1) as pool:
+    with EnginePool(config, 1, env=engine_env()) as pool:
         start_s = pool.start_s
         profile = calibrate_on(pool, shape, print)
     print(f"engine start {start_s:.1f} s; calibration {time.monotonic() - t0:.1f} s; fit {profile['fit']}")
@@ -76,7 +76,7 @@ def run(args: argparse.Namespace) -> dict:
     for kind in runnable:
         design, _ = engine_policy(kind, {})
         k = design.engines
-        with EnginePool(config, k, env=engine_env(k)) as pool:
+        with EnginePool(config, k, env=engine_env()) as pool:
             for name, wl in wls.items():
                 if isinstance(wl, str):
                     rows.append({"policy": kind, "workload": name, "skipped": wl})

@@ -73,6 +73,7 @@ def test_a_policy_that_cannot_run_on_an_engine_says_why(team_key, stored):
 
 
 @pytest.mark.engine
+@pytest.mark.timeout(1800)  # engine starts, a calibration sweep and three replays: ~6 min on a loaded 2-core machine
 @sqlite
 def test_replay_on_real_engines_under_sync_partial_and_dispatch(engine_python, team_key, stored):
     r = invoke("calibrate-engine", "--arch", "tiny", "--json", "--api-key", team_key)
