@@ -26,9 +26,14 @@ from engine.client import EnginePool, Request
 
 @dataclass(frozen=True)
 class Sweep:
-    batches: tuple[int, ...] = (1, 8, 32, 64)
-    contexts: tuple[int, ...] = (64, 512, 1024)
-    decode_tokens: int = 32
+    """The sweep's points: every batch size at every context. Short contexts keep the
+    batch apart from its KV tokens (else the fit cannot tell a sequence's cost from its
+    tokens' and a short-context replay's batch cost is lost); batches past a replay's
+    usual size keep its over-provisioned steps inside the fitted range."""
+
+    batches: tuple[int, ...] = (1, 8, 32, 64, 128)
+    contexts: tuple[int, ...] = (16, 256, 1024)
+    decode_tokens: int = 48
 
 
 def fit(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, float]:
