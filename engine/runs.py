@@ -104,6 +104,14 @@ def replay_on_engine(
         model = model_config(shape.name, shape.__dict__, shape.params)
         out = engine_replay(pool, wl, kind, params, profile, model, shape.vocab, progress)
         out["engine_start_s"] = pool.start_s
-    out.update({"arch": shape.name, "engine": profile["engine"], "device": profile["device"]})
+    lim = pool.limits[0]
+    here = {"engine": lim["engine"], "device": lim["device"], "arch": shape.name}
+    out.update(here)
+    # a profile of another engine, device or model predicts another machine's times
+    out["warnings"] = [
+        f"profile {profile['id']} was measured with {key} {profile[key]!r}, this replay ran {value!r}"
+        for key, value in here.items()
+        if profile[key] != value
+    ]
     out["workload"] = {"max_requests": max_requests, "length_scale": length_scale}
     return out

@@ -92,7 +92,7 @@ def test_replay_on_real_engines_under_sync_partial_and_dispatch(engine_python, t
         r = invoke(*args, "--profile", profile["id"], "--json", "--api-key", team_key)
         assert r.exit_code == 0, (policy, r.output)
         out = orjson.loads(r.stdout)
-        assert out["policy"] == policy and out["profile_id"] == profile["id"]
+        assert out["policy"] == policy and out["profile_id"] == profile["id"] and out["warnings"] == []
         assert out["lengths_exact"], (policy, out)
         assert out["finished"] + out["aborted"] == out["requests"] >= 64
         assert out["engines"] == (2 if policy == "length_ranked" else 1)

@@ -146,4 +146,5 @@ def _replay_summary(r: dict) -> str:
         f"error (predicted vs measured): makespan {_pct(e['makespan'])}, p90 completion {_pct(e['p90_completion'])} "
         f"(prediction from engine profile {r['profile_id']})"
     )
+    lines += [f"warning: {w}" for w in r.get("warnings", [])]
     return "\n".join(lines)
