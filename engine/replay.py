@@ -130,7 +130,9 @@ def engine_replay(
 ) -> dict:
     """Replay on `pool`, predict from `profile`, compare."""
     design, prm = engine_policy(kind, params)
-    progress(f"replaying {sum(w.n_samples for w in workload)} requests under {kind} on {len(pool.children)} engine(s)")
+    progress(
+        f"replaying {sum(w.n_samples for w in workload)} recorded samples under {kind} on {len(pool.children)} engine(s)"
+    )
     t0 = time.monotonic()
     run = design.run(pool, workload, prm, vocab)
     wall = time.monotonic() - t0

@@ -9,7 +9,7 @@ from pathlib import Path
 from backend.store.db import session_scope
 from core.simulator.workload import StepWorkload
 from engine.calibrate import Sweep, sweep
-from engine.client import EnginePool
+from engine.client import EnginePool, engine_python
 from engine.models import Arch, arch_of, folder_arch
 from engine.policies import engine_policy
 from engine.profiles import get_profile, latest_profile, save_profile
@@ -54,6 +54,7 @@ def calibrate_on(pool: EnginePool, shape: Arch, progress: Progress, grid: Sweep 
 
 def calibrate_engine(team_id: int, arch: str, model_path: Path | None, progress: Progress) -> dict:
     config, shape = resolve_model(arch, model_path)
+    engine_python()
     progress("starting the engine")
     with EnginePool(config, 1, env=engine_env()) as pool:
         record = calibrate_on(pool, shape, progress)
@@ -90,6 +91,7 @@ def replay_on_engine(
     progress: Progress = lambda m: None,
 ) -> dict:
     design, _ = engine_policy(kind, params)  # says why before any engine starts
+    engine_python()  # and that there is no engine
     config, shape = resolve_model(arch, model_path)
     wl = engine_workload(
         workload, max_requests=max_requests, length_scale=length_scale, max_len=config["max_model_len"]
