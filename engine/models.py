@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -87,7 +88,12 @@ def build_random_model(arch: Arch, root: Path | None = None, seed: int = 0) -> P
     model = AutoModelForCausalLM.from_config(Qwen2Config(**arch.qwen2_config()), torch_dtype=torch.bfloat16)
     tmp = folder.with_name(folder.name + f".tmp{os.getpid()}")
     model.save_pretrained(tmp)
-    tmp.rename(folder)
+    try:
+        tmp.rename(folder)
+    except OSError:  # another engine process built it meanwhile (k engines start together)
+        if not (folder / "config.json").exists():
+            raise
+        shutil.rmtree(tmp, ignore_errors=True)
     return folder
 
 
