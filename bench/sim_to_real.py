@@ -69,6 +69,7 @@ def run(args: argparse.Namespace) -> dict:
         start_s = pool.start_s
         profile = calibrate_on(pool, shape, print)
     print(f"engine start {start_s:.1f} s; calibration {time.monotonic() - t0:.1f} s; fit {profile['fit']}")
+    print(f"coefficients {profile['coefficients']}")
     model = model_config(shape.name, shape.__dict__, shape.params)
     runnable = [k for k, s in POLICIES.items() if s.not_on_engine is None]
     wls = workloads(args.steps)
@@ -134,7 +135,8 @@ def _row_line(r: dict) -> str:
     return (
         f"{r['policy']:14} {r['workload']:30} n={r['requests']:4} exact={r['lengths_exact']!s:5} "
         f"makespan {m['makespan_s']:7.2f}/{p['makespan_s']:7.2f} s ({_pct(e['makespan'])}) "
-        f"p90 {m['p90_completion_s']:6.2f}/{p['p90_completion_s']:6.2f} s ({_pct(e['p90_completion'])}){speed}"
+        f"p90 {m['p90_completion_s']:6.2f}/{p['p90_completion_s']:6.2f} s ({_pct(e['p90_completion'])}){speed} "
+        f"cpu {'/'.join(f'{c:.0%}' for c in r['cpu_share'] if c is not None)}"
     )
 
 

@@ -48,9 +48,17 @@ def decode_rows(iterations: list[list[float]]) -> tuple[np.ndarray, np.ndarray]:
     """([1, ΣKV, B] per pure decode step, its seconds) from an engine's step log: steps
     with running requests and none waiting for its first token (a chunked prefill's
     steps mix prompt chunks into the batch)."""
-    rows = [(1.0, kv, b, dt) for _, dt, b, kv, _prefill, waiting in iterations if waiting == 0 and b > 0]
+    rows = [(1.0, kv, b, dt) for _, dt, b, kv, _prefill, waiting, *_ in iterations if waiting == 0 and b > 0]
     a = np.array(rows, dtype=np.float64).reshape(-1, 4)
     return a[:, :3], a[:, 3]
+
+
+def cpu_share(iterations: list[list[float]]) -> float | None:
+    """The engine process's CPU seconds over its steps' wall seconds: about 1 when it had
+    a core to itself, lower when other processes held the cores (its times then are
+    the machine's load as much as the engine's)."""
+    wall = sum(it[1] for it in iterations)
+    return sum(it[6] for it in iterations) / wall if wall > 0 else None
 
 
 def sweep(pool: EnginePool, grid: Sweep, vocab: int, progress=lambda f: None) -> dict:
@@ -90,5 +98,6 @@ def sweep(pool: EnginePool, grid: Sweep, vocab: int, progress=lambda f: None) ->
             "prefill_points": len(prefill_rows),
             "grid": {"batches": list(grid.batches), "contexts": list(grid.contexts), "decode": grid.decode_tokens},
             "sweep_s": time.monotonic() - t_start,
+            "cpu_share": cpu_share(iterations),
         },
     }

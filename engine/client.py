@@ -174,7 +174,8 @@ class EnginePool:
                         self.done[ev["id"]] = Done(engine=child.index, **ev)
 
     def iterations(self) -> list[list[list[float]]]:
-        """Per engine, its steps: [start, seconds, running, KV tokens, prefill tokens, waiting]."""
+        """Per engine, its steps: [start, seconds, running, KV tokens, prefill tokens,
+        waiting, CPU seconds]."""
         out = []
         for c in self.children:
             c.send({"op": "stats"})

@@ -22,6 +22,7 @@ from core.simulator import ClusterConfig, EngineLimits, ModelConfig, simulate
 from core.simulator.policies import make_policy, policy_spec
 from core.simulator.predictor import EngineCoefficients
 from core.simulator.workload import StepWorkload
+from engine.calibrate import cpu_share
 from engine.client import EnginePool
 from engine.policies import EngineRun, engine_policy
 
@@ -136,6 +137,7 @@ def engine_replay(
     t0 = time.monotonic()
     run = design.run(pool, workload, prm, vocab)
     wall = time.monotonic() - t0
+    steps = [[it for it in log if it[0] >= t0] for log in pool.iterations()]
     measured = measured_figures(pool, run)
     progress("predicting the same workload from the profile")
     predicted = predict(workload, kind, params, profile["coefficients"], pool.limits[0], len(pool.children), model)
@@ -153,5 +155,7 @@ def engine_replay(
             "p90_completion": relative_error(predicted["p90_completion_s"], measured["p90_completion_s"]),
         },
         "replay_wall_s": wall,
+        # per engine, CPU over wall seconds of its steps (the profile's fit has the sweep's)
+        "cpu_share": [cpu_share(log) for log in steps],
         "profile_id": profile.get("id"),
     }

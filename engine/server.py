@@ -10,8 +10,9 @@ times it was submitted, scheduled, got its first token and ended (time.monotonic
 same clock in every process of the machine), and for an aborted one its token ids (a
 partial response to resume). Between commands the engine steps whenever it has work;
 each step's start, duration, running requests, their KV tokens, its prefill tokens
-(prompts whose first token that step produced) and the requests still without a first
-token (queued or part-way through a chunked prefill) are logged.
+(prompts whose first token that step produced), the requests still without a first
+token (queued or part-way through a chunked prefill) and the CPU seconds the process
+spent in it (below its wall time when other processes held the cores) are logged.
 """
 
 from __future__ import annotations
@@ -126,9 +127,10 @@ class Server:
         running = sum(1 for r in self.reqs.values() if r.t_first)
         waiting = len(self.reqs) - running  # no first token yet: queued or prefilling
         kv_before = self.kv
-        t0 = time.monotonic()
+        t0, c0 = time.monotonic(), time.process_time()
         outputs = self.engine.step()
         t1 = time.monotonic()
+        cpu = time.process_time() - c0
         prefill = 0
         for out in outputs:
             r = self.reqs.get(out.request_id)
@@ -144,7 +146,7 @@ class Server:
             if out.finished:
                 m = out.metrics
                 self._done(out.request_id, "length", t1, float(getattr(m, "scheduled_ts", 0.0) or 0.0))
-        self.iterations.append([t0, t1 - t0, running, kv_before, prefill, waiting])
+        self.iterations.append([t0, t1 - t0, running, kv_before, prefill, waiting, cpu])
 
     def handle(self, cmd: dict) -> bool:
         op = cmd["op"]

@@ -95,7 +95,8 @@ def test_replay_on_real_engines_under_sync_partial_and_dispatch(engine_python, t
         assert out["policy"] == policy and out["profile_id"] == profile["id"] and out["warnings"] == []
         assert out["lengths_exact"], (policy, out)
         assert out["finished"] + out["aborted"] == out["requests"] >= 64
-        assert out["engines"] == (2 if policy == "length_ranked" else 1)
+        assert out["engines"] == (2 if policy == "length_ranked" else 1) == len(out["cpu_share"])
+        assert all(share > 0 for share in out["cpu_share"])  # the engines stepped, and say how loaded
         if policy == "partial":  # 16 groups launched per step, aborted at the 8th finished
             assert out["aborted"] > 0
         else:

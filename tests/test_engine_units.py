@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from engine.calibrate import decode_rows, fit
+from engine.calibrate import cpu_share, decode_rows, fit
 
 
 def test_decode_fit_recovers_the_iteration_time_form():
@@ -20,14 +20,15 @@ def test_decode_fit_recovers_the_iteration_time_form():
             for g in range(32):
                 kv = batch * (ctx + g)
                 dt = a + b_kv * kv + c_seq * batch
-                log.append([0.0, dt * (1 + 0.01 * rng.standard_normal()), batch, kv, 0, 0])
+                log.append([0.0, dt * (1 + 0.01 * rng.standard_normal()), batch, kv, 0, 0, dt])
     # a chunked prefill's step: requests still waiting for their first token, far slower
-    log.append([0.0, 0.5, 8, 4096, 0, 24])
+    log.append([0.0, 0.5, 8, 4096, 0, 24, 0.25])
     x, y = decode_rows(log)
     assert len(y) == 4 * 3 * 32  # the prefill step is not a decode row
     c, r2 = fit(x, y)
     assert c == pytest.approx([a, b_kv, c_seq], rel=0.05)
     assert r2 > 0.99
+    assert cpu_share(log) == pytest.approx((sum(x[6] for x in log)) / sum(x[1] for x in log))
 
 
 def test_fit_keeps_coefficients_non_negative():

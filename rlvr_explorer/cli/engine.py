@@ -146,5 +146,8 @@ def _replay_summary(r: dict) -> str:
         f"error (predicted vs measured): makespan {_pct(e['makespan'])}, p90 completion {_pct(e['p90_completion'])} "
         f"(prediction from engine profile {r['profile_id']})"
     )
+    shares = ", ".join(f"{s:.0%}" for s in r.get("cpu_share", []) if s is not None)
+    if shares:
+        lines.append(f"engine processes on a CPU for {shares} of their step time (the rest: other processes' load)")
     lines += [f"warning: {w}" for w in r.get("warnings", [])]
     return "\n".join(lines)
