@@ -10,6 +10,10 @@ fitted into the simulator's iteration-time model (core/simulator/predictor.py):
   token: n steps, Σp, Σp² over its requests), as n·prefill_a + prefill_b·Σp + prefill_c·Σp².
 
 Non-negative least squares (the coefficients are times); R² says how well each form fits.
+On a CPU engine the steps are timed by the CPU seconds the engine process spent in them
+(its work, whatever else the machine runs: on a shared machine the wall time of the same
+steps swung with the other processes' load, up to 40% between two sweeps); on a GPU by
+wall time (the host waits while the device computes).
 """
 
 from __future__ import annotations
@@ -44,11 +48,11 @@ def fit(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, float]:
     return c, (1.0 - ss_res / ss_tot) if ss_tot > 0 else 1.0
 
 
-def decode_rows(iterations: list[list[float]]) -> tuple[np.ndarray, np.ndarray]:
-    """([1, ΣKV, B] per pure decode step, its seconds) from an engine's step log: steps
-    with running requests and none waiting for its first token (a chunked prefill's
-    steps mix prompt chunks into the batch)."""
-    rows = [(1.0, kv, b, dt) for _, dt, b, kv, _prefill, waiting, *_ in iterations if waiting == 0 and b > 0]
+def decode_rows(iterations: list[list[float]], col: int = 1) -> tuple[np.ndarray, np.ndarray]:
+    """([1, ΣKV, B] per pure decode step, its seconds: column `col` of the log, 1 wall or
+    6 CPU) from an engine's step log: steps with running requests and none waiting for
+    its first token (a chunked prefill's steps mix prompt chunks into the batch)."""
+    rows = [(1.0, it[3], it[2], it[col]) for it in iterations if it[5] == 0 and it[2] > 0]
     a = np.array(rows, dtype=np.float64).reshape(-1, 4)
     return a[:, :3], a[:, 3]
 
@@ -67,6 +71,7 @@ def sweep(pool: EnginePool, grid: Sweep, vocab: int, progress=lambda f: None) ->
     prefill_rows: list[tuple[float, float, float, float]] = []
     t_start = pool.now()
     points = [(b, c) for c in grid.contexts for b in grid.batches]
+    col = 6 if pool.limits[0].get("on_cpu") else 1  # the step's time: CPU or wall seconds
     for n, (b, c) in enumerate(points):
         ids = [f"cal{n}.{i}" for i in range(b)]
         t0 = pool.now()
@@ -74,10 +79,10 @@ def sweep(pool: EnginePool, grid: Sweep, vocab: int, progress=lambda f: None) ->
         pool.run_until(lambda: all(r in pool.done for r in ids))
         first = max(pool.done[r].t_first for r in ids)
         steps = [it for it in pool.iterations()[0] if it[0] >= t0 and it[0] + it[1] <= first + 1e-9]
-        prefill_rows.append((float(len(steps)), float(b * c), float(b * c * c), float(sum(it[1] for it in steps))))
+        prefill_rows.append((float(len(steps)), float(b * c), float(b * c * c), float(sum(it[col] for it in steps))))
         progress((n + 1) / len(points))
     iterations = [it for it in pool.iterations()[0] if it[0] >= t_start]
-    xd, yd = decode_rows(iterations)
+    xd, yd = decode_rows(iterations, col)
     cd, r2d = fit(xd, yd)
     p = np.array(prefill_rows)
     cp, r2p = fit(p[:, :3], p[:, 3])
@@ -99,5 +104,6 @@ def sweep(pool: EnginePool, grid: Sweep, vocab: int, progress=lambda f: None) ->
             "grid": {"batches": list(grid.batches), "contexts": list(grid.contexts), "decode": grid.decode_tokens},
             "sweep_s": time.monotonic() - t_start,
             "cpu_share": cpu_share(iterations),
+            "timed_by": "cpu" if col == 6 else "wall",
         },
     }

@@ -77,6 +77,7 @@ class Server:
             "kv_cache_tokens": int(blocks * cache.block_size),
             "max_model_len": cfg.model_config.max_model_len,
             "device": _device(),
+            "on_cpu": _on_cpu(),
             "engine": _engine_version(),
         }
 
@@ -169,6 +170,12 @@ def _model_folder(config: dict) -> str:
     from engine.models import arch_of, build_random_model
 
     return str(build_random_model(arch_of(config["arch"])))
+
+
+def _on_cpu() -> bool:
+    import torch
+
+    return not torch.cuda.is_available()
 
 
 def _device() -> str:
