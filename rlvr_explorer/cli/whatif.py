@@ -581,6 +581,8 @@ def policies(as_json: JsonFlag = False) -> None:
             "disaggregated": spec.disaggregated,
             "paper": spec.paper,
             "params": [i.to_dict() for i in spec.param_infos],
+            # None: `engine-replay` acts it out on real engines; else why it cannot
+            "not_on_engine": spec.not_on_engine,
         }
         for kind, spec in POLICIES.items()
     }
@@ -731,3 +733,7 @@ def _workload_summary(result: dict, out: Path) -> str:
     elif result["files"]:
         lines.append(f"next: `rlvr-explorer ingest {out}` stores it as a trace (or pass --ingest)")
     return "\n".join(lines)
+
+
+# Shared with the engine commands (rlvr_explorer/cli/engine.py).
+team_trace, trace_workload, step_range_option = _team_trace, _trace_workload, _step_range_option

@@ -97,6 +97,7 @@ def divided_rollout(env: Env, w: StepWorkload, keep_store: bool) -> RolloutOutco
 
 SPEC = PolicySpec(
     kind="divided",
+    not_on_engine="a shared queue with work stealing across engines is not acted out on a real engine yet (length_ranked is the dispatch design that is)",
     disaggregated=False,
     help="colocated, synchronous; a group's samples are spread over replicas from a shared queue, "
     "probe first then longest-estimated first, idle replicas steal waiting work (Seer)",

@@ -334,6 +334,7 @@ def run_laminar(env: Env, workload: list[StepWorkload], progress: Callable[[floa
 
 SPEC = PolicySpec(
     kind="laminar",
+    not_on_engine="relay workers and trajectory-level weight sync are not acted out on a real engine yet",
     disaggregated=True,
     params=LaminarParams,
     # groups in flight at the end are carried; prompts past the trace's end stand in for more

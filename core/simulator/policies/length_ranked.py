@@ -76,6 +76,7 @@ def ranked_rollout(env: Env, w: StepWorkload, keep_store: bool) -> RolloutOutcom
 
 SPEC = PolicySpec(
     kind="length_ranked",
+    not_on_engine=None,
     disaggregated=True,
     help="disaggregated, one step off; a length ranker orders each step's samples and they are "
     "dispatched longest-predicted first to the least loaded replica (StreamRL)",

@@ -61,6 +61,7 @@ def run_one_step_off(env: Env, workload: list[StepWorkload], progress: Callable[
 
 SPEC = PolicySpec(
     kind="one_step_off",
+    not_on_engine="its training stage would run beside the engine: not acted out on a real engine yet (needs a stand-in for the recorded training time)",
     disaggregated=True,
     help="disaggregated; rollout of step k+1 overlaps training of step k",
     paper="verl one-step-off async trainer (recipe one_step_off_policy)",

@@ -107,6 +107,7 @@ def _step(
 
 SPEC = PolicySpec(
     kind="partial",
+    not_on_engine=None,
     disaggregated=False,
     params=PartialParams,
     same_as=lambda prm: "sync" if prm.over_provision == 1.0 and prm.finished_groups is None else None,

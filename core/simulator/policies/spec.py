@@ -212,6 +212,9 @@ class PolicySpec:
     # draws prompts past the trace's end (cycling through it) as stand-ins for the
     # dataset's further prompts, so a trace sample may be trained again as its stand-in
     stand_ins: bool = False
+    # None: the real-engine replay acts this design out (engine/policies.py has its run);
+    # else why it cannot, shown wherever a user asks for it on an engine
+    not_on_engine: str | None = "not acted out on a real engine yet"
 
     @property
     def stochastic(self) -> bool:

@@ -41,6 +41,7 @@ def run_sync(env: Env, workload: list[StepWorkload], progress: Callable[[float],
 
 SPEC = PolicySpec(
     kind="sync",
+    not_on_engine=None,
     disaggregated=False,
     help="colocated; rollout, reward, forward passes and update in sequence, all GPUs time-shared",
     batch_rollouts=True,

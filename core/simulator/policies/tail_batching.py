@@ -187,6 +187,7 @@ def assemble(
 
 SPEC = PolicySpec(
     kind="tail_batching",
+    not_on_engine="its rounds are not acted out on a real engine yet",
     disaggregated=False,
     help="colocated, synchronous; short rounds launch more prompts than they train and defer the "
     "unfinished ones to dedicated long rounds (RollPacker)",

@@ -196,6 +196,7 @@ def run_async(env: Env, workload: list[StepWorkload], progress: Callable[[float]
 
 SPEC = PolicySpec(
     kind="async",
+    not_on_engine="streaming into a concurrently running trainer is not acted out on a real engine yet",
     disaggregated=True,
     params=AsyncParams,
     # groups in flight at the end are carried; prompts past the trace's end stand in for more

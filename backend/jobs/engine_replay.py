@@ -1,0 +1,31 @@
+"""Engine-replay jobs: parameters checked against the policy registry, the job sent to
+the engine queue (contracts.ENGINE_QUEUE), which only engine workers read."""
+
+from __future__ import annotations
+
+from sqlalchemy.orm import Session
+
+from backend.jobs.contracts import ENGINE_QUEUE, ENGINE_REPLAY_KIND
+from backend.jobs.state import create_job
+from backend.store.models import Job
+from core.simulator.policies import policy_spec
+
+
+def engine_replay_params(trace_id: int, policy: str, params: dict | None = None, **options) -> dict:
+    """The job's parameters; ValueError naming the field when the policy cannot run on an
+    engine or a parameter is not its own."""
+    spec = policy_spec(policy)
+    if spec.not_on_engine is not None:
+        raise ValueError(f"policy.kind: {policy} does not run on an engine: {spec.not_on_engine}")
+    spec.resolve(params, "policy.params")
+    known = {"steps", "max_requests", "length_scale", "profile_id", "engines", "arch"}
+    unknown = sorted(set(options) - known)
+    if unknown:
+        raise ValueError(f"{unknown[0]}: unknown field")
+    return {"trace_id": trace_id, "policy": policy, "params": dict(params or {}), **options}
+
+
+def create_engine_replay_job(session: Session, team_id: int, params: dict) -> Job:
+    job = create_job(session, team_id=team_id, trace_id=params["trace_id"], kind=ENGINE_REPLAY_KIND, params=params)
+    job.queue = ENGINE_QUEUE
+    return job

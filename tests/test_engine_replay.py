@@ -1,0 +1,133 @@
+"""The real-engine replay (engine/): a stored trace acted out on real vLLM engines under
+sync, partial and a dispatch policy, beside the simulator's prediction from an engine
+profile. The engine runs in the engine environment (RLVR_ENGINE_PYTHON, built by
+`bash deploy/engine-venv.sh DIR`; .ci/run builds it); no mock engine anywhere.
+
+Asserted: what cannot flake on a shared machine — the engine ran, every request decoded
+exactly its target (aborted ones counted as such), the comparison was computed. The
+error targets belong to the bench (timings on a loaded 2-core machine are noisy)."""
+
+from __future__ import annotations
+
+import os
+
+import orjson
+import pytest
+from typer.testing import CliRunner
+
+from core.simulator.policies import POLICIES
+from engine.policies import ENGINE_RUNS
+from rlvr_explorer.cli import app
+from tests.helpers import synthetic_rows, write_packed_dir
+
+runner = CliRunner()
+sqlite = pytest.mark.parametrize("backend_env", ["sqlite"], indirect=True)
+
+
+def invoke(*args: object):
+    return runner.invoke(app, [str(a) for a in args], catch_exceptions=False)
+
+
+@pytest.fixture()
+def engine_python() -> str:
+    """The engine environment's python; without one the test skips with the reason, and
+    fails where services are required (CI builds it)."""
+    python = os.environ.get("RLVR_ENGINE_PYTHON")
+    if not python:
+        reason = "RLVR_ENGINE_PYTHON is not set (build the engine with bash deploy/engine-venv.sh DIR)"
+        if os.environ.get("RLVR_REQUIRE_SERVICES"):
+            pytest.fail(reason)
+        pytest.skip(reason)
+    return python
+
+
+@pytest.fixture()
+def stored(team_key, tmp_path) -> int:
+    per_step = synthetic_rows(steps=2, groups=16, n=4)
+    r = invoke("ingest", write_packed_dir(tmp_path / "run", per_step), "--api-key", team_key, "--json")
+    assert r.exit_code == 0, r.output
+    return orjson.loads(r.stdout.strip().splitlines()[-1])["id"]
+
+
+def test_each_policy_declares_whether_it_runs_on_an_engine():
+    runnable = {kind for kind, spec in POLICIES.items() if spec.not_on_engine is None}
+    assert runnable == set(ENGINE_RUNS)
+    assert {"sync", "partial"} <= runnable and any(ENGINE_RUNS[k].engines > 1 for k in runnable)
+    for spec in POLICIES.values():
+        assert spec.not_on_engine is None or spec.not_on_engine.strip()
+
+
+@sqlite
+def test_no_engine_installed_says_how_to_install(team_key, stored, monkeypatch, tmp_path):
+    monkeypatch.setenv("RLVR_ENGINE_PYTHON", str(tmp_path / "nowhere" / "python"))
+    r = invoke("engine-replay", stored, "--policy", "sync", "--api-key", team_key)
+    assert r.exit_code == 1
+    assert "bash deploy/engine-venv.sh DIR" in r.stderr and "Traceback" not in r.output
+
+
+@sqlite
+def test_a_policy_that_cannot_run_on_an_engine_says_why(team_key, stored):
+    r = invoke("engine-replay", stored, "--policy", "divided", "--api-key", team_key)
+    assert r.exit_code == 2
+    assert "does not run on an engine" in r.stderr and POLICIES["divided"].not_on_engine in r.stderr
+
+
+@pytest.mark.engine
+@pytest.mark.timeout(1800)  # engine starts, a calibration sweep and three replays: ~6 min on a loaded 2-core machine
+@sqlite
+def test_replay_on_real_engines_under_sync_partial_and_dispatch(engine_python, team_key, stored):
+    r = invoke("calibrate-engine", "--arch", "tiny", "--json", "--api-key", team_key)
+    assert r.exit_code == 0, r.output
+    profile = orjson.loads(r.stdout)
+    assert profile["engine"].startswith("vllm") and profile["arch"] == "tiny"
+    assert all(v >= 0 for v in profile["coefficients"].values()) and profile["fit"]["decode_steps"] > 0
+
+    runs = {
+        "sync": (),
+        "partial": ("--policy-param", "finished_groups=8"),
+        "length_ranked": (),
+    }
+    for policy, extra in runs.items():
+        args = ("engine-replay", stored, "--policy", policy, *extra, "--max-requests", 64, "--length-scale", 0.05)
+        r = invoke(*args, "--profile", profile["id"], "--json", "--api-key", team_key)
+        assert r.exit_code == 0, (policy, r.output)
+        out = orjson.loads(r.stdout)
+        assert out["policy"] == policy and out["profile_id"] == profile["id"] and out["warnings"] == []
+        assert out["lengths_exact"], (policy, out)
+        assert out["finished"] + out["aborted"] == out["requests"] >= 64
+        assert out["engines"] == (2 if policy == "length_ranked" else 1) == len(out["cpu_share"])
+        assert all(share > 0 for share in out["cpu_share"])  # the engines stepped, and say how loaded
+        if policy == "partial":  # 16 groups launched per step, aborted at the 8th finished
+            assert out["aborted"] > 0
+        else:
+            assert out["aborted"] == 0 and out["requests"] == 128
+        for side in ("measured", "predicted"):
+            assert out[side]["makespan_s"] > 0 and out[side]["p90_completion_s"] >= out[side]["p50_completion_s"] > 0
+        assert out["measured"]["decoded_tokens"] > 0 and out["predicted"]["decoded_tokens"] > 0
+        expected = (out["predicted"]["makespan_s"] - out["measured"]["makespan_s"]) / out["measured"]["makespan_s"]
+        assert out["error"]["makespan"] == pytest.approx(expected)
+
+
+@sqlite
+def test_an_engine_replay_job_goes_to_the_engine_queue_and_says_when_no_engine(team_key, stored, monkeypatch, tmp_path):
+    from backend.auth import team_for_key
+    from backend.jobs.contracts import ENGINE_QUEUE, ENGINE_REPLAY_KIND, task_name
+    from backend.jobs.engine_replay import create_engine_replay_job, engine_replay_params
+    from backend.store.db import session_scope
+    from backend.store.models import Job, JobStatus
+    from workers.runners.engine_replay import run_engine_replay_job
+
+    with pytest.raises(ValueError, match="does not run on an engine"):
+        engine_replay_params(stored, "divided")
+    with session_scope() as session:
+        team = team_for_key(session, team_key)
+        assert team is not None
+        params = engine_replay_params(stored, "partial", {"finished_groups": 4}, max_requests=64, length_scale=0.05)
+        job_id = create_engine_replay_job(session, team.id, params).id
+    monkeypatch.setenv("RLVR_ENGINE_PYTHON", str(tmp_path / "nowhere" / "python"))
+    run_engine_replay_job(job_id)
+    with session_scope() as session:
+        job = session.get(Job, job_id)
+        assert job is not None and job.queue == ENGINE_QUEUE
+        assert task_name(ENGINE_REPLAY_KIND) == "workers.tasks.run_engine_replay"
+        assert job.status == JobStatus.FAILED and "bash deploy/engine-venv.sh DIR" in (job.error or "")
