@@ -52,7 +52,14 @@ from dashboard.views.job_views import (
     replay_placeholder,
 )
 from dashboard.views.job_views import describe_simulation as describe
-from dashboard.views.number_fields import Bounds, blocked_message, check_fields, error_id, number_input
+from dashboard.views.number_fields import (
+    Bounds,
+    NumberFields,
+    blocked_message,
+    check_fields,
+    error_id,
+    number_control,
+)
 from dashboard.views.policy_params import (
     PARAM,
     PARAM_ERROR,
@@ -94,9 +101,9 @@ def presets(api: ApiClient) -> dict:
     return _presets[api.root]
 
 
-# The form's number fields: id -> (form value key, label, what it takes, empty means).
+# The form's number fields (`NumberFields`).
 # An invalid value blocks Replay with its message under the field.
-NUMBERS: dict[str, tuple[str, str, Bounds, str]] = {
+NUMBERS: NumberFields = {
     "sim-gpus": ("n_gpus", "GPUs", Bounds(ge=1), "default"),
     "sim-replicas": ("replicas", "Rollout replicas", Bounds(ge=1), "per policy"),
     "sim-tp": ("tp", "TP per replica", Bounds(ge=1), "fits model"),
@@ -109,8 +116,7 @@ NUMBERS: dict[str, tuple[str, str, Bounds, str]] = {
 
 
 def _number(id_: str, d: dict):
-    key, label, bounds, empty = NUMBERS[id_]
-    return control(label, number_input(id_, d[key], bounds, placeholder=empty))
+    return number_control(NUMBERS, id_, d)
 
 
 def _dropdown(id_: str, options, value, *, clearable: bool = False, placeholder: str = "", width: int = 170):

@@ -31,7 +31,14 @@ from dashboard.views.components import PAGE_TRACE_ID, alert, clicked_index, cont
 from dashboard.views.formatting import human_count, job_active
 from dashboard.views.job_views import describe_workload as describe
 from dashboard.views.job_views import followed_banner, job_banner, job_history_table, job_progress
-from dashboard.views.number_fields import Bounds, blocked_message, check_fields, error_id, number_input
+from dashboard.views.number_fields import (
+    Bounds,
+    NumberFields,
+    blocked_message,
+    check_fields,
+    error_id,
+    number_control,
+)
 from dashboard.views.replay_forms import workload_body, workload_values_from_job
 from dashboard.views.trace_frame import trace_page
 
@@ -47,9 +54,9 @@ dash.register_page(
 NO_FIT = "Fit the trace (or generate a workload) to see how well the distributions match"
 
 
-# The form's number fields: id -> (form value key, label, what it takes, empty means).
+# The form's number fields (`NumberFields`).
 # An invalid value blocks the submit with its message under the field.
-NUMBERS: dict[str, tuple[str, str, Bounds, str]] = {
+NUMBERS: NumberFields = {
     "wl-steps": ("steps", "Steps", Bounds(ge=1, required=True), ""),
     "wl-groups": ("groups", "Groups per step", Bounds(ge=1), "as fitted"),
     "wl-samples": ("samples_per_group", "Samples per group", Bounds(ge=1), "as fitted"),
@@ -59,8 +66,7 @@ NUMBERS: dict[str, tuple[str, str, Bounds, str]] = {
 
 
 def _number(id_: str, v: dict):
-    key, label, bounds, empty = NUMBERS[id_]
-    return control(label, number_input(id_, v[key], bounds, placeholder=empty))
+    return number_control(NUMBERS, id_, v)
 
 
 def body(trace: dict, job_param=None, rerun=None) -> html.Div:

@@ -17,6 +17,8 @@ from typing import Any
 
 from dash import dcc, html
 
+from dashboard.views.components import control
+
 
 @dataclass(frozen=True)
 class Bounds:
@@ -92,6 +94,16 @@ def number_input(
         style={"width": f"{width}px"},
     )
     return html.Span([box, error_slot(input_id)] if slot else [box], className="number-field", title=bounds.allowed())
+
+
+# A form's number fields: input id -> (form value key, label, what it takes, what empty means).
+NumberFields = dict[str, tuple[str, str, Bounds, str]]
+
+
+def number_control(fields: NumberFields, input_id: str, values: dict) -> html.Label:
+    """The labelled field `input_id` of a form, holding its value from `values`."""
+    key, label, bounds, empty = fields[input_id]
+    return control(label, number_input(input_id, values[key], bounds, placeholder=empty))
 
 
 def error_slot(input_id: str | dict) -> html.Small:
