@@ -138,24 +138,15 @@ def test_ingest_rejects_out_of_range_max_response_len(env, tmp_path, value):
 
 
 def test_calibration_cost_is_explained():
+    from backend.jobs.simulations import simulation_request
     from rlvr_explorer.cli.whatif import _simulation_summary
 
     class T:
         id, name = 7, "t"
 
-    params = {
-        "cluster": {
-            "n_gpus": 8,
-            "gpu": {"name": "H100"},
-            "rollout_replicas": 2,
-            "rollout_tp": 4,
-            "train_dp": 8,
-            "train_tp": 1,
-        },
-        "policy": {"kind": "sync"},
-        "compare_policy": None,
-        "model": {"name": "m"},
-    }
+    request = simulation_request(
+        {"trace_id": 7, "cluster": {"n_gpus": 8, "rollout_replicas": 2, "rollout_tp": 4, "train_dp": 8}}
+    )
     step = {"step": 0, "stages": {"rollout": 1.0}, "step_time": 2.0}
     a = {"steps": [step], "idle_fraction": 0.1, "makespan_s": 2.0, "throughput_tokens_per_s_per_gpu": 1.0}
     result = {
@@ -165,7 +156,7 @@ def test_calibration_cost_is_explained():
         "calibration": {"method": "t_gen_scale", "fit_steps": [0], "cost": 15.4},
         "accuracy": None,
     }
-    text = _simulation_summary(T, params, result)
+    text = _simulation_summary(T, request, result)
     assert "fit residual 15.4 (half the sum of squared relative errors" in text and "cost 15.4" not in text
 
 

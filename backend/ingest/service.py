@@ -21,7 +21,7 @@ from backend.jobs import leases
 from backend.jobs.analyses import queue_default_analyses
 from backend.jobs.contracts import INGEST_KIND, upload_folder
 from backend.jobs.dispatch import dispatch
-from backend.jobs.fence import Fence
+from backend.jobs.fence import Abandoned, Fence
 from backend.jobs.lease_terms import aware
 from backend.jobs.state import create_job
 from backend.jobs.text_index import queue_text_index
@@ -226,7 +226,9 @@ def _room_for(trace_id: int, settings: Settings) -> Usage:
     """The team's usage without the trace being ingested: what the bytes read from its
     upload may reach."""
     with new_session() as session:
-        trace = session.get_one(Trace, trace_id)
+        trace = session.get(Trace, trace_id)
+        if trace is None:  # deleted before its ingestion began: it commits nothing
+            raise Abandoned(f"trace {trace_id} was deleted during its ingestion")
         return team_usage(session, trace.team_id, settings).without(int(trace.stored_bytes or 0))
 
 
