@@ -77,6 +77,15 @@ def test_the_speedup_footnote_comes_only_with_a_comparison(env, team_key, tmp_pa
     assert "(speedup = step time of A / step time of B" in compared.stdout
 
 
+@pytest.fixture
+def quota_restored(env, team_key):
+    """The shared team's quota set back to the default after the test: a quota left at
+    a few bytes would refuse every later test's upload."""
+    yield
+    r = invoke("quota", team_name(team_key), "--default")
+    assert r.exit_code == 0, r.output
+
+
 @pytest.mark.parametrize(
     ("size", "shown", "stored"),
     [
@@ -90,7 +99,7 @@ def test_the_speedup_footnote_comes_only_with_a_comparison(env, team_key, tmp_pa
     ],
 )
 @sqlite_only
-def test_quota_takes_a_size_with_a_unit(env, team_key, size, shown, stored):
+def test_quota_takes_a_size_with_a_unit(env, team_key, size, shown, stored, quota_restored):
     team = team_name(team_key)
     r = invoke("quota", team, "--set", size)
     assert r.exit_code == 0, r.output
@@ -123,7 +132,7 @@ def test_generate_without_a_source_names_the_options(env, tmp_path):
 
 
 @sqlite_only
-def test_the_quota_refusal_names_no_exception_class(env, team_key, tmp_path):
+def test_the_quota_refusal_names_no_exception_class(env, team_key, tmp_path, quota_restored):
     invoke("quota", team_name(team_key), "--set", "100")
     folder = write_packed_dir(tmp_path / "run", synthetic_rows(steps=2, groups=4, n=2, seed=23))
     r = invoke("ingest", folder, "--api-key", team_key)
@@ -234,6 +243,10 @@ def test_serve_says_its_own_worker_runs_the_demo_analyses(env, monkeypatch):
     monkeypatch.setattr(lifecycle, "start_worker", stop_here)
     monkeypatch.setattr(main, "_live_workers", lambda: 0)
     monkeypatch.setattr(main, "local_team_key", _empty_team)
+    # serve points this process's clients at itself (RLVR_API_URL): gone with the test,
+    # or every server a later test starts would send its dashboard's calls to this port
+    monkeypatch.setenv("RLVR_API_URL", "unset")  # recorded as absent before: removed again on undo
+    monkeypatch.delenv("RLVR_API_URL")
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
