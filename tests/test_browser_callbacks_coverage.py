@@ -11,24 +11,40 @@ the browser and never reach the server: they are not counted.
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 pytestmark = pytest.mark.browser
 
 
+# Run in a fresh interpreter: Dash hands the callbacks a module registers at import
+# (a view's `@dash.callback`) to the first app a process makes, so an app made here after
+# other tests made theirs could lack them.
+_LIST_CALLBACKS = """
+import json
+from dashboard.app import create_dash
+
+app = create_dash("http://127.0.0.1:9")
+found = {}
+for output, spec in app.callback_map.items():
+    function = spec.get("callback")
+    if function is not None:  # (clientside callbacks have none)
+        page = function.__module__.removeprefix("dashboard.").replace("pages.", "page ")
+        trigger = spec["inputs"][0]  # tells apart callbacks of one output (a chart's drill)
+        found[output] = f"{page}: {function.__qualname__.split('.')[-1]} ({trigger['id']}.{trigger['property']})"
+print(json.dumps(found))
+"""
+
+
 def dashboard_callbacks() -> dict[str, str]:
     """Each server-side callback of the dashboard: its output id -> page and function."""
-    from dashboard.app import create_dash
-
-    app = create_dash("http://127.0.0.1:9")
-    found = {}
-    for output, spec in app.callback_map.items():
-        function = spec.get("callback")
-        if function is not None:  # (clientside callbacks have none)
-            page = function.__module__.removeprefix("dashboard.").replace("pages.", "page ")
-            trigger = spec["inputs"][0]  # tells apart callbacks of one output (a chart's drill)
-            found[output] = f"{page}: {function.__qualname__.split('.')[-1]} ({trigger['id']}.{trigger['property']})"
-    return found
+    root = Path(__file__).resolve().parents[1]
+    out = subprocess.run([sys.executable, "-c", _LIST_CALLBACKS], cwd=root, capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def where(output: str, callbacks: dict[str, str]) -> str:
