@@ -20,9 +20,11 @@ print('\n'.join(p['build-system']['requires'] + p['project']['dependencies']))" 
  && chown rlvr:rlvr /data
 
 # 2. The project itself, as a regular (non-editable) install; migrations are package data.
+#    The replay's compiled loop is compiled here, into the image, not by a user's request.
 COPY . /src
 RUN pip install --no-deps --no-build-isolation /src \
- && rm -rf /src
+ && rm -rf /src \
+ && cd / && python -m core.simulator.warm
 
 # A non-root user owning the data folder (a new named volume takes this ownership).
 USER rlvr

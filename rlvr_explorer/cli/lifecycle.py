@@ -67,6 +67,17 @@ def start_worker(concurrency: int) -> subprocess.Popen:
     )
 
 
+def warm_replay_loop() -> subprocess.Popen:
+    """Compile the replay loop into its cache beside the worker (a no-op when the install
+    did: image build, CI), so no replay a user asks for waits for it."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "core.simulator.warm"],
+        stdout=subprocess.DEVNULL,
+        process_group=0,
+        preexec_fn=tie_to_parent,
+    )
+
+
 def stop_worker(proc: subprocess.Popen, grace_s: float = 10.0) -> None:
     """SIGTERM to the worker (a warm shutdown: it stops its pool), then SIGKILL to its
     whole group, at once when it has exited (a pool child left behind) or after `grace_s`."""

@@ -612,7 +612,14 @@ def serve(
     the worker with the server."""
     from backend.store.db import session_scope
     from backend.store.models import Trace
-    from rlvr_explorer.cli.lifecycle import PortInUse, bind_listener, exit_on_signal, start_worker, stop_worker
+    from rlvr_explorer.cli.lifecycle import (
+        PortInUse,
+        bind_listener,
+        exit_on_signal,
+        start_worker,
+        stop_worker,
+        warm_replay_loop,
+    )
 
     try:
         sock = bind_listener(host, port)
@@ -631,6 +638,7 @@ def serve(
             demo(api_key=key)
             SERVE_STARTS_WORKER.reset(token)
         worker_proc = start_worker(concurrency)
+        warming = warm_replay_loop()
         try:
             typer.echo(f"\n  RLVR Explorer: http://{host}:{port}/   (API docs: http://{host}:{port}/api/v1/docs)")
             typer.echo(f"  Team API key: {key}\n")
@@ -639,3 +647,4 @@ def serve(
             for sig in (signal.SIGTERM, signal.SIGINT):  # cleanup is bounded: let it finish
                 signal.signal(sig, signal.SIG_IGN)
             stop_worker(worker_proc)
+            stop_worker(warming, grace_s=0.0)

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from core.simulator.array_cluster import ArrayCluster
 from core.simulator.cluster import RolloutCluster
 from core.simulator.config import ClusterConfig, EngineLimits, ModelConfig, Policy
 from core.simulator.dispatch import assign_groups
@@ -21,6 +23,20 @@ from core.simulator.result import StepResult
 from core.simulator.timeline import TimelineBuilder
 from core.simulator.training import training_pass, weight_sync_seconds
 from core.simulator.workload import StepWorkload
+
+_REFERENCE = [False]
+
+
+@contextmanager
+def reference_engine() -> Iterator[None]:
+    """Replay on the token-accurate Python engine (`engine.ReplicaEngine`), the oracle
+    the compiled loop is checked against."""
+    before = _REFERENCE[0]
+    _REFERENCE[0] = True
+    try:
+        yield
+    finally:
+        _REFERENCE[0] = before
 
 
 @dataclass
@@ -46,7 +62,18 @@ class Env:
 
     def new_cluster(self, start_time: float = 0.0, **sharing: bool) -> RolloutCluster:
         """Fresh replicas from `start_time`; `sharing` as `RolloutCluster` takes it
-        (shared_queue, stealing, spread_groups)."""
+        (shared_queue, stealing, spread_groups). Replicas sharing no work run on the
+        compiled loop (`ArrayCluster`) unless `reference_engine()` is in force."""
+        if not any(sharing.values()) and not _REFERENCE[0]:
+            return ArrayCluster(
+                self.cluster.rollout_replicas,
+                self.coefficients,
+                max_running=self.limits.max_running_seqs,
+                kv_capacity=self.kv_capacity,
+                max_prefill_tokens=self.limits.max_prefill_tokens,
+                start_time=start_time,
+                noise=self.noise,
+            )
         return RolloutCluster(
             self.cluster.rollout_replicas,
             self.coefficients,

@@ -11,10 +11,12 @@ time) in completion order.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from itertools import chain, repeat
 
 import numpy as np
 
+from core.simulator.array_cluster import ArrayCluster
 from core.simulator.dispatch import assign_groups
 from core.simulator.engine import ReplicaEngine
 from core.simulator.policies.base import Env, rollout_stats
@@ -110,8 +112,11 @@ class PoolRun:
 
     def finished(self, rids: list[int], now: float) -> None:
         """Record requests that finished at `now` (a sample is done with its last)."""
-        if not rids:
-            return
+        if rids:
+            self.finished_at(zip(repeat(now), rids))
+
+    def finished_at(self, done: Iterable[tuple[float, int]]) -> None:
+        """Record requests that finished, as (time, rid) in the order they did."""
         last_item, items, replica, group, left = (
             self._last_item,
             self.items,
@@ -119,13 +124,14 @@ class PoolRun:
             self.item_group,
             self.group_left,
         )
+        running = self.running
         on_item, on_group = self.on_item_done, self.on_group_done
-        for r in rids:
+        for now, r in done:
             k = last_item.get(r)
             if k is None:
                 continue
             items[k].done = True
-            self.running[replica[k]].discard(k)
+            running[replica[k]].discard(k)
             g = group[k]
             left[g] -= 1
             if on_item is not None:
@@ -139,6 +145,13 @@ class PoolRun:
         """Run until `n` groups have completed in all; False when the work ran out first."""
         if len(self.completed) >= n:
             return True
+        if isinstance(self.rc, ArrayCluster):  # compiled: no Python until the n-th group
+            last = np.full(len(self.rc.store), -1, dtype=np.int64)
+            last[list(self._last_item)] = list(self._last_item.values())
+            group, left = np.asarray(self.item_group, dtype=np.int64), np.asarray(self.group_left, dtype=np.int64)
+            reached, done = self.rc.run_groups(n, len(self.completed), last, group, left)
+            self.finished_at(done)
+            return reached
 
         def enough(done: list[int], now: float) -> bool:
             self.finished(done, now)
@@ -148,11 +161,11 @@ class PoolRun:
 
     def run_to(self, t: float) -> None:
         """Commit every event completing by `t`."""
-        done = []
-        for eng in self.rc.replicas:
-            done += [(self.rc.store.end[r], r) for r in eng.run(until=t)]
-        for end, r in sorted(done):
-            self.finished([r], end)
+        if isinstance(self.rc, ArrayCluster):
+            done = self.rc.run_to(t)
+        else:
+            done = [(self.rc.store.end[r], r) for eng in self.rc.replicas for r in eng.run(until=t)]
+        self.finished_at(sorted(done))
 
     def drain(self) -> float:
         """Run everything launched to completion; returns when the last replica stopped."""
@@ -169,24 +182,26 @@ class PoolRun:
             engines = list(self.rc.replicas)
         else:
             engines = [self.rc.replicas[replica]]
-            for r in sorted(engines[0].run(until=t), key=lambda r: store.end[r]):
-                self.finished([r], store.end[r])
+            ran = engines[0].run(until=t)
+            ends = np.asarray(store.end)[ran].tolist() if ran else []
+            self.finished_at(sorted(zip(ends, ran), key=lambda d: d[0]))
         for eng in engines:
             eng.advance_to(t)
             eng.unfinished()
+        end, arrive, generated = (np.asarray(a).tolist() for a in (store.end, store.arrive, store.generated))
         pools = self.running if replica is None else [self.running[replica]]
-        stopped = sorted(k for pool in pools for k in pool)
+        stopped = sorted(chain.from_iterable(pools))
         for pool in pools:
             pool.clear()
         self.resume_at = {}
         for k in stopped:
             it = self.items[k]
             r = self.item_first[k]
-            while r < self.item_last[k] and store.end[r] == store.end[r]:  # finished turn
+            while r < self.item_last[k] and end[r] == end[r]:  # finished turn
                 r += 1
-            self.resume_at[k] = max(t, store.arrive[r]) if store.arrive[r] == store.arrive[r] else t
+            self.resume_at[k] = max(t, arrive[r]) if arrive[r] == arrive[r] else t
             src = self._rid_src[r]
-            it.generated = store.generated[r] + (it.generated if src == it.req else 0)
+            it.generated = generated[r] + (it.generated if src == it.req else 0)
             it.req = src
             self._last_item.pop(self.item_last[k], None)
             self.item_replica[k] = -1
@@ -216,6 +231,9 @@ class PoolRun:
         for key in self.retired_work:
             self.retired_work[key] += getattr(old, key)
         self.retired_recompute[j] += old.recompute_s
+        if isinstance(self.rc, ArrayCluster):
+            self.rc.replace_replica(j, t)
+            return
         lim = self.env.limits
         self.rc.replicas[j] = ReplicaEngine(
             self.rc.store,
@@ -254,10 +272,9 @@ class PoolRun:
 
     def sample_completions(self) -> np.ndarray:
         """When each sample finished in this run (absolute seconds)."""
-        end = self.rc.store.end
-        return np.array(
-            [end[self.item_last[k]] for k, it in enumerate(self.items) if it.done and self.item_replica[k] >= 0]
-        )
+        done = np.fromiter((it.done for it in self.items), bool, len(self.items))
+        kept = done & (np.asarray(self.item_replica, dtype=np.int64) >= 0)
+        return np.asarray(self.rc.store.end, dtype=np.float64)[np.asarray(self.item_last, dtype=np.int64)[kept]]
 
     def recompute(self) -> list[float]:
         """Seconds per replica recomputing: resumed samples and preemptions."""

@@ -1,0 +1,458 @@
+"""The rollout replicas of one run on the compiled event loop (`kernel.py`).
+
+`ArrayCluster` is `cluster.RolloutCluster` for replicas that share no work (static
+dispatch): the same interface, with the request table and every replica's state held
+in arrays that `kernel.run` advances. `ArrayStore` is `requests.RequestStore` as arrays
+(its fields are column views); `ReplicaView` is what a policy reads of one replica, as
+it reads a `ReplicaEngine`. Policies that stop at a number of finished groups
+(`run_groups`) or at a time (`run_to`) never re-enter Python on the way.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import numba
+import numpy as np
+
+from core.simulator import kernel as K
+from core.simulator.cluster import RequestNoise, RolloutCluster
+from core.simulator.predictor import COEFFICIENT_FIELDS, EngineCoefficients
+
+INF = math.inf
+_INT_FIELDS = ("prefill", "context", "left", "next", "seq", "g0", "kv0", "generated")
+_FLOAT_FIELDS = ("gap", "arrive", "admit", "end")
+
+
+@numba.njit(cache=True)
+def _chain_lengths(nxt: np.ndarray) -> np.ndarray:
+    """Requests from each one to the end of its trajectory (later turns come later)."""
+    n = nxt.size
+    out = np.ones(n, dtype=np.int64)
+    for r in range(n - 1, -1, -1):
+        if nxt[r] > r:
+            out[r] += out[nxt[r]]
+    return out
+
+
+@numba.njit(cache=True)
+def _submit(
+    j: int,
+    rids: np.ndarray,
+    time: float,
+    rf: np.ndarray,
+    es: np.ndarray,
+    ef: np.ndarray,
+    at: np.ndarray,
+    ai: np.ndarray,
+    wq: np.ndarray,
+) -> None:
+    es[j, K.E_PK] = -1
+    for r in rids:
+        rf[r, K.RF_ARRIVE] = time
+        if time <= ef[j, K.EF_T]:
+            K.waiting_push(wq, es, j, r)
+        else:
+            K.arrival_push(at, ai, es, j, time, r)
+
+
+class ArrayStore:
+    """`RequestStore` as growable arrays; each field is a view of its column."""
+
+    prefill: np.ndarray
+    context: np.ndarray
+    left: np.ndarray
+    next: np.ndarray
+    seq: np.ndarray
+    g0: np.ndarray
+    kv0: np.ndarray
+    generated: np.ndarray
+    gap: np.ndarray
+    arrive: np.ndarray
+    admit: np.ndarray
+    end: np.ndarray
+
+    def __init__(self, capacity: int = 1024) -> None:
+        self.n = 0
+        self.ri = np.zeros((capacity, len(_INT_FIELDS)), dtype=np.int64)
+        self.rf = np.zeros((capacity, len(_FLOAT_FIELDS)), dtype=np.float64)
+        self._owner = np.zeros(capacity, dtype=np.int64)
+        self._cont = np.zeros(capacity, dtype=bool)
+        self._prefix = np.full(capacity, -1, dtype=np.int64)
+        self._chain = np.zeros(capacity, dtype=np.int64)
+        self._views()
+
+    def __len__(self) -> int:
+        return self.n
+
+    def _views(self) -> None:
+        n = self.n
+        for i, name in enumerate(_INT_FIELDS):
+            setattr(self, name, self.ri[:n, i])
+        for i, name in enumerate(_FLOAT_FIELDS):
+            setattr(self, name, self.rf[:n, i])
+        self.owner, self.cont, self.prefix, self.chain = (
+            self._owner[:n],
+            self._cont[:n],
+            self._prefix[:n],
+            self._chain[:n],
+        )
+
+    def add(
+        self,
+        prefill: np.ndarray,
+        context: np.ndarray,
+        decode: np.ndarray,
+        gap: np.ndarray,
+        nxt: np.ndarray,
+        owner: np.ndarray,
+        prefix: np.ndarray | None = None,
+    ) -> int:
+        """As `RequestStore.add`."""
+        base, n = self.n, len(prefill)
+        self._reserve(base + n)
+        nxt = np.asarray(nxt, dtype=np.int64)
+        s = slice(base, base + n)
+        ri = self.ri[s]
+        ri[:, K.R_PREFILL] = prefill
+        ri[:, K.R_CONTEXT] = context
+        ri[:, K.R_LEFT] = np.maximum(np.asarray(decode, dtype=np.int64), 1)
+        ri[:, K.R_NEXT] = np.where(nxt >= 0, nxt + base, -1)
+        ri[:, K.R_SEQ] = -1
+        ri[:, K.R_G0] = ri[:, K.R_KV0] = ri[:, K.R_GEN] = 0
+        self.rf[s, K.RF_GAP] = gap
+        self.rf[s, K.RF_ARRIVE :] = np.nan
+        self._owner[s] = owner
+        self._cont[s] = False
+        self._cont[nxt[nxt >= 0] + base] = True
+        self._prefix[s] = -1 if prefix is None else prefix
+        self._chain[s] = _chain_lengths(nxt)
+        self.n = base + n
+        self._views()
+        return base
+
+    def _reserve(self, n: int) -> None:
+        cap = self.ri.shape[0]
+        if n <= cap:
+            return
+        cap = max(n, 2 * cap)
+        for name in ("ri", "rf", "_owner", "_cont", "_prefix", "_chain"):
+            old = getattr(self, name)
+            new = np.zeros((cap,) + old.shape[1:], dtype=old.dtype)
+            new[: old.shape[0]] = old
+            setattr(self, name, new)
+
+
+class ReplicaView:
+    """One replica of an `ArrayCluster`, read as a `ReplicaEngine` is."""
+
+    def __init__(self, cluster: ArrayCluster, j: int) -> None:
+        self._c = cluster
+        self.j = j
+
+    @property
+    def t(self) -> float:
+        return float(self._c.ef[self.j, K.EF_T])
+
+    @property
+    def B(self) -> int:
+        return int(self._c.es[self.j, K.E_B])
+
+    @property
+    def decoded_tokens(self) -> int:
+        return int(self._c.es[self.j, K.E_DEC])
+
+    @property
+    def prefilled_tokens(self) -> int:
+        return int(self._c.es[self.j, K.E_PRE])
+
+    @property
+    def preemptions(self) -> int:
+        return int(self._c.es[self.j, K.E_PREEMPT])
+
+    @property
+    def recompute_s(self) -> float:
+        return float(self._c.ef[self.j, K.EF_RECOMP])
+
+    @property
+    def busy(self) -> list[list[float]]:
+        rows = self._c.log_rows(self._c.busy, K.C_BUSY, self.j)
+        return rows[:, 1:].tolist()
+
+    @property
+    def idle_gaps(self) -> list[tuple[float, float, int]]:
+        rows = self._c.log_rows(self._c.gaps, K.C_GAPS, self.j)
+        return [(a, b, int(r)) for a, b, r in rows[:, 1:].tolist()]
+
+    def open_busy(self) -> list[float] | None:
+        c, j = self._c, self.j
+        if not c.es[j, K.E_BOPEN]:
+            return None
+        start, t = float(c.ef[j, K.EF_BSTART]), self.t
+        return [start, t, min(float(c.ef[j, K.EF_TAIL]), t - start)]
+
+    @property
+    def waiting(self) -> list[int]:
+        c, es = self._c, self._c.es[self.j]
+        cap = c.wq.shape[1]
+        return [int(c.wq[self.j, (es[K.E_WH] + i) % cap]) for i in range(es[K.E_WN])]
+
+    def pending_arrivals(self) -> int:
+        return int(self._c.es[self.j, K.E_AN])
+
+    def plan(self) -> float:
+        c = self._c
+        return float(K.plan(self.j, c.arrays.ri, c.arrays.rf, c.es, c.ef, c.hp, c.at, c.ai, c.wq, c.pr))
+
+    def planned_admissions(self) -> int:
+        self.plan()
+        es = self._c.es[self.j]
+        return int(es[K.E_PM]) if es[K.E_PK] == K.PREFILL else 0
+
+    def commit(self) -> list[int]:
+        """Apply the planned event; returns the requests that finished in it."""
+        c = self._c
+        c.before_call()
+        st = c.arrays
+        K.commit(self.j, st.ri, st.rf, c.es, c.ef, c.hp, c.at, c.ai, c.wq, c.sk, c.pr, c.busy, c.gaps, *c.fin_args())
+        return c.fin[: c.cnt[K.C_FIN]].tolist()
+
+    def run(self, until: float = INF) -> list[int]:
+        return [r for _, r in self._c.run_to(until, [self.j])]
+
+    def advance_to(self, time: float) -> None:
+        c = self._c
+        st = c.arrays
+        c.before_call()
+        K.advance_to(self.j, time, st.ri, st.rf, c.es, c.ef, c.hp, c.at, c.ai, c.wq, c.pr, *c.fin_args())
+
+    def unfinished(self) -> list[int]:
+        """As `ReplicaEngine.unfinished`: running (progress applied), waiting, arriving."""
+        c, j = self._c, self.j
+        ri, es = c.arrays.ri, c.es[j]
+        stack = c.sk[j, : es[K.E_SN]]
+        rids = stack[ri[stack[:, 0], K.R_SEQ] == stack[:, 1], 0]
+        gen = es[K.E_G] - ri[rids, K.R_G0] + 1
+        ri[rids, K.R_GEN] += gen
+        ri[rids, K.R_LEFT] -= gen
+        ri[rids, K.R_CONTEXT] += gen
+        ri[rids, K.R_PREFILL] = ri[rids, K.R_CONTEXT]
+        ri[rids, K.R_SEQ] = -1
+        n_arr = es[K.E_AN]
+        order = np.lexsort((c.ai[j, :n_arr, 0], c.at[j, :n_arr]))
+        return rids.tolist() + self.waiting + c.ai[j, order, 1].tolist()
+
+    def kv_bound(self) -> int:
+        """As `ReplicaEngine.kv_bound`."""
+        c, j = self._c, self.j
+        st, es = c.arrays, c.es[j]
+        ctx, left, nxt, seqs = st.context, st.left, st.next, st.seq
+        heads = [r for r, seq in c.sk[j, : es[K.E_SN]].tolist() if seqs[r] == seq]
+        heads += self.waiting
+        heads += c.ai[j, : es[K.E_AN], 1].tolist()
+        total = 0
+        for r in heads:
+            most = 0
+            while r >= 0:
+                most = max(most, int(ctx[r] + left[r]))
+                r = int(nxt[r])
+            total += most
+        return total
+
+
+class ArrayCluster(RolloutCluster):
+    """`RolloutCluster` without shared work, on the compiled loop."""
+
+    def __init__(
+        self,
+        n_replicas: int,
+        coefficients: EngineCoefficients,
+        *,
+        max_running: int,
+        kv_capacity: float,
+        max_prefill_tokens: int,
+        start_time: float = 0.0,
+        noise: RequestNoise | None = None,
+    ) -> None:
+        self.arrays = ArrayStore()
+        self.store = self.arrays  # type: ignore[assignment]  # the same fields, as arrays
+        self.noise = noise
+        self.pool = None
+        self._prefix_keys = 0
+        c = coefficients
+        self.pr = np.array(
+            [getattr(c, f) for f in COEFFICIENT_FIELDS] + [kv_capacity, max_running, max_prefill_tokens],
+            dtype=np.float64,
+        )
+        self.n = n_replicas
+        self.es = np.zeros((n_replicas, K.N_E), dtype=np.int64)
+        self.ef = np.zeros((n_replicas, K.N_EF), dtype=np.float64)
+        self.bound = np.zeros(n_replicas, dtype=np.int64)  # requests ever bound to each
+        self._alloc(64)
+        self.busy = np.zeros((256, 4))
+        self.gaps = np.zeros((256, 4))
+        self.fin = np.zeros(1024, dtype=np.int64)
+        self.fin_t = np.zeros(1024)
+        self.cnt = np.zeros(4, dtype=np.int64)
+        for j in range(n_replicas):
+            self._reset(j, start_time)
+        self.replicas = [ReplicaView(self, j) for j in range(n_replicas)]  # type: ignore[misc]
+        self._all = np.arange(n_replicas, dtype=np.int64)
+
+    # ------------------------------------------------------------------ state
+
+    def _alloc(self, cap: int) -> None:
+        R = self.n
+        self.hp = np.zeros((R, cap, 3), dtype=np.int64)
+        self.at = np.zeros((R, cap))
+        self.ai = np.zeros((R, cap, 2), dtype=np.int64)
+        self.wq = np.zeros((R, cap), dtype=np.int64)
+        self.sk = np.zeros((R, cap, 2), dtype=np.int64)
+
+    def _grow(self, cap: int) -> None:
+        old = (self.hp, self.at, self.ai, self.wq, self.sk)
+        self._alloc(cap)
+        c = old[0].shape[1]
+        self.hp[:, :c] = old[0]
+        self.at[:, :c] = old[1]
+        self.ai[:, :c] = old[2]
+        self.sk[:, :c] = old[4]
+        for j in range(self.n):  # the waiting ring, unrolled from its head
+            h, w = self.es[j, K.E_WH], self.es[j, K.E_WN]
+            self.wq[j, :w] = old[3][j, (h + np.arange(w)) % c]
+            self.es[j, K.E_WH] = 0
+
+    def _reset(self, j: int, start_time: float) -> None:
+        self.es[j] = 0
+        self.es[j, K.E_PK] = -1
+        self.ef[j] = 0.0
+        self.ef[j, K.EF_T] = start_time
+        self.bound[j] = 0
+
+    def replace_replica(self, j: int, start_time: float) -> None:
+        """An empty engine in replica j's place from `start_time`; its logs are dropped
+        (the caller keeps what it needs of them first)."""
+        for log, key in ((self.busy, K.C_BUSY), (self.gaps, K.C_GAPS)):
+            rows = log[: self.cnt[key]]
+            rows[rows[:, 0] == j, 0] = -1
+        self._reset(j, start_time)
+
+    def log_rows(self, log: np.ndarray, key: int, j: int) -> np.ndarray:
+        rows = log[: self.cnt[key]]
+        return rows[rows[:, 0] == j]
+
+    def before_call(self) -> None:
+        """Room in the finished log for every request (its count starts at 0) and in the
+        interval logs for one event (`kernel.run` asks for more when it needs it)."""
+        n = len(self.store)
+        if self.fin.size < n:
+            self.fin = np.zeros(2 * n, dtype=np.int64)
+            self.fin_t = np.zeros(2 * n)
+        self.cnt[K.C_FIN] = 0
+        if self.cnt[K.C_BUSY] + 2 >= self.busy.shape[0] or self.cnt[K.C_GAPS] + 2 >= self.gaps.shape[0]:
+            self._grow_logs()
+
+    def _grow_logs(self) -> None:
+        self.busy = np.concatenate([self.busy, np.zeros_like(self.busy)])
+        self.gaps = np.concatenate([self.gaps, np.zeros_like(self.gaps)])
+
+    def fin_args(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        return self.fin, self.fin_t, self.cnt
+
+    # ------------------------------------------------------------------ input
+
+    @property
+    def coupled(self) -> bool:
+        return False
+
+    def submit(self, rids: np.ndarray, replica: np.ndarray, time: float) -> None:
+        rids = np.asarray(rids, dtype=np.int64)
+        replica = np.asarray(replica, dtype=np.int64)
+        chain = self.arrays.chain
+        np.add.at(self.bound, replica, chain[rids])
+        need = int(self.bound.max(initial=0))
+        if need > self.hp.shape[1]:
+            self._grow(max(need, 2 * self.hp.shape[1]))
+        st = self.arrays
+        for j in np.unique(replica).tolist():
+            _submit(j, rids[replica == j], float(time), st.rf, self.es, self.ef, self.at, self.ai, self.wq)
+
+    # ------------------------------------------------------------------ running
+
+    def _run(
+        self,
+        replicas: np.ndarray,
+        mode: int,
+        until: float = INF,
+        target: int = 0,
+        last_item: np.ndarray | None = None,
+        item_group: np.ndarray | None = None,
+        group_left: np.ndarray | None = None,
+    ) -> tuple[int, float]:
+        empty = np.zeros(0, dtype=np.int64)
+        li = np.full(len(self.store), -1, dtype=np.int64) if last_item is None else last_item
+        ig = empty if item_group is None else item_group
+        gl = empty if group_left is None else group_left
+        st = self.arrays
+        while True:
+            out, t = K.run(
+                replicas, mode, until, target, li, ig, gl,
+                st.ri, st.rf, self.es, self.ef, self.hp, self.at, self.ai, self.wq, self.sk, self.pr,
+                self.busy, self.gaps, self.fin, self.fin_t, self.cnt,
+            )  # fmt: skip
+            if out != K.GROW:
+                return int(out), float(t)
+            self._grow_logs()
+
+    def run_to(self, until: float, replicas: list[int] | None = None) -> list[tuple[float, int]]:
+        """Commit every event completing by `until`; (end, rid) of the requests finished."""
+        self.before_call()
+        reps = self._all if replicas is None else np.asarray(replicas, dtype=np.int64)
+        self._run(reps, K.UNTIL, until)
+        k = self.cnt[K.C_FIN]
+        return list(zip(self.fin_t[:k].tolist(), self.fin[:k].tolist()))
+
+    def run_all(self) -> None:
+        self.run_to(INF)
+
+    def run_until(self, on_finish: Callable[[list[int], float], bool]) -> float | None:
+        while True:
+            self.before_call()
+            out, t = self._run(self._all, K.ANY_FINISH)
+            if out != K.STOPPED:
+                return None
+            if on_finish(self.fin[: self.cnt[K.C_FIN]].tolist(), t):
+                return t
+
+    def run_groups(
+        self, target: int, done: int, last_item: np.ndarray, item_group: np.ndarray, group_left: np.ndarray
+    ) -> tuple[bool, list[tuple[float, int]]]:
+        """Run until `target` groups are done (`done` already are; a group's last item's
+        last request, `last_item`, decrements `group_left`, a copy); returns whether
+        they were, and (end, rid) of the requests finished, in order."""
+        self.before_call()
+        self.cnt[K.C_DONE_GROUPS] = done
+        out, _ = self._run(self._all, K.GROUPS, INF, target, last_item, item_group, group_left)
+        k = self.cnt[K.C_FIN]
+        return out == K.STOPPED, list(zip(self.fin_t[:k].tolist(), self.fin[:k].tolist()))
+
+    def advance_to(self, time: float) -> None:
+        for eng in self.replicas:
+            eng.advance_to(time)
+
+    def busy_intervals(self, lo: float, hi: float) -> list[list[list[float]]]:
+        rows = self.busy[: self.cnt[K.C_BUSY]]
+        out = []
+        for j, eng in enumerate(self.replicas):
+            ivs = rows[rows[:, 0] == j, 1:].tolist()
+            cur = eng.open_busy()
+            if cur is not None:
+                ivs.append(cur)
+            kept = []
+            for a, b, tail in ivs:
+                a2, b2 = max(a, lo), min(b, hi)
+                if b2 > a2:
+                    kept.append([a2, b2, min(tail, b2 - a2)])
+            out.append(kept)
+        return out
