@@ -1,8 +1,8 @@
 """The format registry: the formats' own declarations (`FORMAT_SPECS` of each module in
 `MODULES`, see `backend.formats.spec`) collected in `SPECS`, and what follows from them:
 the readers (`FORMATS`: upload, ``format=``, the CLI's ``--format`` and the refusal of an
-unknown format), the file-name rules, the read order and the files that carry a table
-(`files_carrying`). Detection by content is `backend.formats.detect`. See
+unknown format), the detection rules in the order they are tried (`backend.formats.detect`
+runs them), the read order and the files that carry a table (`files_carrying`). See
 docs/formats.md for every format."""
 
 from __future__ import annotations
@@ -48,7 +48,8 @@ SPECS: dict[str, FormatSpec] = {spec.name: spec for module in MODULES for spec i
 
 
 class _Readers(Mapping[str, Reader]):
-    """{format name: reader}, read through from SPECS (a format registered later is in it)."""
+    """{format name: reader}, read through from SPECS (so an entry added there later, as
+    tests do, is in it)."""
 
     def __getitem__(self, name: str) -> Reader:
         return SPECS[name].reader
@@ -61,11 +62,6 @@ class _Readers(Mapping[str, Reader]):
 
 
 FORMATS: Mapping[str, Reader] = _Readers()
-
-
-def register(spec: FormatSpec) -> None:
-    """Add a format at run time (its module's FORMAT_SPECS are collected at import)."""
-    SPECS[spec.name] = spec
 
 
 def ordered(rule: str) -> list[FormatSpec]:
