@@ -1,6 +1,7 @@
 """One registration is all an analysis needs: a throwaway analysis put in the registry
 (a per-step count with one parameter, shared by every step range, in the live series)
-is listed by the API's job kinds and offered by the dashboard's Jobs page, applies to a trace,
+is listed by the API's job kinds and offered by the dashboard's Jobs page, shown where it
+says (the Overview's panels, Compare many's kinds), applies to a trace,
 is queued by default when a trace becomes ready, checks its parameters, runs through
 the worker's runner (its shared parameter fixed from the whole trace) and joins the
 trace's step series."""
@@ -39,6 +40,7 @@ TOY = AnalysisSpec(
     reduce_params=("top_rank",),
     live_series=True,
     shared_params={"top_rank": ("samples", "dp_rank")},
+    shows=("overview", "compare"),
 )
 
 
@@ -74,6 +76,7 @@ def test_the_api_and_the_runner_serve_it(toy, api, tmp_path):
         "defaults": {"min_len": 0, "top_rank": None},
         "default": True,
         "live_series": True,
+        "shows": ["overview", "compare"],
     }
 
     folder = write_packed_dir(tmp_path / "run", synthetic_rows(steps=3, groups=4, n=2))
@@ -148,3 +151,15 @@ def test_the_jobs_page_offers_it(toy, api):
     walk(page)
     assert "toy_count" in options["jobs-kind"] and "advice" in options["jobs-kind"]
     assert "toy_count" in options["rerun-kind"] and "advice" not in options["rerun-kind"]
+
+    # where it shows comes from the same answer: the Overview's panels, Compare many's kinds
+    import flask
+
+    from dashboard.api import session
+    from dashboard.server.analysis_places import analyses_shown
+
+    with app.server.test_request_context("/"):
+        flask.session[session.KEY_FIELD] = session.seal_key(KEY, app.server)
+        assert "toy_count" in analyses_shown("overview") and "toy_count" in analyses_shown("compare")
+        assert "longtail" in analyses_shown("overview") and "lengths" not in analyses_shown("overview")
+        assert analyses_shown("imbalance") == ("imbalance",)

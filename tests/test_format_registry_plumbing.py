@@ -1,12 +1,11 @@
-"""One registration is all a trace format needs: a throwaway reader put in the registry
-(its reader in FORMATS and its file-name rule in NAME_PATTERNS) is detected by name in
+"""One registration is all a trace format needs: a throwaway format put in the registry
+(one `FormatSpec`: its reader and its file-name rule) is detected by name in
 an upload, can be forced with `format`, is listed in the API's refusal of an unknown
 format, and is taken by the CLI's `ingest --format`; its bad input is refused naming
 file, line and field."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 
 import numpy as np
@@ -14,8 +13,9 @@ import orjson
 import pytest
 from typer.testing import CliRunner
 
-from backend.formats import detect, registry
+from backend.formats import registry
 from backend.formats.base import InputError, ReadResult, Source, TableBatch
+from backend.formats.spec import FormatSpec
 
 COLUMNS = ("step", "group_idx", "sample_idx", "prompt_len", "response_len")
 CONTENT = b"".join(f"{s} {g} {i} 10 {5 + s + g + i}\n".encode() for s in range(2) for g in range(3) for i in range(2))
@@ -37,10 +37,8 @@ def read_toy(source: Source, result: ReadResult) -> Iterator[TableBatch]:
 
 @pytest.fixture()
 def toy(monkeypatch):
-    monkeypatch.setitem(registry.FORMATS, "toy-lengths", read_toy)
-    monkeypatch.setattr(
-        detect, "NAME_PATTERNS", ((re.compile(r"^lengths\.toy$"), "toy-lengths"), *detect.NAME_PATTERNS)
-    )
+    spec = FormatSpec("toy-lengths", read_toy, "``lengths.toy``", names=(r"^lengths\.toy$",))
+    monkeypatch.setitem(registry.SPECS, spec.name, spec)
 
 
 def test_the_api_detects_forces_and_lists_it(toy, api):

@@ -905,15 +905,14 @@ PAGES = {
         ("sample-turns / sample-tokens of a trajectory", ("sample-turns", "sample-tokens"), MULTI_ONLY, turns_of, ""),
     ],
 }
-# the page module that shows each page's figures (their ids are checked against the rows above)
-PAGE_MODULES = {
-    "Overview": "trace_overview",
-    "Distributions": "distributions",
-    "Imbalance": "imbalance",
-    "Multi-turn & reward": "multiturn",
-    "Samples": "samples",
-    "Compare": "compare",
-    "Simulate": "simulate",
+# the audited pages, by their name in the dashboard's page registry (the module showing
+# each page's figures is found there: `page_modules`; its ids are checked against the rows)
+AUDITED_PAGES = (*PAGES, "Compare", "Simulate")
+# where an analysis shows (its `shows`, core/analysis/registry.py) that the audit does not
+# recompute yet, and why: every other place must be an audited page
+UNAUDITED_PLACES = {
+    "compare": "Compare many draws the same results its runs' own pages show, side by side",
+    "gpu": "the GPU timeline page: its analyses are checked against HTA in tests/test_gpu_hta.py",
 }
 # cards a page builds from a pure builder: (module, id prefix)
 CARD_BUILDERS = {
@@ -1393,11 +1392,48 @@ def _name(call) -> str:
 FIGURE_ID = re.compile(r".*-(table|total|cards|summary)$")
 
 
+def registered_pages() -> dict[str, tuple[str, str]]:
+    """{page name: (module, path)} of the dashboard's page registry, read from each
+    dashboard/pages module's `dash.register_page(...)` call."""
+    out = {}
+    for path in sorted((ROOT_DIR / "dashboard" / "pages").glob("*.py")):
+        for call in _calls(ast.parse(path.read_text())):
+            if _name(call) == "register_page":
+                kw = {k.arg: k.value.value for k in call.keywords if isinstance(k.value, ast.Constant)}
+                out[kw["name"]] = (path.stem, kw.get("path") or kw.get("path_template"))
+    return out
+
+
+def page_modules() -> dict[str, str]:
+    """{audited page: the module showing its figures}."""
+    pages = registered_pages()
+    assert set(AUDITED_PAGES) <= set(pages), f"not a page name: {set(AUDITED_PAGES) - set(pages)}"
+    return {name: pages[name][0] for name in AUDITED_PAGES}
+
+
+def place_page(place: str) -> str:
+    """The page an analysis' place (`AnalysisSpec.shows`) is: "overview" a trace's Overview,
+    "compare" Compare many, else a trace page by its path under /traces/<id>/."""
+    path = {"overview": "/traces/<trace_id>", "compare": "/compare/many"}.get(place, f"/traces/<trace_id>/{place}")
+    return next((name for name, (_m, p) in registered_pages().items() if p == path), f"no page at {path}")
+
+
+def test_every_place_an_analysis_shows_is_audited():
+    """A new analysis shown on a page (its `shows`) enrols that page here: the page must be
+    audited (so its figures need rows above), or say in UNAUDITED_PLACES why not."""
+    from core.analysis.registry import ANALYSES
+
+    places = {place for spec in ANALYSES.values() for place in spec.shows}
+    pages = {place: place_page(place) for place in places}
+    assert {p: page for p, page in pages.items() if p not in UNAUDITED_PLACES and page not in AUDITED_PAGES} == {}
+    assert set(UNAUDITED_PLACES) <= places  # no excuse outlives its place
+
+
 def page_figure_ids(page: str) -> set[str]:
     """The figures a page shows, read from its own module: chart ids (graph(...),
     dcc.Graph(id=...)), tables and card containers by id, cards by card_id (else
     "card <label>"), and the cards its pure builder makes ("<prefix><key>")."""
-    tree = ast.parse((ROOT_DIR / "dashboard" / "pages" / f"{PAGE_MODULES[page]}.py").read_text())
+    tree = ast.parse((ROOT_DIR / "dashboard" / "pages" / f"{page_modules()[page]}.py").read_text())
     out: set[str] = set()
     for call in _calls(tree):
         name = _name(call)
@@ -1440,9 +1476,9 @@ def test_the_list_covers_every_figure_the_pages_show():
     """Every chart, card and figure table of the audited pages is in the list above with a
     recomputation (a page's new figure fails here until it gets one)."""
     covered = audited_ids()
-    missing = {page: sorted(page_figure_ids(page) - covered[page]) for page in PAGE_MODULES}
+    missing = {page: sorted(page_figure_ids(page) - covered[page]) for page in AUDITED_PAGES}
     assert {p: m for p, m in missing.items() if m} == {}
-    stale = {page: sorted(covered[page] - page_figure_ids(page)) for page in PAGE_MODULES}
+    stale = {page: sorted(covered[page] - page_figure_ids(page)) for page in AUDITED_PAGES}
     assert {p: m for p, m in stale.items() if m} == {}  # no row names a figure its page lost
 
 

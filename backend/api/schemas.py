@@ -110,6 +110,12 @@ class AnalysisKindOut(BaseModel):
     defaults: dict[str, Any] = Field(description="Its parameters and their defaults")
     default: bool = Field(description="Queued automatically when a trace it applies to is ready")
     live_series: bool = Field(description="Its per-step figures join GET /traces/{id}/series")
+    shows: list[str] = Field(
+        default_factory=list,
+        description='Where the dashboard shows it: "overview" (a trace\'s Overview, its panel and headline '
+        'cards), "compare" (Compare many), and the trace pages drawing its figures (their path under '
+        "/traces/{id}/)",
+    )
 
 
 class JobKindsOut(BaseModel):

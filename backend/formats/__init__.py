@@ -4,9 +4,9 @@ read loop here.
 `read_sources` runs the readers over an upload's sources in natural name order
 (``step_2`` before ``step_10``; the order also fixes PolyTrace group ordinals, so a
 folder, its zip and its tar.gz give identical rows), after the files that prepare the
-others' reading (`registry.READ_FIRST`: the run's tokenizer, DAPO marks), notes
+others' reading (`registry.read_first()`: the run's tokenizer, DAPO marks), notes
 undetected files in `ReadResult.skipped` and raises InputError when nothing was readable.
-A run folder holding several representations of its samples (`registry.REPRESENTATIONS`)
+A run folder holding several representations of its samples (`registry.representations()`)
 is read in one, the others noted as skipped. A bad file does not stop the reading: the
 upload's error lists every file's (up to MAX_ERRORS_LISTED).
 """
@@ -20,7 +20,7 @@ from backend.formats.base import MAX_ERRORS_LISTED, InputError, ReadResult, Sour
 from backend.formats.dapo import unmatched_note
 from backend.formats.detect import base_name, detect_format, natural_key, skip_note
 from backend.formats.kineto_ahead import kineto_read_ahead
-from backend.formats.registry import FORMATS, READ_FIRST, REPRESENTATIONS
+from backend.formats.registry import FORMATS, read_first, representations
 from backend.formats.tokenizer import FILE_NAME as TOKENIZER_FILE
 
 __all__ = ["FORMATS", "detect_format", "natural_key", "read_sources", "upload_format"]
@@ -48,10 +48,12 @@ def read_sources(
         raise InputError("upload", "no readable trace files: the upload holds no files")
     detected = [detect_format(s) if forced_format is None or _is_tokenizer(s) else forced_format for s in sources]
 
-    # files that prepare the others' reading first (READ_FIRST), then in natural name order
+    first = read_first()
+
+    # files that prepare the others' reading first (read_first), then in natural name order
     def order(item: tuple[Source, str | None]) -> tuple:
         fmt = item[1]
-        return (READ_FIRST.index(fmt) if fmt in READ_FIRST else len(READ_FIRST), natural_key(item[0].name))
+        return (first.index(fmt) if fmt in first else len(first), natural_key(item[0].name))
 
     pairs = list(zip(sources, detected))
     if forced_format is None:
@@ -79,11 +81,12 @@ def _read_each(pairs, ahead, result: ReadResult, marks_alone: bool) -> Generator
     read (the upload fails whole)."""
     readable = 0
     errors: list[InputError] = []
+    first = read_first()
     for source, fmt in pairs:
         if fmt is None:
             result.skipped.append(skip_note(source))
             continue
-        readable += (marks_alone and fmt == "dapo-filter") or fmt not in READ_FIRST  # marks alone are no trace
+        readable += (marks_alone and fmt == "dapo-filter") or fmt not in first  # marks alone are no trace
         reader = ahead.reader if ahead is not None and fmt == "kineto" else FORMATS[fmt]
         try:
             yield from reader(source, result)
@@ -103,15 +106,16 @@ def one_representation(pairs: list[tuple[Source, str | None]], result: ReadResul
     def folder(source: Source) -> str:
         return source.name.rsplit("/", 1)[0] if "/" in source.name else ""
 
+    ranked = representations()
     present: dict[str, set[str]] = {}
     for source, fmt in pairs:
-        if fmt in REPRESENTATIONS:
+        if fmt in ranked:
             present.setdefault(folder(source), set()).add(fmt)
-    kept = {d: next(f for f in REPRESENTATIONS if f in fmts) for d, fmts in present.items() if len(fmts) > 1}
+    kept = {d: next(f for f in ranked if f in fmts) for d, fmts in present.items() if len(fmts) > 1}
     out = []
     for source, fmt in pairs:
         d = folder(source)
-        if d in kept and fmt in REPRESENTATIONS and fmt != kept[d]:
+        if d in kept and fmt in ranked and fmt != kept[d]:
             result.skipped.append(
                 f"skipped {source.name}: {fmt}, another representation of the samples "
                 f"the run's {kept[d]} files give (those were read)"

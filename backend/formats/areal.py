@@ -40,6 +40,7 @@ import numpy as np
 
 from backend.formats.base import InputError, ReadResult, Source, TableBatch
 from backend.formats.jsonl import INT32_MAX, iter_json_chunks, stdlib_json
+from backend.formats.spec import FormatSpec
 
 _RANK_IN_NAME = re.compile(r"-r(\d+)\.jsonl?(?:\.gz)?$")
 PHASE_MAX = 40
@@ -260,3 +261,26 @@ def read_areal_sessions(source: Source, result: ReadResult) -> Iterator[TableBat
             out["status"] = calls["status"]
             yield TableBatch("tool_calls", out)
     result.info.framework = result.info.framework or "areal"
+
+
+_SESSIONS = "AReaL sessions-rN.jsonl"
+
+FORMAT_SPECS = (
+    FormatSpec(
+        "areal-perf",
+        read_areal_perf,
+        "``traces-rN.jsonl``; or a first line with ph, ts and name (a Chrome trace event)",
+        names=(r"^traces-r\d+\.jsonl?$",),
+        line=lambda obj: "ph" in obj and "ts" in obj and "name" in obj,
+        order=60,
+    ),
+    FormatSpec(
+        "areal-sessions",
+        read_areal_sessions,
+        "``sessions-rN.jsonl``; or a first line with task_id and session_id",
+        names=(r"^sessions-r\d+\.jsonl?$",),
+        line=lambda obj: "task_id" in obj and "session_id" in obj,
+        order=70,
+        carries={"samples.reward": f"{_SESSIONS} with reward", "turns": _SESSIONS, "tool_calls": _SESSIONS},
+    ),
+)

@@ -34,6 +34,7 @@ import numpy as np
 
 from backend.formats.base import InputError, ReadResult, Source, TableBatch
 from backend.formats.jsonl import as_ids, chunk_lines, int_column, iter_json_chunks, list_column
+from backend.formats.spec import FormatSpec
 
 MARK_FILTERED, MARK_KEPT, MARK_USED = 0, 1, 2
 FIELDS = (
@@ -175,3 +176,18 @@ def unmatched_note(result: ReadResult) -> str | None:
         f"{marks[left[0]].source}: DAPO marks for generation step(s) {shown} not used "
         "(no packed_lengths_step_N.jsonl for them in this upload)"
     )
+
+
+FORMAT_SPECS = (
+    FormatSpec(
+        "dapo-filter",
+        read_dapo_filter,
+        "``dapo_filter_indices*.jsonl`` (marks for the packed-length samples; read before the other "
+        "files of the upload)",
+        names=(r"^dapo_filter_indices.*\.jsonl?$",),
+        carries={
+            "samples.filter_mark": "verl DAPO's dapo_filter_indices.jsonl beside the packed_lengths_step_N.jsonl files"
+        },
+        read_first=1,
+    ),
+)

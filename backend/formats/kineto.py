@@ -61,6 +61,7 @@ import numpy as np
 
 from backend.formats.base import InputError, ReadResult, Source, TableBatch
 from backend.formats.kineto_events import EVENTS_DIR_STATE, KeptColumns, intern_values
+from backend.formats.spec import FormatSpec
 from core.analysis.gpu_kinds import GpuKind, kernel_kind
 
 GPU_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
@@ -605,3 +606,15 @@ def merge_kineto_metadata(result: ReadResult, part: dict) -> None:
     steps = kineto.setdefault("steps", {})
     for key, windows in part.get("steps", {}).items():
         steps[key] = sorted(steps.get(key, []) + windows, key=lambda w: w[1])
+
+
+FORMAT_SPECS = (
+    FormatSpec(
+        "kineto",
+        read_kineto,
+        "``.json`` object with traceEvents / schemaVersion / deviceProperties / distributedInfo (`looks_like_kineto`)",
+        head=looks_like_kineto,
+        order=30,
+        carries={"gpu_events": "PyTorch profiler (Kineto) traces: *.json or *.json.gz, one per rank"},
+    ),
+)

@@ -56,6 +56,7 @@ from backend.formats.jsonl import (
     show_value,
     str_column,
 )
+from backend.formats.spec import CATCH_ALL_ORDER, FormatSpec
 
 SAMPLE_INT_COLUMNS = (
     "step",
@@ -324,3 +325,39 @@ def read_native_parquet(source: Source, result: ReadResult) -> Iterator[TableBat
             yield TableBatch("samples", finish_samples(cols, source.name, _line_of(base)))
     if offset == 0:
         raise InputError(source.name, "empty file: no rows")
+
+
+_NATIVE = "a native CSV/JSONL/Parquet"
+_CARRIES = {
+    "samples": _NATIVE,
+    "samples.dp_rank": f"{_NATIVE} with a dp_rank column",
+    "samples.num_turns": f"{_NATIVE} with a num_turns column",
+    "samples.reward": f"{_NATIVE} with a reward column",
+}
+
+FORMAT_SPECS = (
+    FormatSpec(
+        "native-csv",
+        read_native_csv,
+        "``.csv`` (``.tsv`` is not supported)",
+        names=(r".*\.csv$",),
+        order=CATCH_ALL_ORDER,
+        carries=_CARRIES,
+    ),
+    FormatSpec(
+        "native-jsonl",
+        read_native_jsonl,
+        "a first line with " + ", ".join(REQUIRED_SAMPLE_COLUMNS),
+        line=lambda obj: all(k in obj for k in REQUIRED_SAMPLE_COLUMNS),
+        order=50,
+        carries=_CARRIES,
+    ),
+    FormatSpec(
+        "native-parquet",
+        read_native_parquet,
+        "``.parquet`` / ``.pq``",
+        names=(r".*\.(parquet|pq)$",),
+        order=CATCH_ALL_ORDER,
+        carries=_CARRIES,
+    ),
+)

@@ -70,6 +70,7 @@ from backend.formats.nsys_tables import (
     read_table,
     table_names,
 )
+from backend.formats.spec import FormatSpec
 from core.analysis.gpu_kinds import GpuKind, kernel_kind
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -444,3 +445,15 @@ def _projected_ranges(nvtx: dict, cpu_rank, gpu: _Gpu, ranks, launch, base: int,
             stream=gpu.stream[first],
         )
     ]
+
+
+FORMAT_SPECS = (
+    FormatSpec(
+        "nsys-sqlite",
+        read_nsys,
+        "an SQLite database (``SQLite format 3`` header): an Nsight Systems export "
+        "(``nsys export --type sqlite``), whatever its name",
+        head=lambda head, name: looks_like_nsys(head),
+        order=10,
+    ),
+)

@@ -30,6 +30,7 @@ absolute interval times are not kept (no timeline table holds them).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 
 import numpy as np
@@ -37,6 +38,7 @@ import orjson
 
 from backend.formats.base import InputError, ReadResult, Source, TableBatch
 from backend.formats.jsonl import INT32_MAX, iter_json_chunks
+from backend.formats.spec import FormatSpec
 
 PHASE_MAX = 40
 MAX_DOCUMENT_BYTES = 256 << 20
@@ -175,3 +177,16 @@ def read_otlp(source: Source, result: ReadResult) -> Iterator[TableBatch]:
             "seconds": np.fromiter((folder.totals[k] for k in keys), np.float64, len(keys)),
         },
     )
+
+
+_OTLP_HEAD = re.compile(rb'^\s*(?:\xef\xbb\xbf)?\s*\{\s*"resourceSpans"\s*:')
+
+FORMAT_SPECS = (
+    FormatSpec(
+        "otlp-json",
+        read_otlp,
+        "a JSON object whose first key is ``resourceSpans``",
+        head=lambda head, name: bool(_OTLP_HEAD.match(head)),
+        order=50,
+    ),
+)

@@ -67,6 +67,7 @@ from backend.formats.jsonl import (
     list_column,
     str_column,
 )
+from backend.formats.spec import FormatSpec
 
 _STEP_IN_NAME = re.compile(r"_step_?(\d+)")
 
@@ -565,3 +566,51 @@ def _compact_multi_turn(step: int, key: str, trajectories: list, name: str) -> I
                 "completion_tokens": completion,
             },
         )
+
+
+_COMPACT_HEAD = re.compile(rb'^\s*(?:\xef\xbb\xbf)?\s*\{\s*"\d+"\s*:')
+_MULTITURN = "multiturn_workload_step_N.jsonl (PolyTrace multi-turn)"
+
+FORMAT_SPECS = (
+    FormatSpec(
+        "polytrace-packed",
+        read_packed_lengths,
+        "``packed_lengths_step_N*.jsonl``; or a first line with input, output",
+        names=(r"^packed_lengths_step_?\d+.*\.jsonl?$",),
+        line=lambda obj: "input" in obj and type(obj.get("output")) is list,
+        order=20,
+        carries={
+            "samples": "packed_lengths_step_N.jsonl (PolyTrace)",
+            "samples.dp_rank": "packed_lengths_step_N.jsonl (PolyTrace, a dp_rank per prompt group)",
+        },
+        representation=1,
+    ),
+    FormatSpec(
+        "polytrace-reward",
+        read_reward_timings,
+        "``reward_timings_step_N*.jsonl``; or a first line with reward_time_s",
+        names=(r"^reward_timings_step_?\d+.*\.jsonl?$",),
+        line=lambda obj: "reward_time_s" in obj,
+        order=40,
+        carries={"rank_timings": "reward_timings_step_N.jsonl (PolyTrace, reward_time_s per rank)"},
+    ),
+    FormatSpec(
+        "polytrace-multiturn",
+        read_multiturn_workload,
+        "``multiturn_workload_step_N*.jsonl``; or a first line with turns and prompt_group_id",
+        names=(r"^multiturn_workload_step_?\d+.*\.jsonl?$",),
+        line=lambda obj: "turns" in obj and "prompt_group_id" in obj,
+        order=45,
+        carries={"samples": _MULTITURN, "turns": _MULTITURN, "tool_calls": _MULTITURN},
+        representation=0,
+    ),
+    FormatSpec(
+        "polytrace-compact",
+        read_compact,
+        'a JSON object whose first key is a step number (``{"0": ...``)',
+        head=lambda head, name: bool(_COMPACT_HEAD.match(head)),
+        order=40,
+        carries={"samples": "a PolyTrace compact JSON"},
+        representation=2,
+    ),
+)

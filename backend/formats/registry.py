@@ -1,68 +1,95 @@
-"""The format registry: each format's reader and its file-name rule (content rules are in
-`backend.formats.detect`). See docs/formats.md for every format."""
+"""The format registry: the formats' own declarations (`FORMAT_SPECS` of each module in
+`MODULES`, see `backend.formats.spec`) collected in `SPECS`, and what follows from them:
+the readers (`FORMATS`: upload, ``format=``, the CLI's ``--format`` and the refusal of an
+unknown format), the detection rules in the order they are tried (`backend.formats.detect`
+runs them), the read order and the files that carry a table (`files_carrying`). See
+docs/formats.md for every format."""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Collection
+from collections.abc import Collection, Iterator, Mapping
 
-from backend.formats.areal import read_areal_perf, read_areal_sessions
-from backend.formats.base import Reader
-from backend.formats.dapo import read_dapo_filter
-from backend.formats.kineto import read_kineto
-from backend.formats.native import read_native_csv, read_native_jsonl, read_native_parquet
-from backend.formats.nsys import read_nsys
-from backend.formats.otlp import read_otlp
-from backend.formats.polytrace import read_compact, read_multiturn_workload, read_packed_lengths, read_reward_timings
-from backend.formats.rollouts import read_verl_rollouts
-from backend.formats.tensorboard import read_tensorboard
-from backend.formats.tokenizer import read_tokenizer
-from backend.formats.verl_logs import read_verl_console, read_verl_jsonl
-from backend.formats.wandb_history import read_wandb_csv, read_wandb_parquet
-
-FORMATS: dict[str, Reader] = {
-    "polytrace-packed": read_packed_lengths,
-    "polytrace-reward": read_reward_timings,
-    "polytrace-multiturn": read_multiturn_workload,
-    "polytrace-compact": read_compact,
-    "verl-jsonl": read_verl_jsonl,
-    "verl-console": read_verl_console,
-    "native-csv": read_native_csv,
-    "native-jsonl": read_native_jsonl,
-    "native-parquet": read_native_parquet,
-    "kineto": read_kineto,
-    "nsys-sqlite": read_nsys,
-    "dapo-filter": read_dapo_filter,
-    "tensorboard": read_tensorboard,
-    "wandb-csv": read_wandb_csv,
-    "wandb-parquet": read_wandb_parquet,
-    "areal-perf": read_areal_perf,
-    "areal-sessions": read_areal_sessions,
-    "otlp-json": read_otlp,
-    "verl-rollouts": read_verl_rollouts,
-    # no rows: the run's tokenizer for the rollout dumps read after it
-    "tokenizer": read_tokenizer,
-}
-
-NAME_PATTERNS = (
-    (re.compile(r"^tokenizer\.json$"), "tokenizer"),
-    (re.compile(r"^events\.out\.tfevents\..+"), "tensorboard"),
-    (re.compile(r"^traces-r\d+\.jsonl?$"), "areal-perf"),
-    (re.compile(r"^sessions-r\d+\.jsonl?$"), "areal-sessions"),
-    (re.compile(r"^packed_lengths_step_?\d+.*\.jsonl?$"), "polytrace-packed"),
-    (re.compile(r"^reward_timings_step_?\d+.*\.jsonl?$"), "polytrace-reward"),
-    (re.compile(r"^multiturn_workload_step_?\d+.*\.jsonl?$"), "polytrace-multiturn"),
-    (re.compile(r".*\.(parquet|pq)$"), "native-parquet"),
-    (re.compile(r".*\.csv$"), "native-csv"),
-    (re.compile(r"^dapo_filter_indices.*\.jsonl?$"), "dapo-filter"),
+from backend.formats import (
+    areal,
+    dapo,
+    kineto,
+    native,
+    nsys,
+    otlp,
+    polytrace,
+    rollouts,
+    tensorboard,
+    tokenizer,
+    verl_logs,
+    wandb_history,
 )
-# Read before the other files of an upload (they prepare what those are read with), and
-# no trace on their own: the tokenizer (rollout dumps' token lengths), then DAPO marks
-# (attached to the packed-length samples).
-READ_FIRST = ("tokenizer", "dapo-filter")
-# Formats that each give every sample of a run, in order of preference: a folder holding
-# several (as `rlvr-explorer generate` writes, and its zip) is read in the first only.
-REPRESENTATIONS = ("polytrace-multiturn", "polytrace-packed", "polytrace-compact")
+from backend.formats.base import Reader
+from backend.formats.spec import FormatSpec
+
+# The modules declaring formats, in registry order (an upload's dominant format is the
+# earlier on ties; the CLI lists them in this order).
+MODULES = (
+    polytrace,
+    verl_logs,
+    native,
+    kineto,
+    nsys,
+    dapo,
+    tensorboard,
+    wandb_history,
+    areal,
+    otlp,
+    rollouts,
+    tokenizer,
+)
+
+SPECS: dict[str, FormatSpec] = {spec.name: spec for module in MODULES for spec in module.FORMAT_SPECS}
+
+
+class _Readers(Mapping[str, Reader]):
+    """{format name: reader}, read through from SPECS (so an entry added there later, as
+    tests do, is in it)."""
+
+    def __getitem__(self, name: str) -> Reader:
+        return SPECS[name].reader
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(SPECS)
+
+    def __len__(self) -> int:
+        return len(SPECS)
+
+
+FORMATS: Mapping[str, Reader] = _Readers()
+
+
+def ordered(rule: str) -> list[FormatSpec]:
+    """The formats having `rule` ("sniff", "patterns", "head", "line", "scan"), in the
+    order detection tries them: by `order`, ties in registry order."""
+    specs = [s for s in SPECS.values() if getattr(s, rule)]
+    return sorted(specs, key=lambda s: s.order)
+
+
+def name_patterns() -> list[tuple[re.Pattern[str], str]]:
+    """(base-name rule, format) in the order they are tried."""
+    return [(p, s.name) for s in ordered("patterns") for p in s.patterns]
+
+
+def read_first() -> tuple[str, ...]:
+    """Formats read before the other files of an upload (they prepare what those are read
+    with, the tokenizer then DAPO marks), and no trace on their own."""
+    specs = [s for s in SPECS.values() if s.read_first is not None]
+    return tuple(s.name for s in sorted(specs, key=lambda s: s.read_first or 0))
+
+
+def representations() -> tuple[str, ...]:
+    """Formats that each give every sample of a run, in order of preference: a folder
+    holding several (as `rlvr-explorer generate` writes, and its zip) is read in the
+    first only."""
+    specs = [s for s in SPECS.values() if s.representation is not None]
+    return tuple(s.name for s in sorted(specs, key=lambda s: s.representation or 0))
+
 
 # Files known to sit in run folders that no reader uses (yet): a friendlier note.
 KNOWN_UNUSED = (
@@ -78,37 +105,42 @@ KNOWN_UNUSED = (
     ),
 )
 
-# Which files carry a table, or a sample column not every format has: what to upload when
-# an analysis lacks its data (`files_carrying`). Keys: "table.column", else "table".
-CARRIED_BY = {
-    "samples.dp_rank": "packed_lengths_step_N.jsonl (PolyTrace, a dp_rank per prompt group) "
-    "or a native CSV/JSONL/Parquet with a dp_rank column",
-    "samples.filter_mark": "verl DAPO's dapo_filter_indices.jsonl beside the packed_lengths_step_N.jsonl files",
-    "samples.num_turns": "a native CSV/JSONL/Parquet with a num_turns column",
-    "samples.reward": "per-sample rewards: verl rollout dumps (<step>.jsonl of trainer.rollout_data_dir, with "
-    "score), AReaL sessions-rN.jsonl with reward, or a native CSV/JSONL/Parquet with a reward column",
-    "samples": "per-step lengths: packed_lengths_step_N.jsonl or multiturn_workload_step_N.jsonl (PolyTrace), "
-    "a PolyTrace compact JSON, or a native CSV/JSONL/Parquet",
-    "rank_timings": "reward_timings_step_N.jsonl (PolyTrace, reward_time_s per rank)",
-    "turns": "multiturn_workload_step_N.jsonl (PolyTrace multi-turn) or AReaL sessions-rN.jsonl",
-    "tool_calls": "multiturn_workload_step_N.jsonl (PolyTrace multi-turn) or AReaL sessions-rN.jsonl",
-    "steps.t_reward": "a verl metric log with timing_s/reward (file logger JSONL or console lines)",
-    "steps": "a verl metric log (file logger JSONL or console lines), TensorBoard or W&B history",
-    "gpu_events": "PyTorch profiler (Kineto) traces: *.json or *.json.gz, one per rank",
-}
+# What a table is, leading the files that carry it.
+CARRIED_WHAT = {"samples": "per-step lengths", "samples.reward": "per-sample rewards"}
+
+
+def _either(phrases: list[str]) -> str:
+    return " or ".join(phrases) if len(phrases) <= 2 else ", ".join(phrases[:-1]) + ", or " + phrases[-1]
+
+
+def carried_by() -> dict[str, str]:
+    """Which files carry a table, or a sample column not every format has, in words (from
+    each format's `carries`): what to upload when an analysis lacks its data. Keys:
+    "table.column", else "table"."""
+    phrases: dict[str, list[str]] = {}
+    for spec in SPECS.values():
+        for key, phrase in spec.carries.items():
+            if phrase not in phrases.setdefault(key, []):
+                phrases[key].append(phrase)
+    out = {}
+    for key, found in phrases.items():
+        files = _either(found)
+        out[key] = f"{CARRIED_WHAT[key]}: {files}" if key in CARRIED_WHAT else files
+    return out
 
 
 def files_carrying(alternatives: list[list[tuple[str, str]]], present: Collection[str] = ()) -> str:
     """The files that would provide missing (table, column)s, per alternative, in words.
     A column of a table the trace already has (`present`) is named as that column, never
     as the files bringing the table it has."""
+    carried = carried_by()
 
     def carrying(table: str, column: str) -> str:
-        if f"{table}.{column}" in CARRIED_BY:
-            return CARRIED_BY[f"{table}.{column}"]
+        if f"{table}.{column}" in carried:
+            return carried[f"{table}.{column}"]
         if table in present:
             return f"files with a {column} column for its {table} (docs/formats.md)"
-        return CARRIED_BY.get(table, table)
+        return carried.get(table, table)
 
     options = []
     for alt in alternatives:

@@ -52,6 +52,7 @@ from backend.formats.jsonl import (
     str_column,
 )
 from backend.formats.rollout_text import pack_many
+from backend.formats.spec import FormatSpec
 from backend.formats.tokenizer import TOKENIZER_STATE
 from core.analysis.repetition import repeat_period
 
@@ -219,3 +220,16 @@ def _extras(chunk: JsonChunk, keys: dict, name: str, kinds: dict) -> dict | None
         "value_num": np.asarray(cols["value_num"], dtype=np.float64),
         "value_text": cols["value_text"],
     }
+
+
+FORMAT_SPECS = (
+    FormatSpec(
+        "verl-rollouts",
+        read_verl_rollouts,
+        "a first line with ``input`` and ``output`` strings (verl's ``rollout_data_dir`` / validation "
+        "dumps, ``<step>.jsonl``)",
+        line=lambda obj: type(obj.get("input")) is str and type(obj.get("output")) is str,
+        order=30,
+        carries={"samples.reward": "verl rollout dumps (<step>.jsonl of trainer.rollout_data_dir, with score)"},
+    ),
+)

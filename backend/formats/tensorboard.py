@@ -24,6 +24,7 @@ import numpy as np
 
 from backend.formats.base import InputError, ReadResult, Source, TableBatch
 from backend.formats.jsonl import INT32_MAX
+from backend.formats.spec import FormatSpec
 from backend.formats.step_metrics import StepMetrics
 
 _HEADER = struct.Struct("<QI")
@@ -158,3 +159,16 @@ def read_tensorboard(source: Source, result: ReadResult) -> Iterator[TableBatch]
     last = buffer.finish()
     if last is not None:
         yield last
+
+
+FORMAT_SPECS = (
+    FormatSpec(
+        "tensorboard",
+        read_tensorboard,
+        "``events.out.tfevents.*``; or a first TFRecord whose length CRC checks",
+        names=(r"^events\.out\.tfevents\..+",),
+        head=lambda head, name: looks_like_tfrecord(head),
+        order=60,
+        carries={"steps": "TensorBoard"},
+    ),
+)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from backend.formats.base import InputError, ReadResult, Source
+from backend.formats.spec import FormatSpec
 
 TOKENIZER_STATE = "tokenizer"
 FILE_NAME = "tokenizer.json"
@@ -74,3 +75,17 @@ def tokenizer_file(path: Path) -> Path:
     if not path.is_file():
         raise InputError(str(path), "no such tokenizer file", field="tokenizer")
     return path
+
+
+FORMAT_SPECS = (
+    FormatSpec(
+        "tokenizer",
+        read_tokenizer,
+        "``tokenizer.json``; or a JSON object opening with added_tokens and truncation (a Hugging Face "
+        "fast tokenizer; read first)",
+        names=(r"^tokenizer\.json$",),
+        head=lambda head, name: looks_like_tokenizer(head),
+        order=20,
+        read_first=0,
+    ),
+)

@@ -34,6 +34,7 @@ import numpy as np
 
 from backend.formats.base import InputError, ReadResult, Source, TableBatch
 from backend.formats.jsonl import INT32_MAX, iter_json_chunks, stdlib_json
+from backend.formats.spec import FormatSpec
 from core.analysis.tables import STEP_TIMING_COLUMNS
 
 # Step timing column -> verl keys, first match wins. `timing_s/*` is current verl
@@ -151,3 +152,50 @@ def read_verl_console(source: Source, result: ReadResult) -> Iterator[TableBatch
     if not merged:
         raise InputError(name, "no verl metric lines ('step:N - key:value - ...') found")
     yield _steps_batch(merged, result)
+
+
+LOG_SUFFIXES = (".log", ".txt", ".out", ".err")
+LOG_SCAN_BYTES = 64 << 20
+
+
+def has_console_lines(source: Source, head: bytes, name: str) -> bool:
+    """A ``step:N - key:value`` line in the first bytes, or anywhere in the first
+    LOG_SCAN_BYTES of a log file (``.log``/``.txt``/``.out``/``.err``)."""
+    if any(CONSOLE_STEP.search(line) for line in head.decode("utf-8", "replace").splitlines()):
+        return True
+    if not name.endswith(LOG_SUFFIXES):
+        return False
+    with source.open() as stream:
+        read = 0
+        for raw in stream:
+            read += len(raw)
+            if b"step:" in raw and CONSOLE_STEP.search(raw.decode("utf-8", "replace")):
+                return True
+            if read > LOG_SCAN_BYTES:
+                break
+    return False
+
+
+_METRIC_LOG = {
+    "steps.t_reward": "a verl metric log with timing_s/reward (file logger JSONL or console lines)",
+    "steps": "a verl metric log (file logger JSONL or console lines)",
+}
+
+FORMAT_SPECS = (
+    FormatSpec(
+        "verl-jsonl",
+        read_verl_jsonl,
+        'a first line ``{"step": N, "data": {...}}``',
+        line=lambda obj: "step" in obj and type(obj.get("data")) is dict,
+        order=10,
+        carries=_METRIC_LOG,
+    ),
+    FormatSpec(
+        "verl-console",
+        read_verl_console,
+        "a line ``step:N - key:value - ...`` (in the first 64 KiB, or anywhere in the first 64 MiB "
+        "of ``.log``/``.txt``/``.out``/``.err``)",
+        scan=has_console_lines,
+        carries=_METRIC_LOG,
+    ),
+)

@@ -28,6 +28,7 @@ from collections.abc import Iterator
 from backend.formats.base import InputError, ReadResult, Source, TableBatch
 from backend.formats.jsonl import INT32_MAX
 from backend.formats.native import seekable_stream
+from backend.formats.spec import FormatSpec
 from backend.formats.step_metrics import StepMetrics
 
 STEP_COLUMN = "_step"
@@ -144,3 +145,35 @@ def read_wandb_parquet(source: Source, result: ReadResult) -> Iterator[TableBatc
                         yield spilled
             row0 += batch.num_rows
     yield from _finish(buffer, name)
+
+
+def has_step_column(source: Source, base: str) -> bool:
+    """A CSV (``.csv``) or Parquet (``.parquet``/``.pq``) file with a ``_step`` column."""
+    if base.endswith(".csv"):
+        with source.open() as stream:
+            first = stream.readline(1 << 20).decode("utf-8-sig", errors="replace")
+        header = next(csv.reader([first]), [])
+        return STEP_COLUMN in (h.strip() for h in header)
+    if base.endswith((".parquet", ".pq")):
+        with source.open() as raw, seekable_stream(raw) as stream:
+            names = parquet_columns(stream)
+        return names is not None and STEP_COLUMN in names
+    return False
+
+
+FORMAT_SPECS = (
+    FormatSpec(
+        "wandb-csv",
+        read_wandb_csv,
+        "a ``.csv`` with a ``_step`` column (before native-csv)",
+        sniff=lambda source, base: base.endswith(".csv") and has_step_column(source, base),
+        carries={"steps": "W&B history"},
+    ),
+    FormatSpec(
+        "wandb-parquet",
+        read_wandb_parquet,
+        "a ``.parquet`` / ``.pq`` with a ``_step`` column (before native-parquet)",
+        sniff=lambda source, base: base.endswith((".parquet", ".pq")) and has_step_column(source, base),
+        carries={"steps": "W&B history"},
+    ),
+)

@@ -19,6 +19,8 @@ Entry points for the worker:
   additive totals), so the chunked result equals the direct one.
 - `default_analyses(available)`: the kinds run automatically when a trace becomes ready
   (`default`), given which tables/columns it has.
+
+Where each shows in the dashboard (``shows``) reaches it through ``GET /jobs/kinds``.
 """
 
 from __future__ import annotations
@@ -64,6 +66,10 @@ class AnalysisSpec:
     # {parameter: (table, column)}: a parameter every step-range part must share, fixed
     # when not given from the whole trace as max(column) + 1 (e.g. the DP size)
     shared_params: dict[str, tuple[str, str]] = field(default_factory=dict)
+    # where the dashboard shows it (`SHOWN_ON`): "overview" (its panel, feeding the
+    # headline cards, on a trace's Overview), "compare" (among Compare many's panels), and
+    # the trace pages drawing its figures, by their path under /traces/<id>/
+    shows: tuple[str, ...] = ()
 
     def applicable(self, available: Mapping[str, Collection[str]]) -> bool:
         """Whether a trace with `available` {table: columns} (non-empty tables only) fits."""
@@ -117,6 +123,7 @@ ANALYSES: dict[str, AnalysisSpec] = {
         run=longtail.analyze_longtail,
         reduce=longtail.reduce_longtail,
         live_series=True,
+        shows=("overview", "compare", "distributions"),
     ),
     "imbalance": AnalysisSpec(
         kind="imbalance",
@@ -134,6 +141,7 @@ ANALYSES: dict[str, AnalysisSpec] = {
         reduce=imbalance.reduce_imbalance,
         live_series=True,
         shared_params={"dp_size": ("samples", "dp_rank")},
+        shows=("overview", "compare", "imbalance"),
     ),
     "latency": AnalysisSpec(
         kind="latency",
@@ -154,6 +162,7 @@ ANALYSES: dict[str, AnalysisSpec] = {
         run=latency.analyze_latency,
         reduce=latency.reduce_latency,
         live_series=True,
+        shows=("multiturn",),
     ),
     "multiturn": AnalysisSpec(
         kind="multiturn",
@@ -169,6 +178,7 @@ ANALYSES: dict[str, AnalysisSpec] = {
         defaults={"include_validation": False},
         run=multiturn.analyze_multiturn,
         reduce=multiturn.reduce_multiturn,
+        shows=("multiturn",),
     ),
 }
 
@@ -181,6 +191,7 @@ ANALYSES["data_efficiency"] = AnalysisSpec(
     run=data_efficiency.analyze_data_efficiency,
     reduce=data_efficiency.reduce_data_efficiency,
     live_series=True,
+    shows=("overview", "compare"),
 )
 
 ANALYSES["reward_length"] = AnalysisSpec(
@@ -192,6 +203,7 @@ ANALYSES["reward_length"] = AnalysisSpec(
     run=reward_length.analyze_reward_length,
     reduce=reward_length.reduce_reward_length,
     reduce_params=("tail_fraction", "no_reward_at", "min_samples"),
+    shows=("distributions",),
 )
 
 ANALYSES["gpu_timeline"] = AnalysisSpec(
@@ -207,7 +219,12 @@ ANALYSES["gpu_timeline"] = AnalysisSpec(
     defaults={"hta_compat": True, "straggler_tolerance": 0.05},
     run=gpu_report.analyze_gpu_timeline,
     reduce=None,
+    shows=("overview", "compare", "gpu"),
 )
+
+
+# The dashboard's own places (`AnalysisSpec.shows`); any other value is a trace page.
+SHOWN_ON = ("overview", "compare")
 
 
 def default_analyses(available: Mapping[str, Collection[str]]) -> list[str]:

@@ -29,6 +29,7 @@ from dashboard.figures.compare_many import (
 )
 from dashboard.figures.metrics import parse_offsets
 from dashboard.server import results as results_cache
+from dashboard.server.analysis_places import analyses_shown
 from dashboard.views.components import alert, control, controls, data_attrs, graph, section, sign_in_required, signed_in
 from dashboard.views.formatting import human_number
 
@@ -37,7 +38,6 @@ dash.register_page(
 )
 
 MAX_RUNS = 12
-KINDS = ("longtail", "imbalance", "data_efficiency", "gpu_timeline")
 
 
 def _ids(text: str | None) -> list[int]:
@@ -106,9 +106,10 @@ def _results(api, trace_id) -> dict:
     """The newest succeeded result per kind: the job list without results, then each
     chosen result through the server-side result cache (results are megabytes)."""
     chosen: dict = {}
+    kinds = analyses_shown("compare")  # the registry's word
     for job in api.analyses(trace_id):
         kind = job.get("kind")
-        if kind in KINDS and kind not in chosen and job.get("status") == "succeeded":
+        if kind in kinds and kind not in chosen and job.get("status") == "succeeded":
             chosen[kind] = job["id"]
     out = {}
     for kind, job_id in chosen.items():

@@ -25,6 +25,7 @@ from dashboard.figures.data_efficiency import data_efficiency_figure
 from dashboard.figures.distributions import percentile_lines_figure
 from dashboard.figures.gpu import temporal_breakdown_figure
 from dashboard.figures.stages import stage_time_figure, trace_has_stage_timings
+from dashboard.server.analysis_places import analyses_shown
 from dashboard.server.figure_cache import cached
 from dashboard.server.results import analysis_result
 from dashboard.server.results import job as results_job
@@ -39,8 +40,6 @@ dash.register_page(
     __name__, path_template="/traces/<trace_id>", name="Overview", title="Trace · RLVR Explorer", nav="trace", order=0
 )
 
-CARD_KINDS = ("longtail", "imbalance", "gpu_timeline", "data_efficiency")
-
 
 def _shown(flag) -> dict:
     # Sections a trace has no data for stay in the layout (the callback fills every
@@ -53,8 +52,9 @@ register_url_state("overview", {}, zoom=ZOOMABLE)
 
 
 def body(trace: dict, query: dict | None = None) -> html.Div:
-    # the API says which analyses apply to the trace (the registry's word)
-    kinds = [k for k in trace.get("analyses", []) if k in CARD_KINDS]
+    # the API says which analyses apply to the trace and which show here (the registry's word)
+    shown = analyses_shown("overview")
+    kinds = [k for k in trace.get("analyses", []) if k in shown]
     timings = bool(trace.get("n_steps")) and trace_has_stage_timings(trace)
     return html.Div(
         [

@@ -6,6 +6,8 @@ the "imbalance" analysis), truncation (share truncated by the trace's definition
 share at the length cap, over every training step), idle (the rollout idle share from
 the "longtail" analysis, else the profiled GPU idle share from "gpu_timeline"; both
 named apart from Simulate's replayed idle GPU share, which their captions point to).
+Any other analysis shown on the Overview gets a card from its result's ``headline``
+({"label", "value", "hint"}): a new analysis needs no card code here.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from dashboard.figures.headlines import dig, gpu_idle_share, imbalance_headline, rollout_idle_share
-from dashboard.views.formatting import human_count, human_ratio, human_share, kineto_steps, median
+from dashboard.views.formatting import human_count, human_number, human_ratio, human_share, kineto_steps, median
 
 # The idle shares' definitions, each pointing at the other figure of that name.
 ROLLOUT_IDLE_HINT = (
@@ -75,7 +77,7 @@ def overview_cards(
             else "no samples",
         ),
     ]
-    return [*cards, _truncation_card(trace, rows), *_analysis_cards(results)]
+    return [*cards, _truncation_card(trace, rows), *_analysis_cards(results), *headline_cards(results)]
 
 
 def _share_of(rows: list[dict], key: str) -> float | None:
@@ -142,6 +144,23 @@ def _analysis_cards(results: dict[str, dict]) -> list[Card]:
         cards.append(Card("idle", "GPU idle share (profiled)", human_share(gpu), GPU_IDLE_HINT, "gpu_timeline"))
     else:
         cards.append(Card("idle", "Rollout idle share", "—", "long-tail / GPU timeline analysis not available"))
+    return cards
+
+
+# the analyses whose cards are drawn above, from their own figures
+_DRAWN = frozenset({"imbalance", "data_efficiency", "longtail", "gpu_timeline"})
+
+
+def headline_cards(results: dict[str, dict]) -> list[Card]:
+    """A card per other analysis result carrying a ``headline`` ({"label", "value": a
+    number or text, "hint"}), keyed by its kind."""
+    cards = []
+    for kind, result in results.items():
+        head = result.get("headline") if kind not in _DRAWN and isinstance(result, dict) else None
+        if isinstance(head, dict) and head.get("label"):
+            value = head.get("value")
+            shown = value if isinstance(value, str) else human_number(value)
+            cards.append(Card(kind, str(head["label"]), shown, str(head.get("hint") or ""), source=kind))
     return cards
 
 

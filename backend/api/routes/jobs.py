@@ -74,10 +74,16 @@ def list_jobs(
 
 @router.get("/kinds", response_model=JobKindsOut)
 def list_job_kinds(team: CurrentTeam) -> JobKindsOut:
-    """Every job kind, and the analyses with their parameters' defaults (the registry's)."""
+    """Every job kind, and the analyses with their parameters' defaults and where the
+    dashboard shows them (the registry's)."""
     analyses = [
         AnalysisKindOut(
-            kind=k, title=spec.title, defaults=spec.defaults, default=spec.default, live_series=spec.live_series
+            kind=k,
+            title=spec.title,
+            defaults=spec.defaults,
+            default=spec.default,
+            live_series=spec.live_series,
+            shows=list(spec.shows),
         )
         for k, spec in ANALYSES.items()
     ]
