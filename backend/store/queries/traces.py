@@ -1,0 +1,33 @@
+"""Traces of a team: one, and a filtered page."""
+
+from __future__ import annotations
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from backend.store.models import Trace
+
+
+def get_trace(session: Session, *, team_id: int, trace_id: int) -> Trace | None:
+    """The team's trace, or None (also for another team's)."""
+    return session.scalars(select(Trace).where(Trace.id == trace_id, Trace.team_id == team_id)).first()
+
+
+def escape_like(text: str) -> str:
+    """`text` for a LIKE pattern with ESCAPE '\\': its %, _ and \\ match themselves."""
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+
+
+def list_traces(
+    session: Session, *, team_id: int, status: str | None, name_contains: str | None, limit: int, offset: int
+) -> tuple[int, list[Trace]]:
+    """(total, page): the team's traces with this status and a name holding this literal
+    substring (case-insensitive), newest first."""
+    where = [Trace.team_id == team_id]
+    if status:
+        where.append(Trace.status == status)
+    if name_contains:
+        where.append(Trace.name.ilike(f"%{escape_like(name_contains)}%", escape="\\"))
+    total = session.scalar(select(func.count()).select_from(Trace).where(*where)) or 0
+    page = session.scalars(select(Trace).where(*where).order_by(Trace.id.desc()).limit(limit).offset(offset))
+    return total, list(page)
