@@ -13,14 +13,12 @@ import orjson
 from fastapi import APIRouter, File, Form, HTTPException, Query, Response, UploadFile, status
 from fastapi.concurrency import run_in_threadpool
 from pydantic import AfterValidator, BaseModel, Field
-from sqlalchemy import select
 
-from backend.api.deps import CurrentTeam, SessionDep, SettingsDep, TraceDep
+from backend.api.deps import CurrentTeam, SessionDep, SettingsDep, TraceDep, require_ready
 from backend.api.errors import ERROR_RESPONSES
-from backend.api.routes.trace_data import require_ready
-from backend.api.routes.traces import trace_out
 from backend.api.schemas import NO_NUL, TraceOut
 from backend.api.upload_fields import TokenizerField, upload_items
+from backend.api.views import trace_out
 from backend.formats import FORMATS
 from backend.formats.base import Source
 from backend.ingest.attach import attach_sources, attach_stored, refresh_analyses
@@ -28,7 +26,9 @@ from backend.ingest.quota import team_usage
 from backend.ingest.uploads import StoredUpload, store_upload
 from backend.settings import get_settings
 from backend.store.db import get_engine
-from backend.store.models import Step, Trace, TraceStatus
+from backend.store.models import Trace, TraceStatus
+from backend.store.queries import jobs as job_queries
+from backend.store.queries import steps as step_queries
 from backend.store.series import SERIES_LIMIT, analysis_series, series_keys, series_values
 
 router = APIRouter(prefix="/traces", tags=["live traces"], responses=ERROR_RESPONSES)
@@ -228,28 +228,9 @@ def get_series(
         raise HTTPException(
             422, detail={"message": f"at most {SERIES_LIMIT} series per request, got {len(wanted)}", "field": "keys"}
         )
-    rows = session.execute(
-        select(
-            Step.step,
-            Step.validate,
-            Step.n_samples,
-            Step.prompt_tokens,
-            Step.response_tokens,
-            Step.t_gen,
-            Step.t_reward,
-            Step.t_old_log_prob,
-            Step.t_ref,
-            Step.t_adv,
-            Step.t_update_actor,
-            Step.t_step,
-            Step.metrics,
-            Step.summary,
-        )
-        .where(Step.trace_id == trace.id)
-        .order_by(Step.step)
-    ).all()
+    rows = step_queries.step_series_rows(session, team_id=trace.team_id, trace_id=trace.id)
     available = series_keys(rows)
-    from_analyses = _analysis_series(session, trace.id)
+    from_analyses = _analysis_series(session, trace)
     available += sorted(from_analyses)
     unknown = [k for k in wanted if k not in available]
     if unknown and missing == "skip":
@@ -277,32 +258,27 @@ _SERIES_CACHE_SIZE = 64
 _series_lock = threading.Lock()
 
 
-def _analysis_series(session, trace_id: int) -> dict[str, dict[int, float]]:
+def _analysis_series(session, trace: Trace) -> dict[str, dict[int, float]]:
     """The per-step series of the newest succeeded job of each per-step analysis run with
     default parameters (results made stale by an attach are not used)."""
     from backend.jobs.state import params_key
-    from backend.store.models import Job, JobStatus
     from core.analysis.registry import ANALYSES, resolve_params
 
     out: dict[str, dict[int, float]] = {}
     for kind in [k for k, spec in ANALYSES.items() if spec.live_series]:
-        job_id = session.scalars(
-            select(Job.id)
-            .where(
-                Job.trace_id == trace_id,
-                Job.kind == kind,
-                Job.status == JobStatus.SUCCEEDED,
-                Job.params_key == params_key(kind, resolve_params(kind, {})),
-            )
-            .order_by(Job.id.desc())
-            .limit(1)
-        ).first()
+        job_id = job_queries.latest_succeeded_job_id(
+            session,
+            team_id=trace.team_id,
+            trace_id=trace.id,
+            kind=kind,
+            params_key=params_key(kind, resolve_params(kind, {})),
+        )
         if job_id is None:
             continue
         with _series_lock:
             cached = _SERIES_CACHE.get(job_id)
         if cached is None:
-            result = session.scalar(select(Job.result).where(Job.id == job_id))
+            result = job_queries.job_result(session, team_id=trace.team_id, job_id=job_id)
             cached = analysis_series({kind: result or {}})
             with _series_lock:
                 _SERIES_CACHE[job_id] = cached
