@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import hashlib
 import threading
-import uuid
 from collections import OrderedDict
 from typing import Annotated, Any, Literal
 
@@ -26,9 +25,10 @@ from backend.ingest.quota import team_usage
 from backend.ingest.uploads import StoredUpload, store_upload
 from backend.settings import get_settings
 from backend.store.db import get_engine
-from backend.store.models import Trace, TraceStatus
+from backend.store.models import Trace
 from backend.store.queries import jobs as job_queries
 from backend.store.queries import steps as step_queries
+from backend.store.queries import traces as trace_queries
 from backend.store.series import SERIES_LIMIT, analysis_series, series_keys, series_values
 
 router = APIRouter(prefix="/traces", tags=["live traces"], responses=ERROR_RESPONSES)
@@ -93,23 +93,10 @@ class SeriesOut(BaseModel):
     keys: list[str] = Field(description="every per-step series the trace has")
 
 
-def _require_team_ready(trace: Trace) -> None:
-    require_ready(trace)
-
-
 @router.post("/live", status_code=status.HTTP_201_CREATED, response_model=TraceOut)
 def create_live_trace(body: LiveTraceIn, session: SessionDep, team: CurrentTeam):
     """An empty trace marked live, for steps to stream into (watch, Client.log)."""
-    trace = Trace(
-        team_id=team.id,
-        name=body.name,
-        status=TraceStatus.READY,
-        content_hash="live-" + uuid.uuid4().hex,
-        size_bytes=0,
-        meta=body.metadata,
-        live=True,
-    )
-    session.add(trace)
+    trace = trace_queries.add_live_trace(session, team_id=team.id, name=body.name, meta=body.metadata)
     session.commit()
     return trace_out(session, trace)
 
@@ -146,7 +133,7 @@ async def attach_files(
     session.expire_all()
     if not outcome.created:
         response.status_code = status.HTTP_200_OK
-    return AttachOut(trace=trace_out(session, session.get_one(Trace, trace.id)), **outcome.__dict__)
+    return AttachOut(trace=trace_out(session, trace), **outcome.__dict__)
 
 
 @router.post(
@@ -179,7 +166,7 @@ def log_steps(body: StepLogIn, session: SessionDep, trace: TraceDep, response: R
     if not outcome.created:
         response.status_code = status.HTTP_200_OK
     session.expire_all()
-    return StepLogOut(created=outcome.created, steps=outcome.steps, n_steps=session.get_one(Trace, trace.id).n_steps)
+    return StepLogOut(created=outcome.created, steps=outcome.steps, n_steps=trace.n_steps)
 
 
 def _BytesIO(data: bytes):
@@ -199,7 +186,7 @@ def close_trace(session: SessionDep, trace: TraceDep):
         refresh_analyses(
             session, trace.id, ["steps", "samples", "rank_timings", "turns", "tool_calls", "gpu_events"], force=True
         )
-    return trace_out(session, session.get_one(Trace, trace.id))
+    return trace_out(session, trace)
 
 
 @router.post("/{trace_id}/open", response_model=TraceOut)

@@ -1,11 +1,14 @@
-"""Traces of a team: one, and a filtered page."""
+"""Traces of a team: one, a filtered page, and a new live trace."""
 
 from __future__ import annotations
+
+import uuid
+from typing import Any
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from backend.store.models import Trace
+from backend.store.models import Trace, TraceStatus
 
 
 def get_trace(session: Session, *, team_id: int, trace_id: int) -> Trace | None:
@@ -31,3 +34,19 @@ def list_traces(
     total = session.scalar(select(func.count()).select_from(Trace).where(*where)) or 0
     page = session.scalars(select(Trace).where(*where).order_by(Trace.id.desc()).limit(limit).offset(offset))
     return total, list(page)
+
+
+def add_live_trace(session: Session, *, team_id: int, name: str, meta: dict[str, Any]) -> Trace:
+    """A new empty trace of the team, ready and marked live (steps stream into it); the
+    caller commits."""
+    trace = Trace(
+        team_id=team_id,
+        name=name,
+        status=TraceStatus.READY,
+        content_hash="live-" + uuid.uuid4().hex,
+        size_bytes=0,
+        meta=meta,
+        live=True,
+    )
+    session.add(trace)
+    return trace
