@@ -4,6 +4,7 @@ per-rank stage timings."""
 from __future__ import annotations
 
 from sqlalchemy import func, select
+from sqlalchemy.engine import Connection
 from sqlalchemy.orm import Session
 
 from backend.store.models import GpuEvent, GpuKernelName, RankTiming
@@ -48,8 +49,9 @@ def gpu_event_window(
     return [(event, name) for event, name in rows]
 
 
-def kernel_names(session: Session, *, team_id: int, trace_id: int) -> dict[int, str]:
-    """{name id: kernel name} of the trace's GPU events."""
+def kernel_names(session: Session | Connection, *, team_id: int, trace_id: int) -> dict[int, str]:
+    """{name id: kernel name} of the trace's GPU events (a worker's load asks it on its
+    connection)."""
     where = (GpuKernelName.trace_id == trace_id, owned_trace(team_id, trace_id))
     return {
         name_id: name
