@@ -219,8 +219,8 @@ def step_trajectories(session: SessionDep, trace: TraceDep, step: Int4Path):
     then its tool calls' time, back to back from 0 (the engine and tool time a
     trajectory spent, not wall-clock placement, which traces do not record). Sorted by
     end: the long tail are the last. Truncated = the sample's flag; discarded = a turn
-    that finished with abort/error or a tool call that failed
-    (backend/store/queries/turns.py). At most TRAJECTORY_LIMIT trajectories."""
+    that finished with abort/error/cancelled or a tool call that failed (error, timeout,
+    rejected, dropped). At most TRAJECTORY_LIMIT trajectories."""
     require_ready(trace)
     found = turns.step_trajectories(
         session, team_id=trace.team_id, trace_id=trace.id, step=step, limit=TRAJECTORY_LIMIT
