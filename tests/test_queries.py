@@ -176,6 +176,9 @@ def test_traces(session, world):
     assert total == 1 and [t.id for t in page] == [trace_id]
     assert traces.list_traces(session, team_id=a, status=None, name_contains="100%x", limit=10, offset=0) == (0, [])
     assert traces.list_traces(session, team_id=a, status="failed", name_contains=None, limit=10, offset=0)[0] == 0
+    assert (
+        traces.count_traces(session, team_id=a) == 1 and traces.count_traces(session, team_id=a, status="failed") == 0
+    )
     live = traces.add_live_trace(session, team_id=a, name="live", meta={"m": 1})
     session.flush()
     assert live.live and live.team_id == a and live.status == "ready"
@@ -387,6 +390,7 @@ def test_every_query_function_is_in_the_scope_test():
     team_level = {
         "get_trace",
         "list_traces",
+        "count_traces",
         "add_live_trace",
         "escape_like",
         "jobs_query",

@@ -21,17 +21,28 @@ def escape_like(text: str) -> str:
     return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
 
 
-def list_traces(
-    session: Session, *, team_id: int, status: str | None, name_contains: str | None, limit: int, offset: int
-) -> tuple[int, list[Trace]]:
-    """(total, page): the team's traces with this status and a name holding this literal
-    substring (case-insensitive), newest first."""
+def _where(team_id: int, status: str | None, name_contains: str | None) -> list:
     where = [Trace.team_id == team_id]
     if status:
         where.append(Trace.status == status)
     if name_contains:
         where.append(Trace.name.ilike(f"%{escape_like(name_contains)}%", escape="\\"))
-    total = session.scalar(select(func.count()).select_from(Trace).where(*where)) or 0
+    return where
+
+
+def count_traces(session: Session, *, team_id: int, status: str | None = None, name_contains: str | None = None) -> int:
+    """How many of the team's traces have this status and a name holding this literal
+    substring (case-insensitive)."""
+    where = _where(team_id, status, name_contains)
+    return session.scalar(select(func.count()).select_from(Trace).where(*where)) or 0
+
+
+def list_traces(
+    session: Session, *, team_id: int, status: str | None, name_contains: str | None, limit: int, offset: int
+) -> tuple[int, list[Trace]]:
+    """(total, page): the team's traces `count_traces` counts, newest first."""
+    total = count_traces(session, team_id=team_id, status=status, name_contains=name_contains)
+    where = _where(team_id, status, name_contains)
     page = session.scalars(select(Trace).where(*where).order_by(Trace.id.desc()).limit(limit).offset(offset))
     return total, list(page)
 
