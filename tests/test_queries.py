@@ -16,17 +16,7 @@ STEPS, GROUPS, PER_GROUP = 3, 2, 3
 
 def _rows(trace_id: int) -> list:
     """Steps 0-2 of 2 groups of 3 samples; turns, tool calls, texts and GPU events."""
-    from backend.store.models import (
-        GpuEvent,
-        GpuKernelName,
-        RankTiming,
-        Sample,
-        SampleExtra,
-        SampleText,
-        Step,
-        ToolCall,
-        Turn,
-    )
+    from backend.store.models import GpuEvent, GpuKernelName, RankTiming, Step
 
     rows: list = []
     for step in range(STEPS):
@@ -35,65 +25,7 @@ def _rows(trace_id: int) -> list:
         rows.append(RankTiming(trace_id=trace_id, step=step, rank=0, phase="gen", seconds=1.0))
         for g in range(GROUPS):
             for i in range(PER_GROUP):
-                n = (step * GROUPS + g) * PER_GROUP + i
-                rows.append(
-                    Sample(
-                        trace_id=trace_id,
-                        step=step,
-                        group_idx=g,
-                        sample_idx=i,
-                        prompt_len=10,
-                        response_len=100 * n,
-                        truncated=n % 4 == 0,
-                        reward=float(i),
-                        dp_rank=g,
-                        num_turns=2,
-                        repeat_period=i if step == 0 else None,  # texts at step 0 only
-                    )
-                )
-                for turn in range(2):
-                    rows.append(
-                        Turn(
-                            trace_id=trace_id,
-                            step=step,
-                            group_idx=g,
-                            sample_idx=i,
-                            turn=turn,
-                            engine_latency_s=1.0 + i,
-                            prompt_tokens=50,
-                            cached_tokens=20,
-                            finish_reason="error" if (g, i, turn) == (1, 2, 1) else "stop",
-                        )
-                    )
-                rows.append(
-                    ToolCall(
-                        trace_id=trace_id,
-                        step=step,
-                        group_idx=g,
-                        sample_idx=i,
-                        call_idx=0,
-                        turn=0,
-                        latency_s=0.5,
-                        status="failed" if (g, i) == (0, 1) else "ok",
-                    )
-                )
-                if step == 0:
-                    response = f"response {g}.{i}".encode()
-                    rows.append(
-                        SampleText(
-                            trace_id=trace_id,
-                            step=step,
-                            group_idx=g,
-                            sample_idx=i,
-                            prompt=b"p",
-                            response=response,
-                            prompt_chars=1,
-                            response_chars=len(response),
-                        )
-                    )
-                    rows.append(
-                        SampleExtra(trace_id=trace_id, step=step, group_idx=g, sample_idx=i, key="k", value_num=n)
-                    )
+                rows += _sample_rows(trace_id, step, g, i)
     rows.append(GpuKernelName(trace_id=trace_id, name_id=0, name="gemm_100%_kernel"))
     rows.append(GpuKernelName(trace_id=trace_id, name_id=1, name="nccl_allreduce"))
     for e in range(6):
@@ -110,6 +42,30 @@ def _rows(trace_id: int) -> list:
                 dur_us=5.0,
             )
         )
+    return rows
+
+
+def _sample_rows(trace_id: int, step: int, g: int, i: int) -> list:
+    """Sample n (in key order) has response_len 100 n, is truncated when 4 divides n,
+    has reward i, dp_rank g, two turns of 1 + i s and a 0.5 s tool call after the first;
+    samples of step 0 have text and an extra `k` = n."""
+    from backend.store.models import Sample, SampleExtra, SampleText, ToolCall, Turn
+
+    key = {"trace_id": trace_id, "step": step, "group_idx": g, "sample_idx": i}
+    n = (step * GROUPS + g) * PER_GROUP + i
+    sample = Sample(**key, prompt_len=10, response_len=100 * n, truncated=n % 4 == 0, reward=float(i), dp_rank=g)
+    sample.num_turns, sample.repeat_period = 2, i if step == 0 else None  # texts at step 0 only
+    tool = ToolCall(**key, call_idx=0, turn=0, latency_s=0.5, status="failed" if (g, i) == (0, 1) else "ok")
+    rows: list = [sample, tool]
+    for turn in range(2):
+        finish = "error" if (g, i, turn) == (1, 2, 1) else "stop"
+        rows.append(
+            Turn(**key, turn=turn, engine_latency_s=1.0 + i, prompt_tokens=50, cached_tokens=20, finish_reason=finish)
+        )
+    if step == 0:
+        response = f"response {g}.{i}".encode()
+        rows.append(SampleText(**key, prompt=b"p", response=response, prompt_chars=1, response_chars=len(response)))
+        rows.append(SampleExtra(**key, key="k", value_num=n))
     return rows
 
 

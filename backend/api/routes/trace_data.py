@@ -37,6 +37,7 @@ from backend.formats.kineto_events import load_events
 from backend.ingest.truncation import trace_truncation
 from backend.store.columns import read_columns
 from backend.store.ids import ID_MAX, ID_MIN, INT4_MAX, INT4_MIN
+from backend.store.models import Trace
 from backend.store.queries import gpu_events, samples, steps, turns
 from backend.store.queries.samples import SampleFilter
 from backend.store.trace_tables import trace_events_dir
@@ -167,7 +168,7 @@ def list_samples(
     return SamplePage(items=items, total=int(total), total_is_lower_bound=capped)
 
 
-def _require_truncation(trace) -> None:
+def _require_truncation(trace: Trace) -> None:
     """The truncated filter reads the one definition (backend/ingest/truncation.py),
     which the stored column holds: 422 when the trace has none."""
     definition = trace_truncation(trace)
@@ -365,8 +366,8 @@ def export_chrome_trace(
     filename = f"trace-{trace.id}" + (f"-step{step}" if step is not None else "") + ".json"
     kept = load_events(trace_events_dir(trace.id)) if events == "all" else None
     if kept is not None:
-        steps = ((trace.meta or {}).get("kineto") or {}).get("steps")
-        idx = select_events(kept, ranks=rank, window_us=window, step=step, step_windows=steps)
+        step_windows = ((trace.meta or {}).get("kineto") or {}).get("steps")
+        idx = select_events(kept, ranks=rank, window_us=window, step=step, step_windows=step_windows)
         body = full_chrome_trace(kept, idx)
     else:
         conn = session.connection()
