@@ -13,6 +13,7 @@ ROOT = Path(__file__).resolve().parents[1]
 REPLAY_PATH = (
     "backend/api/routes/simulations.py",
     "backend/api/routes/advice.py",
+    "backend/api/replay_requests.py",
     "backend/jobs/simulations.py",
     "backend/jobs/advice.py",
     "workers/runners/simulations.py",

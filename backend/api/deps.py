@@ -7,6 +7,8 @@ bodies: 108.0 and "108" are a 422, never coerced), and it resolves to an object 
 caller's team or answers 404. Another team's object answers the same 404 as a missing
 one, so ids cannot be enumerated. Routes take ids only through `TraceDep`,
 `OptionalTraceQuery`, `owned_trace` (body fields) and `job_of_team`.
+
+And the checks of an owned object's state that several routes share (`require_*`).
 """
 
 from __future__ import annotations
@@ -16,7 +18,6 @@ from typing import Annotated, Any
 
 from fastapi import Depends, Header, HTTPException, Path, Query, Request, status
 from pydantic import BeforeValidator
-from sqlalchemy import select
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
@@ -25,7 +26,8 @@ from backend.auth import cached_caller, lookup_caller
 from backend.settings import Settings, get_settings
 from backend.store.db import new_session
 from backend.store.ids import ID_MAX, ID_MIN, check_id
-from backend.store.models import Job, Team, Trace
+from backend.store.models import Job, JobStatus, Team, Trace, TraceStatus
+from backend.store.queries import jobs, traces
 
 
 async def get_session() -> AsyncIterator[Session]:
@@ -106,7 +108,7 @@ TraceIdQuery = Annotated[
 
 def trace_of_team(session: Session, team: Team, trace_id: int) -> Trace:
     """The team's trace, or 404 — also for another team's trace, whose existence is not revealed."""
-    trace = session.scalars(select(Trace).where(Trace.id == trace_id, Trace.team_id == team.id)).first()
+    trace = traces.get_trace(session, team_id=team.id, trace_id=trace_id)
     if trace is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, detail={"message": f"trace {trace_id} not found"})
     return trace
@@ -124,10 +126,7 @@ def owned_trace(session: Session, team: Team, value: Any, field: str = "trace_id
 
 def job_of_team(session: Session, team: Team, job_id: int, kind: str | None = None) -> Job:
     """The team's job (of this kind), or 404 (also for another team's job)."""
-    where = [Job.id == job_id, Job.team_id == team.id]
-    if kind is not None:
-        where.append(Job.kind == kind)
-    job = session.scalars(select(Job).where(*where)).first()
+    job = jobs.get_job(session, team_id=team.id, job_id=job_id, kind=kind)
     if job is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, detail={"message": f"{kind or 'job'} {job_id} not found"})
     return job
@@ -143,3 +142,35 @@ def get_optional_trace(session: SessionDep, team: CurrentTeam, trace_id: TraceId
 
 TraceDep = Annotated[Trace, Depends(get_trace)]
 OptionalTraceQuery = Annotated[Trace | None, Depends(get_optional_trace)]
+
+
+def require_ready(trace: Trace) -> None:
+    """The trace is ready (else 409 with its status and error)."""
+    if trace.status != TraceStatus.READY:
+        raise HTTPException(
+            status.HTTP_409_CONFLICT,
+            detail={
+                "message": f"trace {trace.id} is {trace.status}, not ready"
+                + (f": {trace.error}" if trace.error else "")
+            },
+        )
+
+
+def require_replayable(trace: Trace) -> None:
+    """Ready (else 409) and with samples (else 422: e.g. a GPU-profile-only trace)."""
+    require_ready(trace)
+    if not trace.n_samples:
+        raise HTTPException(
+            422,
+            detail={
+                "message": f"trace_id: trace {trace.id} has no samples (rollout lengths) to replay or fit",
+                "field": "trace_id",
+            },
+        )
+
+
+def require_succeeded(job: Job) -> None:
+    """The job succeeded (else 409 with its status and error)."""
+    if job.status != JobStatus.SUCCEEDED:
+        detail = f"{job.kind} {job.id} is {job.status}" + (f": {job.error}" if job.error else "")
+        raise HTTPException(status.HTTP_409_CONFLICT, detail={"message": detail})

@@ -9,7 +9,8 @@ from sqlalchemy.engine import Connection
 from backend.formats.kineto_events import load_events
 from backend.settings import get_settings
 from backend.store.columns import read_columns
-from backend.store.models import GpuKernelName, Step, Trace
+from backend.store.models import Step, Trace
+from backend.store.queries.gpu_events import kernel_names
 from core.analysis.tables import STEP_TIMING_COLUMNS, TraceData
 
 COUNTS = {
@@ -84,11 +85,7 @@ def load_trace_data(
     loaded = load_trace_tables(conn, trace, tables, step_range)
     gpu_names: list[str] = []
     if "gpu_events" in loaded:
-        names = dict(
-            conn.execute(
-                select(GpuKernelName.name_id, GpuKernelName.name).where(GpuKernelName.trace_id == trace.id)
-            ).all()
-        )
+        names = kernel_names(conn, team_id=trace.team_id, trace_id=trace.id)
         gpu_names = [names.get(i, "") for i in range(max(names, default=-1) + 1)]
     gpu_trace = None
     if TRACE_EVENTS in tables and "gpu_events" in loaded:

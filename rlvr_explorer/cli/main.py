@@ -13,7 +13,7 @@ from typing import Annotated
 
 import orjson
 import typer
-from sqlalchemy import func, select
+from sqlalchemy import select
 from tqdm import tqdm
 
 from rlvr_explorer.cli.help import ReadableCommand
@@ -280,14 +280,12 @@ def ingest_summary(session, trace, *, already_uploaded: bool) -> dict:
     which do not apply (with the data they need)."""
     from backend.ingest.truncation import trace_truncation
     from backend.jobs.analyses import NotApplicable, check_applicable
-    from backend.store.models import Job, JobStatus
+    from backend.store.models import JobStatus
+    from backend.store.queries.jobs import list_jobs
     from core.analysis.registry import ANALYSES
 
-    queued = session.scalars(
-        select(Job.kind)
-        .where(Job.trace_id == trace.id, Job.kind.in_(tuple(ANALYSES)), Job.status != JobStatus.FAILED)
-        .order_by(Job.id)
-    ).all()
+    analyses = list_jobs(session, team_id=trace.team_id, trace_id=trace.id, kinds=ANALYSES, include_result=False)
+    queued = [j.kind for j in reversed(analyses) if j.status != JobStatus.FAILED]
     truncation = trace_truncation(trace)
     not_applicable = {}
     for kind in ANALYSES:
@@ -611,7 +609,7 @@ def serve(
     The port is bound first (a busy port fails at once, exit 1); SIGTERM or SIGINT stop
     the worker with the server."""
     from backend.store.db import session_scope
-    from backend.store.models import Trace
+    from backend.store.queries.traces import count_traces
     from rlvr_explorer.cli.lifecycle import (
         PortInUse,
         bind_listener,
@@ -632,7 +630,7 @@ def serve(
         migrate()
         team_id, key = local_team_key()
         with session_scope() as session:
-            empty = not session.scalar(select(func.count()).select_from(Trace).where(Trace.team_id == team_id))
+            empty = not count_traces(session, team_id=team_id)
         if seed_demo and empty:
             token = SERVE_STARTS_WORKER.set(True)
             demo(api_key=key)

@@ -6,10 +6,11 @@ from fastapi import APIRouter, Query, Response, status
 
 from backend.api.deps import CurrentTeam, JobIdPath, OptionalTraceQuery, SessionDep, job_of_team
 from backend.api.errors import ERROR_RESPONSES
-from backend.api.routes.jobs import IncludeResult, team_jobs
-from backend.api.routes.simulations import queue_from_request
+from backend.api.params import IncludeResult
+from backend.api.replay_requests import queue_from_request
 from backend.api.schemas import JobList, JobOut
 from backend.api.schemas_replay import replay_models
+from backend.api.views import team_jobs
 from backend.jobs.advice import advice_request, queue_advice
 from backend.jobs.contracts import ADVICE_KIND
 

@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 from fastapi import APIRouter, HTTPException, Response, status
-from sqlalchemy import select
-from sqlalchemy.orm import defer
 
-from backend.api.deps import SessionDep, TraceDep
+from backend.api.deps import SessionDep, TraceDep, require_ready
 from backend.api.errors import ERROR_RESPONSES
-from backend.api.routes.jobs import IncludeResult, job_list, job_list_query
-from backend.api.routes.trace_data import require_ready
+from backend.api.params import IncludeResult
 from backend.api.schemas import AnalysisRequest, JobList, JobOut
+from backend.api.views import job_list
 from backend.jobs.analyses import NotApplicable, request_analysis
 from backend.jobs.state import params_key
-from backend.store.models import Job, JobStatus
+from backend.store.models import JobStatus
+from backend.store.queries import jobs as job_queries
 from core.analysis.registry import ANALYSES, resolve_params
 
 router = APIRouter(prefix="/traces/{trace_id}/analyses", tags=["analyses"], responses=ERROR_RESPONSES)
@@ -46,8 +45,10 @@ def create_analysis(body: AnalysisRequest, session: SessionDep, trace: TraceDep,
 @router.get("", response_model=JobList)
 def list_analyses(session: SessionDep, trace: TraceDep, include_result: IncludeResult = False):
     """The trace's analysis jobs, newest first (results only with `include_result=true`)."""
-    query = job_list_query(Job.trace_id == trace.id, Job.kind.in_(list(ANALYSES)), include_result=include_result)
-    return job_list(session.scalars(query), include_result)
+    jobs = job_queries.list_jobs(
+        session, team_id=trace.team_id, trace_id=trace.id, kinds=ANALYSES, include_result=include_result
+    )
+    return job_list(jobs, include_result)
 
 
 @router.get("/{kind}", response_model=JobOut)
@@ -57,8 +58,7 @@ def latest_analysis(kind: str, session: SessionDep, trace: TraceDep):
     if kind not in ANALYSES:
         raise HTTPException(status.HTTP_404_NOT_FOUND, detail={"message": f"unknown analysis '{kind}'"})
     # results deferred: only the chosen job's result is read
-    query = select(Job).where(Job.trace_id == trace.id, Job.kind == kind).order_by(Job.id.desc())
-    jobs = list(session.scalars(query.options(defer(Job.result))))
+    jobs = job_queries.trace_jobs_of_kind(session, team_id=trace.team_id, trace_id=trace.id, kind=kind)
     if not jobs:
         raise HTTPException(status.HTTP_404_NOT_FOUND, detail={"message": f"no '{kind}' analysis for trace {trace.id}"})
     default_key = params_key(kind, resolve_params(kind, {}))

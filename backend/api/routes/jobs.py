@@ -3,49 +3,25 @@
 Lists leave `result` out (null) unless asked with `include_result=true`: an analysis or
 replay result can be megabytes, and a list is mostly read for status and progress.
 Fetch one job (`GET /jobs/{id}`) for its result. Without results the column is not
-even read from the database (`job_list_query`)."""
+even read from the database (`backend.store.queries.jobs.jobs_query`)."""
 
 from __future__ import annotations
 
 from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Query, Response, status
-from sqlalchemy import Select, delete, select
-from sqlalchemy.orm import defer
 
 from backend.api.deps import CurrentTeam, JobIdPath, OptionalTraceQuery, SessionDep, job_of_team
 from backend.api.errors import ERROR_RESPONSES
+from backend.api.params import IncludeResult
 from backend.api.schemas import NO_NUL, AnalysisKindOut, JobKindsOut, JobList, JobOut
+from backend.api.views import job_list
 from backend.jobs.contracts import job_kinds, remove_artefacts
-from backend.store.models import Job, JobStatus
+from backend.store.models import JobStatus
+from backend.store.queries import jobs as job_queries
 from core.analysis.registry import ANALYSES
 
 router = APIRouter(prefix="/jobs", tags=["jobs"], responses=ERROR_RESPONSES)
-
-IncludeResult = Annotated[bool, Query(description="Include each job's result (can be megabytes per job)")]
-_SUMMARY_FIELDS = tuple(f for f in JobOut.model_fields if f != "result")
-
-
-def job_list_query(*where, include_result: bool) -> Select:
-    """Jobs matching `where`, newest first; the result column is loaded only when asked."""
-    query = select(Job).where(*where).order_by(Job.id.desc())
-    return query if include_result else query.options(defer(Job.result, raiseload=True))
-
-
-def job_list(jobs, include_result: bool) -> JobList:
-    """The list payload; without results each item's `result` is null."""
-    if include_result:
-        return JobList(items=[JobOut.model_validate(j) for j in jobs])
-    return JobList(items=[JobOut(**{f: getattr(j, f) for f in _SUMMARY_FIELDS}, result=None) for j in jobs])
-
-
-def team_jobs(session, team, kind: str, trace, limit: int, include_result: bool) -> JobList:
-    """The team's jobs of one kind (of one trace, when given), newest first: the list
-    endpoints of replays, advice and workloads."""
-    where = [Job.team_id == team.id, Job.kind == kind]
-    if trace is not None:
-        where.append(Job.trace_id == trace.id)
-    return job_list(session.scalars(job_list_query(*where, include_result=include_result).limit(limit)), include_result)
 
 
 @router.get("", response_model=JobList)
@@ -61,14 +37,16 @@ def list_jobs(
 ):
     """The team's jobs, newest first (results only with `include_result=true`), paged
     with `limit` and `offset`."""
-    where = [Job.team_id == team.id]
-    if trace is not None:
-        where.append(Job.trace_id == trace.id)
-    if status_:
-        where.append(Job.status == status_)
-    if kind:
-        where.append(Job.kind == kind)
-    jobs = session.scalars(job_list_query(*where, include_result=include_result).limit(limit).offset(offset))
+    jobs = job_queries.list_jobs(
+        session,
+        team_id=team.id,
+        trace_id=None if trace is None else trace.id,
+        status=status_,
+        kind=kind or None,
+        limit=limit,
+        offset=offset,
+        include_result=include_result,
+    )
     return job_list(jobs, include_result)
 
 
@@ -106,7 +84,7 @@ def delete_job(job_id: JobIdPath, session: SessionDep, team: CurrentTeam) -> Res
             detail={"message": f"job {job_id} is {job.status}: delete it when it has finished"},
         )
     kind = job.kind
-    session.execute(delete(Job).where(Job.id == job_id))
+    job_queries.delete_job(session, team_id=team.id, job_id=job_id)
     session.commit()
     remove_artefacts([(kind, job_id)])
     return Response(status_code=status.HTTP_204_NO_CONTENT)

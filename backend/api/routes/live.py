@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import hashlib
 import threading
-import uuid
 from collections import OrderedDict
 from typing import Annotated, Any, Literal
 
@@ -13,14 +12,12 @@ import orjson
 from fastapi import APIRouter, File, Form, HTTPException, Query, Response, UploadFile, status
 from fastapi.concurrency import run_in_threadpool
 from pydantic import AfterValidator, BaseModel, Field
-from sqlalchemy import select
 
-from backend.api.deps import CurrentTeam, SessionDep, SettingsDep, TraceDep
+from backend.api.deps import CurrentTeam, SessionDep, SettingsDep, TraceDep, require_ready
 from backend.api.errors import ERROR_RESPONSES
-from backend.api.routes.trace_data import require_ready
-from backend.api.routes.traces import trace_out
 from backend.api.schemas import NO_NUL, TraceOut
 from backend.api.upload_fields import TokenizerField, upload_items
+from backend.api.views import trace_out
 from backend.formats import FORMATS
 from backend.formats.base import Source
 from backend.ingest.attach import attach_sources, attach_stored, refresh_analyses
@@ -28,7 +25,10 @@ from backend.ingest.quota import team_usage
 from backend.ingest.uploads import StoredUpload, store_upload
 from backend.settings import get_settings
 from backend.store.db import get_engine
-from backend.store.models import Step, Trace, TraceStatus
+from backend.store.models import Trace
+from backend.store.queries import jobs as job_queries
+from backend.store.queries import steps as step_queries
+from backend.store.queries import traces as trace_queries
 from backend.store.series import SERIES_LIMIT, analysis_series, series_keys, series_values
 
 router = APIRouter(prefix="/traces", tags=["live traces"], responses=ERROR_RESPONSES)
@@ -93,23 +93,10 @@ class SeriesOut(BaseModel):
     keys: list[str] = Field(description="every per-step series the trace has")
 
 
-def _require_team_ready(trace: Trace) -> None:
-    require_ready(trace)
-
-
 @router.post("/live", status_code=status.HTTP_201_CREATED, response_model=TraceOut)
 def create_live_trace(body: LiveTraceIn, session: SessionDep, team: CurrentTeam):
     """An empty trace marked live, for steps to stream into (watch, Client.log)."""
-    trace = Trace(
-        team_id=team.id,
-        name=body.name,
-        status=TraceStatus.READY,
-        content_hash="live-" + uuid.uuid4().hex,
-        size_bytes=0,
-        meta=body.metadata,
-        live=True,
-    )
-    session.add(trace)
+    trace = trace_queries.add_live_trace(session, team_id=team.id, name=body.name, meta=body.metadata)
     session.commit()
     return trace_out(session, trace)
 
@@ -146,7 +133,7 @@ async def attach_files(
     session.expire_all()
     if not outcome.created:
         response.status_code = status.HTTP_200_OK
-    return AttachOut(trace=trace_out(session, session.get_one(Trace, trace.id)), **outcome.__dict__)
+    return AttachOut(trace=trace_out(session, trace), **outcome.__dict__)
 
 
 @router.post(
@@ -179,7 +166,7 @@ def log_steps(body: StepLogIn, session: SessionDep, trace: TraceDep, response: R
     if not outcome.created:
         response.status_code = status.HTTP_200_OK
     session.expire_all()
-    return StepLogOut(created=outcome.created, steps=outcome.steps, n_steps=session.get_one(Trace, trace.id).n_steps)
+    return StepLogOut(created=outcome.created, steps=outcome.steps, n_steps=trace.n_steps)
 
 
 def _BytesIO(data: bytes):
@@ -199,7 +186,7 @@ def close_trace(session: SessionDep, trace: TraceDep):
         refresh_analyses(
             session, trace.id, ["steps", "samples", "rank_timings", "turns", "tool_calls", "gpu_events"], force=True
         )
-    return trace_out(session, session.get_one(Trace, trace.id))
+    return trace_out(session, trace)
 
 
 @router.post("/{trace_id}/open", response_model=TraceOut)
@@ -228,28 +215,9 @@ def get_series(
         raise HTTPException(
             422, detail={"message": f"at most {SERIES_LIMIT} series per request, got {len(wanted)}", "field": "keys"}
         )
-    rows = session.execute(
-        select(
-            Step.step,
-            Step.validate,
-            Step.n_samples,
-            Step.prompt_tokens,
-            Step.response_tokens,
-            Step.t_gen,
-            Step.t_reward,
-            Step.t_old_log_prob,
-            Step.t_ref,
-            Step.t_adv,
-            Step.t_update_actor,
-            Step.t_step,
-            Step.metrics,
-            Step.summary,
-        )
-        .where(Step.trace_id == trace.id)
-        .order_by(Step.step)
-    ).all()
+    rows = step_queries.step_series_rows(session, team_id=trace.team_id, trace_id=trace.id)
     available = series_keys(rows)
-    from_analyses = _analysis_series(session, trace.id)
+    from_analyses = _analysis_series(session, trace)
     available += sorted(from_analyses)
     unknown = [k for k in wanted if k not in available]
     if unknown and missing == "skip":
@@ -277,32 +245,27 @@ _SERIES_CACHE_SIZE = 64
 _series_lock = threading.Lock()
 
 
-def _analysis_series(session, trace_id: int) -> dict[str, dict[int, float]]:
+def _analysis_series(session, trace: Trace) -> dict[str, dict[int, float]]:
     """The per-step series of the newest succeeded job of each per-step analysis run with
     default parameters (results made stale by an attach are not used)."""
     from backend.jobs.state import params_key
-    from backend.store.models import Job, JobStatus
     from core.analysis.registry import ANALYSES, resolve_params
 
     out: dict[str, dict[int, float]] = {}
     for kind in [k for k, spec in ANALYSES.items() if spec.live_series]:
-        job_id = session.scalars(
-            select(Job.id)
-            .where(
-                Job.trace_id == trace_id,
-                Job.kind == kind,
-                Job.status == JobStatus.SUCCEEDED,
-                Job.params_key == params_key(kind, resolve_params(kind, {})),
-            )
-            .order_by(Job.id.desc())
-            .limit(1)
-        ).first()
+        job_id = job_queries.latest_succeeded_job_id(
+            session,
+            team_id=trace.team_id,
+            trace_id=trace.id,
+            kind=kind,
+            params_key=params_key(kind, resolve_params(kind, {})),
+        )
         if job_id is None:
             continue
         with _series_lock:
             cached = _SERIES_CACHE.get(job_id)
         if cached is None:
-            result = session.scalar(select(Job.result).where(Job.id == job_id))
+            result = job_queries.job_result(session, team_id=trace.team_id, job_id=job_id)
             cached = analysis_series({kind: result or {}})
             with _series_lock:
                 _SERIES_CACHE[job_id] = cached

@@ -7,16 +7,17 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Query, status
-from sqlalchemy import select
 
-from backend.api.deps import SessionDep, TraceDep
+from backend.api.deps import SessionDep, TraceDep, require_ready
 from backend.api.errors import ERROR_RESPONSES
-from backend.api.routes.trace_data import Int4Path, OffsetQuery, StepQuery, require_ready
+from backend.api.params import Int4Path, OffsetQuery, StepQuery
 from backend.api.schemas import NO_NUL
 from backend.api.schemas_text import GroupMemberOut, SampleTextOut, TextMatchOut, TextSearchPage
 from backend.formats.rollout_text import unpack
 from backend.store.ids import INT4_MAX, INT4_MIN
-from backend.store.models import Sample, SampleExtra, SampleText, Trace
+from backend.store.models import Sample, SampleText, Trace
+from backend.store.queries import samples, texts
+from backend.store.queries.samples import SampleFilter
 from backend.store.text_search import MAX_MATCHES, index_candidates, scan_texts, words
 
 router = APIRouter(prefix="/traces/{trace_id}", tags=["sample texts"], responses=ERROR_RESPONSES)
@@ -67,32 +68,13 @@ def sample_text(session: SessionDep, trace: TraceDep, step: Int4Path, group_idx:
     """A dumped sample's prompt and response (as written, never interpreted as markup),
     its figures, and the other samples of its group (their responses' ends)."""
     require_ready(trace)
-    key = (trace.id, step, group_idx, sample_idx)
-    sample, text = session.get(Sample, key), session.get(SampleText, key)
+    owner, key = trace.team_id, (step, group_idx, sample_idx)
+    sample, text = texts.sample_with_text(session, team_id=owner, trace_id=trace.id, key=key)
     if sample is None or text is None:
         what = "no such sample" if sample is None else "this sample has no text (no rollout dump holds it)"
         raise HTTPException(status.HTTP_404_NOT_FOUND, detail={"message": f"{what}: {step}.{group_idx}.{sample_idx}"})
-    extras = {
-        e.key: e.value_num if e.value_num is not None else e.value_text
-        for e in session.scalars(
-            select(SampleExtra).where(
-                SampleExtra.trace_id == trace.id,
-                SampleExtra.step == step,
-                SampleExtra.group_idx == group_idx,
-                SampleExtra.sample_idx == sample_idx,
-            )
-        )
-    }
-    where = (Sample.trace_id == trace.id, Sample.step == step, Sample.group_idx == group_idx)
-    others = session.scalars(select(Sample).where(*where, Sample.sample_idx != sample_idx).order_by(Sample.sample_idx))
-    texts = {
-        t.sample_idx: t
-        for t in session.scalars(
-            select(SampleText).where(
-                SampleText.trace_id == trace.id, SampleText.step == step, SampleText.group_idx == group_idx
-            )
-        )
-    }
+    extras = texts.sample_extras(session, team_id=owner, trace_id=trace.id, key=key)
+    others, group_texts = texts.group_others(session, team_id=owner, trace_id=trace.id, key=key)
     truncated = _truncated(sample, trace)
     return SampleTextOut(
         step=step,
@@ -110,28 +92,8 @@ def sample_text(session: SessionDep, trace: TraceDep, step: Int4Path, group_idx:
         stop_reason=_stop_reason(extras, truncated),
         repeat_period=sample.repeat_period,
         extras=extras,
-        group=[_member(o, texts.get(o.sample_idx), trace) for o in others],
+        group=[_member(o, group_texts.get(o.sample_idx), trace) for o in others],
     )
-
-
-def _filtered(session, trace: Trace, step, reward_min, reward_max, len_min, len_max, repeating) -> dict:
-    """{key: sample} of the samples with text in scope passing every filter."""
-    where = [Sample.trace_id == trace.id, Sample.repeat_period.is_not(None)]
-    if step is not None:
-        where.append(Sample.step == step)
-    if reward_min is not None:
-        where.append(Sample.reward >= reward_min)
-    if reward_max is not None:
-        where.append(Sample.reward <= reward_max)
-    if len_min is not None:
-        where.append(Sample.response_len >= len_min)
-    if len_max is not None:
-        where.append(Sample.response_len < len_max)
-    if repeating is not None:
-        where.append(Sample.repeat_period > 0 if repeating else Sample.repeat_period == 0)
-    columns = (Sample.step, Sample.group_idx, Sample.sample_idx, Sample.reward, Sample.prompt_len)
-    rows = session.execute(select(*columns, Sample.response_len, Sample.repeat_period).where(*where))
-    return {(r[0], r[1], r[2]): r for r in rows}
 
 
 @router.get("/text-search", response_model=TextSearchPage)
@@ -154,7 +116,15 @@ def text_search(
     the filters, in (step, group, sample) order."""
     require_ready(trace)
     phrase = q.strip()
-    passing = _filtered(session, trace, step, reward_min, reward_max, response_len_min, response_len_max, repeating)
+    filters = SampleFilter(
+        step=step,
+        reward_min=reward_min,
+        reward_max=reward_max,
+        response_len_min=response_len_min,
+        response_len_max=response_len_max,
+        repeating=repeating,
+    )
+    passing = samples.text_sample_rows(session, team_id=trace.team_id, trace_id=trace.id, filters=filters)
     rollouts = (trace.meta or {}).get("rollouts") or {}
     indexed = bool(rollouts.get("indexed")) and rollouts.get("indexed") == rollouts.get("samples")
     allowed = set(passing)
@@ -173,7 +143,7 @@ def text_search(
         scanned, complete = 0, len(allowed) <= MAX_MATCHES
     page = found[offset : offset + limit]
     if not phrase:  # no phrase to show around: the responses' beginnings
-        heads = _response_heads(session, trace.id, [key for key, _, _ in page])
+        heads = _response_heads(session, trace, [key for key, _, _ in page])
         page = [(key, None, heads.get(key, "")) for key, _, _ in page]
     return TextSearchPage(
         items=[_match(passing[key], where, snippet) for key, where, snippet in page],
@@ -185,21 +155,12 @@ def text_search(
     )
 
 
-def _response_heads(session, trace_id: int, keys: list) -> dict:
+def _response_heads(session, trace: Trace, keys: list) -> dict:
+    packed = texts.packed_responses(session, team_id=trace.team_id, trace_id=trace.id, keys=keys)
     out = {}
-    for step in sorted({k[0] for k in keys}):
-        wanted = {k for k in keys if k[0] == step}
-        rows = session.execute(
-            select(SampleText.group_idx, SampleText.sample_idx, SampleText.response).where(
-                SampleText.trace_id == trace_id, SampleText.step == step
-            )
-        )
-        for group_idx, sample_idx, blob in rows:
-            if (step, group_idx, sample_idx) in wanted:
-                response = unpack(blob)
-                out[(step, group_idx, sample_idx)] = response[:SNIPPET_HEAD] + (
-                    "…" if len(response) > SNIPPET_HEAD else ""
-                )
+    for key, blob in packed.items():
+        response = unpack(blob)
+        out[key] = response[:SNIPPET_HEAD] + ("…" if len(response) > SNIPPET_HEAD else "")
     return out
 
 

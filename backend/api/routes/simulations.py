@@ -6,42 +6,18 @@ from typing import Annotated, Literal
 
 import orjson
 from fastapi import APIRouter, Header, HTTPException, Query, Response, status
-from pydantic import BaseModel
 
-from backend.api.deps import CurrentTeam, JobIdPath, OptionalTraceQuery, SessionDep, job_of_team, owned_trace
+from backend.api.deps import CurrentTeam, JobIdPath, OptionalTraceQuery, SessionDep, job_of_team, require_succeeded
 from backend.api.errors import ERROR_RESPONSES
-from backend.api.routes.jobs import IncludeResult, team_jobs
-from backend.api.routes.trace_data import require_ready
+from backend.api.params import IncludeResult
+from backend.api.replay_requests import queue_from_request
 from backend.api.schemas import JobList, JobOut
 from backend.api.schemas_replay import replay_models
+from backend.api.views import team_jobs
 from backend.jobs.contracts import SIMULATION_KIND, chrome_trace_path
-from backend.jobs.simulations import error_field, presets, queue_simulation, simulation_request
-from backend.store.models import Job, JobStatus, Trace
+from backend.jobs.simulations import presets, queue_simulation, simulation_request
 from core.simulator.model_guess import model_proposal
 from core.simulator.result import chrome_trace_from_result
-
-
-def unprocessable(exc: ValueError) -> HTTPException:
-    return HTTPException(422, detail={"message": str(exc), "field": error_field(exc)})
-
-
-def require_succeeded(job: Job) -> None:
-    if job.status != JobStatus.SUCCEEDED:
-        detail = f"{job.kind} {job.id} is {job.status}" + (f": {job.error}" if job.error else "")
-        raise HTTPException(status.HTTP_409_CONFLICT, detail={"message": detail})
-
-
-def require_replayable(trace: Trace) -> None:
-    """Ready (else 409) and with samples (else 422: e.g. a GPU-profile-only trace)."""
-    require_ready(trace)
-    if not trace.n_samples:
-        raise HTTPException(
-            422,
-            detail={
-                "message": f"trace_id: trace {trace.id} has no samples (rollout lengths) to replay or fit",
-                "field": "trace_id",
-            },
-        )
 
 
 def make_router() -> APIRouter:
@@ -87,24 +63,6 @@ def simulation_presets(_team: CurrentTeam, trace: OptionalTraceQuery) -> dict:
         if proposal is not None:
             out["defaults"] = {**out["defaults"], "model": proposal["model"]}
     return out
-
-
-def queue_from_request(body: BaseModel, session, team, response: Response, to_request, queue) -> Job:
-    """The create shape of the jobs that replay a trace (replays, advice): the trace's
-    ownership first (another team's id is a 404), then `to_request` on the body (the
-    typed request, checked once; a ValueError is a 422 naming the field), then `queue`;
-    an identical job that exists already is answered 200 instead of 202."""
-    raw = body.model_dump(exclude_unset=True)
-    if raw.get("trace_id") is not None:
-        require_replayable(owned_trace(session, team, raw["trace_id"]))
-    try:
-        request = to_request(raw)
-    except ValueError as exc:
-        raise unprocessable(exc) from exc
-    job, created = queue(session, team.id, request)
-    if not created:
-        response.status_code = status.HTTP_200_OK
-    return job
 
 
 def list_simulations(

@@ -9,12 +9,12 @@ from typing import Annotated, Literal
 
 import numpy as np
 import orjson
-from fastapi import APIRouter, HTTPException, Path, Query, Response, status
+from fastapi import APIRouter, HTTPException, Query, Response, status
 from pydantic import AliasChoices, Field
-from sqlalchemy import func, select
 
-from backend.api.deps import ID_DIGITS, CurrentTeam, SessionDep, TraceDep, trace_of_team
+from backend.api.deps import ID_DIGITS, CurrentTeam, SessionDep, TraceDep, require_ready, trace_of_team
 from backend.api.errors import ERROR_RESPONSES
+from backend.api.params import Int4Path, OffsetQuery, RankQuery, StepQuery, TimeQuery
 from backend.api.schemas import (
     NO_NUL,
     GpuEventOut,
@@ -37,17 +37,9 @@ from backend.formats.kineto_events import load_events
 from backend.ingest.truncation import trace_truncation
 from backend.store.columns import read_columns
 from backend.store.ids import ID_MAX, ID_MIN, INT4_MAX, INT4_MIN
-from backend.store.models import (
-    GpuEvent,
-    GpuKernelName,
-    RankTiming,
-    Sample,
-    Step,
-    ToolCall,
-    Trace,
-    TraceStatus,
-    Turn,
-)
+from backend.store.models import Trace
+from backend.store.queries import gpu_events, samples, steps, turns
+from backend.store.queries.samples import SampleFilter
 from backend.store.trace_tables import trace_events_dir
 from core.analysis.gpu_diff import trace_diff
 from core.analysis.gpu_export import chrome_trace_export, full_chrome_trace, select_events
@@ -58,31 +50,12 @@ router = APIRouter(prefix="/traces/{trace_id}", tags=["trace data"], responses=E
 
 KIND_NAMES = {k.value: k.name.lower() for k in GpuKind}
 
-# Steps and ranks are int4 columns; a value outside their range matches nothing, and is
-# refused (422) before the database sees it. Offsets are bounded by the row counts (int8).
-StepQuery = Annotated[int | None, Query(ge=INT4_MIN, le=INT4_MAX, description="Only this step")]
-RankQuery = Annotated[int | None, Query(ge=INT4_MIN, le=INT4_MAX, description="Only this rank")]
-OffsetQuery = Annotated[int, Query(ge=0, le=2**62)]
-TimeQuery = Annotated[float | None, Query(allow_inf_nan=False, ge=-1e300, le=1e300)]
-Int4Path = Annotated[int, Path(ge=INT4_MIN, le=INT4_MAX)]
-
-
-def require_ready(trace: Trace) -> None:
-    if trace.status != TraceStatus.READY:
-        raise HTTPException(
-            status.HTTP_409_CONFLICT,
-            detail={
-                "message": f"trace {trace.id} is {trace.status}, not ready"
-                + (f": {trace.error}" if trace.error else "")
-            },
-        )
-
 
 @router.get("/steps", response_model=StepList)
 def list_steps(session: SessionDep, trace: TraceDep):
     require_ready(trace)
-    steps = session.scalars(select(Step).where(Step.trace_id == trace.id).order_by(Step.step))
-    return StepList(items=[StepOut.model_validate(s) for s in steps])
+    found = steps.list_steps(session, team_id=trace.team_id, trace_id=trace.id)
+    return StepList(items=[StepOut.model_validate(s) for s in found])
 
 
 @router.get("/summaries", response_model=SummaryOut)
@@ -100,9 +73,7 @@ def step_summaries(
         raise HTTPException(
             status.HTTP_404_NOT_FOUND, detail={"message": f"no task '{task}' in trace {trace.id}", "field": "task"}
         )
-    rows = session.execute(
-        select(Step.step, Step.validate, Step.summary).where(Step.trace_id == trace.id).order_by(Step.step)
-    )
+    rows = steps.step_summaries(session, team_id=trace.team_id, trace_id=trace.id)
     items = []
     for step, validate, summary in rows:
         stats = (summary or {}).get(field, {}).get(task or "all")
@@ -164,36 +135,26 @@ def list_samples(
     table when only steps are filtered, else counts at most SAMPLE_COUNT_CAP matches
     (`total_is_lower_bound` says when it stopped)."""
     require_ready(trace)
-    where = [Sample.trace_id == trace.id]
-    if step is not None:
-        where.append(Sample.step == step)
-    if step_min is not None:
-        where.append(Sample.step >= step_min)
-    if step_max is not None:
-        where.append(Sample.step <= step_max)
-    if response_len_min is not None:
-        where.append(Sample.response_len >= response_len_min)
-    if response_len_max is not None:
-        where.append(Sample.response_len < response_len_max)
-    if dp_rank is not None:
-        where.append(Sample.dp_rank == dp_rank)
-    if num_turns is not None:
-        where.append(Sample.num_turns == num_turns)
     known = trace_truncation(trace).known
     if truncated is not None:
-        where.append(_truncated_filter(trace, truncated))
-    step_only = all(v is None for v in (response_len_min, response_len_max, dp_rank, num_turns, truncated))
-    total, capped = _sample_total(session, trace, where, (step, step_min, step_max) if step_only else None)
-    key = getattr(Sample, sort)
-    if sort == "response_len" and (step is not None or step_min is not None or step_max is not None):
-        # Within steps the primary key range plus a top-k sort is cheap; walking the
-        # whole trace's length index for a step's rows is not (the planner may pick it).
-        key = key + 0
-    primary = key.desc() if order == "desc" else key.asc()
-    if sort in ("rank", "dp_rank", "truncated", "reward", "num_turns", "num_tool_calls", "latency_s"):
-        primary = primary.nulls_last()
-    tiebreak = [c.desc() if order == "desc" else c.asc() for c in (Sample.step, Sample.group_idx, Sample.sample_idx)]
-    rows = session.scalars(select(Sample).where(*where).order_by(primary, *tiebreak).limit(limit).offset(offset))
+        _require_truncation(trace)
+    filters = SampleFilter(
+        step=step,
+        step_min=step_min,
+        step_max=step_max,
+        response_len_min=response_len_min,
+        response_len_max=response_len_max,
+        dp_rank=dp_rank,
+        num_turns=num_turns,
+        truncated=truncated,
+    )
+    owner = trace.team_id
+    total, capped = samples.count_samples(
+        session, team_id=owner, trace_id=trace.id, filters=filters, cap=SAMPLE_COUNT_CAP
+    )
+    rows = samples.sample_page(
+        session, team_id=owner, trace_id=trace.id, filters=filters, sort=sort, order=order, limit=limit, offset=offset
+    )
     tasks = trace.tasks or []
     items = [
         SampleOut(
@@ -207,34 +168,14 @@ def list_samples(
     return SamplePage(items=items, total=int(total), total_is_lower_bound=capped)
 
 
-def _sample_total(session, trace: Trace, where: list, steps: tuple | None) -> tuple[int, bool]:
-    """(total, total_is_lower_bound): with only step filters (`steps` = step, min, max)
-    exact and O(steps) from the per-step counts written at ingestion, else at most
-    SAMPLE_COUNT_CAP matches counted."""
-    if steps is not None:
-        step, lo, hi = steps
-        step_where = [Step.trace_id == trace.id]
-        if step is not None:
-            step_where.append(Step.step == step)
-        if lo is not None:
-            step_where.append(Step.step >= lo)
-        if hi is not None:
-            step_where.append(Step.step <= hi)
-        return session.scalar(select(func.coalesce(func.sum(Step.n_samples), 0)).where(*step_where)) or 0, False
-    matching = select(Sample.step).where(*where).limit(SAMPLE_COUNT_CAP + 1).subquery()
-    total = session.scalar(select(func.count()).select_from(matching)) or 0
-    return min(total, SAMPLE_COUNT_CAP), total > SAMPLE_COUNT_CAP
-
-
-def _truncated_filter(trace: Trace, truncated: bool):
-    """The one definition (backend/ingest/truncation.py) as a filter: the stored column
-    holds it, samples below the cap being NULL; 422 when the trace has no truncation."""
+def _require_truncation(trace: Trace) -> None:
+    """The truncated filter reads the one definition (backend/ingest/truncation.py),
+    which the stored column holds: 422 when the trace has none."""
     definition = trace_truncation(trace)
     if not definition.known:
         raise HTTPException(
             status.HTTP_422_UNPROCESSABLE_ENTITY, detail={"message": definition.definition(), "field": "truncated"}
         )
-    return Sample.truncated.is_(True) if truncated else Sample.truncated.is_not(True)
 
 
 @router.get("/samples/{step}/{group_idx}/{sample_idx}/turns", response_model=TurnList)
@@ -242,36 +183,15 @@ def sample_turns(session: SessionDep, trace: TraceDep, step: Int4Path, group_idx
     """One trajectory's turns in order: engine latency, the tool time of the calls made
     after the turn, cached vs new prompt tokens."""
     require_ready(trace)
-    key = (
-        Sample.trace_id == trace.id,
-        Sample.step == step,
-        Sample.group_idx == group_idx,
-        Sample.sample_idx == sample_idx,
-    )
-    if session.scalar(select(func.count()).select_from(Sample).where(*key)) == 0:
+    key = (step, group_idx, sample_idx)
+    if not samples.sample_exists(session, team_id=trace.team_id, trace_id=trace.id, key=key):
         raise HTTPException(
             status.HTTP_404_NOT_FOUND,
             detail={"message": f"no sample ({step}, {group_idx}, {sample_idx}) in trace {trace.id}"},
         )
-    turn_key = (
-        Turn.trace_id == trace.id,
-        Turn.step == step,
-        Turn.group_idx == group_idx,
-        Turn.sample_idx == sample_idx,
-    )
-    call_key = (
-        ToolCall.trace_id == trace.id,
-        ToolCall.step == step,
-        ToolCall.group_idx == group_idx,
-        ToolCall.sample_idx == sample_idx,
-    )
-    tool_time = dict(
-        session.execute(
-            select(ToolCall.turn, func.sum(ToolCall.latency_s)).where(*call_key).group_by(ToolCall.turn)
-        ).all()
-    )
+    found, tool_time = turns.sample_turns(session, team_id=trace.team_id, trace_id=trace.id, key=key)
     items = []
-    for t in session.scalars(select(Turn).where(*turn_key).order_by(Turn.turn)):
+    for t in found:
         new = None
         if t.prompt_tokens is not None:
             new = t.prompt_tokens - (t.cached_tokens or 0)
@@ -291,8 +211,6 @@ def sample_turns(session: SessionDep, trace: TraceDep, step: Int4Path, group_idx
     return TurnList(step=step, group_idx=group_idx, sample_idx=sample_idx, items=items)
 
 
-DISCARD_FINISH = ("abort", "aborted", "error", "cancelled", "canceled")
-DISCARD_TOOL_STATUS = ("error", "failed", "timeout", "rejected", "dropped")
 TRAJECTORY_LIMIT = 20_000
 
 
@@ -302,83 +220,24 @@ def step_trajectories(session: SessionDep, trace: TraceDep, step: Int4Path):
     then its tool calls' time, back to back from 0 (the engine and tool time a
     trajectory spent, not wall-clock placement, which traces do not record). Sorted by
     end: the long tail are the last. Truncated = the sample's flag; discarded = a turn
-    that finished with abort/error or a tool call that failed (DISCARD_* above). At
-    most TRAJECTORY_LIMIT trajectories."""
+    that finished with abort/error/cancelled or a tool call that failed (error, timeout,
+    rejected, dropped). At most TRAJECTORY_LIMIT trajectories."""
     require_ready(trace)
-    samples = session.execute(
-        select(
-            Sample.group_idx,
-            Sample.sample_idx,
-            Sample.response_len,
-            Sample.num_turns,
-            Sample.truncated,
-            Sample.latency_s,
-        )
-        .where(Sample.trace_id == trace.id, Sample.step == step)
-        .order_by(Sample.group_idx, Sample.sample_idx)
-        .limit(TRAJECTORY_LIMIT)
-    ).all()
-    if not samples:
+    found = turns.step_trajectories(
+        session, team_id=trace.team_id, trace_id=trace.id, step=step, limit=TRAJECTORY_LIMIT
+    )
+    if not found:
         raise HTTPException(
             status.HTTP_404_NOT_FOUND, detail={"message": f"no samples at step {step} in trace {trace.id}"}
         )
-    turns: dict[tuple[int, int], list] = {}
-    for g, i, turn, engine, finish in session.execute(
-        select(Turn.group_idx, Turn.sample_idx, Turn.turn, Turn.engine_latency_s, Turn.finish_reason)
-        .where(Turn.trace_id == trace.id, Turn.step == step)
-        .order_by(Turn.group_idx, Turn.sample_idx, Turn.turn)
-    ):
-        turns.setdefault((g, i), []).append((turn, engine, finish))
-    tools: dict[tuple[int, int, int | None], float] = {}
-    failed: set[tuple[int, int]] = set()
-    for g, i, tool_turn, latency, tool_status in session.execute(
-        select(ToolCall.group_idx, ToolCall.sample_idx, ToolCall.turn, ToolCall.latency_s, ToolCall.status).where(
-            ToolCall.trace_id == trace.id, ToolCall.step == step
-        )
-    ):
-        tools[(g, i, tool_turn)] = tools.get((g, i, tool_turn), 0.0) + (latency or 0.0)
-        if (tool_status or "").lower() in DISCARD_TOOL_STATUS:
-            failed.add((g, i))
-    items = []
-    for g, i, response_len, num_turns, truncated, latency in samples:
-        segments: list[tuple[str, float, float]] = []
-        t = 0.0
-        discarded = (g, i) in failed
-        for turn, engine, finish in turns.get((g, i), []):
-            if engine:
-                segments.append(("engine", t, engine))
-                t += engine
-            tool = tools.get((g, i, turn))
-            if tool:
-                segments.append(("tool", t, tool))
-                t += tool
-            discarded = discarded or (finish or "").lower() in DISCARD_FINISH
-        if not segments and latency:
-            segments.append(("engine", 0.0, latency))
-            t = latency
-        items.append(
-            TrajectoryOut(
-                group_idx=g,
-                sample_idx=i,
-                response_len=response_len,
-                num_turns=num_turns,
-                truncated=bool(truncated),
-                discarded=discarded,
-                segments=segments,
-                end_s=t,
-            )
-        )
-    items.sort(key=lambda x: x.end_s)
+    items = [TrajectoryOut(**vars(t)) for t in found]
     return TrajectoryList(step=step, items=items)
 
 
 @router.get("/rank-timings", response_model=RankTimingList)
 def list_rank_timings(session: SessionDep, trace: TraceDep, step: StepQuery = None):
     require_ready(trace)
-    where = [RankTiming.trace_id == trace.id]
-    if step is not None:
-        where.append(RankTiming.step == step)
-    rows = session.scalars(select(RankTiming).where(*where).order_by(RankTiming.step, RankTiming.rank))
+    rows = gpu_events.rank_timings(session, team_id=trace.team_id, trace_id=trace.id, step=step)
     return RankTimingList(items=[RankTimingOut.model_validate(r) for r in rows])
 
 
@@ -398,27 +257,17 @@ def list_gpu_events(
     """GPU events overlapping [start_us, end_us) on a rank, in time order (optionally only
     those whose kernel name contains `name`)."""
     require_ready(trace)
-    where = [GpuEvent.trace_id == trace.id]
-    if rank is not None:
-        where.append(GpuEvent.rank == rank)
-    if step is not None:
-        where.append(GpuEvent.step == step)
-    if end_us is not None:
-        where.append(GpuEvent.start_us < end_us)
-    if start_us is not None:
-        where.append(GpuEvent.start_us + GpuEvent.dur_us > start_us)
-    if name:
-        where.append(func.lower(GpuKernelName.name).contains(name.lower(), autoescape=True))
-    rows = session.execute(
-        select(GpuEvent, GpuKernelName.name)
-        .join(
-            GpuKernelName,
-            (GpuKernelName.trace_id == GpuEvent.trace_id) & (GpuKernelName.name_id == GpuEvent.name_id),
-        )
-        .where(*where)
-        .order_by(GpuEvent.rank, GpuEvent.start_us)
-        .limit(limit + 1)
-    ).all()
+    rows = gpu_events.gpu_event_window(
+        session,
+        team_id=trace.team_id,
+        trace_id=trace.id,
+        rank=rank,
+        step=step,
+        start_us=start_us,
+        end_us=end_us,
+        name_contains=name,
+        limit=limit + 1,
+    )
     items = [
         GpuEventOut(
             rank=e.rank,
@@ -517,8 +366,8 @@ def export_chrome_trace(
     filename = f"trace-{trace.id}" + (f"-step{step}" if step is not None else "") + ".json"
     kept = load_events(trace_events_dir(trace.id)) if events == "all" else None
     if kept is not None:
-        steps = ((trace.meta or {}).get("kineto") or {}).get("steps")
-        idx = select_events(kept, ranks=rank, window_us=window, step=step, step_windows=steps)
+        step_windows = ((trace.meta or {}).get("kineto") or {}).get("steps")
+        idx = select_events(kept, ranks=rank, window_us=window, step=step, step_windows=step_windows)
         body = full_chrome_trace(kept, idx)
     else:
         conn = session.connection()
@@ -529,11 +378,7 @@ def export_chrome_trace(
             ["rank", "stream", "step", "kind", "name_id", "start_us", "dur_us"],
             order_by="event_idx",
         )
-        names = dict(
-            session.execute(
-                select(GpuKernelName.name_id, GpuKernelName.name).where(GpuKernelName.trace_id == trace.id)
-            ).all()
-        )
+        names = gpu_events.kernel_names(session, team_id=trace.team_id, trace_id=trace.id)
         body = chrome_trace_export(gpu, ranks=rank, step=step, window_us=window, names=names)
     return Response(
         orjson.dumps(body, option=orjson.OPT_SERIALIZE_NUMPY),

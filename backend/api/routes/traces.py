@@ -7,49 +7,27 @@ from typing import Annotated
 from fastapi import APIRouter, File, Form, HTTPException, Query, Response, UploadFile, status
 from fastapi.concurrency import run_in_threadpool
 from pydantic import AfterValidator, BaseModel, Field
-from sqlalchemy import func, select
 
 from backend.api.deps import CurrentTeam, SessionDep, SettingsDep, TraceDep
 from backend.api.errors import ERROR_RESPONSES
-from backend.api.schemas import NO_NUL, ErrorResponse, JobOut, TraceOut, TracePage, TruncationOut, UploadAccepted
+from backend.api.schemas import NO_NUL, ErrorResponse, JobOut, TraceOut, TracePage, UploadAccepted
 from backend.api.upload_fields import TokenizerField, upload_items
+from backend.api.views import trace_out, traces_out
 from backend.formats import FORMATS
 from backend.formats.kineto_events import remove_events
 from backend.ingest.naming import MAX_NAME, clean_trace_name
 from backend.ingest.quota import team_usage
 from backend.ingest.service import accept_upload, changed_options
-from backend.ingest.truncation import trace_truncation
 from backend.ingest.uploads import discard, store_upload
-from backend.jobs.analyses import applicable_analyses
 from backend.jobs.contracts import INGEST_KIND, remove_artefacts
 from backend.store.deletion import delete_traces
 from backend.store.ids import ID_MAX, INT4_MAX
-from backend.store.models import Job, Trace
+from backend.store.models import Trace
+from backend.store.queries import jobs as job_queries
+from backend.store.queries import traces as trace_queries
 from backend.store.trace_tables import trace_events_dir
 
 router = APIRouter(prefix="/traces", tags=["traces"])
-
-
-def traces_out(session, traces: list[Trace]) -> list[TraceOut]:
-    """Traces with the id of their (latest) ingest job (one query for the page) and the
-    analyses that apply to them."""
-    ingest_jobs = dict(
-        session.execute(
-            select(Job.trace_id, func.max(Job.id))
-            .where(Job.trace_id.in_([t.id for t in traces]), Job.kind == INGEST_KIND)
-            .group_by(Job.trace_id)
-        ).all()
-    )
-    return [
-        TraceOut.model_validate(t).model_copy(
-            update={
-                "job_id": ingest_jobs.get(t.id),
-                "analyses": applicable_analyses(t),
-                "truncation": TruncationOut(**trace_truncation(t).as_dict()) if t.n_samples else None,
-            }
-        )
-        for t in traces
-    ]
 
 
 def _queued_ingest_of(session, team_id: int, folder) -> bool:
@@ -57,20 +35,10 @@ def _queued_ingest_of(session, team_id: int, folder) -> bool:
     if folder is None:
         return True
     try:
-        query = select(Job.params).where(Job.team_id == team_id, Job.kind == INGEST_KIND)
-        jobs = session.scalars(query.order_by(Job.id.desc()).limit(20))
-        return any((p or {}).get("upload") == folder.name for p in jobs)
+        params = job_queries.recent_job_params(session, team_id=team_id, kind=INGEST_KIND, limit=20)
+        return any((p or {}).get("upload") == folder.name for p in params)
     except Exception:
         return True  # the database is unreachable: keep the files rather than lose a queued upload
-
-
-def escape_like(text: str) -> str:
-    """`text` for a LIKE pattern with ESCAPE '\\': its %, _ and \\ match themselves."""
-    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-
-
-def trace_out(session, trace: Trace) -> TraceOut:
-    return traces_out(session, [trace])[0]
 
 
 @router.post(
@@ -173,14 +141,11 @@ def list_traces(
     status_: Annotated[str | None, Query(alias="status", max_length=20, pattern=NO_NUL)] = None,
     q: Annotated[str | None, Query(max_length=300, pattern=NO_NUL, description="Substring of the name")] = None,
 ):
-    where = [Trace.team_id == team.id]
-    if status_:
-        where.append(Trace.status == status_)
-    if q:  # a literal substring: % and _ match themselves
-        where.append(Trace.name.ilike(f"%{escape_like(q)}%", escape="\\"))
-    total = session.scalar(select(func.count()).select_from(Trace).where(*where)) or 0
-    traces = session.scalars(select(Trace).where(*where).order_by(Trace.id.desc()).limit(limit).offset(offset))
-    return TracePage(items=traces_out(session, list(traces)), total=total)
+    # q: a literal substring (% and _ match themselves)
+    total, page = trace_queries.list_traces(
+        session, team_id=team.id, status=status_, name_contains=q, limit=limit, offset=offset
+    )
+    return TracePage(items=traces_out(session, page), total=total)
 
 
 @router.get("/{trace_id}", response_model=TraceOut, responses=ERROR_RESPONSES)
@@ -206,7 +171,7 @@ def rename_trace(session: SessionDep, trace: TraceDep, body: TraceRename):
 def delete_trace(session: SessionDep, trace: TraceDep) -> Response:
     # Rows of every table and the trace's jobs go with it (backend/store/deletion.py);
     # the files its jobs wrote under the data folder (replays, workloads) are removed after.
-    jobs = session.execute(select(Job.kind, Job.id).where(Job.trace_id == trace.id)).all()
+    jobs = job_queries.trace_job_refs(session, team_id=trace.team_id, trace_id=trace.id)
     delete_traces(session, Trace.id == trace.id)
     session.commit()
     remove_events(trace_events_dir(trace.id))  # the Kineto events kept beside the database

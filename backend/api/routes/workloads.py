@@ -7,12 +7,21 @@ from fastapi import APIRouter, HTTPException, Query, status
 from fastapi.responses import FileResponse
 from pydantic import BaseModel
 
-from backend.api.deps import CurrentTeam, JobIdPath, SessionDep, job_of_team, owned_trace
+from backend.api.deps import (
+    CurrentTeam,
+    JobIdPath,
+    SessionDep,
+    job_of_team,
+    owned_trace,
+    require_replayable,
+    require_succeeded,
+)
 from backend.api.errors import ERROR_RESPONSES
-from backend.api.routes.jobs import IncludeResult, team_jobs
-from backend.api.routes.simulations import require_replayable, require_succeeded, unprocessable
+from backend.api.params import IncludeResult
+from backend.api.replay_requests import unprocessable
 from backend.api.schemas import JobList, JobOut
 from backend.api.schemas_replay import replay_models
+from backend.api.views import team_jobs
 from backend.jobs.contracts import WORKLOAD_KIND, workload_zip
 from backend.jobs.simulations import queue_workload, workload_params
 
