@@ -15,7 +15,7 @@ import base64
 from typing import Any
 
 import dash
-from dash import ALL, Input, Output, State, ctx, dcc, html, no_update
+from dash import ALL, Input, Output, State, dcc, html, no_update
 
 from dashboard.api import session
 from dashboard.api.client import ApiError
@@ -33,6 +33,7 @@ from dashboard.views.components import (
 )
 from dashboard.views.formatting import human_bytes, human_count, human_time, job_active
 from dashboard.views.number_fields import Bounds, blocked_message, check_number, error_id, number_input
+from dashboard.views.pager import pager, pager_outputs, pager_state, register_pager
 from dashboard.views.uploads import error_matches, file_list, skipped_note, with_docs_link
 from dashboard.views.url_state import query_value, register_url_state, url_sink
 
@@ -138,15 +139,7 @@ def layout(**query):
                 ),
                 html.Div(id="traces-message"),
                 html.Div(id="traces-table"),
-                html.Div(
-                    className="pager",
-                    children=[
-                        html.Button("← Newer", id="traces-prev", n_clicks=0, className="button small secondary"),
-                        html.Span(id="traces-range", className="muted"),
-                        html.Button("Older →", id="traces-next", n_clicks=0, className="button small secondary"),
-                    ],
-                ),
-                dcc.Store(id="traces-offset", data=query_value(query, "offset", 0, kind=int)),
+                *pager("traces", query_value(query, "offset", 0, kind=int)),
                 dcc.Store(id="traces-refresh", data=0),
                 dcc.Interval(id="traces-poll", interval=2000, disabled=True),
                 dcc.Store(id="delete-target"),
@@ -381,32 +374,14 @@ def traces_table(items: list[dict]) -> html.Table | html.P:
     return html.Table([html.Thead(head), html.Tbody(body)], className="table", id="traces-table-el")
 
 
-@dash.callback(
-    Output("traces-offset", "data"),
-    Input("traces-prev", "n_clicks"),
-    Input("traces-next", "n_clicks"),
-    Input("traces-q", "value"),
-    Input("traces-status", "value"),
-    State("traces-offset", "data"),
-    prevent_initial_call=True,
-)
-def page(_prev, _next, _q, _status, offset):
-    if ctx.triggered_id is None:
-        return no_update
-    if ctx.triggered_id == "traces-next":
-        return (offset or 0) + PAGE_SIZE
-    if ctx.triggered_id == "traces-prev":
-        return max((offset or 0) - PAGE_SIZE, 0)
-    return 0
+register_pager("traces", PAGE_SIZE, ("traces-q", "traces-status"))
 
 
 @dash.callback(
     Output("traces-table", "children"),
-    Output("traces-range", "children"),
     Output("traces-poll", "disabled"),
-    Output("traces-prev", "disabled"),
-    Output("traces-next", "disabled"),
     Output("traces-message", "children"),
+    *pager_outputs("traces"),
     Input("traces-offset", "data"),
     Input("traces-refresh", "data"),
     Input("traces-poll", "n_intervals"),
@@ -418,11 +393,11 @@ def list_traces(offset, _refresh, _poll, q, status):
     try:
         page_ = session.api().list_traces(limit=PAGE_SIZE, offset=offset, status=status, q=(q or "").strip() or None)
     except ApiError as exc:
-        return no_update, "", True, True, True, alert(exc.message)
+        return no_update, True, alert(exc.message), "", True, True
     items, total = page_.get("items", []), int(page_.get("total") or 0)
     busy = any(t.get("status") in ("pending", "ingesting") for t in items)
     shown = f"{offset + 1}–{offset + len(items)} of {total}" if items else f"0 of {total}"
-    return traces_table(items), shown, not busy, offset <= 0, offset + len(items) >= total, None
+    return traces_table(items), not busy, None, *pager_state(shown, offset, offset + len(items) < total)
 
 
 @dash.callback(
