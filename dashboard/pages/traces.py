@@ -48,104 +48,105 @@ STATUSES = ("pending", "ingesting", "ready", "failed")
 def layout(**query):
     if not signed_in():
         return sign_in_required("/traces")
-    return html.Div(
-        [
-            html.H2("Traces"),
-            url_sink("traces"),
-            section(
-                "Upload",
-                dcc.Upload(
-                    id="trace-upload",
-                    multiple=True,
-                    className="upload-zone",
-                    className_active="upload-zone active",
-                    className_disabled="upload-zone disabled",
-                    children=html.Div(
-                        [
-                            html.Strong("Drop trace files here"),
-                            " — several files, a run folder, or one .zip / .tar.gz",
-                            html.Br(),
-                            html.Span("or click to choose", className="muted"),
-                        ]
-                    ),
-                ),
-                controls(
-                    control(
-                        "Name (optional)",
-                        dcc.Input(
-                            id="trace-upload-name",
-                            type="text",
-                            placeholder="default: the archive or the kinds of file",
-                            className="input",
-                            style={"width": "420px", "maxWidth": "100%"},
-                        ),
-                    ),
-                    control(
-                        "Format (optional)",
-                        dcc.Input(id="trace-upload-format", type="text", placeholder="auto-detect", className="input"),
-                    ),
-                    control(
-                        "Max response length (optional)",
-                        number_input(
-                            "trace-upload-max-len", None, MAX_LEN_BOUNDS, placeholder="e.g. 8192 tokens", width=230
-                        ),
-                    ),
-                ),
-                html.P(
-                    [
-                        "Accepted formats and their fields: ",
-                        html.A("docs/formats.md", href=href("/formats"), id="formats-link", target="_blank"),
-                        ". The max response length is the run's generation limit: a sample counts as truncated when "
-                        "the engine stopped it for length, where the files record its stop reason, else when it "
-                        "reached this length (most formats carry it; give it for those that do not).",
-                    ],
-                    className="help",
-                ),
-                html.Div(id="upload-busy", className="muted"),
-                html.Div(id="upload-status"),
-                dcc.Store(id="upload-state"),
-                dcc.Interval(id="upload-poll", interval=1000, disabled=True),
-                help_text="PolyTrace per-step JSONL, verl metric logs, verl rollout dumps (<step>.jsonl; add the run's "
-                "tokenizer.json for token lengths, else characters), PyTorch-profiler (Kineto) traces, Nsight Systems "
-                "SQLite exports (nsys export --type sqlite), or the native CSV/JSONL/Parquet format. Large uploads are ingested in the background; the browser "
-                "holds the files in memory while sending them, so for several GB use `rlvr-explorer ingest` "
-                "or the REST API.",
+    return html.Div([html.H2("Traces"), url_sink("traces"), _upload_section(), _list_section(query)])
+
+
+def _upload_section() -> html.Section:
+    """Drop files (or a folder, or an archive) with an optional name, format and length cap."""
+    return section(
+        "Upload",
+        dcc.Upload(
+            id="trace-upload",
+            multiple=True,
+            className="upload-zone",
+            className_active="upload-zone active",
+            className_disabled="upload-zone disabled",
+            children=html.Div(
+                [
+                    html.Strong("Drop trace files here"),
+                    " — several files, a run folder, or one .zip / .tar.gz",
+                    html.Br(),
+                    html.Span("or click to choose", className="muted"),
+                ]
             ),
-            section(
-                "Your traces",
-                controls(
-                    control(
-                        "Search",
-                        dcc.Input(
-                            id="traces-q",
-                            type="search",
-                            placeholder="name contains…",
-                            debounce=True,
-                            className="input",
-                            value=query_value(query, "q", None),
-                        ),
-                    ),
-                    control(
-                        "Status",
-                        dcc.Dropdown(
-                            id="traces-status",
-                            options=[{"label": s, "value": s} for s in STATUSES],
-                            value=query_value(query, "status", None, choices=STATUSES),
-                            placeholder="any",
-                            clearable=True,
-                            style={"minWidth": "160px"},
-                        ),
-                    ),
+        ),
+        controls(
+            control(
+                "Name (optional)",
+                dcc.Input(
+                    id="trace-upload-name",
+                    type="text",
+                    placeholder="default: the archive or the kinds of file",
+                    className="input",
+                    style={"width": "420px", "maxWidth": "100%"},
                 ),
-                html.Div(id="traces-message"),
-                html.Div(id="traces-table"),
-                *pager("traces", query_value(query, "offset", 0, kind=int)),
-                dcc.Store(id="traces-refresh", data=0),
-                dcc.Interval(id="traces-poll", interval=2000, disabled=True),
-                dcc.Store(id="delete-target"),
-                dcc.ConfirmDialog(id="delete-confirm"),
             ),
-        ]
+            control(
+                "Format (optional)",
+                dcc.Input(id="trace-upload-format", type="text", placeholder="auto-detect", className="input"),
+            ),
+            control(
+                "Max response length (optional)",
+                number_input("trace-upload-max-len", None, MAX_LEN_BOUNDS, placeholder="e.g. 8192 tokens", width=230),
+            ),
+        ),
+        html.P(
+            [
+                "Accepted formats and their fields: ",
+                html.A("docs/formats.md", href=href("/formats"), id="formats-link", target="_blank"),
+                ". The max response length is the run's generation limit: a sample counts as truncated when "
+                "the engine stopped it for length, where the files record its stop reason, else when it "
+                "reached this length (most formats carry it; give it for those that do not).",
+            ],
+            className="help",
+        ),
+        html.Div(id="upload-busy", className="muted"),
+        html.Div(id="upload-status"),
+        dcc.Store(id="upload-state"),
+        dcc.Interval(id="upload-poll", interval=1000, disabled=True),
+        help_text="PolyTrace per-step JSONL, verl metric logs, verl rollout dumps (<step>.jsonl; add the run's "
+        "tokenizer.json for token lengths, else characters), PyTorch-profiler (Kineto) traces, Nsight Systems "
+        "SQLite exports (nsys export --type sqlite), or the native CSV/JSONL/Parquet format. Large uploads are ingested in the background; the browser "
+        "holds the files in memory while sending them, so for several GB use `rlvr-explorer ingest` "
+        "or the REST API.",
+    )
+
+
+def _list_section(query: dict) -> html.Section:
+    """The team's traces, searched and filtered, a page at a time, with their Delete."""
+    return section(
+        "Your traces",
+        controls(
+            control(
+                "Search",
+                dcc.Input(
+                    id="traces-q",
+                    type="search",
+                    placeholder="name contains…",
+                    debounce=True,
+                    className="input",
+                    value=query_value(query, "q", None),
+                ),
+            ),
+            control(
+                "Status",
+                dcc.Dropdown(
+                    id="traces-status",
+                    options=[{"label": s, "value": s} for s in STATUSES],
+                    value=query_value(query, "status", None, choices=STATUSES),
+                    placeholder="any",
+                    clearable=True,
+                    style={"minWidth": "160px"},
+                ),
+            ),
+        ),
+        html.Div(id="traces-message"),
+        html.Div(id="traces-table"),
+        *pager("traces", query_value(query, "offset", 0, kind=int)),
+        dcc.Store(id="traces-refresh", data=0),
+        dcc.Interval(id="traces-poll", interval=2000, disabled=True),
+        dcc.Store(id="delete-target"),
+        dcc.ConfirmDialog(id="delete-confirm"),
     )
 
 
