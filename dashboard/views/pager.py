@@ -32,14 +32,7 @@ def register_pager(prefix: str, page_size: int, filters: tuple[str, ...]) -> Non
     of the `filters` (ids of controls whose value narrows the list) changes."""
 
     def turn(*args):
-        offset = args[-1] or 0
-        if ctx.triggered_id is None:
-            return no_update
-        if ctx.triggered_id == f"{prefix}-next":
-            return offset + page_size
-        if ctx.triggered_id == f"{prefix}-prev":
-            return max(offset - page_size, 0)
-        return 0
+        return turned(prefix, ctx.triggered_id, args[-1], page_size)
 
     dash.callback(
         Output(f"{prefix}-offset", "data"),
@@ -49,6 +42,19 @@ def register_pager(prefix: str, page_size: int, filters: tuple[str, ...]) -> Non
         State(f"{prefix}-offset", "data"),
         prevent_initial_call=True,
     )(turn)
+
+
+def turned(prefix: str, trigger, offset: int | None, page_size: int):
+    """The offset after `trigger`: the next or previous page, the first one when a filter
+    changed (no_update: nothing did)."""
+    offset = offset or 0
+    if trigger is None:
+        return no_update
+    if trigger == f"{prefix}-next":
+        return offset + page_size
+    if trigger == f"{prefix}-prev":
+        return max(offset - page_size, 0)
+    return 0
 
 
 def pager_outputs(prefix: str) -> list[Output]:
