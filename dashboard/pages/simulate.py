@@ -252,26 +252,24 @@ def _configure_section(p: dict, values: dict, refilled) -> html.Section:
     )
 
 
-def _result_sections() -> list:
-    """The replay's figures: filled by `fill` and `fill_timeline` from sim-done."""
-    return [
-        html.Div(id="sim-cards", className="cards"),
-        section(
-            "Predicted time per step",
-            graph("sim-pred-vs-measured"),
-            html.Div(id="sim-accuracy"),
-            help_text="Accuracy = 1 − |predicted − measured| / measured on steps not used for calibration; the "
-            "naive predictor repeats the mean of the fitted steps.",
-        ),
-        html.Div(
-            className="grid-2",
-            children=[
-                section("Speedup of B over A", graph("sim-speedup")),
-                section("Idle GPU time by cause", graph("sim-idle")),
-            ],
-        ),
-        _timeline_section(),
-    ]
+def _prediction_section() -> html.Section:
+    return section(
+        "Predicted time per step",
+        graph("sim-pred-vs-measured"),
+        html.Div(id="sim-accuracy"),
+        help_text="Accuracy = 1 − |predicted − measured| / measured on steps not used for calibration; the "
+        "naive predictor repeats the mean of the fitted steps.",
+    )
+
+
+def _comparison_row() -> html.Div:
+    return html.Div(
+        className="grid-2",
+        children=[
+            section("Speedup of B over A", graph("sim-speedup")),
+            section("Idle GPU time by cause", graph("sim-idle")),
+        ],
+    )
 
 
 def _timeline_section() -> html.Section:
@@ -309,7 +307,10 @@ def body(trace: dict, job_param=None, rerun=None, query: dict | None = None) -> 
             *PANEL.stores(shown),
             _configure_section(p, values, refilled),
             PANEL.progress(shown),
-            *_result_sections(),
+            html.Div(id="sim-cards", className="cards"),  # the replay's figures: `fill`, `fill_timeline`
+            _prediction_section(),
+            _comparison_row(),
+            _timeline_section(),
             section("Replays of this trace", PANEL.history_box(history, shown)),
         ]
     )
