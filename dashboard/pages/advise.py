@@ -4,22 +4,23 @@ predicted step time with P10-P90, who wins on which steps, the winner's step tim
 
 Ids: adv-gpu, adv-gpus, adv-model (its default the model the trace's name or metadata
 names, said in adv-model-proposed), adv-policies (which registered policies to sweep,
-from the presets; each with its help line), adv-submit, adv-message, adv-job (store),
-adv-poll, adv-progress, adv-table, adv-ranges, adv-winner (chart).
+from the presets; each with its help line), adv-submit, adv-message (adv-started: the
+banner), adv-job / adv-done (stores: the advice shown, the succeeded one drawn), adv-poll,
+adv-progress, adv-table, adv-ranges, adv-winner (chart).
 """
 
 from __future__ import annotations
 
 import dash
-from dash import Input, Output, State, dcc, html, no_update
+from dash import Input, Output, State, dcc, html
 
 from dashboard.api import session
 from dashboard.api.client import ApiError
 from dashboard.figures.advice import ranking_rows, winner_figure
 from dashboard.figures.common import empty_figure
-from dashboard.views.components import PAGE_TRACE_ID, alert, control, controls, graph, section
-from dashboard.views.formatting import job_active
-from dashboard.views.job_views import followed_banner, job_banner, job_progress
+from dashboard.server import results
+from dashboard.views.components import alert, control, controls, graph, section
+from dashboard.views.job_panel import Checked, JobPanel, shown_job
 from dashboard.views.number_fields import Bounds, blocked_message, check_number, error_id, number_input
 from dashboard.views.trace_frame import trace_page
 
@@ -33,6 +34,36 @@ dash.register_page(
 )
 
 
+PANEL = JobPanel("adv", "Advice", "advice", "adv-message", poll_ms=1500)
+PANEL.register()
+NO_ADVICE = "No advice yet: choose a GPU budget and press Advise"
+
+
+def _form_section(p: dict) -> html.Section:
+    d = p.get("defaults") or {}
+    return section(
+        "Ask the advisor",
+        controls(
+            control("GPU", _dropdown("adv-gpu", list(p.get("gpus") or {}), d.get("gpu", "H100"), 150)),
+            control("GPUs", number_input("adv-gpus", d.get("n_gpus", 8), GPUS)),
+            control("Model", _dropdown("adv-model", list(p.get("models") or {}), d.get("model"), 190)),
+            html.Button("Advise", id="adv-submit", n_clicks=0, className="button"),
+        ),
+        model_note(p.get("proposed_model")),
+        controls(control("Policies to sweep", policy_choices(p))),
+        PANEL.message(),
+        help_text="Sweeps rollout replicas x TP, training DP, policy with its declared parameter values, DP "
+        "balancing and engine concurrency on this GPU budget (the engine calibrated on the trace's first step "
+        "when it has measured timings), ranks them by predicted step time, mean over every step, with the "
+        "Monte-Carlo P10-P90 (~: overlapping the best's; none when uncalibrated), and names the largest cause of each one's "
+        "difference from the best sync configuration.",
+    )
+
+
+def _dropdown(id_: str, options: list, value, width: int) -> dcc.Dropdown:
+    return dcc.Dropdown(id=id_, options=options, value=value, clearable=False, style={"minWidth": f"{width}px"})
+
+
 def body(trace: dict) -> html.Div:
     if not trace.get("n_samples"):
         return alert("This trace has no samples (rollout lengths) to advise on.", "info")
@@ -42,48 +73,12 @@ def body(trace: dict) -> html.Div:
         history = api.advice_list(trace_id=trace["id"], limit=1)
     except ApiError as exc:
         return alert(exc.message)
-    d = p.get("defaults") or {}
-    shown = history[0] if history else None
+    shown = shown_job(history)  # the latest advice
     return html.Div(
         [
-            dcc.Store(id="adv-job", data=shown["id"] if shown else None),
-            dcc.Interval(id="adv-poll", interval=1500, disabled=not job_active(shown)),
-            section(
-                "Ask the advisor",
-                controls(
-                    control(
-                        "GPU",
-                        dcc.Dropdown(
-                            id="adv-gpu",
-                            options=list(p.get("gpus") or {}),
-                            value=d.get("gpu", "H100"),
-                            clearable=False,
-                            style={"minWidth": "150px"},
-                        ),
-                    ),
-                    control("GPUs", number_input("adv-gpus", d.get("n_gpus", 8), GPUS)),
-                    control(
-                        "Model",
-                        dcc.Dropdown(
-                            id="adv-model",
-                            options=list(p.get("models") or {}),
-                            value=d.get("model"),
-                            clearable=False,
-                            style={"minWidth": "190px"},
-                        ),
-                    ),
-                    html.Button("Advise", id="adv-submit", n_clicks=0, className="button"),
-                ),
-                model_note(p.get("proposed_model")),
-                controls(control("Policies to sweep", policy_choices(p))),
-                html.Div(id="adv-message"),
-                help_text="Sweeps rollout replicas x TP, training DP, policy with its declared parameter values, DP "
-                "balancing and engine concurrency on this GPU budget (the engine calibrated on the trace's first step "
-                "when it has measured timings), ranks them by predicted step time, mean over every step, with the "
-                "Monte-Carlo P10-P90 (~: overlapping the best's; none when uncalibrated), and names the largest cause of each one's "
-                "difference from the best sync configuration.",
-            ),
-            html.Div(job_progress(shown, "advice") if shown else None, id="adv-progress"),
+            *PANEL.stores(shown),
+            _form_section(p),
+            PANEL.progress(shown),
             section("Ranked configurations", html.Div(id="adv-table")),
             section("Who wins where", html.Div(id="adv-ranges")),
             section("Step time of the best configuration", graph("adv-winner")),
@@ -113,60 +108,47 @@ def layout(trace_id: str | None = None, **_):
     return trace_page(trace_id, __name__, "/advise", body)
 
 
-@dash.callback(
-    Output("adv-job", "data"),
-    Output("adv-message", "children"),
-    Output("adv-poll", "disabled", allow_duplicate=True),
-    Output(error_id("adv-gpus"), "children"),
-    Input("adv-submit", "n_clicks"),
-    State(PAGE_TRACE_ID, "data"),
-    State("adv-gpu", "value"),
-    State("adv-gpus", "value"),
-    State("adv-model", "value"),
-    State("adv-policies", "value"),
-    prevent_initial_call=True,
-)
-def submit(n, trace_id, gpu, n_gpus, model, policies=None):
-    if not n:
-        return no_update, no_update, no_update, no_update
-    gpus, wrong = check_number(n_gpus, GPUS)
+def check(trace_id, form: dict) -> Checked:
+    """The advice request: a GPU budget the form cannot send blocks it, its message under it."""
+    gpus, wrong = check_number(form["n_gpus"], GPUS)
     if wrong:
-        return no_update, alert(blocked_message(['"GPUs"']), id="adv-form-blocked"), no_update, wrong
-    if not policies:
-        return no_update, alert("Choose at least one policy to sweep."), no_update, None
-    body = {"trace_id": trace_id, "gpu": gpu, "n_gpus": gpus, "model": model, "policies": list(policies)}
-    try:
-        job = session.api().advise(body)
-    except ApiError as exc:
-        return no_update, alert(exc.message), no_update, None
-    return job["id"], job_banner(job, "Advice", "adv-started"), False, None
+        return Checked(None, wrong, alert(blocked_message(['"GPUs"']), id="adv-form-blocked"))
+    if not form["policies"]:
+        return Checked(None, None, alert("Choose at least one policy to sweep."))
+    body = {"trace_id": trace_id, "gpu": form["gpu"], "n_gpus": gpus, "model": form["model"]}
+    return Checked({**body, "policies": list(form["policies"])})
+
+
+PANEL.register_submit(
+    buttons=("adv-submit",),
+    form={
+        "gpu": State("adv-gpu", "value"),
+        "n_gpus": State("adv-gpus", "value"),
+        "model": State("adv-model", "value"),
+        "policies": State("adv-policies", "value"),
+    },
+    fields=Output(error_id("adv-gpus"), "children"),
+    check=check,
+    send=lambda api, body: api.advise(body),
+)
 
 
 @dash.callback(
-    Output("adv-progress", "children"),
     Output("adv-table", "children"),
     Output("adv-ranges", "children"),
     Output("adv-winner", "figure"),
-    Output("adv-poll", "disabled"),
-    Output("adv-message", "children", allow_duplicate=True),
-    Input("adv-job", "data"),
-    Input("adv-poll", "n_intervals"),
-    State("adv-message", "children"),
-    prevent_initial_call="initial_duplicate",
+    Input("adv-done", "data"),
 )
-def show(job_id, _n, banner=None):
-    empty = empty_figure("No advice yet: choose a GPU budget and press Advise", "Step time of the best configuration")
+def fill(job_id):
+    """The succeeded advice's ranking, ranges and the best configuration's step times."""
+    empty = empty_figure(NO_ADVICE, "Step time of the best configuration")
     if job_id is None:
-        return None, None, None, empty, True, no_update
+        return None, None, empty
     try:
-        job = session.api().advice(job_id)
+        result = results.job_result(job_id) or {}
     except ApiError as exc:
-        return alert(exc.message), None, None, empty, True, no_update
-    banner = followed_banner(banner, job, "Advice", "adv-started")
-    if job.get("status") != "succeeded":
-        return job_progress(job, "advice"), None, None, empty, not job_active(job), banner
-    result = job.get("result") or {}
-    return None, ranking_table(result), ranges_list(result), winner_figure(result), True, banner
+        return alert(exc.message), None, empty
+    return ranking_table(result), ranges_list(result), winner_figure(result)
 
 
 def ranking_table(result: dict):

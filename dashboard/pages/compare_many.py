@@ -30,7 +30,17 @@ from dashboard.figures.compare_many import (
 from dashboard.figures.metrics import parse_offsets
 from dashboard.server import results as results_cache
 from dashboard.server.analysis_places import analyses_shown
-from dashboard.views.components import alert, control, controls, data_attrs, graph, section, sign_in_required, signed_in
+from dashboard.views.components import (
+    alert,
+    control,
+    controls,
+    data_attrs,
+    graph,
+    section,
+    sign_in_required,
+    signed_in,
+    step_offsets_control,
+)
 from dashboard.views.formatting import human_number
 
 dash.register_page(
@@ -64,16 +74,7 @@ def layout(traces: str | None = None, offsets: str | None = None, **_):
                         id="cmpn-traces", options=options, value=chosen, multi=True, style={"minWidth": "480px"}
                     ),
                 ),
-                control(
-                    "Step offsets",
-                    dcc.Input(
-                        id="cmpn-offsets",
-                        value=offsets or "",
-                        placeholder="trace:offset, e.g. 12:5",
-                        debounce=True,
-                        style={"width": "180px"},
-                    ),
-                ),
+                step_offsets_control("cmpn-offsets", offsets),
             ),
             html.Div(id="cmpn-message"),
             section(

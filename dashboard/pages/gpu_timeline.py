@@ -60,6 +60,102 @@ EVENT_BUDGET = 10_000  # GPU events drawn per view, over all ranks (~1.5 MB of f
 DEFAULT_RANKS = 4
 
 
+def _step_and_rank_pickers(trace: dict, step_ids: list[int], query: dict, has_gpu: bool) -> html.Div:
+    """The step shown (ProfilerStep#N where the profiler named it) and, with GPU events,
+    the ranks drawn."""
+    profiled = kineto_steps(trace)
+    ranks = kineto_ranks(trace)
+    first = profiled[0] if profiled else (step_ids[0] if step_ids else None)
+    step = dcc.Dropdown(
+        id="gpu-step",
+        options=[{"label": f"ProfilerStep#{s}" if s in set(profiled) else f"step {s}", "value": s} for s in step_ids],
+        value=query_value(query, "step", first, choices=step_ids, kind=int),
+        clearable=False,
+        style={"minWidth": "160px"},
+    )
+    rank_picker = dcc.Dropdown(
+        id="gpu-ranks",
+        multi=True,
+        value=query_value(query, "ranks", ranks[:DEFAULT_RANKS], choices=ranks, kind=int),
+        options=[{"label": f"rank {r}", "value": r} for r in ranks],
+        placeholder="ranks",
+        style={"minWidth": "260px"},
+    )
+    return controls(
+        control("ProfilerStep" if profiled else "Step", step), control("Ranks", rank_picker) if has_gpu else None
+    )
+
+
+def _kernel_section() -> html.Section:
+    """The kernel timeline: zoom and load its detail, find a kernel, download the window."""
+    return section(
+        "GPU kernels",
+        controls(
+            html.Button("Load detail for the zoomed range", id="gpu-zoom-load", n_clicks=0, className="button small"),
+            html.Button("Whole step", id="gpu-zoom-reset", n_clicks=0, className="button small secondary"),
+            dcc.Input(
+                id="gpu-search",
+                type="search",
+                placeholder="find a kernel or op by name",
+                debounce=True,
+                style={"minWidth": "220px"},
+            ),
+            dcc.Dropdown(
+                id="gpu-search-hits",
+                options=[],
+                placeholder="matches: choose one to jump to it",
+                style={"minWidth": "340px"},
+            ),
+            html.Button(
+                "Download window (Chrome trace JSON)", id="gpu-download", n_clicks=0, className="button small secondary"
+            ),
+            dcc.Download(id="gpu-download-file"),
+        ),
+        html.Div(id="gpu-download-message"),
+        html.Div(id="gpu-window-info", className="muted"),
+        graph("gpu-kernel-gantt"),
+        help_text="Zoom with the mouse, then load detail: the detail view names the kernels on their bars and "
+        "draws an arrow from each CPU launch to its kernel. The time axis keeps one origin (shown in its title) "
+        "through every zoom. A grey bar on a rank's 'idle' row is time when none of its streams ran. "
+        "The download (every event of the window: CPU ops, runtime calls, annotations, flows, GPU work) "
+        "opens in Perfetto (ui.perfetto.dev) or chrome://tracing.",
+    )
+
+
+def _hta_sections(trace_id) -> list:
+    """The Holistic Trace Analysis views: where GPU time goes, then overlap, queue,
+    launches, memory and annotations."""
+    return [
+        section(
+            "Where GPU time goes (HTA definitions)",
+            analysis_panel("gpu_timeline", "GPU timeline analysis", trace_id),
+            html.Div(className="grid-2", children=[graph("gpu-temporal"), graph("gpu-idle")]),
+            html.Div(className="grid-2", children=[graph("gpu-kinds"), graph("gpu-stragglers")]),
+            html.H4("Top kernels"),
+            html.Div(id="gpu-top-kernels"),
+        ),
+        section(
+            "Overlap, launch queue, launches, memory, annotations (HTA definitions)",
+            html.Div(className="grid-2", children=[graph("gpu-overlap"), graph("gpu-queue")]),
+            graph("gpu-per-step"),
+            html.P(id="gpu-hta-stragglers"),
+            html.H4("Kernel launches per rank"),
+            html.Div(id="gpu-launch-table"),
+            html.H4("Time by kernel type and overlap of types (all ranks)"),
+            html.Div(id="gpu-kernel-type-table"),
+            html.H4("Memory copy bandwidth"),
+            html.Div(id="gpu-membw-table"),
+            html.H4("User annotations on the GPU timeline"),
+            html.Div(id="gpu-annotation-table"),
+            help_text="Overlap: share of NCCL time during which a computation kernel also ran. Launch queue: "
+            "GPU operations launched by the CPU and not yet started, per stream (mean / max over the queue's "
+            "changes; a full queue holds 1024). Launch delay: GPU start minus the end of its CPU launch call. "
+            "Bandwidth: the running sum of concurrent copies' GB/s per copy kind. All as Holistic Trace "
+            "Analysis 0.5.0 computes them (its window: the last ProfilerStep is left out).",
+        ),
+    ]
+
+
 def body(trace: dict, query: dict | None = None) -> html.Div:
     try:
         steps = session.api().steps(trace["id"])
@@ -76,38 +172,9 @@ def body(trace: dict, query: dict | None = None) -> html.Div:
             "steps",
             "rank_timings",
         )
-    ranks = kineto_ranks(trace)
-    first = kineto_steps(trace)[0] if kineto_steps(trace) else (step_ids[0] if step_ids else None)
     parts = [
         url_sink("gpu"),
-        controls(
-            control(
-                "ProfilerStep" if kineto_steps(trace) else "Step",
-                dcc.Dropdown(
-                    id="gpu-step",
-                    options=[
-                        {"label": f"ProfilerStep#{s}" if s in set(kineto_steps(trace)) else f"step {s}", "value": s}
-                        for s in step_ids
-                    ],
-                    value=query_value(query or {}, "step", first, choices=step_ids, kind=int),
-                    clearable=False,
-                    style={"minWidth": "160px"},
-                ),
-            ),
-            control(
-                "Ranks",
-                dcc.Dropdown(
-                    id="gpu-ranks",
-                    multi=True,
-                    value=query_value(query or {}, "ranks", ranks[:DEFAULT_RANKS], choices=ranks, kind=int),
-                    options=[{"label": f"rank {r}", "value": r} for r in ranks],
-                    placeholder="ranks",
-                    style={"minWidth": "260px"},
-                ),
-            )
-            if has_gpu
-            else None,
-        ),
+        _step_and_rank_pickers(trace, step_ids, query or {}, has_gpu),
         dcc.Store(id="gpu-steps", data=steps),
     ]
     if has_stages:
@@ -122,70 +189,8 @@ def body(trace: dict, query: dict | None = None) -> html.Div:
         parts += [
             dcc.Store(id="gpu-window"),
             dcc.Store(id="gpu-origin"),
-            section(
-                "GPU kernels",
-                controls(
-                    html.Button(
-                        "Load detail for the zoomed range", id="gpu-zoom-load", n_clicks=0, className="button small"
-                    ),
-                    html.Button("Whole step", id="gpu-zoom-reset", n_clicks=0, className="button small secondary"),
-                    dcc.Input(
-                        id="gpu-search",
-                        type="search",
-                        placeholder="find a kernel or op by name",
-                        debounce=True,
-                        style={"minWidth": "220px"},
-                    ),
-                    dcc.Dropdown(
-                        id="gpu-search-hits",
-                        options=[],
-                        placeholder="matches: choose one to jump to it",
-                        style={"minWidth": "340px"},
-                    ),
-                    html.Button(
-                        "Download window (Chrome trace JSON)",
-                        id="gpu-download",
-                        n_clicks=0,
-                        className="button small secondary",
-                    ),
-                    dcc.Download(id="gpu-download-file"),
-                ),
-                html.Div(id="gpu-download-message"),
-                html.Div(id="gpu-window-info", className="muted"),
-                graph("gpu-kernel-gantt"),
-                help_text="Zoom with the mouse, then load detail: the detail view names the kernels on their bars and "
-                "draws an arrow from each CPU launch to its kernel. The time axis keeps one origin (shown in its title) "
-                "through every zoom. A grey bar on a rank's 'idle' row is time when none of its streams ran. "
-                "The download (every event of the window: CPU ops, runtime calls, annotations, flows, GPU work) "
-                "opens in Perfetto (ui.perfetto.dev) or chrome://tracing.",
-            ),
-            section(
-                "Where GPU time goes (HTA definitions)",
-                analysis_panel("gpu_timeline", "GPU timeline analysis", trace["id"]),
-                html.Div(className="grid-2", children=[graph("gpu-temporal"), graph("gpu-idle")]),
-                html.Div(className="grid-2", children=[graph("gpu-kinds"), graph("gpu-stragglers")]),
-                html.H4("Top kernels"),
-                html.Div(id="gpu-top-kernels"),
-            ),
-            section(
-                "Overlap, launch queue, launches, memory, annotations (HTA definitions)",
-                html.Div(className="grid-2", children=[graph("gpu-overlap"), graph("gpu-queue")]),
-                graph("gpu-per-step"),
-                html.P(id="gpu-hta-stragglers"),
-                html.H4("Kernel launches per rank"),
-                html.Div(id="gpu-launch-table"),
-                html.H4("Time by kernel type and overlap of types (all ranks)"),
-                html.Div(id="gpu-kernel-type-table"),
-                html.H4("Memory copy bandwidth"),
-                html.Div(id="gpu-membw-table"),
-                html.H4("User annotations on the GPU timeline"),
-                html.Div(id="gpu-annotation-table"),
-                help_text="Overlap: share of NCCL time during which a computation kernel also ran. Launch queue: "
-                "GPU operations launched by the CPU and not yet started, per stream (mean / max over the queue's "
-                "changes; a full queue holds 1024). Launch delay: GPU start minus the end of its CPU launch call. "
-                "Bandwidth: the running sum of concurrent copies' GB/s per copy kind. All as Holistic Trace "
-                "Analysis 0.5.0 computes them (its window: the last ProfilerStep is left out).",
-            ),
+            _kernel_section(),
+            *_hta_sections(trace["id"]),
         ]
     return html.Div(parts)
 

@@ -39,6 +39,7 @@ from dashboard.views.components import (
 from dashboard.views.formatting import human_time, job_active
 from dashboard.views.job_views import ANY_NUMBER, describe_params, job_duration, param_fields, read_fields
 from dashboard.views.number_fields import blocked_message, error_slot, number_input
+from dashboard.views.pager import pager, pager_outputs, pager_state, register_pager
 from dashboard.views.url_state import query_value, register_url_state, url_sink
 
 dash.register_page(__name__, path="/jobs", name="Jobs", title="Jobs · RLVR Explorer", nav="top", order=2)
@@ -123,15 +124,7 @@ def _jobs_section(options: list[dict], kind, trace_id, query: dict, job_kinds: l
         ),
         html.Div(id="jobs-message"),
         html.Div(id="jobs-table"),
-        html.Div(
-            className="pager",
-            children=[
-                html.Button("← Newer", id="jobs-prev", n_clicks=0, className="button small secondary"),
-                html.Span(id="jobs-range", className="muted"),
-                html.Button("Older →", id="jobs-next", n_clicks=0, className="button small secondary"),
-            ],
-        ),
-        dcc.Store(id="jobs-offset", data=query_value(query, "offset", 0, kind=int)),
+        *pager("jobs", query_value(query, "offset", 0, kind=int)),
         dcc.Interval(id="jobs-poll", interval=1500),
         dcc.Store(id="jobs-fingerprint"),
     )
@@ -271,23 +264,7 @@ register_url_state(
 )
 
 
-@dash.callback(
-    Output("jobs-offset", "data"),
-    Input("jobs-prev", "n_clicks"),
-    Input("jobs-next", "n_clicks"),
-    Input("jobs-status", "value"),
-    Input("jobs-kind", "value"),
-    Input("jobs-trace", "value"),
-    State("jobs-offset", "data"),
-    prevent_initial_call=True,
-)
-def jobs_page(_prev, _next, _status, _kind, _trace, offset):
-    """A page of PAGE_SIZE jobs: older / newer, back to the first when a filter changes."""
-    if ctx.triggered_id == "jobs-next":
-        return (offset or 0) + PAGE_SIZE
-    if ctx.triggered_id == "jobs-prev":
-        return max((offset or 0) - PAGE_SIZE, 0)
-    return 0
+register_pager("jobs", PAGE_SIZE, ("jobs-status", "jobs-kind", "jobs-trace"))
 
 
 @dash.callback(
@@ -295,9 +272,7 @@ def jobs_page(_prev, _next, _status, _kind, _trace, offset):
     Output("jobs-poll", "interval"),
     Output("jobs-message", "children"),
     Output("jobs-fingerprint", "data"),
-    Output("jobs-range", "children"),
-    Output("jobs-prev", "disabled"),
-    Output("jobs-next", "disabled"),
+    *pager_outputs("jobs"),
     Input("jobs-poll", "n_intervals"),
     Input("jobs-offset", "data"),
     Input("jobs-status", "value"),
@@ -313,7 +288,7 @@ def list_jobs(_n, offset, status, kind, trace_id, previous):
         return no_update, 10_000, alert(exc.message), no_update, no_update, no_update, no_update
     more, jobs = len(jobs) > PAGE_SIZE, jobs[:PAGE_SIZE]
     shown = f"jobs {offset + 1:,}–{offset + len(jobs):,}" + (" (older ones on the next page)" if more else "")
-    paging = shown if jobs else "no jobs", offset <= 0, not more
+    paging = pager_state(shown if jobs else "no jobs", offset, more)
     # Re-render only on change, so a poll doesn't reset the page while nothing moves
     # (a running job's duration is redrawn with its progress).
     fingerprint = json.dumps([offset, *[(j["id"], j.get("status"), j.get("progress"), j.get("message")) for j in jobs]])

@@ -25,7 +25,16 @@ from dashboard.api import session
 from dashboard.api.client import ApiError
 from dashboard.figures.common import empty_figure
 from dashboard.figures.metrics import metrics_figure, parse_offsets, plotted, plotted_csv
-from dashboard.views.components import alert, control, controls, graph, section, sign_in_required, signed_in
+from dashboard.views.components import (
+    alert,
+    control,
+    controls,
+    graph,
+    section,
+    sign_in_required,
+    signed_in,
+    step_offsets_control,
+)
 from dashboard.views.url_state import apply_zoom, register_url_state, url_sink, zoom_id, zoom_store
 
 dash.register_page(__name__, path="/metrics", name="Metrics", title="Metrics · RLVR Explorer", nav="top", order=2)
@@ -71,78 +80,11 @@ def layout(
     ]
     known = {t["id"] for t in items}
     chosen = [i for i in _ids(traces) if i in known] or ([items[0]["id"]] if items else [])
-    key_list = [k for k in (keys or "").split(",") if k]
-    mode = smooth if smooth in ("none", "ema", "window") else "none"
     return html.Div(
         [
             html.H2("Metric explorer"),
-            controls(
-                control(
-                    "Traces",
-                    dcc.Dropdown(
-                        id="metrics-traces", options=options, value=chosen, multi=True, style={"minWidth": "360px"}
-                    ),
-                ),
-                control(
-                    "Series",
-                    dcc.Dropdown(
-                        id="metrics-keys",
-                        options=[{"label": k, "value": k} for k in key_list],
-                        value=key_list,
-                        multi=True,
-                        placeholder="choose series",
-                        style={"minWidth": "360px"},
-                    ),
-                ),
-            ),
-            controls(
-                control(
-                    "Smoothing",
-                    dcc.RadioItems(
-                        id="metrics-smooth",
-                        value=mode,
-                        inline=True,
-                        options=[
-                            {"label": "none", "value": "none"},
-                            {"label": "EMA", "value": "ema"},
-                            {"label": "window", "value": "window"},
-                        ],
-                    ),
-                ),
-                control(
-                    "EMA weight / window",
-                    dcc.Input(
-                        id="metrics-weight",
-                        type="number",
-                        value=_float(w, 0.6),
-                        min=0,
-                        step=0.05,
-                        debounce=True,
-                        style={"width": "90px"},
-                    ),
-                ),
-                control(
-                    "Log axes",
-                    dcc.Checklist(
-                        id="metrics-log",
-                        value=[c for c in (log or "") if c in "xy"],
-                        inline=True,
-                        options=[{"label": "x", "value": "x"}, {"label": "y", "value": "y"}],
-                    ),
-                ),
-                control(
-                    "Step offsets",
-                    dcc.Input(
-                        id="metrics-offsets",
-                        value=offsets or "",
-                        placeholder="trace:offset, e.g. 12:5",
-                        debounce=True,
-                        style={"width": "180px"},
-                    ),
-                ),
-                html.Button("CSV of what is plotted", id="metrics-csv", className="button small"),
-                dcc.Download(id="metrics-download"),
-            ),
+            _series_controls(options, chosen, [k for k in (keys or "").split(",") if k]),
+            _view_controls(smooth, w, log, offsets),
             html.Div(id="metrics-message"),
             section(
                 "Per-step series",
@@ -157,6 +99,64 @@ def layout(
             zoom_store(ZOOM_PAGE, query),
             dcc.Interval(id="metrics-poll", interval=3000, disabled=True),
         ]
+    )
+
+
+def _series_controls(options: list[dict], chosen: list[int], key_list: list[str]) -> html.Div:
+    """Which traces, and which of their series."""
+    return controls(
+        control(
+            "Traces",
+            dcc.Dropdown(id="metrics-traces", options=options, value=chosen, multi=True, style={"minWidth": "360px"}),
+        ),
+        control(
+            "Series",
+            dcc.Dropdown(
+                id="metrics-keys",
+                options=[{"label": k, "value": k} for k in key_list],
+                value=key_list,
+                multi=True,
+                placeholder="choose series",
+                style={"minWidth": "360px"},
+            ),
+        ),
+    )
+
+
+def _view_controls(smooth: str | None, w: str | None, log: str | None, offsets: str | None) -> html.Div:
+    """How the series are drawn (smoothing, log axes, step offsets) and the CSV of them."""
+    smoothing = dcc.RadioItems(
+        id="metrics-smooth",
+        value=smooth if smooth in ("none", "ema", "window") else "none",
+        inline=True,
+        options=[
+            {"label": "none", "value": "none"},
+            {"label": "EMA", "value": "ema"},
+            {"label": "window", "value": "window"},
+        ],
+    )
+    weight = dcc.Input(
+        id="metrics-weight",
+        type="number",
+        value=_float(w, 0.6),
+        min=0,
+        step=0.05,
+        debounce=True,
+        style={"width": "90px"},
+    )
+    log_axes = dcc.Checklist(
+        id="metrics-log",
+        value=[c for c in (log or "") if c in "xy"],
+        inline=True,
+        options=[{"label": "x", "value": "x"}, {"label": "y", "value": "y"}],
+    )
+    return controls(
+        control("Smoothing", smoothing),
+        control("EMA weight / window", weight),
+        control("Log axes", log_axes),
+        step_offsets_control("metrics-offsets", offsets),
+        html.Button("CSV of what is plotted", id="metrics-csv", className="button small"),
+        dcc.Download(id="metrics-download"),
     )
 
 

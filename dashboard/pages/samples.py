@@ -23,7 +23,7 @@ from dashboard.api import session
 from dashboard.api.client import ApiError
 from dashboard.figures.samples import request_timeline_figure, turn_timeline_figure, turn_tokens_figure
 from dashboard.pages.sample import sample_href
-from dashboard.views.components import GRAPH_CONFIG, alert, data_attrs, section
+from dashboard.views.components import GRAPH_CONFIG, alert, control, data_attrs, section, yes_no_select
 from dashboard.views.drill import samples_href
 from dashboard.views.reward_length_panel import length_unit_note
 from dashboard.views.trace_frame import trace_page
@@ -125,23 +125,7 @@ def _filter_form(trace_id, q: dict, truncation_known: bool = True) -> html.Form:
             )
         )
     if truncation_known:  # a trace without stop reasons or a cap has no truncated filter
-        fields.append(
-            html.Label(
-                [
-                    html.Span("truncated", className="control-label"),
-                    html.Select(
-                        name="truncated",
-                        id="samples-f-truncated",
-                        children=[
-                            html.Option("any", value="", selected=q.get("truncated") is None),
-                            html.Option("yes", value="true", selected=q.get("truncated") == "true"),
-                            html.Option("no", value="false", selected=q.get("truncated") == "false"),
-                        ],
-                    ),
-                ],
-                className="control",
-            )
-        )
+        fields.append(control("truncated", yes_no_select("truncated", "samples-f-truncated", q)))
     fields += [
         dcc.Input(type="hidden", name="sort", value=q["sort"]),
         dcc.Input(type="hidden", name="order", value=q["order"]),

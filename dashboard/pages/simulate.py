@@ -23,8 +23,7 @@ figures say so (job_views.replay_placeholder) instead of "Configure a replay".
 from __future__ import annotations
 
 import dash
-from dash import ALL, Input, Output, State, ctx, dcc, html, no_update
-from dash.exceptions import PreventUpdate
+from dash import ALL, Input, Output, State, dcc, html
 
 from dashboard.api import session
 from dashboard.api.client import ApiClient, ApiError
@@ -41,17 +40,9 @@ from dashboard.figures.simulation import (
 from dashboard.server import results
 from dashboard.server.downloads import simulation_trace_href
 from dashboard.server.figure_cache import cached
-from dashboard.views.components import PAGE_TRACE_ID, alert, card, clicked_index, control, controls, graph, section
-from dashboard.views.formatting import job_active
-from dashboard.views.job_views import (
-    NO_REPLAY,
-    followed_banner,
-    job_banner,
-    job_history_table,
-    job_progress,
-    replay_placeholder,
-)
-from dashboard.views.job_views import describe_simulation as describe
+from dashboard.views.components import PAGE_TRACE_ID, alert, card, control, controls, graph, section
+from dashboard.views.job_panel import Checked, JobPanel, rerun_job, shown_job
+from dashboard.views.job_views import NO_REPLAY, describe_simulation, replay_placeholder
 from dashboard.views.number_fields import (
     Bounds,
     NumberFields,
@@ -206,7 +197,7 @@ def form(p: dict, d: dict) -> html.Div:
                 ),
                 html.Button("Replay", id="sim-submit", n_clicks=0, className="button"),
             ),
-            html.Div(id="sim-form-message"),
+            PANEL.message(),
         ]
     )
 
@@ -215,93 +206,112 @@ ZOOMABLE = ("sim-pred-vs-measured", "sim-speedup", "sim-idle")
 register_url_state("simulate", {}, zoom=ZOOMABLE)
 
 
+def replays(api: ApiClient, trace_id) -> list[dict]:
+    """The trace's replays, newest first (the history table)."""
+    return api.simulations(trace_id=trace_id, limit=50)
+
+
+PANEL = JobPanel(
+    "sim",
+    "Replay",
+    "replay",
+    "sim-form-message",
+    history=replays,
+    describe=describe_simulation,
+    identical="Identical to replay {id}: shown below.",
+)
+PANEL.register()
+
+
+def _form_start(p: dict, step_ids: list[int], again: dict | None):
+    """(the form's values, the note saying whose they are): the defaults, or the
+    configuration of the replay "Re-run…" on the jobs page named."""
+    values = form_defaults(p, step_ids)
+    if again is None:
+        return values, None
+    values = form_values_from_job(again.get("params") or {}, values)
+    if values.get("model") not in (p.get("models") or {}):
+        by_lower = {str(k).lower(): k for k in p.get("models") or {}}
+        values["model"] = by_lower.get(str(values.get("model")).lower(), form_defaults(p, step_ids)["model"])
+    note = alert(
+        f"The form holds replay {again['id']}'s configuration: change what you need and press Replay.",
+        "info",
+        id="sim-rerun-note",
+    )
+    return values, note
+
+
+def _configure_section(p: dict, values: dict, refilled) -> html.Section:
+    return section(
+        "Configure a replay",
+        refilled,
+        form(p, values),
+        help_text="Replays each step's recorded workload on the cluster below under policy A, and under "
+        "policy B for comparison. Calibration fits the engine's speed to the trace's measured "
+        "timings on the fit steps; accuracy is then reported on the other steps.",
+    )
+
+
+def _prediction_section() -> html.Section:
+    return section(
+        "Predicted time per step",
+        graph("sim-pred-vs-measured"),
+        html.Div(id="sim-accuracy"),
+        help_text="Accuracy = 1 − |predicted − measured| / measured on steps not used for calibration; the "
+        "naive predictor repeats the mean of the fitted steps.",
+    )
+
+
+def _comparison_row() -> html.Div:
+    return html.Div(
+        className="grid-2",
+        children=[
+            section("Speedup of B over A", graph("sim-speedup")),
+            section("Idle GPU time by cause", graph("sim-idle")),
+        ],
+    )
+
+
+def _timeline_section() -> html.Section:
+    policy = dcc.RadioItems(
+        id="sim-timeline-policy",
+        value="a",
+        inline=True,
+        options=[{"label": "A", "value": "a"}, {"label": "B", "value": "b"}],
+    )
+    return section(
+        "Simulated GPU timeline",
+        controls(control("Policy", policy), html.Div(id="sim-downloads", className="controls")),
+        graph("sim-timeline"),
+        help_text="Each row is a group of GPUs doing the same thing; the Chrome trace (Perfetto, "
+        "chrome://tracing) has every interval.",
+    )
+
+
 def body(trace: dict, job_param=None, rerun=None, query: dict | None = None) -> html.Div:
     if not trace.get("n_samples"):
         return alert("This trace has no samples (rollout lengths), so there is nothing to replay.", "info")
     api = session.api()
     try:
         p = presets(api)
-        history = api.simulations(trace_id=trace["id"], limit=50)
+        history = replays(api, trace["id"])
         step_ids = [s["step"] for s in api.steps(trace["id"])]
     except ApiError as exc:
         return alert(exc.message)
-    shown = None
-    if job_param is not None and str(job_param).isdigit():
-        shown = next((j for j in history if j["id"] == int(job_param)), None)
-    if shown is None and history:
-        done = [j for j in history if j.get("status") == "succeeded"]
-        shown = done[0] if done else history[0]
-    shown_id = shown["id"] if shown else None
-    if shown and shown.get("status") == "succeeded":
-        results.prefetch(shown_id)  # the figures ask for its result in a moment
-    values, refilled = form_defaults(p, step_ids), None
-    again = next((j for j in history if str(j["id"]) == str(rerun)), None) if rerun is not None else None
-    if again is not None:  # "Re-run…" on the jobs page: the form as that replay was configured
-        values = form_values_from_job(again.get("params") or {}, values)
-        if values.get("model") not in (p.get("models") or {}):
-            by_lower = {str(k).lower(): k for k in p.get("models") or {}}
-            values["model"] = by_lower.get(str(values.get("model")).lower(), form_defaults(p, step_ids)["model"])
-        refilled = alert(
-            f"The form holds replay {again['id']}'s configuration: change what you need and press Replay.",
-            "info",
-            id="sim-rerun-note",
-        )
+    shown = shown_job(history, job_param)
+    values, refilled = _form_start(p, step_ids, rerun_job(history, rerun))
     return html.Div(
         [
             url_sink("simulate"),
             zoom_store("simulate", query or {}),
-            dcc.Store(id="sim-job", data=shown_id),
-            dcc.Store(id="sim-done", data=shown_id if shown and shown.get("status") == "succeeded" else None),
-            dcc.Interval(id="sim-poll", interval=1000, disabled=not job_active(shown)),
-            section(
-                "Configure a replay",
-                refilled,
-                form(p, values),
-                help_text="Replays each step's recorded workload on the cluster below under policy A, and under "
-                "policy B for comparison. Calibration fits the engine's speed to the trace's measured "
-                "timings on the fit steps; accuracy is then reported on the other steps.",
-            ),
-            html.Div(job_progress(shown, "replay"), id="sim-progress"),
-            html.Div(id="sim-cards", className="cards"),
-            section(
-                "Predicted time per step",
-                graph("sim-pred-vs-measured"),
-                html.Div(id="sim-accuracy"),
-                help_text="Accuracy = 1 − |predicted − measured| / measured on steps not used for calibration; the "
-                "naive predictor repeats the mean of the fitted steps.",
-            ),
-            html.Div(
-                className="grid-2",
-                children=[
-                    section("Speedup of B over A", graph("sim-speedup")),
-                    section("Idle GPU time by cause", graph("sim-idle")),
-                ],
-            ),
-            section(
-                "Simulated GPU timeline",
-                controls(
-                    control(
-                        "Policy",
-                        dcc.RadioItems(
-                            id="sim-timeline-policy",
-                            value="a",
-                            inline=True,
-                            options=[{"label": "A", "value": "a"}, {"label": "B", "value": "b"}],
-                        ),
-                    ),
-                    html.Div(id="sim-downloads", className="controls"),
-                ),
-                graph("sim-timeline"),
-                help_text="Each row is a group of GPUs doing the same thing; the Chrome trace (Perfetto, "
-                "chrome://tracing) has every interval.",
-            ),
-            section(
-                "Replays of this trace",
-                html.Div(
-                    job_history_table(history, open_type="sim-open", describe=describe, shown_id=shown_id),
-                    id="sim-history",
-                ),
-            ),
+            *PANEL.stores(shown),
+            _configure_section(p, values, refilled),
+            PANEL.progress(shown),
+            html.Div(id="sim-cards", className="cards"),  # the replay's figures: `fill`, `fill_timeline`
+            _prediction_section(),
+            _comparison_row(),
+            _timeline_section(),
+            section("Replays of this trace", PANEL.history_box(history, shown)),
         ]
     )
 
@@ -315,62 +325,53 @@ def _param_states(which: str) -> dict:
     return {"ids": State(pattern, "id"), "values": State(pattern, "value")}
 
 
-@dash.callback(
-    output={
-        "job": Output("sim-job", "data", allow_duplicate=True),
-        "message": Output("sim-form-message", "children"),
-        "errors": {id_: Output(error_id(id_), "children") for id_ in NUMBERS},
-        "errors_a": Output({"type": PARAM_ERROR, "form": "sim", "policy": "a", "name": ALL}, "children"),
-        "errors_b": Output({"type": PARAM_ERROR, "form": "sim", "policy": "b", "name": ALL}, "children"),
-    },
-    inputs={
-        "n": Input("sim-submit", "n_clicks"),
-        "trace_id": State(PAGE_TRACE_ID, "data"),
-        "choices": {
-            key: State(id_, "value")
-            for key, id_ in (
-                ("gpu", "sim-gpu"),
-                ("model", "sim-model"),
-                ("policy_a", "sim-policy-a"),
-                ("policy_b", "sim-policy-b"),
-                ("balancing", "sim-balancing"),
-                ("calibrate", "sim-calibrate"),
-                ("fit_steps", "sim-fit-steps"),
-                ("forecast", "sim-forecast"),
-            )
-        },
-        "numbers": {id_: State(id_, "value") for id_ in NUMBERS},
-        "params_a": _param_states("a"),
-        "params_b": _param_states("b"),
-    },
-    prevent_initial_call=True,
-)
-def submit(n, trace_id, choices, numbers, params_a, params_b):
-    """Replay with the form's values exactly as shown; a field whose value the form cannot
-    send blocks it, its message under it (never replaced by the default)."""
-    if not n:
-        raise PreventUpdate  # a re-rendered button, not a click
-    values, errors, param_errors = _form_values(choices, numbers, params_a, params_b)
-    out = {
-        "job": no_update,
-        "message": None,
+CHOICES = {
+    "gpu": "sim-gpu",
+    "model": "sim-model",
+    "policy_a": "sim-policy-a",
+    "policy_b": "sim-policy-b",
+    "balancing": "sim-balancing",
+    "calibrate": "sim-calibrate",
+    "fit_steps": "sim-fit-steps",
+    "forecast": "sim-forecast",
+}
+
+
+def check(trace_id, form: dict) -> Checked:
+    """The replay request for the form's values exactly as shown; a field whose value the
+    form cannot send blocks it, its message under it (never replaced by the default)."""
+    values, errors, param_errors = _form_values(form["choices"], form["numbers"], form["params_a"], form["params_b"])
+    fields = {
         "errors": {id_: errors.get(id_) for id_ in NUMBERS},
-        "errors_a": error_outputs(param_errors["a"], params_a["ids"]),
-        "errors_b": error_outputs(param_errors["b"], params_b["ids"]),
+        "errors_a": error_outputs(param_errors["a"], form["params_a"]["ids"]),
+        "errors_b": error_outputs(param_errors["b"], form["params_b"]["ids"]),
     }
     if errors or any(param_errors.values()):
         named = [f'"{NUMBERS[id_][1]}"' for id_ in errors]
         named += [f"policy {w.upper()}'s {name}" for w, wrong in param_errors.items() for name in wrong]
-        return {**out, "message": alert(blocked_message(named), id="sim-form-blocked")}
+        return Checked(None, fields, alert(blocked_message(named), id="sim-form-blocked"))
     try:
-        job = session.api().simulate(simulation_body(trace_id, values))
+        return Checked(simulation_body(trace_id, values), fields)
     except ValueError as exc:
-        return {**out, "message": alert(str(exc))}
-    except ApiError as exc:
-        where = f" ({exc.field})" if exc.field and exc.field not in exc.message else ""
-        return {**out, "message": alert(f"{exc.message}{where}")}
-    same = f"Identical to replay {job['id']}: shown below." if job.get("status") == "succeeded" else None
-    return {**out, "job": job["id"], "message": job_banner(job, "Replay", "sim-started", same)}
+        return Checked(None, fields, alert(str(exc)))
+
+
+PANEL.register_submit(
+    buttons=("sim-submit",),
+    form={
+        "choices": {key: State(id_, "value") for key, id_ in CHOICES.items()},
+        "numbers": {id_: State(id_, "value") for id_ in NUMBERS},
+        "params_a": _param_states("a"),
+        "params_b": _param_states("b"),
+    },
+    fields={
+        "errors": {id_: Output(error_id(id_), "children") for id_ in NUMBERS},
+        "errors_a": Output({"type": PARAM_ERROR, "form": "sim", "policy": "a", "name": ALL}, "children"),
+        "errors_b": Output({"type": PARAM_ERROR, "form": "sim", "policy": "b", "name": ALL}, "children"),
+    },
+    check=check,
+    send=lambda api, body: api.simulate(body),
+)
 
 
 def _form_values(choices: dict, numbers: dict, params_a: dict, params_b: dict):
@@ -397,56 +398,6 @@ def params_of_a(kind):
 @dash.callback(Output("sim-params-b", "children"), Input("sim-policy-b", "value"), prevent_initial_call=True)
 def params_of_b(kind):
     return param_controls(presets(session.api()), "b", kind)
-
-
-@dash.callback(
-    Output("sim-job", "data", allow_duplicate=True),
-    Input({"type": "sim-open", "index": ALL}, "n_clicks"),
-    prevent_initial_call=True,
-)
-def reopen(clicks):
-    job_id = clicked_index()
-    return no_update if job_id is None else job_id
-
-
-@dash.callback(
-    Output("sim-progress", "children"),
-    Output("sim-poll", "disabled"),
-    Output("sim-done", "data"),
-    Output("sim-history", "children"),
-    Output("sim-form-message", "children", allow_duplicate=True),
-    Input("sim-job", "data"),
-    Input("sim-poll", "n_intervals"),
-    State("sim-done", "data"),
-    State(PAGE_TRACE_ID, "data"),
-    State("sim-form-message", "children"),
-    prevent_initial_call=True,  # the layout shows the state at page load
-)
-def follow(job_id, _n, done, trace_id, banner=None):
-    if job_id is None:
-        return None, True, no_update, no_update, no_update
-    try:
-        job = results.job(job_id)
-    except ApiError as exc:
-        return alert(exc.message), True, no_update, no_update, no_update
-    active = job_active(job)
-    finished = job.get("status") == "succeeded"
-    history: object = no_update
-    if ctx.triggered_id == "sim-job" or not active:
-        try:
-            history = job_history_table(
-                session.api().simulations(trace_id=trace_id, limit=50),
-                open_type="sim-open",
-                describe=describe,
-                shown_id=job_id,
-            )
-        except ApiError:
-            pass
-    new_done = job_id if finished and done != job_id else (no_update if finished else None)
-    if ctx.triggered_id == "sim-poll" and active:
-        history = no_update  # progress only, while it runs
-    banner = followed_banner(banner, job, "Replay", "sim-started")
-    return job_progress(job, "replay"), not active, new_done, history, banner
 
 
 @dash.callback(

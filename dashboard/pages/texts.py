@@ -21,7 +21,7 @@ from dashboard.api import session
 from dashboard.api.client import ApiError
 from dashboard.pages.sample import sample_href
 from dashboard.views.attach_hint import upload_hint
-from dashboard.views.components import alert, data_attrs, href, section
+from dashboard.views.components import alert, control, data_attrs, href, section, yes_no_select
 from dashboard.views.trace_frame import trace_page
 
 dash.register_page(
@@ -85,23 +85,7 @@ def _form(trace_id, q: dict) -> html.Form:
                 className="control",
             )
         )
-    fields.append(
-        html.Label(
-            [
-                html.Span("ends in a repetition", className="control-label"),
-                html.Select(
-                    name="repeating",
-                    id="texts-f-repeating",
-                    children=[
-                        html.Option("any", value="", selected="repeating" not in q),
-                        html.Option("yes", value="true", selected=q.get("repeating") == "true"),
-                        html.Option("no", value="false", selected=q.get("repeating") == "false"),
-                    ],
-                ),
-            ],
-            className="control",
-        )
-    )
+    fields.append(control("ends in a repetition", yes_no_select("repeating", "texts-f-repeating", q)))
     fields += [
         html.Button("Search", type="submit", className="button"),
         html.A("Clear", href=texts_href(trace_id, {}), className="button secondary"),

@@ -15,7 +15,7 @@ import base64
 from typing import Any
 
 import dash
-from dash import ALL, Input, Output, State, ctx, dcc, html, no_update
+from dash import ALL, Input, Output, State, dcc, html, no_update
 
 from dashboard.api import session
 from dashboard.api.client import ApiError
@@ -33,6 +33,7 @@ from dashboard.views.components import (
 )
 from dashboard.views.formatting import human_bytes, human_count, human_time, job_active
 from dashboard.views.number_fields import Bounds, blocked_message, check_number, error_id, number_input
+from dashboard.views.pager import pager, pager_outputs, pager_state, register_pager
 from dashboard.views.uploads import error_matches, file_list, skipped_note, with_docs_link
 from dashboard.views.url_state import query_value, register_url_state, url_sink
 
@@ -47,112 +48,105 @@ STATUSES = ("pending", "ingesting", "ready", "failed")
 def layout(**query):
     if not signed_in():
         return sign_in_required("/traces")
-    return html.Div(
-        [
-            html.H2("Traces"),
-            url_sink("traces"),
-            section(
-                "Upload",
-                dcc.Upload(
-                    id="trace-upload",
-                    multiple=True,
-                    className="upload-zone",
-                    className_active="upload-zone active",
-                    className_disabled="upload-zone disabled",
-                    children=html.Div(
-                        [
-                            html.Strong("Drop trace files here"),
-                            " — several files, a run folder, or one .zip / .tar.gz",
-                            html.Br(),
-                            html.Span("or click to choose", className="muted"),
-                        ]
-                    ),
-                ),
-                controls(
-                    control(
-                        "Name (optional)",
-                        dcc.Input(
-                            id="trace-upload-name",
-                            type="text",
-                            placeholder="default: the archive or the kinds of file",
-                            className="input",
-                            style={"width": "420px", "maxWidth": "100%"},
-                        ),
-                    ),
-                    control(
-                        "Format (optional)",
-                        dcc.Input(id="trace-upload-format", type="text", placeholder="auto-detect", className="input"),
-                    ),
-                    control(
-                        "Max response length (optional)",
-                        number_input(
-                            "trace-upload-max-len", None, MAX_LEN_BOUNDS, placeholder="e.g. 8192 tokens", width=230
-                        ),
-                    ),
-                ),
-                html.P(
-                    [
-                        "Accepted formats and their fields: ",
-                        html.A("docs/formats.md", href=href("/formats"), id="formats-link", target="_blank"),
-                        ". The max response length is the run's generation limit: a sample counts as truncated when "
-                        "the engine stopped it for length, where the files record its stop reason, else when it "
-                        "reached this length (most formats carry it; give it for those that do not).",
-                    ],
-                    className="help",
-                ),
-                html.Div(id="upload-busy", className="muted"),
-                html.Div(id="upload-status"),
-                dcc.Store(id="upload-state"),
-                dcc.Interval(id="upload-poll", interval=1000, disabled=True),
-                help_text="PolyTrace per-step JSONL, verl metric logs, verl rollout dumps (<step>.jsonl; add the run's "
-                "tokenizer.json for token lengths, else characters), PyTorch-profiler (Kineto) traces, Nsight Systems "
-                "SQLite exports (nsys export --type sqlite), or the native CSV/JSONL/Parquet format. Large uploads are ingested in the background; the browser "
-                "holds the files in memory while sending them, so for several GB use `rlvr-explorer ingest` "
-                "or the REST API.",
+    return html.Div([html.H2("Traces"), url_sink("traces"), _upload_section(), _list_section(query)])
+
+
+def _upload_section() -> html.Section:
+    """Drop files (or a folder, or an archive) with an optional name, format and length cap."""
+    return section(
+        "Upload",
+        dcc.Upload(
+            id="trace-upload",
+            multiple=True,
+            className="upload-zone",
+            className_active="upload-zone active",
+            className_disabled="upload-zone disabled",
+            children=html.Div(
+                [
+                    html.Strong("Drop trace files here"),
+                    " — several files, a run folder, or one .zip / .tar.gz",
+                    html.Br(),
+                    html.Span("or click to choose", className="muted"),
+                ]
             ),
-            section(
-                "Your traces",
-                controls(
-                    control(
-                        "Search",
-                        dcc.Input(
-                            id="traces-q",
-                            type="search",
-                            placeholder="name contains…",
-                            debounce=True,
-                            className="input",
-                            value=query_value(query, "q", None),
-                        ),
-                    ),
-                    control(
-                        "Status",
-                        dcc.Dropdown(
-                            id="traces-status",
-                            options=[{"label": s, "value": s} for s in STATUSES],
-                            value=query_value(query, "status", None, choices=STATUSES),
-                            placeholder="any",
-                            clearable=True,
-                            style={"minWidth": "160px"},
-                        ),
-                    ),
+        ),
+        controls(
+            control(
+                "Name (optional)",
+                dcc.Input(
+                    id="trace-upload-name",
+                    type="text",
+                    placeholder="default: the archive or the kinds of file",
+                    className="input",
+                    style={"width": "420px", "maxWidth": "100%"},
                 ),
-                html.Div(id="traces-message"),
-                html.Div(id="traces-table"),
-                html.Div(
-                    className="pager",
-                    children=[
-                        html.Button("← Newer", id="traces-prev", n_clicks=0, className="button small secondary"),
-                        html.Span(id="traces-range", className="muted"),
-                        html.Button("Older →", id="traces-next", n_clicks=0, className="button small secondary"),
-                    ],
-                ),
-                dcc.Store(id="traces-offset", data=query_value(query, "offset", 0, kind=int)),
-                dcc.Store(id="traces-refresh", data=0),
-                dcc.Interval(id="traces-poll", interval=2000, disabled=True),
-                dcc.Store(id="delete-target"),
-                dcc.ConfirmDialog(id="delete-confirm"),
             ),
-        ]
+            control(
+                "Format (optional)",
+                dcc.Input(id="trace-upload-format", type="text", placeholder="auto-detect", className="input"),
+            ),
+            control(
+                "Max response length (optional)",
+                number_input("trace-upload-max-len", None, MAX_LEN_BOUNDS, placeholder="e.g. 8192 tokens", width=230),
+            ),
+        ),
+        html.P(
+            [
+                "Accepted formats and their fields: ",
+                html.A("docs/formats.md", href=href("/formats"), id="formats-link", target="_blank"),
+                ". The max response length is the run's generation limit: a sample counts as truncated when "
+                "the engine stopped it for length, where the files record its stop reason, else when it "
+                "reached this length (most formats carry it; give it for those that do not).",
+            ],
+            className="help",
+        ),
+        html.Div(id="upload-busy", className="muted"),
+        html.Div(id="upload-status"),
+        dcc.Store(id="upload-state"),
+        dcc.Interval(id="upload-poll", interval=1000, disabled=True),
+        help_text="PolyTrace per-step JSONL, verl metric logs, verl rollout dumps (<step>.jsonl; add the run's "
+        "tokenizer.json for token lengths, else characters), PyTorch-profiler (Kineto) traces, Nsight Systems "
+        "SQLite exports (nsys export --type sqlite), or the native CSV/JSONL/Parquet format. Large uploads are ingested in the background; the browser "
+        "holds the files in memory while sending them, so for several GB use `rlvr-explorer ingest` "
+        "or the REST API.",
+    )
+
+
+def _list_section(query: dict) -> html.Section:
+    """The team's traces, searched and filtered, a page at a time, with their Delete."""
+    return section(
+        "Your traces",
+        controls(
+            control(
+                "Search",
+                dcc.Input(
+                    id="traces-q",
+                    type="search",
+                    placeholder="name contains…",
+                    debounce=True,
+                    className="input",
+                    value=query_value(query, "q", None),
+                ),
+            ),
+            control(
+                "Status",
+                dcc.Dropdown(
+                    id="traces-status",
+                    options=[{"label": s, "value": s} for s in STATUSES],
+                    value=query_value(query, "status", None, choices=STATUSES),
+                    placeholder="any",
+                    clearable=True,
+                    style={"minWidth": "160px"},
+                ),
+            ),
+        ),
+        html.Div(id="traces-message"),
+        html.Div(id="traces-table"),
+        *pager("traces", query_value(query, "offset", 0, kind=int)),
+        dcc.Store(id="traces-refresh", data=0),
+        dcc.Interval(id="traces-poll", interval=2000, disabled=True),
+        dcc.Store(id="delete-target"),
+        dcc.ConfirmDialog(id="delete-confirm"),
     )
 
 
@@ -381,32 +375,14 @@ def traces_table(items: list[dict]) -> html.Table | html.P:
     return html.Table([html.Thead(head), html.Tbody(body)], className="table", id="traces-table-el")
 
 
-@dash.callback(
-    Output("traces-offset", "data"),
-    Input("traces-prev", "n_clicks"),
-    Input("traces-next", "n_clicks"),
-    Input("traces-q", "value"),
-    Input("traces-status", "value"),
-    State("traces-offset", "data"),
-    prevent_initial_call=True,
-)
-def page(_prev, _next, _q, _status, offset):
-    if ctx.triggered_id is None:
-        return no_update
-    if ctx.triggered_id == "traces-next":
-        return (offset or 0) + PAGE_SIZE
-    if ctx.triggered_id == "traces-prev":
-        return max((offset or 0) - PAGE_SIZE, 0)
-    return 0
+register_pager("traces", PAGE_SIZE, ("traces-q", "traces-status"))
 
 
 @dash.callback(
     Output("traces-table", "children"),
-    Output("traces-range", "children"),
     Output("traces-poll", "disabled"),
-    Output("traces-prev", "disabled"),
-    Output("traces-next", "disabled"),
     Output("traces-message", "children"),
+    *pager_outputs("traces"),
     Input("traces-offset", "data"),
     Input("traces-refresh", "data"),
     Input("traces-poll", "n_intervals"),
@@ -418,11 +394,11 @@ def list_traces(offset, _refresh, _poll, q, status):
     try:
         page_ = session.api().list_traces(limit=PAGE_SIZE, offset=offset, status=status, q=(q or "").strip() or None)
     except ApiError as exc:
-        return no_update, "", True, True, True, alert(exc.message)
+        return no_update, True, alert(exc.message), "", True, True
     items, total = page_.get("items", []), int(page_.get("total") or 0)
     busy = any(t.get("status") in ("pending", "ingesting") for t in items)
     shown = f"{offset + 1}–{offset + len(items)} of {total}" if items else f"0 of {total}"
-    return traces_table(items), shown, not busy, offset <= 0, offset + len(items) >= total, None
+    return traces_table(items), not busy, None, *pager_state(shown, offset, offset + len(items) < total)
 
 
 @dash.callback(

@@ -16,21 +16,20 @@ from __future__ import annotations
 from typing import Any
 
 import dash
-from dash import ALL, Input, Output, State, ctx, dcc, html, no_update
+from dash import Input, Output, State, ctx, dcc, html
 from dash.development.base_component import Component
-from dash.exceptions import PreventUpdate
 
 from dashboard.api import session
-from dashboard.api.client import ApiError
+from dashboard.api.client import ApiClient, ApiError
 from dashboard.figures.common import empty_figure
 from dashboard.figures.workload import KS_CAPTION, fit_ks_figure, task_summary
 from dashboard.server import results
 from dashboard.server.downloads import workload_zip_href
 from dashboard.server.figure_cache import cached
-from dashboard.views.components import PAGE_TRACE_ID, alert, clicked_index, control, controls, graph, href, section
-from dashboard.views.formatting import human_count, job_active
-from dashboard.views.job_views import describe_workload as describe
-from dashboard.views.job_views import followed_banner, job_banner, job_history_table, job_progress
+from dashboard.views.components import alert, control, controls, graph, href, section
+from dashboard.views.formatting import human_count
+from dashboard.views.job_panel import Checked, JobPanel, rerun_job, shown_job
+from dashboard.views.job_views import describe_workload
 from dashboard.views.number_fields import (
     Bounds,
     NumberFields,
@@ -69,25 +68,19 @@ def _number(id_: str, v: dict):
     return number_control(NUMBERS, id_, v)
 
 
-def body(trace: dict, job_param=None, rerun=None) -> html.Div:
-    if not trace.get("n_samples"):
-        return alert("This trace has no samples (rollout lengths) to fit.", "info")
-    try:
-        history = session.api().jobs(trace_id=trace["id"], kind="workload", limit=50)
-    except ApiError as exc:
-        return alert(exc.message)
-    shown = None
-    if job_param is not None and str(job_param).isdigit():
-        shown = next((j for j in history if j["id"] == int(job_param)), None)
-    if shown is None and history:
-        done = [j for j in history if j.get("status") == "succeeded"]
-        shown = done[0] if done else history[0]
-    shown_id = shown["id"] if shown else None
-    if shown and shown.get("status") == "succeeded":
-        results.prefetch(shown_id)  # the figures ask for its result in a moment
-    multiturn = bool(trace.get("n_turns"))
-    formats = ["multiturn", "compact"] if multiturn else ["packed", "compact"]
-    tasks = trace.get("tasks") or []
+def workload_jobs(api: ApiClient, trace_id) -> list[dict]:
+    """The trace's workload jobs, newest first (the history table)."""
+    return api.jobs(trace_id=trace_id, kind="workload", limit=50)
+
+
+PANEL = JobPanel(
+    "wl", "Workload job", "workload job", "wl-form-message", history=workload_jobs, describe=describe_workload
+)
+PANEL.register()
+
+
+def _form_start(trace: dict, again: dict | None) -> dict:
+    """The form's values: sized from the trace, or as the job "Re-run…" named ran."""
     v: dict[str, Any] = {
         "steps": min(int(trace.get("n_steps") or 1), 20),
         "groups": None,
@@ -95,72 +88,89 @@ def body(trace: dict, job_param=None, rerun=None) -> html.Div:
         "seed": 0,
         "dp_size": 1,
         "task": None,
-        "formats": formats,
+        "formats": _formats(trace),
         "ingest": True,
         "name": None,
     }
-    again = next((j for j in history if str(j["id"]) == str(rerun)), None) if rerun is not None else None
-    if again is not None:  # "Re-run…" on the jobs page: the form as that job was configured
-        v = workload_values_from_job(again.get("params") or {}, v)
+    return v if again is None else workload_values_from_job(again.get("params") or {}, v)
+
+
+def _formats(trace: dict) -> list[str]:
+    """The files a workload of this trace can be written as."""
+    return ["multiturn", "compact"] if trace.get("n_turns") else ["packed", "compact"]
+
+
+def _output_controls(trace: dict, v: dict) -> html.Div:
+    """What is made: the files, whether they become a trace, its name, and the buttons."""
+    formats = _formats(trace)
+    return controls(
+        control(
+            "Files",
+            dcc.Checklist(
+                id="wl-formats",
+                value=[f for f in v["formats"] if f in formats] or formats,
+                inline=True,
+                options=formats,
+            ),
+        ),
+        control(
+            "Then",
+            dcc.Checklist(
+                id="wl-ingest",
+                value=["ingest"] if v["ingest"] else [],
+                inline=True,
+                options=[{"label": "ingest as a new trace", "value": "ingest"}],
+            ),
+        ),
+        control(
+            "Name",
+            dcc.Input(
+                id="wl-name",
+                value=v["name"],
+                placeholder=f"synthetic twin of {trace.get('name')}",
+                className="input",
+                style={"width": "280px"},
+            ),
+        ),
+        html.Button("Fit only", id="wl-fit", n_clicks=0, className="button secondary"),
+        html.Button("Fit and generate", id="wl-submit", n_clicks=0, className="button"),
+    )
+
+
+def _form_section(trace: dict, v: dict) -> html.Section:
+    tasks = trace.get("tasks") or []
+    task = dcc.Dropdown(
+        id="wl-task",
+        options=tasks,
+        value=v["task"] if v["task"] in tasks else None,
+        placeholder="the largest task",
+        disabled=not tasks,
+        style={"minWidth": "160px"},
+    )
+    return section(
+        "Generate a synthetic twin of this trace",
+        controls(*(_number(id_, v) for id_ in NUMBERS), control("Task", task)),
+        _output_controls(trace, v),
+        PANEL.message(),
+        help_text="Fits prompt and response lengths per task (marginals, a joint Gaussian mixture, the far tail, "
+        "the trend over steps, group structure and, for multi-turn traces, turns and tool calls) and "
+        "samples new steps from the fit. The files hold no sample of the original data.",
+    )
+
+
+def body(trace: dict, job_param=None, rerun=None) -> html.Div:
+    if not trace.get("n_samples"):
+        return alert("This trace has no samples (rollout lengths) to fit.", "info")
+    try:
+        history = workload_jobs(session.api(), trace["id"])
+    except ApiError as exc:
+        return alert(exc.message)
+    shown = shown_job(history, job_param)
     return html.Div(
         [
-            dcc.Store(id="wl-job", data=shown_id),
-            dcc.Store(id="wl-done", data=shown_id if shown and shown.get("status") == "succeeded" else None),
-            dcc.Interval(id="wl-poll", interval=1000, disabled=not job_active(shown)),
-            section(
-                "Generate a synthetic twin of this trace",
-                controls(
-                    *(_number(id_, v) for id_ in NUMBERS),
-                    control(
-                        "Task",
-                        dcc.Dropdown(
-                            id="wl-task",
-                            options=tasks,
-                            value=v["task"] if v["task"] in tasks else None,
-                            placeholder="the largest task",
-                            disabled=not tasks,
-                            style={"minWidth": "160px"},
-                        ),
-                    ),
-                ),
-                controls(
-                    control(
-                        "Files",
-                        dcc.Checklist(
-                            id="wl-formats",
-                            value=[f for f in v["formats"] if f in formats] or formats,
-                            inline=True,
-                            options=(["packed"] if not multiturn else ["multiturn"]) + ["compact"],
-                        ),
-                    ),
-                    control(
-                        "Then",
-                        dcc.Checklist(
-                            id="wl-ingest",
-                            value=["ingest"] if v["ingest"] else [],
-                            inline=True,
-                            options=[{"label": "ingest as a new trace", "value": "ingest"}],
-                        ),
-                    ),
-                    control(
-                        "Name",
-                        dcc.Input(
-                            id="wl-name",
-                            value=v["name"],
-                            placeholder=f"synthetic twin of {trace.get('name')}",
-                            className="input",
-                            style={"width": "280px"},
-                        ),
-                    ),
-                    html.Button("Fit only", id="wl-fit", n_clicks=0, className="button secondary"),
-                    html.Button("Fit and generate", id="wl-submit", n_clicks=0, className="button"),
-                ),
-                html.Div(id="wl-form-message"),
-                help_text="Fits prompt and response lengths per task (marginals, a joint Gaussian mixture, the far tail, "
-                "the trend over steps, group structure and, for multi-turn traces, turns and tool calls) and "
-                "samples new steps from the fit. The files hold no sample of the original data.",
-            ),
-            html.Div(job_progress(shown, "workload job"), id="wl-progress"),
+            *PANEL.stores(shown),
+            _form_section(trace, _form_start(trace, rerun_job(history, rerun))),
+            PANEL.progress(shown),
             html.Div(id="wl-output"),
             section(
                 "Fit report",
@@ -168,13 +178,7 @@ def body(trace: dict, job_param=None, rerun=None) -> html.Div:
                 html.Div(id="wl-fit-table"),
                 help_text=KS_CAPTION + " 0 is a perfect fit; the generator samples the joint mixture.",
             ),
-            section(
-                "Workload jobs of this trace",
-                html.Div(
-                    job_history_table(history, open_type="wl-open", describe=describe, shown_id=shown_id),
-                    id="wl-history",
-                ),
-            ),
+            section("Workload jobs of this trace", PANEL.history_box(history, shown)),
         ]
     )
 
@@ -183,89 +187,32 @@ def layout(trace_id: str | None = None, job: str | None = None, rerun: str | Non
     return trace_page(trace_id, __name__, "/workload", lambda trace: body(trace, job, rerun))
 
 
-@dash.callback(
-    output={
-        "job": Output("wl-job", "data", allow_duplicate=True),
-        "message": Output("wl-form-message", "children"),
-        "errors": {id_: Output(error_id(id_), "children") for id_ in NUMBERS},
-    },
-    inputs={
-        "n_fit": Input("wl-fit", "n_clicks"),
-        "n_gen": Input("wl-submit", "n_clicks"),
-        "trace_id": State(PAGE_TRACE_ID, "data"),
-        "numbers": {id_: State(id_, "value") for id_ in NUMBERS},
-        "task": State("wl-task", "value"),
-        "formats": State("wl-formats", "value"),
-        "ingest": State("wl-ingest", "value"),
-        "name": State("wl-name", "value"),
-    },
-    prevent_initial_call=True,
-)
-def submit(n_fit, n_gen, trace_id, numbers, task, formats, ingest, name):
+def check(trace_id, form: dict) -> Checked:
     """Fit, or fit and generate with the form's values exactly as shown: a number field
     the form cannot send blocks the submit, its message under it."""
-    if not (n_fit or n_gen):
-        raise PreventUpdate  # a re-rendered button, not a click
     fit_only = ctx.triggered_id == "wl-fit"  # the fit reads none of the numbers
-    checked, errors = check_fields(numbers, {} if fit_only else {id_: spec[2] for id_, spec in NUMBERS.items()})
-    out = {"job": no_update, "message": None, "errors": {id_: errors.get(id_) for id_ in NUMBERS}}
+    checked, errors = check_fields(form["numbers"], {} if fit_only else {i: spec[2] for i, spec in NUMBERS.items()})
+    fields = {id_: errors.get(id_) for id_ in NUMBERS}
     if errors:
-        return {**out, "message": alert(blocked_message([f'"{NUMBERS[i][1]}"' for i in errors]), id="wl-form-blocked")}
+        blocked = blocked_message([f'"{NUMBERS[i][1]}"' for i in errors])
+        return Checked(None, fields, alert(blocked, id="wl-form-blocked"))
     values = {NUMBERS[id_][0]: v for id_, v in checked.items()}
-    values.update(task=task, formats=formats, ingest="ingest" in (ingest or []), name=name)
-    try:
-        job = session.api().create_workload(workload_body(trace_id, values, fit_only=fit_only))
-    except ApiError as exc:
-        return {**out, "message": alert(exc.message)}
-    return {**out, "job": job["id"], "message": job_banner(job, "Workload job", "wl-started")}
+    values.update(
+        task=form["task"], formats=form["formats"], ingest="ingest" in (form["ingest"] or []), name=form["name"]
+    )
+    return Checked(workload_body(trace_id, values, fit_only=fit_only), fields)
 
 
-@dash.callback(
-    Output("wl-job", "data", allow_duplicate=True),
-    Input({"type": "wl-open", "index": ALL}, "n_clicks"),
-    prevent_initial_call=True,
+PANEL.register_submit(
+    buttons=("wl-fit", "wl-submit"),
+    form={
+        "numbers": {id_: State(id_, "value") for id_ in NUMBERS},
+        **{key: State(f"wl-{key}", "value") for key in ("task", "formats", "ingest", "name")},
+    },
+    fields={id_: Output(error_id(id_), "children") for id_ in NUMBERS},
+    check=check,
+    send=lambda api, body: api.create_workload(body),
 )
-def reopen(clicks):
-    job_id = clicked_index()
-    return no_update if job_id is None else job_id
-
-
-@dash.callback(
-    Output("wl-progress", "children"),
-    Output("wl-poll", "disabled"),
-    Output("wl-done", "data"),
-    Output("wl-history", "children"),
-    Output("wl-form-message", "children", allow_duplicate=True),
-    Input("wl-job", "data"),
-    Input("wl-poll", "n_intervals"),
-    State("wl-done", "data"),
-    State(PAGE_TRACE_ID, "data"),
-    State("wl-form-message", "children"),
-    prevent_initial_call=True,
-)
-def follow(job_id, _n, done, trace_id, banner=None):
-    if job_id is None:
-        return None, True, no_update, no_update, no_update
-    try:
-        job = results.job(job_id)
-    except ApiError as exc:
-        return alert(exc.message), True, no_update, no_update, no_update
-    active = job_active(job)
-    finished = job.get("status") == "succeeded"
-    history: object = no_update
-    if not (ctx.triggered_id == "wl-poll" and active):
-        try:
-            history = job_history_table(
-                session.api().jobs(trace_id=trace_id, kind="workload", limit=50),
-                open_type="wl-open",
-                describe=describe,
-                shown_id=job_id,
-            )
-        except ApiError:
-            pass
-    new_done = job_id if finished and done != job_id else (no_update if finished else None)
-    banner = followed_banner(banner, job, "Workload job", "wl-started")
-    return job_progress(job, "workload job"), not active, new_done, history, banner
 
 
 @dash.callback(

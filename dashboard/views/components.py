@@ -104,6 +104,31 @@ def control(label: str, component) -> html.Label:
     return html.Label([html.Span(label, className="control-label"), component], className="control")
 
 
+def yes_no_select(name: str, id_: str, query: dict) -> html.Select:
+    """A GET form's any / yes / no filter (values "", "true", "false"), as the query has it."""
+    chosen = query.get(name)
+    return html.Select(
+        name=name,
+        id=id_,
+        children=[
+            html.Option("any", value="", selected=chosen not in ("true", "false")),
+            html.Option("yes", value="true", selected=chosen == "true"),
+            html.Option("no", value="false", selected=chosen == "false"),
+        ],
+    )
+
+
+def step_offsets_control(id_: str, value: str | None) -> html.Label:
+    """The per-trace step offsets that align traces on one step axis ("trace:offset, ...",
+    read by `figures.metrics.parse_offsets`)."""
+    return control(
+        "Step offsets",
+        dcc.Input(
+            id=id_, value=value or "", placeholder="trace:offset, e.g. 12:5", debounce=True, style={"width": "180px"}
+        ),
+    )
+
+
 def section(title: str, *children: ComponentSingleType, help_text: str = "") -> html.Section:
     head: list[ComponentSingleType] = [html.H3(title)]
     if help_text:

@@ -1,7 +1,7 @@
-"""Layout pieces for pages that start jobs and show them (replays, workloads, advice): the
-submit's banner that follows its job (`job_banner`, `followed_banner`), a job's progress
-line and the table of a trace's earlier jobs, each row with an "Open" button (pattern id
-{"type": open_type, "index": job id}).
+"""Jobs said for a reader: what a replay's figures say while there is none to draw, one
+line per job's parameters (the history tables, the Jobs page), how long a job ran, and
+the fields of an analysis' re-run form. The panel that starts and follows a page's jobs
+is `views.job_panel`.
 """
 
 from __future__ import annotations
@@ -9,11 +9,8 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime
 
-from dash import html, no_update
-
 from dashboard.figures.simulation import policy_names
-from dashboard.views.components import alert, data_attrs, progress
-from dashboard.views.formatting import human_time, job_active
+from dashboard.views.formatting import job_active
 from dashboard.views.number_fields import Bounds, check_number
 
 NO_REPLAY = "Configure a replay above and press Replay"
@@ -30,86 +27,6 @@ def replay_placeholder(job: dict | None) -> str:
     if job.get("status") == "failed":
         return f"Replay {job['id']} failed ({job.get('error') or 'unknown error'}): change the configuration and replay"
     return NO_REPLAY
-
-
-def job_banner(job: dict, what: str, banner_id: str, text: str | None = None) -> html.Div:
-    """The submit's banner about its job as the job stands: started (info), finished (ok),
-    failed (error). It carries the job and the status it shows, so the page's follow
-    callback can bring it up to date (`followed_banner`)."""
-    status = job.get("status") or "queued"
-    attrs = {"id": banner_id, "data-job-id": str(job["id"]), "data-status": status}
-    if text is not None:
-        kind = "info" if job_active(job) else ("error" if status == "failed" else "ok")
-        return alert(text, kind, **attrs)
-    if job_active(job):
-        return alert(f"{what} {job['id']} started: its progress is below.", "info", **attrs)
-    if status == "failed":
-        error = job.get("error") or job.get("message") or "unknown error"
-        return alert(f"{what} {job['id']} failed: {error}", "error", **attrs)
-    return alert(f"{what} {job['id']} finished: its results are below.", "ok", **attrs)
-
-
-def followed_banner(shown, job: dict, what: str, banner_id: str):
-    """The banner now on the page (a Dash component dict) brought up to date with the job
-    it announced: "started" becomes finished or failed when the job does. no_update when
-    the banner is about another job (or none) or already says the job's status."""
-    props = shown.get("props") if isinstance(shown, dict) else None
-    if not props or props.get("data-job-id") != str(job.get("id")):
-        return no_update
-    if job_active(job) or props.get("data-status") == job.get("status"):
-        return no_update
-    return job_banner(job, what, banner_id)
-
-
-def job_progress(job: dict | None, what: str):
-    """Running: a progress bar with the job's message; failed: its error; done: a line."""
-    if not job:
-        return None
-    if job_active(job):
-        pct = 100 * float(job.get("progress") or 0)
-        return progress(
-            job.get("progress"), f"{what} {job.get('id')}: {job.get('message') or job.get('status')} {pct:.0f}%"
-        )
-    if job.get("status") == "failed":
-        return alert(f"{what} {job.get('id')} failed: {job.get('error') or job.get('message') or 'unknown error'}")
-    return html.Span(f"{what} {job.get('id')}: {job.get('message') or 'done'}", className="muted")
-
-
-def job_history_table(jobs: list[dict], *, open_type: str, describe, shown_id=None) -> html.Table | html.P:
-    """One row per job, newest first: id, status, when, `describe(job)`, and "Open"."""
-    if not jobs:
-        return html.P("None yet.", className="muted")
-    head = html.Tr(
-        [html.Th("Job"), html.Th("Status"), html.Th("Created"), html.Th("What"), html.Th("Result"), html.Th("")]
-    )
-    rows = []
-    for j in jobs:
-        st = j.get("status") or "?"
-        result_text = j.get("error") if st == "failed" else j.get("message")
-        current = shown_id is not None and int(shown_id) == int(j["id"])
-        rows.append(
-            html.Tr(
-                [
-                    html.Td(str(j["id"])),
-                    html.Td(html.Span(st, className=f"badge badge-{st}")),
-                    html.Td(human_time(j.get("created_at"))),
-                    html.Td(describe(j)),
-                    html.Td(result_text or "", className="file-error" if st == "failed" else "muted"),
-                    html.Td(
-                        "shown"
-                        if current
-                        else html.Button(
-                            "Open",
-                            id={"type": open_type, "index": j["id"]},
-                            n_clicks=0,
-                            className="button small secondary",
-                        )
-                    ),
-                ],
-                **data_attrs(job_id=str(j["id"]), status=st),
-            )
-        )
-    return html.Table([html.Thead(head), html.Tbody(rows)], className="table")
 
 
 def describe_simulation(job: dict) -> str:
