@@ -1,7 +1,7 @@
 """Benchmark the replays and the advisor; print figures against targets.
 
 1. Deterministic replay of a synthetic 500 steps × 8,192 samples trace (64 H100s, as
-   bench/simulator.py) under every registered policy — target < 20 s each — with the
+   bench/simulator.py) under every registered policy — target < 10 s each — with the
    work a policy can compute ahead forked on `--workers` processes (what `simulate`
    does on this machine); colocated policies on 16 replicas TP4 and DP64, disaggregated
    ones on 8 replicas TP4 and DP32. Each time is also given as a ratio to sync's in the
@@ -74,7 +74,7 @@ def bench_deterministic(steps: int, groups: int, n: int, workers: int, kinds: li
     )
     for kind in kinds:
         dt, cpu, makespan = (base, base_cpu, None) if kind == "sync" else timed(kind, workers)
-        spent = f"{dt:.1f} s (target < 20 s: {dt / 20:.2f} of it), {dt / base:.2f}x sync; CPU {cpu:.1f} s"
+        spent = f"{dt:.1f} s (target < 10 s: {dt / 10:.2f} of it), {dt / base:.2f}x sync; CPU {cpu:.1f} s"
         print(
             f"  {kind:<14} {spent}, {cpu / base_cpu:.2f}x sync" + (f"; makespan {makespan:.0f} s" if makespan else "")
         )

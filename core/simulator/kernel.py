@@ -241,7 +241,33 @@ def _sk_push(sk: np.ndarray, es: np.ndarray, ri: np.ndarray, j: int, rid: int, s
 
 
 @_jit
-def plan(  # noqa: C901 -- ReplicaEngine.plan: each branch is one limit it checks
+def _admissible(j: int, ri: np.ndarray, es: np.ndarray, wq: np.ndarray, pr: np.ndarray) -> tuple[int, int, int]:
+    """How many waiting requests replica j's next prefill iteration admits, and the sum
+    and the sum of squares of their uncached tokens."""
+    B = es[j, E_B]
+    room = int(pr[P_RUN]) - B
+    kv_free = pr[P_KV] - (es[j, E_S] + B * es[j, E_G])
+    budget = pr[P_PREFILL]
+    k = sp = sp2 = need = 0
+    cap = wq.shape[1]
+    h = es[j, E_WH]
+    for i in range(min(room, es[j, E_WN])):
+        r = wq[j, (h + i) % cap]
+        p = ri[r, R_PREFILL]
+        kv = ri[r, R_CONTEXT] + 1
+        if k and (sp + p > budget or need + kv > kv_free):
+            break
+        if not k and kv > kv_free and B:
+            break  # wait for memory to free up
+        k += 1
+        sp += p
+        sp2 += p * p
+        need += kv
+    return k, sp, sp2
+
+
+@_jit
+def plan(
     j: int,
     ri: np.ndarray,
     rf: np.ndarray,
@@ -266,28 +292,7 @@ def plan(  # noqa: C901 -- ReplicaEngine.plan: each branch is one limit it check
     S = es[j, E_S]
     kv_cap = pr[P_KV]
     if B < pr[P_RUN] and es[j, E_WN] > 0:
-        # how many waiting requests the next prefill iteration admits
-        room = int(pr[P_RUN]) - B
-        kv_free = kv_cap - (S + B * G)
-        budget = pr[P_PREFILL]
-        k = 0
-        sp = 0
-        sp2 = 0
-        need = 0
-        cap = wq.shape[1]
-        h = es[j, E_WH]
-        for i in range(min(room, es[j, E_WN])):
-            r = wq[j, (h + i) % cap]
-            p = ri[r, R_PREFILL]
-            kv = ri[r, R_CONTEXT] + 1
-            if k and (sp + p > budget or need + kv > kv_free):
-                break
-            if not k and kv > kv_free and B:
-                break
-            k += 1
-            sp += p
-            sp2 += p * p
-            need += kv
+        k, sp, sp2 = _admissible(j, ri, es, wq, pr)
         if k:
             tau = pr[P_PA] + pr[P_PB] * sp + pr[P_PC] * sp2
             es[j, E_PK] = PREFILL
