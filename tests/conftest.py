@@ -213,6 +213,14 @@ def wait_for_job(api, job_id: int, timeout: float = 120) -> dict:
 MARKERS_BY_FIXTURE = {"browser": ("browser",), "private_pg": ("postgres",)}
 
 
+def _starts_processes(path: Path, seen: dict[Path, bool] = {}) -> bool:  # noqa: B006 -- a cache
+    """A test module that imports subprocess or multiprocessing starts processes."""
+    if path not in seen:
+        text = path.read_text()
+        seen[path] = any(f"import {m}" in text for m in ("subprocess", "multiprocessing"))
+    return seen[path]
+
+
 def pytest_collection_modifyitems(items):
     # the callback coverage counts what every browser test before it fired
     items.sort(key=lambda item: Path(str(item.path)).name == CALLBACK_COVERAGE_FILE)
@@ -220,6 +228,8 @@ def pytest_collection_modifyitems(items):
         for fixture in getattr(item, "fixturenames", ()):
             for marker in MARKERS_BY_FIXTURE.get(fixture, ()):
                 item.add_marker(marker)
+        if "worker" in getattr(item, "fixturenames", ()) or _starts_processes(Path(str(item.path))):
+            item.add_marker("processes")
         callspec = getattr(item, "callspec", None)
         if callspec is not None and callspec.params.get("backend_env") == "postgres":
             item.add_marker("postgres")  # also when a test picks the shape (indirect)
