@@ -75,7 +75,7 @@ def test_a_policy_that_cannot_run_on_an_engine_says_why(team_key, stored):
 @pytest.mark.engine
 @pytest.mark.timeout(1800)  # engine starts, a calibration sweep and three replays: ~6 min on a loaded 2-core machine
 @sqlite
-def test_replay_on_real_engines_under_sync_partial_and_dispatch(engine_python, team_key, stored):
+def test_replay_on_real_engines_under_sync_partial_and_dispatch(engine_python, team_key, stored, client):
     r = invoke("calibrate-engine", "--arch", "tiny", "--json", "--api-key", team_key)
     assert r.exit_code == 0, r.output
     profile = orjson.loads(r.stdout)
@@ -87,6 +87,7 @@ def test_replay_on_real_engines_under_sync_partial_and_dispatch(engine_python, t
         "partial": ("--policy-param", "finished_groups=8"),
         "length_ranked": (),
     }
+    recorded: list[int] = []
     for policy, extra in runs.items():
         args = ("engine-replay", stored, "--policy", policy, *extra, "--max-requests", 64, "--length-scale", 0.05)
         r = invoke(*args, "--profile", profile["id"], "--json", "--api-key", team_key)
@@ -106,6 +107,11 @@ def test_replay_on_real_engines_under_sync_partial_and_dispatch(engine_python, t
         assert out["measured"]["decoded_tokens"] > 0 and out["predicted"]["decoded_tokens"] > 0
         expected = (out["predicted"]["makespan_s"] - out["measured"]["makespan_s"]) / out["measured"]["makespan_s"]
         assert out["error"]["makespan"] == pytest.approx(expected)
+        recorded.append(out["job_id"])
+    # each run kept as a finished engine-replay job of its trace, in the API newest first
+    listed = client.get(f"/api/v1/traces/{stored}/engine-replays", headers={"X-API-Key": team_key}).json()["items"]
+    assert [r["job_id"] for r in listed] == recorded[::-1] and [r["policy"] for r in listed] == list(runs)[::-1]
+    assert all(r["profile"]["id"] == profile["id"] and r["lengths_exact"] for r in listed)
 
 
 @sqlite
