@@ -42,6 +42,7 @@ from dashboard.server import results
 from dashboard.server.downloads import simulation_trace_href
 from dashboard.server.figure_cache import cached
 from dashboard.views.components import PAGE_TRACE_ID, alert, card, clicked_index, control, controls, graph, section
+from dashboard.views.engine_measured import engine_measured_section
 from dashboard.views.formatting import job_active
 from dashboard.views.job_views import (
     NO_REPLAY,
@@ -270,6 +271,7 @@ def body(trace: dict, job_param=None, rerun=None, query: dict | None = None) -> 
                 help_text="Accuracy = 1 − |predicted − measured| / measured on steps not used for calibration; the "
                 "naive predictor repeats the mean of the fitted steps.",
             ),
+            engine_measured_section(trace["id"]),
             html.Div(
                 className="grid-2",
                 children=[
