@@ -137,3 +137,57 @@ def test_an_engine_replay_job_goes_to_the_engine_queue_and_says_when_no_engine(t
         assert job is not None and job.queue == ENGINE_QUEUE
         assert task_name(ENGINE_REPLAY_KIND) == "workers.tasks.run_engine_replay"
         assert job.status == JobStatus.FAILED and "bash deploy/engine-venv.sh DIR" in (job.error or "")
+
+
+@pytest.mark.engine
+@pytest.mark.timeout(1200)  # two engine starts, a calibration sweep and a 128-request replay
+@sqlite
+def test_a_calibrated_profile_predicts_a_held_out_engine_run_better_than_the_roofline(engine_python, team_key, stored):
+    """The profile comes from its own engine process's batch x context sweep; the replay it
+    predicts is another engine's run of the trace's work, never part of the fit."""
+    from core.simulator import ClusterConfig, roofline_coefficients
+    from engine.models import arch_of
+    from engine.replay import model_config, predict
+    from engine.runs import resolve_model
+    from engine.workload import engine_workload
+    from rlvr_explorer.cli.whatif import team_trace, trace_workload
+
+    r = invoke("calibrate-engine", "--arch", "tiny", "--json", "--api-key", team_key)
+    assert r.exit_code == 0, r.output
+    profile = orjson.loads(r.stdout)
+    args = ("engine-replay", stored, "--policy", "sync", "--max-requests", 64, "--length-scale", 0.05)
+    r = invoke(*args, "--profile", profile["id"], "--json", "--api-key", team_key)
+    assert r.exit_code == 0, r.output
+    run = orjson.loads(r.stdout)
+    assert run["lengths_exact"] and run["requests"] == 128 and run["profile_id"] == profile["id"]
+
+    # the replayed workload rebuilt, and predicted from either set of coefficients
+    shape = arch_of("tiny")
+    model = model_config(shape.name, shape.__dict__, shape.params)
+    trace = team_trace(stored, team_of(team_key))
+    workload = engine_workload(
+        trace_workload(trace, None, "replay"),
+        max_requests=64,
+        length_scale=0.05,
+        max_len=resolve_model("tiny", None)[0]["max_model_len"],
+    )
+
+    def makespan(coefficients: dict) -> float:
+        return predict(workload, "sync", {}, coefficients, profile["limits"], 1, model)["makespan_s"]
+
+    calibrated = makespan(profile["coefficients"])
+    assert calibrated == pytest.approx(run["predicted"]["makespan_s"], rel=1e-9)  # the very workload replayed
+    roofline = makespan(roofline_coefficients(ClusterConfig(n_gpus=1, rollout_replicas=1, train_dp=1), model).to_dict())
+    measured = run["measured"]["makespan_s"]
+    errors = {"profile": abs(calibrated - measured) / measured, "roofline": abs(roofline - measured) / measured}
+    assert errors["profile"] < errors["roofline"], (errors, measured, calibrated, roofline)
+
+
+def team_of(key: str) -> int:
+    from backend.auth import team_for_key
+    from backend.store.db import session_scope
+
+    with session_scope() as session:
+        team = team_for_key(session, key)
+        assert team is not None
+        return team.id
