@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 
+import numpy as np
 import orjson
 import pytest
 from typer.testing import CliRunner
@@ -191,3 +192,75 @@ def team_of(key: str) -> int:
         team = team_for_key(session, key)
         assert team is not None
         return team.id
+
+
+def multiturn_rows(groups: int = 6, n: int = 2, seed: int = 4) -> list[dict]:
+    """One step of PolyTrace multi-turn rows: 1-3 turns a trajectory, a tool call (its
+    latency and response tokens) after every turn but the last."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for g in range(groups):
+        prompt = int(rng.integers(120, 200))
+        for i in range(n):
+            context, turns, calls = prompt, [], []
+            k = int(rng.integers(1, 4))
+            for t in range(k):
+                completion = int(rng.integers(10, 40))
+                turns.append({"turn": t, "prompt_tokens": context, "cached_tokens": 0, "completion_tokens": completion})
+                context += completion
+                if t + 1 < k:
+                    tool = int(rng.integers(20, 60))
+                    calls.append({"turn": t, "latency_s": float(rng.uniform(0.1, 0.4)), "response_token_len": tool})
+                    context += tool
+            rows.append(
+                {
+                    "step": 0,
+                    "prompt_len": prompt,
+                    "turns": turns,
+                    "tool_calls": calls,
+                    "final_response_len": context - prompt,
+                    "prompt_group_id": g,
+                    "sample_id": i,
+                }
+            )
+    return rows
+
+
+@pytest.fixture()
+def multiturn_trace(team_key, tmp_path) -> tuple[int, list[dict]]:
+    rows = multiturn_rows()
+    folder = tmp_path / "multiturn"
+    folder.mkdir()
+    (folder / "multiturn_workload_step_0.jsonl").write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rows))
+    r = invoke("ingest", folder, "--api-key", team_key, "--json")
+    assert r.exit_code == 0, r.output
+    return orjson.loads(r.stdout.strip().splitlines()[-1])["id"], rows
+
+
+@sqlite
+def test_multiturn_trajectories_run_on_an_engine_under_sync_only(team_key, multiturn_trace):
+    r = invoke("engine-replay", multiturn_trace[0], "--policy", "partial", "--api-key", team_key)
+    assert r.exit_code == 2 and "multi-turn trajectories are replayed on an engine under sync only" in r.stderr
+
+
+@pytest.mark.engine
+@pytest.mark.timeout(1200)  # an engine start, a calibration sweep and a dozen trajectories with tool waits
+@sqlite
+def test_multiturn_trajectories_replayed_turn_by_turn_on_a_real_engine(engine_python, team_key, multiturn_trace):
+    trace_id, rows = multiturn_trace
+    r = invoke("engine-replay", trace_id, "--policy", "sync", "--json", "--api-key", team_key)
+    assert r.exit_code == 0, r.output
+    out = orjson.loads(r.stdout)
+    turns = sum(len(row["turns"]) for row in rows)
+    assert out["requests"] == out["finished"] == turns and out["aborted"] == 0 and out["lengths_exact"], out
+    # every turn decoded its recorded completion: the turns, not the trajectories, were the requests
+    decoded = sum(t["completion_tokens"] for row in rows for t in row["turns"])
+    assert out["measured"]["decoded_tokens"] == decoded
+    # (the simulator counts a request's first token with its prefill, not as decoded)
+    assert out["predicted"]["decoded_tokens"] == decoded - turns
+    # the tool calls were waited out: no trajectory ends before its tool latencies have passed
+    waits = max(sum(c["latency_s"] for c in row["tool_calls"]) for row in rows)
+    assert out["measured"]["makespan_s"] > waits and out["predicted"]["makespan_s"] > waits
+    # each later turn continued the previous context: the prefix cache served it
+    cached = out["cached_prompt_tokens"]
+    assert cached["predicted"] > 0 and cached["measured"] == cached["predicted"], cached
