@@ -83,6 +83,7 @@ def _turns(w: StepWorkload, n: int, scale: float, max_len: int | None, block: in
     cached = (np.maximum(reach, 0) // max(1, block)) * max(1, block)
     latency = sub.turn_tool_latency_s
     gap = np.zeros(sample.size) if latency is None else np.nan_to_num(latency, nan=0.0)
+    gap[np.r_[first[1:], True]] = 0.0  # a trajectory ends with its last turn: nothing follows to wait for
     response = _scaled(sub.response_len, scale)
     return StepWorkload(
         step=w.step,

@@ -68,7 +68,7 @@ def multiturn_step() -> object:
         turn_prompt_tokens=i(100, 260, 100, 40, 190, 300, 40),
         turn_cached_tokens=i(0, 90, 100, 0, 40, 150, 40),
         turn_completion_tokens=i(60, 40, 20, 50, 30, 70, 30),
-        turn_tool_latency_s=np.array([0.5, 0.0, 0.0, 0.2, np.nan, 0.0, 0.0]),
+        turn_tool_latency_s=np.array([0.5, 0.3, 0.0, 0.2, np.nan, 0.0, 0.0]),
     )
 
 
@@ -78,7 +78,7 @@ def test_a_multiturn_step_is_replayed_turn_by_turn_with_the_context_the_cache_se
     (out,) = engine_workload([multiturn_step()], block_size=16)
     assert out.turn_sample.tolist() == [0, 0, 1, 2, 2, 2, 3]
     assert out.prompt_len.tolist() == [100, 100, 40, 40]  # the first turn's prompt
-    assert out.turn_tool_latency_s.tolist() == [0.5, 0.0, 0.0, 0.2, 0.0, 0.0, 0.0]  # waits, unknown as none
+    assert out.turn_tool_latency_s.tolist() == [0.5, 0.0, 0.0, 0.2, 0.0, 0.0, 0.0]  # unknown: none; last: no wait
     # the cache serves a later turn the previous turn's prompt and response, a group's
     # later sample its first prompt: whole 16-token blocks, never a prompt's last token
     assert out.turn_cached_tokens.tolist() == [0, 160, 96, 0, 80, 208, 32]
