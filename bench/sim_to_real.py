@@ -6,8 +6,9 @@ relative errors, the what-if speedup of each policy over sync (measured vs predi
 and the mean of each error over the workloads (all runs, not the best).
 
 Workloads: a shared fixture's lengths scaled (verl DAPO, Qwen2.5-32B), a generated
-long-tail run (lognormal responses, sigma 1.2); a multi-turn run (Search-R1) is listed
-as not replayed (multi-turn trajectories do not run on an engine yet).
+long-tail run (lognormal responses, sigma 1.2), and a multi-turn run (Search-R1, its
+lengths scaled, its recorded tool latencies waited out between turns) under the policies
+that replay multi-turn trajectories on an engine (sync).
 
     RLVR_ENGINE_PYTHON=DIR/bin/python python -m bench.sim_to_real [--arch tiny] \
         [--max-requests 64] [--length-scale 0.05] [--steps 2] [--json]
@@ -26,7 +27,7 @@ import numpy as np
 
 from core.simulator import StepWorkload, workload_from_columns
 from core.simulator.policies import POLICIES
-from core.workload.polytrace_rows import packed_rows_to_columns
+from core.workload.polytrace_rows import multiturn_rows_to_columns, packed_rows_to_columns
 from engine.client import EnginePool
 from engine.policies import engine_policy
 from engine.replay import engine_replay, model_config, relative_error
@@ -41,6 +42,14 @@ def fixture_workload(name: str, steps: int) -> list[StepWorkload]:
     for f in sorted((FIXTURES / name).glob("packed_lengths_step_*.jsonl"))[:steps]:
         rows += [json.loads(line) for line in f.read_text().splitlines() if line.strip()]
     return workload_from_columns(packed_rows_to_columns(rows))
+
+
+def multiturn_workload(name: str, steps: int) -> list[StepWorkload]:
+    rows = []
+    for f in sorted((FIXTURES / name).glob("multiturn_workload_step_*.jsonl"))[:steps]:
+        rows += [json.loads(line) for line in f.read_text().splitlines() if line.strip()]
+    cols = multiturn_rows_to_columns(rows)
+    return workload_from_columns(cols["samples"], cols["turns"], cols["tool_calls"])
 
 
 def long_tail_workload(steps: int, groups: int = 16, n: int = 4, seed: int = 0) -> list[StepWorkload]:
@@ -58,7 +67,10 @@ def workloads(steps: int) -> dict[str, list[StepWorkload] | str]:
     dapo = "verl_dapo_qwen2_5_32b"
     out[f"{dapo} (scaled)"] = fixture_workload(dapo, steps) if (FIXTURES / dapo).is_dir() else "fixture absent"
     out["long tail (generated)"] = long_tail_workload(steps)
-    out["search_r1 (multi-turn)"] = "not replayed: multi-turn trajectories do not run on an engine yet"
+    search = "search_r1_qwen2_5_7b"
+    out["search_r1 (multi-turn)"] = (
+        multiturn_workload(search, steps) if (FIXTURES / search).is_dir() else "fixture absent"
+    )
     return out
 
 
@@ -79,11 +91,17 @@ def run(args: argparse.Namespace) -> dict:
         k = design.engines
         with EnginePool(config, k, env=engine_env()) as pool:
             for name, wl in wls.items():
-                if isinstance(wl, str):
-                    rows.append({"policy": kind, "workload": name, "skipped": wl})
+                multiturn = not isinstance(wl, str) and any(w.is_multiturn for w in wl)
+                if isinstance(wl, str) or (multiturn and not design.multiturn):
+                    why = wl if isinstance(wl, str) else "multi-turn trajectories run on an engine under sync only"
+                    rows.append({"policy": kind, "workload": name, "skipped": why})
                     continue
                 scaled = engine_workload(
-                    wl, max_requests=args.max_requests, length_scale=args.length_scale, max_len=config["max_model_len"]
+                    wl,
+                    max_requests=args.max_requests,
+                    length_scale=args.length_scale,
+                    max_len=config["max_model_len"],
+                    block_size=int(pool.limits[0].get("block_size", 1)),
                 )
                 out = engine_replay(pool, scaled, kind, {}, profile, model, shape.vocab, print)
                 rows.append({"workload": name, **out})

@@ -52,12 +52,13 @@ class Request:
     id: str
     prompt: list[int]
     max_tokens: int
+    return_ids: bool = False  # its token ids come back in its Done (a turn to continue from)
 
 
 @dataclass
 class Done:
     """A request that ended: finished (reason ``length``) or aborted (``abort``, with its
-    partial response's token ids)."""
+    partial response's token ids; a finished one has them when it asked, `return_ids`)."""
 
     id: str
     engine: int
@@ -67,6 +68,7 @@ class Done:
     t_scheduled: float
     t_first: float
     t_end: float
+    cached: int = 0  # prompt tokens the prefix cache served
     token_ids: list[int] = field(default_factory=list)
 
 
@@ -161,11 +163,14 @@ class EnginePool:
         self.run_until(lambda: all(i in self.done for i in want))
         return [self.done[i] for i in want]
 
-    def run_until(self, condition: Callable[[], bool]) -> None:
-        """Let the engines run until `condition()` holds (checked after each event) or
-        nothing is left to run."""
+    def run_until(self, condition: Callable[[], bool], until: float | None = None) -> None:
+        """Let the engines run until `condition()` holds (checked after each event),
+        nothing is left to run, or the clock passes `until` (a `now()` time)."""
         while not condition() and any(c.outstanding for c in self.children):
-            for key, _ in self._sel.select():
+            wait = None if until is None else until - self.now()
+            if wait is not None and wait <= 0:
+                return
+            for key, _ in self._sel.select(wait):
                 child: _Child = key.data
                 for ev in child.read_events():
                     if ev["ev"] == "done":

@@ -23,6 +23,7 @@ from core.simulator.policies.length_ranked import ranked_prediction
 from core.simulator.requests import sample_tokens, step_request_arrays
 from core.simulator.workload import StepWorkload
 from engine.client import EnginePool, Request
+from engine.multiturn import drive, trajectories
 from engine.workload import prompt_ids
 
 # request ids, unique in the process: runs may share a pool (its `done` is keyed by id)
@@ -71,11 +72,17 @@ class _Launcher:
 
     def send(self, engine: int, items: list[tuple[int, int, list[int], int]]) -> list[str]:
         """Send (step index, sample, already generated token ids, tokens left) items."""
+        return self.send_prompts(
+            engine, [(si, s, self.prompt(si, s) + generated, left, False) for si, s, generated, left in items]
+        )
+
+    def send_prompts(self, engine: int, items: list[tuple[int, int, list[int], int, bool]]) -> list[str]:
+        """Send (step index, sample, prompt, tokens to decode, return its token ids) items."""
         reqs = []
-        for step_idx, sample, generated, left in items:
+        for step_idx, sample, prompt, left, return_ids in items:
             rid = str(next(_request_ids))
             self.run.sent[rid] = Sent(rid, step_idx, sample, left)
-            reqs.append(Request(rid, self.prompt(step_idx, sample) + generated, left))
+            reqs.append(Request(rid, prompt, left, return_ids))
         self.pool.submit(engine, reqs)
         return [r.id for r in reqs]
 
@@ -92,10 +99,18 @@ def _wait_all(pool: EnginePool, ids: list[str]) -> float:
 
 def run_sync(pool: EnginePool, workload: list[StepWorkload], params: Any, vocab: int) -> EngineRun:
     """Each step's groups submitted together (dispatched over the engines as the
-    simulator's `Policy.dispatch` default, round robin), the step ends with its last."""
+    simulator's `Policy.dispatch` default, round robin), the step ends with its last;
+    multi-turn trajectories turn by turn (`engine.multiturn.drive`)."""
     la = _Launcher(pool, workload, vocab)
     k = len(pool.children)
     for i, w in enumerate(workload):
+        if w.is_multiturn:  # turn by turn, each after its tool call (engine/multiturn.py)
+            trajs = trajectories(i, w, k)
+            t0 = pool.now()
+            drive(la, w, trajs, t0)
+            lasts = [t.last for t in trajs if t.last is not None]
+            la.window(w, t0, max((pool.done[r].t_end for r in lasts), default=t0), lasts)
+            continue
         starts = w.group_slices()
         prompt = np.add.reduceat(w.prompt_len, starts[:-1])
         total = np.add.reduceat(w.total_len, starts[:-1])
@@ -218,11 +233,12 @@ def _abort_rest(pool: EnginePool, groups: list[list[_Sample]], live: dict[str, _
 class EngineDesign:
     run: Callable[[EnginePool, list[StepWorkload], Any, int], EngineRun]
     engines: int  # engines it runs on by default (a dispatch design needs several)
+    multiturn: bool = False  # it replays multi-turn trajectories (turn by turn)
 
 
 # kind -> its run on engines (the kinds whose registry entry says they run on one)
 ENGINE_RUNS: dict[str, EngineDesign] = {
-    "sync": EngineDesign(run_sync, 1),
+    "sync": EngineDesign(run_sync, 1, multiturn=True),
     "partial": EngineDesign(run_partial, 1),
     "length_ranked": EngineDesign(run_length_ranked, 2),
 }

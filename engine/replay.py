@@ -8,6 +8,8 @@ Figures (both sides defined alike; times from each step's rollout start):
   p50/p90_completion_s  per step, the percentile of the completion times of the requests
                      that finished in its window; the mean over steps
   decoded_tokens     tokens the engines decoded (aborted requests' partial responses too)
+A multi-turn trajectory completes with its last turn; `cached_prompt_tokens` then says
+how many prompt tokens the prefix cache served, measured and as predicted.
 `error` is relative, (predicted − measured) / measured.
 """
 
@@ -131,6 +133,7 @@ def engine_replay(
 ) -> dict:
     """Replay on `pool`, predict from `profile`, compare."""
     design, prm = engine_policy(kind, params)
+    multiturn = any(w.is_multiturn for w in workload)
     progress(
         f"replaying {sum(w.n_samples for w in workload)} recorded samples under {kind} on {len(pool.children)} engine(s)"
     )
@@ -158,4 +161,13 @@ def engine_replay(
         # per engine, CPU over wall seconds of its steps (the profile's fit has the sweep's)
         "cpu_share": [cpu_share(log) for log in steps],
         "profile_id": profile.get("id"),
+        **({"cached_prompt_tokens": cached_tokens(pool, run, workload)} if multiturn else {}),
     }
+
+
+def cached_tokens(pool: EnginePool, run: EngineRun, workload: list[StepWorkload]) -> dict:
+    """Prompt tokens the prefix cache served: as the engines reported, and as the
+    predicted workload counts them (engine.workload: whole blocks of the context)."""
+    measured = sum(pool.done[i].cached for i in run.sent if i in pool.done)
+    predicted = sum(int(w.turn_cached_tokens.sum()) for w in workload if w.turn_cached_tokens is not None)
+    return {"measured": int(measured), "predicted": predicted}

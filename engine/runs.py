@@ -91,11 +91,13 @@ def replay_on_engine(
     progress: Progress = lambda m: None,
 ) -> dict:
     design, _ = engine_policy(kind, params)  # says why before any engine starts
+    multiturn = any(w.is_multiturn for w in workload)
+    if multiturn and not design.multiturn:
+        raise ValueError(f"--policy {kind}: multi-turn trajectories are replayed on an engine under sync only")
     engine_python()  # and that there is no engine
     config, shape = resolve_model(arch, model_path)
-    wl = engine_workload(
-        workload, max_requests=max_requests, length_scale=length_scale, max_len=config["max_model_len"]
-    )
+    shape_of = {"max_requests": max_requests, "length_scale": length_scale, "max_len": config["max_model_len"]}
+    wl = engine_workload(workload, **shape_of)
     if profile_id is not None:  # a wrong id fails before any engine starts
         with session_scope() as session:
             get_profile(session, team_id, profile_id)
@@ -104,6 +106,8 @@ def replay_on_engine(
     with EnginePool(config, k, env=engine_env()) as pool:
         profile = _profile_for(pool, team_id, shape, profile_id, progress)
         model = model_config(shape.name, shape.__dict__, shape.params)
+        if multiturn:  # what the engine's prefix cache serves, in its blocks
+            wl = engine_workload(workload, **shape_of, block_size=int(pool.limits[0].get("block_size", 1)))
         out = engine_replay(pool, wl, kind, params, profile, model, shape.vocab, progress)
         out["engine_start_s"] = pool.start_s
     lim = pool.limits[0]

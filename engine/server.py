@@ -7,8 +7,9 @@ max_tokens}]}, ``abort`` {ids}, ``stats`` (answers the iteration log), ``stop``.
 (one a line on stdout, after a ``ready`` line with the engine's limits): ``done`` per
 request that finished or was aborted: id, reason (length | abort), tokens decoded, the
 times it was submitted, scheduled, got its first token and ended (time.monotonic, the
-same clock in every process of the machine), and for an aborted one its token ids (a
-partial response to resume). Between commands the engine steps whenever it has work;
+same clock in every process of the machine), the prompt tokens the prefix cache served,
+and for an aborted one, or one submitted with ``return_ids``, its token ids (a partial
+response to resume, a turn's response to continue from). Between commands the engine steps whenever it has work;
 each step's start, duration, running requests, their KV tokens, its prefill tokens
 (prompts whose first token that step produced), the requests still without a first
 token (queued or part-way through a chunked prefill) and the CPU seconds the process
@@ -37,7 +38,9 @@ ENGINE_ENV = {
 class _Req:
     prompt_len: int
     t_submit: float
+    return_ids: bool = False  # its token ids go back when it finishes (a turn to continue)
     t_first: float = 0.0
+    cached: int = 0  # prompt tokens the prefix cache served
     token_ids: list[int] = field(default_factory=list)
 
 
@@ -75,6 +78,7 @@ class Server:
             "max_num_seqs": sched.max_num_seqs,
             "max_num_batched_tokens": sched.max_num_batched_tokens,
             "kv_cache_tokens": int(blocks * cache.block_size),
+            "block_size": int(cache.block_size),
             "max_model_len": cfg.model_config.max_model_len,
             "device": _device(),
             "on_cpu": _on_cpu(),
@@ -95,7 +99,7 @@ class Server:
 
         now = time.monotonic()
         for r in reqs:
-            self.reqs[r["id"]] = _Req(len(r["prompt"]), now)
+            self.reqs[r["id"]] = _Req(len(r["prompt"]), now, bool(r.get("return_ids")))
             self.engine.add_request(r["id"], TokensPrompt(prompt_token_ids=r["prompt"]), self._params(r["max_tokens"]))
 
     def abort(self, ids: list[str]) -> None:
@@ -119,8 +123,9 @@ class Server:
             "t_scheduled": scheduled,
             "t_first": r.t_first,
             "t_end": t,
+            "cached": r.cached,
         }
-        if reason == "abort":
+        if reason == "abort" or r.return_ids:
             event["token_ids"] = r.token_ids
         _send(event)
 
@@ -140,6 +145,7 @@ class Server:
             new = out.outputs[0].token_ids if out.outputs else []
             if new and not r.t_first:
                 r.t_first = t1
+                r.cached = int(getattr(out, "num_cached_tokens", 0) or 0)
                 prefill += r.prompt_len
                 self.kv += r.prompt_len
             r.token_ids.extend(new)

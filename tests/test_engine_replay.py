@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 
+import numpy as np
 import orjson
 import pytest
 from typer.testing import CliRunner
@@ -75,7 +76,7 @@ def test_a_policy_that_cannot_run_on_an_engine_says_why(team_key, stored):
 @pytest.mark.engine
 @pytest.mark.timeout(1800)  # engine starts, a calibration sweep and three replays: ~6 min on a loaded 2-core machine
 @sqlite
-def test_replay_on_real_engines_under_sync_partial_and_dispatch(engine_python, team_key, stored):
+def test_replay_on_real_engines_under_sync_partial_and_dispatch(engine_python, team_key, stored, client):
     r = invoke("calibrate-engine", "--arch", "tiny", "--json", "--api-key", team_key)
     assert r.exit_code == 0, r.output
     profile = orjson.loads(r.stdout)
@@ -87,6 +88,7 @@ def test_replay_on_real_engines_under_sync_partial_and_dispatch(engine_python, t
         "partial": ("--policy-param", "finished_groups=8"),
         "length_ranked": (),
     }
+    recorded: list[int] = []
     for policy, extra in runs.items():
         args = ("engine-replay", stored, "--policy", policy, *extra, "--max-requests", 64, "--length-scale", 0.05)
         r = invoke(*args, "--profile", profile["id"], "--json", "--api-key", team_key)
@@ -106,6 +108,11 @@ def test_replay_on_real_engines_under_sync_partial_and_dispatch(engine_python, t
         assert out["measured"]["decoded_tokens"] > 0 and out["predicted"]["decoded_tokens"] > 0
         expected = (out["predicted"]["makespan_s"] - out["measured"]["makespan_s"]) / out["measured"]["makespan_s"]
         assert out["error"]["makespan"] == pytest.approx(expected)
+        recorded.append(out["job_id"])
+    # each run kept as a finished engine-replay job of its trace, in the API newest first
+    listed = client.get(f"/api/v1/traces/{stored}/engine-replays", headers={"X-API-Key": team_key}).json()["items"]
+    assert [r["job_id"] for r in listed] == recorded[::-1] and [r["policy"] for r in listed] == list(runs)[::-1]
+    assert all(r["profile"]["id"] == profile["id"] and r["lengths_exact"] for r in listed)
 
 
 @sqlite
@@ -131,3 +138,129 @@ def test_an_engine_replay_job_goes_to_the_engine_queue_and_says_when_no_engine(t
         assert job is not None and job.queue == ENGINE_QUEUE
         assert task_name(ENGINE_REPLAY_KIND) == "workers.tasks.run_engine_replay"
         assert job.status == JobStatus.FAILED and "bash deploy/engine-venv.sh DIR" in (job.error or "")
+
+
+@pytest.mark.engine
+@pytest.mark.timeout(1200)  # two engine starts, a calibration sweep and a 128-request replay
+@sqlite
+def test_a_calibrated_profile_predicts_a_held_out_engine_run_better_than_the_roofline(engine_python, team_key, stored):
+    """The profile comes from its own engine process's batch x context sweep; the replay it
+    predicts is another engine's run of the trace's work, never part of the fit."""
+    from core.simulator import ClusterConfig, roofline_coefficients
+    from engine.models import arch_of
+    from engine.replay import model_config, predict
+    from engine.runs import resolve_model
+    from engine.workload import engine_workload
+    from rlvr_explorer.cli.whatif import team_trace, trace_workload
+
+    r = invoke("calibrate-engine", "--arch", "tiny", "--json", "--api-key", team_key)
+    assert r.exit_code == 0, r.output
+    profile = orjson.loads(r.stdout)
+    args = ("engine-replay", stored, "--policy", "sync", "--max-requests", 64, "--length-scale", 0.05)
+    r = invoke(*args, "--profile", profile["id"], "--json", "--api-key", team_key)
+    assert r.exit_code == 0, r.output
+    run = orjson.loads(r.stdout)
+    assert run["lengths_exact"] and run["requests"] == 128 and run["profile_id"] == profile["id"]
+
+    # the replayed workload rebuilt, and predicted from either set of coefficients
+    shape = arch_of("tiny")
+    model = model_config(shape.name, shape.__dict__, shape.params)
+    trace = team_trace(stored, team_of(team_key))
+    workload = engine_workload(
+        trace_workload(trace, None, "replay"),
+        max_requests=64,
+        length_scale=0.05,
+        max_len=resolve_model("tiny", None)[0]["max_model_len"],
+    )
+
+    def makespan(coefficients: dict) -> float:
+        return predict(workload, "sync", {}, coefficients, profile["limits"], 1, model)["makespan_s"]
+
+    calibrated = makespan(profile["coefficients"])
+    assert calibrated == pytest.approx(run["predicted"]["makespan_s"], rel=1e-9)  # the very workload replayed
+    roofline = makespan(roofline_coefficients(ClusterConfig(n_gpus=1, rollout_replicas=1, train_dp=1), model).to_dict())
+    measured = run["measured"]["makespan_s"]
+    errors = {"profile": abs(calibrated - measured) / measured, "roofline": abs(roofline - measured) / measured}
+    assert errors["profile"] < errors["roofline"], (errors, measured, calibrated, roofline)
+
+
+def team_of(key: str) -> int:
+    from backend.auth import team_for_key
+    from backend.store.db import session_scope
+
+    with session_scope() as session:
+        team = team_for_key(session, key)
+        assert team is not None
+        return team.id
+
+
+def multiturn_rows(groups: int = 6, n: int = 2, seed: int = 4) -> list[dict]:
+    """One step of PolyTrace multi-turn rows: 1-3 turns a trajectory, a tool call (its
+    latency and response tokens) after every turn but the last."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for g in range(groups):
+        prompt = int(rng.integers(120, 200))
+        for i in range(n):
+            context, turns, calls = prompt, [], []
+            k = int(rng.integers(1, 4))
+            for t in range(k):
+                completion = int(rng.integers(10, 40))
+                turns.append({"turn": t, "prompt_tokens": context, "cached_tokens": 0, "completion_tokens": completion})
+                context += completion
+                if t + 1 < k:
+                    tool = int(rng.integers(20, 60))
+                    calls.append({"turn": t, "latency_s": float(rng.uniform(0.1, 0.4)), "response_token_len": tool})
+                    context += tool
+            rows.append(
+                {
+                    "step": 0,
+                    "prompt_len": prompt,
+                    "turns": turns,
+                    "tool_calls": calls,
+                    "final_response_len": context - prompt,
+                    "prompt_group_id": g,
+                    "sample_id": i,
+                }
+            )
+    return rows
+
+
+@pytest.fixture()
+def multiturn_trace(team_key, tmp_path) -> tuple[int, list[dict]]:
+    rows = multiturn_rows()
+    folder = tmp_path / "multiturn"
+    folder.mkdir()
+    (folder / "multiturn_workload_step_0.jsonl").write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rows))
+    r = invoke("ingest", folder, "--api-key", team_key, "--json")
+    assert r.exit_code == 0, r.output
+    return orjson.loads(r.stdout.strip().splitlines()[-1])["id"], rows
+
+
+@sqlite
+def test_multiturn_trajectories_run_on_an_engine_under_sync_only(team_key, multiturn_trace):
+    r = invoke("engine-replay", multiturn_trace[0], "--policy", "partial", "--api-key", team_key)
+    assert r.exit_code == 2 and "multi-turn trajectories are replayed on an engine under sync only" in r.stderr
+
+
+@pytest.mark.engine
+@pytest.mark.timeout(1200)  # an engine start, a calibration sweep and a dozen trajectories with tool waits
+@sqlite
+def test_multiturn_trajectories_replayed_turn_by_turn_on_a_real_engine(engine_python, team_key, multiturn_trace):
+    trace_id, rows = multiturn_trace
+    r = invoke("engine-replay", trace_id, "--policy", "sync", "--json", "--api-key", team_key)
+    assert r.exit_code == 0, r.output
+    out = orjson.loads(r.stdout)
+    turns = sum(len(row["turns"]) for row in rows)
+    assert out["requests"] == out["finished"] == turns and out["aborted"] == 0 and out["lengths_exact"], out
+    # every turn decoded its recorded completion: the turns, not the trajectories, were the requests
+    decoded = sum(t["completion_tokens"] for row in rows for t in row["turns"])
+    assert out["measured"]["decoded_tokens"] == decoded
+    # (the simulator counts a request's first token with its prefill, not as decoded)
+    assert out["predicted"]["decoded_tokens"] == decoded - turns
+    # the tool calls were waited out: no trajectory ends before its tool latencies have passed
+    waits = max(sum(c["latency_s"] for c in row["tool_calls"]) for row in rows)
+    assert out["measured"]["makespan_s"] > waits and out["predicted"]["makespan_s"] > waits
+    # each later turn continued the previous context: the prefix cache served it
+    cached = out["cached_prompt_tokens"]
+    assert cached["predicted"] > 0 and cached["measured"] == cached["predicted"], cached

@@ -50,11 +50,39 @@ def test_engine_workload_keeps_whole_groups_scales_and_clips():
     (one,) = engine_workload([w], max_requests=1)
     assert one.n_samples == 2  # at least one whole group
     assert prompt_ids(3, 1, 8, 100) == prompt_ids(3, 1, 8, 100) != prompt_ids(3, 2, 8, 100)
-    multi = StepWorkload(
-        step=0, group=np.zeros(1, np.int64), prompt_len=np.ones(1, np.int64), response_len=np.ones(1, np.int64)
-    )
-    multi.turn_sample = np.zeros(1, np.int64)
-    with pytest.raises(ValueError, match="multi-turn"):
-        engine_workload([multi])
     with pytest.raises(ValueError, match="length-scale"):
         engine_workload([w], length_scale=0)
+
+
+def multiturn_step() -> object:
+    """Two groups of two trajectories: group 0's with 2 and 1 turns, group 1's with 3 and 1."""
+    from core.simulator import StepWorkload
+
+    i = lambda *v: np.array(v, np.int64)  # noqa: E731
+    return StepWorkload(
+        step=4,
+        group=i(0, 0, 1, 1),
+        prompt_len=i(100, 100, 40, 40),
+        response_len=i(300, 20, 500, 30),
+        turn_sample=i(0, 0, 1, 2, 2, 2, 3),
+        turn_prompt_tokens=i(100, 260, 100, 40, 190, 300, 40),
+        turn_cached_tokens=i(0, 90, 100, 0, 40, 150, 40),
+        turn_completion_tokens=i(60, 40, 20, 50, 30, 70, 30),
+        turn_tool_latency_s=np.array([0.5, 0.3, 0.0, 0.2, np.nan, 0.0, 0.0]),
+    )
+
+
+def test_a_multiturn_step_is_replayed_turn_by_turn_with_the_context_the_cache_serves():
+    from engine.workload import engine_workload
+
+    (out,) = engine_workload([multiturn_step()], block_size=16)
+    assert out.turn_sample.tolist() == [0, 0, 1, 2, 2, 2, 3]
+    assert out.prompt_len.tolist() == [100, 100, 40, 40]  # the first turn's prompt
+    assert out.turn_tool_latency_s.tolist() == [0.5, 0.0, 0.0, 0.2, 0.0, 0.0, 0.0]  # unknown: none; last: no wait
+    # the cache serves a later turn the previous turn's prompt and response, a group's
+    # later sample its first prompt: whole 16-token blocks, never a prompt's last token
+    assert out.turn_cached_tokens.tolist() == [0, 160, 96, 0, 80, 208, 32]
+    (half,) = engine_workload([multiturn_step()], max_requests=2, length_scale=0.5)
+    assert half.n_samples == 2 and half.turn_sample.tolist() == [0, 0, 1]  # one whole group
+    assert half.turn_prompt_tokens.tolist() == [50, 130, 50] and half.turn_completion_tokens.tolist() == [30, 20, 10]
+    assert half.turn_cached_tokens.tolist() == [0, 80, 49]  # block 1: up to the prompt's last token

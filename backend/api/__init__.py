@@ -11,6 +11,7 @@ from backend.api.limits import ConcurrencyLimit, request_limit
 from backend.api.routes import (
     advice,
     analyses,
+    engine_replays,
     jobs,
     keys,
     live,
@@ -44,7 +45,7 @@ def create_app() -> FastAPI:
     install_docs(app, API_PREFIX)
     # every route documents the ErrorResponse shape (FastAPI's own 422s follow it too)
     api = APIRouter(prefix=API_PREFIX, responses=ERROR_RESPONSES)
-    for module in (me, keys, storage, traces, live, trace_data, sample_texts, analyses, jobs):
+    for module in (me, keys, storage, traces, live, trace_data, sample_texts, analyses, engine_replays, jobs):
         api.include_router(module.router)
     # the replay routes' request bodies are typed from the policy registry as it is now
     for replay in (simulations, workloads, advice):

@@ -33,12 +33,13 @@ def send(job_ids: int | list[int], job_kind: str, queue: str | None = None) -> N
         raise QueueUnavailable(f"the job queue is unavailable: {exc}") from exc
 
 
-def dispatch(job_ids: int | list[int], job_kind: str) -> None:
-    """Queue the job(s) (rows already committed) on the task for `job_kind` and record
-    that they were sent. On QueueUnavailable the rows are left for the outbox."""
+def dispatch(job_ids: int | list[int], job_kind: str, queue: str | None = None) -> None:
+    """Queue the job(s) (rows already committed) on the task for `job_kind` (to `queue`,
+    default the configured one) and record that they were sent. On QueueUnavailable the
+    rows are left for the outbox."""
     from backend.store.db import get_engine
 
-    send(job_ids, job_kind)
+    send(job_ids, job_kind, queue)
     ids = job_ids if isinstance(job_ids, list) else [job_ids]
     with get_engine().begin() as conn:
         conn.execute(update(Job).where(Job.id.in_(ids)).values(dispatched_at=utcnow()))

@@ -3,11 +3,13 @@ the engine queue (contracts.ENGINE_QUEUE), which only engine workers read."""
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from sqlalchemy.orm import Session
 
 from backend.jobs.contracts import ENGINE_QUEUE, ENGINE_REPLAY_KIND
 from backend.jobs.state import create_job
-from backend.store.models import Job
+from backend.store.models import Job, JobStatus, utcnow
 from core.simulator.policies import policy_spec
 
 
@@ -28,4 +30,36 @@ def engine_replay_params(trace_id: int, policy: str, params: dict | None = None,
 def create_engine_replay_job(session: Session, team_id: int, params: dict) -> Job:
     job = create_job(session, team_id=team_id, trace_id=params["trace_id"], kind=ENGINE_REPLAY_KIND, params=params)
     job.queue = ENGINE_QUEUE
+    return job
+
+
+def queue_engine_replay(team_id: int, params: dict) -> int:
+    """Commit the job and send it to the engine queue (its id); with the broker down it
+    waits in the outbox, which the workers' sweeper sends to the same queue."""
+    from backend.jobs.dispatch import QueueUnavailable, dispatch
+    from backend.store.db import session_scope
+
+    with session_scope() as session:
+        job_id = create_engine_replay_job(session, team_id, params).id
+    try:
+        dispatch(job_id, ENGINE_REPLAY_KIND, ENGINE_QUEUE)
+    except QueueUnavailable:
+        pass
+    return job_id
+
+
+def replay_message(result: dict) -> str:
+    """A finished replay's one-line summary (the job's message)."""
+    err = result["error"]["makespan"]
+    head = f"{result['requests']} requests on {result['engines']} engine(s)"
+    return f"{head}; makespan error {err:+.1%}" if err is not None else head
+
+
+def record_engine_replay(session: Session, team_id: int, params: dict, result: dict, started_at: datetime) -> Job:
+    """A replay run outside the queue (the CLI's `engine-replay`) kept as a finished job of
+    its trace, so the API and the Simulate page show it as they show a worker's."""
+    job = create_engine_replay_job(session, team_id, params)
+    job.status, job.progress, job.result = JobStatus.SUCCEEDED, 1.0, result
+    job.message = replay_message(result)
+    job.started_at, job.finished_at = started_at, utcnow()
     return job

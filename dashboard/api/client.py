@@ -380,6 +380,10 @@ class ApiClient:
         streamed response (gzip-encoded when the API sends it so; `iter_raw` passes it on)."""
         return self.stream(f"/simulations/{job_id}/chrome-trace", params={"policy": policy})
 
+    def engine_replays(self, trace_id: str | int, *, limit: int = 20) -> list[dict]:
+        """The trace's replays on real inference engines, newest first: measured vs predicted."""
+        return self._get(f"/traces/{trace_id}/engine-replays", limit=limit)["items"]
+
     def advise(self, body: dict) -> dict:
         """Queue the configuration advisor's sweep (202, or 200 with an identical one): the job."""
         return self._json(self._request("POST", "/advice", json=body), "/advice")

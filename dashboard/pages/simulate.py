@@ -41,6 +41,7 @@ from dashboard.server import results
 from dashboard.server.downloads import simulation_trace_href
 from dashboard.server.figure_cache import cached
 from dashboard.views.components import PAGE_TRACE_ID, alert, card, control, controls, graph, section
+from dashboard.views.engine_measured import engine_measured_section
 from dashboard.views.job_panel import Checked, JobPanel, rerun_job, shown_job
 from dashboard.views.job_views import NO_REPLAY, describe_simulation, replay_placeholder
 from dashboard.views.number_fields import (
@@ -309,6 +310,7 @@ def body(trace: dict, job_param=None, rerun=None, query: dict | None = None) -> 
             PANEL.progress(shown),
             html.Div(id="sim-cards", className="cards"),  # the replay's figures: `fill`, `fill_timeline`
             _prediction_section(),
+            engine_measured_section(trace["id"]),
             _comparison_row(),
             _timeline_section(),
             section("Replays of this trace", PANEL.history_box(history, shown)),

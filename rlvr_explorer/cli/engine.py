@@ -93,6 +93,7 @@ def engine_replay(
     api_key: Annotated[str | None, KeyOption] = None,
 ) -> None:
     """Replay a trace on a real inference engine under a policy, beside the simulator's prediction of the same workload."""
+    from backend.store.models import utcnow
     from core.simulator.policies import POLICIES
     from engine.runs import replay_on_engine
 
@@ -104,6 +105,7 @@ def engine_replay(
     step_range = step_range_option(steps)
     params = _run(policy_params, policy, policy_param, "--policy-param")
     workload = _run(trace_workload, trace, step_range, "replay")
+    started = utcnow()
     out = _run(
         replay_on_engine,
         team_id,
@@ -119,7 +121,27 @@ def engine_replay(
         progress=_say,
     )
     out["trace_id"] = trace_id
+    out["job_id"] = _record(team_id, trace_id, step_range, out, started)
     emit(out, _replay_summary, as_json)
+
+
+def _record(team_id: int, trace_id: int, step_range, out: dict, started) -> int:
+    """The run kept as a finished engine-replay job of its trace (the API's
+    `/traces/{id}/engine-replays` and the Simulate page show it)."""
+    from backend.jobs.engine_replay import engine_replay_params, record_engine_replay
+    from backend.store.db import session_scope
+
+    options = {
+        "steps": list(step_range) if step_range else None,
+        "max_requests": out["workload"]["max_requests"],
+        "length_scale": out["workload"]["length_scale"],
+        "profile_id": out["profile_id"],
+        "engines": out["engines"],
+        "arch": out["arch"],
+    }
+    params = engine_replay_params(trace_id, out["policy"], out["params"], **options)
+    with session_scope() as session:
+        return record_engine_replay(session, team_id, params, out, started).id
 
 
 def _pct(x: float | None) -> str:

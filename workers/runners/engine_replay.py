@@ -7,6 +7,7 @@ max_requests, length_scale, profile_id, engines, arch (a preset architecture).""
 
 from __future__ import annotations
 
+from backend.jobs.engine_replay import replay_message
 from backend.store.db import get_engine, new_session
 from backend.store.models import Job, JobStatus, Trace, TraceStatus
 from engine.client import EngineFailed, EngineMissing
@@ -46,10 +47,4 @@ def run_engine_replay_job(job_id: int) -> None:
             arch=params.get("arch", "tiny"),
             progress=lambda message: progress(0.5, message),
         )
-        err = out["error"]["makespan"]
-        outcome.succeed(
-            out,
-            f"{out['requests']} requests on {out['engines']} engine(s); makespan error {err:+.1%}"
-            if err is not None
-            else "done",
-        )
+        outcome.succeed(out, replay_message(out))

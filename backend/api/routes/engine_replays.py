@@ -1,0 +1,94 @@
+"""A trace's engine replays (`rlvr-explorer engine-replay`, or an `engine_replay` job on
+the engine queue): measured on real inference engines versus the simulator's
+prediction from an engine profile, with the profile used. Team-scoped: another team's
+trace is a 404, and only this team's jobs and profiles are read."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query
+from sqlalchemy import select
+
+from backend.api.deps import SessionDep, TraceDep
+from backend.api.errors import ERROR_RESPONSES
+from backend.api.schemas_engine import FIGURES, EngineProfileOut, EngineReplayList, EngineReplayOut
+from backend.jobs.contracts import ENGINE_REPLAY_KIND
+from backend.store.models import EngineProfile, Job, JobStatus
+
+router = APIRouter(prefix="/traces/{trace_id}/engine-replays", tags=["engine"], responses=ERROR_RESPONSES)
+
+
+def relative_errors(measured: dict, predicted: dict) -> dict:
+    """(predicted − measured) / measured per figure; None where nothing was measured."""
+    out = {}
+    for figure in FIGURES:
+        m, p = measured.get(figure), predicted.get(figure)
+        out[figure.removesuffix("_s")] = (p - m) / m if m and p is not None else None
+    return out
+
+
+def profile_out(row: EngineProfile) -> EngineProfileOut:
+    fit = row.fit or {}
+    return EngineProfileOut(
+        id=row.id,
+        engine=row.engine,
+        device=row.device,
+        arch=row.arch,
+        tp=row.tp,
+        coefficients=dict(row.coefficients),
+        decode_r2=fit.get("decode_r2"),
+        prefill_r2=fit.get("prefill_r2"),
+        created_at=row.created_at,
+    )
+
+
+def replay_out(job: Job, profiles: dict[int, EngineProfile]) -> EngineReplayOut:
+    fields: dict = {
+        "job_id": job.id,
+        "status": job.status,
+        "message": job.message,
+        "error_message": job.error,
+        "params": dict(job.params or {}),
+        "created_at": job.created_at,
+        "finished_at": job.finished_at,
+    }
+    r = job.result or {}
+    if job.status == JobStatus.SUCCEEDED and "measured" in r:
+        row = profiles.get(r.get("profile_id") or 0)
+        kept = ("policy", "engine", "device", "arch", "engines", "steps", "requests", "finished", "aborted")
+        fields.update({k: r.get(k) for k in (*kept, "lengths_exact", "measured", "predicted", "cpu_share")})
+        fields.update(
+            policy_params=r.get("params"),
+            length_scale=(r.get("workload") or {}).get("length_scale"),
+            error=relative_errors(r["measured"], r["predicted"]),
+            warnings=list(r.get("warnings") or []),
+            profile_id=r.get("profile_id"),
+            profile=profile_out(row) if row is not None else None,
+        )
+    return EngineReplayOut.model_validate(fields)
+
+
+@router.get("", response_model=EngineReplayList)
+def list_engine_replays(
+    session: SessionDep,
+    trace: TraceDep,
+    limit: Annotated[int, Query(ge=1, le=200)] = 20,
+) -> EngineReplayList:
+    """The trace's engine replays, newest first: each one's measured and predicted
+    makespan, p50/p90 completion and decoded tokens, their relative errors, the policy,
+    requests, whether lengths were exact, and the engine profile the prediction used."""
+    jobs = list(
+        session.scalars(
+            select(Job)
+            .where(Job.team_id == trace.team_id, Job.trace_id == trace.id, Job.kind == ENGINE_REPLAY_KIND)
+            .order_by(Job.id.desc())
+            .limit(limit)
+        )
+    )
+    ids = {(j.result or {}).get("profile_id") for j in jobs} - {None}
+    rows = session.scalars(
+        select(EngineProfile).where(EngineProfile.id.in_(ids), EngineProfile.team_id == trace.team_id)
+    )
+    profiles = {row.id: row for row in rows} if ids else {}
+    return EngineReplayList(items=[replay_out(j, profiles) for j in jobs])
