@@ -8,7 +8,7 @@ import uuid
 
 import pytest
 
-from backend.store.queries import gpu_events, jobs, samples, steps, texts, traces, turns
+from backend.store.queries import engine_profiles, gpu_events, jobs, samples, steps, texts, traces, turns
 from backend.store.queries.samples import SampleFilter
 
 STEPS, GROUPS, PER_GROUP = 3, 2, 3
@@ -358,11 +358,12 @@ def test_every_query_function_is_in_the_scope_test():
         "recent_job_params",
         "owned_trace",
         "sample_where",
+        "engine_profiles_by_id",
     }
     covered = set(_trace_reads(0)) | {"count_samples_filtered", "list_jobs_of_trace"}
     public = {
         name
-        for module in (gpu_events, jobs, samples, steps, texts, traces, turns)
+        for module in (engine_profiles, gpu_events, jobs, samples, steps, texts, traces, turns)
         for name, fn in vars(module).items()
         if inspect.isfunction(fn) and fn.__module__ == module.__name__ and not name.startswith("_")
     }

@@ -8,13 +8,14 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Query
-from sqlalchemy import select
 
 from backend.api.deps import SessionDep, TraceDep
 from backend.api.errors import ERROR_RESPONSES
 from backend.api.schemas_engine import FIGURES, EngineProfileOut, EngineReplayList, EngineReplayOut
 from backend.jobs.contracts import ENGINE_REPLAY_KIND
 from backend.store.models import EngineProfile, Job, JobStatus
+from backend.store.queries.engine_profiles import engine_profiles_by_id
+from backend.store.queries.jobs import list_jobs
 
 router = APIRouter(prefix="/traces/{trace_id}/engine-replays", tags=["engine"], responses=ERROR_RESPONSES)
 
@@ -78,17 +79,9 @@ def list_engine_replays(
     """The trace's engine replays, newest first: each one's measured and predicted
     makespan, p50/p90 completion and decoded tokens, their relative errors, the policy,
     requests, whether lengths were exact, and the engine profile the prediction used."""
-    jobs = list(
-        session.scalars(
-            select(Job)
-            .where(Job.team_id == trace.team_id, Job.trace_id == trace.id, Job.kind == ENGINE_REPLAY_KIND)
-            .order_by(Job.id.desc())
-            .limit(limit)
-        )
+    jobs = list_jobs(
+        session, team_id=trace.team_id, trace_id=trace.id, kind=ENGINE_REPLAY_KIND, limit=limit, include_result=True
     )
-    ids = {(j.result or {}).get("profile_id") for j in jobs} - {None}
-    rows = session.scalars(
-        select(EngineProfile).where(EngineProfile.id.in_(ids), EngineProfile.team_id == trace.team_id)
-    )
-    profiles = {row.id: row for row in rows} if ids else {}
+    ids = {int(p) for j in jobs if (p := (j.result or {}).get("profile_id")) is not None}
+    profiles = engine_profiles_by_id(session, team_id=trace.team_id, ids=ids)
     return EngineReplayList(items=[replay_out(j, profiles) for j in jobs])
