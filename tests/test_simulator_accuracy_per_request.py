@@ -139,6 +139,11 @@ def test_rolling_origin_carries_the_per_request_scores(truth):
     assert [r["per_request"]["step"] for r in ro["steps"]] == [1, 2]
     assert ro["mean"]["per_request"]["steps"] == [1, 2]
     assert ro["mean"]["per_request"]["trajectory"]["median_abs_rel_error"] < 0.2
+    from rlvr_explorer.cli.whatif import _rolling_origin_summary
+
+    text = _rolling_origin_summary(ro)
+    assert "per request, trajectories: completion error median" in text and NO_INTERVAL in text
+    assert "per request, turns" in text
 
 
 def test_search_r1_per_request_scores_are_finite_and_in_range(shared_fixtures):
