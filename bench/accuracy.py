@@ -15,7 +15,7 @@ and each trajectory's completion time, `core.simulator.request_accuracy`): once 
 calibration and the others held out; one line per held-out step and level, then the
 mean over every eligible step, with bootstrap 90 % intervals over requests.
 
-    .venv/bin/python -m bench.accuracy --per-request [--window 4] [--boot 1000]
+    .venv/bin/python -m bench.accuracy --per-request [--window 4] [--boot 1000] [--deterministic]
 """
 
 from __future__ import annotations
@@ -78,10 +78,19 @@ def _request_line(s: dict) -> str:
     )
 
 
-def per_request(name: str, steps: list, window: int, n_boot: int) -> None:
+def per_request(name: str, steps: list, args: argparse.Namespace) -> None:
     for scheme in ("rolling", "each"):
         t = time.perf_counter()
-        r = held_out_requests(steps, CLUSTER, MODEL, EngineLimits(), scheme=scheme, window=window, n_boot=n_boot)
+        r = held_out_requests(
+            steps,
+            CLUSTER,
+            MODEL,
+            EngineLimits(),
+            scheme=scheme,
+            window=args.window,
+            monte_carlo=not args.deterministic,
+            n_boot=args.boot,
+        )
         print(f"{name}, {scheme}: {len(r['steps'])} held-out step(s), partial {r['partial_steps']}, "
               f"{time.perf_counter() - t:.0f} s")  # fmt: skip
         for row in r["steps"]:
@@ -102,13 +111,14 @@ def main() -> None:
     ap.add_argument("--window", type=int, default=DEFAULT_WINDOW)
     ap.add_argument("--per-request", action="store_true", help="score every request of the held-out steps")
     ap.add_argument("--boot", type=int, default=DEFAULT_BOOT, help="bootstrap resamples (--per-request)")
+    ap.add_argument("--deterministic", action="store_true", help="--per-request: no Monte-Carlo, no intervals")
     args = ap.parse_args()
     if not FIXTURES.is_dir():
         print(f"no fixtures at {FIXTURES}: nothing to measure")
         return
     if args.per_request:
         for name, steps in runs().items():
-            per_request(name, steps, args.window, args.boot)
+            per_request(name, steps, args)
         return
     model, cluster = MODEL, CLUSTER
     acc, naive, prev, det, cover = [], [], [], [], []
