@@ -8,6 +8,14 @@ often the 80 % interval covers the measured value. The cluster is the CLI's defa
 (8 H100, sync on 8 replicas TP1, training DP8, Qwen2.5-7B).
 
     .venv/bin/python -m bench.accuracy [--window 4]
+
+With `--per-request`, every request of each held-out step instead (each turn's latency
+and each trajectory's completion time, `core.simulator.request_accuracy`): once rolling
+(calibrated on the steps before it) and once with each non-partial step in turn the
+calibration and the others held out; one line per held-out step and level, then the
+mean over every eligible step, with bootstrap 90 % intervals over requests.
+
+    .venv/bin/python -m bench.accuracy --per-request [--window 4] [--boot 1000] [--deterministic]
 """
 
 from __future__ import annotations
@@ -20,7 +28,9 @@ import numpy as np
 import orjson
 
 from core.simulator import MODEL_PRESETS, ClusterConfig, EngineLimits, workload_from_columns
-from core.simulator.evaluation import DEFAULT_WINDOW, rolling_origin
+from core.simulator.evaluation import DEFAULT_WINDOW, held_out_requests, rolling_origin
+from core.simulator.request_accuracy import LEVELS, NAIVE
+from core.simulator.request_scores import DEFAULT_BOOT, NO_INTERVAL
 
 FIXTURES = Path(__file__).resolve().parents[1] / ".." / "shared" / "fixtures" / "polytrace"
 
@@ -39,15 +49,78 @@ def runs() -> dict[str, list]:
     return out
 
 
+PLURAL = {"turn": "turns", "trajectory": "trajectories"}
+MODEL = MODEL_PRESETS["Qwen2.5-7B"]
+CLUSTER = ClusterConfig(n_gpus=8, rollout_replicas=8, rollout_tp=1, train_dp=8)
+
+
+def _ci(f: dict | None, pct: bool = True) -> str:
+    if f is None:
+        return "n/a"
+    v, (lo, hi) = f["value"], f["ci90"]
+    return f"{100 * v:.1f}% [{100 * lo:.1f}-{100 * hi:.1f}]" if pct else f"{v:.3f} [{lo:.3f}-{hi:.3f}]"
+
+
+def _request_line(s: dict) -> str:
+    """One level of one held-out step (or of the mean, whose figures have no interval)."""
+
+    def show(f: dict | float | str | None, pct: bool = True) -> str:
+        if isinstance(f, float):
+            return f"{100 * f:.1f}%" if pct else f"{f:.3f}"
+        return f if isinstance(f, str) else _ci(f, pct)
+
+    skills = ", ".join(f"{k} {show(s['naive'][k]['skill'], False)}" for k in NAIVE)
+    cover = s["coverage"] if s["coverage"] == NO_INTERVAL else show(s["coverage"])
+    return (
+        f"error median {show(s['median_abs_rel_error'])}, p90 {show(s['p90_abs_rel_error'])}, "
+        f"bias {show(s['median_rel_error'])}; W1/mean {show(s['w1_over_mean'])}, KS {show(s['ks'], False)}; "
+        f"P10-P90 covers {cover}; skill vs {skills}"
+    )
+
+
+def per_request(name: str, steps: list, args: argparse.Namespace) -> None:
+    for scheme in ("rolling", "each"):
+        t = time.perf_counter()
+        r = held_out_requests(
+            steps,
+            CLUSTER,
+            MODEL,
+            EngineLimits(),
+            scheme=scheme,
+            window=args.window,
+            monte_carlo=not args.deterministic,
+            n_boot=args.boot,
+        )
+        print(f"{name}, {scheme}: {len(r['steps'])} held-out step(s), partial {r['partial_steps']}, "
+              f"{time.perf_counter() - t:.0f} s")  # fmt: skip
+        for row in r["steps"]:
+            flag = " PARTIAL (kept out of the mean)" if row["partial"] else ""
+            for level in LEVELS:
+                if row[level] is not None:
+                    print(f"  step {row['step']} (fit on {row['calibrated_on']}) {PLURAL[level]} "
+                          f"n={row[level]['n']}{flag}: {_request_line(row[level])}")  # fmt: skip
+        mean = r["mean"]
+        for level in LEVELS:
+            if mean[level] is not None:
+                print(f"  mean over {len(mean['steps'])} eligible held-out step(s) {mean['steps']}, {PLURAL[level]}: "
+                      f"{_request_line(mean[level])}")  # fmt: skip
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--window", type=int, default=DEFAULT_WINDOW)
+    ap.add_argument("--per-request", action="store_true", help="score every request of the held-out steps")
+    ap.add_argument("--boot", type=int, default=DEFAULT_BOOT, help="bootstrap resamples (--per-request)")
+    ap.add_argument("--deterministic", action="store_true", help="--per-request: no Monte-Carlo, no intervals")
     args = ap.parse_args()
     if not FIXTURES.is_dir():
         print(f"no fixtures at {FIXTURES}: nothing to measure")
         return
-    model = MODEL_PRESETS["Qwen2.5-7B"]
-    cluster = ClusterConfig(n_gpus=8, rollout_replicas=8, rollout_tp=1, train_dp=8)
+    if args.per_request:
+        for name, steps in runs().items():
+            per_request(name, steps, args)
+        return
+    model, cluster = MODEL, CLUSTER
     acc, naive, prev, det, cover = [], [], [], [], []
     for name, steps in runs().items():
         t = time.perf_counter()

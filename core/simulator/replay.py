@@ -23,7 +23,8 @@ Result (JSON):
                own Monte-Carlo replay, `core.simulator.replay_mc`), the fitted noise,
                coverage (None without calibration on per-request latencies or with
                uncertainty false)
-  rolling_origin  `core.simulator.evaluation.rolling_origin` when asked for
+  rolling_origin  `core.simulator.evaluation.rolling_origin` when asked for (each step's
+               `per_request` scores and their mean in `mean.per_request`)
   forecast     `core.simulator.forecast.forecast_step` per step after the calibration
                steps, with `mean`, when asked for
   calibration  `Calibration.to_dict` (None when not calibrated)

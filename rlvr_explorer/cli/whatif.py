@@ -458,7 +458,26 @@ def _rolling_origin_summary(ro: dict) -> str:
             f"{_pct(m.get('rollout_s_naive_accuracy'))}, deterministic replay "
             f"{_pct(m.get('rollout_s_deterministic_accuracy'))}), P10-P90 coverage {_pct(m.get('rollout_s_coverage'))}"
         )
+    lines += _per_request_lines(m.get("per_request"))
     return "\n".join(lines)
+
+
+def _per_request_lines(pr: dict | None) -> list[str]:
+    """The mean per-request scores of the eligible steps, per level."""
+    lines = []
+    for level, name in (("trajectory", "trajectories"), ("turn", "turns")):
+        s = (pr or {}).get(level)
+        if s is None:
+            continue
+        cover = s["coverage"] if isinstance(s["coverage"], str) else _pct(s["coverage"])
+        skill = s["naive"]["per_token"]["skill"]
+        lines.append(
+            f"  per request, {name}: completion error median {_pct(s['median_abs_rel_error'])}, p90 "
+            f"{_pct(s['p90_abs_rel_error'])}; W1 {_pct(s['w1_over_mean'])} of the mean, KS "
+            f"{_pct(s['ks'])}; P10-P90 covers {cover}; skill vs per-token rule "
+            f"{'-' if skill is None else f'{skill:.2f}'} (1 exact, 0 no better)"
+        )
+    return lines
 
 
 @command()
