@@ -202,8 +202,10 @@ class ReplicaView:
         return int(self._c.es[self.j, K.E_AN])
 
     def plan(self) -> float:
-        c = self._c
-        return float(K.plan(self.j, c.arrays.ri, c.arrays.rf, c.es, c.ef, c.hp, c.at, c.ai, c.wq, c.pr))
+        c, j = self._c, self.j
+        if c.es[j, K.E_PK] >= 0:  # planned and unchanged since: no call into the loop
+            return float(c.ef[j, K.EF_PT])
+        return float(K.plan(j, c.arrays.ri, c.arrays.rf, c.es, c.ef, c.hp, c.at, c.ai, c.wq, c.pr))
 
     def planned_admissions(self) -> int:
         self.plan()
@@ -216,7 +218,8 @@ class ReplicaView:
         c.before_call()
         st = c.arrays
         K.commit(self.j, st.ri, st.rf, c.es, c.ef, c.hp, c.at, c.ai, c.wq, c.sk, c.pr, c.busy, c.gaps, *c.fin_args())
-        return c.fin[: c.cnt[K.C_FIN]].tolist()
+        k = int(c.cnt[K.C_FIN])
+        return c.fin[:k].tolist() if k else []
 
     def run(self, until: float = INF) -> list[int]:
         return [r for _, r in self._c.run_to(until, [self.j])]
