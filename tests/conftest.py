@@ -210,7 +210,7 @@ def wait_for_job(api, job_id: int, timeout: float = 120) -> dict:
 
 # Markers follow from what a test uses, so `-m "not postgres and not browser"` selects the
 # quick local loop (CONTRIBUTING.md): the postgres shape of backend_env marks itself.
-MARKERS_BY_FIXTURE = {"browser": ("browser",), "private_pg": ("postgres",)}
+MARKERS_BY_FIXTURE = {"browser": ("browser",), "private_pg": ("postgres",), "backend_env": ("store",)}
 
 
 def _starts_processes(path: Path, seen: dict[Path, bool] = {}) -> bool:  # noqa: B006 -- a cache

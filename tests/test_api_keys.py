@@ -98,7 +98,7 @@ def test_last_use_is_noted(api):
     assert next(k for k in api.get("/api/v1/keys").json()["items"] if k["name"] == "used")["last_used_at"] is None
 
 
-@pytest.mark.parametrize("shape", ["sqlite", "postgres"])
+@pytest.mark.parametrize("shape", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def test_keys_of_before_become_first_keys(shape, tmp_path):
     """A database at 0008 (one key per team, in teams.api_key_hash) upgraded to head:
     the same key finds the same team, listed as its "first key"."""

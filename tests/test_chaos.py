@@ -11,6 +11,7 @@ import pytest
 from bench._servers import ServerUnavailable
 
 MINUTES = 2.0
+pytestmark = pytest.mark.processes  # servers and workers of its own
 
 
 def test_two_minutes_of_chaos():
