@@ -1,6 +1,6 @@
 """Private servers on their own loopback ports, stopped and started at will: a
 redis-server without persistence and a Postgres cluster in a temporary folder (initdb,
-trust auth). The fault tests (tests/test_faults.py) and the chaos run (bench/chaos.py)
+trust auth). The fault tests (tests/backend/jobs/test_faults.py) and the chaos run (bench/chaos.py)
 use them; the shared servers on the standard ports are never touched."""
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ analysis the product reproduces (comm/comp overlap, queue length summary, time b
 a full queue, kernel launch statistics, kernel and user-annotation breakdowns, memory
 bandwidth summary, potential stragglers, per-ProfilerStep temporal and idle breakdowns);
 with --diff, TraceDiff.compare_traces of two folders (first rank, first iteration).
-The figures are written into tests/test_gpu_hta.py by hand, so CI never needs HTA.
+The figures are written into tests/core/analysis/test_gpu_hta.py by hand, so CI never needs HTA.
 """
 
 from __future__ import annotations

@@ -35,7 +35,7 @@ LOG = logging.getLogger(__name__)
 # Where a failed callback says so: above the page, cleared when the page changes.
 CALLBACK_ERROR = "callback-error"
 # A file to which each callback request's output id and outcome is appended (one JSON
-# line each): the browser suite's callback coverage (tests/test_browser_callbacks_coverage.py).
+# line each): the browser suite's callback coverage (tests/dashboard/browser/test_browser_callbacks_coverage.py).
 CALLBACK_LOG_ENV = "RLVR_DASH_CALLBACK_LOG"
 
 

@@ -237,7 +237,7 @@ def pytest_collection_modifyitems(items):
 
 
 def pytest_terminal_summary(terminalreporter):
-    """The truth audit's counts (tests/test_truth_audit.py), when it ran; the browser
+    """The truth audit's counts (tests/dashboard/test_truth_audit.py), when it ran; the browser
     suite's callback coverage, when it was checked."""
     if BROWSER_RUN.summary:
         terminalreporter.section("dashboard callbacks")
@@ -254,7 +254,7 @@ def pytest_terminal_summary(terminalreporter):
 # Every browser test's page checks (HTTP >= 400, console errors, a failed callback's
 # message) run after it; the dashboard's callbacks they fire are recorded by the test
 # server (dashboard.app.CALLBACK_LOG_ENV) into one file for the session, which
-# tests/test_browser_callbacks_coverage.py, run last, checks against the app's callbacks.
+# tests/dashboard/browser/test_browser_callbacks_coverage.py, run last, checks against the app's callbacks.
 BROWSER_FILES = "test_browser*.py"
 CALLBACK_COVERAGE_FILE = "test_browser_callbacks_coverage.py"
 
@@ -319,9 +319,9 @@ def pytest_deselected(items):
 
 def pytest_collection_finish(session):
     collected = {Path(str(item.path)).name for item in session.items}
-    for path in sorted((ROOT / "tests").glob(BROWSER_FILES)):
+    for path in sorted((ROOT / "tests").rglob(BROWSER_FILES)):
         if path.name not in collected:
-            BROWSER_RUN.partial.append(f"tests/{path.name} not collected")
+            BROWSER_RUN.partial.append(f"{path.relative_to(ROOT)} not collected")
 
 
 def pytest_runtest_logreport(report):

@@ -7,7 +7,7 @@ safe (`core.forking`), on two CPUs or more, reader processes (one per CPU, at mo
 the files before them. The upload's reader loop
 (`backend.formats.read_sources`) takes each file's batches in its own turn, so rows,
 kept-event files and metadata are the same as reading them in turn
-(`tests/test_kineto_ahead.py`), and a bad file fails the upload with the same error.
+(`tests/backend/formats/test_kineto_ahead.py`), and a bad file fails the upload with the same error.
 
 At most two readers: a file being read takes about twice its size (the reader decodes
 it a chunk of events at a time), and an upload's memory should stay under 1 GB for

@@ -2,7 +2,7 @@
 stays under a stated memory ceiling whatever the upload.
 
 INGEST_MEMORY_CEILING_MB is that ceiling for the default bounds (resident memory of the
-ingesting process, measured on the worst cases in tests/test_service_bounds.py):
+ingesting process, measured on the worst cases in tests/backend/api/test_service_bounds.py):
 
 - a file may expand (once decompressed) to `max_file_bytes` (384 MiB): Kineto traces
   are decoded whole (about 2x their size in memory);

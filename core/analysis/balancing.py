@@ -15,7 +15,7 @@ than partitions); every index appears exactly once.
 - `lpt(weights, k)`: longest processing time first -- items in decreasing weight, each to
   the currently least loaded partition.
 
-Guarantees (tested in tests/test_balancing_properties.py):
+Guarantees (tested in tests/core/analysis/test_balancing_properties.py):
 
 - Both: spread = max load - min load <= the largest item weight, hence
   max load <= total / k + largest item. For LPT this is the list-scheduling argument

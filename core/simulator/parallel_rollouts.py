@@ -5,7 +5,7 @@ The policies that roll each step out as one batch on fresh replicas (`sync`,
 independent of the others: it depends only on the step's workload and the engines.
 Those rollouts are most of a replay's time, so on a big replay they are computed first,
 spread over processes (`forked.fork_map`), and put in the replay's rollout cache; the policy's own loop then finds each one there. The results are the
-same as computing them in order (`tests/test_parallel_rollouts.py`).
+same as computing them in order (`tests/core/simulator/test_parallel_rollouts.py`).
 
 Only where forking is safe (`core.forking`) and pays (`forked.worth_forking`).
 """

@@ -22,7 +22,7 @@ from rlvr_explorer.cli.output import CommandGroup, JsonFlag, emit, fail
 
 # Commands whose module is imported only when one of them runs or the help lists them:
 # the what-if commands import the simulator (scipy, every policy), a third of an
-# `ingest`'s start-up. name -> module registering it (tests/test_cli_lazy.py checks it).
+# `ingest`'s start-up. name -> module registering it (tests/rlvr_explorer/test_cli_lazy.py checks it).
 LAZY_COMMANDS = {name: "rlvr_explorer.cli.whatif" for name in ("simulate", "advise", "policies", "generate")}
 LAZY_COMMANDS |= {name: "rlvr_explorer.cli.engine" for name in ("calibrate-engine", "engine-replay")}
 
