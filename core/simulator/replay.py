@@ -172,7 +172,9 @@ def _calibrated(
     and the accuracy on the other steps: (calibration, accuracy, uncertainty, noise)."""
     model = request.model
     report(0.05, f"calibrating on step(s) {', '.join(map(str, fit_ids))}")
-    cal = calibrate(steps, request.cluster, model, request.limits, fit_steps=fit_ids)
+    # the trace is taken to have run policy A's layout (colocated or not)
+    colocated = not policy_spec(request.policy.kind).disaggregated
+    cal = calibrate(steps, request.cluster, model, request.limits, fit_steps=fit_ids, colocated=colocated)
     noise = noise_for(steps, cal, model) if request.uncertainty is not None else None
     mc: dict[int, dict] = {}
     unc = acc = None
