@@ -72,6 +72,21 @@ def test_a_replay_asked_for_it_reports_the_band_beside_the_speedup():
     assert [lo, hi] == pytest.approx([min([*seen, total["speedup"]]), max([*seen, total["speedup"]])])
 
 
+def test_a_calibrated_mfu_closes_its_range_and_leaves_the_roofline_engine_open():
+    """Measured update times but no rollout timings: the MFU is fitted, the engine stays
+    the roofline, so its efficiencies stay in the band and their replays move it."""
+    steps = _steps()
+    for w in steps:
+        w.timings["t_update_actor"] = 5.0
+    body = {"trace_id": 1, "compare_policy": "one_step_off", "uncertainty": False, "sensitivity": True}
+    out = result_dict(replay(steps, simulation_request({**body, "calibrate": {"fit_steps": [0]}})))
+    assert out["calibration"]["method"] == "roofline" and out["calibration"]["train_mfu"] is not None
+    rows = {r["parameter"]: r for r in out["compare"]["sensitivity"]["parameters"]}
+    assert "train_mfu" not in rows and {"bandwidth_efficiency", "rollout_mfu"} <= set(rows)
+    bw = rows["bandwidth_efficiency"]
+    assert bw["speedup_low"] != pytest.approx(bw["speedup_high"], rel=1e-6)
+
+
 def test_calibration_closes_what_it_fits():
     names = lambda rs: [r.name for r in rs]  # noqa: E731
     assert names(uncalibrated(engine_calibrated=False, mfu_calibrated=False)) == names(RANGES)

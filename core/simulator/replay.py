@@ -179,17 +179,17 @@ def replay(steps: list[StepWorkload], request: ReplayRequest, progress: Progress
 
 def sensitivity(steps: list[StepWorkload], sides: tuple, engine: tuple, point: float, cal: Calibration | None) -> dict:
     """`speedup_band` of B over A (`sides`: (cluster, policy) of A and B; `engine`: model,
-    limits, calibrated coefficients or None) over the parameters `cal` left open.
-    Replays changing only training parameters reuse each side's batch rollouts."""
+    limits, calibrated coefficients or None) over the parameters `cal` left open (a
+    calibration of the training MFU alone keeps the roofline engine: its efficiencies
+    stay open). Replays changing only training parameters reuse each side's rollouts."""
     model, limits, coefficients = engine
-    ranges = uncalibrated(
-        engine_calibrated=coefficients is not None, mfu_calibrated=cal is not None and cal.train_mfu is not None
-    )
+    engine_fitted = cal is not None and cal.method != "roofline"
+    ranges = uncalibrated(engine_calibrated=engine_fitted, mfu_calibrated=cal is not None and cal.train_mfu is not None)
     engine_fields = {r.name for r in RANGES if r.part == "engine"}
     caches: tuple[dict, dict] = ({}, {})
 
     def pair(overrides: dict[str, float]) -> float | None:
-        same_rollouts = not engine_fields & set(overrides)
+        roofline = bool(engine_fields & set(overrides))  # the engine from the changed cluster
         a, b = (
             simulate(
                 steps,
@@ -197,8 +197,8 @@ def sensitivity(steps: list[StepWorkload], sides: tuple, engine: tuple, point: f
                 model,
                 limits,
                 p,
-                coefficients=coefficients,
-                rollout_cache=cache if same_rollouts else None,
+                coefficients=None if roofline else coefficients,
+                rollout_cache=None if roofline else cache,
             ).makespan
             for (c, p), cache in zip(sides, caches, strict=True)
         )
