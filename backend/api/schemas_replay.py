@@ -171,7 +171,8 @@ StepRange = Annotated[list[Step], Field(min_length=2, max_length=2)]
 
 @functools.cache
 def _replay_options() -> dict[str, tuple]:
-    """calibrate, steps, uncertainty, rolling_origin, forecast: each true/false or an object."""
+    """calibrate, steps, uncertainty, rolling_origin, forecast: each true/false or an
+    object; sensitivity: true/false."""
     runs, seed = rf.UNCERTAINTY_RUNS, rf.SEED
     window_default, window = rf.ROLLING_WINDOW
     workloads_default, workloads = rf.FORECAST_WORKLOADS
@@ -218,6 +219,14 @@ def _replay_options() -> dict[str, tuple]:
         "forecast": (
             checked(rf.forecast_option, bool | forecast | None),
             Field(None, description="Also forecast later steps"),
+        ),
+        "sensitivity": (
+            checked(rf.sensitivity_option, bool | None),
+            Field(
+                False,
+                description="Also replay A and B over the uncalibrated parameters' ranges: the speedup's "
+                "[min, max] band (compare.total.speedup_band; 2 replays of each per parameter)",
+            ),
         ),
     }
 

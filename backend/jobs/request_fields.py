@@ -207,6 +207,11 @@ def forecast_option(value: Any) -> dict | None:
     return {"workloads": workloads.check(value.get("workloads", default), "forecast.workloads")}
 
 
+def sensitivity_option(value: Any) -> bool:
+    """Whether to replay the speedup's band over the uncalibrated parameters (null: no)."""
+    return False if value is None else check_bool(value, "sensitivity")
+
+
 def step_range(value: Any) -> list[int] | None:
     """[first, end) or None (all steps)."""
     if value is None:

@@ -48,6 +48,7 @@ from backend.jobs.request_fields import (
     one_source,
     resolve_names,
     rolling_origin_option,
+    sensitivity_option,
     step_range,
     uncertainty_option,
     workload_source,
@@ -98,6 +99,7 @@ SIMULATION_FIELDS = (
     "uncertainty",
     "rolling_origin",
     "forecast",
+    "sensitivity",
 )
 WORKLOAD_FIELDS = (
     "trace_id",
@@ -191,6 +193,7 @@ def simulation_request(body: dict) -> ReplayRequest:
         forecast=forecast_from_json(forecast_option(body.get("forecast"))),
         trace_id=trace_id,
         workload=SyntheticSource(**source) if source is not None else None,
+        sensitivity=sensitivity_option(body.get("sensitivity")),
     )
 
 

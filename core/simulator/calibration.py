@@ -128,16 +128,19 @@ def calibrate(
     initial: EngineCoefficients | None = None,
     concurrency_candidates: list[EngineLimits] | None = None,
     max_evaluations: int = 120,
+    colocated: bool = True,
 ) -> Calibration:
     """Fit engine coefficients (and effective concurrency) on `fit_steps` only.
 
     `concurrency_candidates` (EngineLimits) default to `limits` and an unconstrained
-    engine; the one whose best fit has the lowest cost is kept in `.limits`."""
+    engine; the one whose best fit has the lowest cost is kept in `.limits`. The training
+    MFU is fitted to the measured update times as if the trace ran on `cluster`,
+    colocated (rollout and training sharing the GPUs) unless `colocated` is False."""
     limits = limits or EngineLimits()
     fit = _select(steps, fit_steps)
     ids = [w.step for w in fit]
     start = initial or roofline_coefficients(cluster, model)
-    train_mfu = _fit_train_mfu(fit, cluster, model)
+    train_mfu = _fit_train_mfu(fit, cluster, model, colocated)
     cl_out = dataclasses.replace(cluster, train_mfu=train_mfu) if train_mfu else cluster
     if all(_has_turn_latency(w) for w in fit):
         return _fit_turn_latency(
@@ -219,12 +222,19 @@ def _fit_turn_latency(
     return Calibration(coeffs, lim_out, cluster, ids, "turn_latency", float(sol.cost), simulations[0], tried, train_mfu)
 
 
-def _fit_train_mfu(fit: list[StepWorkload], cluster: ClusterConfig, model: ModelConfig) -> float | None:
+def _fit_train_mfu(
+    fit: list[StepWorkload], cluster: ClusterConfig, model: ModelConfig, colocated: bool
+) -> float | None:
     meas = np.array([w.timings.get("t_update_actor", np.nan) for w in fit], dtype=np.float64)
     if not np.isfinite(meas).all() or (meas <= 0).any():
         return None
     ideal = dataclasses.replace(cluster, train_mfu=1.0)
-    t1 = np.array([training_pass(w.total_len, model, ideal, Policy(), forward_only=False).seconds for w in fit])
+    t1 = np.array(
+        [
+            training_pass(w.total_len, model, ideal, Policy(), forward_only=False, colocated=colocated).seconds
+            for w in fit
+        ]
+    )
     inv = float(np.dot(t1, meas) / np.dot(t1, t1))
     return float(min(1.0, 1.0 / inv)) if inv > 0 else None
 

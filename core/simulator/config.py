@@ -106,6 +106,12 @@ MODEL_PRESETS: dict[str, ModelConfig] = {
 
 # --------------------------------------------------------------------------- cluster
 
+# From verl's fully async trainer table (Qwen2.5-Math-7B, H20; docs/simulator.md shows
+# the arithmetic): the trainer-only update on 16 and 64 GPUs (269.80 s, 113.16 s) gives
+# the serial fraction, then 16 GPUs alone against 32 colocated (313.81 s) the overhead.
+TRAIN_SERIAL_FRACTION = 0.018
+COLOCATION_OVERHEAD = 1.9
+
 
 @dataclass(frozen=True)
 class ClusterConfig:
@@ -116,7 +122,12 @@ class ClusterConfig:
     disaggregated ones (``one_step_off``, ``async``) need both pools side by side.
     Efficiencies turn peak numbers into achieved ones: `train_mfu` for training and
     reference passes, `rollout_mfu` and `bandwidth_efficiency` for the engine's roofline
-    coefficients (used unless calibrated coefficients are given).
+    coefficients (used unless calibrated coefficients are given). Training slows further
+    with its size and when it shares the GPUs with rollout (`core.simulator.training`):
+    `train_serial_fraction` is Amdahl's serial fraction of a DP rank's work (time on
+    `train_dp` ranks = ideal · (1 + s · (train_dp − 1))) and `colocation_overhead` the
+    factor on every training pass of a colocated policy (offload and reload, memory
+    shared with the engine); defaults from verl's published timings (docs/simulator.md).
     """
 
     gpu: GpuSpec = GPU_PRESETS["H100"]
@@ -129,6 +140,14 @@ class ClusterConfig:
     rollout_mfu: float = 0.5
     bandwidth_efficiency: float = 0.7
     weight_sync_bandwidth: float = 100e9
+    train_serial_fraction: float = field(
+        default=TRAIN_SERIAL_FRACTION,
+        metadata={"help": "Amdahl serial fraction of training: time on k DP ranks = ideal x (1 + s (k - 1))"},
+    )
+    colocation_overhead: float = field(
+        default=COLOCATION_OVERHEAD,
+        metadata={"help": "Factor on training passes when rollout and training share the GPUs (colocated policies)"},
+    )
 
     @property
     def rollout_gpus(self) -> int:
@@ -311,7 +330,9 @@ _POSITIVE = {
     "weight_sync_bandwidth",
     "gpu_memory_fraction",
 }
-_FRACTIONS = {"train_mfu", "rollout_mfu", "bandwidth_efficiency", "gpu_memory_fraction"}
+_FRACTIONS = {"train_mfu", "rollout_mfu", "bandwidth_efficiency", "gpu_memory_fraction", "train_serial_fraction"}
+# Factors that only ever slow something down: >= 1.
+_FACTORS = {"colocation_overhead"}
 
 
 def _require_dict(d: Any, where: str) -> dict:
@@ -387,7 +408,7 @@ def field_rules(cls: type) -> tuple[FieldRule, ...]:
         if kind == "integer":
             ge, le = (1 if f.name in _POSITIVE else 0), CONFIG_INT_MAX
         elif kind == "number":
-            gt, ge = (0.0, None) if f.name in _POSITIVE else (None, 0.0)
+            gt, ge = (0.0, None) if f.name in _POSITIVE else (None, 1.0 if f.name in _FACTORS else 0.0)
             le = 1.0 if f.name in _FRACTIONS else CONFIG_FLOAT_MAX
         default = None if f.default is dataclasses.MISSING else f.default
         out.append(

@@ -14,7 +14,11 @@ Result (JSON):
                The timeline is stored whole when it has at most
                TIMELINE_MAX_INTERVALS intervals, else only for the first steps that fit
                (`timeline_truncated`: {"last_step", "intervals_total"}).
-  compare      `compare(a, b)`: total and per-step speedup of B over A (None without B)
+  compare      `compare(a, b)`: total and per-step speedup of B over A (None without B);
+               with `sensitivity` asked for, `total.speedup_band` ([min, max] of the
+               speedup over the uncalibrated parameters' ranges) and `sensitivity`
+               (`core.simulator.sensitivity.speedup_band`: each parameter's low and
+               high speedup)
   accuracy     `accuracy_report` on the steps not used for fitting (None without
                calibration or without other steps)
   uncertainty  per step MC mean and P10-P90 of rollout time, median and p90 trajectory
@@ -66,6 +70,7 @@ from core.simulator.predictor import roofline_coefficients
 from core.simulator.replay_mc import monte_carlo_replay
 from core.simulator.request import Calibrate, CalibrateOn, ReplayRequest
 from core.simulator.result import SimResult, compare
+from core.simulator.sensitivity import RANGES, speedup_band, uncalibrated, with_overrides
 from core.simulator.simulate import simulate
 from core.simulator.uncertainty import FIGURES, NoiseModel, monte_carlo_step
 from core.simulator.workload import StepWorkload
@@ -91,6 +96,8 @@ class Replay:
     policy_mc: dict | None = None
     # why the replay ran uncalibrated, naming the timings the trace has (None: calibrated)
     calibration_note: str | None = None
+    # the speedup's band over the uncalibrated parameters (`sensitivity.speedup_band`)
+    sensitivity: dict | None = None
 
 
 def fit_steps_for(steps: list[StepWorkload], option: Calibrate) -> list[int] | None:
@@ -163,7 +170,42 @@ def replay(steps: list[StepWorkload], request: ReplayRequest, progress: Progress
             seed=request.seed,
         )
     note = None if cal is not None else uncalibrated_note(steps, request.calibrate)
-    return Replay(steps, a, b, cal, acc, unc, ro, fc, pmc, calibration_note=note)
+    band = None
+    if request.sensitivity and b is not None and b.makespan > 0:
+        report(0.98, "sensitivity of the speedup to the uncalibrated parameters")
+        sides = ((cluster, policy_a), (cluster_b or cluster, policy_b))
+        band = sensitivity(steps, sides, (model, limits, coefficients), a.makespan / b.makespan, cal)
+    return Replay(steps, a, b, cal, acc, unc, ro, fc, pmc, calibration_note=note, sensitivity=band)
+
+
+def sensitivity(steps: list[StepWorkload], sides: tuple, engine: tuple, point: float, cal: Calibration | None) -> dict:
+    """`speedup_band` of B over A (`sides`: (cluster, policy) of A and B; `engine`: model,
+    limits, calibrated coefficients or None) over the parameters `cal` left open (a
+    calibration of the training MFU alone keeps the roofline engine: its efficiencies
+    stay open). Replays changing only training parameters reuse each side's rollouts."""
+    model, limits, coefficients = engine
+    engine_fitted = cal is not None and cal.method != "roofline"
+    ranges = uncalibrated(engine_calibrated=engine_fitted, mfu_calibrated=cal is not None and cal.train_mfu is not None)
+    engine_fields = {r.name for r in RANGES if r.part == "engine"}
+    caches: tuple[dict, dict] = ({}, {})
+
+    def pair(overrides: dict[str, float]) -> float | None:
+        roofline = bool(engine_fields & set(overrides))  # the engine from the changed cluster
+        a, b = (
+            simulate(
+                steps,
+                with_overrides(c, overrides),
+                model,
+                limits,
+                p,
+                coefficients=None if roofline else coefficients,
+                rollout_cache=None if roofline else cache,
+            ).makespan
+            for (c, p), cache in zip(sides, caches, strict=True)
+        )
+        return a / b if b > 0 else None
+
+    return speedup_band(point, pair, ranges)
 
 
 def _calibrated(
@@ -173,7 +215,9 @@ def _calibrated(
     and the accuracy on the other steps: (calibration, accuracy, uncertainty, noise)."""
     model = request.model
     report(0.05, f"calibrating on step(s) {', '.join(map(str, fit_ids))}")
-    cal = calibrate(steps, request.cluster, model, request.limits, fit_steps=fit_ids)
+    # the trace is taken to have run policy A's layout (colocated or not)
+    colocated = not policy_spec(request.policy.kind).disaggregated
+    cal = calibrate(steps, request.cluster, model, request.limits, fit_steps=fit_ids, colocated=colocated)
     noise = noise_for(steps, cal, model) if request.uncertainty is not None else None
     mc: dict[int, dict] = {}
     unc = acc = None
@@ -339,12 +383,23 @@ def uncertainty_dict(r: Replay) -> dict | None:
     return out
 
 
+def _compared(r: Replay) -> dict | None:
+    """`compare(a, b)` with the speedup's band beside its point estimate when asked for."""
+    if r.b is None:
+        return None
+    out = compare(r.a, r.b)
+    if r.sensitivity is not None:
+        out["total"]["speedup_band"] = r.sensitivity["band"]
+        out["sensitivity"] = r.sensitivity
+    return out
+
+
 def result_dict(r: Replay, max_intervals: int = TIMELINE_MAX_INTERVALS) -> dict:
     return json_safe(
         {
             "a": sim_dict(r.a, max_intervals),
             "b": sim_dict(r.b, max_intervals) if r.b is not None else None,
-            "compare": compare(r.a, r.b) if r.b is not None else None,
+            "compare": _compared(r),
             "accuracy": r.accuracy,
             "uncertainty": uncertainty_dict(r),
             "rolling_origin": r.rolling_origin,

@@ -15,6 +15,8 @@ and identical requests share a `params_key`:
   uncertainty       {"runs": N or None, "seed"} or False (deterministic only)
   rolling_origin    None or {"window": W or None}
   forecast          None or {"workloads": J}
+  sensitivity       true when the speedup's band over the uncalibrated parameters is
+                    asked for (left out when false, as rows written before it were)
   trace_id | workload   the trace, or a synthetic source {"parameters", "task",
                     "steps", "groups", "samples_per_group", "seed"}
 
@@ -144,6 +146,8 @@ class ReplayRequest:
     forecast: ForecastOn | None = None
     trace_id: int | None = None
     workload: SyntheticSource | None = None
+    # replay A and B again over the uncalibrated parameters' ranges (`sensitivity.py`)
+    sensitivity: bool = False
 
     @property
     def seed(self) -> int:
@@ -169,6 +173,8 @@ class ReplayRequest:
             "rolling_origin": dataclasses.asdict(self.rolling_origin) if self.rolling_origin is not None else None,
             "forecast": dataclasses.asdict(self.forecast) if self.forecast is not None else None,
         }
+        if self.sensitivity:  # only when asked: identical older requests keep their key
+            out["sensitivity"] = True
         if self.workload is not None:
             out["workload"] = self.workload.to_json()
         else:
@@ -199,6 +205,7 @@ class ReplayRequest:
             forecast=forecast_from_json(d.get("forecast")),
             trace_id=d.get("trace_id"),
             workload=SyntheticSource(**source) if source is not None else None,
+            sensitivity=bool(d.get("sensitivity", False)),
         )
 
 
@@ -292,6 +299,7 @@ def build_request(
     forecast: ForecastOn | None = None,
     trace_id: int | None = None,
     workload: SyntheticSource | None = None,
+    sensitivity: bool = False,
 ) -> ReplayRequest:
     """The request from checked parts (each field already in range): policies resolved by
     the registry, each policy's layout derived where `explicit_layout` leaves it out and
@@ -325,6 +333,7 @@ def build_request(
         forecast=forecast,
         trace_id=trace_id,
         workload=workload,
+        sensitivity=sensitivity,
     )
 
 

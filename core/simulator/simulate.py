@@ -62,7 +62,20 @@ def simulate(
     coeffs = coefficients or roofline_coefficients(cluster, model)
     params = spec.resolve(policy.params)
     kv = limits.kv_capacity(cluster, model)
-    env = Env(cluster, model, limits, policy, coeffs, kv, rollout_cache, params, spec.rollout, workers, noise)
+    env = Env(
+        cluster,
+        model,
+        limits,
+        policy,
+        coeffs,
+        kv,
+        rollout_cache,
+        params,
+        spec.rollout,
+        workers,
+        noise,
+        colocated=not spec.disaggregated,
+    )
     steps_in = list(workload)
     report = progress or (lambda f: None)
     run_progress = report

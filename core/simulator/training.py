@@ -3,7 +3,12 @@
 FLOPs of one sequence of s tokens, forward + backward: ``6·N·s + 6·L·h·s²`` (dense
 weights plus causal attention); a forward-only pass (old log-probs, reference model)
 is a third of that. A DP rank (TP = `train_tp` GPUs) runs at
-``train_tp · peak · train_mfu`` FLOP/s.
+``train_tp · peak · train_mfu / ((1 + s · (train_dp − 1)) · o)`` FLOP/s (`train_rate`):
+Amdahl's law with serial fraction s = `train_serial_fraction` (the share of one rank's
+work that does not split over ranks: gradient all-reduce, optimizer step, per-step
+overheads), so k ranks take ``T1 · (s + (1 − s) / k)`` rather than ``T1 / k``; and o =
+`colocation_overhead` when the policy is colocated (rollout and training share the GPUs:
+offload and reload of weights and optimizer, memory left to the engine), 1 otherwise.
 
 The update pass splits the step's samples (in order) into `minibatches` mini-batches;
 each mini-batch is partitioned over the `train_dp` ranks (balancing none: contiguous
@@ -62,12 +67,27 @@ def _synced_time(costs: np.ndarray, k: int, mode: str, rate: float) -> tuple[flo
     return float(per_rank.max(initial=0.0)), per_rank
 
 
+def train_rate(cluster: ClusterConfig, *, colocated: bool) -> float:
+    """FLOP/s of one DP rank: its peak times `train_mfu`, slowed by Amdahl's serial
+    fraction over `train_dp` ranks and, when colocated, by the colocation overhead."""
+    amdahl = 1.0 + cluster.train_serial_fraction * (cluster.train_dp - 1)
+    overhead = cluster.colocation_overhead if colocated else 1.0
+    return cluster.train_tp * cluster.gpu.peak_flops * cluster.train_mfu / (amdahl * overhead)
+
+
 def training_pass(
-    total_len: np.ndarray, model: ModelConfig, cluster: ClusterConfig, policy: Policy, *, forward_only: bool
+    total_len: np.ndarray,
+    model: ModelConfig,
+    cluster: ClusterConfig,
+    policy: Policy,
+    *,
+    forward_only: bool,
+    colocated: bool = False,
 ) -> PassTime:
-    """Time of one pass over the step's samples on the training ranks."""
+    """Time of one pass over the step's samples on the training ranks (`colocated`: the
+    ranks share their GPUs with rollout)."""
     k = cluster.train_dp
-    rate = cluster.train_tp * cluster.gpu.peak_flops * cluster.train_mfu
+    rate = train_rate(cluster, colocated=colocated)
     costs = sequence_flops(total_len, model, forward_only=forward_only)
     busy = np.zeros(k)
     seconds = 0.0

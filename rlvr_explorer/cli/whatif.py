@@ -128,6 +128,14 @@ ForecastFlag = Annotated[
         help="Also forecast each step after the calibration steps from earlier workloads only (drawn with drift)",
     ),
 ]
+SensitivityFlag = Annotated[
+    bool,
+    typer.Option(
+        "--sensitivity",
+        help="With --compare: also replay both policies at the low and high end of each uncalibrated model "
+        "parameter and show the speedup's [min-max] band (2 more replays of each per parameter)",
+    ),
+]
 ParamsFileOption = Annotated[
     Path | None,
     typer.Option(
@@ -170,6 +178,7 @@ def simulate(
     ] = False,
     rolling_origin: RollingOriginFlag = False,
     forecast: ForecastFlag = False,
+    sensitivity: SensitivityFlag = False,
     window: Annotated[
         int | None, _int_option("Rolling origin: calibrate on at most this many earlier steps (default 4)")
     ] = None,
@@ -193,6 +202,7 @@ def simulate(
         "uncertainty": False if deterministic else {"runs": mc_runs, "seed": seed},
         "rolling_origin": ({"window": window} if window else True) if rolling_origin else None,
         "forecast": True if forecast else None,
+        "sensitivity": sensitivity,
     }
     request = _checked(simulation_request, body)
     trace = _team_trace(trace_id, team_id_of(api_key))
@@ -361,9 +371,25 @@ def _total_lines(result: dict, name_a: str, name_b: str | None) -> list[str]:
             f"makespan {name_b}: {b['makespan_s']:.1f} s, replayed idle GPU share {_pct(b['idle_fraction'])}, "
             f"{b['throughput_tokens_per_s_per_gpu']:.1f} generated tokens/s/GPU"
         )
-        lines.append(f"speedup of {name_b} over {name_a}: {t['speedup']:.3f}x")
+        lines.append(f"speedup of {name_b} over {name_a}: {t['speedup']:.3f}x{_band_text(result['compare'])}")
         lines += ["", explain_text(result["compare"]["explain"])]
     return lines
+
+
+def _band_text(cmp: dict) -> str:
+    """The speedup's sensitivity band and what moves it most, when asked for."""
+    band = cmp.get("sensitivity")
+    if band is None:
+        return ""
+    lo, hi = band["band"]
+
+    def spread(row: dict) -> float:
+        seen = [s for s in (row["speedup_low"], row["speedup_high"]) if s is not None]
+        return max(seen) - min(seen) if seen else 0.0
+
+    widest = max(band["parameters"], key=spread, default=None)
+    most = f"; most sensitive to {widest['parameter']}" if widest is not None and spread(widest) > 0 else ""
+    return f" [{lo:.3f}-{hi:.3f} over the uncalibrated parameters' ranges{most}]"
 
 
 def _uncertainty_lines(unc: dict | None) -> list[str]:

@@ -81,6 +81,18 @@ def test_the_default_comparison_runs_on_the_default_budget(team_key, stored):
     assert res["compare"]["total"]["speedup"] > 0
 
 
+def test_the_speedup_band_is_printed_beside_the_speedup(team_key, stored):
+    trace_id, _ = stored
+    args = ["simulate", trace_id, "--compare", "one_step_off", "--deterministic", "--api-key", team_key]
+    res = orjson.loads(invoke(*args, "--sensitivity", "--json").stdout)
+    lo, hi = res["compare"]["total"]["speedup_band"]
+    assert lo <= res["compare"]["total"]["speedup"] <= hi
+    text = invoke(*args, "--sensitivity").stdout
+    line = next(l for l in text.splitlines() if l.startswith("speedup of one_step_off over sync"))
+    assert f"[{lo:.3f}-{hi:.3f} over the uncalibrated parameters' ranges" in line
+    assert "[" not in next(l for l in invoke(*args).stdout.splitlines() if l.startswith("speedup of"))
+
+
 def test_simulate_rejects_bad_options_and_other_teams(team_key, stored):
     trace_id, _ = stored
     r = runner.invoke(app, ["simulate", str(trace_id), "--tp", "0", "--api-key", team_key])

@@ -59,6 +59,9 @@ class Env:
     # a Monte-Carlo run's perturbation of request lengths (`request_noise.RequestNoise`),
     # applied by every cluster the policy makes; None: the deterministic replay
     noise: Any = None
+    # rollout and training share the GPUs (the policy is not disaggregated): training
+    # passes pay the cluster's colocation overhead
+    colocated: bool = False
 
     def new_cluster(self, start_time: float = 0.0, **sharing: bool) -> RolloutCluster:
         """Fresh replicas from `start_time`; `sharing` as `RolloutCluster` takes it
@@ -227,13 +230,13 @@ def train_on(
     for name, on in passes:
         stages.setdefault(name, 0.0)
         if on:
-            ps = training_pass(total_len, env.model, env.cluster, p, forward_only=True)
+            ps = training_pass(total_len, env.model, env.cluster, p, forward_only=True, colocated=env.colocated)
             tb.training_pass(step, name, t, ps)
             t = _stage(tb, step, t, ps.seconds, name, stages, windows, None)
     adv = p.adv_s if adv_s is None else adv_s
     t = _stage(tb, step, t, adv, "adv", stages, windows, ("idle", "stage_serialisation"))
     upd = p if minibatches is None else dataclasses.replace(p, minibatches=minibatches)
-    ps = training_pass(total_len, env.model, env.cluster, upd, forward_only=False)
+    ps = training_pass(total_len, env.model, env.cluster, upd, forward_only=False, colocated=env.colocated)
     tb.training_pass(step, "update_actor", t, ps)
     return _stage(tb, step, t, ps.seconds, "update_actor", stages, windows, None)
 

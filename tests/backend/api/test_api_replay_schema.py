@@ -147,6 +147,17 @@ PARTIAL = {"kind": "partial", "params": {"over_provision": 0.5}}
         ({"cluster": {"n_gpus": "16"}}, "cluster.n_gpus", "cluster.n_gpus: must be a number, got '16'"),
         ({"cluster": {"n_gpus": 4097}}, "cluster.n_gpus", "cluster.n_gpus: must be <= 4096, got 4097"),
         ({"cluster": {"train_mfu": 1.5}}, "cluster.train_mfu", "cluster.train_mfu: must be <= 1, got 1.5"),
+        (
+            {"cluster": {"colocation_overhead": 0.5}},
+            "cluster.colocation_overhead",
+            "cluster.colocation_overhead: must be >= 1, got 0.5",
+        ),
+        (
+            {"cluster": {"train_serial_fraction": 1.5}},
+            "cluster.train_serial_fraction",
+            "cluster.train_serial_fraction: must be <= 1, got 1.5",
+        ),
+        ({"sensitivity": "yes"}, "sensitivity", "sensitivity: must be true or false, got 'yes'"),
         ({"cluster": {"gpu": {"peak_flops": 1e15}}}, "cluster.gpu.mem_bandwidth", None),
         ({"cluster": {"gpu": "TPU9"}}, "cluster.gpu", None),
         ({"cluster": {"colour": 1}}, "cluster.colour", None),

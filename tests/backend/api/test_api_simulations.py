@@ -101,6 +101,23 @@ def test_sync_vs_one_step_off_replay(api, worker, small_trace):
     assert again.status_code == 200 and again.json()["id"] == job["id"]
 
 
+def test_a_comparison_asked_for_its_sensitivity_answers_with_the_band(api, worker, small_trace):
+    trace, _ = small_trace
+    body = {"trace_id": trace["id"], "cluster": CLUSTER, "compare_policy": "one_step_off", "uncertainty": False}
+    plain = wait_for_job(api, api.post(URL, json=body).json()["id"])
+    r = api.post(URL, json={**body, "sensitivity": True})
+    assert r.status_code == 202, r.text  # another job: the band is part of the answer
+    job = wait_for_job(api, r.json()["id"])
+    assert job["status"] == "succeeded", job
+    assert job["params"]["sensitivity"] is True and "sensitivity" not in plain["params"]
+    total, band = job["result"]["compare"]["total"], job["result"]["compare"]["sensitivity"]
+    assert total["speedup"] == pytest.approx(plain["result"]["compare"]["total"]["speedup"])
+    lo, hi = total["speedup_band"]
+    assert lo <= total["speedup"] <= hi and band["band"] == [lo, hi]
+    assert {row["parameter"] for row in band["parameters"]} >= {"train_serial_fraction", "colocation_overhead"}
+    assert "speedup_band" not in plain["result"]["compare"]["total"]
+
+
 def test_chrome_trace_rebuilt_from_stored_timeline_when_file_is_gone(api, worker, small_trace):
     from backend.jobs.contracts import chrome_trace_path
 

@@ -108,10 +108,16 @@ def test_training_mfu_recovered_from_update_time():
     ws = _steps(n_steps=2)
     cluster = ClusterConfig(n_gpus=8, rollout_replicas=2, rollout_tp=4, train_dp=8, train_mfu=0.25)
     for w in ws:
-        w.timings["t_update_actor"] = training_pass(w.total_len, MODEL, cluster, Policy(), forward_only=False).seconds
+        # recorded colocated, as `calibrate` assumes unless told otherwise
+        w.timings["t_update_actor"] = training_pass(
+            w.total_len, MODEL, cluster, Policy(), forward_only=False, colocated=True
+        ).seconds
     cal = calibrate(ws, dataclasses.replace(cluster, train_mfu=0.6), MODEL, fit_steps=[0, 1])
     assert cal.train_mfu == pytest.approx(0.25)
     assert cal.cluster.train_mfu == pytest.approx(0.25) and cal.method == "roofline"
+    # read as a disaggregated trainer: the overhead is put down to a lower MFU
+    apart = calibrate(ws, cluster, MODEL, fit_steps=[0, 1], colocated=False)
+    assert apart.train_mfu == pytest.approx(0.25 / cluster.colocation_overhead)
 
 
 def test_unknown_fit_step_is_named():

@@ -114,8 +114,8 @@ class UpdateRecorder:
         self.seconds: list[float] = []
         real = training_module.training_pass
 
-        def recording(total_len, model, cluster, policy, *, forward_only):
-            out = real(total_len, model, cluster, policy, forward_only=forward_only)
+        def recording(total_len, model, cluster, policy, *, forward_only, **kw):
+            out = real(total_len, model, cluster, policy, forward_only=forward_only, **kw)
             if not forward_only:
                 self.lengths.append(np.array(total_len, copy=True))
                 self.seconds.append(out.seconds)
