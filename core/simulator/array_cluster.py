@@ -215,11 +215,14 @@ class ReplicaView:
     def commit(self) -> list[int]:
         """Apply the planned event; returns the requests that finished in it."""
         c = self._c
-        c.before_call()
         st = c.arrays
-        K.commit(self.j, st.ri, st.rf, c.es, c.ef, c.hp, c.at, c.ai, c.wq, c.sk, c.pr, c.busy, c.gaps, *c.fin_args())
-        k = int(c.cnt[K.C_FIN])
-        return c.fin[:k].tolist() if k else []
+        while True:
+            k = K.step(
+                self.j, st.ri, st.rf, c.es, c.ef, c.hp, c.at, c.ai, c.wq, c.sk, c.pr, c.busy, c.gaps, *c.fin_args()
+            )
+            if k >= 0:
+                return c.fin[:k].tolist() if k else []
+            c.before_call()  # room in the logs, then again
 
     def run(self, until: float = INF) -> list[int]:
         return [r for _, r in self._c.run_to(until, [self.j])]
@@ -393,8 +396,8 @@ class ArrayCluster(RolloutCluster):
         item_group: np.ndarray | None = None,
         group_left: np.ndarray | None = None,
     ) -> tuple[int, float]:
-        empty = np.zeros(0, dtype=np.int64)
-        li = np.full(len(self.store), -1, dtype=np.int64) if last_item is None else last_item
+        empty = np.zeros(0, dtype=np.int64)  # read in GROUPS mode only
+        li = empty if last_item is None else last_item
         ig = empty if item_group is None else item_group
         gl = empty if group_left is None else group_left
         st = self.arrays
@@ -446,6 +449,7 @@ class ArrayCluster(RolloutCluster):
 
     def busy_intervals(self, lo: float, hi: float) -> list[list[list[float]]]:
         rows = self.busy[: self.cnt[K.C_BUSY]]
+        rows = rows[(rows[:, 2] > lo) & (rows[:, 1] < hi)]  # a long run's log: only what overlaps
         out = []
         for j, eng in enumerate(self.replicas):
             ivs = rows[rows[:, 0] == j, 1:].tolist()

@@ -58,6 +58,7 @@ class RolloutCluster:
         self.store = RequestStore()
         # a Monte-Carlo run's perturbation of every request added (None: the replay of means)
         self.noise = noise
+        self._engine_args = (coefficients, max_running, kv_capacity, max_prefill_tokens)
         limits = {"kv_capacity": kv_capacity, "start_time": start_time}
         self.pool: WorkPool | None = None
         self.replicas: list[ReplicaEngine]
@@ -197,6 +198,48 @@ class RolloutCluster:
                     heapq.heapreplace(heap, (nxt, i))
                     break
         return None
+
+    def run_groups(
+        self, target: int, done: int, last_item: np.ndarray, item_group: np.ndarray, group_left: np.ndarray
+    ) -> tuple[bool, list[tuple[float, int]]]:
+        """Run until `target` groups are done (`done` already are): a group is done when
+        the last requests of its items (`last_item`: per request, its item or -1;
+        `item_group`: per item, its group) have all finished, counted down in
+        `group_left` (a copy). Returns whether they were, and (end, rid) of the requests
+        finished, in order."""
+        log: list[tuple[float, int]] = []
+        count = done
+
+        def enough(rids: list[int], now: float) -> bool:
+            nonlocal count
+            for r in rids:
+                log.append((now, r))
+                k = last_item[r] if r < last_item.size else -1
+                if k >= 0:
+                    g = item_group[k]
+                    group_left[g] -= 1
+                    count += group_left[g] == 0
+            return count >= target
+
+        return self.run_until(enough) is not None, log
+
+    def run_to(self, until: float, replicas: list[int] | None = None) -> list[tuple[float, int]]:
+        """Commit every event completing by `until`; (end, rid) of the requests finished."""
+        engines = self.replicas if replicas is None else [self.replicas[j] for j in replicas]
+        end = self.store.end
+        return [(end[r], r) for eng in engines for r in eng.run(until=until)]
+
+    def replace_replica(self, j: int, start_time: float) -> None:
+        """An empty engine in replica j's place from `start_time` (static dispatch)."""
+        coefficients, max_running, kv_capacity, max_prefill_tokens = self._engine_args
+        self.replicas[j] = ReplicaEngine(
+            self.store,
+            coefficients,
+            max_running=max_running,
+            kv_capacity=kv_capacity,
+            max_prefill_tokens=max_prefill_tokens,
+            start_time=start_time,
+        )
 
     def _event_heap(self) -> list[tuple[float, int]]:
         """Every replica's next event; planning may wake others, so until none is woken."""

@@ -11,7 +11,7 @@ from core.simulator.config import ClusterConfig, EngineLimits, ModelConfig, Poli
 from core.simulator.defaults import unused_gpus, unused_warning
 from core.simulator.feasibility import layout_warnings
 from core.simulator.parallel_rollouts import prefill_rollouts
-from core.simulator.policies import Env, policy_spec
+from core.simulator.policies import Env, PolicySpec, policy_spec
 from core.simulator.predictor import EngineCoefficients, roofline_coefficients
 from core.simulator.request_noise import RequestNoise
 from core.simulator.result import SimResult, StepResult
@@ -92,18 +92,7 @@ def simulate(
     for s in steps:
         s.idle_gpu_s = idle_step.get(s.step, {})
         s.busy_gpu_s = busy_step.get(s.step, 0.0)
-    config = {
-        "cluster": to_dict(cluster),
-        "model": to_dict(model),
-        "limits": to_dict(limits),
-        "policy": {
-            **to_dict(policy),
-            "params": dataclasses.asdict(params),
-            "equivalent_to": spec.equivalent_to(params),
-        },
-        "coefficients": coeffs.to_dict(),
-        "kv_capacity_tokens": env.kv_capacity,
-    }
+    config = _config(env, spec)
     warning = unused_warning(cluster, spec.disaggregated)
     warnings = ([warning] if warning else []) + layout_warnings(cluster, spec.disaggregated)
     return SimResult(
@@ -117,6 +106,22 @@ def simulate(
         unused_gpus=unused_gpus(cluster, spec.disaggregated),
         warnings=warnings,
     )
+
+
+def _config(env: Env, spec: PolicySpec) -> dict:
+    """What the replay ran with, as its result records it."""
+    return {
+        "cluster": to_dict(env.cluster),
+        "model": to_dict(env.model),
+        "limits": to_dict(env.limits),
+        "policy": {
+            **to_dict(env.policy),
+            "params": dataclasses.asdict(env.params),
+            "equivalent_to": spec.equivalent_to(env.params),
+        },
+        "coefficients": env.coefficients.to_dict(),
+        "kv_capacity_tokens": env.kv_capacity,
+    }
 
 
 __all__ = ["simulate", "SimResult", "StepResult"]

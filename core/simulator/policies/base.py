@@ -63,11 +63,13 @@ class Env:
     # passes pay the cluster's colocation overhead
     colocated: bool = False
 
-    def new_cluster(self, start_time: float = 0.0, **sharing: bool) -> RolloutCluster:
+    def new_cluster(self, start_time: float = 0.0, *, compiled: bool = True, **sharing: bool) -> RolloutCluster:
         """Fresh replicas from `start_time`; `sharing` as `RolloutCluster` takes it
         (shared_queue, stealing, spread_groups). Replicas sharing no work run on the
-        compiled loop (`ArrayCluster`) unless `reference_engine()` is in force."""
-        if not any(sharing.values()) and not _REFERENCE[0]:
+        compiled loop (`ArrayCluster`) unless `reference_engine()` is in force or the
+        caller steps them one event at a time (`compiled=False`: each event would cross
+        into the loop, which costs more than the Python engine's step)."""
+        if compiled and not any(sharing.values()) and not _REFERENCE[0]:
             return ArrayCluster(
                 self.cluster.rollout_replicas,
                 self.coefficients,

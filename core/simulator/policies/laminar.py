@@ -84,7 +84,9 @@ class _Laminar:
         self.tb = TimelineBuilder(env.cluster, disaggregated=True)
         self.pool = ChainPool(workload)
         self.stream = FreshStream(workload, self.pool)
-        self.run = PoolRun(env, self.pool, 0.0)
+        # its decisions come after every engine event (repacking, the trainer): stepped one
+        # event at a time, the Python engine is cheaper than crossing into the compiled loop
+        self.run = PoolRun(env, self.pool, 0.0, compiled=False)
         self.run.on_item_done = self._item_done
         self.run.on_group_done = self._group_done
         n = env.cluster.rollout_replicas

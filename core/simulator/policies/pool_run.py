@@ -16,7 +16,6 @@ from itertools import chain, repeat
 
 import numpy as np
 
-from core.simulator.array_cluster import ArrayCluster
 from core.simulator.dispatch import assign_groups
 from core.simulator.engine import ReplicaEngine
 from core.simulator.policies.base import Env, rollout_stats
@@ -25,11 +24,11 @@ from core.simulator.policies.recompute import prefill_seconds
 
 
 class PoolRun:
-    def __init__(self, env: Env, pool: ChainPool, start: float) -> None:
+    def __init__(self, env: Env, pool: ChainPool, start: float, *, compiled: bool = True) -> None:
         self.env = env
         self.pool = pool
         self.start = start
-        self.rc = env.new_cluster(start)
+        self.rc = env.new_cluster(start, compiled=compiled)
         self.groups: list[list[Pending]] = []
         self.group_left: list[int] = []
         self.launched_at: list[float] = []
@@ -48,7 +47,7 @@ class PoolRun:
         self.running: list[set[int]] = [set() for _ in range(n)]  # unfinished items per replica
         self.item_first: list[int] = []
         self.item_last: list[int] = []
-        self._last_item: dict[int, int] = {}
+        self._last_item = np.full(1024, -1, dtype=np.int64)  # per request: the item it ends, or -1
         self._rid_src: list[int] = []
         self.on_group_done: Callable[[int, float], None] | None = None  # (group id, time)
         self.on_item_done: Callable[[int, float], None] | None = None  # (item index, time)
@@ -86,8 +85,7 @@ class PoolRun:
             m = times == t
             self.rc.submit(base + ch["first"][m], rep[m], t)
         self._rid_src += ch["src"].tolist()
-        for k, last in enumerate(ch["last"].tolist()):
-            self._last_item[base + last] = k0 + k
+        self._note_last(base + ch["last"], np.arange(k0, k0 + len(items)))
         self.items += items
         self.item_group += owner.tolist()
         for k, j in enumerate(rep.tolist()):
@@ -99,6 +97,18 @@ class PoolRun:
         self.recompute_tokens += int(ch["recompute"].sum())
         for j in np.unique(rep[resumed]).tolist():
             self.recompute_s[j] += prefill_seconds(self.env.coefficients, ch["recompute"][resumed & (rep == j)])
+
+    def _note_last(self, rids: np.ndarray, items: np.ndarray) -> None:
+        self._last_items()[rids] = items
+
+    def _last_items(self) -> np.ndarray:
+        """Per request of the store: the item whose last request it is, or -1."""
+        n = len(self.rc.store)
+        if self._last_item.size < n:
+            grown = np.full(max(n, 2 * self._last_item.size), -1, dtype=np.int64)
+            grown[: self._last_item.size] = self._last_item
+            self._last_item = grown
+        return self._last_item[:n]
 
     def _replicas(self, items: list[Pending], owner: np.ndarray, replica: int | None) -> np.ndarray:
         if replica is not None:
@@ -117,8 +127,11 @@ class PoolRun:
 
     def finished_at(self, done: Iterable[tuple[float, int]]) -> None:
         """Record requests that finished, as (time, rid) in the order they did."""
-        last_item, items, replica, group, left = (
-            self._last_item,
+        pairs = list(done)
+        if not pairs:
+            return
+        item_of = self._last_item[[r for _, r in pairs]].tolist()
+        items, replica, group, left = (
             self.items,
             self.item_replica,
             self.item_group,
@@ -126,9 +139,8 @@ class PoolRun:
         )
         running = self.running
         on_item, on_group = self.on_item_done, self.on_group_done
-        for now, r in done:
-            k = last_item.get(r)
-            if k is None:
+        for (now, _), k in zip(pairs, item_of):
+            if k < 0:
                 continue
             items[k].done = True
             running[replica[k]].discard(k)
@@ -145,27 +157,15 @@ class PoolRun:
         """Run until `n` groups have completed in all; False when the work ran out first."""
         if len(self.completed) >= n:
             return True
-        if isinstance(self.rc, ArrayCluster):  # compiled: no Python until the n-th group
-            last = np.full(len(self.rc.store), -1, dtype=np.int64)
-            last[list(self._last_item)] = list(self._last_item.values())
-            group, left = np.asarray(self.item_group, dtype=np.int64), np.asarray(self.group_left, dtype=np.int64)
-            reached, done = self.rc.run_groups(n, len(self.completed), last, group, left)
-            self.finished_at(done)
-            return reached
-
-        def enough(done: list[int], now: float) -> bool:
-            self.finished(done, now)
-            return len(self.completed) >= n
-
-        return self.rc.run_until(enough) is not None
+        last = self._last_items()
+        group, left = np.asarray(self.item_group, dtype=np.int64), np.asarray(self.group_left, dtype=np.int64)
+        reached, done = self.rc.run_groups(n, len(self.completed), last, group, left)  # compiled: no Python on the way
+        self.finished_at(done)
+        return reached
 
     def run_to(self, t: float) -> None:
         """Commit every event completing by `t`."""
-        if isinstance(self.rc, ArrayCluster):
-            done = self.rc.run_to(t)
-        else:
-            done = [(self.rc.store.end[r], r) for eng in self.rc.replicas for r in eng.run(until=t)]
-        self.finished_at(sorted(done))
+        self.finished_at(sorted(self.rc.run_to(t)))
 
     def drain(self) -> float:
         """Run everything launched to completion; returns when the last replica stopped."""
@@ -183,12 +183,12 @@ class PoolRun:
         else:
             engines = [self.rc.replicas[replica]]
             ran = engines[0].run(until=t)
-            ends = np.asarray(store.end)[ran].tolist() if ran else []
+            ends = [float(store.end[r]) for r in ran]
             self.finished_at(sorted(zip(ends, ran), key=lambda d: d[0]))
         for eng in engines:
             eng.advance_to(t)
             eng.unfinished()
-        end, arrive, generated = (np.asarray(a).tolist() for a in (store.end, store.arrive, store.generated))
+        end, arrive, generated = store.end, store.arrive, store.generated  # read per item: the store may be long
         pools = self.running if replica is None else [self.running[replica]]
         stopped = sorted(chain.from_iterable(pools))
         for pool in pools:
@@ -199,11 +199,12 @@ class PoolRun:
             r = self.item_first[k]
             while r < self.item_last[k] and end[r] == end[r]:  # finished turn
                 r += 1
-            self.resume_at[k] = max(t, arrive[r]) if arrive[r] == arrive[r] else t
+            came = float(arrive[r])
+            self.resume_at[k] = max(t, came) if came == came else t
             src = self._rid_src[r]
-            it.generated = generated[r] + (it.generated if src == it.req else 0)
+            it.generated = int(generated[r]) + (it.generated if src == it.req else 0)
             it.req = src
-            self._last_item.pop(self.item_last[k], None)
+            self._last_item[self.item_last[k]] = -1
             self.item_replica[k] = -1
         return stopped
 
@@ -231,18 +232,7 @@ class PoolRun:
         for key in self.retired_work:
             self.retired_work[key] += getattr(old, key)
         self.retired_recompute[j] += old.recompute_s
-        if isinstance(self.rc, ArrayCluster):
-            self.rc.replace_replica(j, t)
-            return
-        lim = self.env.limits
-        self.rc.replicas[j] = ReplicaEngine(
-            self.rc.store,
-            self.env.coefficients,
-            max_running=lim.max_running_seqs,
-            kv_capacity=self.env.kv_capacity,
-            max_prefill_tokens=lim.max_prefill_tokens,
-            start_time=t,
-        )
+        self.rc.replace_replica(j, t)
 
     # ------------------------------------------------------------------ results
 

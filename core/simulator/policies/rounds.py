@@ -53,6 +53,22 @@ class RoundOutcome:
     stats: dict  # `base.rollout_stats` of the trained samples
 
 
+def _groups_in_order(
+    done: list[tuple[float, int]], sample_of_last: np.ndarray, group_of: np.ndarray, sizes: np.ndarray
+) -> list[int]:
+    """The groups the finished requests complete, in the order they do."""
+    left = sizes.tolist()
+    out = []
+    for _, r in done:
+        s = int(sample_of_last[r])
+        if s >= 0:
+            g = int(group_of[s])
+            left[g] -= 1
+            if left[g] == 0:
+                out.append(g)
+    return out
+
+
 def run_round(env: Env, prompts: Prompts, batch: list[int], need: int) -> RoundOutcome:
     """Launch `batch` on fresh replicas (groups dispatched by `Policy.dispatch`); stop
     when `need` groups have every sample finished (run all when need == len(batch))."""
@@ -68,20 +84,12 @@ def run_round(env: Env, prompts: Prompts, batch: list[int], need: int) -> RoundO
     rc.submit(first, replica[group_of], 0.0)
     finished = list(range(len(batch)))
     if need < len(batch):
-        left = np.bincount(group_of, minlength=len(batch)).tolist()
-        group_of_last = dict(zip(last.tolist(), group_of.tolist()))
-        finished = []
-
-        def on_finish(done: list[int], t: float) -> bool:
-            for r in done:
-                b = group_of_last.get(r)
-                if b is not None:
-                    left[b] -= 1
-                    if left[b] == 0:
-                        finished.append(b)
-            return len(finished) >= need
-
-        stop = rc.run_until(on_finish)
+        sample_of_last = np.full(len(rc.store), -1, dtype=np.int64)
+        sample_of_last[last] = np.arange(last.size)
+        sizes = np.bincount(group_of, minlength=len(batch))
+        reached, done = rc.run_groups(need, 0, sample_of_last, group_of, sizes.copy())
+        stop = done[-1][0] if reached else None
+        finished = _groups_in_order(done, sample_of_last, group_of, sizes)
     else:
         rc.run_all()
         stop = None
