@@ -37,6 +37,9 @@ from core.simulator import (
     workload_from_columns,
 )
 from core.simulator.policies import POLICIES
+from core.simulator.policies.base import reference_engine
+
+REFERENCE_STEPS = 30  # the Python engine's share of the run: what it costs in the same run
 
 FIXTURE = Path(__file__).resolve().parents[1] / ".." / "shared" / "fixtures" / "polytrace" / "search_r1_qwen2_5_7b"
 
@@ -59,11 +62,11 @@ def bench_deterministic(steps: int, groups: int, n: int, workers: int, kinds: li
     colocated = ClusterConfig(n_gpus=64, rollout_replicas=16, rollout_tp=4, train_dp=64)
     split = ClusterConfig(n_gpus=64, rollout_replicas=8, rollout_tp=4, train_dp=32)
 
-    def timed(kind: str, w: int) -> tuple[float, float, float]:
+    def timed(kind: str, w: int, steps_in: list | None = None) -> tuple[float, float, float]:
         """Wall seconds, CPU seconds of this process and its (forked) children, makespan."""
         cluster = split if POLICIES[kind].disaggregated else colocated
         t, c = time.perf_counter(), cpu_seconds()
-        r = simulate(work, cluster, model, EngineLimits(), Policy(kind=kind), workers=w)
+        r = simulate(steps_in or work, cluster, model, EngineLimits(), Policy(kind=kind), workers=w)
         return time.perf_counter() - t, cpu_seconds() - c, r.makespan
 
     base, base_cpu, _ = timed("sync", workers)  # the baseline of this run
@@ -78,6 +81,14 @@ def bench_deterministic(steps: int, groups: int, n: int, workers: int, kinds: li
         print(
             f"  {kind:<14} {spent}, {cpu / base_cpu:.2f}x sync" + (f"; makespan {makespan:.0f} s" if makespan else "")
         )
+    head = work[:REFERENCE_STEPS]
+    print(f"compiled loop against the Python engine (reference_engine()), first {len(head)} steps, one process:")
+    for kind in kinds:
+        _, fast, m_fast = timed(kind, 1, head)
+        with reference_engine():
+            _, slow, m_slow = timed(kind, 1, head)
+        same = "same makespan" if m_fast == m_slow else f"makespans differ: {m_fast} vs {m_slow}"
+        print(f"  {kind:<14} CPU {fast:.2f} s vs {slow:.2f} s: {slow / fast:.2f}x ({same})")
 
 
 def cpu_seconds() -> float:
