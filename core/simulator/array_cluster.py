@@ -17,7 +17,7 @@ import numba
 import numpy as np
 
 from core.simulator import kernel as K
-from core.simulator.cluster import RequestNoise, RolloutCluster
+from core.simulator.cluster import RequestNoise, RolloutCluster, clip_intervals
 from core.simulator.predictor import COEFFICIENT_FIELDS, EngineCoefficients
 
 INF = math.inf
@@ -450,16 +450,7 @@ class ArrayCluster(RolloutCluster):
     def busy_intervals(self, lo: float, hi: float) -> list[list[list[float]]]:
         rows = self.busy[: self.cnt[K.C_BUSY]]
         rows = rows[(rows[:, 2] > lo) & (rows[:, 1] < hi)]  # a long run's log: only what overlaps
-        out = []
-        for j, eng in enumerate(self.replicas):
-            ivs = rows[rows[:, 0] == j, 1:].tolist()
-            cur = eng.open_busy()
-            if cur is not None:
-                ivs.append(cur)
-            kept = []
-            for a, b, tail in ivs:
-                a2, b2 = max(a, lo), min(b, hi)
-                if b2 > a2:
-                    kept.append([a2, b2, min(tail, b2 - a2)])
-            out.append(kept)
-        return out
+        return [
+            clip_intervals(rows[rows[:, 0] == j, 1:].tolist(), eng.open_busy(), lo, hi)
+            for j, eng in enumerate(self.replicas)
+        ]

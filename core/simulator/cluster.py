@@ -267,16 +267,16 @@ class RolloutCluster:
     def busy_intervals(self, lo: float, hi: float) -> list[list[list[float]]]:
         """Per replica, busy intervals [start, end, tail] within [lo, hi] (the open one
         up to the replica's current time)."""
-        out = []
-        for eng in self.replicas:
-            ivs = list(eng.busy)
-            cur = eng.open_busy()
-            if cur is not None:
-                ivs.append(cur)
-            kept = []
-            for a, b, tail in ivs:
-                a2, b2 = max(a, lo), min(b, hi)
-                if b2 > a2:
-                    kept.append([a2, b2, min(tail, b2 - a2)])
-            out.append(kept)
-        return out
+        return [clip_intervals(list(eng.busy), eng.open_busy(), lo, hi) for eng in self.replicas]
+
+
+def clip_intervals(ivs: list[list[float]], cur: list[float] | None, lo: float, hi: float) -> list[list[float]]:
+    """Busy intervals [start, end, tail] (and the open one, `cur`) cut to [lo, hi]."""
+    if cur is not None:
+        ivs.append(cur)
+    kept = []
+    for a, b, tail in ivs:
+        a2, b2 = max(a, lo), min(b, hi)
+        if b2 > a2:
+            kept.append([a2, b2, min(tail, b2 - a2)])
+    return kept

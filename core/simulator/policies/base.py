@@ -69,26 +69,16 @@ class Env:
         compiled loop (`ArrayCluster`) unless `reference_engine()` is in force or the
         caller steps them one event at a time (`compiled=False`: each event would cross
         into the loop, which costs more than the Python engine's step)."""
+        args: dict[str, Any] = {
+            "max_running": self.limits.max_running_seqs,
+            "kv_capacity": self.kv_capacity,
+            "max_prefill_tokens": self.limits.max_prefill_tokens,
+            "start_time": start_time,
+            "noise": self.noise,
+        }
         if compiled and not any(sharing.values()) and not _REFERENCE[0]:
-            return ArrayCluster(
-                self.cluster.rollout_replicas,
-                self.coefficients,
-                max_running=self.limits.max_running_seqs,
-                kv_capacity=self.kv_capacity,
-                max_prefill_tokens=self.limits.max_prefill_tokens,
-                start_time=start_time,
-                noise=self.noise,
-            )
-        return RolloutCluster(
-            self.cluster.rollout_replicas,
-            self.coefficients,
-            max_running=self.limits.max_running_seqs,
-            kv_capacity=self.kv_capacity,
-            max_prefill_tokens=self.limits.max_prefill_tokens,
-            start_time=start_time,
-            noise=self.noise,
-            **sharing,
-        )
+            return ArrayCluster(self.cluster.rollout_replicas, self.coefficients, **args)
+        return RolloutCluster(self.cluster.rollout_replicas, self.coefficients, **args, **sharing)
 
 
 @dataclass
