@@ -63,8 +63,16 @@ class Env:
     # passes pay the cluster's colocation overhead
     colocated: bool = False
 
-    def new_cluster(self, start_time: float = 0.0, *, compiled: bool = True, **sharing: bool) -> RolloutCluster:
-        """Fresh replicas from `start_time`; `sharing` as `RolloutCluster` takes it
+    def new_cluster(
+        self,
+        start_time: float = 0.0,
+        *,
+        compiled: bool = True,
+        shared_queue: bool = False,
+        stealing: bool = False,
+        spread_groups: bool = False,
+    ) -> RolloutCluster:
+        """Fresh replicas from `start_time`, sharing work as `RolloutCluster` says
         (shared_queue, stealing, spread_groups). Replicas sharing no work run on the
         compiled loop (`ArrayCluster`) unless `reference_engine()` is in force or the
         caller steps them one event at a time (`compiled=False`: each event would cross
@@ -76,9 +84,16 @@ class Env:
             "start_time": start_time,
             "noise": self.noise,
         }
-        if compiled and not any(sharing.values()) and not _REFERENCE[0]:
+        if compiled and not (shared_queue or stealing or spread_groups) and not _REFERENCE[0]:
             return ArrayCluster(self.cluster.rollout_replicas, self.coefficients, **args)
-        return RolloutCluster(self.cluster.rollout_replicas, self.coefficients, **args, **sharing)
+        return RolloutCluster(
+            self.cluster.rollout_replicas,
+            self.coefficients,
+            **args,
+            shared_queue=shared_queue,
+            stealing=stealing,
+            spread_groups=spread_groups,
+        )
 
 
 @dataclass
