@@ -51,12 +51,13 @@ from bench.ingest import baseline_trace, generate, run_copy  # noqa: E402
 REDIS_URL = os.environ.get("RLVR_BENCH_REDIS", "redis://127.0.0.1:6379/0")
 TARGETS = {"ratio": 1.3, "rss_mb": 1024, "analyses_s": 60.0, "page_s": 1.0, "page_mb": 2.0, "list_s": 1.5}
 # The API requests each page of a trace makes (dashboard/pages/*: its api client calls);
-# "{job:KIND}" is the result of the trace's latest succeeded job of KIND.
+# "{job:KIND}" is the result of the trace's latest succeeded job of KIND, "{job:KIND?QUERY}"
+# that result in a view (the long-tail and imbalance pages read their page view).
 PAGES = {
     "overview": ["/traces/{t}", "/traces/{t}/steps", "/traces/{t}/summaries?field=response"],
     "distributions": ["/traces/{t}", "/traces/{t}/summaries?field=response", "/traces/{t}/analyses"],
-    "long tail": ["/traces/{t}", "/traces/{t}/analyses", "{job:longtail}"],
-    "imbalance": ["/traces/{t}", "/traces/{t}/analyses", "{job:imbalance}"],
+    "long tail": ["/traces/{t}", "/traces/{t}/analyses", "{job:longtail?view=page}"],
+    "imbalance": ["/traces/{t}", "/traces/{t}/analyses", "{job:imbalance?view=page&load=tokens}"],
     "samples": ["/traces/{t}", "/traces/{t}/samples?step=0&limit=50"],
 }
 RUN_OF_COMPARE = ["/traces/{t}", "/traces/{t}/summaries?field=response", "/traces/{t}/steps", "/traces/{t}/analyses"]
@@ -125,13 +126,13 @@ def fetch(client: httpx.Client, trace_id: int, paths: list[str]) -> tuple[float,
     jobs: list[dict] | None = None
     for path in paths:
         if path.startswith("{job:"):
-            kind = path[5:-1]
+            kind, _, query = path[5:-1].partition("?")
             if jobs is None:
                 jobs = client.get(f"/traces/{trace_id}/analyses").raise_for_status().json()["items"]
             ids = [j["id"] for j in jobs if j["kind"] == kind and j["status"] == "succeeded"]
             if not ids:
                 continue
-            path = f"/jobs/{ids[0]}"
+            path = f"/jobs/{ids[0]}" + (f"?{query}" if query else "")
         r = client.get(path.format(t=trace_id)).raise_for_status()
         size += r.num_bytes_downloaded
     return time.perf_counter() - t0, size

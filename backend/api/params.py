@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 from fastapi import Path, Query
 
@@ -16,3 +16,14 @@ OffsetQuery = Annotated[int, Query(ge=0, le=2**62)]
 TimeQuery = Annotated[float | None, Query(allow_inf_nan=False, ge=-1e300, le=1e300)]
 Int4Path = Annotated[int, Path(ge=INT4_MIN, le=INT4_MAX)]
 IncludeResult = Annotated[bool, Query(description="Include each job's result (can be megabytes per job)")]
+ResultView = Annotated[
+    Literal["full", "page"],
+    Query(
+        description='"page": of a longtail or imbalance result, only what the dashboard pages draw '
+        "(core.analysis.page_views: per-engine idle in whole percents, one load's per-rank loads as float32 "
+        'bytes); other kinds: the full result. "full" (default): the result as stored',
+    ),
+]
+ViewLoad = Annotated[
+    Literal["tokens", "cost"], Query(description='The load an imbalance page view carries (view="page")')
+]

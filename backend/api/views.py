@@ -13,6 +13,7 @@ from backend.jobs.analyses import applicable_analyses
 from backend.jobs.contracts import INGEST_KIND
 from backend.store.models import Job, Team, Trace
 from backend.store.queries import jobs as job_queries
+from core.analysis.page_views import page_view
 
 _SUMMARY_FIELDS = tuple(f for f in JobOut.model_fields if f != "result")
 
@@ -45,6 +46,15 @@ def job_list(jobs: Iterable[Job], include_result: bool) -> JobList:
     if include_result:
         return JobList(items=[JobOut.model_validate(j) for j in jobs])
     return JobList(items=[JobOut(**{f: getattr(j, f) for f in _SUMMARY_FIELDS}, result=None) for j in jobs])
+
+
+def job_view(job: Job, view: str = "full", load: str = "tokens") -> Job | JobOut:
+    """One job as `GET /jobs/{id}?view&load` answers it: as stored, or with the page view
+    of its result (core.analysis.page_views; the stored result is left as it is)."""
+    if view != "page":
+        return job
+    fields = {f: getattr(job, f) for f in _SUMMARY_FIELDS}
+    return JobOut(**fields, result=page_view(job.kind, job.result, load=load))
 
 
 def team_jobs(

@@ -350,9 +350,10 @@ class ApiClient:
             include_result=_flag(include_result),
         )["items"]
 
-    def job(self, job_id: str | int) -> dict:
-        """One job with its result."""
-        return self._get(f"/jobs/{job_id}")
+    def job(self, job_id: str | int, *, view: str | None = None, load: str | None = None) -> dict:
+        """One job with its result (`view="page"`: a longtail or imbalance result as the
+        pages draw it, with one `load` of an imbalance result)."""
+        return self._get(f"/jobs/{job_id}", view=view, load=load)
 
     def job_kinds(self) -> dict:
         """{kinds: every job kind, analyses: [{kind, title, defaults, ...}]} (the registry's)."""

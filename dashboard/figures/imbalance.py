@@ -6,6 +6,8 @@ repartitioning, with the saving 1 - balanced max / recorded max.
 
 from __future__ import annotations
 
+import base64
+
 import numpy as np
 import plotly.graph_objects as go
 
@@ -62,14 +64,16 @@ def load_heatmap_figure(result: dict, load: str = "tokens") -> go.Figure:
             "(they carry it) or native samples with a dp_rank column (docs/formats.md)",
             title,
         )
-    n_ranks = max(len(s[load].get("recorded") or []) for s in steps)
-    raw = np.full((n_ranks, len(steps)), np.nan)
-    for j, s in enumerate(steps):
-        rec = [np.nan if num(v) is None else num(v) for v in s[load].get("recorded") or []]
+    loads = [recorded_loads(s[load].get("recorded")) for s in steps]
+    n_ranks = max(len(rec) for rec in loads)
+    # float32, what the heatmap draws: the full result and the page view (float32 bytes)
+    # give the same cells
+    raw = np.full((n_ranks, len(steps)), np.nan, dtype=np.float32)
+    for j, rec in enumerate(loads):
         raw[: len(rec), j] = rec
     mean = np.array([num(s[load].get("mean")) or np.nan for s in steps])
     with np.errstate(invalid="ignore", divide="ignore"):
-        z = raw / mean[None, :]
+        z = raw.astype(np.float64) / mean[None, :]
     fig = styled_figure(
         title,
         x_title=UNITS["step"],
@@ -83,7 +87,7 @@ def load_heatmap_figure(result: dict, load: str = "tokens") -> go.Figure:
             x=np.array([s["step"] for s in steps], dtype=np.int32),
             y=np.arange(n_ranks, dtype=np.int32),
             z=z.astype(np.float32),
-            customdata=raw.astype(np.float32),
+            customdata=raw,
             colorscale="RdBu_r",
             zmid=1.0,
             zmin=max(0.0, 2.0 - zmax),
@@ -94,6 +98,16 @@ def load_heatmap_figure(result: dict, load: str = "tokens") -> go.Figure:
     )
     fig.update_yaxes(autorange="reversed")
     return integer_ticks(integer_ticks(fig), "y")
+
+
+def recorded_loads(recorded) -> np.ndarray:
+    """A step's load per rank as float32: a list of numbers (the full result; None: NaN)
+    or float32 bytes {"dtype": "f4", "bdata": base64} (the page view, core.analysis.page_views)."""
+    if isinstance(recorded, dict):
+        if recorded.get("dtype") != "f4":
+            raise ValueError(f"recorded loads in an unknown encoding {recorded.get('dtype')!r}")
+        return np.frombuffer(base64.b64decode(recorded.get("bdata") or ""), dtype="<f4")
+    return np.array([np.nan if num(v) is None else num(v) for v in recorded or []], dtype=np.float32)
 
 
 def imbalance_ratio_figure(result: dict, load: str = "tokens", metric: str = "max_over_mean") -> go.Figure:

@@ -133,19 +133,11 @@ def longtail_finish_figure(result: dict) -> go.Figure:
 
 def longtail_engine_figure(result: dict) -> go.Figure:
     """Step x engine heatmap of each engine's idle fraction 1 - sum(len)/(n x max len)."""
-    steps = [s for s in _steps(result) if isinstance(s.get("engine"), dict)]
     key = result.get("engine_key") or "engine"
     title = f"Idle share per engine ({key})"
+    steps, engines, z = engine_idle_matrix(result)
     if not steps:
         return empty_figure("No per-engine figures", title)
-    engines = sorted({e for s in steps for e in s["engine"].get("engine", [])})
-    pos = {e: i for i, e in enumerate(engines)}
-    z = np.full((len(engines), len(steps)), np.nan, dtype=np.float32)
-    for j, s in enumerate(steps):
-        for e, v in zip(s["engine"].get("engine", []), s["engine"].get("idle_fraction", [])):
-            p = pct(v)
-            if p is not None:
-                z[pos[e], j] = p
     fig = styled_figure(
         title,
         x_title=UNITS["step"],
@@ -157,7 +149,7 @@ def longtail_engine_figure(result: dict) -> go.Figure:
         go.Heatmap(
             x=np.array([s["step"] for s in steps], dtype=np.int32),
             y=[str(e) for e in engines],
-            z=np.round(z),
+            z=z,
             colorscale="Oranges",
             zmin=0,
             colorbar=dict(title=dict(text="idle %"), thickness=12),
@@ -166,3 +158,27 @@ def longtail_engine_figure(result: dict) -> go.Figure:
     )
     fig.update_yaxes(autorange="reversed", type="category")
     return integer_ticks(fig)
+
+
+def engine_idle_matrix(result: dict) -> tuple[list[dict], list, np.ndarray]:
+    """(steps with per-engine figures, engines sorted, engines x steps idle % rounded to
+    whole percents as float32): from the full result's per-engine column dicts, or from
+    the page view's `engines` and per-step `engine_idle_pct` (whole percents already,
+    by the same rounding: core.analysis.page_views)."""
+    if "engines" in result:  # the page view
+        steps = [s for s in _steps(result) if isinstance(s.get("engine_idle_pct"), list)]
+        engines = list(result["engines"])
+        z = np.full((len(engines), len(steps)), np.nan, dtype=np.float32)
+        for j, s in enumerate(steps):
+            z[:, j] = [np.nan if v is None else v for v in s["engine_idle_pct"]]
+        return steps, engines, z
+    steps = [s for s in _steps(result) if isinstance(s.get("engine"), dict)]
+    engines = sorted({e for s in steps for e in s["engine"].get("engine", [])})
+    pos = {e: i for i, e in enumerate(engines)}
+    z = np.full((len(engines), len(steps)), np.nan, dtype=np.float32)
+    for j, s in enumerate(steps):
+        for e, v in zip(s["engine"].get("engine", []), s["engine"].get("idle_fraction", [])):
+            p = pct(v)
+            if p is not None:
+                z[pos[e], j] = p
+    return steps, engines, np.round(z)

@@ -114,7 +114,7 @@ def _results(api, trace_id) -> dict:
             chosen[kind] = job["id"]
     out = {}
     for kind, job_id in chosen.items():
-        result = results_cache.job(job_id).get("result")
+        result = results_cache.job(job_id, results_cache.page_query(kind)).get("result")
         if result:
             out[kind] = result
     return out

@@ -27,7 +27,7 @@ from dashboard.figures.distributions import (
 )
 from dashboard.figures.longtail import longtail_engine_figure, longtail_finish_figure, longtail_idle_figure
 from dashboard.server.figure_cache import cached
-from dashboard.server.results import analysis_result
+from dashboard.server.results import analysis_result, page_query
 from dashboard.views.attach_hint import upload_hint
 from dashboard.views.components import PAGE_TRACE_ID, RESULT, alert, control, controls, graph, section
 from dashboard.views.drill import drill_location, register_drill
@@ -275,7 +275,7 @@ def fill_cdf(chosen, trace_id, field, task, phase):
     State(zoom_id("distributions"), "data"),
 )
 def fill_longtail(data, zoom):
-    result, note = analysis_result(data, "long-tail")
+    result, note = analysis_result(data, "long-tail", page_query("longtail"))  # what the figures draw, < 2 MB
     if result is None:
         fig = empty_figure(note)
         return fig, fig, fig

@@ -21,7 +21,7 @@ from dashboard.figures.imbalance import (
     saving_summary,
 )
 from dashboard.server.figure_cache import cached
-from dashboard.server.results import analysis_result
+from dashboard.server.results import analysis_result, page_query
 from dashboard.views.attach_hint import upload_hint
 from dashboard.views.components import RESULT, alert, card, control, controls, graph, section
 from dashboard.views.drill import drill_location, register_drill
@@ -125,11 +125,12 @@ def layout(trace_id: str | None = None, **query):
     State(zoom_id("imbalance"), "data"),
 )
 def fill(data, load, metric, zoom=None):
-    result, note = analysis_result(data, "imbalance")
+    load = load or "tokens"
+    # the page view of the one load drawn: < 2 MB where the whole result is megabytes
+    result, note = analysis_result(data, "imbalance", page_query("imbalance", load))
     if result is None:
         fig = empty_figure(note)
         return [], fig, fig, fig
-    load = load or "tokens"
     cards, *figures = cached(("imbalance", data["job_id"], load, metric), lambda: _figures(result, load, metric))
     return (cards, *zoomed(figures, ZOOMABLE, zoom))
 

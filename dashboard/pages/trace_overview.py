@@ -27,7 +27,7 @@ from dashboard.figures.gpu import temporal_breakdown_figure
 from dashboard.figures.stages import stage_time_figure, trace_has_stage_timings
 from dashboard.server.analysis_places import analyses_shown
 from dashboard.server.figure_cache import cached
-from dashboard.server.results import analysis_result
+from dashboard.server.results import analysis_result, page_query
 from dashboard.server.results import job as results_job
 from dashboard.views.components import PAGE_TRACE_ID, RESULT, alert, card, control, controls, graph, section
 from dashboard.views.freshness import stale_note
@@ -158,10 +158,11 @@ def layout(trace_id: str | None = None, **query):
 def fill(trace_id, _results, zoom=None):
     results, job_ids = {}, {}
     for item in ctx.inputs_list[1]:
-        result, _note = analysis_result(item.get("value"), item["id"]["kind"])
+        kind = item["id"]["kind"]
+        result, _note = analysis_result(item.get("value"), kind, page_query(kind))  # the pages' views: shared
         if result is not None:
-            results[item["id"]["kind"]] = result
-            job_ids[item["id"]["kind"]] = item["value"]["job_id"]
+            results[kind] = result
+            job_ids[kind] = item["value"]["job_id"]
     try:
         cards, analysed, live, *figures = cached(
             ("overview", trace_id, tuple(sorted(job_ids.items()))), lambda: _figures(trace_id, results)
@@ -177,8 +178,9 @@ def fill(trace_id, _results, zoom=None):
 def _card(c: Card, results: dict, job_ids: dict, analysed: list[int], live: bool) -> html.Div:
     """The card, marked with its result's age when that result is behind the trace."""
     stale = None
-    if c.source in results:
-        stale = stale_note(results_job(job_ids[c.source]), results[c.source], analysed, refreshing=live)
+    if c.source is not None and c.source in results:
+        job = results_job(job_ids[c.source], page_query(c.source))
+        stale = stale_note(job, results[c.source], analysed, refreshing=live)
     return card(c.label, c.value, c.hint, card_id=f"card-{c.key}", stale=stale)
 
 

@@ -97,7 +97,7 @@ def analysis_panel(kind: str, label: str, trace_id, params: dict | None = None) 
             polling=False,
         )
     if best is not None:
-        results.prefetch(best["id"])  # its figures will ask for it in a moment
+        results.prefetch(best["id"], results.page_query(kind))  # its figures will ask for it in a moment
     return c.analysis_panel_layout(
         kind,
         label,

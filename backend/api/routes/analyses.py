@@ -6,9 +6,9 @@ from fastapi import APIRouter, HTTPException, Response, status
 
 from backend.api.deps import SessionDep, TraceDep, require_ready
 from backend.api.errors import ERROR_RESPONSES
-from backend.api.params import IncludeResult
+from backend.api.params import IncludeResult, ResultView, ViewLoad
 from backend.api.schemas import AnalysisRequest, JobList, JobOut
-from backend.api.views import job_list
+from backend.api.views import job_list, job_view
 from backend.jobs.analyses import NotApplicable, request_analysis
 from backend.jobs.state import params_key
 from backend.store.models import JobStatus
@@ -52,9 +52,11 @@ def list_analyses(session: SessionDep, trace: TraceDep, include_result: IncludeR
 
 
 @router.get("/{kind}", response_model=JobOut)
-def latest_analysis(kind: str, session: SessionDep, trace: TraceDep):
+def latest_analysis(
+    kind: str, session: SessionDep, trace: TraceDep, view: ResultView = "full", load: ViewLoad = "tokens"
+):
     """The newest job of this kind with default parameters (else any parameters),
-    preferring a finished one."""
+    preferring a finished one (`view=page`: its result as the dashboard pages draw it)."""
     if kind not in ANALYSES:
         raise HTTPException(status.HTTP_404_NOT_FOUND, detail={"message": f"unknown analysis '{kind}'"})
     # results deferred: only the chosen job's result is read
@@ -63,4 +65,4 @@ def latest_analysis(kind: str, session: SessionDep, trace: TraceDep):
         raise HTTPException(status.HTTP_404_NOT_FOUND, detail={"message": f"no '{kind}' analysis for trace {trace.id}"})
     default_key = params_key(kind, resolve_params(kind, {}))
     jobs.sort(key=lambda j: (j.params_key != default_key, j.status != JobStatus.SUCCEEDED))
-    return jobs[0]
+    return job_view(jobs[0], view, load)

@@ -13,9 +13,9 @@ from fastapi import APIRouter, HTTPException, Query, Response, status
 
 from backend.api.deps import CurrentTeam, JobIdPath, OptionalTraceQuery, SessionDep, job_of_team
 from backend.api.errors import ERROR_RESPONSES
-from backend.api.params import IncludeResult
+from backend.api.params import IncludeResult, ResultView, ViewLoad
 from backend.api.schemas import NO_NUL, AnalysisKindOut, JobKindsOut, JobList, JobOut
-from backend.api.views import job_list
+from backend.api.views import job_list, job_view
 from backend.jobs.contracts import job_kinds, remove_artefacts
 from backend.store.models import JobStatus
 from backend.store.queries import jobs as job_queries
@@ -69,8 +69,12 @@ def list_job_kinds(team: CurrentTeam) -> JobKindsOut:
 
 
 @router.get("/{job_id}", response_model=JobOut)
-def get_job(job_id: JobIdPath, session: SessionDep, team: CurrentTeam):
-    return job_of_team(session, team, job_id)
+def get_job(
+    job_id: JobIdPath, session: SessionDep, team: CurrentTeam, view: ResultView = "full", load: ViewLoad = "tokens"
+):
+    """One job with its result (`view=page`: a longtail or imbalance result as the
+    dashboard pages draw it, a fraction of its size)."""
+    return job_view(job_of_team(session, team, job_id), view, load)
 
 
 @router.delete("/{job_id}", status_code=status.HTTP_204_NO_CONTENT, responses={409: {"description": "Not finished."}})
