@@ -198,32 +198,6 @@ class ReplicaView:
         cap = c.wq.shape[1]
         return [int(c.wq[self.j, (es[K.E_WH] + i) % cap]) for i in range(es[K.E_WN])]
 
-    def pending_arrivals(self) -> int:
-        return int(self._c.es[self.j, K.E_AN])
-
-    def plan(self) -> float:
-        c, j = self._c, self.j
-        if c.es[j, K.E_PK] >= 0:  # planned and unchanged since: no call into the loop
-            return float(c.ef[j, K.EF_PT])
-        return float(K.plan(j, c.arrays.ri, c.arrays.rf, c.es, c.ef, c.hp, c.at, c.ai, c.wq, c.pr))
-
-    def planned_admissions(self) -> int:
-        self.plan()
-        es = self._c.es[self.j]
-        return int(es[K.E_PM]) if es[K.E_PK] == K.PREFILL else 0
-
-    def commit(self) -> list[int]:
-        """Apply the planned event; returns the requests that finished in it."""
-        c = self._c
-        st = c.arrays
-        while True:
-            k = K.step(
-                self.j, st.ri, st.rf, c.es, c.ef, c.hp, c.at, c.ai, c.wq, c.sk, c.pr, c.busy, c.gaps, *c.fin_args()
-            )
-            if k >= 0:
-                return c.fin[:k].tolist() if k else []
-            c.before_call()  # room in the logs, then again
-
     def run(self, until: float = INF) -> list[int]:
         return [r for _, r in self._c.run_to(until, [self.j])]
 
@@ -248,23 +222,6 @@ class ReplicaView:
         n_arr = es[K.E_AN]
         order = np.lexsort((c.ai[j, :n_arr, 0], c.at[j, :n_arr]))
         return rids.tolist() + self.waiting + c.ai[j, order, 1].tolist()
-
-    def kv_bound(self) -> int:
-        """As `ReplicaEngine.kv_bound`."""
-        c, j = self._c, self.j
-        st, es = c.arrays, c.es[j]
-        ctx, left, nxt, seqs = st.context, st.left, st.next, st.seq
-        heads = [r for r, seq in c.sk[j, : es[K.E_SN]].tolist() if seqs[r] == seq]
-        heads += self.waiting
-        heads += c.ai[j, : es[K.E_AN], 1].tolist()
-        total = 0
-        for r in heads:
-            most = 0
-            while r >= 0:
-                most = max(most, int(ctx[r] + left[r]))
-                r = int(nxt[r])
-            total += most
-        return total
 
 
 class ArrayCluster(RolloutCluster):

@@ -554,36 +554,6 @@ def commit(
 
 
 @_jit
-def step(
-    j: int,
-    ri: np.ndarray,
-    rf: np.ndarray,
-    es: np.ndarray,
-    ef: np.ndarray,
-    hp: np.ndarray,
-    at: np.ndarray,
-    ai: np.ndarray,
-    wq: np.ndarray,
-    sk: np.ndarray,
-    pr: np.ndarray,
-    busy: np.ndarray,
-    gaps: np.ndarray,
-    fin: np.ndarray,
-    fin_t: np.ndarray,
-    cnt: np.ndarray,
-) -> int:
-    """One event of replica j, for a policy that decides after each (its finished
-    requests in `fin[:cnt[C_FIN]]`); -1 (nothing applied) when a log is full or the
-    finished log may be too short. The next event is not planned here: what the policy
-    submits at this moment queues ahead of the arrivals planning takes in."""
-    if cnt[C_BUSY] + 1 >= busy.shape[0] or cnt[C_GAPS] + 1 >= gaps.shape[0] or fin.size < es[j, E_B] + es[j, E_WN]:
-        return -1
-    cnt[C_FIN] = 0
-    commit(j, ri, rf, es, ef, hp, at, ai, wq, sk, pr, busy, gaps, fin, fin_t, cnt)
-    return cnt[C_FIN]
-
-
-@_jit
 def _groups_done(
     n_fin: int, last_item: np.ndarray, item_group: np.ndarray, group_left: np.ndarray, fin: np.ndarray, cnt: np.ndarray
 ) -> int:

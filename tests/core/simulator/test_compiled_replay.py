@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 
 from core.simulator import GPU_PRESETS, MODEL_PRESETS, ClusterConfig, EngineLimits, Policy, simulate
@@ -74,3 +75,25 @@ def test_static_dispatch_runs_on_the_compiled_loop_and_sharing_does_not():
     assert not isinstance(env.new_cluster(shared_queue=True), ArrayCluster)
     with reference_engine():
         assert not isinstance(env.new_cluster(), ArrayCluster)
+
+
+def test_run_until_stops_where_the_python_engine_does():
+    """`run_until` (a policy's own stop rule, asked after every finishing event) on the
+    compiled loop: the same finishes, in the same order, at the same times."""
+    model = MODEL_PRESETS["Qwen2.5-7B"]
+    cluster = ClusterConfig(n_gpus=16, rollout_replicas=4, rollout_tp=4, train_dp=16)
+    env = Env(cluster, model, EngineLimits(), Policy(), roofline_coefficients(cluster, model), 40_000)
+    w = long_tailed(steps=1)[0]
+
+    def first_finishes(rc, n=200):
+        seen: list[tuple[float, list[int]]] = []
+        _, first, _ = rc.add_step(w, np.arange(w.n_samples))
+        rc.submit(first, np.arange(w.n_samples) % 4, 0.0)
+        stop = rc.run_until(lambda done, t: seen.append((t, list(done))) or sum(len(d) for _, d in seen) >= n)
+        return stop, seen
+
+    fast = first_finishes(env.new_cluster())
+    assert fast[0] is not None and len(fast[1]) > 10  # it stopped, after many finishing events
+    assert isinstance(env.new_cluster(), ArrayCluster)
+    with reference_engine():
+        assert fast == first_finishes(env.new_cluster())
