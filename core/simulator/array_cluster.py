@@ -176,11 +176,6 @@ class ReplicaView:
         return float(self._c.ef[self.j, K.EF_RECOMP])
 
     @property
-    def busy(self) -> list[list[float]]:
-        rows = self._c.log_rows(self._c.busy, K.C_BUSY, self.j)
-        return rows[:, 1:].tolist()
-
-    @property
     def idle_gaps(self) -> list[tuple[float, float, int]]:
         rows = self._c.log_rows(self._c.gaps, K.C_GAPS, self.j)
         return [(a, b, int(r)) for a, b, r in rows[:, 1:].tolist()]
