@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import pytest
@@ -213,12 +214,11 @@ def wait_for_job(api, job_id: int, timeout: float = 120) -> dict:
 MARKERS_BY_FIXTURE = {"browser": ("browser",), "private_pg": ("postgres",), "backend_env": ("store",)}
 
 
-def _starts_processes(path: Path, seen: dict[Path, bool] = {}) -> bool:  # noqa: B006 -- a cache
+@functools.cache
+def _starts_processes(path: Path) -> bool:
     """A test module that imports subprocess or multiprocessing starts processes."""
-    if path not in seen:
-        text = path.read_text()
-        seen[path] = any(f"import {m}" in text for m in ("subprocess", "multiprocessing"))
-    return seen[path]
+    text = path.read_text()
+    return any(f"import {m}" in text for m in ("subprocess", "multiprocessing"))
 
 
 def pytest_collection_modifyitems(items):

@@ -58,7 +58,9 @@ class RolloutCluster:
         self.store = RequestStore()
         # a Monte-Carlo run's perturbation of every request added (None: the replay of means)
         self.noise = noise
-        self._engine_args = (coefficients, max_running, kv_capacity, max_prefill_tokens)
+        # what every engine of this cluster is made with (a replaced one too)
+        self._engine_args: dict = {"max_running": max_running, "max_prefill_tokens": max_prefill_tokens}
+        self._coefficients, self._kv_capacity = coefficients, kv_capacity
         limits = {"kv_capacity": kv_capacity, "start_time": start_time}
         self.pool: WorkPool | None = None
         self.replicas: list[ReplicaEngine]
@@ -80,12 +82,7 @@ class RolloutCluster:
             if not self.coupled:
                 pool.detach()  # prompts shared, but no work: each replica on its own
         else:
-            self.replicas = [
-                ReplicaEngine(
-                    self.store, coefficients, max_running=max_running, max_prefill_tokens=max_prefill_tokens, **limits
-                )
-                for _ in range(n_replicas)
-            ]
+            self.replicas = [self._new_engine(start_time) for _ in range(n_replicas)]
         self._prefix_keys = 0  # shared-prompt keys handed out so far
 
     @property
@@ -231,14 +228,11 @@ class RolloutCluster:
 
     def replace_replica(self, j: int, start_time: float) -> None:
         """An empty engine in replica j's place from `start_time` (static dispatch)."""
-        coefficients, max_running, kv_capacity, max_prefill_tokens = self._engine_args
-        self.replicas[j] = ReplicaEngine(
-            self.store,
-            coefficients,
-            max_running=max_running,
-            kv_capacity=kv_capacity,
-            max_prefill_tokens=max_prefill_tokens,
-            start_time=start_time,
+        self.replicas[j] = self._new_engine(start_time)
+
+    def _new_engine(self, start_time: float) -> ReplicaEngine:
+        return ReplicaEngine(
+            self.store, self._coefficients, kv_capacity=self._kv_capacity, start_time=start_time, **self._engine_args
         )
 
     def _event_heap(self) -> list[tuple[float, int]]:
