@@ -76,3 +76,19 @@ class EngineReplayOut(BaseModel):
 
 class EngineReplayList(BaseModel):
     items: list[EngineReplayOut]
+
+
+class EngineReplayCreate(BaseModel):
+    """A replay of the trace's steps on real inference engines, queued for an engine worker
+    (the `engine` queue). Bounded: at most `max_requests` requests per step."""
+
+    model_config = {"extra": "forbid"}
+
+    policy: str = Field(description="A policy that runs on an engine (GET /simulations/presets: `not_on_engine` null)")
+    params: dict[str, Any] = Field(default_factory=dict, description="The policy's own parameters")
+    steps: tuple[int, int] | None = Field(None, description="Replay steps [first, end); null: all")
+    max_requests: int = Field(128, ge=1, le=4096, description="At most this many requests per step (whole groups)")
+    length_scale: float = Field(1.0, gt=0, le=1.0, description="Scale every prompt and response length")
+    profile_id: int | None = Field(None, ge=1, description="Engine profile to predict from (default: the latest)")
+    engines: int | None = Field(None, ge=1, le=64, description="Engines (default: the policy's own)")
+    arch: str = Field("tiny", max_length=64, description="Preset architecture of the random-weight model")

@@ -33,19 +33,18 @@ def create_engine_replay_job(session: Session, team_id: int, params: dict) -> Jo
     return job
 
 
-def queue_engine_replay(team_id: int, params: dict) -> int:
-    """Commit the job and send it to the engine queue (its id); with the broker down it
-    waits in the outbox, which the workers' sweeper sends to the same queue."""
+def queue_engine_replay(session: Session, team_id: int, params: dict) -> Job:
+    """Commit the job and send it to the engine queue; with the broker down it waits in
+    the outbox, which the workers' sweeper sends to the same queue."""
     from backend.jobs.dispatch import QueueUnavailable, dispatch
-    from backend.store.db import session_scope
 
-    with session_scope() as session:
-        job_id = create_engine_replay_job(session, team_id, params).id
+    job = create_engine_replay_job(session, team_id, params)
+    session.commit()
     try:
-        dispatch(job_id, ENGINE_REPLAY_KIND, ENGINE_QUEUE)
+        dispatch(job.id, ENGINE_REPLAY_KIND, ENGINE_QUEUE)
     except QueueUnavailable:
         pass
-    return job_id
+    return job
 
 
 def replay_message(result: dict) -> str:

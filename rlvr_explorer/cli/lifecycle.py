@@ -67,6 +67,22 @@ def start_worker(concurrency: int) -> subprocess.Popen:
     )
 
 
+def start_engine_worker() -> subprocess.Popen | None:
+    """A worker of the engine environment reading only the engine queue, when an engine is
+    installed (RLVR_ENGINE_PYTHON, or vLLM here); None otherwise (engine replays then wait
+    in their queue for an engine worker elsewhere)."""
+    from backend.jobs.contracts import ENGINE_QUEUE
+    from engine.client import EngineMissing, engine_python
+
+    try:
+        python = engine_python()
+    except EngineMissing:
+        return None
+    cmd = [python, "-m", "rlvr_explorer", "worker", f"--queues={ENGINE_QUEUE}", "--concurrency=1"]
+    env = {**os.environ, PARENT_ENV: str(os.getpid())}
+    return subprocess.Popen([*cmd, f"--nice={WORKER_NICE}"], env=env, process_group=0, preexec_fn=tie_to_parent)
+
+
 def warm_replay_loop() -> subprocess.Popen:
     """Compile the replay loop into its cache beside the worker (a no-op when the install
     did: image build, CI), so no replay a user asks for waits for it."""

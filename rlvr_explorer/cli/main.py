@@ -551,6 +551,9 @@ def worker(
     nice: Annotated[
         int, typer.Option(min=0, max=19, help="Lower the worker's CPU priority by this much (beside an API)")
     ] = 0,
+    queues: Annotated[
+        str | None, typer.Option(metavar="NAMES", help="Read only these queues (comma-separated), e.g. engine")
+    ] = None,
 ) -> None:
     """Run a Celery worker (embedded transport, or the broker in CELERY_BROKER_URL)."""
     from rlvr_explorer.cli.lifecycle import watch_parent
@@ -559,9 +562,8 @@ def worker(
     if nice > 0:
         os.nice(nice)
     watch_parent()
-    celery_app.worker_main(
-        ["worker", f"--loglevel={loglevel}", f"--concurrency={concurrency}", "--without-gossip", "--without-mingle"]
-    )
+    argv = ["worker", f"--loglevel={loglevel}", f"--concurrency={concurrency}", "--without-gossip", "--without-mingle"]
+    celery_app.worker_main(argv + ([f"--queues={queues}"] if queues else []))
 
 
 @command()
@@ -604,7 +606,8 @@ def serve(
     seed_demo: Annotated[bool, typer.Option("--demo/--no-demo", help="Ingest the demo trace when empty")] = True,
     concurrency: Annotated[int, typer.Option(min=1, max=256, help="Worker processes")] = 2,
 ) -> None:
-    """Everything on one machine: migrations, a worker process, API and dashboard.
+    """Everything on one machine: migrations, a worker process, API and dashboard (and an
+    engine worker, when an engine is installed: RLVR_ENGINE_PYTHON).
 
     The port is bound first (a busy port fails at once, exit 1); SIGTERM or SIGINT stop
     the worker with the server."""
@@ -614,6 +617,7 @@ def serve(
         PortInUse,
         bind_listener,
         exit_on_signal,
+        start_engine_worker,
         start_worker,
         stop_worker,
         warm_replay_loop,
@@ -636,6 +640,7 @@ def serve(
             demo(api_key=key)
             SERVE_STARTS_WORKER.reset(token)
         worker_proc = start_worker(concurrency)
+        engine_proc = start_engine_worker()
         warming = warm_replay_loop()
         try:
             typer.echo(f"\n  RLVR Explorer: http://{host}:{port}/   (API docs: http://{host}:{port}/api/v1/docs)")
@@ -645,4 +650,6 @@ def serve(
             for sig in (signal.SIGTERM, signal.SIGINT):  # cleanup is bounded: let it finish
                 signal.signal(sig, signal.SIG_IGN)
             stop_worker(worker_proc)
+            if engine_proc is not None:
+                stop_worker(engine_proc)
             stop_worker(warming, grace_s=0.0)

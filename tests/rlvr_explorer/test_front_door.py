@@ -227,3 +227,34 @@ def test_api_workers_on_a_busy_port_fail_fast(tmp_path):
             timeout=60,
         )
     assert out.returncode == 1 and "already in use" in out.stderr, out.stderr[-2000:]
+
+
+def test_serve_starts_an_engine_worker_when_an_engine_is_installed(tmp_path):
+    """RLVR_ENGINE_PYTHON names the engine environment's python (here this one, standing in
+    for it: the queue is what is checked): serve runs a second worker reading only the
+    engine queue, and stops it with itself."""
+    port = free_port()
+    log_path = tmp_path / "serve.log"
+    env = {**embedded_env(tmp_path), "RLVR_ENGINE_PYTHON": sys.executable}
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(
+            cli("serve", "--no-demo", "--port", str(port), "--concurrency", "1"),
+            env=env,
+            cwd=tmp_path,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        try:
+            deadline = time.monotonic() + 120
+            while log_path.read_bytes().count(b"ready.") < 2:
+                assert proc.poll() is None and time.monotonic() < deadline, log_path.read_text()[-3000:]
+                time.sleep(0.5)
+            queues = re.findall(r"\.> (\w+)\s+exchange=", log_path.read_text())
+            assert sorted(queues) == ["engine", "rlvr"], queues
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(30)
+            wait_session_gone(proc.pid, 30)
+            assert not live_session_pids(proc.pid), "the engine worker outlived serve"
+        finally:
+            kill_session(proc.pid)

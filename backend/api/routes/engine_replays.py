@@ -1,5 +1,5 @@
 """A trace's engine replays (`rlvr-explorer engine-replay`, or an `engine_replay` job on
-the engine queue): measured on real inference engines versus the simulator's
+the engine queue, queued here by POST): measured on real inference engines versus the simulator's
 prediction from an engine profile, with the profile used. Team-scoped: another team's
 trace is a 404, and only this team's jobs and profiles are read."""
 
@@ -7,12 +7,21 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Query, status
 
-from backend.api.deps import SessionDep, TraceDep
+from backend.api.deps import SessionDep, TraceDep, require_replayable
 from backend.api.errors import ERROR_RESPONSES
-from backend.api.schemas_engine import FIGURES, EngineProfileOut, EngineReplayList, EngineReplayOut
+from backend.api.replay_requests import unprocessable
+from backend.api.schemas import JobOut
+from backend.api.schemas_engine import (
+    FIGURES,
+    EngineProfileOut,
+    EngineReplayCreate,
+    EngineReplayList,
+    EngineReplayOut,
+)
 from backend.jobs.contracts import ENGINE_REPLAY_KIND
+from backend.jobs.engine_replay import engine_replay_params, queue_engine_replay
 from backend.store.models import EngineProfile, Job, JobStatus
 from backend.store.queries.engine_profiles import engine_profiles_by_id
 from backend.store.queries.jobs import list_jobs
@@ -85,3 +94,27 @@ def list_engine_replays(
     ids = {int(p) for j in jobs if (p := (j.result or {}).get("profile_id")) is not None}
     profiles = engine_profiles_by_id(session, team_id=trace.team_id, ids=ids)
     return EngineReplayList(items=[replay_out(j, profiles) for j in jobs])
+
+
+@router.post(
+    "",
+    status_code=status.HTTP_202_ACCEPTED,
+    response_model=JobOut,
+    responses={409: {"description": "The trace is not ready."}},
+)
+def create_engine_replay(body: EngineReplayCreate, session: SessionDep, trace: TraceDep) -> Job:
+    """Queue a replay of the trace on real inference engines (an engine worker runs it:
+    `celery -A workers.celery_app worker -Q engine` from the engine environment). A
+    policy that cannot run on an engine, or a parameter that is not its own, is a 422
+    naming the field and why."""
+    require_replayable(trace)
+    options = body.model_dump(exclude={"policy", "params"}, exclude_none=True)
+    if body.steps is not None:
+        if body.steps[1] <= body.steps[0] or body.steps[0] < 0:
+            raise unprocessable(ValueError("steps: [first, end) with 0 <= first < end"))
+        options["steps"] = list(body.steps)
+    try:
+        params = engine_replay_params(trace.id, body.policy, body.params, **options)
+    except ValueError as exc:
+        raise unprocessable(exc) from exc
+    return queue_engine_replay(session, trace.team_id, params)

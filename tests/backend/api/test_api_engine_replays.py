@@ -141,3 +141,55 @@ def test_engine_replays_are_team_scoped(api, client, team_key, trace, tmp_path):
     assert len(items) == 1 and items[0]["profile_id"] == profile_id and items[0]["profile"] is None
     api.headers["X-API-Key"] = team_key
     assert len(api.get(f"/api/v1/traces/{trace['id']}/engine-replays").json()["items"]) == 1
+
+
+def test_posting_an_engine_replay_queues_a_job_for_the_engine_queue(api, trace):
+    url = f"/api/v1/traces/{trace['id']}/engine-replays"
+    body = {"policy": "partial", "params": {"finished_groups": 2}, "steps": [0, 1], "max_requests": 64}
+    r = api.post(url, json={**body, "length_scale": 0.1})
+    assert r.status_code == 202, r.text
+    job = r.json()
+    assert job["kind"] == "engine_replay" and job["trace_id"] == trace["id"] and job["status"] == "queued"
+    assert job["params"] == {
+        "trace_id": trace["id"],
+        "policy": "partial",
+        "params": {"finished_groups": 2},
+        "steps": [0, 1],
+        "max_requests": 64,
+        "length_scale": 0.1,
+        "arch": "tiny",
+    }
+    from backend.store.db import session_scope
+    from backend.store.models import Job
+
+    with session_scope() as session:
+        assert session.get(Job, job["id"]).queue == "engine"  # only engine workers read it
+    # listed with the trace's engine replays while it waits
+    [item] = api.get(url).json()["items"]
+    assert item["job_id"] == job["id"] and item["status"] == "queued" and item["measured"] is None
+
+
+@pytest.mark.parametrize(
+    ("body", "field", "says"),
+    [
+        ({"policy": "divided"}, "policy.kind", "does not run on an engine"),
+        ({"policy": "nope"}, "policy.kind", "must be one of"),
+        ({"policy": "partial", "params": {"bogus": 1}}, "policy.params", "bogus"),
+        ({"policy": "sync", "steps": [3, 1]}, "steps", "first < end"),
+        ({"policy": "sync", "max_requests": 100000}, "max_requests", "less than or equal"),
+        ({"policy": "sync", "length_scale": 0}, "length_scale", "greater than"),
+        ({"policy": "sync", "whatever": 1}, "whatever", "unknown field"),
+    ],
+)
+def test_a_bad_engine_replay_request_is_a_422_naming_its_field(api, trace, body, field, says):
+    r = api.post(f"/api/v1/traces/{trace['id']}/engine-replays", json=body)
+    assert r.status_code == 422, r.text
+    assert field in r.text and says in r.text
+    assert api.get(f"/api/v1/traces/{trace['id']}/engine-replays").json() == {"items": []}  # nothing queued
+
+
+def test_posting_on_another_teams_trace_is_a_404(client, trace):
+    r = client.post(
+        f"/api/v1/traces/{trace['id']}/engine-replays", json={"policy": "sync"}, headers={"X-API-Key": other_team_key()}
+    )
+    assert r.status_code == 404

@@ -37,6 +37,7 @@ SEMANTIC_REFUSALS = {
     "POST /api/v1/traces/{trace_id}/analyses": "the kind must be a registered analysis; params depend on it",
     "POST /api/v1/simulations": "trace_id or workload; the policy's parameters depend on its kind",
     "POST /api/v1/advice": "the trace must be given; ranges depend on each other",
+    "POST /api/v1/traces/{trace_id}/engine-replays": "a trace with samples; the policy's parameters depend on its kind",
     "POST /api/v1/workloads": "a trace or a parameter file; steps and groups depend on each other",
     "GET /api/v1/traces/{trace_id}/samples": "the truncated filter needs a trace whose truncation is known",
 }

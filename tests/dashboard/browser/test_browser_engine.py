@@ -1,7 +1,7 @@
-"""An engine replay end to end, in a real browser: a job on the `engine` queue, run by a
-worker of the engine environment (RLVR_ENGINE_PYTHON: `celery -A workers.celery_app
-worker -Q engine`, as docs/engine.md deploys it) on a real vLLM engine (tiny model, 64
-requests, lengths x 0.05); the Simulate page then shows what the simulator predicted
+"""An engine replay end to end, in a real browser: queued by `POST /traces/{id}/engine-
+replays` on the `engine` queue, run by a worker of the engine environment
+(RLVR_ENGINE_PYTHON: `celery -A workers.celery_app worker -Q engine`, as docs/engine.md
+deploys it) on a real vLLM engine (tiny model, 64 requests, lengths x 0.05); the Simulate page then shows what the simulator predicted
 from the engine profile beside what the engine measured, the numbers the API gives."""
 
 from __future__ import annotations
@@ -17,13 +17,6 @@ from tests.engine.test_engine_replay import engine_python  # noqa: F401
 from tests.helpers import synthetic_rows, write_packed_dir
 
 pytestmark = [pytest.mark.browser, pytest.mark.engine]
-
-QUEUE = """
-import sys
-from backend.jobs.engine_replay import engine_replay_params, queue_engine_replay
-params = engine_replay_params(int(sys.argv[1]), "sync", steps=[0, 1], max_requests=64, length_scale=0.05)
-print(queue_engine_replay(int(sys.argv[2]), params))
-"""
 
 
 @pytest.fixture()
@@ -63,12 +56,10 @@ def test_simulate_shows_an_engine_replay_predicted_beside_measured(browser, serv
     b = browser
     folder = write_packed_dir(tmp_path / "engine", synthetic_rows(steps=2, groups=16, n=4, seed=11))
     trace = server.upload(sorted(folder.iterdir()), "engine replayed")
-    team_id = server.api.get("/me").json()["team"]["id"]
-    queued = subprocess.run(
-        [engine_worker[0].args[0], "-c", QUEUE, str(trace["id"]), str(team_id)],
-        env=server.env, cwd=ROOT, capture_output=True, text=True, timeout=120, check=True,
-    )  # fmt: skip
-    job_id = int(queued.stdout.strip().splitlines()[-1])
+    body = {"policy": "sync", "steps": [0, 1], "max_requests": 64, "length_scale": 0.05}
+    queued = server.api.post(f"/traces/{trace['id']}/engine-replays", json=body)
+    assert queued.status_code == 202 and queued.json()["kind"] == "engine_replay", queued.text
+    job_id = queued.json()["id"]
     job = wait_job(server, job_id, engine_worker[1], timeout=1000)
     assert job["kind"] == "engine_replay" and job["result"]["lengths_exact"], job
     assert job["result"]["requests"] == 64 and job["result"]["engines"] == 1
