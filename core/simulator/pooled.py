@@ -18,10 +18,9 @@ prefilled once per replica when its samples are spread over replicas.
   when a chunk ends, its continuation (`WorkPool.migrating`) goes back to the cluster,
   which hands it to the replica with the fewest requests running, waiting and arriving
   (the one it ran on when none has fewer): it waits there ahead of the shared queue
-  (after what arrived there before it), and is
-  admitted without prefill (its KV is read from the pool) when a slot and KV room
-  allow. Not through the shared queue: the replica the chunk freed a slot on plans
-  first and would always take it back.
+  (after what arrived there before it) and is admitted without prefill (its KV is read
+  from the pool) when a slot and KV room allow. Not through the shared queue: the
+  replica the chunk freed a slot on plans first and would always take it back.
 - Shared prompts: a request with a prefix key (`RequestStore.prefix`, a group's prompt)
   skips its prefill on a replica that already prefilled that key (or does so in the
   same iteration); a preempted request recomputes its whole context.
