@@ -232,6 +232,7 @@ class ArrayCluster(RolloutCluster):
         max_prefill_tokens: int,
         start_time: float = 0.0,
         noise: RequestNoise | None = None,
+        speculation: tuple[int, float] = (0, 1.0),
     ) -> None:
         self.arrays = ArrayStore()
         self.store = self.arrays  # type: ignore[assignment]  # the same fields, as arrays
@@ -240,7 +241,8 @@ class ArrayCluster(RolloutCluster):
         self._prefix_keys = 0
         c = coefficients
         self.pr = np.array(
-            [getattr(c, f) for f in COEFFICIENT_FIELDS] + [kv_capacity, max_running, max_prefill_tokens],
+            [getattr(c, f) for f in COEFFICIENT_FIELDS]
+            + [kv_capacity, max_running, max_prefill_tokens, speculation[0], speculation[1]],
             dtype=np.float64,
         )
         self.n = n_replicas

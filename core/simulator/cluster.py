@@ -27,7 +27,7 @@ import numpy as np
 from core.simulator.engine import ReplicaEngine
 from core.simulator.pooled import PooledEngine, WorkPool
 from core.simulator.predictor import EngineCoefficients
-from core.simulator.requests import RequestStore, step_request_arrays
+from core.simulator.requests import RequestStore, chunk_requests, step_request_arrays
 from core.simulator.shared_queue import SharedQueue
 from core.simulator.workload import StepWorkload
 
@@ -54,12 +54,17 @@ class RolloutCluster:
         stealing: bool = False,
         spread_groups: bool = False,
         noise: RequestNoise | None = None,
+        speculation: tuple[int, float] = (0, 1.0),
     ) -> None:
         self.store = RequestStore()
         # a Monte-Carlo run's perturbation of every request added (None: the replay of means)
         self.noise = noise
         # what every engine of this cluster is made with (a replaced one too)
-        self._engine_args: dict = {"max_running": max_running, "max_prefill_tokens": max_prefill_tokens}
+        self._engine_args: dict = {
+            "max_running": max_running,
+            "max_prefill_tokens": max_prefill_tokens,
+            "speculation": speculation,
+        }
         self._coefficients, self._kv_capacity = coefficients, kv_capacity
         limits = {"kv_capacity": kv_capacity, "start_time": start_time}
         self.pool: WorkPool | None = None
@@ -72,8 +77,7 @@ class RolloutCluster:
                     coefficients,
                     pool=pool,
                     index=i,
-                    max_running=max_running,
-                    max_prefill_tokens=max_prefill_tokens,
+                    **self._engine_args,
                     **limits,
                 )
                 for i in range(n_replicas)
@@ -90,29 +94,41 @@ class RolloutCluster:
         """Replicas share work, so they must advance in global time order."""
         return self.pool is not None and (self.pool.queue is not None or self.pool.stealing)
 
-    def add_step(self, w: StepWorkload, owner: np.ndarray) -> tuple[int, np.ndarray, np.ndarray]:
-        """Add one step's requests; `owner` is a caller key per sample.
+    def add_step(self, w: StepWorkload, owner: np.ndarray, chunk_tokens: int = 0) -> tuple[int, np.ndarray, np.ndarray]:
+        """Add one step's requests; `owner` is a caller key per sample; with
+        `chunk_tokens`, requests split in chunks that migrate (`requests.chunk_requests`,
+        `pooled.WorkPool.migrating`).
 
         Returns (first request id, first request id per sample, last request id per
         sample) — a sample is finished when its last request is.
         """
         arr = step_request_arrays(w, shared_prompt=self.pool is not None)
-        base = self.add_requests(arr, np.asarray(owner)[arr["sample"]])
+        noisy = self.noise is not None
+        if chunk_tokens:
+            if self.noise is not None:  # a request's length is perturbed whole, then chunked
+                arr = {**arr, "decode": self.noise.scale_decode(arr, np.asarray(owner)[arr["sample"]])}
+            arr, noisy = chunk_requests(arr, chunk_tokens), False
+        base = self.add_requests(arr, np.asarray(owner)[arr["sample"]], noisy=noisy)
         first = base + arr["first"]
         n_req = arr["sample"].size
         last_local = np.r_[arr["first"][1:], n_req] - 1
         return base, first, base + last_local
 
-    def add_requests(self, arr: dict[str, np.ndarray], owner: np.ndarray) -> int:
+    def add_requests(self, arr: dict[str, np.ndarray], owner: np.ndarray, noisy: bool = True) -> int:
         """Add request arrays (`requests.step_request_arrays` / `select_samples`) with
         a caller key per request; returns the first new request id. Shared-prompt keys
-        are made unique within the cluster."""
+        are made unique within the cluster; a Monte-Carlo run's noise perturbs the
+        lengths unless `noisy` is False (already perturbed)."""
         prefix: np.ndarray | None = None
         if self.pool is not None and arr.get("prefix") is not None and arr["prefix"].size:
             prefix = np.where(arr["prefix"] >= 0, arr["prefix"] + self._prefix_keys, -1)
             self._prefix_keys += int(arr["prefix"].max()) + 1
-        decode = arr["decode"] if self.noise is None else self.noise.scale_decode(arr, np.asarray(owner))
-        return self.store.add(arr["prefill"], arr["context"], decode, arr["gap"], arr["next"], owner, prefix)
+        decode = arr["decode"] if self.noise is None or not noisy else self.noise.scale_decode(arr, np.asarray(owner))
+        base = self.store.add(arr["prefill"], arr["context"], decode, arr["gap"], arr["next"], owner, prefix)
+        if "migrate" in arr and arr["migrate"].any():
+            assert self.pool is not None and self.pool.queue is not None, "a cluster made with shared_queue=True"
+            self.pool.migrating.update((base + np.flatnonzero(arr["migrate"])).tolist())
+        return base
 
     def submit(self, rids: np.ndarray, replica: np.ndarray, time: float) -> None:
         """Requests `rids` arrive at `time` at their replicas (order kept)."""

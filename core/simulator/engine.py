@@ -32,6 +32,13 @@ under-occupancy within — seconds × (1 − running / peak running) of decode i
 while nothing was waiting to be admitted (slots left empty by finished samples: the
 rollout long tail, refined by batching). `decoded_tokens`, `prefilled_tokens`,
 `preemptions` count work.
+
+Speculative decoding of the tail (`speculation` = (tail_seqs, factor), off at (0, 1)):
+while at most `tail_seqs` sequences run, each decode iteration drafts and verifies, so
+a sequence gains `accept` tokens per iteration of `cost` times the plain iteration's
+time; token by token, a decode iteration's time is scaled by factor = cost / accept
+(`config.EngineLimits.speculation`). The batch is constant between events, so a whole
+decode series is in the tail or not.
 """
 
 from __future__ import annotations
@@ -69,6 +76,7 @@ class ReplicaEngine:
         kv_capacity: float,
         max_prefill_tokens: int,
         start_time: float = 0.0,
+        speculation: tuple[int, float] = (0, 1.0),
     ) -> None:
         self.store = store
         c = coefficients
@@ -77,6 +85,7 @@ class ReplicaEngine:
         self.max_running = max_running
         self.kv_capacity = kv_capacity
         self.max_prefill_tokens = max_prefill_tokens
+        self._spec_seqs, self._spec_factor = speculation
         self.t = start_time
         self.G = 0  # decode iterations done so far
         self.B = 0  # running requests
@@ -154,9 +163,15 @@ class ReplicaEngine:
         self._wake = min(wakes[0] if wakes else INF, self.pool.wake_after(t) if self.pool is not None else INF)
 
     def _series(self) -> tuple[float, float]:
-        """(first iteration time, growth per iteration) of a decode series from now."""
+        """(first iteration time, growth per iteration) of a decode series from now; per
+        token, so scaled by the speculation factor in the tail."""
         B = self.B
-        return self._da + self._db * (self.S + B * self.G) + self._dc * B, self._db * B
+        alpha = self._da + self._db * (self.S + B * self.G) + self._dc * B
+        beta = self._db * B
+        if B <= self._spec_seqs:
+            f = self._spec_factor
+            return alpha * f, beta * f
+        return alpha, beta
 
     # ------------------------------------------------------------------ planning
 
@@ -200,8 +215,7 @@ class ReplicaEngine:
                 m_kv = int((self.kv_capacity - self.S) // B) - G + 1
                 if m_kv < m:
                     m = m_kv
-            alpha = self._da + self._db * (self.S + B * G) + self._dc * B
-            beta = self._db * B
+            alpha, beta = self._series()
             if t_next != INF and B < self.max_running:
                 m_a = iterations_until(t_next - t, alpha, beta, at_least=True)
                 if m_a < m:

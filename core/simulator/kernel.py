@@ -38,6 +38,7 @@ EF_T, EF_TAIL, EF_BSTART, EF_RECOMP, EF_PT, EF_PTAU = range(6)
 N_E, N_EF = 18, 6
 # parameters
 P_DA, P_DB, P_DC, P_PA, P_PB, P_PC, P_KV, P_RUN, P_PREFILL = range(9)
+P_SPEC_SEQS, P_SPEC_F = 9, 10  # speculative decoding of the tail: (tail_seqs, factor)
 # log counters
 C_BUSY, C_GAPS, C_FIN, C_DONE_GROUPS = range(4)
 # plan kinds (E_PK); -1: no plan
@@ -241,6 +242,19 @@ def _sk_push(sk: np.ndarray, es: np.ndarray, ri: np.ndarray, j: int, rid: int, s
 
 
 @_jit
+def _decode_ab(j: int, es: np.ndarray, pr: np.ndarray) -> tuple[float, float]:
+    """`ReplicaEngine._series`: (first iteration time, growth per iteration) of replica
+    j's decode series, scaled by the speculation factor in its tail."""
+    B = es[j, E_B]
+    alpha = pr[P_DA] + pr[P_DB] * (es[j, E_S] + B * es[j, E_G]) + pr[P_DC] * B
+    beta = pr[P_DB] * B
+    if B <= pr[P_SPEC_SEQS]:
+        f = pr[P_SPEC_F]
+        return alpha * f, beta * f
+    return alpha, beta
+
+
+@_jit
 def _admissible(j: int, ri: np.ndarray, es: np.ndarray, wq: np.ndarray, pr: np.ndarray) -> tuple[int, int, int]:
     """How many waiting requests replica j's next prefill iteration admits, and the sum
     and the sum of squares of their uncached tokens."""
@@ -313,8 +327,7 @@ def plan(
             m_kv = int((kv_cap - S) // B) - G + 1
             if m_kv < m:
                 m = m_kv
-        alpha = pr[P_DA] + pr[P_DB] * (S + B * G) + pr[P_DC] * B
-        beta = pr[P_DB] * B
+        alpha, beta = _decode_ab(j, es, pr)
         if t_next != INF and B < pr[P_RUN]:
             m_a = iterations_until(t_next - t, alpha, beta, True)
             if m_a < m:
@@ -654,9 +667,7 @@ def advance_to(
         return
     plan(j, ri, rf, es, ef, hp, at, ai, wq, pr)
     if es[j, E_PK] == DECODE and es[j, E_B]:
-        B = es[j, E_B]
-        alpha = pr[P_DA] + pr[P_DB] * (es[j, E_S] + B * es[j, E_G]) + pr[P_DC] * B
-        beta = pr[P_DB] * B
+        alpha, beta = _decode_ab(j, es, pr)
         m = iterations_until(time - ef[j, EF_T], alpha, beta, False)
         m = min(m, es[j, E_PM] - 1)
         if m > 0:

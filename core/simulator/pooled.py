@@ -14,6 +14,13 @@ prefilled once per replica when its samples are spread over replicas.
   not planned for admission) in the queue of the replica with the most of them: from
   the end of that queue, at most its free slots and half of what waits there. Later
   turns of a trajectory are never taken (their prefix is cached where they wait).
+- Migration (Seer's chunked requests over a global KV pool, `requests.chunk_requests`):
+  when a chunk ends, its continuation (`WorkPool.migrating`) goes back to the cluster,
+  which hands it to the replica with the fewest requests running, waiting and arriving
+  (the one it ran on when none has fewer): it waits there ahead of the shared queue
+  (after what arrived there before it) and is admitted without prefill (its KV is read
+  from the pool) when a slot and KV room allow. Not through the shared queue: the
+  replica the chunk freed a slot on plans first and would always take it back.
 - Shared prompts: a request with a prefix key (`RequestStore.prefix`, a group's prompt)
   skips its prefill on a replica that already prefilled that key (or does so in the
   same iteration); a preempted request recomputes its whole context.
@@ -30,6 +37,7 @@ known when it started).
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Iterable
 from itertools import islice
 from typing import Any
@@ -53,6 +61,8 @@ class WorkPool:
         self.maybe_stealable = False
         # replicas whose last admission stopped at the shared queue's head (no KV room)
         self.blocked: set[PooledEngine] = set()
+        self.migrating: set[int] = set()  # chunk continuations not handed to a replica yet
+        self.migrations = 0  # continuations handed to another replica than their chunk's
 
     def has_ready(self, t: float) -> bool:
         return self.queue is not None and self.queue.peek(t) >= 0
@@ -88,10 +98,11 @@ class WorkPool:
             self.wake(time, woken)
 
     def settled(self) -> bool:
-        """No replica can take work from another any more: nothing queued, and with
+        """No replica can take work from another any more: nothing queued, no chunk's
+        continuation still to hand off, and with
         stealing nothing to steal now or later (no request still to arrive, none waiting
         that could be stolen, no replica able to run out of KV and preempt one)."""
-        if self.queue is not None and len(self.queue):
+        if (self.queue is not None and len(self.queue)) or self.migrating:
             return False
         if not self.stealing:
             return True
@@ -109,6 +120,15 @@ class WorkPool:
         """Settled for good (or done): the replicas go on as plain engines."""
         for e in self.engines:
             e.pool = None
+
+    def migrate(self, rid: int, time: float, came_from: PooledEngine) -> None:
+        """A chunk's continuation `rid`, due at `time`, to the least loaded replica."""
+        self.migrating.discard(rid)
+        to = min(self.engines, key=lambda e: (e.B + len(e.waiting) + e.pending_arrivals(), e is not came_from))
+        to.take_over(rid, time)
+        if to is not came_from:
+            self.migrations += 1
+            self.wake(time, [to])
 
     def steal_for(self, thief: PooledEngine) -> None:
         """Move requests from the most loaded replica's queue into `thief`'s."""
@@ -151,6 +171,7 @@ class PooledEngine(ReplicaEngine):
         self._seq = index << 40
         self.prefixes: set[int] = set()  # shared-prompt keys prefilled here
         self._admitting: set[int] = set()  # keys of the planned prefill iteration
+        self._handoff: list[tuple[int, float]] = []  # chunk continuations ended in this event
 
     def _admissible(self) -> tuple[int, int, int, int]:  # noqa: C901 -- the pool's admission rule: each branch is one limit it checks
         """Own queue first, then the shared queue (or a steal when both are empty);
@@ -225,9 +246,34 @@ class PooledEngine(ReplicaEngine):
             pool.blocked.discard(self)
         return k, sp, sp2, need
 
+    def _next_turn(self, rid: int, time: float) -> None:
+        if rid in self.shared.migrating:
+            self._handoff.append((rid, time))  # once the event is applied (B counts it)
+        else:
+            super()._next_turn(rid, time)
+
+    def take_over(self, rid: int, time: float) -> None:
+        """Continue a chunk's continuation `rid` from `time`, after what arrived before."""
+        arrivals = self._arrivals
+        while arrivals and arrivals[0][0] <= time <= self.t:
+            self.waiting.append(heapq.heappop(arrivals)[2])
+        ReplicaEngine._next_turn(self, rid, time)
+
+    def _hand_off(self) -> None:
+        for rid, time in self._handoff:
+            self.shared.migrate(rid, time, self)
+        self._handoff.clear()
+
+    def _decode(self, m: int, tau: float) -> list[int]:
+        done = super()._decode(m, tau)
+        self._hand_off()
+        return done
+
     def _prefill(self, k: int, tau: float, sp: int) -> list[int]:
         self.prefixes |= self._admitting
-        return super()._prefill(k, tau, sp)
+        done = super()._prefill(k, tau, sp)
+        self._hand_off()
+        return done
 
     def _preempt(self) -> None:
         before = self.preemptions

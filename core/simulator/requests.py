@@ -157,3 +157,29 @@ def select_samples(arr: dict[str, np.ndarray], samples: np.ndarray) -> dict[str,
     out["first"] = offsets[:-1]
     out["last"] = offsets[1:] - 1
     return out
+
+
+def chunk_requests(arr: dict[str, np.ndarray], chunk_tokens: int) -> dict[str, np.ndarray]:
+    """Seer's chunked requests: each request of `arr` (`step_request_arrays`) split into
+    chained requests of at most `chunk_tokens` completion tokens. A later chunk prefills
+    nothing (its KV is read from the global pool), holds the prompt and the tokens of the
+    chunks before it as context, follows the previous chunk at once (gap 0) and is
+    marked `migrate`: it goes back to the cluster, which may continue it on any replica.
+    The last chunk keeps the request's gap and next; `first` points at first chunks."""
+    d = np.maximum(np.asarray(arr["decode"], dtype=np.int64), 1)  # as `RequestStore.add`
+    n_chunks = -(-d // chunk_tokens)
+    start = np.cumsum(n_chunks) - n_chunks  # each request's first chunk
+    idx = np.repeat(np.arange(d.size), n_chunks)
+    k = np.arange(idx.size) - start[idx]  # chunk index within its request
+    last = k == n_chunks[idx] - 1
+    nxt = arr["next"][idx]
+    out = {key: arr[key][idx] for key in ("sample", "gap", "prefix", "prefill", "context")}
+    out["decode"] = np.where(last, d[idx] - k * chunk_tokens, chunk_tokens)
+    out["context"] = out["context"] + k * chunk_tokens
+    out["prefill"] = np.where(k == 0, out["prefill"], 0)
+    out["prefix"] = np.where(k == 0, out["prefix"], -1)
+    out["gap"] = np.where(last, out["gap"], 0.0)
+    out["next"] = np.where(last, np.where(nxt >= 0, start[np.maximum(nxt, 0)], -1), np.arange(idx.size) + 1)
+    out["first"] = start[arr["first"]]
+    out["migrate"] = k > 0
+    return out

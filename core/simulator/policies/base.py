@@ -71,9 +71,12 @@ class Env:
         shared_queue: bool = False,
         stealing: bool = False,
         spread_groups: bool = False,
+        spec_tail_seqs: int = 0,
     ) -> RolloutCluster:
         """Fresh replicas from `start_time`, sharing work as `RolloutCluster` says
-        (shared_queue, stealing, spread_groups). Replicas sharing no work run on the
+        (shared_queue, stealing, spread_groups), decoding speculatively while at most
+        `spec_tail_seqs` sequences run (or the limits' own threshold,
+        `EngineLimits.speculation`). Replicas sharing no work run on the
         compiled loop (`ArrayCluster`) unless `reference_engine()` is in force or the
         caller steps them one event at a time (`compiled=False`: each event would cross
         into the loop, which costs more than the Python engine's step)."""
@@ -83,6 +86,7 @@ class Env:
             "max_prefill_tokens": self.limits.max_prefill_tokens,
             "start_time": start_time,
             "noise": self.noise,
+            "speculation": self.limits.speculation(spec_tail_seqs),
         }
         if compiled and not (shared_queue or stealing or spread_groups) and not _REFERENCE[0]:
             return ArrayCluster(self.cluster.rollout_replicas, self.coefficients, **args)

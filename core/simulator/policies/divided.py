@@ -13,9 +13,16 @@ rollout.
 - Work stealing: a replica with a free slot and nothing queued takes waiting requests
   (e.g. ones preempted when KV ran out) from the most loaded replica.
 
-Not modelled: grouped speculative decoding (Seer's third technique), the global KV
-cache pool and chunked requests (a request runs on the replica that admitted it; a
-preempted one recomputes).
+- Chunked requests over a global KV pool: a sample's generation is split into chunks
+  of `chunk_tokens`; after each chunk the request goes back to the cluster and
+  continues on the least loaded replica without prefill (`requests.chunk_requests`,
+  `pooled.WorkPool.migrate`).
+- Grouped speculative decoding, in the tail: a replica running at most
+  `spec_tail_seqs` sequences decodes speculatively (`config.EngineLimits.speculation`).
+
+Not modelled: how Seer drafts (a group's finished samples feed a suffix-tree drafter
+and the draft length adapts): the speculation's gain is the engine limits'
+`spec_accept` / `spec_cost`; a preempted request recomputes (no KV pool for it).
 """
 
 from __future__ import annotations
@@ -45,6 +52,18 @@ class DividedParams:
         True,
         "a replica with a free slot and nothing queued takes waiting requests from the most loaded one",
         grid=(False,),
+    )
+    chunk_tokens: int = param(
+        8192,
+        "generation split into chunks of this many tokens, each continued on the least loaded replica with its "
+        "KV from a global pool (Seer's divided rollout); 0: a request runs where it was admitted. 8192 is ours",
+        ge=0,
+    )
+    spec_tail_seqs: int = param(
+        32,
+        "speculative decoding (Seer's grouped drafts) while a replica runs at most this many sequences, at the "
+        "engine limits' spec_accept and spec_cost; 0: none (unless the limits turn it on). 32 is ours",
+        ge=0,
     )
 
 
@@ -85,8 +104,8 @@ class ContextAwareOrder:
 
 def divided_rollout(env: Env, w: StepWorkload, keep_store: bool) -> RolloutOutcome:
     prm: DividedParams = env.params
-    rc = env.new_cluster(shared_queue=True, stealing=prm.work_stealing)
-    _, first, last = rc.add_step(w, np.arange(w.n_samples))
+    rc = env.new_cluster(shared_queue=True, stealing=prm.work_stealing, spec_tail_seqs=prm.spec_tail_seqs)
+    _, first, last = rc.add_step(w, np.arange(w.n_samples), chunk_tokens=prm.chunk_tokens)
     if prm.context_aware:
         rc.run_until(ContextAwareOrder(rc, w, first, last).on_finish)
     else:

@@ -55,6 +55,9 @@ def test_from_dict_overrides_presets():
         (ModelConfig.from_dict, {"layers": "many"}, "model.layers"),
         (EngineLimits.from_dict, {"max_running_seqs": -3}, "limits.max_running_seqs"),
         (EngineLimits.from_dict, {"kv_cache_tokens": 0}, "limits.kv_cache_tokens"),
+        (EngineLimits.from_dict, {"spec_accept": 0.5}, "limits.spec_accept"),
+        (EngineLimits.from_dict, {"spec_cost": 0}, "limits.spec_cost"),
+        (EngineLimits.from_dict, {"spec_tail_seqs": -1}, "limits.spec_tail_seqs"),
         (lambda kind: policy_spec(kind), "eventually", "policy.kind"),
         (Policy.from_dict, {"balancing": "random"}, "policy.balancing"),
         (Policy.from_dict, {"dispatch": "random"}, "policy.dispatch"),
@@ -72,6 +75,12 @@ def test_bad_input_names_the_field(build, payload, field):
     with pytest.raises(ValueError) as exc:
         build(payload)
     assert str(exc.value).startswith(field)
+
+
+def test_speculation_is_off_unless_the_limits_or_a_policy_turn_it_on():
+    assert EngineLimits().speculation() == (0, 0.5)  # no sequence is ever in a tail of 0
+    limits = EngineLimits.from_dict({"spec_tail_seqs": 8, "spec_accept": 3.0, "spec_cost": 1.5})
+    assert limits.speculation() == (8, 0.5) and limits.speculation(32) == (32, 0.5)
 
 
 def test_config_from_dict_round_trip():

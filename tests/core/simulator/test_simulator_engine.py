@@ -62,6 +62,24 @@ def test_single_request_latency_by_hand():
     assert eng.decoded_tokens == n - 1 and eng.prefilled_tokens == p
 
 
+def test_speculation_scales_decode_time_in_the_tail_only():
+    """Two requests, the tail threshold 1: while both run, plain iterations; once the
+    short one is done, the long one's iterations take cost / accept of their time."""
+    p, short, long, f = 300, 20, 60, 0.4
+    times = {}
+    for spec in ((0, 1.0), (1, f)):
+        st = _store([p, 0], [p, p], [short, long])
+        eng = ReplicaEngine(st, COEF, max_running=10, kv_capacity=math.inf, max_prefill_tokens=10**9, speculation=spec)
+        eng.submit_many([0, 1], 0.0)
+        eng.run()
+        times[spec[0]] = (st.end[0], st.end[1])
+    prefill = 0.02 + 1e-4 * p + 1e-8 * p * p
+    both = sum(0.01 + 1e-5 * 2 * (p + 1 + k) + 2 * 2e-3 for k in range(short - 1))
+    alone = sum(0.01 + 1e-5 * (p + short + k) + 2e-3 for k in range(long - short))
+    assert times[0] == pytest.approx((prefill + both, prefill + both + alone), rel=1e-12)
+    assert times[1] == pytest.approx((prefill + both, prefill + both + f * alone), rel=1e-12)
+
+
 def test_whole_run_is_a_handful_of_events_not_one_per_token():
     st = _store([100], [100], [200_000])
     eng = _engine(st)

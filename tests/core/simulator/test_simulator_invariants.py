@@ -19,7 +19,9 @@ single- and multi-turn workloads, each with the policy's default parameters on a
   cached tokens, so alone is fastest), its prefill left out (a shared prompt may come
   from a cache) and, for a multi-turn trajectory, with the tool latencies between its
   turns. Lengths identify a trained sample only up to ties: (b) takes, of the trace's
-  samples with a trained length, the one with the least such time.
+  samples with a trained length, the one with the least such time. A policy that
+  decodes speculatively in the tail (a positive `spec_tail_seqs` parameter) decodes
+  alone at the engine limits' cost / accept of that time.
 - A non-degenerate default differs from sync: on a long-tailed workload the default
   makespan differs from sync's unless the spec says the defaults make the policy sync
   (`PolicySpec.equivalent_to`), in which case it equals it.
@@ -190,6 +192,9 @@ def check_invariants(steps: list[StepWorkload], model_name: str, kind: str, monk
         for length, t in zip(w.total_len.tolist(), alone_seconds(w, coeffs).tolist()):
             fastest[length] = min(t, fastest.get(length, np.inf))
     decode_bound = max((fastest[length] for length in trained), default=0.0)
+    if getattr(spec.resolve({}), "spec_tail_seqs", 0) > 0:
+        _, factor = EngineLimits().speculation()
+        decode_bound *= min(1.0, factor)
     update_bound = sum(rec.seconds)
     assert r.makespan >= max(decode_bound, update_bound) * (1 - 1e-9), where + (
         f"makespan {r.makespan:.3f} s < bound {decode_bound:.3f} (decode) / {update_bound:.3f} (updates)"

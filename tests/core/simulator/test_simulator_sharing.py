@@ -14,7 +14,7 @@ import pytest
 
 from core.simulator.cluster import RolloutCluster
 from core.simulator.predictor import EngineCoefficients
-from core.simulator.requests import select_samples, step_request_arrays
+from core.simulator.requests import chunk_requests, sample_tokens, select_samples, step_request_arrays
 from core.simulator.workload import StepWorkload
 
 COEF = EngineCoefficients(decode_a=0.01, decode_b=1e-5, decode_c=2e-3, prefill_a=0.02, prefill_b=1e-4, prefill_c=1e-8)
@@ -37,15 +37,22 @@ class _Replica:
 def reference_stepper(req, n_replicas, *, bound, queued, stealing, coef, max_running, kv_cap, max_prefill):
     """One iteration at a time per replica, replicas in global time order (ties: lower
     index first). `req` holds per-request lists prefill, context, decode, gap, next,
-    prefix, cont; `bound` is [(rid, replica)] in submission order, `queued` [(key, rid)]
-    for the shared queue. At every iteration boundary a replica with a free slot admits
-    from its own queue, then from the shared queue (lowest key, then first queued; at
-    most ceil(queued / replicas) at a time), or steals when both are empty; an idle
-    replica looks again whenever another replica decides."""
+    prefix, cont and optionally `migrate`, the chunk continuations; `bound` is
+    [(rid, replica)] in submission order, `queued` [(key, rid)] for the shared queue. At
+    every iteration boundary a replica with a free slot admits from its own queue, then
+    from the shared queue (lowest key, then first queued; at most ceil(queued /
+    replicas) at a time), or steals when both are empty; an idle replica looks again
+    whenever another replica decides. A chunk's continuation is handed, when the chunk
+    ends, to the replica with the fewest requests running (those ending later counted),
+    waiting and arriving — the chunk's own replica on a tie, then the lowest index."""
     prefill, context, left = list(req["prefill"]), list(req["context"]), list(req["decode"])
     prefix, cont, gap, nxt = list(req["prefix"]), req["cont"], req["gap"], req["next"]
+    migrate = set(req.get("migrate", ()))
     end = [math.nan] * len(prefill)
     reps = [_Replica() for _ in range(n_replicas)]
+    for i, rep in enumerate(reps):
+        rep.index, rep.ended = i, []  # ended: requests finished in its last iteration
+    handoffs: list[tuple[float, int, int, int]] = []  # (time, replica, order, rid)
     for r, j in bound:
         reps[j].waiting.append(r)
     shared = [(k, i, r) for i, (k, r) in enumerate(queued)]
@@ -101,14 +108,29 @@ def reference_stepper(req, n_replicas, *, bound, queued, stealing, coef, max_run
     def finish(rep, r, t):
         nonlocal order
         end[r] = t
-        if nxt[r] >= 0:
-            order += 1
+        rep.ended.append(r)
+        order += 1
+        if nxt[r] in migrate:
+            heapq.heappush(handoffs, (t, rep.index, order, nxt[r]))
+        elif nxt[r] >= 0:
             heapq.heappush(rep.arrivals, (t + gap[r], order, nxt[r]))
+
+    def hand_off(t, j, r):
+        nonlocal order
+
+        def load(rep):
+            later = sum(1 for x in rep.ended if end[x] > t)  # its iteration under way
+            return len(rep.running) + later + len(rep.waiting) + len(rep.arrivals)
+
+        to = min(reps, key=lambda rep: (load(rep), rep.index != j, rep.index))
+        order += 1
+        heapq.heappush(to.arrivals, (t, order, r))
 
     def decide(rep):
         """One decision at rep.t; returns False when the replica has nothing to do."""
         while rep.arrivals and rep.arrivals[0][0] <= rep.t:
             rep.waiting.append(heapq.heappop(rep.arrivals)[2])
+        rep.ended = []
         batch = admit(rep) if len(rep.running) < max_running else []
         if batch:
             sp = sum(p for _, p in batch)
@@ -157,6 +179,10 @@ def reference_stepper(req, n_replicas, *, bound, queued, stealing, coef, max_run
             return reps[i].arrivals[0][0] if reps[i].arrivals else math.inf
 
         j = min(range(n_replicas), key=lambda i: (due(i), i))
+        if handoffs and handoffs[0][:2] <= (due(j), j):  # a chunk ended: before what follows
+            t, came_from, _, r = heapq.heappop(handoffs)
+            hand_off(t, came_from, r)
+            continue
         if due(j) == math.inf:
             break
         rep = reps[j]
@@ -219,6 +245,8 @@ def _fast(req, n_replicas, *, bound, queued, stealing, max_running, kv_cap, max_
     n = len(req["prefill"])
     rel_next = [x for x in req["next"]]
     rc.store.add(req["prefill"], req["context"], req["decode"], req["gap"], rel_next, list(range(n)), req["prefix"])
+    if rc.pool is not None:
+        rc.pool.migrating.update(req.get("migrate", ()))
     if bound:
         rc.submit(np.array([r for r, _ in bound]), np.array([j for _, j in bound]), 0.0)
     for k, r in queued:  # one run per request
@@ -373,3 +401,88 @@ def test_select_samples_takes_whole_trajectories():
     w = _groups_workload(groups=3, n=2)
     full = step_request_arrays(w)
     assert select_samples(full, np.arange(w.n_samples))["prefill"].tolist() == full["prefill"].tolist()
+
+
+# --------------------------------------------------------------------------- chunked requests (Seer)
+
+
+def _chunked(req, firsts, chunk_tokens):
+    """`_random_requests`' requests in chunks (`chunk_requests`), as the stepper reads them."""
+    n = len(req["prefill"])
+    sample = np.cumsum(np.isin(np.arange(n), firsts)) - 1
+    arr = {k: np.asarray(req[k]) for k in ("prefill", "context", "decode", "gap", "next", "prefix")}
+    ch = chunk_requests({**arr, "sample": sample, "first": np.asarray(firsts)}, chunk_tokens)
+    out = {k: ch[k].tolist() for k in ("prefill", "context", "decode", "gap", "next", "prefix")}
+    cont = np.zeros(len(out["prefill"]), dtype=bool)
+    cont[ch["next"][ch["next"] >= 0]] = True
+    out["cont"] = cont.tolist()
+    out["migrate"] = np.flatnonzero(ch["migrate"]).tolist()
+    return out, ch["first"].tolist()
+
+
+@pytest.mark.parametrize("stealing", [False, True])
+@pytest.mark.parametrize("seed,replicas,max_running,kv_cap,max_prefill", CASES)
+def test_migration_matches_token_by_token_stepper(stealing, seed, replicas, max_running, kv_cap, max_prefill):
+    rng = np.random.default_rng(seed)
+    req, firsts = _chunked(*_random_requests(rng, 14), 30)
+    assert req["migrate"]
+    keys = rng.integers(0, 4, len(firsts)).astype(float)
+    queued = [(float(k), r) for k, r in zip(keys, firsts)]
+    limits = {"max_running": max_running, "kv_cap": kv_cap, "max_prefill": max_prefill}
+    ref_end, ref_pre, _ = reference_stepper(
+        req, replicas, bound=[], queued=queued, stealing=stealing, coef=COEF, **limits
+    )
+    rc = _fast(req, replicas, bound=[], queued=queued, stealing=stealing, **limits)
+    assert np.allclose(rc.store.end, ref_end, rtol=1e-9, atol=1e-12)
+    assert [e.preemptions for e in rc.replicas] == ref_pre
+    assert rc.pool is not None and rc.pool.migrations > 0
+    assert sum(rc.store.generated) == sum(req["decode"])
+
+
+def test_chunks_keep_every_token_and_grow_their_context():
+    w = StepWorkload.from_groups(0, [100, 200], [[10, 25], [7, 30]])
+    arr = step_request_arrays(w, shared_prompt=True)
+    ch = chunk_requests(arr, 10)
+    assert np.array_equal(sample_tokens(ch, 4), sample_tokens(arr, 4))
+    i = int(ch["first"][1])  # sample 1: 25 tokens in chunks of 10, 10, 5
+    chunks = slice(i, i + 3)
+    assert ch["decode"][chunks].tolist() == [10, 10, 5]
+    assert ch["context"][chunks].tolist() == [100, 110, 120]
+    assert ch["prefill"][chunks].tolist() == [100, 0, 0]  # later chunks: KV from the pool
+    assert ch["prefix"][chunks].tolist() == [0, -1, -1]
+    assert ch["migrate"][chunks].tolist() == [False, True, True]
+    assert ch["next"][chunks].tolist() == [i + 1, i + 2, -1]
+
+
+def test_a_turn_chunked_chains_to_the_next_turn_after_its_tool_call():
+    arr = {
+        "sample": np.array([0, 0]),
+        "prefill": np.array([50, 10]),
+        "context": np.array([50, 80]),
+        "decode": np.array([25, 5]),
+        "gap": np.array([1.5, 0.0]),
+        "next": np.array([1, -1]),
+        "first": np.array([0]),
+        "prefix": np.array([-1, -1]),
+    }
+    ch = chunk_requests(arr, 10)
+    assert ch["next"].tolist() == [1, 2, 3, -1]
+    assert ch["gap"].tolist() == [0.0, 0.0, 1.5, 0.0]
+    assert ch["migrate"].tolist() == [False, True, True, False]  # the next turn stays
+
+
+def test_chunk_continuations_move_to_an_idle_replica():
+    """Four long requests taken by one replica, four short by the other: unchunked the
+    long ones decode four at a time on the first while the second idles; chunked, their
+    continuations go to the less loaded replica and the rollout ends sooner."""
+    w = StepWorkload.from_groups(0, [100] * 8, [[2000]] * 4 + [[50]] * 4)
+    out = {}
+    for chunk in (0, 200):
+        rc = RolloutCluster(2, COEF, max_running=4, kv_capacity=math.inf, max_prefill_tokens=10**6, shared_queue=True)
+        _, first, _ = rc.add_step(w, np.arange(8), chunk_tokens=chunk)
+        rc.enqueue(first, 0.0, 0.0)
+        rc.run_all()
+        assert rc.pool is not None and not rc.pool.migrating
+        out[chunk] = (max(rc.store.end), rc.pool.migrations, sum(e.decoded_tokens for e in rc.replicas))
+    assert out[0][1] == 0 and out[200][1] > 0
+    assert out[200][0] < 0.95 * out[0][0]
