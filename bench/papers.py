@@ -149,7 +149,6 @@ CASES: tuple[PaperCase, ...] = (
         params={"over_provision": 2.0},
         cited={
             "model": "APRIL scripts/partial_rollout/qwen/*/run-qwen3-4B-*-partial.sh (RLsys-Foundation/APRIL)",
-            "gpu": "same scripts: ROCm/HIP, 8 AMD GPUs (MI300X assumed among AMD's)",
             "gpus": "same scripts: --actor-num-gpus-per-node 8 --colocate",
             "tp": "same scripts: --rollout-num-gpus-per-engine 2",
             "prompts": "same scripts: --rollout-batch-size 32",
@@ -157,6 +156,7 @@ CASES: tuple[PaperCase, ...] = (
             "cap": "same scripts: --rollout-max-response-len 16384",
             "params": "same scripts: --over-sampling-batch-size 64 (2x), --partial-rollout",
         },
+        assumed={"gpu": "MI300X: the scripts run on 8 AMD GPUs (ROCm) without naming the model"},
     ),
     PaperCase(
         "divided",
