@@ -47,7 +47,13 @@ RANGES: tuple[ParamRange, ...] = (
     ParamRange("rollout_mfu", 0.3, 0.7, "engine", "achieved share of peak FLOP/s in prefill (roofline engine)"),
     ParamRange("train_mfu", 0.2, 0.5, "train_mfu", "achieved MFU of a training rank"),
     ParamRange("train_serial_fraction", 0.012, 0.024, "never", "verl trainer-alone pairs (16, 32) and (32, 64) ranks"),
-    ParamRange("colocation_overhead", 1.24, 1.9, "never", "verl colocated vs trainer-alone pairs at 32-128 GPUs"),
+    ParamRange(
+        "colocation_overhead",
+        1.18,
+        1.48,
+        "never",
+        "verl colocated vs trainer-alone pairs at 32-128 GPUs, s 0.012-0.024",
+    ),
 )
 
 

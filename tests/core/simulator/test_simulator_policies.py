@@ -57,28 +57,41 @@ def test_training_pass_time_by_hand():
     assert colo.busy.tolist() == pytest.approx((p.busy * cluster.colocation_overhead).tolist())
 
 
-def test_halving_the_trainer_reproduces_verl_update_times():
-    """verl's fully async table (Qwen2.5-Math-7B, H20, 512 prompts x 16 responses, 32
-    prompts a mini-batch): update_actor 313.81 s colocated on 32 GPUs, 269.80 s on a
-    16-GPU trainer beside 16 rollout GPUs. Perfect DP scaling without overhead would
-    make the 16-GPU update twice the 32-GPU one; the defaults reproduce the measured
-    ratio within 10 %. Qwen2.5-7B's shape (Math is the same network), lengths from a
-    seeded long-tailed draw up to 28K, ranks balanced by tokens (lpt) as verl's dynamic
-    batching does, so the ratio measures the scaling model rather than one draw's imbalance."""
+# verl's fully async table (Qwen2.5-Math-7B, H20, 512 prompts x 16, 32 prompts a
+# mini-batch), update_actor as published since verl PR #4307: (trainer-alone GPUs, its
+# update, colocated GPUs, the colocated update). Its 64/128 pair (113.16, 113.81 s) is left
+# out: at 4 samples a rank per mini-batch the draw's imbalance, not the scaling, sets it.
+VERL_PAIRS = ((16, 313.81, 32, 269.80), (32, 156.98, 64, 133.41))
+
+
+@pytest.mark.parametrize(("apart", "t_apart", "colocated_gpus", "t_colocated"), VERL_PAIRS)
+def test_halving_the_trainer_reproduces_verl_update_times(apart, t_apart, colocated_gpus, t_colocated):
+    """A trainer of half the GPUs beside the rollout against the colocated one: perfect DP
+    scaling without overhead would make its update twice the colocated one; the defaults
+    reproduce each published ratio within 10 %. Qwen2.5-7B's shape (Math is the same
+    network), lengths from a seeded long-tailed draw up to 28K, ranks balanced by tokens
+    (lpt) as verl's dynamic batching does, so the ratio measures the scaling model rather
+    than one draw's imbalance."""
     model = MODEL_PRESETS["Qwen2.5-7B"]
     rng = np.random.default_rng(0)
     lens = np.minimum(200 + rng.lognormal(8.0, 0.8, 512 * 16), 28_000).astype(np.int64)
     policy = Policy(minibatches=16, balancing="lpt")
-    colocated = ClusterConfig(gpu=GPU_PRESETS["H20"], n_gpus=32, rollout_replicas=8, rollout_tp=4, train_dp=32)
-    trainer = dataclasses.replace(colocated, rollout_replicas=4, train_dp=16)
-    t32 = training_pass(lens, model, colocated, policy, forward_only=False, colocated=True).seconds
-    t16 = training_pass(lens, model, trainer, policy, forward_only=False, colocated=False).seconds
-    assert t16 / t32 == pytest.approx(269.80 / 313.81, rel=0.10)
+    colocated = ClusterConfig(
+        gpu=GPU_PRESETS["H20"],
+        n_gpus=colocated_gpus,
+        rollout_replicas=colocated_gpus // 4,
+        rollout_tp=4,
+        train_dp=colocated_gpus,
+    )
+    trainer = dataclasses.replace(colocated, rollout_replicas=apart // 4, train_dp=apart)
+    t_col = training_pass(lens, model, colocated, policy, forward_only=False, colocated=True).seconds
+    t_half = training_pass(lens, model, trainer, policy, forward_only=False, colocated=False).seconds
+    assert t_half / t_col == pytest.approx(t_apart / t_colocated, rel=0.10)
     # the old model (perfect scaling, no overhead) is what the defaults replace
     ideal = {"train_serial_fraction": 0.0, "colocation_overhead": 1.0}
-    old32 = training_pass(lens, model, dataclasses.replace(colocated, **ideal), policy, forward_only=False).seconds
-    old16 = training_pass(lens, model, dataclasses.replace(trainer, **ideal), policy, forward_only=False).seconds
-    assert old16 / old32 == pytest.approx(2.0, rel=0.02)
+    old_col = training_pass(lens, model, dataclasses.replace(colocated, **ideal), policy, forward_only=False).seconds
+    old_half = training_pass(lens, model, dataclasses.replace(trainer, **ideal), policy, forward_only=False).seconds
+    assert old_half / old_col == pytest.approx(2.0, rel=0.02)
 
 
 def test_sync_step_is_the_sum_of_its_stages_and_gpu_time_adds_up():
