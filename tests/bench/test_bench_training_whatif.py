@@ -20,7 +20,7 @@ def test_each_row_fitted_reproduces_itself_and_predicts_the_five_others():
 def test_the_split_whatifs_are_the_tables_ratios_against_the_models():
     ws = tw.split_whatifs()
     assert [w["colocated_gpus"] for w in ws] == [32, 64, 128]
-    assert [round(w["measured"], 2) for w in ws] == [1.16, 0.85, 1.01]
+    assert [round(w["measured"], 2) for w in ws] == [0.86, 0.85, 1.01]
     # more GPUs per trainer rank pay more serial work: the model's speedup of the split grows with scale
     assert ws[0]["predicted"] < ws[1]["predicted"] < ws[2]["predicted"]
 
