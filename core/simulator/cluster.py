@@ -63,6 +63,8 @@ class RolloutCluster:
         self._coefficients, self._kv_capacity = coefficients, kv_capacity
         limits = {"kv_capacity": kv_capacity, "start_time": start_time}
         self.pool: WorkPool | None = None
+        # a group's samples may run on several replicas, each prefilling its prompt once
+        self.shared_prompts = shared_queue or stealing or spread_groups
         self.replicas: list[ReplicaEngine]
         if shared_queue or stealing or spread_groups:
             pool = self.pool = WorkPool(self.store, SharedQueue() if shared_queue else None, stealing)
@@ -96,7 +98,7 @@ class RolloutCluster:
         Returns (first request id, first request id per sample, last request id per
         sample) — a sample is finished when its last request is.
         """
-        arr = step_request_arrays(w, shared_prompt=self.pool is not None)
+        arr = step_request_arrays(w, shared_prompt=self.shared_prompts)
         base = self.add_requests(arr, np.asarray(owner)[arr["sample"]])
         first = base + arr["first"]
         n_req = arr["sample"].size
@@ -108,7 +110,7 @@ class RolloutCluster:
         a caller key per request; returns the first new request id. Shared-prompt keys
         are made unique within the cluster."""
         prefix: np.ndarray | None = None
-        if self.pool is not None and arr.get("prefix") is not None and arr["prefix"].size:
+        if self.shared_prompts and arr.get("prefix") is not None and arr["prefix"].size:
             prefix = np.where(arr["prefix"] >= 0, arr["prefix"] + self._prefix_keys, -1)
             self._prefix_keys += int(arr["prefix"].max()) + 1
         decode = arr["decode"] if self.noise is None else self.noise.scale_decode(arr, np.asarray(owner))

@@ -73,8 +73,8 @@ class Env:
         spread_groups: bool = False,
     ) -> RolloutCluster:
         """Fresh replicas from `start_time`, sharing work as `RolloutCluster` says
-        (shared_queue, stealing, spread_groups). Replicas sharing no work run on the
-        compiled loop (`ArrayCluster`) unless `reference_engine()` is in force or the
+        (shared_queue, stealing, spread_groups). Replicas sharing no work (prompts
+        shared by `spread_groups` alone couple nothing) run on the compiled loop (`ArrayCluster`) unless `reference_engine()` is in force or the
         caller steps them one event at a time (`compiled=False`: each event would cross
         into the loop, which costs more than the Python engine's step)."""
         args: dict[str, Any] = {
@@ -84,8 +84,8 @@ class Env:
             "start_time": start_time,
             "noise": self.noise,
         }
-        if compiled and not (shared_queue or stealing or spread_groups) and not _REFERENCE[0]:
-            return ArrayCluster(self.cluster.rollout_replicas, self.coefficients, **args)
+        if compiled and not (shared_queue or stealing) and not _REFERENCE[0]:
+            return ArrayCluster(self.cluster.rollout_replicas, self.coefficients, **args, shared_prompts=spread_groups)
         return RolloutCluster(
             self.cluster.rollout_replicas,
             self.coefficients,
