@@ -351,7 +351,9 @@ class ArrayCluster(RolloutCluster):
 
     def _bind_prompts(self, rids: np.ndarray, replica: np.ndarray) -> None:
         """Point each request with a shared prompt (not preempted: those recompute all)
-        at the row marking that prompt on its replica: the first such request there."""
+        at the row marking that prompt on its replica: the first such request there.
+        Later turns carry none (`requests.step_request_arrays`), so only submitted
+        requests are bound."""
         ri = self.arrays.ri
         keep = ri[rids, K.R_PKEY] != -1
         rids, replica = rids[keep], replica[keep]

@@ -5,8 +5,9 @@ order across the replicas of one cluster until a condition the caller names.
 The rules are `engine.ReplicaEngine`'s, line for line (its module doc explains them);
 that class stays the readable reference and the oracle the tests compare this loop
 with; shared prompts (a request skips its prefill where its group's prompt is, or is
-being, prefilled) are `pooled.PooledEngine`'s, which is that class plus them. Only what a policy decides re-enters Python: the loop runs until a time, until a
-number of groups has completed, or until an event finishes a request (`run`'s `mode`).
+being, prefilled) are `pooled.PooledEngine`'s, which is that class plus them. Only what
+a policy decides re-enters Python: the loop runs until a time, until a number of
+groups has completed, or until an event finishes a request (`run`'s `mode`).
 
 State layout (`array_cluster.ArrayCluster` owns the arrays):
 
