@@ -1,8 +1,10 @@
 """The rollout replicas of one run on the compiled event loop (`kernel.py`).
 
 `ArrayCluster` is `cluster.RolloutCluster` for replicas that share no work (static
-dispatch): the same interface, with the request table and every replica's state held
-in arrays that `kernel.run` advances. `ArrayStore` is `requests.RequestStore` as arrays
+dispatch; with `shared_prompts`, a group's samples spread over replicas, each prefilling
+the group's prompt once, as `pooled.PooledEngine` once its pool is detached): the same
+interface, with the request table and every replica's state held in arrays that
+`kernel.run` advances. `ArrayStore` is `requests.RequestStore` as arrays
 (its fields are column views); `ReplicaView` is what a policy reads of one replica, as
 it reads a `ReplicaEngine`. Policies that stop at a number of finished groups
 (`run_groups`) or at a time (`run_to`) never re-enter Python on the way.
@@ -21,7 +23,7 @@ from core.simulator.cluster import RequestNoise, RolloutCluster, clip_intervals
 from core.simulator.predictor import COEFFICIENT_FIELDS, EngineCoefficients
 
 INF = math.inf
-_INT_FIELDS = ("prefill", "context", "left", "next", "seq", "g0", "kv0", "generated")
+_INT_FIELDS = ("prefill", "context", "left", "next", "seq", "g0", "kv0", "generated", "prompt_row", "prompt_mark")
 _FLOAT_FIELDS = ("gap", "arrive", "admit", "end")
 
 
@@ -68,6 +70,8 @@ class ArrayStore:
     g0: np.ndarray
     kv0: np.ndarray
     generated: np.ndarray
+    prompt_row: np.ndarray
+    prompt_mark: np.ndarray
     gap: np.ndarray
     arrive: np.ndarray
     admit: np.ndarray
@@ -120,7 +124,9 @@ class ArrayStore:
         ri[:, K.R_LEFT] = np.maximum(np.asarray(decode, dtype=np.int64), 1)
         ri[:, K.R_NEXT] = np.where(nxt >= 0, nxt + base, -1)
         ri[:, K.R_SEQ] = -1
-        ri[:, K.R_G0] = ri[:, K.R_KV0] = ri[:, K.R_GEN] = 0
+        ri[:, K.R_G0] = ri[:, K.R_KV0] = ri[:, K.R_GEN] = ri[:, K.R_PMARK] = 0
+        # a shared prompt's mark is found when submitted to a replica (-2: not yet)
+        ri[:, K.R_PKEY] = -1 if prefix is None else np.where(np.asarray(prefix) >= 0, -2, -1)
         self.rf[s, K.RF_GAP] = gap
         self.rf[s, K.RF_ARRIVE :] = np.nan
         self._owner[s] = owner
@@ -220,7 +226,7 @@ class ReplicaView:
 
 
 class ArrayCluster(RolloutCluster):
-    """`RolloutCluster` without shared work, on the compiled loop."""
+    """`RolloutCluster` without shared work (prompts aside), on the compiled loop."""
 
     def __init__(
         self,
@@ -233,12 +239,16 @@ class ArrayCluster(RolloutCluster):
         start_time: float = 0.0,
         noise: RequestNoise | None = None,
         speculation: tuple[int, float] = (0, 1.0),
+        shared_prompts: bool = False,
     ) -> None:
         self.arrays = ArrayStore()
         self.store = self.arrays  # type: ignore[assignment]  # the same fields, as arrays
         self.noise = noise
         self.pool = None
+        self.shared_prompts = shared_prompts
         self._prefix_keys = 0
+        # per shared-prompt key and replica, the request whose row marks it (-1: none yet)
+        self._prompt_rows = np.full((0, n_replicas), -1, dtype=np.int64)
         c = coefficients
         self.pr = np.array(
             [getattr(c, f) for f in COEFFICIENT_FIELDS]
@@ -297,6 +307,7 @@ class ArrayCluster(RolloutCluster):
             rows = log[: self.cnt[key]]
             rows[rows[:, 0] == j, 0] = -1
         self._reset(j, start_time)
+        self._prompt_rows[:, j] = -1  # prompts prefilled on the old engine are not here
 
     def log_rows(self, log: np.ndarray, key: int, j: int) -> np.ndarray:
         rows = log[: self.cnt[key]]
@@ -335,8 +346,30 @@ class ArrayCluster(RolloutCluster):
         if need > self.hp.shape[1]:
             self._grow(max(need, 2 * self.hp.shape[1]))
         st = self.arrays
+        if self.shared_prompts:
+            self._bind_prompts(rids, replica)
         for j in np.unique(replica).tolist():
             _submit(j, rids[replica == j], float(time), st.rf, self.es, self.ef, self.at, self.ai, self.wq)
+
+    def _bind_prompts(self, rids: np.ndarray, replica: np.ndarray) -> None:
+        """Point each request with a shared prompt (not preempted: those recompute all)
+        at the row marking that prompt on its replica: the first such request there.
+        Later turns carry none (`requests.step_request_arrays`), so only submitted
+        requests are bound."""
+        ri = self.arrays.ri
+        keep = ri[rids, K.R_PKEY] != -1
+        rids, replica = rids[keep], replica[keep]
+        if not rids.size:
+            return
+        key = self.arrays.prefix[rids]
+        rows = self._prompt_rows
+        n_keys = int(key.max()) + 1
+        if rows.shape[0] < n_keys:
+            rows = self._prompt_rows = np.vstack([rows, np.full((n_keys - rows.shape[0], self.n), -1)])
+        new = rows[key, replica] < 0
+        _, first = np.unique(key[new] * self.n + replica[new], return_index=True)
+        rows[key[new][first], replica[new][first]] = rids[new][first]
+        ri[rids, K.R_PKEY] = rows[key, replica]
 
     # ------------------------------------------------------------------ running
 

@@ -68,6 +68,8 @@ class RolloutCluster:
         self._coefficients, self._kv_capacity = coefficients, kv_capacity
         limits = {"kv_capacity": kv_capacity, "start_time": start_time}
         self.pool: WorkPool | None = None
+        # a group's samples may run on several replicas, each prefilling its prompt once
+        self.shared_prompts = shared_queue or stealing or spread_groups
         self.replicas: list[ReplicaEngine]
         if shared_queue or stealing or spread_groups:
             pool = self.pool = WorkPool(self.store, SharedQueue() if shared_queue else None, stealing)
@@ -102,7 +104,7 @@ class RolloutCluster:
         Returns (first request id, first request id per sample, last request id per
         sample) — a sample is finished when its last request is.
         """
-        arr = step_request_arrays(w, shared_prompt=self.pool is not None)
+        arr = step_request_arrays(w, shared_prompt=self.shared_prompts)
         noisy = self.noise is not None
         if chunk_tokens:
             if self.noise is not None:  # a request's length is perturbed whole, then chunked
@@ -120,7 +122,7 @@ class RolloutCluster:
         are made unique within the cluster; a Monte-Carlo run's noise perturbs the
         lengths unless `noisy` is False (already perturbed)."""
         prefix: np.ndarray | None = None
-        if self.pool is not None and arr.get("prefix") is not None and arr["prefix"].size:
+        if self.shared_prompts and arr.get("prefix") is not None and arr["prefix"].size:
             prefix = np.where(arr["prefix"] >= 0, arr["prefix"] + self._prefix_keys, -1)
             self._prefix_keys += int(arr["prefix"].max()) + 1
         decode = arr["decode"] if self.noise is None or not noisy else self.noise.scale_decode(arr, np.asarray(owner))

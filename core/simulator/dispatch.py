@@ -13,8 +13,7 @@ length).
 
 from __future__ import annotations
 
-import heapq
-
+import numba
 import numpy as np
 
 
@@ -41,12 +40,16 @@ def longest_first(weights: np.ndarray, k: int) -> np.ndarray:
     return _greedy(np.argsort(-w, kind="stable"), w, k, w.size)
 
 
+@numba.njit(cache=True)
 def _greedy(order: np.ndarray, weight: np.ndarray, k: int, n: int) -> np.ndarray:
+    """Each item of `order` in turn to the least loaded bin (ties: the lower one)."""
     out = np.zeros(n, dtype=np.int64)
-    heap = [(0.0, j) for j in range(k)]
-    w = weight.tolist()
-    for g in order.tolist():
-        load, j = heapq.heappop(heap)
+    load = np.zeros(k)
+    for g in order:
+        j = 0
+        for i in range(1, k):
+            if load[i] < load[j]:
+                j = i
         out[g] = j
-        heapq.heappush(heap, (load + w[g], j))
+        load[j] += weight[g]
     return out

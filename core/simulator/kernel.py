@@ -4,12 +4,14 @@ order across the replicas of one cluster until a condition the caller names.
 
 The rules are `engine.ReplicaEngine`'s, line for line (its module doc explains them);
 that class stays the readable reference and the oracle the tests compare this loop
-with. Only what a policy decides re-enters Python: the loop runs until a time, until a
-number of groups has completed, or until an event finishes a request (`run`'s `mode`).
+with; shared prompts (a request skips its prefill where its group's prompt is, or is
+being, prefilled) are `pooled.PooledEngine`'s, which is that class plus them. Only what
+a policy decides re-enters Python: the loop runs until a time, until a number of
+groups has completed, or until an event finishes a request (`run`'s `mode`).
 
 State layout (`array_cluster.ArrayCluster` owns the arrays):
 
-- requests: `ri[n, 8]` int (columns `R_*`), `rf[n, 4]` float (`RF_*`);
+- requests: `ri[n, 10]` int (columns `R_*`), `rf[n, 4]` float (`RF_*`);
 - replicas: `es[R, 18]` int (`E_*`), `ef[R, 6]` float (`EF_*`), and per replica a
   finish heap `hp[R, C, 3]` (iteration, admission seq, rid), an arrivals heap
   `at[R, C]` / `ai[R, C, 2]` (time; order, rid), a waiting ring `wq[R, C]` and the
@@ -30,6 +32,9 @@ INF = math.inf
 
 # request columns
 R_PREFILL, R_CONTEXT, R_LEFT, R_NEXT, R_SEQ, R_G0, R_KV0, R_GEN = range(8)
+# shared prompts: R_PKEY, the request whose R_PMARK marks this request's prompt on its
+# replica (-1: none), R_PMARK: 1 prefilled there, 2 in the prefill being planned
+R_PKEY, R_PMARK = 8, 9
 RF_GAP, RF_ARRIVE, RF_ADMIT, RF_END = range(4)
 # replica columns
 (E_G, E_B, E_S, E_PEAK, E_SEQ, E_NARR, E_DEC, E_PRE, E_PREEMPT) = range(9)
@@ -268,16 +273,33 @@ def _admissible(j: int, ri: np.ndarray, es: np.ndarray, wq: np.ndarray, pr: np.n
     for i in range(min(room, es[j, E_WN])):
         r = wq[j, (h + i) % cap]
         p = ri[r, R_PREFILL]
+        key = ri[r, R_PKEY]
+        if key >= 0 and ri[key, R_PMARK]:
+            p = 0  # its prompt is prefilled here already, or in this iteration
         kv = ri[r, R_CONTEXT] + 1
         if k and (sp + p > budget or need + kv > kv_free):
             break
         if not k and kv > kv_free and B:
             break  # wait for memory to free up
+        if key >= 0 and not ri[key, R_PMARK]:
+            ri[key, R_PMARK] = 2
         k += 1
         sp += p
         sp2 += p * p
         need += kv
+    _unmark_planned(j, k, ri, es, wq)  # a plan may be dropped: _prefill marks its prompts
     return k, sp, sp2
+
+
+@_jit
+def _unmark_planned(j: int, k: int, ri: np.ndarray, es: np.ndarray, wq: np.ndarray) -> None:
+    """Clear the marks (2) of the prompts of the first k requests waiting on replica j."""
+    cap = wq.shape[1]
+    h = es[j, E_WH]
+    for i in range(k):
+        key = ri[wq[j, (h + i) % cap], R_PKEY]
+        if key >= 0 and ri[key, R_PMARK] == 2:
+            ri[key, R_PMARK] = 0
 
 
 @_jit
@@ -474,6 +496,8 @@ def _prefill(
     S = es[j, E_S]
     for _ in range(k):
         r = _wq_popleft(wq, es, j)
+        if ri[r, R_PKEY] >= 0:
+            ri[ri[r, R_PKEY], R_PMARK] = 1  # its prompt is prefilled here now
         if rf[r, RF_ADMIT] != rf[r, RF_ADMIT]:  # NaN: first admission
             rf[r, RF_ADMIT] = start
         n_left = ri[r, R_LEFT]
@@ -517,6 +541,7 @@ def _preempt(
         ri[r, R_CONTEXT] += gen
         p = ri[r, R_CONTEXT]
         ri[r, R_PREFILL] = p
+        ri[r, R_PKEY] = -1  # recomputes its whole context
         _wq_pushleft(wq, es, j, r)
         es[j, E_PREEMPT] += 1
         ef[j, EF_RECOMP] += pr[P_PB] * p + pr[P_PC] * p * p

@@ -76,8 +76,9 @@ class Env:
         """Fresh replicas from `start_time`, sharing work as `RolloutCluster` says
         (shared_queue, stealing, spread_groups), decoding speculatively while at most
         `spec_tail_seqs` sequences run (or the limits' own threshold,
-        `EngineLimits.speculation`). Replicas sharing no work run on the
-        compiled loop (`ArrayCluster`) unless `reference_engine()` is in force or the
+        `EngineLimits.speculation`). Replicas sharing no work (prompts shared by
+        `spread_groups` alone couple nothing) run on the compiled loop (`ArrayCluster`)
+        unless `reference_engine()` is in force or the
         caller steps them one event at a time (`compiled=False`: each event would cross
         into the loop, which costs more than the Python engine's step)."""
         args: dict[str, Any] = {
@@ -88,8 +89,8 @@ class Env:
             "noise": self.noise,
             "speculation": self.limits.speculation(spec_tail_seqs),
         }
-        if compiled and not (shared_queue or stealing or spread_groups) and not _REFERENCE[0]:
-            return ArrayCluster(self.cluster.rollout_replicas, self.coefficients, **args)
+        if compiled and not (shared_queue or stealing) and not _REFERENCE[0]:
+            return ArrayCluster(self.cluster.rollout_replicas, self.coefficients, **args, shared_prompts=spread_groups)
         return RolloutCluster(
             self.cluster.rollout_replicas,
             self.coefficients,

@@ -14,11 +14,13 @@ import pytest
 
 from core.simulator import GPU_PRESETS, MODEL_PRESETS, ClusterConfig, EngineLimits, Policy, simulate
 from core.simulator.array_cluster import ArrayCluster
+from core.simulator.cluster import RolloutCluster
 from core.simulator.defaults import layout_for
 from core.simulator.policies import POLICIES
 from core.simulator.policies.base import Env, reference_engine
 from core.simulator.predictor import roofline_coefficients
 from tests.core.simulator.test_simulator_invariants import long_tailed, multi_turn
+from tests.core.simulator.test_simulator_sharing import CASES, COEF, _random_requests
 
 WORKLOADS = {
     "long_tailed": (lambda: long_tailed(steps=4), EngineLimits()),
@@ -83,9 +85,61 @@ def test_static_dispatch_runs_on_the_compiled_loop_and_sharing_does_not():
     cluster = ClusterConfig(n_gpus=16, rollout_replicas=4, rollout_tp=4, train_dp=16)
     env = Env(cluster, model, EngineLimits(), Policy(), roofline_coefficients(cluster, model), 1e6)
     assert isinstance(env.new_cluster(), ArrayCluster)
+    assert isinstance(env.new_cluster(spread_groups=True), ArrayCluster)  # prompts shared, no work
     assert not isinstance(env.new_cluster(shared_queue=True), ArrayCluster)
+    assert not isinstance(env.new_cluster(stealing=True, spread_groups=True), ArrayCluster)
     with reference_engine():
         assert not isinstance(env.new_cluster(), ArrayCluster)
+        assert not isinstance(env.new_cluster(spread_groups=True), ArrayCluster)
+
+
+def test_length_ranked_spreads_groups_and_preempts_on_the_tight_workload():
+    """The policy comparison above covers shared prompts: a group's prompt is prefilled
+    on several replicas but not for every sample, and the small KV cache preempts."""
+    steps = long_tailed(steps=4)
+    run = _replay("length_ranked", "long_tailed")
+    for w, s in zip(steps, run.steps):
+        first = np.r_[True, w.group[1:] != w.group[:-1]]
+        assert w.prompt_len[first].sum() < s.rollout["prefilled_tokens"] < w.prompt_len.sum()
+    tight = _replay("length_ranked", "tight_kv")
+    assert sum(s.rollout["preemptions"] for s in tight.steps) > 0
+
+
+@pytest.mark.parametrize("seed,replicas,max_running,kv_cap,max_prefill", CASES)
+def test_shared_prompts_on_the_compiled_loop_equal_the_python_engine(seed, replicas, max_running, kv_cap, max_prefill):
+    """Groups spread over replicas, each prefilling a group's prompt once where it has
+    not yet (or in the same iteration), mixed with multi-turn trajectories; small KV
+    caches preempt (a preempted request recomputes its whole context): `ArrayCluster`
+    with shared prompts against `RolloutCluster(spread_groups=True)`, submitted in two
+    calls."""
+    rng = np.random.default_rng(seed)
+    req, firsts = _random_requests(rng, 14)
+    # most on replica 0, so that its KV cache runs short
+    replica = np.where(rng.random(len(firsts)) < 0.7, 0, rng.integers(replicas, size=len(firsts)))
+    half = len(firsts) // 2
+    out = []
+    for cls, sharing in ((RolloutCluster, {"spread_groups": True}), (ArrayCluster, {"shared_prompts": True})):
+        limits = {"max_running": max_running, "kv_capacity": kv_cap, "max_prefill_tokens": max_prefill}
+        rc = cls(replicas, COEF, **limits, **sharing)
+        n = len(req["prefill"])
+        rc.store.add(
+            req["prefill"], req["context"], req["decode"], req["gap"], req["next"], list(range(n)), req["prefix"]
+        )
+        rc.submit(np.array(firsts[:half]), replica[:half], 0.0)
+        rc.submit(np.array(firsts[half:]), replica[half:], 0.0)
+        rc.run_all()
+        stats = [(e.prefilled_tokens, e.decoded_tokens, e.preemptions, e.recompute_s) for e in rc.replicas]
+        out.append((np.asarray(rc.store.end), list(rc.store.generated), stats, rc.busy_intervals(0.0, math.inf)))
+    (end_py, gen_py, stats_py, busy_py), (end_c, gen_c, stats_c, busy_c) = out
+    assert np.allclose(end_c, end_py, rtol=1e-9, atol=1e-12)
+    assert gen_c == gen_py and sum(gen_c) == sum(req["decode"])
+    assert [s[:3] for s in stats_c] == [s[:3] for s in stats_py]
+    assert [s[3] for s in stats_c] == pytest.approx([s[3] for s in stats_py], rel=1e-9)
+    assert np.allclose(np.concatenate([np.ravel(b) for b in busy_c]), np.concatenate([np.ravel(b) for b in busy_py]))
+    if kv_cap == math.inf:  # nothing recomputed: some samples found their prompt prefilled
+        assert sum(s[0] for s in stats_c) < sum(req["prefill"])
+    if seed == 2:
+        assert sum(s[2] for s in stats_c) > 0  # the case exercises preemption
 
 
 def test_run_until_stops_where_the_python_engine_does():
