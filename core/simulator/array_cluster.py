@@ -411,7 +411,8 @@ class ArrayCluster(RolloutCluster):
         if groups is None:
             out, _ = self._run(self._all, K.UNTIL, until, watch=watch, tail=tail)
         else:
-            out, _ = self._run(self._all, K.GROUPS, until, *groups, watch=watch, tail=tail)
+            target, last_item, item_group, group_left = groups
+            out, _ = self._run(self._all, K.GROUPS, until, target, last_item, item_group, group_left, watch, tail)
         stopped = -1
         if out == K.STOPPED:
             stopped = int(np.flatnonzero(watch[:, K.W_STOP])[0])
