@@ -169,7 +169,9 @@ class _Laminar:
         after it, at their times."""
         while self.u < len(self.w):
             t_ext = self.events[0][0] if self.events else math.inf
+            # groups finished before the stop left the trainer as it was (else it stopped there)
             n_buffered = len(self.buffer)
+            # engine events at t_ext come after the policy's own (the queue's order)
             i, done = c.advance(np.nextafter(t_ext, -math.inf), self.state, self.version, self._group_stop())
             self._absorb(done)
             if i >= 0:
@@ -301,7 +303,7 @@ class _Laminar:
         e = self.run.rc.replicas[j]
         if not (self.state[j] == "run" and self.left[j] > 0 and e.B <= self.tail):
             return False
-        return not (self.fast.rc.es[j, K.E_WN] if self.fast is not None else e.waiting)
+        return not (self.fast.rc.es[j, K.E_WN] if self.fast is not None else e.waiting)  # its length: no copy
 
     def _repack(self, i: int, now: float) -> list[int]:
         """Consolidate two tail replicas holding the same weights."""
