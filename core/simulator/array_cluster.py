@@ -23,6 +23,7 @@ from core.simulator.cluster import RequestNoise, RolloutCluster, clip_intervals
 from core.simulator.predictor import COEFFICIENT_FIELDS, EngineCoefficients
 
 INF = math.inf
+_NO_WATCH = np.zeros((0, 3), dtype=np.int64)
 _INT_FIELDS = ("prefill", "context", "left", "next", "seq", "g0", "kv0", "generated", "prompt_row", "prompt_mark")
 _FLOAT_FIELDS = ("gap", "arrive", "admit", "end")
 
@@ -196,8 +197,7 @@ class ReplicaView:
     @property
     def waiting(self) -> list[int]:
         c, es = self._c, self._c.es[self.j]
-        cap = c.wq.shape[1]
-        return [int(c.wq[self.j, (es[K.E_WH] + i) % cap]) for i in range(es[K.E_WN])]
+        return c.wq[self.j, (es[K.E_WH] + np.arange(es[K.E_WN])) % c.wq.shape[1]].tolist()
 
     def run(self, until: float = INF) -> list[int]:
         return [r for _, r in self._c.run_to(until, [self.j])]
@@ -382,17 +382,20 @@ class ArrayCluster(RolloutCluster):
         last_item: np.ndarray | None = None,
         item_group: np.ndarray | None = None,
         group_left: np.ndarray | None = None,
+        watch: np.ndarray | None = None,
+        tail: float = 0.0,
     ) -> tuple[int, float]:
         empty = np.zeros(0, dtype=np.int64)  # read in GROUPS mode only
         li = empty if last_item is None else last_item
         ig = empty if item_group is None else item_group
         gl = empty if group_left is None else group_left
+        wt = _NO_WATCH if watch is None else watch
         st = self.arrays
         while True:
             out, t = K.run(
                 replicas, mode, until, target, li, ig, gl,
                 st.ri, st.rf, self.es, self.ef, self.hp, self.at, self.ai, self.wq, self.sk, self.pr,
-                self.busy, self.gaps, self.fin, self.fin_t, self.cnt,
+                self.busy, self.gaps, self.fin, self.fin_t, self.cnt, wt, tail,
             )  # fmt: skip
             if out != K.GROW:
                 return int(out), float(t)
@@ -429,6 +432,28 @@ class ArrayCluster(RolloutCluster):
         out, _ = self._run(self._all, K.GROUPS, INF, target, last_item, item_group, group_left)
         k = self.cnt[K.C_FIN]
         return out == K.STOPPED, list(zip(self.fin_t[:k].tolist(), self.fin[:k].tolist()))
+
+    def run_watched(
+        self, until: float, watch: np.ndarray, tail: float, groups: tuple | None = None
+    ) -> tuple[int, list[tuple[float, int]]]:
+        """Run until `until` or a stop of `kernel.run`'s `watch` (replicas drained or in
+        their tail; `watch` is updated) or, with `groups` (target, last_item, item_group,
+        group_left: as `run_groups`, counted from 0), that many groups done. Returns the
+        replica it stopped after (-1: none, `until` reached or nothing left) and (end,
+        rid) of the requests finished, in order."""
+        self.before_call()
+        self.cnt[K.C_DONE_GROUPS] = 0
+        if groups is None:
+            out, _ = self._run(self._all, K.UNTIL, until, watch=watch, tail=tail)
+        else:
+            target, last_item, item_group, group_left = groups
+            out, _ = self._run(self._all, K.GROUPS, until, target, last_item, item_group, group_left, watch, tail)
+        stopped = -1
+        if out == K.STOPPED:
+            stopped = int(np.flatnonzero(watch[:, K.W_STOP])[0])
+            watch[stopped, K.W_STOP] = 0
+        k = self.cnt[K.C_FIN]
+        return stopped, list(zip(self.fin_t[:k].tolist(), self.fin[:k].tolist()))
 
     def advance_to(self, time: float) -> None:
         for eng in self.replicas:

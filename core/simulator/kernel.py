@@ -51,6 +51,9 @@ IDLE, PREFILL, DECODE, PREEMPT = 0, 1, 2, 3
 # run modes and outcomes
 UNTIL, GROUPS, ANY_FINISH = 0, 1, 2
 ALL_DONE, REACHED, STOPPED, GROW = 0, 1, 2, 3
+# watched replicas (`run`'s `watch`, one row per replica): a tag (-1: not watched), the
+# tie order among replicas (counted up at each of its events), set where the run stopped
+W_TAG, W_ORDER, W_STOP = range(3)
 
 _jit = numba.njit(cache=True, nogil=True)
 
@@ -607,6 +610,53 @@ def _groups_done(
 
 
 @_jit
+def _goes_first(a: int, b: int, watch: np.ndarray) -> bool:
+    """Replica a's event before b's at the same time (`run`'s tie order)."""
+    if watch.shape[0] and watch[a, W_ORDER] != watch[b, W_ORDER]:
+        return watch[a, W_ORDER] < watch[b, W_ORDER]
+    return a < b
+
+
+@_jit
+def _in_tail(j: int, tail: float, es: np.ndarray) -> bool:
+    return es[j, E_B] <= tail and es[j, E_WN] == 0 and es[j, E_B] + es[j, E_AN] > 0
+
+
+@_jit
+def _watched_stop(
+    j: int,
+    n_fin: int,
+    groups: bool,
+    target: int,
+    last_item: np.ndarray,
+    item_group: np.ndarray,
+    group_left: np.ndarray,
+    fin: np.ndarray,
+    cnt: np.ndarray,
+    watch: np.ndarray,
+    tail: float,
+    es: np.ndarray,
+) -> bool:
+    """After replica j's event (its finished requests logged from `n_fin` on): stop
+    there (`run`'s `watch`, and in GROUPS mode its group count)?"""
+    watch[j, W_ORDER] += 1
+    tag = watch[j, W_TAG]
+    stop = False
+    if groups and cnt[C_FIN] > n_fin:
+        stop = _groups_done(n_fin, last_item, item_group, group_left, fin, cnt) >= target
+    if not stop and tag >= 0:
+        stop = es[j, E_B] + es[j, E_WN] + es[j, E_AN] == 0  # drained
+        if not stop and _in_tail(j, tail, es):
+            for k in range(watch.shape[0]):
+                if k != j and watch[k, W_TAG] == tag and _in_tail(k, tail, es):
+                    stop = True
+                    break
+    if stop:
+        watch[j, W_STOP] = 1
+    return stop
+
+
+@_jit
 def run(
     replicas: np.ndarray,
     mode: int,
@@ -630,6 +680,8 @@ def run(
     fin: np.ndarray,
     fin_t: np.ndarray,
     cnt: np.ndarray,
+    watch: np.ndarray,
+    tail: float,
 ) -> tuple[int, float]:
     """Commit events of `replicas` in global time order (ties: lower index first).
 
@@ -639,6 +691,12 @@ def run(
     event finishes a request. Returns (outcome, time): ALL_DONE (nothing left), REACHED
     (`until`), STOPPED (the condition held after the event ending at `time`) or GROW
     (a log is full: enlarge it and call again; nothing was applied).
+
+    With `watch` (a row per replica, `W_*`; empty: none), ties go by `W_ORDER` first, and
+    the run also stops after an event of a watched replica that left it drained or in
+    its tail (at most `tail` running, none waiting) while a watched replica of the same
+    tag is in its tail too; it stops before that replica plans again (as the Python
+    engine's caller sees it) and marks it `W_STOP`. Laminar repacks and ends batches there.
     """
     n_rep = replicas.size
     times = np.empty(n_rep)  # each replica's next event; only the one that moved re-plans
@@ -649,7 +707,7 @@ def run(
         t_best = INF
         for q in range(n_rep):
             tq = times[q]
-            if tq < t_best or (tq == t_best and q_best >= 0 and replicas[q] < replicas[q_best]):
+            if tq < t_best or (tq == t_best and q_best >= 0 and _goes_first(replicas[q], replicas[q_best], watch)):
                 q_best = q
                 t_best = tq
         if q_best < 0 or t_best == INF:
@@ -661,8 +719,12 @@ def run(
         best = replicas[q_best]
         n_fin = cnt[C_FIN]
         commit(best, ri, rf, es, ef, hp, at, ai, wq, sk, pr, busy, gaps, fin, fin_t, cnt)
+        if watch.shape[0] and _watched_stop(
+            best, n_fin, mode == GROUPS, target, last_item, item_group, group_left, fin, cnt, watch, tail, es
+        ):
+            return STOPPED, t_best  # before the replica plans on
         times[q_best] = plan(best, ri, rf, es, ef, hp, at, ai, wq, pr)
-        if cnt[C_FIN] == n_fin:
+        if watch.shape[0] or cnt[C_FIN] == n_fin:
             continue
         if mode == ANY_FINISH:
             return STOPPED, t_best

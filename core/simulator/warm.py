@@ -16,7 +16,7 @@ from core.simulator.dispatch import longest_first
 from core.simulator.simulate import simulate
 from core.simulator.workload import StepWorkload
 
-# each reaches the loop another way: at a time / groups done, one event at a time, per finish
+# each reaches the loop another way: at a time / groups done, at watched replicas' stops, per finish
 _POLICIES = ("partial", "laminar", "tail_batching")
 
 

@@ -26,6 +26,12 @@
 
 Trace step j is update j. Not modelled: relay fault tolerance, the partial-response
 pool, KV-cache transfer on repack (modelled as recomputation).
+
+The replay decides after engine events: a replica's batch ended, it entered its tail
+(repack), a group finished while the trainer waits for one. On the compiled loop
+(`_Compiled`) the kernel runs until the next of these or the next event of the policy's
+own (weight loads, the trainer); on the Python engine (`reference_engine()`) it steps
+event by event, the reference the compiled run equals.
 """
 
 from __future__ import annotations
@@ -38,6 +44,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from core.simulator import kernel as K
+from core.simulator.array_cluster import ArrayCluster
 from core.simulator.policies.base import Env, PolicyRun, reward_seconds, step_result, sync_weights, train_on
 from core.simulator.policies.carryover import ChainPool, FreshStream, group_tokens
 from core.simulator.policies.pool_run import PoolRun
@@ -84,12 +92,14 @@ class _Laminar:
         self.tb = TimelineBuilder(env.cluster, disaggregated=True)
         self.pool = ChainPool(workload)
         self.stream = FreshStream(workload, self.pool)
-        # its decisions come after every engine event (repacking, the trainer): stepped one
-        # event at a time, the Python engine is cheaper than crossing into the compiled loop
-        self.run = PoolRun(env, self.pool, 0.0, compiled=False)
-        self.run.on_item_done = self._item_done
+        self.run = PoolRun(env, self.pool, 0.0)
         self.run.on_group_done = self._group_done
         n = env.cluster.rollout_replicas
+        self.tail = self.prm.repack_threshold * env.limits.max_running_seqs
+        # the compiled loop counts finished samples per replica in bulk (`_absorb`)
+        self.fast = _Compiled(self.run, n, self.tail if self.prm.repack else -1.0) if self._compiled() else None
+        if self.fast is None:
+            self.run.on_item_done = self._item_done
         self.version = [0] * n
         self.loading = [0] * n  # the version a replica is loading
         self.state = ["idle"] * n  # run | pull | wait
@@ -101,7 +111,7 @@ class _Laminar:
         self.in_flight: Counter = Counter()
         self.started: Counter = Counter()
         self.buffer: list[tuple[int, float, int]] = []  # (version, time, group id)
-        self.tail = self.prm.repack_threshold * env.limits.max_running_seqs
+        self.open_groups: set[int] = set()
         self.n_groups = [w.n_groups for w in workload]
         self.cum = np.cumsum(self.n_groups)
         self.transfer = weight_sync_seconds(env.model, env.cluster)
@@ -112,6 +122,7 @@ class _Laminar:
         self.stamp = [0] * n
         self.seq = 0
         self.u, self.free = 0, 0.0
+        self.now = 0.0  # the time of the last event handled
         self.wait_since, self.wait_reason = 0.0, "trainer_waits_rollout"
         self.steps: list = []
         self.repacks = 0
@@ -120,10 +131,17 @@ class _Laminar:
 
     # ------------------------------------------------------------------ the loop
 
+    def _compiled(self) -> bool:
+        return isinstance(self.run.rc, ArrayCluster)
+
     def replay(self) -> None:
-        rc = self.run.rc
         for i in range(len(self.version)):
             self._start_batch(i, 0.0)
+        if self.fast is not None:
+            self._replay_compiled(self.fast)
+            return
+        rc = self.run.rc
+        for i in range(len(self.version)):
             self._schedule(i)
         while self.u < len(self.w):
             heap = self.engine_events
@@ -145,12 +163,57 @@ class _Laminar:
         self.stamp[i] += 1
         heapq.heappush(self.engine_events, (self.run.rc.replicas[i].plan(), self.stamp[i], i))
 
+    def _replay_compiled(self, c: _Compiled) -> None:
+        """The loop above on the compiled loop: the kernel stops only where a decision
+        may change (`_Compiled.advance`); the samples finished on the way are counted
+        after it, at their times."""
+        while self.u < len(self.w):
+            t_ext = self.events[0][0] if self.events else math.inf
+            # groups finished before the stop left the trainer as it was (else it stopped there)
+            n_buffered = len(self.buffer)
+            # engine events at t_ext come after the policy's own (the queue's order)
+            i, done = c.advance(np.nextafter(t_ext, -math.inf), self.state, self.version, self._group_stop())
+            self._absorb(done)
+            if i >= 0:
+                self.now = c.rc.replicas[i].t
+                c.surface(self.now, i)
+                if self.left[i] == 0 and self.state[i] == "run":
+                    self.ended.append(i)
+                c.touch(set(self._after_event(i, self.now, n_buffered)), stopped=i)
+            elif t_ext == math.inf:
+                raise RuntimeError("laminar replay stalled")  # the bound makes this unreachable
+            else:
+                self.now = t_ext
+                c.surface(math.inf, -1)
+                c.touch(set(self._external()))
+
+    def _group_stop(self) -> tuple | None:
+        """While the trainer is free, stop where a group may let it start: its N_u-th
+        buffered group, or (held back by the bound) each one."""
+        if self.u >= len(self.w) or self.free > self.now:
+            return None
+        need = self.n_groups[self.u] - len(self.buffer)
+        assert self.fast is not None
+        return self.fast.groups(max(need, 1), self.open_groups)
+
+    def _absorb(self, done: list[tuple[float, int]]) -> None:
+        """Requests finished on the compiled loop: samples and groups done."""
+        if not done:
+            return
+        self.run.finished_at(done)
+        assert self.fast is not None
+        for j, k in enumerate(self.fast.finished_per_replica([r for _, r in done], len(self.left))):
+            self.left[j] -= k
+
     def _engine(self, i: int) -> list[int]:
         eng = self.run.rc.replicas[i]
         n_buffered = len(self.buffer)
         self.run.finished(eng.commit(), eng.t)
+        return self._after_event(i, eng.t, n_buffered)
+
+    def _after_event(self, i: int, now: float, n_buffered: int) -> list[int]:
+        """Decisions after replica i's event at `now` (its finished samples counted)."""
         touched = [i]
-        now = eng.t
         if self.prm.repack and self.state[i] == "run" and self.left[i] > 0:
             touched += self._repack(i, now)
         while self.ended:
@@ -198,6 +261,9 @@ class _Laminar:
         groups = self.stream.take(n)
         for g in self.run.launch(groups, t, replica=i):
             self.gversion[g] = v
+            self.open_groups.add(g)
+        if self.fast is not None:
+            self.fast.track()
         self.in_flight[v] += n
         self.started[v] += n
         self.left[i] = sum(len(grp) for grp in groups)
@@ -230,11 +296,14 @@ class _Laminar:
     def _group_done(self, g: int, now: float) -> None:
         v = self.gversion[g]
         self.in_flight[v] -= 1
+        self.open_groups.discard(g)
         self.buffer.append((v, now, g))
 
     def _in_tail(self, j: int) -> bool:
         e = self.run.rc.replicas[j]
-        return self.state[j] == "run" and self.left[j] > 0 and e.B <= self.tail and not e.waiting
+        if not (self.state[j] == "run" and self.left[j] > 0 and e.B <= self.tail):
+            return False
+        return not (self.fast.rc.es[j, K.E_WN] if self.fast is not None else e.waiting)  # its length: no copy
 
     def _repack(self, i: int, now: float) -> list[int]:
         """Consolidate two tail replicas holding the same weights."""
@@ -248,7 +317,11 @@ class _Laminar:
         if engines[i].B + engines[j].B > self.env.limits.max_running_seqs:
             return []
         src, dst = (i, j) if engines[i].B <= engines[j].B else (j, i)
+        if self.fast is not None:
+            self.fast.replacing(src)
         moved = self.run.move(src, dst, now)
+        if self.fast is not None:
+            self.fast.track()
         self.left[dst] += moved
         self.left[src] = 0
         self.ended = [e for e in self.ended if e != src]
@@ -324,6 +397,103 @@ class _Laminar:
             if b > a:
                 self.tb.replica_idle(i, a, b, label, step_of(a))
         return makespan
+
+
+class _Compiled:
+    """What the replay keeps to run on the compiled loop: per request of the store, the
+    replica and group of the sample it ends (-1: none); the kernel's watch rows (a
+    running replica's tag is its weight version: only replicas holding the same weights
+    repack); and the event loop's tie order, which it reproduces.
+
+    The tie order: in `_Laminar.replay`'s queue a replica's next event carries the count
+    of its (re)queuings, and events at the same time go by that count. Each event of a
+    replica and each decision touching it requeues it; so does a replica repacked away
+    (its engine replaced) and not touched again, once its stale entry, still due at the
+    time of its last plan (a "ghost"), comes to the head of the queue."""
+
+    def __init__(self, run: PoolRun, n: int, tail: float) -> None:
+        assert isinstance(run.rc, ArrayCluster)
+        self.run, self.rc, self.tail = run, run.rc, tail
+        self.watch = np.zeros((n, 3), dtype=np.int64)
+        self.watch[:, K.W_ORDER] = 1  # each queued once at the start
+        self.rid_rep = np.full(1024, -1, dtype=np.int64)
+        self.rid_group = np.full(1024, -1, dtype=np.int64)
+        self.ident = np.arange(1024, dtype=np.int64)  # a group's index is its id
+        self.group_left = np.zeros(1024, dtype=np.int64)
+        self.tracked = 0  # items mapped so far
+        self.ghosts: dict[int, tuple[float, int]] = {}  # replica -> (time, order) of its stale entry
+        self.pending: tuple[int, float, int] | None = None
+
+    def track(self) -> None:
+        """Map the requests of the items launched since the last call."""
+        run = self.run
+        k0, k1 = self.tracked, len(run.item_last)
+        n = len(run.rc.store)
+        if self.rid_rep.size < n:
+            grow = np.full(2 * n, -1, dtype=np.int64)
+            self.rid_rep, self.rid_group = (np.r_[a, grow[: 2 * n - a.size]] for a in (self.rid_rep, self.rid_group))
+        last = np.asarray(run.item_last[k0:k1], dtype=np.int64)
+        self.rid_rep[last] = run.item_replica[k0:k1]
+        self.rid_group[last] = run.item_group[k0:k1]
+        self.tracked = k1
+
+    def advance(
+        self, until: float, state: list[str], version: list[int], groups: tuple | None
+    ) -> tuple[int, list[tuple[float, int]]]:
+        """Run until `until`, a batch's end, two tails of the same weights, or `groups`."""
+        self.watch[:, K.W_TAG] = [v if s == "run" else -1 for s, v in zip(state, version)]
+        return self.rc.run_watched(until, self.watch, self.tail, groups)
+
+    def groups(self, target: int, open_groups: set[int]) -> tuple:
+        """`run_watched`'s group stop: `target` more groups done."""
+        n = len(self.run.groups)
+        if self.ident.size < n:
+            self.ident = np.arange(2 * n, dtype=np.int64)
+            self.group_left = np.zeros(2 * n, dtype=np.int64)
+        if open_groups:
+            ids = np.fromiter(open_groups, dtype=np.int64, count=len(open_groups))
+            left = self.run.group_left
+            self.group_left[ids] = [left[g] for g in ids.tolist()]
+        return target, self.rid_group, self.ident, self.group_left
+
+    def finished_per_replica(self, rids: list[int], n: int) -> list[int]:
+        reps = self.rid_rep[np.asarray(rids, dtype=np.int64)]
+        return np.bincount(reps[reps >= 0], minlength=n).tolist()
+
+    def replacing(self, src: int) -> None:
+        """Replica `src` is repacked away: its queue entry, unless it is touched now."""
+        self.pending = (src, float(self.rc.ef[src, K.EF_PT]), int(self.watch[src, K.W_ORDER]))
+
+    def touch(self, touched: set[int], stopped: int = -1) -> None:
+        """Requeue the replicas a decision touched (`stopped`: by the kernel already)."""
+        for j in touched:
+            self.ghosts.pop(j, None)
+            if j != stopped:
+                self.watch[j, K.W_ORDER] += 1
+        if self.pending is not None:
+            src, t, order = self.pending
+            if src not in touched and src != stopped:
+                self.ghosts[src] = (t, order)
+            self.pending = None
+
+    def surface(self, now: float, i: int) -> None:
+        """Ghosts that came to the head of the queue by the event of replica i at `now`
+        (-1: by the next external event, before any engine event still planned)."""
+        if not self.ghosts:
+            return
+        w = self.watch
+        if i >= 0:
+            head = (now, int(w[i, K.W_ORDER]) - 1, i)  # its order when it was queued
+        else:
+            t = self.rc.ef[:, K.EF_PT]
+            head = min(
+                ((float(t[j]), int(w[j, K.W_ORDER]), j) for j in range(len(w)) if j not in self.ghosts),
+                default=(math.inf, 0, len(w)),
+            )
+        for g, (t_g, order) in list(self.ghosts.items()):
+            if (t_g, order, g) < head:
+                w[g, K.W_ORDER] += 1
+                del self.ghosts[g]
 
 
 def run_laminar(env: Env, workload: list[StepWorkload], progress: Callable[[float], None]) -> PolicyRun:
