@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from core.simulator.policies.base import Env, PolicyRun, post_rollout, reward_seconds, step_result
-from core.simulator.policies.carryover import ChainPool, FreshStream, Pending, group_tokens
+from core.simulator.policies.carryover import ChainPool, FreshStream, Group, group_tokens
 from core.simulator.policies.pool_run import PoolRun
 from core.simulator.policies.spec import PolicySpec, param
 from core.simulator.result import StepResult
@@ -50,7 +50,7 @@ def run_partial(env: Env, workload: list[StepWorkload], progress: Callable[[floa
     tb = TimelineBuilder(env.cluster, disaggregated=False)
     pool = ChainPool(workload)
     stream = FreshStream(workload, pool)
-    carried: list[list[Pending]] = []
+    carried: list[Group] = []
     steps = []
     t = 0.0
     for i, w in enumerate(workload):
@@ -83,8 +83,8 @@ def _step(
     w: StepWorkload,
     t: float,
     stop: float,
-    done: list[list[Pending]],
-    left: list[list[Pending]],
+    done: list[Group],
+    left: list[Group],
     pool: ChainPool,
 ) -> StepResult:
     """Draw and account one step: its rollout window, then the stages after it."""
