@@ -150,7 +150,8 @@ class FreshStream:
             sl = self.pool.samples_of(si)["slices"]
             g0, g1 = int(self.groups[lo]), int(self.groups[hi - 1]) + 1
             ids = self.pool.new(si, np.arange(int(sl[g0]), int(sl[g1])))
-            out += np.split(ids, sl[g0 + 1 : g1] - sl[g0])
+            cut = (sl[g0 : g1 + 1] - sl[g0]).tolist()
+            out += [ids[a:b] for a, b in zip(cut[:-1], cut[1:])]
             self.next += hi - lo
             k -= hi - lo
         return out

@@ -285,7 +285,7 @@ class PoolRun:
     def _retire(self, j: int, t: float) -> None:
         """Replace replica `j`'s engine by an empty one from `t`, keeping its record."""
         old = self.rc.replicas[j]
-        self.retired[j] += self._busy_of(j, self.start, t)
+        self.retired[j] += self._busy_of(j, t, self.rc.busy_intervals(self.start, t)[j])
         self.retired_gaps[j] += self._tool_gaps(old)
         for key in self.retired_work:
             self.retired_work[key] += getattr(old, key)
@@ -296,15 +296,15 @@ class PoolRun:
 
     def busy(self, lo: float, hi: float) -> list[list[list[float]]]:
         """Per replica, busy intervals [start, end, tail] within [lo, hi]."""
+        now = self.rc.busy_intervals(lo, hi)
         return [
-            [iv for iv in old if iv[1] > lo and iv[0] < hi] + self._busy_of(j, lo, hi)
+            [iv for iv in old if iv[1] > lo and iv[0] < hi] + self._busy_of(j, hi, now[j])
             for j, old in enumerate(self.retired)
         ]
 
-    def _busy_of(self, j: int, lo: float, hi: float) -> list[list[float]]:
-        """Replica j's busy intervals within [lo, hi]; one still running at `hi` (stopped
-        mid-iteration, or at the end of the replay) is busy up to `hi`."""
-        ivs = self.rc.busy_intervals(lo, hi)[j]
+    def _busy_of(self, j: int, hi: float, ivs: list[list[float]]) -> list[list[float]]:
+        """Replica j's busy intervals `ivs` (up to `hi`); one still running at `hi`
+        (stopped mid-iteration, or at the end of the replay) is busy up to `hi`."""
         eng = self.rc.replicas[j]
         if ivs and eng.B > 0 and eng.open_busy() is not None and ivs[-1][1] < hi:
             ivs[-1][1] = hi
