@@ -96,10 +96,13 @@ class PoolRun:
         k0 = self.n_items
         base = self.rc.add_requests(ch, ch["owner"] + k0)
         rep = self._replicas(ids, owner, replica)
-        times = np.broadcast_to(np.asarray(time, dtype=np.float64), (n,))
-        for t in np.unique(times).tolist():
-            m = times == t
-            self.rc.submit(base + ch["first"][m], rep[m], t)
+        if np.ndim(time) == 0:
+            self.rc.submit(base + ch["first"], rep, float(time))
+        else:
+            times = np.asarray(time, dtype=np.float64)
+            for t in np.unique(times).tolist():
+                m = times == t
+                self.rc.submit(base + ch["first"][m], rep[m], t)
         last = self._requests(base + ch["src"].size)
         self._rid_src[base : base + ch["src"].size] = ch["src"]
         last[base + ch["last"]] = np.arange(k0, k0 + n)
@@ -160,10 +163,10 @@ class PoolRun:
 
     def finished_at(self, done: Iterable[tuple[float, int]]) -> None:
         """Record requests that finished, as (time, rid) in the order they did."""
-        pairs = list(done)
+        pairs = done if isinstance(done, list) else list(done)
         if pairs:
-            times, rids = zip(*pairs)
-            self._finished(np.asarray(times, dtype=np.float64), np.asarray(rids, dtype=np.int64))
+            times = np.fromiter((p[0] for p in pairs), np.float64, len(pairs))
+            self._finished(times, np.fromiter((p[1] for p in pairs), np.int64, len(pairs)))
 
     def _finished(self, times: np.ndarray, rids: np.ndarray) -> None:
         """Requests `rids` finished at `times`, in that order: their items are done, and a
@@ -200,17 +203,19 @@ class PoolRun:
             return True
         last = self._requests(len(self.rc.store))[: len(self.rc.store)]
         group, left = self.item_group[: self.n_items], self.group_left.copy()
-        reached, done = self.rc.run_groups(n, len(self.completed), last, group, left)  # compiled: no Python on the way
-        self.finished_at(done)
+        # compiled: no Python on the way
+        reached, ends, rids = self.rc.run_groups_log(n, len(self.completed), last, group, left)
+        self._finished(ends, rids)
         return reached
 
     def run_to(self, t: float) -> None:
         """Commit every event completing by `t`."""
         done = self.rc.run_to(t)
         if done:
-            times, rids = (np.asarray(c) for c in zip(*done))
+            times = np.fromiter((p[0] for p in done), np.float64, len(done))
+            rids = np.fromiter((p[1] for p in done), np.int64, len(done))
             order = np.lexsort((rids, times))  # as sorted (time, rid) pairs
-            self._finished(times[order].astype(np.float64), rids[order].astype(np.int64))
+            self._finished(times[order], rids[order])
 
     def drain(self) -> float:
         """Run everything launched to completion; returns when the last replica stopped."""
