@@ -15,13 +15,22 @@ from core.simulator.workload import StepWorkload
 _CHAIN_KEYS = ("prefill", "context", "decode", "gap")
 
 Group = np.ndarray  # the sample ids of one launched prompt group
+_TRAITS = ("prompt", "total", "generated")  # of the trace's sample, kept per id (`lookup`)
+_COLS = ("step", "req", "generated", "done", "stop") + tuple("trait_" + k for k in _TRAITS)
 
 
 class ChainPool:
     """Builds request chains for pending samples (fresh or resumed), and holds them:
-    per sample id, `step` and `sample` (which trace sample), `req` (index into the
+    per sample id, `step` (its trace step), `req` (index into the
     step's request arrays of the turn to resume), `generated` (tokens of that turn
-    already generated) and `done`."""
+    already generated), `done`, `stop` (the end of its chain in the step's request
+    arrays) and its trace sample's `samples_of` values (`lookup`)."""
+
+    step: np.ndarray
+    req: np.ndarray
+    generated: np.ndarray
+    done: np.ndarray
+    stop: np.ndarray
 
     def __init__(self, workload: list[StepWorkload]):
         self.workload = workload
@@ -32,9 +41,8 @@ class ChainPool:
 
     def _alloc(self, cap: int) -> None:
         old = getattr(self, "step", None)
-        cols = {"step": np.int32, "sample": np.int32, "req": np.int32, "generated": np.int32, "done": bool}
-        for name, dtype in cols.items():
-            new = np.zeros(cap, dtype)
+        for name in _COLS:
+            new = np.zeros(cap, bool if name == "done" else np.int32)
             if old is not None:
                 new[: self.n] = getattr(self, name)[: self.n]
             setattr(self, name, new)
@@ -44,9 +52,12 @@ class ChainPool:
         lo, hi = self.n, self.n + samples.size
         if hi > self.step.size:
             self._alloc(max(hi, 2 * self.step.size))
+        a, per = self.arrays_of(step), self.samples_of(step)
         self.step[lo:hi] = step
-        self.sample[lo:hi] = samples
-        self.req[lo:hi] = self.arrays_of(step)["first"][samples]
+        self.req[lo:hi] = a["first"][samples]
+        self.stop[lo:hi] = np.r_[a["first"][1:], a["sample"].size][samples]
+        for key in _TRAITS:
+            getattr(self, "trait_" + key)[lo:hi] = per[key][samples]
         self.n = hi
         return np.arange(lo, hi)
 
@@ -72,14 +83,7 @@ class ChainPool:
 
     def lookup(self, ids: np.ndarray, *keys: str) -> list[np.ndarray]:
         """`samples_of(...)[key]` of each sample id, for each key."""
-        step, sample = self.step[ids], self.sample[ids]
-        out = [np.zeros(ids.size, np.int64) for _ in keys]
-        for s in np.unique(step).tolist():
-            m = step == s
-            per = self.samples_of(s)
-            for o, key in zip(out, keys):
-                o[m] = per[key][sample[m]]
-        return out
+        return [getattr(self, "trait_" + key)[ids].astype(np.int64) for key in keys]
 
     def chains(self, ids: np.ndarray) -> dict[str, np.ndarray]:
         """The requests of samples `ids`' remaining turns, sample by sample, as arrays:
@@ -89,13 +93,8 @@ class ChainPool:
         re-prefilled on resuming: the context plus the partial response of a turn
         resumed mid-way, else 0)."""
         n = ids.size
-        step, sample = self.step[ids], self.sample[ids]
+        step, stop = self.step[ids], self.stop[ids].astype(np.int64)
         req, gen = self.req[ids].astype(np.int64), self.generated[ids].astype(np.int64)
-        stop = np.empty(n, np.int64)
-        for s in np.unique(step).tolist():
-            m = step == s
-            a = self.arrays_of(s)
-            stop[m] = np.r_[a["first"][1:], a["sample"].size][sample[m]]
         length = np.maximum(stop - req, 0)
         first = np.cumsum(length) - length
         owner = np.repeat(np.arange(n), length)

@@ -178,10 +178,15 @@ class PoolRun:
             return
         self.pool.done[self.items[ks]] = True
         g = self.item_group[ks]
-        ug, back, count = np.unique(g[::-1], return_index=True, return_counts=True)
-        self._left[ug] -= count
+        lo = int(g.min())
+        count = np.bincount(g - lo)
+        last = np.full(count.size, -1, np.int64)
+        np.maximum.at(last, g - lo, np.arange(g.size))  # each group's last position
+        hit = np.flatnonzero(count)
+        ug = lo + hit
+        self._left[ug] -= count[hit]
         closed = self._left[ug] == 0
-        at = g.size - 1 - back[closed]  # the position of a closed group's last item
+        at = last[hit[closed]]  # the position of a closed group's last item
         order = np.argsort(at)
         closed_g, at = ug[closed][order].tolist(), at[order]
         self.completed += zip(closed_g, times[at].tolist())
