@@ -427,11 +427,18 @@ class ArrayCluster(RolloutCluster):
         """Run until `target` groups are done (`done` already are; a group's last item's
         last request, `last_item`, decrements `group_left`, a copy); returns whether
         they were, and (end, rid) of the requests finished, in order."""
+        reached, ends, rids = self.run_groups_log(target, done, last_item, item_group, group_left)
+        return reached, list(zip(ends.tolist(), rids.tolist()))
+
+    def run_groups_log(
+        self, target: int, done: int, last_item: np.ndarray, item_group: np.ndarray, group_left: np.ndarray
+    ) -> tuple[bool, np.ndarray, np.ndarray]:
+        """`run_groups`, the requests finished as arrays: their ends, their ids."""
         self.before_call()
         self.cnt[K.C_DONE_GROUPS] = done
         out, _ = self._run(self._all, K.GROUPS, INF, target, last_item, item_group, group_left)
         k = self.cnt[K.C_FIN]
-        return out == K.STOPPED, list(zip(self.fin_t[:k].tolist(), self.fin[:k].tolist()))
+        return out == K.STOPPED, self.fin_t[:k].copy(), self.fin[:k].copy()
 
     def run_watched(
         self, until: float, watch: np.ndarray, tail: float, groups: tuple | None = None

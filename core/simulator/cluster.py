@@ -238,6 +238,14 @@ class RolloutCluster:
 
         return self.run_until(enough) is not None, log
 
+    def run_groups_log(
+        self, target: int, done: int, last_item: np.ndarray, item_group: np.ndarray, group_left: np.ndarray
+    ) -> tuple[bool, np.ndarray, np.ndarray]:
+        """`run_groups`, the requests finished as arrays: their ends, their ids."""
+        reached, log = self.run_groups(target, done, last_item, item_group, group_left)
+        ends = np.asarray([e for e, _ in log], dtype=np.float64)
+        return reached, ends, np.asarray([r for _, r in log], dtype=np.int64)
+
     def run_to(self, until: float, replicas: list[int] | None = None) -> list[tuple[float, int]]:
         """Commit every event completing by `until`; (end, rid) of the requests finished."""
         engines = self.replicas if replicas is None else [self.replicas[j] for j in replicas]

@@ -1,10 +1,11 @@
 """Samples that outlive a rollout (partial and streaming policies): where each one's
 request chain resumes, the request arrays of resumed chains, and the stream of fresh
-prompt groups a policy launches."""
+prompt groups a policy launches.
+
+A pending sample is an id into `ChainPool`'s columns (struct of arrays: millions are
+taken per replay); a group is an array of its samples' ids."""
 
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -13,25 +14,52 @@ from core.simulator.workload import StepWorkload
 
 _CHAIN_KEYS = ("prefill", "context", "decode", "gap")
 
-
-@dataclass(slots=True)  # slots: millions of these are read per replay
-class Pending:
-    """A sample of a launched group: where its request chain resumes, or done."""
-
-    step_idx: int
-    sample: int
-    req: int  # index into the step's request arrays of the turn to resume
-    generated: int  # tokens of that turn already generated
-    done: bool = False
+Group = np.ndarray  # the sample ids of one launched prompt group
+_TRAITS = ("prompt", "total", "generated")  # of the trace's sample, kept per id (`lookup`)
+_COLS = ("step", "req", "generated", "done", "stop") + tuple("trait_" + k for k in _TRAITS)
 
 
 class ChainPool:
-    """Builds request chains for pending samples (fresh or resumed)."""
+    """Builds request chains for pending samples (fresh or resumed), and holds them:
+    per sample id, `step` (its trace step), `req` (index into the
+    step's request arrays of the turn to resume), `generated` (tokens of that turn
+    already generated), `done`, `stop` (the end of its chain in the step's request
+    arrays) and its trace sample's `samples_of` values (`lookup`)."""
+
+    step: np.ndarray
+    req: np.ndarray
+    generated: np.ndarray
+    done: np.ndarray
+    stop: np.ndarray
 
     def __init__(self, workload: list[StepWorkload]):
         self.workload = workload
         self.arrays: dict[int, dict[str, np.ndarray]] = {}
         self.per_sample: dict[int, dict[str, np.ndarray]] = {}
+        self.n = 0  # samples taken so far
+        self._alloc(1024)
+
+    def _alloc(self, cap: int) -> None:
+        old = getattr(self, "step", None)
+        for name in _COLS:
+            new = np.zeros(cap, bool if name == "done" else np.int32)
+            if old is not None:
+                new[: self.n] = getattr(self, name)[: self.n]
+            setattr(self, name, new)
+
+    def new(self, step: int, samples: np.ndarray) -> np.ndarray:
+        """Ids of fresh pending samples `samples` of step `step` (from their first turn)."""
+        lo, hi = self.n, self.n + samples.size
+        if hi > self.step.size:
+            self._alloc(max(hi, 2 * self.step.size))
+        a, per = self.arrays_of(step), self.samples_of(step)
+        self.step[lo:hi] = step
+        self.req[lo:hi] = a["first"][samples]
+        self.stop[lo:hi] = np.r_[a["first"][1:], a["sample"].size][samples]
+        for key in _TRAITS:
+            getattr(self, "trait_" + key)[lo:hi] = per[key][samples]
+        self.n = hi
+        return np.arange(lo, hi)
 
     def arrays_of(self, i: int) -> dict:
         if i not in self.arrays:
@@ -53,34 +81,20 @@ class ChainPool:
             }
         return self.per_sample[i]
 
-    def lookup(self, items: list[Pending], *keys: str) -> list[np.ndarray]:
-        """`samples_of(...)[key]` of each item, for each key."""
-        step, sample = _fields(items)[:2]
-        out = [np.zeros(len(items), np.int64) for _ in keys]
-        for s in np.unique(step).tolist():
-            m = step == s
-            per = self.samples_of(s)
-            for o, key in zip(out, keys):
-                o[m] = per[key][sample[m]]
-        return out
+    def lookup(self, ids: np.ndarray, *keys: str) -> list[np.ndarray]:
+        """`samples_of(...)[key]` of each sample id, for each key."""
+        return [getattr(self, "trait_" + key)[ids].astype(np.int64) for key in keys]
 
-    def chain_end(self, it: Pending) -> int:
-        a = self.arrays_of(it.step_idx)
-        return int(a["first"][it.sample + 1]) if it.sample + 1 < a["first"].size else int(a["sample"].size)
-
-    def chains(self, items: list[Pending]) -> dict[str, np.ndarray]:
-        """The requests of `items`' remaining turns, item by item, as arrays: prefill,
-        context, decode, gap, next (index into these arrays, -1 at a chain's end), owner
-        (item index), src (index into the step's request arrays); per item: first, last
-        (its first and last request) and recompute (tokens re-prefilled on resuming: the
-        context plus the partial response of a turn resumed mid-way, else 0)."""
-        n = len(items)
-        step, sample, req, gen = _fields(items)
-        stop = np.empty(n, np.int64)
-        for s in np.unique(step).tolist():
-            m = step == s
-            a = self.arrays_of(s)
-            stop[m] = np.r_[a["first"][1:], a["sample"].size][sample[m]]
+    def chains(self, ids: np.ndarray) -> dict[str, np.ndarray]:
+        """The requests of samples `ids`' remaining turns, sample by sample, as arrays:
+        prefill, context, decode, gap, next (index into these arrays, -1 at a chain's
+        end), owner (position in `ids`), src (index into the step's request arrays); per
+        sample: first, last (its first and last request) and recompute (tokens
+        re-prefilled on resuming: the context plus the partial response of a turn
+        resumed mid-way, else 0)."""
+        n = ids.size
+        step, stop = self.step[ids], self.stop[ids].astype(np.int64)
+        req, gen = self.req[ids].astype(np.int64), self.generated[ids].astype(np.int64)
         length = np.maximum(stop - req, 0)
         first = np.cumsum(length) - length
         owner = np.repeat(np.arange(n), length)
@@ -100,17 +114,6 @@ class ChainPool:
         return out
 
 
-def _fields(items: list[Pending]) -> np.ndarray:
-    """step_idx, sample, req, generated of each item: a (4, n) array (one list per
-    field: faster than converting a list of tuples)."""
-    out = np.empty((4, len(items)), np.int64)
-    out[0] = [it.step_idx for it in items]
-    out[1] = [it.sample for it in items]
-    out[2] = [it.req for it in items]
-    out[3] = [it.generated for it in items]
-    return out
-
-
 def _gather(pool: ChainPool, step_of_req: np.ndarray, src: np.ndarray) -> dict[str, np.ndarray]:
     out = {k: np.zeros(src.size, np.float64 if k == "gap" else np.int64) for k in _CHAIN_KEYS}
     for s in np.unique(step_of_req).tolist():
@@ -127,30 +130,37 @@ class FreshStream:
 
     def __init__(self, workload: list[StepWorkload], pool: ChainPool):
         self.pool = pool
-        self.order = [(i, g) for i, w in enumerate(workload) for g in range(w.n_groups)]
+        sizes = np.array([w.n_groups for w in workload], np.int64)
+        self.steps = np.repeat(np.arange(len(workload)), sizes)  # per group in trace order: its step
+        self.groups = np.arange(int(sizes.sum())) - np.repeat(np.cumsum(sizes) - sizes, sizes)  # ... its index
         self.next = 0
 
     def __len__(self) -> int:
-        return len(self.order)
+        return self.steps.size
 
-    def take(self, k: int) -> list[list[Pending]]:
-        """The next `k` groups, each a list of fresh pending samples."""
-        out = []
-        for _ in range(k if self.order else 0):
-            si, g = self.order[self.next % len(self.order)]
-            self.next += 1
+    def take(self, k: int) -> list[Group]:
+        """The next `k` groups, each an array of fresh pending samples."""
+        out: list[Group] = []
+        n = len(self)
+        while k > 0 and n:
+            lo = self.next % n
+            si = int(self.steps[lo])
+            hi = min(lo + k, int(np.searchsorted(self.steps, si, side="right")))  # this step's run
             sl = self.pool.samples_of(si)["slices"]
-            first = self.pool.arrays_of(si)["first"]
-            lo, hi = int(sl[g]), int(sl[g + 1])
-            out.append([Pending(si, s, f, 0) for s, f in zip(range(lo, hi), first[lo:hi].tolist())])
+            g0, g1 = int(self.groups[lo]), int(self.groups[hi - 1]) + 1
+            ids = self.pool.new(si, np.arange(int(sl[g0]), int(sl[g1])))
+            cut = (sl[g0 : g1 + 1] - sl[g0]).tolist()
+            out += [ids[a:b] for a, b in zip(cut[:-1], cut[1:])]
+            self.next += hi - lo
+            k -= hi - lo
         return out
 
 
-def group_tokens(pool: ChainPool, groups: list[list[Pending]]) -> tuple[np.ndarray, int, int]:
+def group_tokens(pool: ChainPool, groups: list[Group]) -> tuple[np.ndarray, int, int]:
     """Training sequence lengths (prompt + response) of the samples of `groups`, their
     generated tokens, and their count."""
-    items = [it for grp in groups for it in grp]
-    if not items:
+    ids = np.concatenate(groups) if groups else np.zeros(0, np.int64)
+    if not ids.size:
         return np.zeros(0, np.int64), 0, 0
-    total, generated = pool.lookup(items, "total", "generated")
-    return total, int(generated.sum()), len(items)
+    total, generated = pool.lookup(ids, "total", "generated")
+    return total, int(generated.sum()), ids.size

@@ -14,8 +14,10 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
+
 from core.simulator.policies.base import Env, PolicyRun, post_rollout, reward_seconds, step_result
-from core.simulator.policies.carryover import ChainPool, FreshStream, Pending, group_tokens
+from core.simulator.policies.carryover import ChainPool, FreshStream, Group, group_tokens
 from core.simulator.policies.pool_run import PoolRun
 from core.simulator.policies.spec import PolicySpec, param
 from core.simulator.result import StepResult
@@ -50,7 +52,7 @@ def run_partial(env: Env, workload: list[StepWorkload], progress: Callable[[floa
     tb = TimelineBuilder(env.cluster, disaggregated=False)
     pool = ChainPool(workload)
     stream = FreshStream(workload, pool)
-    carried: list[list[Pending]] = []
+    carried: list[Group] = []
     steps = []
     t = 0.0
     for i, w in enumerate(workload):
@@ -65,10 +67,11 @@ def run_partial(env: Env, workload: list[StepWorkload], progress: Callable[[floa
         else:
             stop = max([t] + [c for _, c in run.completed])
         run.interrupt(stop)
-        trained = {g for g, _ in run.completed[:target]}
-        done = [run.groups[g] for g in sorted(trained)]  # in prompt order, as slime sorts them
+        trained = np.zeros(len(run.groups), bool)
+        trained[[g for g, _ in run.completed[:target]]] = True
+        done = [run.groups[g] for g in np.flatnonzero(trained).tolist()]  # in prompt order, as slime sorts them
         # unfinished groups, and any finished beyond the N-th (kept for the next step)
-        left = [grp for g, grp in enumerate(run.groups) if g not in trained]
+        left = [run.groups[g] for g in np.flatnonzero(~trained).tolist()]
         carried = left if prm.partial_rollout else []
         steps.append(_step(env, tb, run, w, t, stop, done, left, pool))
         t = steps[-1].end
@@ -83,8 +86,8 @@ def _step(
     w: StepWorkload,
     t: float,
     stop: float,
-    done: list[list[Pending]],
-    left: list[list[Pending]],
+    done: list[Group],
+    left: list[Group],
     pool: ChainPool,
 ) -> StepResult:
     """Draw and account one step: its rollout window, then the stages after it."""

@@ -5,22 +5,26 @@ with every unfinished sample's progress kept (to resume it later by recomputatio
 a replica's trajectories moved onto another replica.
 
 Group ids are indices into `groups`, in launch order; `completed` lists (group id,
-time) in completion order.
+time) in completion order. Per launched item (a sample submitted once) the run keeps
+numpy columns (`items`: its sample id, `item_group`, `item_replica`, `item_first`,
+`item_last`), valid up to `n_items`: a replay launches millions.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable
-from itertools import chain, repeat
 
 import numpy as np
 
 from core.simulator.dispatch import assign_groups
 from core.simulator.engine import ReplicaEngine
 from core.simulator.policies.base import Env, rollout_stats
-from core.simulator.policies.carryover import ChainPool, Pending
+from core.simulator.policies.carryover import ChainPool, Group
 from core.simulator.policies.recompute import prefill_seconds
+
+_FEW = 16  # requests finished at once below which they are recorded one by one
+_ITEM_COLS = ("items", "item_group", "item_replica", "item_first", "item_last")
 
 
 class PoolRun:
@@ -29,8 +33,8 @@ class PoolRun:
         self.pool = pool
         self.start = start
         self.rc = env.new_cluster(start, compiled=compiled)
-        self.groups: list[list[Pending]] = []
-        self.group_left: list[int] = []
+        self.groups: list[Group] = []
+        self._left = np.zeros(64, np.int64)  # per group: its items not finished
         self.launched_at: list[float] = []
         self.completed: list[tuple[int, float]] = []
         n = env.cluster.rollout_replicas
@@ -40,81 +44,92 @@ class PoolRun:
         self.retired_gaps: list[list[tuple[float, float]]] = [[] for _ in range(n)]
         self.retired_work = {"preemptions": 0, "decoded_tokens": 0, "prefilled_tokens": 0}
         self.retired_recompute = [0.0] * n  # preemption recompute of replaced engines
-        # per launched item
-        self.items: list[Pending] = []
-        self.item_group: list[int] = []
-        self.item_replica: list[int] = []  # -1 once stopped (a moved sample is a new item)
-        self.running: list[set[int]] = [set() for _ in range(n)]  # unfinished items per replica
-        self.item_first: list[int] = []
-        self.item_last: list[int] = []
+        # per launched item; item_replica is -1 once stopped (a moved sample is a new item)
+        self.n_items = 0
+        self.items = self.item_group = self.item_replica = self.item_first = self.item_last = np.zeros(0, np.int64)
+        self._grow_items(1024)
+        self._live = 0  # items before this one are finished or stopped
         self._last_item = np.full(1024, -1, dtype=np.int64)  # per request: the item it ends, or -1
-        self._rid_src: list[int] = []
+        self._rid_src = np.zeros(1024, dtype=np.int64)  # per request: index into its step's requests
         self.on_group_done: Callable[[int, float], None] | None = None  # (group id, time)
         self.on_item_done: Callable[[int, float], None] | None = None  # (item index, time)
         self.resume_at: dict[int, float] = {}  # stopped item -> when its current turn can run
 
+    @property
+    def group_left(self) -> np.ndarray:
+        """Per group: its items not finished yet."""
+        return self._left[: len(self.groups)]
+
+    def _grow_items(self, cap: int) -> None:
+        for name in _ITEM_COLS:
+            new = np.zeros(cap, np.int64)
+            new[: self.n_items] = getattr(self, name)[: self.n_items]
+            setattr(self, name, new)
+
     # ------------------------------------------------------------------ launching
 
-    def launch(self, groups: list[list[Pending]], time: float, replica: int | None = None) -> list[int]:
+    def launch(self, groups: list[Group], time: float, replica: int | None = None) -> list[int]:
         """Submit the unfinished samples of `groups` at `time`, each group to one replica
         (`replica`, or the policy's dispatch); returns their group ids."""
-        gids, items, owner = [], [], []
-        for grp in groups:
-            gid = len(self.groups)
-            gids.append(gid)
-            self.groups.append(grp)
-            self.launched_at.append(time)
-            todo = [it for it in grp if not it.done]
-            self.group_left.append(len(todo))
-            if not todo:
-                self.completed.append((gid, time))
-            items += todo
-            owner += [gid] * len(todo)
-        if items:
-            self._submit(items, np.asarray(owner), time, replica)
+        g0 = len(self.groups)
+        gids = list(range(g0, g0 + len(groups)))
+        if not groups:
+            return gids
+        self.groups += groups
+        self.launched_at += [time] * len(groups)
+        ids = np.concatenate(groups)
+        owner = np.repeat(np.arange(g0, g0 + len(groups)), [g.size for g in groups])
+        todo = ~self.pool.done[ids]
+        left = np.bincount(owner - g0, todo, len(groups)).astype(np.int64)
+        if self._left.size < g0 + len(groups):
+            self._left = np.concatenate([self._left, np.zeros(max(len(groups), self._left.size), np.int64)])
+        self._left[g0 : g0 + len(groups)] = left
+        self.completed += [(g, time) for g in np.flatnonzero(left == 0).tolist()]  # nothing left to run
+        if todo.any():
+            self._submit(ids[todo], owner[todo], time, replica)
         return gids
 
-    def _submit(self, items: list[Pending], owner: np.ndarray, time: float | list[float], replica: int | None) -> None:
-        """Submit `items` at `time` (one time, or one per item)."""
-        ch = self.pool.chains(items)
-        k0 = len(self.items)
+    def _submit(self, ids: np.ndarray, owner: np.ndarray, time: float | np.ndarray, replica: int | None) -> None:
+        """Submit samples `ids` at `time` (one time, or one per sample)."""
+        n = ids.size
+        ch = self.pool.chains(ids)
+        k0 = self.n_items
         base = self.rc.add_requests(ch, ch["owner"] + k0)
-        rep = self._replicas(items, owner, replica)
-        times = np.broadcast_to(np.asarray(time, dtype=np.float64), (len(items),))
-        for t in np.unique(times).tolist():
-            m = times == t
-            self.rc.submit(base + ch["first"][m], rep[m], t)
-        self._rid_src += ch["src"].tolist()
-        self._note_last(base + ch["last"], np.arange(k0, k0 + len(items)))
-        self.items += items
-        self.item_group += owner.tolist()
-        for k, j in enumerate(rep.tolist()):
-            self.running[j].add(k0 + k)
-        self.item_replica += rep.tolist()
-        self.item_first += (base + ch["first"]).tolist()
-        self.item_last += (base + ch["last"]).tolist()
+        rep = self._replicas(ids, owner, replica)
+        if np.ndim(time) == 0:
+            self.rc.submit(base + ch["first"], rep, float(time))
+        else:
+            times = np.asarray(time, dtype=np.float64)
+            for t in np.unique(times).tolist():
+                m = times == t
+                self.rc.submit(base + ch["first"][m], rep[m], t)
+        last = self._requests(base + ch["src"].size)
+        self._rid_src[base : base + ch["src"].size] = ch["src"]
+        last[base + ch["last"]] = np.arange(k0, k0 + n)
+        if k0 + n > self.items.size:
+            self._grow_items(max(k0 + n, 2 * self.items.size))
+        s = slice(k0, k0 + n)
+        self.items[s], self.item_group[s], self.item_replica[s] = ids, owner, rep
+        self.item_first[s], self.item_last[s] = base + ch["first"], base + ch["last"]
+        self.n_items = k0 + n
         resumed = ch["recompute"] > 0
         self.recompute_tokens += int(ch["recompute"].sum())
         for j in np.unique(rep[resumed]).tolist():
             self.recompute_s[j] += prefill_seconds(self.env.coefficients, ch["recompute"][resumed & (rep == j)])
 
-    def _note_last(self, rids: np.ndarray, items: np.ndarray) -> None:
-        self._last_items()[rids] = items
-
-    def _last_items(self) -> np.ndarray:
-        """Per request of the store: the item whose last request it is, or -1."""
-        n = len(self.rc.store)
+    def _requests(self, n: int) -> np.ndarray:
+        """Per request up to `n` (grown to it): the item whose last request it is, or -1."""
         if self._last_item.size < n:
-            grown = np.full(max(n, 2 * self._last_item.size), -1, dtype=np.int64)
-            grown[: self._last_item.size] = self._last_item
-            self._last_item = grown
-        return self._last_item[:n]
+            cap = max(n, 2 * self._last_item.size)
+            self._last_item = np.concatenate([self._last_item, np.full(cap - self._last_item.size, -1, np.int64)])
+            self._rid_src = np.concatenate([self._rid_src, np.zeros(cap - self._rid_src.size, np.int64)])
+        return self._last_item
 
-    def _replicas(self, items: list[Pending], owner: np.ndarray, replica: int | None) -> np.ndarray:
+    def _replicas(self, ids: np.ndarray, owner: np.ndarray, replica: int | None) -> np.ndarray:
         if replica is not None:
-            return np.full(len(items), replica, dtype=np.int64)
+            return np.full(ids.size, replica, dtype=np.int64)
         gids, idx = np.unique(owner, return_inverse=True)
-        prompt, total = (np.bincount(idx, v, gids.size) for v in self.pool.lookup(items, "prompt", "total"))
+        prompt, total = (np.bincount(idx, v, gids.size) for v in self.pool.lookup(ids, "prompt", "total"))
         per_group = assign_groups(self.env.policy.dispatch, len(self.rc.replicas), prompt, total)
         return per_group[idx]
 
@@ -122,29 +137,22 @@ class PoolRun:
 
     def finished(self, rids: list[int], now: float) -> None:
         """Record requests that finished at `now` (a sample is done with its last)."""
-        if rids:
-            self.finished_at(zip(repeat(now), rids))
+        if len(rids) > _FEW:
+            self._finished(np.full(len(rids), now), np.asarray(rids, dtype=np.int64))
+        elif rids:
+            self._finished_few(rids, now)
 
-    def finished_at(self, done: Iterable[tuple[float, int]]) -> None:
-        """Record requests that finished, as (time, rid) in the order they did."""
-        pairs = list(done)
-        if not pairs:
-            return
-        item_of = self._last_item[[r for _, r in pairs]].tolist()
-        items, replica, group, left = (
-            self.items,
-            self.item_replica,
-            self.item_group,
-            self.group_left,
-        )
-        running = self.running
+    def _finished_few(self, rids: list[int], now: float) -> None:
+        """`_finished` one request at a time: for a few, cheaper than arrays (a policy
+        that steps the engine event by event records a few per event)."""
+        last, items, group, left, done = self._last_item, self.items, self.item_group, self._left, self.pool.done
         on_item, on_group = self.on_item_done, self.on_group_done
-        for (now, _), k in zip(pairs, item_of):
+        for r in rids:
+            k = int(last[r])
             if k < 0:
                 continue
-            items[k].done = True
-            running[replica[k]].discard(k)
-            g = group[k]
+            done[items[k]] = True
+            g = int(group[k])
             left[g] -= 1
             if on_item is not None:
                 on_item(k, now)
@@ -153,81 +161,141 @@ class PoolRun:
                 if on_group is not None:
                     on_group(g, now)
 
+    def finished_at(self, done: Iterable[tuple[float, int]]) -> None:
+        """Record requests that finished, as (time, rid) in the order they did."""
+        pairs = done if isinstance(done, list) else list(done)
+        if pairs:
+            times = np.fromiter((p[0] for p in pairs), np.float64, len(pairs))
+            self._finished(times, np.fromiter((p[1] for p in pairs), np.int64, len(pairs)))
+
+    def _finished(self, times: np.ndarray, rids: np.ndarray) -> None:
+        """Requests `rids` finished at `times`, in that order: their items are done, and a
+        group whose last item that was completes then."""
+        ks = self._last_item[rids]
+        keep = ks >= 0
+        ks, times = ks[keep], times[keep]
+        if not ks.size:
+            return
+        self.pool.done[self.items[ks]] = True
+        g = self.item_group[ks]
+        lo = int(g.min())
+        count = np.bincount(g - lo)
+        last = np.full(count.size, -1, np.int64)
+        np.maximum.at(last, g - lo, np.arange(g.size))  # each group's last position
+        hit = np.flatnonzero(count)
+        ug = lo + hit
+        self._left[ug] -= count[hit]
+        closed = self._left[ug] == 0
+        at = last[hit[closed]]  # the position of a closed group's last item
+        order = np.argsort(at)
+        closed_g, at = ug[closed][order].tolist(), at[order]
+        self.completed += zip(closed_g, times[at].tolist())
+        on_item, on_group = self.on_item_done, self.on_group_done
+        if on_item is None and on_group is None:
+            return
+        at_l, c = at.tolist() + [-1], 0
+        for i, (k, now) in enumerate(zip(ks.tolist(), times.tolist())):  # in order, as they finished
+            if on_item is not None:
+                on_item(k, now)
+            if at_l[c] == i:
+                if on_group is not None:
+                    on_group(closed_g[c], now)
+                c += 1
+
     def run_until_completed(self, n: int) -> bool:
         """Run until `n` groups have completed in all; False when the work ran out first."""
         if len(self.completed) >= n:
             return True
-        last = self._last_items()
-        group, left = np.asarray(self.item_group, dtype=np.int64), np.asarray(self.group_left, dtype=np.int64)
-        reached, done = self.rc.run_groups(n, len(self.completed), last, group, left)  # compiled: no Python on the way
-        self.finished_at(done)
+        last = self._requests(len(self.rc.store))[: len(self.rc.store)]
+        group, left = self.item_group[: self.n_items], self.group_left.copy()
+        # compiled: no Python on the way
+        reached, ends, rids = self.rc.run_groups_log(n, len(self.completed), last, group, left)
+        self._finished(ends, rids)
         return reached
 
     def run_to(self, t: float) -> None:
         """Commit every event completing by `t`."""
-        self.finished_at(sorted(self.rc.run_to(t)))
+        done = self.rc.run_to(t)
+        if done:
+            times = np.fromiter((p[0] for p in done), np.float64, len(done))
+            rids = np.fromiter((p[1] for p in done), np.int64, len(done))
+            order = np.lexsort((rids, times))  # as sorted (time, rid) pairs
+            self._finished(times[order], rids[order])
 
     def drain(self) -> float:
         """Run everything launched to completion; returns when the last replica stopped."""
         self.run_to(math.inf)
         return max([self.start] + [eng.t for eng in self.rc.replicas])
 
+    def _running(self, replica: int | None) -> np.ndarray:
+        """Indices of the items still running (on every replica, or one)."""
+        lo = self._live
+        rep = self.item_replica[lo : self.n_items]
+        alive = (rep >= 0) & ~self.pool.done[self.items[lo : self.n_items]]
+        first = int(np.argmax(alive)) if alive.any() else alive.size
+        self._live = lo + first
+        mine = alive if replica is None else alive & (rep == replica)
+        return lo + np.flatnonzero(mine)
+
     def interrupt(self, t: float, replica: int | None = None) -> list[int]:
         """Stop at `t` (every replica, or one): unfinished samples keep their progress
-        in their `Pending` (resumed later by recomputing prompt + partial response);
-        returns the indices of the items stopped."""
+        in the pool (resumed later by recomputing prompt + partial response); returns
+        the indices of the items stopped."""
         store = self.rc.store
         if replica is None:
             self.run_to(t)
             engines = list(self.rc.replicas)
         else:
             engines = [self.rc.replicas[replica]]
-            ran = engines[0].run(until=t)
-            ends = [float(store.end[r]) for r in ran]
-            self.finished_at(sorted(zip(ends, ran), key=lambda d: d[0]))
+            ran = np.asarray(engines[0].run(until=t), dtype=np.int64)
+            ends = _take(store.end, ran).astype(np.float64)
+            order = np.argsort(ends, kind="stable")
+            self._finished(ends[order], ran[order])
         for eng in engines:
             eng.advance_to(t)
             eng.unfinished()
-        end, arrive, generated = store.end, store.arrive, store.generated  # read per item: the store may be long
-        pools = self.running if replica is None else [self.running[replica]]
-        stopped = sorted(chain.from_iterable(pools))
-        for pool in pools:
-            pool.clear()
+        stopped = self._running(replica)
         self.resume_at = {}
-        for k in stopped:
-            it = self.items[k]
-            r = self.item_first[k]
-            while r < self.item_last[k] and end[r] == end[r]:  # finished turn
-                r += 1
-            came = float(arrive[r])
-            self.resume_at[k] = max(t, came) if came == came else t
-            src = self._rid_src[r]
-            it.generated = int(generated[r]) + (it.generated if src == it.req else 0)
-            it.req = src
-            self._last_item[self.item_last[k]] = -1
-            self.item_replica[k] = -1
-        return stopped
+        if not stopped.size:
+            return []
+        first, last = self.item_first[stopped], self.item_last[stopped]
+        length = last - first + 1
+        starts = np.cumsum(length) - length
+        rids = np.repeat(first, length) + (np.arange(int(length.sum())) - np.repeat(starts, length))
+        # the turn to resume: the first unfinished one (every one but the last finished: the last)
+        open_ = np.isnan(_take(store.end, rids)) | (rids == np.repeat(last, length))
+        r = rids[np.flatnonzero(open_)[np.searchsorted(np.flatnonzero(open_), starts)]]
+        came = _take(store.arrive, r).astype(np.float64)
+        when = np.where(np.isnan(came), t, np.maximum(t, came))
+        self.resume_at = dict(zip(stopped.tolist(), when.tolist()))
+        sid, src = self.items[stopped], self._rid_src[r]
+        kept = np.where(src == self.pool.req[sid], self.pool.generated[sid], 0)
+        self.pool.generated[sid] = _take(store.generated, r) + kept
+        self.pool.req[sid] = src
+        self._last_item[last] = -1
+        self.item_replica[stopped] = -1
+        return stopped.tolist()
 
     def move(self, src: int, dst: int, t: float) -> int:
         """Repack: stop replica `src`'s trajectories at `t` and resume them on `dst`
         (recomputing what they had generated); `src` restarts empty. Returns how many
         samples moved."""
-        stopped = self.interrupt(t, src)
+        stopped = np.asarray(self.interrupt(t, src), dtype=np.int64)
         self._retire(src, t)
-        if stopped:
-            owner = np.asarray([self.item_group[k] for k in stopped])
-            when = [self.resume_at[k] for k in stopped]  # a tool call out returns when it would have
-            k0 = len(self.items)
-            self._submit([self.items[k] for k in stopped], owner, when, dst)
-            for k, w in enumerate(when):
-                if w > t:  # the turn arrives after its tool call, as before the move
-                    self.rc.store.cont[self.item_first[k0 + k]] = True
-        return len(stopped)
+        if stopped.size:
+            when = np.asarray(
+                [self.resume_at[k] for k in stopped.tolist()]
+            )  # a tool call out returns when it would have
+            k0 = self.n_items
+            self._submit(self.items[stopped], self.item_group[stopped], when, dst)
+            for k in np.flatnonzero(when > t).tolist():  # the turn arrives after its tool call, as before the move
+                self.rc.store.cont[int(self.item_first[k0 + k])] = True
+        return int(stopped.size)
 
     def _retire(self, j: int, t: float) -> None:
         """Replace replica `j`'s engine by an empty one from `t`, keeping its record."""
         old = self.rc.replicas[j]
-        self.retired[j] += self._busy_of(j, self.start, t)
+        self.retired[j] += self._busy_of(j, t, self.rc.busy_intervals(self.start, t)[j])
         self.retired_gaps[j] += self._tool_gaps(old)
         for key in self.retired_work:
             self.retired_work[key] += getattr(old, key)
@@ -238,15 +306,15 @@ class PoolRun:
 
     def busy(self, lo: float, hi: float) -> list[list[list[float]]]:
         """Per replica, busy intervals [start, end, tail] within [lo, hi]."""
+        now = self.rc.busy_intervals(lo, hi)
         return [
-            [iv for iv in old if iv[1] > lo and iv[0] < hi] + self._busy_of(j, lo, hi)
+            [iv for iv in old if iv[1] > lo and iv[0] < hi] + self._busy_of(j, hi, now[j])
             for j, old in enumerate(self.retired)
         ]
 
-    def _busy_of(self, j: int, lo: float, hi: float) -> list[list[float]]:
-        """Replica j's busy intervals within [lo, hi]; one still running at `hi` (stopped
-        mid-iteration, or at the end of the replay) is busy up to `hi`."""
-        ivs = self.rc.busy_intervals(lo, hi)[j]
+    def _busy_of(self, j: int, hi: float, ivs: list[list[float]]) -> list[list[float]]:
+        """Replica j's busy intervals `ivs` (up to `hi`); one still running at `hi`
+        (stopped mid-iteration, or at the end of the replay) is busy up to `hi`."""
         eng = self.rc.replicas[j]
         if ivs and eng.B > 0 and eng.open_busy() is not None and ivs[-1][1] < hi:
             ivs[-1][1] = hi
@@ -262,9 +330,9 @@ class PoolRun:
 
     def sample_completions(self) -> np.ndarray:
         """When each sample finished in this run (absolute seconds)."""
-        done = np.fromiter((it.done for it in self.items), bool, len(self.items))
-        kept = done & (np.asarray(self.item_replica, dtype=np.int64) >= 0)
-        return np.asarray(self.rc.store.end, dtype=np.float64)[np.asarray(self.item_last, dtype=np.int64)[kept]]
+        n = self.n_items
+        kept = self.pool.done[self.items[:n]] & (self.item_replica[:n] >= 0)
+        return _take(self.rc.store.end, self.item_last[:n][kept]).astype(np.float64)
 
     def recompute(self) -> list[float]:
         """Seconds per replica recomputing: resumed samples and preemptions."""
@@ -277,3 +345,11 @@ class PoolRun:
             out[key] += v
         out["recompute_tokens"] = self.recompute_tokens
         return out
+
+
+def _take(col: np.ndarray | list, idx: np.ndarray) -> np.ndarray:
+    """col[idx] of a store column: an array (compiled loop) or a list (Python engine),
+    which may be long, so only the entries asked for are read."""
+    if isinstance(col, np.ndarray):
+        return col[idx]
+    return np.asarray([col[i] for i in idx.tolist()])

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from core.simulator.policies.base import Env, PolicyRun, reward_share, step_result, sync_weights, train_on
-from core.simulator.policies.carryover import ChainPool, FreshStream, Pending, group_tokens
+from core.simulator.policies.carryover import ChainPool, FreshStream, Group, group_tokens
 from core.simulator.policies.pool_run import PoolRun
 from core.simulator.policies.spec import PolicySpec, param
 from core.simulator.timeline import TimelineBuilder
@@ -68,8 +68,8 @@ class _Replay:
         self.tb = TimelineBuilder(env.cluster, disaggregated=True)
         self.pool = ChainPool(workload)
         self.stream = FreshStream(workload, self.pool)
-        self.carried: list[tuple[list[Pending], int]] = []  # interrupted groups, their version
-        self.queue: list[tuple[list[Pending], int, float]] = []  # finished, not trained: version, time
+        self.carried: list[tuple[Group, int]] = []  # interrupted groups, their version
+        self.queue: list[tuple[Group, int, float]] = []  # finished, not trained: version, time
         self.resume = 0.0  # when the rollouter (re)starts
         self.prev_end = 0.0
 
@@ -117,7 +117,7 @@ class _Replay:
         taken, waited = [], 0.0
         self.tokens = self.samples = 0
         for size in sizes:
-            groups: list[list[Pending]] = []
+            groups: list[Group] = []
             ready = self.resume
             while self.queue and len(groups) < size:
                 grp, v, _ = self.queue.pop(0)
@@ -137,9 +137,7 @@ class _Replay:
         self.used = used
         return taken, waited
 
-    def update(
-        self, j: int, w: StepWorkload, groups: list[list[Pending]], start: float, stages: dict, windows: dict
-    ) -> float:
+    def update(self, j: int, w: StepWorkload, groups: list[Group], start: float, stages: dict, windows: dict) -> float:
         total_len, tokens, n = group_tokens(self.pool, groups)
         self.tokens += tokens
         self.samples += n
