@@ -427,7 +427,7 @@ class _Compiled:
     def track(self) -> None:
         """Map the requests of the items launched since the last call."""
         run = self.run
-        k0, k1 = self.tracked, len(run.item_last)
+        k0, k1 = self.tracked, run.n_items
         n = len(run.rc.store)
         if self.rid_rep.size < n:
             grow = np.full(2 * n, -1, dtype=np.int64)
