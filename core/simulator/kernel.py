@@ -619,7 +619,8 @@ def _goes_first(a: int, b: int, watch: np.ndarray) -> bool:
 
 @_jit
 def _in_tail(j: int, tail: float, es: np.ndarray) -> bool:
-    return es[j, E_B] <= tail and es[j, E_WN] == 0 and es[j, E_B] + es[j, E_AN] > 0
+    """Running its last few (a replica whose batch has not arrived yet is not in its tail)."""
+    return 0 < es[j, E_B] <= tail and es[j, E_WN] == 0
 
 
 @_jit

@@ -301,7 +301,8 @@ class _Laminar:
 
     def _in_tail(self, j: int) -> bool:
         e = self.run.rc.replicas[j]
-        if not (self.state[j] == "run" and self.left[j] > 0 and e.B <= self.tail):
+        # running its last few: a replica whose batch has not arrived yet runs none
+        if not (self.state[j] == "run" and self.left[j] > 0 and 0 < e.B <= self.tail):
             return False
         return not (self.fast.rc.es[j, K.E_WN] if self.fast is not None else e.waiting)  # its length: no copy
 
