@@ -109,7 +109,9 @@ class RolloutCluster:
         if chunk_tokens:
             if self.noise is not None:  # a request's length is perturbed whole, then chunked
                 arr = {**arr, "decode": self.noise.scale_decode(arr, np.asarray(owner)[arr["sample"]])}
-            arr, noisy = chunk_requests(arr, chunk_tokens), False
+                noisy = False
+            if arr["decode"].max(initial=0) > chunk_tokens:  # else no request splits: the same requests
+                arr = chunk_requests(arr, chunk_tokens)
         base = self.add_requests(arr, np.asarray(owner)[arr["sample"]], noisy=noisy)
         first = base + arr["first"]
         n_req = arr["sample"].size
