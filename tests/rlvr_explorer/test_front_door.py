@@ -31,6 +31,26 @@ def cli(*args: str) -> list[str]:
     return [sys.executable, "-m", "rlvr_explorer", *args]
 
 
+def start_serve(log, env: dict[str, str], cwd: Path) -> subprocess.Popen:
+    """`serve` with one worker process on a free port, in a session of its own."""
+    return subprocess.Popen(
+        cli("serve", "--no-demo", "--port", str(free_port()), "--concurrency", "1"),
+        env=env,
+        cwd=cwd,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+
+
+def wait_ready(proc: subprocess.Popen, log_path: Path, workers: int, timeout: float) -> None:
+    """Until `workers` Celery workers have said they are ready."""
+    deadline = time.monotonic() + timeout
+    while log_path.read_bytes().count(b"ready.") < workers:
+        assert proc.poll() is None and time.monotonic() < deadline, log_path.read_text()[-3000:]
+        time.sleep(0.5)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -153,21 +173,10 @@ def test_api_docs_page_loads_nothing_from_another_host(env):
 
 def test_worker_started_by_serve_stops_when_its_parent_is_gone(tmp_path):
     """SIGKILL to serve (no cleanup can run): the worker still stops by itself."""
-    port = free_port()
     log = (tmp_path / "serve.log").open("wb")
-    proc = subprocess.Popen(
-        cli("serve", "--no-demo", "--port", str(port), "--concurrency", "1"),
-        env=embedded_env(tmp_path),
-        cwd=ROOT,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
+    proc = start_serve(log, embedded_env(tmp_path), ROOT)
     try:
-        deadline = time.monotonic() + 90
-        while b"ready." not in (tmp_path / "serve.log").read_bytes():
-            assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "serve.log").read_text()[-2000:]
-            time.sleep(0.5)
+        wait_ready(proc, tmp_path / "serve.log", 1, 90)
         proc.send_signal(signal.SIGKILL)
         proc.wait(10)
         wait_session_gone(proc.pid, 30)
@@ -233,23 +242,12 @@ def test_serve_starts_an_engine_worker_when_an_engine_is_installed(tmp_path):
     """RLVR_ENGINE_PYTHON names the engine environment's python (here this one, standing in
     for it: the queue is what is checked): serve runs a second worker reading only the
     engine queue, and stops it with itself."""
-    port = free_port()
     log_path = tmp_path / "serve.log"
     env = {**embedded_env(tmp_path), "RLVR_ENGINE_PYTHON": sys.executable}
     with log_path.open("wb") as log:
-        proc = subprocess.Popen(
-            cli("serve", "--no-demo", "--port", str(port), "--concurrency", "1"),
-            env=env,
-            cwd=tmp_path,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+        proc = start_serve(log, env, tmp_path)
         try:
-            deadline = time.monotonic() + 120
-            while log_path.read_bytes().count(b"ready.") < 2:
-                assert proc.poll() is None and time.monotonic() < deadline, log_path.read_text()[-3000:]
-                time.sleep(0.5)
+            wait_ready(proc, log_path, 2, 120)
             queues = re.findall(r"\.> (\w+)\s+exchange=", log_path.read_text())
             assert sorted(queues) == ["engine", "rlvr"], queues
             proc.send_signal(signal.SIGTERM)
