@@ -93,7 +93,9 @@ def server(tmp_path_factory, browser_run):
         assert Path(path).exists(), f"{path} is missing (apt-get install chromium chromium-driver)"
     data = tmp_path_factory.mktemp("server")
     port = _free_port()
-    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "CELERY_BROKER_URL")}
+    # no engine worker beside it (serve starts one where RLVR_ENGINE_PYTHON is set): the engine
+    # test starts its own
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "CELERY_BROKER_URL", "RLVR_ENGINE_PYTHON")}
     env.update(RLVR_DATA_DIR=str(data), RLVR_SECRET_KEY="browser-test-secret", PYTHONUNBUFFERED="1")
     env[CALLBACK_LOG_ENV] = str(browser_run.log)  # the session's callback coverage (tests/conftest.py)
     log = data / "serve.log"
