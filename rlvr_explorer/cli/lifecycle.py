@@ -55,13 +55,14 @@ def tie_to_parent() -> None:
 WORKER_NICE = 10  # beside the server on one machine: reads come before ingestion
 
 
-def start_worker(concurrency: int) -> subprocess.Popen:
-    """The worker, in its own process group, told who its parent is, at a lower CPU
-    priority than the server (pages stay quick while it ingests or replays)."""
-    env = {**os.environ, PARENT_ENV: str(os.getpid())}
+def start_worker(concurrency: int, python: str = sys.executable, queues: str | None = None) -> subprocess.Popen:
+    """The worker (of the environment of `python`, reading `queues` or the default one), in
+    its own process group, told who its parent is, at a lower CPU priority than the server
+    (pages stay quick while it ingests or replays)."""
+    cmd = [python, "-m", "rlvr_explorer", "worker", f"--concurrency={concurrency}", f"--nice={WORKER_NICE}"]
     return subprocess.Popen(
-        [sys.executable, "-m", "rlvr_explorer", "worker", f"--concurrency={concurrency}", f"--nice={WORKER_NICE}"],
-        env=env,
+        cmd + ([f"--queues={queues}"] if queues else []),
+        env={**os.environ, PARENT_ENV: str(os.getpid())},
         process_group=0,
         preexec_fn=tie_to_parent,  # runs in the child between fork and exec
     )
@@ -75,12 +76,9 @@ def start_engine_worker() -> subprocess.Popen | None:
     from engine.client import EngineMissing, engine_python
 
     try:
-        python = engine_python()
+        return start_worker(1, engine_python(), ENGINE_QUEUE)
     except EngineMissing:
         return None
-    cmd = [python, "-m", "rlvr_explorer", "worker", f"--queues={ENGINE_QUEUE}", "--concurrency=1"]
-    env = {**os.environ, PARENT_ENV: str(os.getpid())}
-    return subprocess.Popen([*cmd, f"--nice={WORKER_NICE}"], env=env, process_group=0, preexec_fn=tie_to_parent)
 
 
 def warm_replay_loop() -> subprocess.Popen:
