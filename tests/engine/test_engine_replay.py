@@ -42,12 +42,39 @@ def engine_python() -> str:
     return python
 
 
-@pytest.fixture()
-def stored(team_key, tmp_path) -> int:
+def store_trace(key: str, folder) -> int:
     per_step = synthetic_rows(steps=2, groups=16, n=4)
-    r = invoke("ingest", write_packed_dir(tmp_path / "run", per_step), "--api-key", team_key, "--json")
+    r = invoke("ingest", write_packed_dir(folder, per_step), "--api-key", key, "--json")
     assert r.exit_code == 0, r.output
     return orjson.loads(r.stdout.strip().splitlines()[-1])["id"]
+
+
+@pytest.fixture()
+def stored(team_key, tmp_path) -> int:
+    return store_trace(team_key, tmp_path / "run")
+
+
+_CALIBRATED: dict[str, tuple[str, dict]] = {}
+
+
+@pytest.fixture()
+def calibrated(engine_python, env) -> tuple[str, dict]:
+    """A team and its tiny-architecture engine profile, calibrated once per test database:
+    a sweep starts an engine and takes minutes on a loaded machine, and every engine test
+    predicts from a profile made apart from the run it predicts, which one sweep gives."""
+    if env["RLVR_DATABASE_URL"] not in _CALIBRATED:
+        from backend.auth import create_team
+        from backend.store.db import session_scope
+
+        with session_scope() as session:
+            key = create_team(session, "engine-tests")[1]
+        r = invoke("calibrate-engine", "--arch", "tiny", "--json", "--api-key", key)
+        assert r.exit_code == 0, r.output
+        profile = orjson.loads(r.stdout)
+        assert profile["engine"].startswith("vllm") and profile["arch"] == "tiny"
+        assert all(v >= 0 for v in profile["coefficients"].values()) and profile["fit"]["decode_steps"] > 0
+        _CALIBRATED[env["RLVR_DATABASE_URL"]] = (key, profile)
+    return _CALIBRATED[env["RLVR_DATABASE_URL"]]
 
 
 def test_each_policy_declares_whether_it_runs_on_an_engine():
@@ -76,13 +103,9 @@ def test_a_policy_that_cannot_run_on_an_engine_says_why(team_key, stored):
 @pytest.mark.engine
 @pytest.mark.timeout(1800)  # engine starts, a calibration sweep and three replays: ~6 min on a loaded 2-core machine
 @sqlite
-def test_replay_on_real_engines_under_sync_partial_and_dispatch(engine_python, team_key, stored, client):
-    r = invoke("calibrate-engine", "--arch", "tiny", "--json", "--api-key", team_key)
-    assert r.exit_code == 0, r.output
-    profile = orjson.loads(r.stdout)
-    assert profile["engine"].startswith("vllm") and profile["arch"] == "tiny"
-    assert all(v >= 0 for v in profile["coefficients"].values()) and profile["fit"]["decode_steps"] > 0
-
+def test_replay_on_real_engines_under_sync_partial_and_dispatch(calibrated, client, tmp_path):
+    team_key, profile = calibrated
+    stored = store_trace(team_key, tmp_path / "run")
     runs = {
         "sync": (),
         "partial": ("--policy-param", "finished_groups=8"),
@@ -143,7 +166,7 @@ def test_an_engine_replay_job_goes_to_the_engine_queue_and_says_when_no_engine(t
 @pytest.mark.engine
 @pytest.mark.timeout(1200)  # two engine starts, a calibration sweep and a 128-request replay
 @sqlite
-def test_a_calibrated_profile_predicts_a_held_out_engine_run_better_than_the_roofline(engine_python, team_key, stored):
+def test_a_calibrated_profile_predicts_a_held_out_engine_run_better_than_the_roofline(calibrated, tmp_path):
     """The profile comes from its own engine process's batch x context sweep; the replay it
     predicts is another engine's run of the trace's work, never part of the fit."""
     from core.simulator import ClusterConfig, roofline_coefficients
@@ -153,9 +176,8 @@ def test_a_calibrated_profile_predicts_a_held_out_engine_run_better_than_the_roo
     from engine.workload import engine_workload
     from rlvr_explorer.cli.whatif import team_trace, trace_workload
 
-    r = invoke("calibrate-engine", "--arch", "tiny", "--json", "--api-key", team_key)
-    assert r.exit_code == 0, r.output
-    profile = orjson.loads(r.stdout)
+    team_key, profile = calibrated
+    stored = store_trace(team_key, tmp_path / "run")
     args = ("engine-replay", stored, "--policy", "sync", "--max-requests", 64, "--length-scale", 0.05)
     r = invoke(*args, "--profile", profile["id"], "--json", "--api-key", team_key)
     assert r.exit_code == 0, r.output
@@ -226,33 +248,35 @@ def multiturn_rows(groups: int = 6, n: int = 2, seed: int = 4) -> list[dict]:
     return rows
 
 
-@pytest.fixture()
-def multiturn_trace(team_key, tmp_path) -> tuple[int, list[dict]]:
+def store_multiturn(key: str, folder) -> tuple[int, list[dict]]:
     rows = multiturn_rows()
-    folder = tmp_path / "multiturn"
     folder.mkdir()
     (folder / "multiturn_workload_step_0.jsonl").write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rows))
-    r = invoke("ingest", folder, "--api-key", team_key, "--json")
+    r = invoke("ingest", folder, "--api-key", key, "--json")
     assert r.exit_code == 0, r.output
     return orjson.loads(r.stdout.strip().splitlines()[-1])["id"], rows
 
 
 @sqlite
-def test_multiturn_trajectories_run_on_an_engine_under_sync_only(team_key, multiturn_trace):
-    r = invoke("engine-replay", multiturn_trace[0], "--policy", "partial", "--api-key", team_key)
+def test_multiturn_trajectories_run_on_an_engine_under_sync_only(team_key, tmp_path):
+    trace_id = store_multiturn(team_key, tmp_path / "multiturn")[0]
+    r = invoke("engine-replay", trace_id, "--policy", "partial", "--api-key", team_key)
     assert r.exit_code == 2 and "multi-turn trajectories are replayed on an engine under sync only" in r.stderr
 
 
 @pytest.mark.engine
-@pytest.mark.timeout(1200)  # an engine start, a calibration sweep and a dozen trajectories with tool waits
+@pytest.mark.timeout(1200)  # an engine start and a dozen trajectories with tool waits
 @sqlite
-def test_multiturn_trajectories_replayed_turn_by_turn_on_a_real_engine(engine_python, team_key, multiturn_trace):
-    trace_id, rows = multiturn_trace
+def test_multiturn_trajectories_replayed_turn_by_turn_on_a_real_engine(calibrated, tmp_path):
+    """Without --profile: the latest profile of this engine, device and architecture."""
+    team_key, profile = calibrated
+    trace_id, rows = store_multiturn(team_key, tmp_path / "multiturn")
     r = invoke("engine-replay", trace_id, "--policy", "sync", "--json", "--api-key", team_key)
     assert r.exit_code == 0, r.output
     out = orjson.loads(r.stdout)
     turns = sum(len(row["turns"]) for row in rows)
     assert out["requests"] == out["finished"] == turns and out["aborted"] == 0 and out["lengths_exact"], out
+    assert out["profile_id"] == profile["id"]  # found, not made again
     # every turn decoded its recorded completion: the turns, not the trajectories, were the requests
     decoded = sum(t["completion_tokens"] for row in rows for t in row["turns"])
     assert out["measured"]["decoded_tokens"] == decoded
