@@ -141,12 +141,16 @@ def sample_tokens(arr: dict[str, np.ndarray], n_samples: int) -> np.ndarray:
     return np.bincount(arr["sample"], weights=arr["decode"], minlength=n_samples).astype(np.int64)
 
 
-def select_samples(arr: dict[str, np.ndarray], samples: np.ndarray) -> dict[str, np.ndarray]:
+def select_samples(
+    arr: dict[str, np.ndarray], samples: np.ndarray, starts: np.ndarray | None = None
+) -> dict[str, np.ndarray]:
     """The requests of some samples of a step (their turns in order), re-indexed:
     `sample` keeps the step's sample index, `first`/`last` index the selection's
-    requests per selected sample, `next` points within the selection."""
+    requests per selected sample, `next` points within the selection. `starts`:
+    `request_starts(arr)`, given when selecting from the same `arr` many times."""
     samples = np.asarray(samples, dtype=np.int64)
-    starts = np.concatenate([arr["first"], [arr["sample"].size]])
+    if starts is None:
+        starts = request_starts(arr)
     lo, hi = starts[samples], starts[samples + 1]
     sizes = hi - lo
     offsets = np.concatenate([[0], np.cumsum(sizes)])
@@ -157,6 +161,11 @@ def select_samples(arr: dict[str, np.ndarray], samples: np.ndarray) -> dict[str,
     out["first"] = offsets[:-1]
     out["last"] = offsets[1:] - 1
     return out
+
+
+def request_starts(arr: dict[str, np.ndarray]) -> np.ndarray:
+    """Per sample of `arr`, its first request, then the number of requests."""
+    return np.concatenate([arr["first"], [arr["sample"].size]])
 
 
 def chunk_requests(arr: dict[str, np.ndarray], chunk_tokens: int) -> dict[str, np.ndarray]:

@@ -60,8 +60,19 @@ def partition(costs: np.ndarray, k: int, mode: str) -> list[np.ndarray]:
     return [np.asarray(p, dtype=np.int64) for p in parts]
 
 
+def _rank_sums(costs: np.ndarray, k: int, mode: str) -> np.ndarray:
+    """Per DP rank, the summed costs of its share (`partition`)."""
+    if mode != "none" or k <= 1:
+        return np.array([costs[p].sum() for p in partition(costs, k, mode)])
+    # `np.array_split`'s contiguous shares as rows: one reduction, summed as each share's own
+    q, r = divmod(costs.size, k)
+    return np.concatenate(
+        [costs[: r * (q + 1)].reshape(r, q + 1).sum(axis=1), costs[r * (q + 1) :].reshape(k - r, q).sum(axis=1)]
+    )
+
+
 def _synced_time(costs: np.ndarray, k: int, mode: str, rate: float) -> tuple[float, np.ndarray]:
-    per_rank = np.array([costs[p].sum() for p in partition(costs, k, mode)]) / rate
+    per_rank = _rank_sums(costs, k, mode) / rate
     if per_rank.size < k:
         per_rank = np.r_[per_rank, np.zeros(k - per_rank.size)]
     return float(per_rank.max(initial=0.0)), per_rank

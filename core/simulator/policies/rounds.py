@@ -11,7 +11,7 @@ import numpy as np
 
 from core.simulator.dispatch import assign_groups
 from core.simulator.policies.base import Env, rollout_stats
-from core.simulator.requests import sample_tokens, select_samples, step_request_arrays
+from core.simulator.requests import request_starts, sample_tokens, select_samples, step_request_arrays
 from core.simulator.workload import StepWorkload
 
 
@@ -27,6 +27,7 @@ class Prompts:
         self.arr["sample"] = cat([a["sample"] + o for a, o in zip(arrays, s_off)])
         self.arr["first"] = cat([a["first"] + o for a, o in zip(arrays, r_off)])
         self.arr["next"] = cat([np.where(a["next"] >= 0, a["next"] + o, -1) for a, o in zip(arrays, r_off)])
+        self.req_start = request_starts(self.arr)  # once: the trace's requests are many
         self.start = np.r_[cat([w.group_slices()[:-1] + o for w, o in zip(workload, s_off)]), s_off[-1]]
         self.n = self.start.size - 1
         self.step = np.repeat(np.arange(len(workload)), [w.n_groups for w in workload])  # step index per group
@@ -53,27 +54,19 @@ class RoundOutcome:
     stats: dict  # `base.rollout_stats` of the trained samples
 
 
-def _groups_in_order(
-    done: list[tuple[float, int]], sample_of_last: np.ndarray, group_of: np.ndarray, sizes: np.ndarray
-) -> list[int]:
-    """The groups the finished requests complete, in the order they do."""
-    left = sizes.tolist()
-    out = []
-    for _, r in done:
-        s = int(sample_of_last[r])
-        if s >= 0:
-            g = int(group_of[s])
-            left[g] -= 1
-            if left[g] == 0:
-                out.append(g)
-    return out
+def _groups_done(rids: np.ndarray, sample_of_last: np.ndarray, group_of: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+    """Per group: whether the finished requests `rids` include the last request of each
+    of its samples (a sample finishes once, so counting them is enough)."""
+    s = sample_of_last[rids]
+    count = np.bincount(group_of[s[s >= 0]], minlength=sizes.size)
+    return (count == sizes) & (sizes > 0)
 
 
 def run_round(env: Env, prompts: Prompts, batch: list[int], need: int) -> RoundOutcome:
     """Launch `batch` on fresh replicas (groups dispatched by `Policy.dispatch`); stop
     when `need` groups have every sample finished (run all when need == len(batch))."""
     g = np.asarray(batch, dtype=np.int64)
-    arr = select_samples(prompts.arr, prompts.samples(batch))
+    arr = select_samples(prompts.arr, prompts.samples(batch), prompts.req_start)
     group_of = np.repeat(np.arange(len(batch)), prompts.start[g + 1] - prompts.start[g])  # per sample
     rc = env.new_cluster()
     base = rc.add_requests(arr, np.repeat(group_of, arr["last"] - arr["first"] + 1))
@@ -82,14 +75,14 @@ def run_round(env: Env, prompts: Prompts, batch: list[int], need: int) -> RoundO
         env.policy.dispatch, env.cluster.rollout_replicas, prompts.prompt_tokens[g], prompts.total_tokens[g]
     )
     rc.submit(first, replica[group_of], 0.0)
-    finished = list(range(len(batch)))
+    trained = np.ones(len(batch), dtype=bool)
     if need < len(batch):
         sample_of_last = np.full(len(rc.store), -1, dtype=np.int64)
         sample_of_last[last] = np.arange(last.size)
         sizes = np.bincount(group_of, minlength=len(batch))
-        reached, done = rc.run_groups(need, 0, sample_of_last, group_of, sizes.copy())
-        stop = done[-1][0] if reached else None
-        finished = _groups_in_order(done, sample_of_last, group_of, sizes)
+        reached, ends, rids = rc.run_groups_log(need, 0, sample_of_last, group_of, sizes.copy())
+        stop = float(ends[-1]) if reached else None
+        trained = _groups_done(rids, sample_of_last, group_of, sizes)
     else:
         rc.run_all()
         stop = None
@@ -97,8 +90,6 @@ def run_round(env: Env, prompts: Prompts, batch: list[int], need: int) -> RoundO
     if stop is None:
         stop = float(end[last].max()) if last.size else 0.0
     rc.advance_to(stop)
-    trained = np.zeros(len(batch), dtype=bool)
-    trained[finished] = True
     return RoundOutcome(
         duration=stop,
         trained=[p for p, ok in zip(batch, trained.tolist()) if ok],
