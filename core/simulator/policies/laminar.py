@@ -178,7 +178,6 @@ class _Laminar:
             self._absorb(ends, rids)
             if i >= 0:
                 self.now = c.rc.replicas[i].t
-                c.surface(self.now, i)
                 if self.left[i] == 0 and self.state[i] == "run":
                     self.ended.append(i)
                 c.touch(set(self._after_event(i, self.now, n_buffered)), stopped=i)
@@ -186,7 +185,6 @@ class _Laminar:
                 raise RuntimeError("laminar replay stalled")  # the bound makes this unreachable
             else:
                 self.now = t_ext
-                c.surface(math.inf, -1)
                 c.touch(set(self._external()))
 
     def _group_stop(self) -> tuple | None:
@@ -323,8 +321,6 @@ class _Laminar:
         if engines[i].B + engines[j].B > self.env.limits.max_running_seqs:
             return []
         src, dst = (i, j) if engines[i].B <= engines[j].B else (j, i)
-        if self.fast is not None:
-            self.fast.replacing(src)
         moved = self.run.move(src, dst, now)
         if self.fast is not None:
             self.fast.track()
@@ -408,15 +404,10 @@ class _Laminar:
 
 class _Compiled:
     """What the replay keeps to run on the compiled loop: per request of the store, the
-    replica and group of the sample it ends (-1: none); the kernel's watch rows (a
+    replica and group of the sample it ends (-1: none); and the kernel's watch rows (a
     running replica's tag is its weight version: only replicas holding the same weights
-    repack); and the event loop's tie order, which it reproduces.
-
-    The tie order: in `_Laminar.replay`'s queue a replica's next event carries the count
-    of its (re)queuings, and events at the same time go by that count. Each event of a
-    replica and each decision touching it requeues it; so does a replica repacked away
-    (its engine replaced) and not touched again, once its stale entry, still due at the
-    time of its last plan (a "ghost"), comes to the head of the queue."""
+    repack; its order, the count of its (re)queuings in `_Laminar.replay`'s queue, by
+    which that queue orders events at the same time)."""
 
     def __init__(self, run: PoolRun, n: int, tail: float) -> None:
         assert isinstance(run.rc, ArrayCluster)
@@ -428,8 +419,6 @@ class _Compiled:
         self.ident = np.arange(1024, dtype=np.int64)  # a group's index is its id
         self.group_left = np.zeros(1024, dtype=np.int64)
         self.tracked = 0  # items mapped so far
-        self.ghosts: dict[int, tuple[float, int]] = {}  # replica -> (time, order) of its stale entry
-        self.pending: tuple[int, float, int] | None = None
 
     def track(self) -> None:
         """Map the requests of the items launched since the last call."""
@@ -466,40 +455,11 @@ class _Compiled:
         reps = self.rid_rep[rids]
         return np.bincount(reps[reps >= 0], minlength=n).tolist()
 
-    def replacing(self, src: int) -> None:
-        """Replica `src` is repacked away: its queue entry, unless it is touched now."""
-        self.pending = (src, float(self.rc.ef[src, K.EF_PT]), int(self.watch[src, K.W_ORDER]))
-
     def touch(self, touched: set[int], stopped: int = -1) -> None:
         """Requeue the replicas a decision touched (`stopped`: by the kernel already)."""
         for j in touched:
-            self.ghosts.pop(j, None)
             if j != stopped:
                 self.watch[j, K.W_ORDER] += 1
-        if self.pending is not None:
-            src, t, order = self.pending
-            if src not in touched and src != stopped:
-                self.ghosts[src] = (t, order)
-            self.pending = None
-
-    def surface(self, now: float, i: int) -> None:
-        """Ghosts that came to the head of the queue by the event of replica i at `now`
-        (-1: by the next external event, before any engine event still planned)."""
-        if not self.ghosts:
-            return
-        w = self.watch
-        if i >= 0:
-            head = (now, int(w[i, K.W_ORDER]) - 1, i)  # its order when it was queued
-        else:
-            t = self.rc.ef[:, K.EF_PT]
-            head = min(
-                ((float(t[j]), int(w[j, K.W_ORDER]), j) for j in range(len(w)) if j not in self.ghosts),
-                default=(math.inf, 0, len(w)),
-            )
-        for g, (t_g, order) in list(self.ghosts.items()):
-            if (t_g, order, g) < head:
-                w[g, K.W_ORDER] += 1
-                del self.ghosts[g]
 
 
 def run_laminar(env: Env, workload: list[StepWorkload], progress: Callable[[float], None]) -> PolicyRun:
