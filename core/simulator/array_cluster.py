@@ -442,12 +442,12 @@ class ArrayCluster(RolloutCluster):
 
     def run_watched(
         self, until: float, watch: np.ndarray, tail: float, groups: tuple | None = None
-    ) -> tuple[int, list[tuple[float, int]]]:
+    ) -> tuple[int, np.ndarray, np.ndarray]:
         """Run until `until` or a stop of `kernel.run`'s `watch` (replicas drained or in
         their tail; `watch` is updated) or, with `groups` (target, last_item, item_group,
         group_left: as `run_groups`, counted from 0), that many groups done. Returns the
-        replica it stopped after (-1: none, `until` reached or nothing left) and (end,
-        rid) of the requests finished, in order."""
+        replica it stopped after (-1: none, `until` reached or nothing left) and the
+        requests finished, in order: their ends, their ids (as `run_groups_log`)."""
         self.before_call()
         self.cnt[K.C_DONE_GROUPS] = 0
         if groups is None:
@@ -460,7 +460,7 @@ class ArrayCluster(RolloutCluster):
             stopped = int(np.flatnonzero(watch[:, K.W_STOP])[0])
             watch[stopped, K.W_STOP] = 0
         k = self.cnt[K.C_FIN]
-        return stopped, list(zip(self.fin_t[:k].tolist(), self.fin[:k].tolist()))
+        return stopped, self.fin_t[:k].copy(), self.fin[:k].copy()
 
     def advance_to(self, time: float) -> None:
         for eng in self.replicas:

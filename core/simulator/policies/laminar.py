@@ -36,6 +36,7 @@ event by event, the reference the compiled run equals.
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import math
 from collections import Counter
@@ -109,7 +110,8 @@ class _Laminar:
         self.marks: list[tuple[int, float, float, str]] = []  # replica idle intervals
         self.gversion: dict[int, int] = {}
         self.in_flight: Counter = Counter()
-        self.started: Counter = Counter()
+        self.started = [0]  # groups started per weight version
+        self.n_started = 0
         self.buffer: list[tuple[int, float, int]] = []  # (version, time, group id)
         self.open_groups: set[int] = set()
         self.n_groups = [w.n_groups for w in workload]
@@ -172,11 +174,10 @@ class _Laminar:
             # groups finished before the stop left the trainer as it was (else it stopped there)
             n_buffered = len(self.buffer)
             # engine events at t_ext come after the policy's own (the queue's order)
-            i, done = c.advance(np.nextafter(t_ext, -math.inf), self.state, self.version, self._group_stop())
-            self._absorb(done)
+            i, ends, rids = c.advance(np.nextafter(t_ext, -math.inf), self.state, self.version, self._group_stop())
+            self._absorb(ends, rids)
             if i >= 0:
                 self.now = c.rc.replicas[i].t
-                c.surface(self.now, i)
                 if self.left[i] == 0 and self.state[i] == "run":
                     self.ended.append(i)
                 c.touch(set(self._after_event(i, self.now, n_buffered)), stopped=i)
@@ -184,7 +185,6 @@ class _Laminar:
                 raise RuntimeError("laminar replay stalled")  # the bound makes this unreachable
             else:
                 self.now = t_ext
-                c.surface(math.inf, -1)
                 c.touch(set(self._external()))
 
     def _group_stop(self) -> tuple | None:
@@ -196,13 +196,13 @@ class _Laminar:
         assert self.fast is not None
         return self.fast.groups(max(need, 1), self.open_groups)
 
-    def _absorb(self, done: list[tuple[float, int]]) -> None:
-        """Requests finished on the compiled loop: samples and groups done."""
-        if not done:
+    def _absorb(self, ends: np.ndarray, rids: np.ndarray) -> None:
+        """Requests finished on the compiled loop (at `ends`): samples and groups done."""
+        if not rids.size:
             return
-        self.run.finished_at(done)
+        self.run.finished_at(ends, rids)
         assert self.fast is not None
-        for j, k in enumerate(self.fast.finished_per_replica([r for _, r in done], len(self.left))):
+        for j, k in enumerate(self.fast.finished_per_replica(rids, len(self.left))):
             self.left[j] -= k
 
     def _engine(self, i: int) -> list[int]:
@@ -242,7 +242,7 @@ class _Laminar:
         heapq.heappush(self.events, (t, self.seq, kind, arg))
 
     def version_at(self, t: float) -> int:
-        return max(v for v, a in enumerate(self.avail) if a <= t)
+        return bisect.bisect_right(self.avail, t) - 1  # `avail` grows in time
 
     # ------------------------------------------------------------------ rollout replicas
 
@@ -250,7 +250,7 @@ class _Laminar:
         """Replica i pulls its next batch at `t`, as many groups as the staleness bound
         allows (none: it waits for newer weights)."""
         v = self.version[i]
-        started_le = sum(n for ver, n in self.started.items() if ver <= v)
+        started_le = self.n_started - sum(self.started[v + 1 :])  # few versions newer than v
         allowed = self._consumed_by(v + self.prm.max_staleness) - started_le
         n_groups = self.n_groups[min(v, len(self.w) - 1)]
         n = min(self.prm.batch_groups or math.ceil(n_groups / len(self.version)), allowed)
@@ -266,6 +266,7 @@ class _Laminar:
             self.fast.track()
         self.in_flight[v] += n
         self.started[v] += n
+        self.n_started += n
         self.left[i] = sum(len(grp) for grp in groups)
         self.state[i] = "run"
         return [i]
@@ -296,6 +297,8 @@ class _Laminar:
     def _group_done(self, g: int, now: float) -> None:
         v = self.gversion[g]
         self.in_flight[v] -= 1
+        if not self.in_flight[v]:
+            del self.in_flight[v]  # the trainer's check looks at versions in flight only
         self.open_groups.discard(g)
         self.buffer.append((v, now, g))
 
@@ -318,8 +321,6 @@ class _Laminar:
         if engines[i].B + engines[j].B > self.env.limits.max_running_seqs:
             return []
         src, dst = (i, j) if engines[i].B <= engines[j].B else (j, i)
-        if self.fast is not None:
-            self.fast.replacing(src)
         moved = self.run.move(src, dst, now)
         if self.fast is not None:
             self.fast.track()
@@ -378,6 +379,7 @@ class _Laminar:
         self.u += 1
         self.free = end
         self.avail.append(end + self.transfer)  # the relays' broadcast
+        self.started.append(0)
         self._push(end, "trainer", 0)
         self._push(end + self.transfer, "version", self.u)
         self.progress(self.u / len(self.w))
@@ -402,15 +404,10 @@ class _Laminar:
 
 class _Compiled:
     """What the replay keeps to run on the compiled loop: per request of the store, the
-    replica and group of the sample it ends (-1: none); the kernel's watch rows (a
+    replica and group of the sample it ends (-1: none); and the kernel's watch rows (a
     running replica's tag is its weight version: only replicas holding the same weights
-    repack); and the event loop's tie order, which it reproduces.
-
-    The tie order: in `_Laminar.replay`'s queue a replica's next event carries the count
-    of its (re)queuings, and events at the same time go by that count. Each event of a
-    replica and each decision touching it requeues it; so does a replica repacked away
-    (its engine replaced) and not touched again, once its stale entry, still due at the
-    time of its last plan (a "ghost"), comes to the head of the queue."""
+    repack; its order, the count of its (re)queuings in `_Laminar.replay`'s queue, by
+    which that queue orders events at the same time)."""
 
     def __init__(self, run: PoolRun, n: int, tail: float) -> None:
         assert isinstance(run.rc, ArrayCluster)
@@ -422,8 +419,6 @@ class _Compiled:
         self.ident = np.arange(1024, dtype=np.int64)  # a group's index is its id
         self.group_left = np.zeros(1024, dtype=np.int64)
         self.tracked = 0  # items mapped so far
-        self.ghosts: dict[int, tuple[float, int]] = {}  # replica -> (time, order) of its stale entry
-        self.pending: tuple[int, float, int] | None = None
 
     def track(self) -> None:
         """Map the requests of the items launched since the last call."""
@@ -440,7 +435,7 @@ class _Compiled:
 
     def advance(
         self, until: float, state: list[str], version: list[int], groups: tuple | None
-    ) -> tuple[int, list[tuple[float, int]]]:
+    ) -> tuple[int, np.ndarray, np.ndarray]:
         """Run until `until`, a batch's end, two tails of the same weights, or `groups`."""
         self.watch[:, K.W_TAG] = [v if s == "run" else -1 for s, v in zip(state, version)]
         return self.rc.run_watched(until, self.watch, self.tail, groups)
@@ -453,48 +448,18 @@ class _Compiled:
             self.group_left = np.zeros(2 * n, dtype=np.int64)
         if open_groups:
             ids = np.fromiter(open_groups, dtype=np.int64, count=len(open_groups))
-            left = self.run.group_left
-            self.group_left[ids] = [left[g] for g in ids.tolist()]
+            self.group_left[ids] = self.run.group_left[ids]
         return target, self.rid_group, self.ident, self.group_left
 
-    def finished_per_replica(self, rids: list[int], n: int) -> list[int]:
-        reps = self.rid_rep[np.asarray(rids, dtype=np.int64)]
+    def finished_per_replica(self, rids: np.ndarray, n: int) -> list[int]:
+        reps = self.rid_rep[rids]
         return np.bincount(reps[reps >= 0], minlength=n).tolist()
-
-    def replacing(self, src: int) -> None:
-        """Replica `src` is repacked away: its queue entry, unless it is touched now."""
-        self.pending = (src, float(self.rc.ef[src, K.EF_PT]), int(self.watch[src, K.W_ORDER]))
 
     def touch(self, touched: set[int], stopped: int = -1) -> None:
         """Requeue the replicas a decision touched (`stopped`: by the kernel already)."""
         for j in touched:
-            self.ghosts.pop(j, None)
             if j != stopped:
                 self.watch[j, K.W_ORDER] += 1
-        if self.pending is not None:
-            src, t, order = self.pending
-            if src not in touched and src != stopped:
-                self.ghosts[src] = (t, order)
-            self.pending = None
-
-    def surface(self, now: float, i: int) -> None:
-        """Ghosts that came to the head of the queue by the event of replica i at `now`
-        (-1: by the next external event, before any engine event still planned)."""
-        if not self.ghosts:
-            return
-        w = self.watch
-        if i >= 0:
-            head = (now, int(w[i, K.W_ORDER]) - 1, i)  # its order when it was queued
-        else:
-            t = self.rc.ef[:, K.EF_PT]
-            head = min(
-                ((float(t[j]), int(w[j, K.W_ORDER]), j) for j in range(len(w)) if j not in self.ghosts),
-                default=(math.inf, 0, len(w)),
-            )
-        for g, (t_g, order) in list(self.ghosts.items()):
-            if (t_g, order, g) < head:
-                w[g, K.W_ORDER] += 1
-                del self.ghosts[g]
 
 
 def run_laminar(env: Env, workload: list[StepWorkload], progress: Callable[[float], None]) -> PolicyRun:

@@ -13,7 +13,7 @@ numpy columns (`items`: its sample id, `item_group`, `item_replica`, `item_first
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 
 import numpy as np
 
@@ -161,12 +161,10 @@ class PoolRun:
                 if on_group is not None:
                     on_group(g, now)
 
-    def finished_at(self, done: Iterable[tuple[float, int]]) -> None:
-        """Record requests that finished, as (time, rid) in the order they did."""
-        pairs = done if isinstance(done, list) else list(done)
-        if pairs:
-            times = np.fromiter((p[0] for p in pairs), np.float64, len(pairs))
-            self._finished(times, np.fromiter((p[1] for p in pairs), np.int64, len(pairs)))
+    def finished_at(self, times: np.ndarray, rids: np.ndarray) -> None:
+        """Record requests `rids` that finished at `times`, in the order they did."""
+        if rids.size:
+            self._finished(times, rids)
 
     def _finished(self, times: np.ndarray, rids: np.ndarray) -> None:
         """Requests `rids` finished at `times`, in that order: their items are done, and a
@@ -189,14 +187,17 @@ class PoolRun:
         at = last[hit[closed]]  # the position of a closed group's last item
         order = np.argsort(at)
         closed_g, at = ug[closed][order].tolist(), at[order]
-        self.completed += zip(closed_g, times[at].tolist())
+        closed_t = times[at].tolist()
+        self.completed += zip(closed_g, closed_t)
         on_item, on_group = self.on_item_done, self.on_group_done
-        if on_item is None and on_group is None:
+        if on_item is None:
+            if on_group is not None:  # groups alone: no walk over every item
+                for gid, now in zip(closed_g, closed_t):
+                    on_group(gid, now)
             return
         at_l, c = at.tolist() + [-1], 0
         for i, (k, now) in enumerate(zip(ks.tolist(), times.tolist())):  # in order, as they finished
-            if on_item is not None:
-                on_item(k, now)
+            on_item(k, now)
             if at_l[c] == i:
                 if on_group is not None:
                     on_group(closed_g[c], now)

@@ -197,10 +197,10 @@ def test_a_watched_replica_stops_the_compiled_loop_where_its_work_runs_out():
     rc = _watched_cluster()
     watch = np.zeros((4, 3), dtype=np.int64)
     watch[:, K.W_TAG] = [-1, -1, 7, -1]
-    stopped, done = rc.run_watched(math.inf, watch, -1.0)
+    stopped, ends, _ = rc.run_watched(math.inf, watch, -1.0)
     assert stopped == 2 and _idle(rc, 2) and not watch[:, K.W_STOP].any()
     t = rc.replicas[2].t
-    assert max(e for e, _ in done) == t == done[-1][0]  # nothing after that event
+    assert ends.max() == t == ends[-1]  # nothing after that event
     watch[:, K.W_TAG] = -1
     assert rc.run_watched(math.inf, watch, -1.0)[0] == -1 and all(_idle(rc, j) for j in range(4))
 
@@ -212,14 +212,14 @@ def test_two_watched_replicas_of_one_tag_stop_the_compiled_loop_in_their_tails()
     rc = _watched_cluster()
     watch = np.zeros((4, 3), dtype=np.int64)
     watch[:, K.W_TAG] = [0, 0, -1, -1]
-    stopped, _ = rc.run_watched(math.inf, watch, tail)
+    stopped, _, _ = rc.run_watched(math.inf, watch, tail)
     assert stopped in (0, 1)
     for j in (0, 1):
         assert 0 < rc.es[j, K.E_B] <= tail and rc.es[j, K.E_WN] == 0
     t_tails = rc.replicas[stopped].t
     rc = _watched_cluster()
     watch[:, K.W_TAG] = [0, 1, -1, -1]
-    stopped, _ = rc.run_watched(math.inf, watch, tail)
+    stopped, _, _ = rc.run_watched(math.inf, watch, tail)
     assert rc.replicas[stopped].t > t_tails and _idle(rc, stopped)  # the first to drain
 
 
