@@ -24,6 +24,7 @@ the whole batch once and synchronise at the end.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import accumulate
 
 import numpy as np
 
@@ -61,10 +62,20 @@ def partition(costs: np.ndarray, k: int, mode: str) -> list[np.ndarray]:
 
 
 def _synced_time(costs: np.ndarray, k: int, mode: str, rate: float) -> tuple[float, np.ndarray]:
-    per_rank = np.array([costs[p].sum() for p in partition(costs, k, mode)]) / rate
+    if k <= 1 or mode == "none":  # contiguous chunks (`partition`): summed as slices, no index arrays
+        per_rank = np.array([costs[a:b].sum() for a, b in _chunk_bounds(costs.size, max(1, k))]) / rate
+    else:
+        per_rank = np.array([costs[p].sum() for p in partition(costs, k, mode)]) / rate
     if per_rank.size < k:
         per_rank = np.r_[per_rank, np.zeros(k - per_rank.size)]
     return float(per_rank.max(initial=0.0)), per_rank
+
+
+def _chunk_bounds(n: int, k: int) -> list[tuple[int, int]]:
+    """[start, end) of `np.array_split(range(n), k)`'s chunks."""
+    q, r = divmod(n, k)
+    ends = list(accumulate([q + 1] * r + [q] * (k - r)))
+    return list(zip([0] + ends[:-1], ends))
 
 
 def train_rate(cluster: ClusterConfig, *, colocated: bool) -> float:
