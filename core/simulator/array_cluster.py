@@ -41,8 +41,8 @@ def _chain_lengths(nxt: np.ndarray) -> np.ndarray:
 
 @numba.njit(cache=True)
 def _submit(
-    j: int,
     rids: np.ndarray,
+    replica: np.ndarray,
     time: float,
     rf: np.ndarray,
     es: np.ndarray,
@@ -51,13 +51,49 @@ def _submit(
     ai: np.ndarray,
     wq: np.ndarray,
 ) -> None:
-    es[j, K.E_PK] = -1
-    for r in rids:
+    """Requests `rids` arrive at `time` at their replicas, in order."""
+    for i in range(rids.size):
+        es[replica[i], K.E_PK] = -1
+    for i in range(rids.size):
+        r, j = rids[i], replica[i]
         rf[r, K.RF_ARRIVE] = time
         if time <= ef[j, K.EF_T]:
             K.waiting_push(wq, es, j, r)
         else:
             K.arrival_push(at, ai, es, j, time, r)
+
+
+@numba.njit(cache=True)
+def _stop_at(
+    time: float,
+    ri: np.ndarray,
+    rf: np.ndarray,
+    es: np.ndarray,
+    ef: np.ndarray,
+    hp: np.ndarray,
+    at: np.ndarray,
+    ai: np.ndarray,
+    wq: np.ndarray,
+    sk: np.ndarray,
+    pr: np.ndarray,
+    fin: np.ndarray,
+    fin_t: np.ndarray,
+    cnt: np.ndarray,
+) -> None:
+    """Every replica `ReplicaView.advance_to(time)`, then its running requests' progress
+    applied as `ReplicaView.unfinished` does."""
+    for j in range(es.shape[0]):
+        K.advance_to(j, time, ri, rf, es, ef, hp, at, ai, wq, pr, fin, fin_t, cnt)
+        for i in range(es[j, K.E_SN]):
+            r = sk[j, i, 0]
+            if ri[r, K.R_SEQ] != sk[j, i, 1]:
+                continue
+            gen = es[j, K.E_G] - ri[r, K.R_G0] + 1
+            ri[r, K.R_GEN] += gen
+            ri[r, K.R_LEFT] -= gen
+            ri[r, K.R_CONTEXT] += gen
+            ri[r, K.R_PREFILL] = ri[r, K.R_CONTEXT]
+            ri[r, K.R_SEQ] = -1
 
 
 class ArrayStore:
@@ -138,6 +174,11 @@ class ArrayStore:
         self.n = base + n
         self._views()
         return base
+
+    def clear(self) -> None:
+        """Empty, keeping the capacity (`add` writes every column of a new row)."""
+        self.n = 0
+        self._views()
 
     def _reserve(self, n: int) -> None:
         cap = self.ri.shape[0]
@@ -300,6 +341,16 @@ class ArrayCluster(RolloutCluster):
         self.ef[j, K.EF_T] = start_time
         self.bound[j] = 0
 
+    def reset(self, start_time: float) -> None:
+        """As a fresh cluster from `start_time`, on the arrays this one has grown (a
+        policy rolling out step after step allocates them once)."""
+        self.arrays.clear()
+        self._prefix_keys = 0
+        self._prompt_rows = self._prompt_rows[:0]
+        self.cnt[:] = 0
+        for j in range(self.n):
+            self._reset(j, start_time)
+
     def replace_replica(self, j: int, start_time: float) -> None:
         """An empty engine in replica j's place from `start_time`; its logs are dropped
         (the caller keeps what it needs of them first)."""
@@ -340,16 +391,14 @@ class ArrayCluster(RolloutCluster):
     def submit(self, rids: np.ndarray, replica: np.ndarray, time: float) -> None:
         rids = np.asarray(rids, dtype=np.int64)
         replica = np.asarray(replica, dtype=np.int64)
-        chain = self.arrays.chain
-        np.add.at(self.bound, replica, chain[rids])
+        self.bound += np.bincount(replica, self.arrays.chain[rids], self.n).astype(np.int64)
         need = int(self.bound.max(initial=0))
         if need > self.hp.shape[1]:
             self._grow(max(need, 2 * self.hp.shape[1]))
         st = self.arrays
         if self.shared_prompts:
             self._bind_prompts(rids, replica)
-        for j in np.unique(replica).tolist():
-            _submit(j, rids[replica == j], float(time), st.rf, self.es, self.ef, self.at, self.ai, self.wq)
+        _submit(rids, replica, float(time), st.rf, self.es, self.ef, self.at, self.ai, self.wq)
 
     def _bind_prompts(self, rids: np.ndarray, replica: np.ndarray) -> None:
         """Point each request with a shared prompt (not preempted: those recompute all)
@@ -465,6 +514,13 @@ class ArrayCluster(RolloutCluster):
     def advance_to(self, time: float) -> None:
         for eng in self.replicas:
             eng.advance_to(time)
+
+    def stop_at(self, time: float) -> None:
+        st = self.arrays
+        self.before_call()
+        _stop_at(
+            time, st.ri, st.rf, self.es, self.ef, self.hp, self.at, self.ai, self.wq, self.sk, self.pr, *self.fin_args()
+        )
 
     def busy_intervals(self, lo: float, hi: float) -> list[list[list[float]]]:
         rows = self.busy[: self.cnt[K.C_BUSY]]

@@ -286,6 +286,13 @@ class RolloutCluster:
             out += self.pool.queue.drain()
         return out
 
+    def stop_at(self, time: float) -> None:
+        """Every replica advanced to `time` and its running requests' progress applied
+        (`ReplicaEngine.advance_to`, then `unfinished`), the requests left unlisted."""
+        for eng in self.replicas:
+            eng.advance_to(time)
+            eng.unfinished()
+
     def busy_intervals(self, lo: float, hi: float) -> list[list[list[float]]]:
         """Per replica, busy intervals [start, end, tail] within [lo, hi] (the open one
         up to the replica's current time)."""

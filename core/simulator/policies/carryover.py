@@ -115,12 +115,17 @@ class ChainPool:
 
 
 def _gather(pool: ChainPool, step_of_req: np.ndarray, src: np.ndarray) -> dict[str, np.ndarray]:
-    out = {k: np.zeros(src.size, np.float64 if k == "gap" else np.int64) for k in _CHAIN_KEYS}
-    for s in np.unique(step_of_req).tolist():
-        m = step_of_req == s
-        a = pool.arrays_of(s)
+    dtypes = {k: np.float64 if k == "gap" else np.int64 for k in _CHAIN_KEYS}
+    steps = np.flatnonzero(np.bincount(step_of_req)).tolist() if src.size else []
+    if len(steps) == 1:  # one step's samples (a launch of fresh groups, mostly): no masks
+        a = pool.arrays_of(steps[0])
+        return {k: a[k][src].astype(dtypes[k]) for k in _CHAIN_KEYS}
+    out = {k: np.zeros(src.size, dtypes[k]) for k in _CHAIN_KEYS}
+    for s in steps:
+        at = np.flatnonzero(step_of_req == s)
+        a, from_ = pool.arrays_of(s), src[at]
         for k in _CHAIN_KEYS:
-            out[k][m] = a[k][src[m]]
+            out[k][at] = a[k][from_]
     return out
 
 

@@ -55,10 +55,11 @@ def run_partial(env: Env, workload: list[StepWorkload], progress: Callable[[floa
     carried: list[Group] = []
     steps = []
     t = 0.0
+    run: PoolRun | None = None
     for i, w in enumerate(workload):
         target = min(prm.finished_groups or w.n_groups, max(1, len(stream)))
         want = max(target, math.ceil(target * prm.over_provision))
-        run = PoolRun(env, pool, t)
+        run = PoolRun(env, pool, t, recycle=run)
         run.launch(carried, t)
         run.launch(stream.take(max(0, want - len(carried))), t)
         stop = t

@@ -17,6 +17,8 @@ from collections.abc import Callable
 
 import numpy as np
 
+from core.simulator.array_cluster import ArrayCluster
+from core.simulator.cluster import RolloutCluster
 from core.simulator.dispatch import assign_groups
 from core.simulator.engine import ReplicaEngine
 from core.simulator.policies.base import Env, rollout_stats
@@ -28,13 +30,15 @@ _ITEM_COLS = ("items", "item_group", "item_replica", "item_first", "item_last")
 
 
 class PoolRun:
-    def __init__(self, env: Env, pool: ChainPool, start: float, *, compiled: bool = True) -> None:
+    def __init__(
+        self, env: Env, pool: ChainPool, start: float, *, compiled: bool = True, recycle: PoolRun | None = None
+    ) -> None:
+        """A run from `start`; `recycle`: a finished run, every result of it read, whose
+        arrays (and compiled replicas) this one takes over rather than allocate anew."""
         self.env = env
         self.pool = pool
         self.start = start
-        self.rc = env.new_cluster(start, compiled=compiled)
         self.groups: list[Group] = []
-        self._left = np.zeros(64, np.int64)  # per group: its items not finished
         self.launched_at: list[float] = []
         self.completed: list[tuple[int, float]] = []
         n = env.cluster.rollout_replicas
@@ -46,14 +50,27 @@ class PoolRun:
         self.retired_recompute = [0.0] * n  # preemption recompute of replaced engines
         # per launched item; item_replica is -1 once stopped (a moved sample is a new item)
         self.n_items = 0
-        self.items = self.item_group = self.item_replica = self.item_first = self.item_last = np.zeros(0, np.int64)
-        self._grow_items(1024)
         self._live = 0  # items before this one are finished or stopped
-        self._last_item = np.full(1024, -1, dtype=np.int64)  # per request: the item it ends, or -1
-        self._rid_src = np.zeros(1024, dtype=np.int64)  # per request: index into its step's requests
+        if recycle is None:
+            self.items = self.item_group = self.item_replica = self.item_first = self.item_last = np.zeros(0, np.int64)
+            self._grow_items(1024)
+            self._left = np.zeros(64, np.int64)  # per group: its items not finished
+            self._last_item = np.full(1024, -1, dtype=np.int64)  # per request: the item it ends, or -1
+            self._rid_src = np.zeros(1024, dtype=np.int64)  # per request: index into its step's requests
+        else:
+            for name in _ITEM_COLS + ("_left", "_last_item", "_rid_src"):
+                setattr(self, name, getattr(recycle, name))
+            self._last_item[: len(recycle.rc.store)] = -1
+        self.rc: RolloutCluster
+        if recycle is not None and compiled and isinstance(recycle.rc, ArrayCluster):
+            recycle.rc.reset(start)
+            self.rc = recycle.rc
+        else:
+            self.rc = env.new_cluster(start, compiled=compiled)
         self.on_group_done: Callable[[int, float], None] | None = None  # (group id, time)
         self.on_item_done: Callable[[int, float], None] | None = None  # (item index, time)
-        self.resume_at: dict[int, float] = {}  # stopped item -> when its current turn can run
+        # per item the last `interrupt` stopped (in its order): when its current turn can run
+        self.resume_when = np.zeros(0)
 
     @property
     def group_left(self) -> np.ndarray:
@@ -114,8 +131,10 @@ class PoolRun:
         self.n_items = k0 + n
         resumed = ch["recompute"] > 0
         self.recompute_tokens += int(ch["recompute"].sum())
-        for j in np.unique(rep[resumed]).tolist():
-            self.recompute_s[j] += prefill_seconds(self.env.coefficients, ch["recompute"][resumed & (rep == j)])
+        if resumed.any():
+            secs = prefill_seconds(self.env.coefficients, ch["recompute"][resumed], rep[resumed], len(self.recompute_s))
+            for j in np.unique(rep[resumed]).tolist():
+                self.recompute_s[j] += float(secs[j])
 
     def _requests(self, n: int) -> np.ndarray:
         """Per request up to `n` (grown to it): the item whose last request it is, or -1."""
@@ -128,8 +147,13 @@ class PoolRun:
     def _replicas(self, ids: np.ndarray, owner: np.ndarray, replica: int | None) -> np.ndarray:
         if replica is not None:
             return np.full(ids.size, replica, dtype=np.int64)
-        gids, idx = np.unique(owner, return_inverse=True)
-        prompt, total = (np.bincount(idx, v, gids.size) for v in self.pool.lookup(ids, "prompt", "total"))
+        if owner.size and (owner[1:] >= owner[:-1]).all():  # a launch's: group by group, no sort
+            idx = np.cumsum(owner != np.r_[owner[0], owner[:-1]])
+            n = int(idx[-1]) + 1
+        else:
+            gids, idx = np.unique(owner, return_inverse=True)
+            n = gids.size
+        prompt, total = (np.bincount(idx, v, n) for v in self.pool.lookup(ids, "prompt", "total"))
         per_group = assign_groups(self.env.policy.dispatch, len(self.rc.replicas), prompt, total)
         return per_group[idx]
 
@@ -245,18 +269,17 @@ class PoolRun:
         store = self.rc.store
         if replica is None:
             self.run_to(t)
-            engines = list(self.rc.replicas)
+            self.rc.stop_at(t)
         else:
-            engines = [self.rc.replicas[replica]]
-            ran = np.asarray(engines[0].run(until=t), dtype=np.int64)
+            eng = self.rc.replicas[replica]
+            ran = np.asarray(eng.run(until=t), dtype=np.int64)
             ends = _take(store.end, ran).astype(np.float64)
             order = np.argsort(ends, kind="stable")
             self._finished(ends[order], ran[order])
-        for eng in engines:
             eng.advance_to(t)
             eng.unfinished()
         stopped = self._running(replica)
-        self.resume_at = {}
+        self.resume_when = np.zeros(0)
         if not stopped.size:
             return []
         first, last = self.item_first[stopped], self.item_last[stopped]
@@ -268,7 +291,7 @@ class PoolRun:
         r = rids[np.flatnonzero(open_)[np.searchsorted(np.flatnonzero(open_), starts)]]
         came = _take(store.arrive, r).astype(np.float64)
         when = np.where(np.isnan(came), t, np.maximum(t, came))
-        self.resume_at = dict(zip(stopped.tolist(), when.tolist()))
+        self.resume_when = when
         sid, src = self.items[stopped], self._rid_src[r]
         kept = np.where(src == self.pool.req[sid], self.pool.generated[sid], 0)
         self.pool.generated[sid] = _take(store.generated, r) + kept
@@ -284,9 +307,7 @@ class PoolRun:
         stopped = np.asarray(self.interrupt(t, src), dtype=np.int64)
         self._retire(src, t)
         if stopped.size:
-            when = np.asarray(
-                [self.resume_at[k] for k in stopped.tolist()]
-            )  # a tool call out returns when it would have
+            when = self.resume_when  # a tool call out returns when it would have
             k0 = self.n_items
             self._submit(self.items[stopped], self.item_group[stopped], when, dst)
             for k in np.flatnonzero(when > t).tolist():  # the turn arrives after its tool call, as before the move

@@ -11,12 +11,13 @@ costed here; the engine adds up the same share for each request it preempts
 from __future__ import annotations
 
 import numpy as np
-import numpy.typing as npt
 
 from core.simulator.predictor import EngineCoefficients
 
 
-def prefill_seconds(coefficients: EngineCoefficients, tokens: npt.ArrayLike) -> float:
-    """The marginal prefill time of requests of `tokens` uncached tokens each."""
+def prefill_seconds(coefficients: EngineCoefficients, tokens: np.ndarray, bins: np.ndarray, n: int) -> np.ndarray:
+    """The marginal prefill time of requests of `tokens` uncached tokens each, summed
+    per bin (`bins`: each request's, below `n`). Token counts are integers, so the
+    sums are exact whatever their order."""
     p = np.asarray(tokens, dtype=np.float64)
-    return float(coefficients.prefill_b * p.sum() + coefficients.prefill_c * (p * p).sum())
+    return coefficients.prefill_b * np.bincount(bins, p, n) + coefficients.prefill_c * np.bincount(bins, p * p, n)

@@ -72,11 +72,12 @@ class _Replay:
         self.queue: list[tuple[Group, int, float]] = []  # finished, not trained: version, time
         self.resume = 0.0  # when the rollouter (re)starts
         self.prev_end = 0.0
+        self.run: PoolRun | None = None  # the last version's (its arrays are reused)
 
     def version(self, j: int, w: StepWorkload) -> tuple[dict[str, float], dict[str, list[float]], dict, float]:
         """Step j: rollout from the last resume, the trainer's local updates, the sync."""
         start = self.resume
-        run = PoolRun(self.env, self.pool, start)
+        run = self.run = PoolRun(self.env, self.pool, start, recycle=self.run)
         quota = math.floor((1 + self.prm.staleness_threshold) * w.n_groups + 1e-9)
         quota -= len(self.carried) + len(self.queue)
         version = {g: v for g, (_, v) in zip(run.launch([g for g, _ in self.carried], start), self.carried)}
