@@ -241,10 +241,12 @@ def _busy_segments(lane: Lane, a: float, b: float, tail: float, recompute_left: 
 
 def step_locator(ends: list[float], steps: list[int]) -> Callable[[float], int]:
     """t -> the step whose window [previous end, end) contains t."""
-    arr = np.asarray(ends, dtype=np.float64)
+    # bisect on a list of floats finds what searchsorted(side="right") does, without
+    # numpy's per-call cost (called once per interval by the streaming policies)
+    arr = np.asarray(ends, dtype=np.float64).tolist()
 
     def step_of(t: float) -> int:
-        i = int(np.searchsorted(arr, t, side="right"))
+        i = bisect.bisect_right(arr, t)
         return steps[min(i, len(steps) - 1)] if steps else -1
 
     return step_of
