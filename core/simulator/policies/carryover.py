@@ -3,9 +3,12 @@ request chain resumes, the request arrays of resumed chains, and the stream of f
 prompt groups a policy launches.
 
 A pending sample is an id into `ChainPool`'s columns (struct of arrays: millions are
-taken per replay); a group is an array of its samples' ids."""
+taken per replay); a group is an array of its samples' ids, and groups are held as one
+array of ids with each group's bounds in it (`Groups`: a launch holds thousands)."""
 
 from __future__ import annotations
+
+from collections.abc import Iterator
 
 import numpy as np
 
@@ -17,6 +20,79 @@ _CHAIN_KEYS = ("prefill", "context", "decode", "gap")
 Group = np.ndarray  # the sample ids of one launched prompt group
 _TRAITS = ("prompt", "total", "generated")  # of the trace's sample, kept per id (`lookup`)
 _COLS = ("step", "req", "generated", "done", "stop") + tuple("trait_" + k for k in _TRAITS)
+
+
+class Groups:
+    """Prompt groups as one array of sample ids and each group's bounds in it: group g
+    is `ids[bounds[g]:bounds[g + 1]]`. `extend` appends in place into spare capacity,
+    never over ids already handed out, so a group taken earlier stays valid."""
+
+    __slots__ = ("_ids", "_bounds", "n")
+
+    def __init__(self, ids: np.ndarray | None = None, bounds: np.ndarray | None = None) -> None:
+        self._ids = np.zeros(0, np.int64) if ids is None else ids
+        self._bounds = np.zeros(1, np.int64) if bounds is None else bounds
+        self.n = self._bounds.size - 1
+
+    @classmethod
+    def of(cls, groups: list[Group]) -> Groups:
+        """From separate arrays, in their order."""
+        if not groups:
+            return cls()
+        sizes = np.fromiter((g.size for g in groups), np.int64, len(groups))
+        return cls(np.concatenate(groups).astype(np.int64, copy=False), np.r_[0, np.cumsum(sizes)])
+
+    @property
+    def ids(self) -> np.ndarray:
+        """The ids of every group, group after group."""
+        return self._ids[: self._bounds[self.n]]
+
+    @property
+    def bounds(self) -> np.ndarray:
+        return self._bounds[: self.n + 1]
+
+    def sizes(self) -> np.ndarray:
+        return np.diff(self.bounds)
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, g: int) -> Group:
+        return self._ids[self._bounds[g] : self._bounds[g + 1]]
+
+    def __iter__(self) -> Iterator[Group]:
+        cut = self.bounds.tolist()
+        return (self._ids[a:b] for a, b in zip(cut[:-1], cut[1:]))
+
+    def pick(self, idx: np.ndarray) -> Groups:
+        """Groups `idx`, in that order (a new array of ids)."""
+        lo, hi = self._bounds[idx], self._bounds[np.asarray(idx) + 1]
+        size = hi - lo
+        bounds = np.r_[0, np.cumsum(size)]
+        at = np.arange(int(bounds[-1])) + np.repeat(lo - bounds[:-1], size)
+        return Groups(self._ids[at], bounds)
+
+    def extend(self, other: Groups) -> None:
+        """Append `other`'s groups (capacity doubled when short: amortised)."""
+        n, m = self.n, other.n
+        end, add = int(self._bounds[n]), int(other._bounds[m])
+        if end + add > self._ids.size:
+            self._ids = _grown(self._ids, end, end + add)
+        if n + m + 1 > self._bounds.size:
+            self._bounds = _grown(self._bounds, n + 1, n + m + 1)
+        self._ids[end : end + add] = other.ids
+        self._bounds[n + 1 : n + m + 1] = other.bounds[1:] + end
+        self.n = n + m
+
+    def __add__(self, other: Groups) -> Groups:
+        return Groups(np.concatenate([self.ids, other.ids]), np.r_[self.bounds, other.bounds[1:] + self.bounds[-1]])
+
+
+def _grown(a: np.ndarray, used: int, need: int) -> np.ndarray:
+    """A new array of at least `need` (twice `a`'s size) holding `a[:used]`."""
+    new = np.zeros(max(need, 2 * a.size), a.dtype)
+    new[:used] = a[:used]
+    return new
 
 
 class ChainPool:
@@ -143,9 +219,9 @@ class FreshStream:
     def __len__(self) -> int:
         return self.steps.size
 
-    def take(self, k: int) -> list[Group]:
-        """The next `k` groups, each an array of fresh pending samples."""
-        out: list[Group] = []
+    def take(self, k: int) -> Groups:
+        """The next `k` groups, each of fresh pending samples."""
+        parts: list[Groups] = []
         n = len(self)
         while k > 0 and n:
             lo = self.next % n
@@ -154,17 +230,19 @@ class FreshStream:
             sl = self.pool.samples_of(si)["slices"]
             g0, g1 = int(self.groups[lo]), int(self.groups[hi - 1]) + 1
             ids = self.pool.new(si, np.arange(int(sl[g0]), int(sl[g1])))
-            cut = (sl[g0 : g1 + 1] - sl[g0]).tolist()
-            out += [ids[a:b] for a, b in zip(cut[:-1], cut[1:])]
+            parts.append(Groups(ids, np.asarray(sl[g0 : g1 + 1], np.int64) - int(sl[g0])))
             self.next += hi - lo
             k -= hi - lo
+        out = parts[0] if parts else Groups()
+        for p in parts[1:]:
+            out = out + p
         return out
 
 
-def group_tokens(pool: ChainPool, groups: list[Group]) -> tuple[np.ndarray, int, int]:
+def group_tokens(pool: ChainPool, groups: Groups) -> tuple[np.ndarray, int, int]:
     """Training sequence lengths (prompt + response) of the samples of `groups`, their
     generated tokens, and their count."""
-    ids = np.concatenate(groups) if groups else np.zeros(0, np.int64)
+    ids = groups.ids
     if not ids.size:
         return np.zeros(0, np.int64), 0, 0
     total, generated = pool.lookup(ids, "total", "generated")

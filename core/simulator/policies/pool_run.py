@@ -4,7 +4,7 @@ group completions are recorded with their times, and the run can be stopped at a
 with every unfinished sample's progress kept (to resume it later by recomputation) or
 a replica's trajectories moved onto another replica.
 
-Group ids are indices into `groups`, in launch order; `completed` lists (group id,
+Group ids are indices into `groups` (`Groups`), in launch order; `completed` lists (group id,
 time) in completion order. Per launched item (a sample submitted once) the run keeps
 numpy columns (`items`: its sample id, `item_group`, `item_replica`, `item_first`,
 `item_last`), valid up to `n_items`: a replay launches millions.
@@ -22,7 +22,7 @@ from core.simulator.cluster import RolloutCluster
 from core.simulator.dispatch import assign_groups
 from core.simulator.engine import ReplicaEngine
 from core.simulator.policies.base import Env, rollout_stats
-from core.simulator.policies.carryover import ChainPool, Group
+from core.simulator.policies.carryover import ChainPool, Groups
 from core.simulator.policies.recompute import prefill_seconds
 
 _FEW = 16  # requests finished at once below which they are recorded one by one
@@ -38,8 +38,7 @@ class PoolRun:
         self.env = env
         self.pool = pool
         self.start = start
-        self.groups: list[Group] = []
-        self.launched_at: list[float] = []
+        self.groups = Groups()  # never recycled: groups handed out stay valid
         self.completed: list[tuple[int, float]] = []
         n = env.cluster.rollout_replicas
         self.recompute_s = [0.0] * n  # re-prefill of resumed samples, per replica
@@ -85,17 +84,16 @@ class PoolRun:
 
     # ------------------------------------------------------------------ launching
 
-    def launch(self, groups: list[Group], time: float, replica: int | None = None) -> list[int]:
+    def launch(self, groups: Groups, time: float, replica: int | None = None) -> list[int]:
         """Submit the unfinished samples of `groups` at `time`, each group to one replica
         (`replica`, or the policy's dispatch); returns their group ids."""
         g0 = len(self.groups)
         gids = list(range(g0, g0 + len(groups)))
-        if not groups:
+        if not len(groups):
             return gids
-        self.groups += groups
-        self.launched_at += [time] * len(groups)
-        ids = np.concatenate(groups)
-        owner = np.repeat(np.arange(g0, g0 + len(groups)), [g.size for g in groups])
+        self.groups.extend(groups)
+        ids = groups.ids
+        owner = np.repeat(np.arange(g0, g0 + len(groups)), groups.sizes())
         todo = ~self.pool.done[ids]
         left = np.bincount(owner - g0, todo, len(groups)).astype(np.int64)
         if self._left.size < g0 + len(groups):
