@@ -40,7 +40,7 @@ class Groups:
         if not groups:
             return cls()
         sizes = np.fromiter((g.size for g in groups), np.int64, len(groups))
-        return cls(np.concatenate(groups).astype(np.int64, copy=False), np.r_[0, np.cumsum(sizes)])
+        return cls(np.concatenate(groups).astype(np.int64, copy=False), _bounds(sizes))
 
     @property
     def ids(self) -> np.ndarray:
@@ -68,7 +68,7 @@ class Groups:
         """Groups `idx`, in that order (a new array of ids)."""
         lo, hi = self._bounds[idx], self._bounds[np.asarray(idx) + 1]
         size = hi - lo
-        bounds = np.r_[0, np.cumsum(size)]
+        bounds = _bounds(size)
         at = np.arange(int(bounds[-1])) + np.repeat(lo - bounds[:-1], size)
         return Groups(self._ids[at], bounds)
 
@@ -85,7 +85,18 @@ class Groups:
         self.n = n + m
 
     def __add__(self, other: Groups) -> Groups:
-        return Groups(np.concatenate([self.ids, other.ids]), np.r_[self.bounds, other.bounds[1:] + self.bounds[-1]])
+        return Groups(np.concatenate([self.ids, other.ids]), np.concatenate([self.bounds, other.bounds[1:] + self.n_ids]))
+
+    @property
+    def n_ids(self) -> int:
+        return int(self._bounds[self.n])
+
+
+def _bounds(sizes: np.ndarray) -> np.ndarray:
+    """Bounds of groups of `sizes`: 0, then their running total."""
+    out = np.zeros(sizes.size + 1, np.int64)
+    np.cumsum(sizes, out=out[1:])
+    return out
 
 
 def _grown(a: np.ndarray, used: int, need: int) -> np.ndarray:

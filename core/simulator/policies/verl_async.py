@@ -126,11 +126,10 @@ class _Replay:
             need = size - q
             while need and not run.run_until_completed(used + need):
                 run.launch(self.stream.take(used + need - len(run.completed)), run.drain())
-            now = run.completed[used : used + need]
-            for g, t in now:
-                taken.append(version[g])
-                ready = max(ready, t)
-            groups = queued + run.groups.pick(np.array([g for g, _ in now], np.int64))
+            gs, ts = zip(*run.completed[used : used + need]) if need else ((), ())
+            taken += [version[g] for g in gs]
+            ready = max((ready, *ts))
+            groups = queued + run.groups.pick(np.array(gs, np.int64))
             used += need
             start = max(self.trainer_free, ready)
             waited += start - self.trainer_free
