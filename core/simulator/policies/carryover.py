@@ -85,7 +85,9 @@ class Groups:
         self.n = n + m
 
     def __add__(self, other: Groups) -> Groups:
-        return Groups(np.concatenate([self.ids, other.ids]), np.concatenate([self.bounds, other.bounds[1:] + self.n_ids]))
+        return Groups(
+            np.concatenate([self.ids, other.ids]), np.concatenate([self.bounds, other.bounds[1:] + self.n_ids])
+        )
 
     @property
     def n_ids(self) -> int:
@@ -134,15 +136,16 @@ class ChainPool:
                 new[: self.n] = getattr(self, name)[: self.n]
             setattr(self, name, new)
 
-    def new(self, step: int, samples: np.ndarray) -> np.ndarray:
-        """Ids of fresh pending samples `samples` of step `step` (from their first turn)."""
-        lo, hi = self.n, self.n + samples.size
+    def new(self, step: int, s0: int, s1: int) -> np.ndarray:
+        """Ids of fresh pending samples s0..s1-1 of step `step` (from their first turn)."""
+        samples = slice(s0, s1)  # a range: slices, not gathers
+        lo, hi = self.n, self.n + s1 - s0
         if hi > self.step.size:
             self._alloc(max(hi, 2 * self.step.size))
         a, per = self.arrays_of(step), self.samples_of(step)
         self.step[lo:hi] = step
         self.req[lo:hi] = a["first"][samples]
-        self.stop[lo:hi] = np.r_[a["first"][1:], a["sample"].size][samples]
+        self.stop[lo:hi] = per["stop"][samples]
         for key in _TRAITS:
             getattr(self, "trait_" + key)[lo:hi] = per[key][samples]
         self.n = hi
@@ -155,7 +158,7 @@ class ChainPool:
 
     def samples_of(self, i: int) -> dict[str, np.ndarray]:
         """Per sample of step i: prompt, total (prompt + response) and generated tokens,
-        and the group boundaries (`slices`)."""
+        the end of its requests (`stop`), and the group boundaries (`slices`)."""
         if i not in self.per_sample:
             w = self.workload[i]
             a = self.arrays_of(i)
@@ -165,6 +168,7 @@ class ChainPool:
                 "total": w.total_len,
                 "generated": np.asarray(gen, dtype=np.int64),
                 "slices": w.group_slices(),
+                "stop": np.r_[a["first"][1:], a["sample"].size],  # where its requests end
             }
         return self.per_sample[i]
 
@@ -183,20 +187,25 @@ class ChainPool:
         step, stop = self.step[ids], self.stop[ids].astype(np.int64)
         req, gen = self.req[ids].astype(np.int64), self.generated[ids].astype(np.int64)
         length = np.maximum(stop - req, 0)
-        first = np.cumsum(length) - length
-        owner = np.repeat(np.arange(n), length)
-        src = np.repeat(req, length) + (np.arange(int(length.sum())) - np.repeat(first, length))
-        out = _gather(self, np.repeat(step, length), src)
-        resumed = first[gen > 0]
-        g = gen[gen > 0]
+        if (length == 1).all():  # one request each (single-turn): nothing to expand
+            first = last = owner = np.arange(n)
+            src, nxt = req, np.full(n, -1, np.int64)
+            out = _gather(self, step, src)
+        else:
+            first = np.cumsum(length) - length
+            owner = np.repeat(np.arange(n), length)
+            src = np.repeat(req, length) + (np.arange(int(length.sum())) - np.repeat(first, length))
+            out = _gather(self, np.repeat(step, length), src)
+            nxt = np.arange(1, src.size + 1)
+            last = first + length - 1
+            nxt[last] = -1
+        mid = gen > 0  # resumed mid-turn
+        resumed, g = first[mid], gen[mid]
         out["context"][resumed] += g
         out["prefill"][resumed] = out["context"][resumed]  # recompute prompt + partial response
         out["decode"][resumed] = np.maximum(1, out["decode"][resumed] - g)
-        nxt = np.arange(1, src.size + 1)
-        last = first + length - 1
-        nxt[last] = -1
         recompute = np.zeros(n, np.int64)
-        recompute[gen > 0] = out["prefill"][resumed]
+        recompute[mid] = out["prefill"][resumed]
         out.update(next=nxt, owner=owner, src=src, first=first, last=last, recompute=recompute)
         return out
 
@@ -240,7 +249,7 @@ class FreshStream:
             hi = min(lo + k, int(np.searchsorted(self.steps, si, side="right")))  # this step's run
             sl = self.pool.samples_of(si)["slices"]
             g0, g1 = int(self.groups[lo]), int(self.groups[hi - 1]) + 1
-            ids = self.pool.new(si, np.arange(int(sl[g0]), int(sl[g1])))
+            ids = self.pool.new(si, int(sl[g0]), int(sl[g1]))
             parts.append(Groups(ids, np.asarray(sl[g0 : g1 + 1], np.int64) - int(sl[g0])))
             self.next += hi - lo
             k -= hi - lo

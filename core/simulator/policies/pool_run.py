@@ -100,7 +100,9 @@ class PoolRun:
             self._left = np.concatenate([self._left, np.zeros(max(len(groups), self._left.size), np.int64)])
         self._left[g0 : g0 + len(groups)] = left
         self.completed += [(g, time) for g in np.flatnonzero(left == 0).tolist()]  # nothing left to run
-        if todo.any():
+        if todo.all():  # fresh groups: nothing to leave out
+            self._submit(ids, owner, time, replica)
+        elif todo.any():
             self._submit(ids[todo], owner[todo], time, replica)
         return gids
 
@@ -280,13 +282,7 @@ class PoolRun:
         self.resume_when = np.zeros(0)
         if not stopped.size:
             return []
-        first, last = self.item_first[stopped], self.item_last[stopped]
-        length = last - first + 1
-        starts = np.cumsum(length) - length
-        rids = np.repeat(first, length) + (np.arange(int(length.sum())) - np.repeat(starts, length))
-        # the turn to resume: the first unfinished one (every one but the last finished: the last)
-        open_ = np.isnan(_take(store.end, rids)) | (rids == np.repeat(last, length))
-        r = rids[np.flatnonzero(open_)[np.searchsorted(np.flatnonzero(open_), starts)]]
+        r = self._resumed_turn(stopped)
         came = _take(store.arrive, r).astype(np.float64)
         when = np.where(np.isnan(came), t, np.maximum(t, came))
         self.resume_when = when
@@ -294,9 +290,21 @@ class PoolRun:
         kept = np.where(src == self.pool.req[sid], self.pool.generated[sid], 0)
         self.pool.generated[sid] = _take(store.generated, r) + kept
         self.pool.req[sid] = src
-        self._last_item[last] = -1
+        self._last_item[self.item_last[stopped]] = -1
         self.item_replica[stopped] = -1
         return stopped.tolist()
+
+    def _resumed_turn(self, stopped: np.ndarray) -> np.ndarray:
+        """Per stopped item, the request to resume: its first unfinished turn (every
+        one but the last finished: the last)."""
+        first, last = self.item_first[stopped], self.item_last[stopped]
+        if (first == last).all():  # one request each (single-turn)
+            return last
+        length = last - first + 1
+        starts = np.cumsum(length) - length
+        rids = np.repeat(first, length) + (np.arange(int(length.sum())) - np.repeat(starts, length))
+        open_ = np.isnan(_take(self.rc.store.end, rids)) | (rids == np.repeat(last, length))
+        return rids[np.flatnonzero(open_)[np.searchsorted(np.flatnonzero(open_), starts)]]
 
     def move(self, src: int, dst: int, t: float) -> int:
         """Repack: stop replica `src`'s trajectories at `t` and resume them on `dst`
