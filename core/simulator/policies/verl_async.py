@@ -80,9 +80,9 @@ class _Replay:
         run = self.run = PoolRun(self.env, self.pool, start, recycle=self.run)
         quota = math.floor((1 + self.prm.staleness_threshold) * w.n_groups + 1e-9)
         quota -= len(self.carried) + len(self.queue)
-        version = dict(zip(run.launch(self.carried, start), self.carried_v))
+        run.launch(self.carried, start)
         fresh = run.launch(self.stream.take(max(0, quota)), start)
-        version.update({g: j for g in fresh})
+        version = self.carried_v + [j] * len(fresh)  # per group id: the carried ones, then the fresh
         stages: dict = {}
         windows: dict = {}
         taken, waited = self.train(j, w, run, version, stages, windows)
@@ -108,7 +108,7 @@ class _Replay:
         return stages, windows, stats, end
 
     def train(
-        self, j: int, w: StepWorkload, run: PoolRun, version: dict, stages: dict, windows: dict
+        self, j: int, w: StepWorkload, run: PoolRun, version: list[int], stages: dict, windows: dict
     ) -> tuple[list[int], float]:
         """The local updates of step j, each on the next groups in completion order."""
         prm, n = self.prm, w.n_groups
@@ -157,7 +157,7 @@ class _Replay:
         )
 
     def sync(
-        self, j: int, w: StepWorkload, run: PoolRun, version: dict, pause: float, stages: dict, windows: dict
+        self, j: int, w: StepWorkload, run: PoolRun, version: list[int], pause: float, stages: dict, windows: dict
     ) -> float:
         """Pause the rollouter (interrupt, or drain), sync the weights; returns the end."""
         tb, step = self.tb, w.step
