@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
+import numba
 import numpy as np
 
 from core.simulator.array_cluster import ArrayCluster
@@ -198,20 +199,8 @@ class PoolRun:
         ks, times = ks[keep], times[keep]
         if not ks.size:
             return
-        self.pool.done[self.items[ks]] = True
-        g = self.item_group[ks]
-        lo = int(g.min())
-        count = np.bincount(g - lo)
-        last = np.full(count.size, -1, np.int64)
-        np.maximum.at(last, g - lo, np.arange(g.size))  # each group's last position
-        hit = np.flatnonzero(count)
-        ug = lo + hit
-        self._left[ug] -= count[hit]
-        closed = self._left[ug] == 0
-        at = last[hit[closed]]  # the position of a closed group's last item
-        order = np.argsort(at)
-        closed_g, at = ug[closed][order].tolist(), at[order]
-        closed_t = times[at].tolist()
+        at = _close_groups(ks, self.items, self.item_group, self._left, self.pool.done)
+        closed_g, closed_t = self.item_group[ks[at]].tolist(), times[at].tolist()
         self.completed += zip(closed_g, closed_t)
         on_item, on_group = self.on_item_done, self.on_group_done
         if on_item is None:
@@ -373,6 +362,25 @@ class PoolRun:
             out[key] += v
         out["recompute_tokens"] = self.recompute_tokens
         return out
+
+
+@numba.njit(cache=True)
+def _close_groups(
+    ks: np.ndarray, items: np.ndarray, group: np.ndarray, left: np.ndarray, done: np.ndarray
+) -> np.ndarray:
+    """Items `ks` finished, in that order: their samples are done and their groups have
+    one item less left; returns the positions in `ks` at which a group completed."""
+    at = np.empty(ks.size, np.int64)
+    n = 0
+    for i in range(ks.size):
+        k = ks[i]
+        done[items[k]] = True
+        g = group[k]
+        left[g] -= 1
+        if left[g] == 0:
+            at[n] = i
+            n += 1
+    return at[:n]
 
 
 def _take(col: np.ndarray | list, idx: np.ndarray) -> np.ndarray:
