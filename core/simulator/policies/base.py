@@ -173,8 +173,9 @@ def rollout_stats(rc: RolloutCluster, completion: np.ndarray, duration: float) -
         "finished": int(done.size),
     }
     if done.size:
+        done = np.sort(done)  # percentiles of a sorted array take half the time (the same values)
         p50, p90, p_last = np.percentile(done, [50, 90, 100])
-        t90 = np.sort(done)[max(0, math.ceil(0.9 * done.size) - 1)]
+        t90 = done[max(0, math.ceil(0.9 * done.size) - 1)]
         out.update(
             {
                 "p50_traj_s": float(p50),

@@ -3,9 +3,12 @@ request chain resumes, the request arrays of resumed chains, and the stream of f
 prompt groups a policy launches.
 
 A pending sample is an id into `ChainPool`'s columns (struct of arrays: millions are
-taken per replay); a group is an array of its samples' ids."""
+taken per replay); a group is an array of its samples' ids, and groups are held as one
+array of ids with each group's bounds in it (`Groups`: a launch holds thousands)."""
 
 from __future__ import annotations
+
+from collections.abc import Iterator
 
 import numpy as np
 
@@ -17,6 +20,92 @@ _CHAIN_KEYS = ("prefill", "context", "decode", "gap")
 Group = np.ndarray  # the sample ids of one launched prompt group
 _TRAITS = ("prompt", "total", "generated")  # of the trace's sample, kept per id (`lookup`)
 _COLS = ("step", "req", "generated", "done", "stop") + tuple("trait_" + k for k in _TRAITS)
+
+
+class Groups:
+    """Prompt groups as one array of sample ids and each group's bounds in it: group g
+    is `ids[bounds[g]:bounds[g + 1]]`. `extend` appends in place into spare capacity,
+    never over ids already handed out, so a group taken earlier stays valid."""
+
+    __slots__ = ("_ids", "_bounds", "n")
+
+    def __init__(self, ids: np.ndarray | None = None, bounds: np.ndarray | None = None) -> None:
+        self._ids = np.zeros(0, np.int64) if ids is None else ids
+        self._bounds = np.zeros(1, np.int64) if bounds is None else bounds
+        self.n = self._bounds.size - 1
+
+    @classmethod
+    def of(cls, groups: list[Group]) -> Groups:
+        """From separate arrays, in their order."""
+        if not groups:
+            return cls()
+        sizes = np.fromiter((g.size for g in groups), np.int64, len(groups))
+        return cls(np.concatenate(groups).astype(np.int64, copy=False), _bounds(sizes))
+
+    @property
+    def ids(self) -> np.ndarray:
+        """The ids of every group, group after group."""
+        return self._ids[: self._bounds[self.n]]
+
+    @property
+    def bounds(self) -> np.ndarray:
+        return self._bounds[: self.n + 1]
+
+    def sizes(self) -> np.ndarray:
+        return np.diff(self.bounds)
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, g: int) -> Group:
+        return self._ids[self._bounds[g] : self._bounds[g + 1]]
+
+    def __iter__(self) -> Iterator[Group]:
+        cut = self.bounds.tolist()
+        return (self._ids[a:b] for a, b in zip(cut[:-1], cut[1:]))
+
+    def pick(self, idx: np.ndarray) -> Groups:
+        """Groups `idx`, in that order (a new array of ids)."""
+        lo, hi = self._bounds[idx], self._bounds[np.asarray(idx) + 1]
+        size = hi - lo
+        bounds = _bounds(size)
+        at = np.arange(int(bounds[-1])) + np.repeat(lo - bounds[:-1], size)
+        return Groups(self._ids[at], bounds)
+
+    def extend(self, other: Groups) -> None:
+        """Append `other`'s groups (capacity doubled when short: amortised)."""
+        n, m = self.n, other.n
+        end, add = int(self._bounds[n]), int(other._bounds[m])
+        if end + add > self._ids.size:
+            self._ids = _grown(self._ids, end, end + add)
+        if n + m + 1 > self._bounds.size:
+            self._bounds = _grown(self._bounds, n + 1, n + m + 1)
+        self._ids[end : end + add] = other.ids
+        self._bounds[n + 1 : n + m + 1] = other.bounds[1:] + end
+        self.n = n + m
+
+    def __add__(self, other: Groups) -> Groups:
+        return Groups(
+            np.concatenate([self.ids, other.ids]), np.concatenate([self.bounds, other.bounds[1:] + self.n_ids])
+        )
+
+    @property
+    def n_ids(self) -> int:
+        return int(self._bounds[self.n])
+
+
+def _bounds(sizes: np.ndarray) -> np.ndarray:
+    """Bounds of groups of `sizes`: 0, then their running total."""
+    out = np.zeros(sizes.size + 1, np.int64)
+    np.cumsum(sizes, out=out[1:])
+    return out
+
+
+def _grown(a: np.ndarray, used: int, need: int) -> np.ndarray:
+    """A new array of at least `need` (twice `a`'s size) holding `a[:used]`."""
+    new = np.zeros(max(need, 2 * a.size), a.dtype)
+    new[:used] = a[:used]
+    return new
 
 
 class ChainPool:
@@ -47,15 +136,16 @@ class ChainPool:
                 new[: self.n] = getattr(self, name)[: self.n]
             setattr(self, name, new)
 
-    def new(self, step: int, samples: np.ndarray) -> np.ndarray:
-        """Ids of fresh pending samples `samples` of step `step` (from their first turn)."""
-        lo, hi = self.n, self.n + samples.size
+    def new(self, step: int, s0: int, s1: int) -> np.ndarray:
+        """Ids of fresh pending samples s0..s1-1 of step `step` (from their first turn)."""
+        samples = slice(s0, s1)  # a range: slices, not gathers
+        lo, hi = self.n, self.n + s1 - s0
         if hi > self.step.size:
             self._alloc(max(hi, 2 * self.step.size))
         a, per = self.arrays_of(step), self.samples_of(step)
         self.step[lo:hi] = step
         self.req[lo:hi] = a["first"][samples]
-        self.stop[lo:hi] = np.r_[a["first"][1:], a["sample"].size][samples]
+        self.stop[lo:hi] = per["stop"][samples]
         for key in _TRAITS:
             getattr(self, "trait_" + key)[lo:hi] = per[key][samples]
         self.n = hi
@@ -68,7 +158,7 @@ class ChainPool:
 
     def samples_of(self, i: int) -> dict[str, np.ndarray]:
         """Per sample of step i: prompt, total (prompt + response) and generated tokens,
-        and the group boundaries (`slices`)."""
+        the end of its requests (`stop`), and the group boundaries (`slices`)."""
         if i not in self.per_sample:
             w = self.workload[i]
             a = self.arrays_of(i)
@@ -78,6 +168,7 @@ class ChainPool:
                 "total": w.total_len,
                 "generated": np.asarray(gen, dtype=np.int64),
                 "slices": w.group_slices(),
+                "stop": np.r_[a["first"][1:], a["sample"].size],  # where its requests end
             }
         return self.per_sample[i]
 
@@ -96,20 +187,25 @@ class ChainPool:
         step, stop = self.step[ids], self.stop[ids].astype(np.int64)
         req, gen = self.req[ids].astype(np.int64), self.generated[ids].astype(np.int64)
         length = np.maximum(stop - req, 0)
-        first = np.cumsum(length) - length
-        owner = np.repeat(np.arange(n), length)
-        src = np.repeat(req, length) + (np.arange(int(length.sum())) - np.repeat(first, length))
-        out = _gather(self, np.repeat(step, length), src)
-        resumed = first[gen > 0]
-        g = gen[gen > 0]
+        if (length == 1).all():  # one request each (single-turn): nothing to expand
+            first = last = owner = np.arange(n)
+            src, nxt = req, np.full(n, -1, np.int64)
+            out = _gather(self, step, src)
+        else:
+            first = np.cumsum(length) - length
+            owner = np.repeat(np.arange(n), length)
+            src = np.repeat(req, length) + (np.arange(int(length.sum())) - np.repeat(first, length))
+            out = _gather(self, np.repeat(step, length), src)
+            nxt = np.arange(1, src.size + 1)
+            last = first + length - 1
+            nxt[last] = -1
+        mid = gen > 0  # resumed mid-turn
+        resumed, g = first[mid], gen[mid]
         out["context"][resumed] += g
         out["prefill"][resumed] = out["context"][resumed]  # recompute prompt + partial response
         out["decode"][resumed] = np.maximum(1, out["decode"][resumed] - g)
-        nxt = np.arange(1, src.size + 1)
-        last = first + length - 1
-        nxt[last] = -1
         recompute = np.zeros(n, np.int64)
-        recompute[gen > 0] = out["prefill"][resumed]
+        recompute[mid] = out["prefill"][resumed]
         out.update(next=nxt, owner=owner, src=src, first=first, last=last, recompute=recompute)
         return out
 
@@ -143,9 +239,9 @@ class FreshStream:
     def __len__(self) -> int:
         return self.steps.size
 
-    def take(self, k: int) -> list[Group]:
-        """The next `k` groups, each an array of fresh pending samples."""
-        out: list[Group] = []
+    def take(self, k: int) -> Groups:
+        """The next `k` groups, each of fresh pending samples."""
+        parts: list[Groups] = []
         n = len(self)
         while k > 0 and n:
             lo = self.next % n
@@ -153,18 +249,20 @@ class FreshStream:
             hi = min(lo + k, int(np.searchsorted(self.steps, si, side="right")))  # this step's run
             sl = self.pool.samples_of(si)["slices"]
             g0, g1 = int(self.groups[lo]), int(self.groups[hi - 1]) + 1
-            ids = self.pool.new(si, np.arange(int(sl[g0]), int(sl[g1])))
-            cut = (sl[g0 : g1 + 1] - sl[g0]).tolist()
-            out += [ids[a:b] for a, b in zip(cut[:-1], cut[1:])]
+            ids = self.pool.new(si, int(sl[g0]), int(sl[g1]))
+            parts.append(Groups(ids, np.asarray(sl[g0 : g1 + 1], np.int64) - int(sl[g0])))
             self.next += hi - lo
             k -= hi - lo
+        out = parts[0] if parts else Groups()
+        for p in parts[1:]:
+            out = out + p
         return out
 
 
-def group_tokens(pool: ChainPool, groups: list[Group]) -> tuple[np.ndarray, int, int]:
+def group_tokens(pool: ChainPool, groups: Groups) -> tuple[np.ndarray, int, int]:
     """Training sequence lengths (prompt + response) of the samples of `groups`, their
     generated tokens, and their count."""
-    ids = np.concatenate(groups) if groups else np.zeros(0, np.int64)
+    ids = groups.ids
     if not ids.size:
         return np.zeros(0, np.int64), 0, 0
     total, generated = pool.lookup(ids, "total", "generated")

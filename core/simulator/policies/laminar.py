@@ -267,7 +267,7 @@ class _Laminar:
         self.in_flight[v] += n
         self.started[v] += n
         self.n_started += n
-        self.left[i] = sum(len(grp) for grp in groups)
+        self.left[i] = groups.ids.size
         self.state[i] = "run"
         return [i]
 
@@ -356,7 +356,7 @@ class _Laminar:
         w, prev = self.w[self.u], self.free
         self.buffer.sort()
         take, self.buffer = self.buffer[: w.n_groups], self.buffer[w.n_groups :]
-        groups = [self.run.groups[g] for _, _, g in take]
+        groups = self.run.groups.pick(np.array([g for _, _, g in take], np.int64))
         total_len, tokens, n = group_tokens(self.pool, groups)
         stages: dict = {"rollout": start - prev}
         windows: dict = {"rollout": [prev, start]}

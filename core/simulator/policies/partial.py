@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from core.simulator.policies.base import Env, PolicyRun, post_rollout, reward_seconds, step_result
-from core.simulator.policies.carryover import ChainPool, FreshStream, Group, group_tokens
+from core.simulator.policies.carryover import ChainPool, FreshStream, Groups, group_tokens
 from core.simulator.policies.pool_run import PoolRun
 from core.simulator.policies.spec import PolicySpec, param
 from core.simulator.result import StepResult
@@ -52,7 +52,7 @@ def run_partial(env: Env, workload: list[StepWorkload], progress: Callable[[floa
     tb = TimelineBuilder(env.cluster, disaggregated=False)
     pool = ChainPool(workload)
     stream = FreshStream(workload, pool)
-    carried: list[Group] = []
+    carried = Groups()
     steps = []
     t = 0.0
     run: PoolRun | None = None
@@ -70,10 +70,10 @@ def run_partial(env: Env, workload: list[StepWorkload], progress: Callable[[floa
         run.interrupt(stop)
         trained = np.zeros(len(run.groups), bool)
         trained[[g for g, _ in run.completed[:target]]] = True
-        done = [run.groups[g] for g in np.flatnonzero(trained).tolist()]  # in prompt order, as slime sorts them
+        done = run.groups.pick(np.flatnonzero(trained))  # in prompt order, as slime sorts them
         # unfinished groups, and any finished beyond the N-th (kept for the next step)
-        left = [run.groups[g] for g in np.flatnonzero(~trained).tolist()]
-        carried = left if prm.partial_rollout else []
+        left = run.groups.pick(np.flatnonzero(~trained))
+        carried = left if prm.partial_rollout else Groups()
         steps.append(_step(env, tb, run, w, t, stop, done, left, pool))
         t = steps[-1].end
         progress((i + 1) / len(workload))
@@ -87,8 +87,8 @@ def _step(
     w: StepWorkload,
     t: float,
     stop: float,
-    done: list[Group],
-    left: list[Group],
+    done: Groups,
+    left: Groups,
     pool: ChainPool,
 ) -> StepResult:
     """Draw and account one step: its rollout window, then the stages after it."""

@@ -4,7 +4,7 @@ group completions are recorded with their times, and the run can be stopped at a
 with every unfinished sample's progress kept (to resume it later by recomputation) or
 a replica's trajectories moved onto another replica.
 
-Group ids are indices into `groups`, in launch order; `completed` lists (group id,
+Group ids are indices into `groups` (`Groups`), in launch order; `completed` lists (group id,
 time) in completion order. Per launched item (a sample submitted once) the run keeps
 numpy columns (`items`: its sample id, `item_group`, `item_replica`, `item_first`,
 `item_last`), valid up to `n_items`: a replay launches millions.
@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
+import numba
 import numpy as np
 
 from core.simulator.array_cluster import ArrayCluster
@@ -22,7 +23,7 @@ from core.simulator.cluster import RolloutCluster
 from core.simulator.dispatch import assign_groups
 from core.simulator.engine import ReplicaEngine
 from core.simulator.policies.base import Env, rollout_stats
-from core.simulator.policies.carryover import ChainPool, Group
+from core.simulator.policies.carryover import ChainPool, Groups
 from core.simulator.policies.recompute import prefill_seconds
 
 _FEW = 16  # requests finished at once below which they are recorded one by one
@@ -38,8 +39,7 @@ class PoolRun:
         self.env = env
         self.pool = pool
         self.start = start
-        self.groups: list[Group] = []
-        self.launched_at: list[float] = []
+        self.groups = Groups()  # never recycled: groups handed out stay valid
         self.completed: list[tuple[int, float]] = []
         n = env.cluster.rollout_replicas
         self.recompute_s = [0.0] * n  # re-prefill of resumed samples, per replica
@@ -85,24 +85,25 @@ class PoolRun:
 
     # ------------------------------------------------------------------ launching
 
-    def launch(self, groups: list[Group], time: float, replica: int | None = None) -> list[int]:
+    def launch(self, groups: Groups, time: float, replica: int | None = None) -> list[int]:
         """Submit the unfinished samples of `groups` at `time`, each group to one replica
         (`replica`, or the policy's dispatch); returns their group ids."""
         g0 = len(self.groups)
         gids = list(range(g0, g0 + len(groups)))
-        if not groups:
+        if not len(groups):
             return gids
-        self.groups += groups
-        self.launched_at += [time] * len(groups)
-        ids = np.concatenate(groups)
-        owner = np.repeat(np.arange(g0, g0 + len(groups)), [g.size for g in groups])
+        self.groups.extend(groups)
+        ids = groups.ids
+        owner = np.repeat(np.arange(g0, g0 + len(groups)), groups.sizes())
         todo = ~self.pool.done[ids]
         left = np.bincount(owner - g0, todo, len(groups)).astype(np.int64)
         if self._left.size < g0 + len(groups):
             self._left = np.concatenate([self._left, np.zeros(max(len(groups), self._left.size), np.int64)])
         self._left[g0 : g0 + len(groups)] = left
         self.completed += [(g, time) for g in np.flatnonzero(left == 0).tolist()]  # nothing left to run
-        if todo.any():
+        if todo.all():  # fresh groups: nothing to leave out
+            self._submit(ids, owner, time, replica)
+        elif todo.any():
             self._submit(ids[todo], owner[todo], time, replica)
         return gids
 
@@ -198,20 +199,8 @@ class PoolRun:
         ks, times = ks[keep], times[keep]
         if not ks.size:
             return
-        self.pool.done[self.items[ks]] = True
-        g = self.item_group[ks]
-        lo = int(g.min())
-        count = np.bincount(g - lo)
-        last = np.full(count.size, -1, np.int64)
-        np.maximum.at(last, g - lo, np.arange(g.size))  # each group's last position
-        hit = np.flatnonzero(count)
-        ug = lo + hit
-        self._left[ug] -= count[hit]
-        closed = self._left[ug] == 0
-        at = last[hit[closed]]  # the position of a closed group's last item
-        order = np.argsort(at)
-        closed_g, at = ug[closed][order].tolist(), at[order]
-        closed_t = times[at].tolist()
+        at = _close_groups(ks, self.items, self.item_group, self._left, self.pool.done)
+        closed_g, closed_t = self.item_group[ks[at]].tolist(), times[at].tolist()
         self.completed += zip(closed_g, closed_t)
         on_item, on_group = self.on_item_done, self.on_group_done
         if on_item is None:
@@ -282,13 +271,7 @@ class PoolRun:
         self.resume_when = np.zeros(0)
         if not stopped.size:
             return []
-        first, last = self.item_first[stopped], self.item_last[stopped]
-        length = last - first + 1
-        starts = np.cumsum(length) - length
-        rids = np.repeat(first, length) + (np.arange(int(length.sum())) - np.repeat(starts, length))
-        # the turn to resume: the first unfinished one (every one but the last finished: the last)
-        open_ = np.isnan(_take(store.end, rids)) | (rids == np.repeat(last, length))
-        r = rids[np.flatnonzero(open_)[np.searchsorted(np.flatnonzero(open_), starts)]]
+        r = self._resumed_turn(stopped)
         came = _take(store.arrive, r).astype(np.float64)
         when = np.where(np.isnan(came), t, np.maximum(t, came))
         self.resume_when = when
@@ -296,9 +279,21 @@ class PoolRun:
         kept = np.where(src == self.pool.req[sid], self.pool.generated[sid], 0)
         self.pool.generated[sid] = _take(store.generated, r) + kept
         self.pool.req[sid] = src
-        self._last_item[last] = -1
+        self._last_item[self.item_last[stopped]] = -1
         self.item_replica[stopped] = -1
         return stopped.tolist()
+
+    def _resumed_turn(self, stopped: np.ndarray) -> np.ndarray:
+        """Per stopped item, the request to resume: its first unfinished turn (every
+        one but the last finished: the last)."""
+        first, last = self.item_first[stopped], self.item_last[stopped]
+        if (first == last).all():  # one request each (single-turn)
+            return last
+        length = last - first + 1
+        starts = np.cumsum(length) - length
+        rids = np.repeat(first, length) + (np.arange(int(length.sum())) - np.repeat(starts, length))
+        open_ = np.isnan(_take(self.rc.store.end, rids)) | (rids == np.repeat(last, length))
+        return rids[np.flatnonzero(open_)[np.searchsorted(np.flatnonzero(open_), starts)]]
 
     def move(self, src: int, dst: int, t: float) -> int:
         """Repack: stop replica `src`'s trajectories at `t` and resume them on `dst`
@@ -367,6 +362,25 @@ class PoolRun:
             out[key] += v
         out["recompute_tokens"] = self.recompute_tokens
         return out
+
+
+@numba.njit(cache=True)
+def _close_groups(
+    ks: np.ndarray, items: np.ndarray, group: np.ndarray, left: np.ndarray, done: np.ndarray
+) -> np.ndarray:
+    """Items `ks` finished, in that order: their samples are done and their groups have
+    one item less left; returns the positions in `ks` at which a group completed."""
+    at = np.empty(ks.size, np.int64)
+    n = 0
+    for i in range(ks.size):
+        k = ks[i]
+        done[items[k]] = True
+        g = group[k]
+        left[g] -= 1
+        if left[g] == 0:
+            at[n] = i
+            n += 1
+    return at[:n]
 
 
 def _take(col: np.ndarray | list, idx: np.ndarray) -> np.ndarray:

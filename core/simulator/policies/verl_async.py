@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from core.simulator.policies.base import Env, PolicyRun, reward_share, step_result, sync_weights, train_on
-from core.simulator.policies.carryover import ChainPool, FreshStream, Group, group_tokens
+from core.simulator.policies.carryover import ChainPool, FreshStream, Groups, group_tokens
 from core.simulator.policies.pool_run import PoolRun
 from core.simulator.policies.spec import PolicySpec, param
 from core.simulator.timeline import TimelineBuilder
@@ -68,8 +68,8 @@ class _Replay:
         self.tb = TimelineBuilder(env.cluster, disaggregated=True)
         self.pool = ChainPool(workload)
         self.stream = FreshStream(workload, self.pool)
-        self.carried: list[tuple[Group, int]] = []  # interrupted groups, their version
-        self.queue: list[tuple[Group, int, float]] = []  # finished, not trained: version, time
+        self.carried, self.carried_v = Groups(), list[int]()  # interrupted groups, their versions
+        self.queue, self.queue_v = Groups(), list[int]()  # finished, not trained, and their versions
         self.resume = 0.0  # when the rollouter (re)starts
         self.prev_end = 0.0
         self.run: PoolRun | None = None  # the last version's (its arrays are reused)
@@ -80,9 +80,9 @@ class _Replay:
         run = self.run = PoolRun(self.env, self.pool, start, recycle=self.run)
         quota = math.floor((1 + self.prm.staleness_threshold) * w.n_groups + 1e-9)
         quota -= len(self.carried) + len(self.queue)
-        version = {g: v for g, (_, v) in zip(run.launch([g for g, _ in self.carried], start), self.carried)}
+        run.launch(self.carried, start)
         fresh = run.launch(self.stream.take(max(0, quota)), start)
-        version.update({g: j for g in fresh})
+        version = self.carried_v + [j] * len(fresh)  # per group id: the carried ones, then the fresh
         stages: dict = {}
         windows: dict = {}
         taken, waited = self.train(j, w, run, version, stages, windows)
@@ -108,7 +108,7 @@ class _Replay:
         return stages, windows, stats, end
 
     def train(
-        self, j: int, w: StepWorkload, run: PoolRun, version: dict, stages: dict, windows: dict
+        self, j: int, w: StepWorkload, run: PoolRun, version: list[int], stages: dict, windows: dict
     ) -> tuple[list[int], float]:
         """The local updates of step j, each on the next groups in completion order."""
         prm, n = self.prm, w.n_groups
@@ -118,19 +118,18 @@ class _Replay:
         taken, waited = [], 0.0
         self.tokens = self.samples = 0
         for size in sizes:
-            groups: list[Group] = []
             ready = self.resume
-            while self.queue and len(groups) < size:
-                grp, v, _ = self.queue.pop(0)
-                groups.append(grp)
-                taken.append(v)
-            need = size - len(groups)
+            q = min(size, len(self.queue))  # the queue's oldest first
+            queued, self.queue = self.queue.pick(np.arange(q)), self.queue.pick(np.arange(q, len(self.queue)))
+            taken += self.queue_v[:q]
+            del self.queue_v[:q]
+            need = size - q
             while need and not run.run_until_completed(used + need):
                 run.launch(self.stream.take(used + need - len(run.completed)), run.drain())
-            for g, t in run.completed[used : used + need]:
-                groups.append(run.groups[g])
-                taken.append(version[g])
-                ready = max(ready, t)
+            gs, ts = zip(*run.completed[used : used + need]) if need else ((), ())
+            taken += [version[g] for g in gs]
+            ready = max((ready, *ts))
+            groups = queued + run.groups.pick(np.array(gs, np.int64))
             used += need
             start = max(self.trainer_free, ready)
             waited += start - self.trainer_free
@@ -138,7 +137,7 @@ class _Replay:
         self.used = used
         return taken, waited
 
-    def update(self, j: int, w: StepWorkload, groups: list[Group], start: float, stages: dict, windows: dict) -> float:
+    def update(self, j: int, w: StepWorkload, groups: Groups, start: float, stages: dict, windows: dict) -> float:
         total_len, tokens, n = group_tokens(self.pool, groups)
         self.tokens += tokens
         self.samples += n
@@ -158,7 +157,7 @@ class _Replay:
         )
 
     def sync(
-        self, j: int, w: StepWorkload, run: PoolRun, version: dict, pause: float, stages: dict, windows: dict
+        self, j: int, w: StepWorkload, run: PoolRun, version: list[int], pause: float, stages: dict, windows: dict
     ) -> float:
         """Pause the rollouter (interrupt, or drain), sync the weights; returns the end."""
         tb, step = self.tb, w.step
@@ -167,9 +166,13 @@ class _Replay:
             sync_at = pause
         else:
             sync_at = max(pause, run.drain())
-        finished = {g for g, _ in run.completed}
-        self.carried = [(grp, version[g]) for g, grp in enumerate(run.groups) if g not in finished]
-        self.queue += [(run.groups[g], version[g], t) for g, t in run.completed[self.used :]]
+        open_ = np.ones(len(run.groups), bool)
+        open_[[g for g, _ in run.completed]] = False
+        unfinished = np.flatnonzero(open_)
+        self.carried, self.carried_v = run.groups.pick(unfinished), [version[g] for g in unfinished.tolist()]
+        later = [g for g, _ in run.completed[self.used :]]
+        self.queue += run.groups.pick(np.array(later, np.int64))
+        self.queue_v += [version[g] for g in later]
         tb.span(step, pause, sync_at, "idle", "weight_sync")
         stages["weight_sync"] = stages.get("weight_sync", 0.0) + (sync_at - pause)
         end = sync_weights(self.env, tb, step, sync_at, stages, windows)

@@ -9,7 +9,7 @@ import pytest
 
 from core.simulator import MODEL_PRESETS, ClusterConfig, EngineLimits, Policy
 from core.simulator.policies.base import Env
-from core.simulator.policies.carryover import ChainPool, FreshStream, group_tokens
+from core.simulator.policies.carryover import ChainPool, FreshStream, Groups, group_tokens
 from core.simulator.policies.pool_run import PoolRun
 from core.simulator.predictor import roofline_coefficients
 from tests.core.simulator.test_simulator_invariants import long_tailed, multi_turn
@@ -32,11 +32,11 @@ def test_the_stream_hands_out_the_trace_groups_in_order_then_cycles():
         sl = work[i].group_slices()
         assert pool.step[grp].tolist() == [i] * grp.size
         assert pool.lookup(grp, "total")[0].tolist() == work[i].total_len[sl[g] : sl[g + 1]].tolist()
-    ids = np.concatenate(groups)
+    ids = groups.ids
     assert np.unique(ids).size == ids.size  # a cycled prompt is a new pending sample
-    total, tokens, n = group_tokens(pool, groups[:2])
+    total, tokens, n = group_tokens(pool, groups.pick(np.arange(2)))
     assert n == total.size == groups[0].size + groups[1].size
-    assert tokens == int(pool.lookup(np.concatenate(groups[:2]), "generated")[0].sum())
+    assert tokens == int(pool.lookup(np.concatenate([groups[0], groups[1]]), "generated")[0].sum())
 
 
 def _stopped_run(compiled: bool) -> tuple[PoolRun, ChainPool, list[int]]:
@@ -79,13 +79,13 @@ def test_the_compiled_loop_and_the_python_engine_stop_alike():
 
 def test_resumed_samples_finish_in_a_later_run():
     run, pool, stopped = _stopped_run(True)
-    left = [g for i, g in enumerate(run.groups) if i not in {c for c, _ in run.completed}]
+    left = Groups.of([g for i, g in enumerate(run.groups) if i not in {c for c, _ in run.completed}])
     later = PoolRun(_env(), pool, 100.0)
     later.launch(left, 100.0)
     assert later.recompute_tokens > 0  # the partial responses are prefilled again
     later.drain()
     assert len(later.completed) == len(left)
-    assert pool.done[np.concatenate(left)].all()
+    assert pool.done[left.ids].all()
 
 
 def test_finishing_one_by_one_is_finishing_in_bulk():
@@ -108,3 +108,19 @@ def test_finishing_one_by_one_is_finishing_in_bulk():
     few, bulk = record(3), record(1000)
     assert few[1] == bulk[1] and len(few[1]) == 6 * 4 + 6
     assert [g for g, _ in few[0]] == [g for g, _ in bulk[0]]
+
+
+def test_groups_picked_extended_and_joined_keep_their_ids():
+    parts = [np.array([3, 4]), np.array([7]), np.array([], np.int64), np.array([1, 2, 9])]
+    groups = Groups.of(parts)
+    assert [g.tolist() for g in groups] == [p.tolist() for p in parts]
+    picked = groups.pick(np.array([3, 0]))
+    assert [g.tolist() for g in picked] == [[1, 2, 9], [3, 4]]
+    log = Groups()
+    first = None
+    for _ in range(5):  # past its capacity: a group handed out earlier stays as it was
+        log.extend(groups)
+        first = log[0] if first is None else first
+    assert len(log) == 20 and log[17].tolist() == [7] and first.tolist() == [3, 4]
+    joined = picked + groups
+    assert joined.ids.tolist() == [1, 2, 9, 3, 4, 3, 4, 7, 1, 2, 9] and len(joined) == 6
