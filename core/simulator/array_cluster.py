@@ -88,12 +88,7 @@ def _stop_at(
             r = sk[j, i, 0]
             if ri[r, K.R_SEQ] != sk[j, i, 1]:
                 continue
-            gen = es[j, K.E_G] - ri[r, K.R_G0] + 1
-            ri[r, K.R_GEN] += gen
-            ri[r, K.R_LEFT] -= gen
-            ri[r, K.R_CONTEXT] += gen
-            ri[r, K.R_PREFILL] = ri[r, K.R_CONTEXT]
-            ri[r, K.R_SEQ] = -1
+            K.take_progress(ri, r, es[j, K.E_G] - ri[r, K.R_G0] + 1)
 
 
 class ArrayStore:

@@ -525,6 +525,17 @@ def _prefill(
 
 
 @_jit
+def take_progress(ri: np.ndarray, r: int, gen: int) -> None:
+    """Running request r leaves its batch after `gen` tokens: they join its context,
+    which it prefills again when it resumes (recompute)."""
+    ri[r, R_SEQ] = -1
+    ri[r, R_GEN] += gen
+    ri[r, R_LEFT] -= gen
+    ri[r, R_CONTEXT] += gen
+    ri[r, R_PREFILL] = ri[r, R_CONTEXT]
+
+
+@_jit
 def _preempt(
     j: int, ri: np.ndarray, es: np.ndarray, ef: np.ndarray, wq: np.ndarray, sk: np.ndarray, pr: np.ndarray
 ) -> None:
@@ -535,15 +546,10 @@ def _preempt(
         r = sk[j, n, 0]
         if ri[r, R_SEQ] != sk[j, n, 1]:
             continue
-        gen = 1 + (es[j, E_G] - ri[r, R_G0])
-        ri[r, R_SEQ] = -1
         es[j, E_B] -= 1
         es[j, E_S] -= ri[r, R_KV0] - ri[r, R_G0]
-        ri[r, R_GEN] += gen
-        ri[r, R_LEFT] -= gen
-        ri[r, R_CONTEXT] += gen
+        take_progress(ri, r, 1 + (es[j, E_G] - ri[r, R_G0]))
         p = ri[r, R_CONTEXT]
-        ri[r, R_PREFILL] = p
         ri[r, R_PKEY] = -1  # recomputes its whole context
         _wq_pushleft(wq, es, j, r)
         es[j, E_PREEMPT] += 1
