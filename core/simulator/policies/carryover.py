@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from core.simulator.requests import step_request_arrays
+from core.simulator.requests import request_starts, step_request_arrays
 from core.simulator.workload import StepWorkload
 
 _CHAIN_KEYS = ("prefill", "context", "decode", "gap")
@@ -168,7 +168,7 @@ class ChainPool:
                 "total": w.total_len,
                 "generated": np.asarray(gen, dtype=np.int64),
                 "slices": w.group_slices(),
-                "stop": np.r_[a["first"][1:], a["sample"].size],  # where its requests end
+                "stop": request_starts(a)[1:],  # where its requests end
             }
         return self.per_sample[i]
 
