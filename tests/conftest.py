@@ -25,6 +25,8 @@ def shared_fixtures() -> Path:
 
 import os  # noqa: E402
 import uuid  # noqa: E402
+from collections.abc import Iterator  # noqa: E402
+from contextlib import ExitStack, contextmanager  # noqa: E402
 
 PG_ADMIN_URL = os.environ.get("RLVR_TEST_PG_ADMIN", "postgresql://postgres@127.0.0.1:5432/postgres")
 REDIS_URL = os.environ.get("RLVR_TEST_REDIS", "redis://127.0.0.1:6379/15")
@@ -63,19 +65,16 @@ def _services_reachable() -> str | None:
     return None
 
 
-@pytest.fixture(
-    scope="session", params=["sqlite", pytest.param("postgres", marks=[pytest.mark.postgres, pytest.mark.redis])]
-)
-def backend_env(request, tmp_path_factory) -> dict[str, str]:
+@contextmanager
+def deployment(shape: str, data_dir: Path) -> Iterator[dict[str, str]]:
     """Environment of one deployment shape, with a freshly migrated database:
     sqlite = the embedded default (SQLite file + filesystem Celery transport);
-    postgres = Postgres + Redis. The data folder is shared with worker processes.
-    Without the servers the postgres shape skips with the reason, except where
-    RLVR_REQUIRE_SERVICES is set (CI): then it fails."""
+    postgres = Postgres + Redis (a queue of its own). Without the servers the postgres
+    shape skips with the reason, except where RLVR_REQUIRE_SERVICES is set (CI): then
+    it fails."""
     from backend.store.migrate import upgrade
 
-    data_dir = tmp_path_factory.mktemp(f"data-{request.param}")
-    if request.param == "sqlite":
+    if shape == "sqlite":
         url = f"sqlite:///{data_dir / 'test.sqlite3'}"
         upgrade(url)
         yield {"RLVR_DATABASE_URL": url, "RLVR_DATA_DIR": str(data_dir), "RLVR_BROKER_URL": "filesystem://"}
@@ -88,7 +87,7 @@ def backend_env(request, tmp_path_factory) -> dict[str, str]:
     name, url = _create_pg_database()
     try:
         upgrade(url)
-        # A queue of this session's own: test sessions may share the Redis server.
+        # A queue of its own: test sessions may share the Redis server.
         yield {
             "RLVR_DATABASE_URL": url,
             "RLVR_DATA_DIR": str(data_dir),
@@ -99,18 +98,39 @@ def backend_env(request, tmp_path_factory) -> dict[str, str]:
         _drop_pg_database(name)
 
 
+@pytest.fixture(
+    scope="session", params=["sqlite", pytest.param("postgres", marks=[pytest.mark.postgres, pytest.mark.redis])]
+)
+def backend_env(request, tmp_path_factory) -> Iterator[dict[str, str]]:
+    """The session's deployment of one shape (see `deployment`). The data folder is
+    shared with worker processes: the session's `worker` reads this database and queue
+    (and sweeps them) from the first test that asks for it to the session's end."""
+    with deployment(request.param, tmp_path_factory.mktemp(f"data-{request.param}")) as environment:
+        yield environment
+
+
+OWN_DEPLOYMENT = "own_deployment"
+
+
 @pytest.fixture()
-def env(backend_env, monkeypatch):
-    """Point the settings at the test deployment."""
+def env(request, backend_env, tmp_path_factory, monkeypatch):
+    """Point the settings at the test deployment: the session's, or, for a test marked
+    `own_deployment`, a fresh one of the same shape that no other process reads (no
+    session worker sends its outbox or sweeps its inline ingestions)."""
     from backend.store.db import reset_caches
 
-    for key, value in backend_env.items():
-        monkeypatch.setenv(key, value)
-    monkeypatch.delenv("DATABASE_URL", raising=False)
-    monkeypatch.delenv("CELERY_BROKER_URL", raising=False)
-    reset_caches()
-    yield backend_env
-    reset_caches()
+    with ExitStack() as stack:
+        environment = backend_env
+        if request.node.get_closest_marker(OWN_DEPLOYMENT):
+            shape = request.node.callspec.params["backend_env"]
+            environment = stack.enter_context(deployment(shape, tmp_path_factory.mktemp(f"own-{shape}")))
+        for key, value in environment.items():
+            monkeypatch.setenv(key, value)
+        monkeypatch.delenv("DATABASE_URL", raising=False)
+        monkeypatch.delenv("CELERY_BROKER_URL", raising=False)
+        reset_caches()
+        yield environment
+        reset_caches()
 
 
 @pytest.fixture()
@@ -172,7 +192,14 @@ def start_worker(environment: dict[str, str], log_path: Path, concurrency: int =
 
 
 def stop_worker(proc: subprocess.Popen) -> None:
+    """Stop a worker and every process of its session (start_worker gives it its own):
+    a warm shutdown first, then SIGKILL to whatever is left (the main process past 20 s,
+    a pool child it left behind). A worker that outlived its test would go on sweeping
+    and running the jobs of later tests on the same database, so one still there after
+    that fails the test."""
     import signal
+
+    from tests.helpers import kill_session, live_session_pids, wait_session_gone
 
     if proc.poll() is None:
         # A warm shutdown is asked of the main process; it stops its own pool.
@@ -180,8 +207,13 @@ def stop_worker(proc: subprocess.Popen) -> None:
         try:
             proc.wait(timeout=20)
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+            pass
+    kill_session(proc.pid)
+    proc.wait()
+    wait_session_gone(proc.pid, 30)
+    left = live_session_pids(proc.pid)
+    if left:
+        raise RuntimeError(f"worker {proc.pid}: processes {left} of it still run after SIGKILL")
 
 
 WORKER_PART_SAMPLES = 300

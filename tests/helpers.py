@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import io
+import os
+import signal
 import subprocess
 import time
 import urllib.request
@@ -257,3 +259,25 @@ def health(port: int, proc: subprocess.Popen, what: str, timeout: float = 60, lo
             return urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v1/health", timeout=2).read()
         except OSError:
             time.sleep(0.5)
+
+
+def live_session_pids(sid: int) -> list[int]:
+    """Processes of session `sid`, not counting zombies (exited, waiting to be reaped)."""
+    out = subprocess.run(["ps", "-eo", "pid=,sid=,stat="], capture_output=True, text=True).stdout
+    rows = [line.split() for line in out.splitlines() if line.strip()]
+    return [int(r[0]) for r in rows if int(r[1]) == sid and not r[2].startswith("Z")]
+
+
+def kill_session(sid: int) -> None:
+    for pid in live_session_pids(sid):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def wait_session_gone(sid: int, timeout: float) -> None:
+    """Until no process of session `sid` is left, at most `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while live_session_pids(sid) and time.monotonic() < deadline:
+        time.sleep(0.5)

@@ -43,6 +43,7 @@ from backend.store.models import (
     Step,
     Trace,
     TraceStatus,
+    utcnow,
 )
 from backend.store.trace_tables import KEYS, trace_events_dir
 from core.analysis.tables import STEP_TIMING_COLUMNS
@@ -198,6 +199,17 @@ class StepRowLoader:
         return len(rows)
 
 
+def _touch(conn: Connection, trace_id: int) -> None:
+    """Before a commit on SQLite: the trace was not deleted meanwhile, and its
+    `updated_at` (the liveness of an inline ingestion) says now, committed with the
+    batch. While this connection holds the write lock the heartbeat (another connection)
+    cannot write, so a batch longer than two leases would otherwise leave the trace
+    looking dead to a sweeper, whose delete, waiting for the same lock, then finds it
+    stale and removes it under the ingestion."""
+    if not conn.execute(update(Trace).where(Trace.id == trace_id).values(updated_at=utcnow())).rowcount:
+        raise Abandoned(f"trace {trace_id} was deleted during its ingestion")
+
+
 def _still_there(conn: Connection, trace_id: int) -> None:
     """Before a commit: the trace was not deleted meanwhile (the bulk tables have no
     foreign key to refuse its rows). The row lock (Postgres; SQLite's write lock is
@@ -337,6 +349,7 @@ def ingest_trace(  # noqa: C901 -- the ingest's stages and their failure paths, 
                 if not atomic:
                     # committed as each batch is: the summaries' progress reports (writes
                     # of another connection) would otherwise wait for this write lock
+                    _touch(conn, trace_id)
                     conn.commit()
                 _still_there(conn, trace_id)  # (else the steps' foreign key refuses them)
                 n_steps = loader.write_steps(truncation.cap, reporter.summaries, truncation.length_cap)
@@ -373,7 +386,7 @@ def _load(conn, loader: StepRowLoader, sources, forced_format, result: ReadResul
         for batch in batches:
             loader.add(batch)
             if not atomic:
-                _still_there(conn, loader.trace_id)
+                _touch(conn, loader.trace_id)
                 conn.commit()
             reporter.loaded(sum(loader.counts.values()))
 

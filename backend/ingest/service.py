@@ -66,8 +66,10 @@ def _existing(session: Session, team_id: int, content_hash: str) -> Trace | None
     if trace is None or trace.status == TraceStatus.READY:
         return trace
     if trace.status == TraceStatus.FAILED or not _ingestion_alive(session, trace):
-        _discard_attempt(session, trace)
-        return None
+        if _discard_attempt(session, trace):
+            return None
+        # touched meanwhile (alive after all), or removed by another request
+        return session.get(Trace, trace.id, populate_existing=True)
     return trace
 
 
@@ -90,13 +92,17 @@ def _ingestion_alive(session: Session, trace: Trace) -> bool:
     return False  # failed, or succeeded while the trace is not ready
 
 
-def _discard_attempt(session: Session, trace: Trace) -> None:
-    """Remove a failed or stuck attempt, its rows and jobs."""
+def _discard_attempt(session: Session, trace: Trace) -> bool:
+    """Remove a failed or stuck attempt, its rows and jobs, unless the trace was touched
+    since it was read (an inline ingestion whose batch held SQLite's write lock commits
+    its touch before this delete can run): False then."""
     folders = session.scalars(select(Job.params).where(Job.trace_id == trace.id, Job.kind == INGEST_KIND)).all()
-    delete_traces(session, Trace.id == trace.id)
+    if not delete_traces(session, Trace.id == trace.id, Trace.updated_at <= trace.updated_at):
+        return False
     session.flush()
     for params in folders:
         discard(upload_folder(params or {}, get_settings()))
+    return True
 
 
 def changed_options(

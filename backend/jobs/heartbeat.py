@@ -1,6 +1,7 @@
 """The heartbeat: one thread per process that runs jobs, renewing every
 `job_lease_s / 3` seconds the leases it holds (and touching `traces.updated_at` of the
-ingestions it runs inline, without a job)."""
+ingestions it runs inline, without a job; on SQLite the ingestion also touches it in each
+commit of its own, as this thread cannot write while the ingestion holds the write lock)."""
 
 from __future__ import annotations
 
@@ -56,6 +57,9 @@ class Heartbeat:
         with self.lock:
             self.traces.add(trace_id)
             self._ensure_thread()
+        # touched at once, then every job_lease_s / 3 from now (not at the end of a wait
+        # begun when nothing was held, or under other settings)
+        self.wake.set()
 
     def drop_trace(self, trace_id: int) -> None:
         with self.lock:
@@ -107,7 +111,9 @@ class Heartbeat:
                     .values(lease_until=at_least(shared_until))
                 )
             if traces:
-                conn.execute(update(Trace).where(Trace.id.in_(traces)).values(updated_at=now))
+                # never back in time: on SQLite this update may have waited for the
+                # ingestion's own write lock, whose commit touched the trace later than `now`
+                conn.execute(update(Trace).where(Trace.id.in_(traces), Trace.updated_at < now).values(updated_at=now))
 
 
 _heartbeats: dict[int, Heartbeat] = {}

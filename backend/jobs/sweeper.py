@@ -114,7 +114,9 @@ def _requeue_or_fail(engine: Engine, settings: Settings, row, now: datetime) -> 
 def _drop_dead_inline(engine: Engine, settings: Settings) -> int:
     """Delete traces ingested inline (no job) whose process stopped touching them two
     leases ago (it died, or its database connection did): their upload is gone with the
-    request, so there is nothing to resume; their rows go with them."""
+    request, so there is nothing to resume; their rows go with them. Staleness is judged
+    by the DELETE itself, under the write lock (SQLite) or on the row as committed
+    (Postgres): an ingestion whose commit touched its trace while this waited is kept."""
     cutoff = utcnow() - 2 * lease_length(settings)
     no_job = ~select(Job.id).where(Job.trace_id == Trace.id, Job.kind == INGEST_KIND).exists()
     dead = and_(

@@ -17,7 +17,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from tests.conftest import ROOT
-from tests.helpers import health, synthetic_rows, write_packed_dir
+from tests.helpers import health, kill_session, live_session_pids, synthetic_rows, wait_session_gone, write_packed_dir
 
 
 def embedded_env(tmp_path: Path) -> dict[str, str]:
@@ -55,28 +55,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def live_session_pids(sid: int) -> list[int]:
-    """Processes of session `sid`, not counting zombies (exited, waiting to be reaped)."""
-    out = subprocess.run(["ps", "-eo", "pid=,sid=,stat="], capture_output=True, text=True).stdout
-    rows = [line.split() for line in out.splitlines() if line.strip()]
-    return [int(r[0]) for r in rows if int(r[1]) == sid and not r[2].startswith("Z")]
-
-
-def kill_session(sid: int) -> None:
-    for pid in live_session_pids(sid):
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-
-
-def wait_session_gone(sid: int, timeout: float) -> None:
-    """Until no process of session `sid` is left, at most `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while live_session_pids(sid) and time.monotonic() < deadline:
-        time.sleep(0.5)
 
 
 def test_ingest_on_a_fresh_data_folder_migrates_first(tmp_path):

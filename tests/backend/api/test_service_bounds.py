@@ -215,6 +215,7 @@ def _peak_mb(env: dict, path) -> tuple[int, int, int]:
     return samples, events, peak
 
 
+@pytest.mark.own_deployment  # minutes of ingestion under load: alone on its database
 def test_worst_one_line_file_stays_under_the_memory_ceiling(env, tmp_path):
     """The most samples one JSON line may hold (MAX_RECORD_BYTES of one-digit lengths),
     all in one step (max_samples_per_step): one batch and one step's summaries."""
@@ -235,6 +236,7 @@ def test_worst_one_line_file_stays_under_the_memory_ceiling(env, tmp_path):
 
 
 @pytest.mark.parametrize("backend_env", ["sqlite"], indirect=True)
+@pytest.mark.own_deployment
 def test_worst_kineto_file_stays_under_the_memory_ceiling(env, tmp_path):
     """A Kineto trace just under max_file_bytes (Kineto files are decoded whole)."""
     from backend.ingest.bounds import INGEST_MEMORY_CEILING_MB

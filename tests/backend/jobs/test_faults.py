@@ -327,6 +327,59 @@ def test_reupload_of_a_stuck_trace_starts_it_again(api, fault_env):
         assert s.scalar(select(func.count()).select_from(Job).where(Job.worker == "gone:2")) == 0
 
 
+@pytest.mark.own_deployment  # its sweep must see no other test's ingestion
+def test_sweeper_keeps_a_slow_inline_ingestion(team_key, env, tmp_path, monkeypatch):
+    """An inline ingestion whose batch holds the database past two leases (on SQLite its
+    write lock keeps the heartbeat's touch out all that while) is alive: a sweep right
+    after that batch's commit leaves it, and it ends ready with every row."""
+    from backend.auth import team_for_key
+    from backend.ingest import pipeline
+    from backend.ingest.service import accept_upload
+    from backend.ingest.uploads import local_files
+    from backend.jobs.sweeper import sweep
+    from backend.settings import get_settings
+    from backend.store.db import get_engine, reset_caches, session_scope
+
+    lease = 1.0
+    monkeypatch.setenv("RLVR_JOB_LEASE_S", str(lease))
+    reset_caches()
+    insert, held = pipeline.bulk_insert, []
+
+    def slow_insert(conn, table, columns):
+        n = insert(conn, table, columns)
+        if not held:  # the first batch keeps its transaction open for three leases
+            held.append(table)
+            time.sleep(3 * lease)
+        return n
+
+    monkeypatch.setattr(pipeline, "bulk_insert", slow_insert)
+    sweeps: list[dict] = []
+
+    def progress(_fraction: float, message: str) -> None:
+        if message.startswith("loaded") and not sweeps:  # that batch is committed
+            sweeps.append(sweep(get_engine(), get_settings()))
+
+    groups, n = 4, 2
+    rows = synthetic_rows(steps=1, groups=groups, n=n, seed=31)
+    path = write_packed_dir(tmp_path / "run", rows) / f"packed_lengths_step_{rows[0][0]['step']}.jsonl"
+    with session_scope() as s:
+        team_id = team_for_key(s, team_key).id
+        trace = accept_upload(
+            s,
+            get_settings(),
+            team_id=team_id,
+            stored=local_files([path]),
+            name="slow",
+            forced_format=None,
+            max_response_len=None,
+            inline=True,
+            progress=progress,
+        ).trace
+        assert held and sweeps and sweeps[0]["dropped"] == 0, sweeps
+        assert trace.status == "ready" and trace.n_samples == groups * n, (trace.status, trace.n_samples)
+    assert _sample_count(trace.id) == groups * n
+
+
 def _small_zip(seed: int) -> bytes:
     from pathlib import Path
 
@@ -335,10 +388,13 @@ def _small_zip(seed: int) -> bytes:
 
 
 @pytest.mark.parametrize("backend_env", ["sqlite"], indirect=True)
+@pytest.mark.own_deployment
 def test_requests_while_the_queue_is_unreachable(api, env, monkeypatch):
     """Nothing listens at the broker's address: an inline upload is still ingested (its
     default analyses wait in the outbox), an analysis request is a 503 whose retry hands
-    back the one job it kept, and a workload (never reused) is a 503 that keeps nothing."""
+    back the one job it kept, and a workload (never reused) is a 503 that keeps nothing.
+    (A database of its own: the session's worker would send that outbox through its own
+    broker and run it.)"""
     from backend.store.db import new_session, reset_caches
     from backend.store.models import Job
 
