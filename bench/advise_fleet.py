@@ -17,7 +17,10 @@ second core is free).
 Bounded: every job has `--timeout` seconds; the workers are stopped (SIGTERM, then
 SIGKILL of their process group) and the folder removed whatever happens.
 
-    python bench/advise_fleet.py [--steps 12 --groups 256 --n 8 --pairs 3 --timeout 600]
+Each sweep's CPU seconds over the worker's processes are printed beside its wall time
+(what the machine's other load cannot inflate as much).
+
+    python bench/advise_fleet.py [--steps 12 --groups 256 --n 8 --pairs 3 --timeout 600] [--logs DIR]
 """
 
 from __future__ import annotations
@@ -82,6 +85,20 @@ def stop_worker(proc: subprocess.Popen) -> None:
             proc.wait()
 
 
+def group_cpu_s(pgid: int) -> float:
+    """CPU seconds (user + system) of the live processes of a process group (a worker:
+    its main process and its pool), from /proc."""
+    total = 0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # ended meanwhile
+        if int(fields[2]) == pgid:
+            total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK")
+
+
 def sweep(team_id: int, trace_id: int, queue: str, timeout: float) -> tuple[float, dict]:
     """Wall seconds of one advice job on `queue`, and its result."""
     from backend.jobs.advice import advice_request
@@ -114,11 +131,12 @@ def sweep(team_id: int, trace_id: int, queue: str, timeout: float) -> tuple[floa
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--steps", type=int, default=12)
+    ap.add_argument("--steps", type=int, default=6)
     ap.add_argument("--groups", type=int, default=256)
     ap.add_argument("--n", type=int, default=8)
     ap.add_argument("--pairs", type=int, default=3)
     ap.add_argument("--timeout", type=float, default=600)
+    ap.add_argument("--logs", type=Path, help="copy the workers' logs to this folder")
     args = ap.parse_args()
     load_before = os.getloadavg()
     folder = Path(tempfile.mkdtemp(prefix="rlvr-advise-fleet-"))
@@ -142,38 +160,54 @@ def main() -> None:
         with new_session() as session:
             trace = session.query(Trace).one()
             team_id, trace_id, samples = trace.team_id, trace.id, trace.n_samples
-        queues = {1: "advise-one", 2: "advise-two"}
-        for procs, queue in queues.items():
-            workers.append(start_worker({**env, "RLVR_QUEUE_NAME": queue}, folder / f"{queue}.log", procs))
+        # name: (workers, processes each); each setup on a queue of its own
+        setups = {"1 process": (1, 1), "2 workers x 1 process": (2, 1), "1 worker x 2 processes": (1, 2)}
+        groups: dict[str, list[int]] = {}
+        for name, (n_workers, procs) in setups.items():
+            queue = "advise-" + name.replace(" ", "")
+            for i in range(n_workers):
+                w = start_worker({**env, "RLVR_QUEUE_NAME": queue}, folder / f"{queue}-{i}.log", procs)
+                workers.append(w)
+                groups.setdefault(name, []).append(w.pid)
         print(f"trace: {args.steps} steps, {samples:,} samples; load before {load_before[0]:.2f}", flush=True)
-        walls: dict[int, list[float]] = {1: [], 2: []}
-        results: dict[int, dict] = {}
-        for pair in range(args.pairs + 1):
-            for procs in (1, 2) if pair % 2 == 0 else (2, 1):
-                wall, results[procs] = sweep(team_id, trace_id, queues[procs], args.timeout)
-                what = "warm-up" if pair == 0 else f"pair {pair}"
+        walls: dict[str, list[float]] = {name: [] for name in setups}
+        results: dict[str, dict] = {}
+        names = list(setups)
+        for rnd in range(args.pairs + 1):
+            for name in names if rnd % 2 == 0 else names[::-1]:
+                cpu = sum(group_cpu_s(g) for g in groups[name])
+                queue = "advise-" + name.replace(" ", "")
+                wall, results[name] = sweep(team_id, trace_id, queue, args.timeout)
+                cpu = sum(group_cpu_s(g) for g in groups[name]) - cpu
                 print(
-                    f"{what}: {procs} worker process{'es' if procs > 1 else ''}: {wall:.1f} s "
-                    f"({results[procs]['parts']} parts, {results[procs]['n_swept_settings']} configurations)",
+                    f"{'warm-up' if rnd == 0 else f'round {rnd}'}: {name}: {wall:.1f} s, {cpu:.1f} CPU s "
+                    f"({results[name]['parts']} parts, {results[name]['n_swept_settings']} configurations)",
                     flush=True,
                 )
-                if pair:
-                    walls[procs].append(wall)
-        ratios = [a / b for a, b in zip(walls[1], walls[2], strict=True)]
-        same = {k: v for k, v in results[1].items() if k != "part_workers"} == {
-            k: v for k, v in results[2].items() if k != "part_workers"
-        }
+                if rnd:
+                    walls[name].append(wall)
+        one = names[0]
+        strip = ("part_workers",)
+        for name in names[1:]:
+            ratios = [a / b for a, b in zip(walls[one], walls[name], strict=True)]
+            same = {k: v for k, v in results[name].items() if k not in strip} == {
+                k: v for k, v in results[one].items() if k not in strip
+            }
+            print(
+                f"advisor sweep of {results[one]['n_swept_settings']} configurations in {results[one]['parts']} "
+                f"parts: {one} {statistics.median(walls[one]):.1f} s, {name} {statistics.median(walls[name]):.1f} s "
+                f"(medians); speed-up per round {', '.join(f'{r:.2f}' for r in ratios)}, median "
+                f"{statistics.median(ratios):.2f} (target >= {TARGET}); results identical to one process: {same}"
+            )
         load_after = os.getloadavg()
-        print(
-            f"advisor sweep of {results[1]['n_swept_settings']} configurations in {results[1]['parts']} parts: "
-            f"1 process {statistics.median(walls[1]):.1f} s, 2 processes {statistics.median(walls[2]):.1f} s "
-            f"(medians); ratio per pair {', '.join(f'{r:.2f}' for r in ratios)}, median "
-            f"{statistics.median(ratios):.2f} (target >= {TARGET}); results identical: {same}; "
-            f"load average (1 min) {load_before[0]:.2f} before, {load_after[0]:.2f} after"
-        )
+        print(f"load average (1 min): {load_before[0]:.2f} before, {load_after[0]:.2f} after")
     finally:
         for proc in workers:
             stop_worker(proc)
+        if args.logs is not None:
+            args.logs.mkdir(parents=True, exist_ok=True)
+            for log in folder.glob("*.log"):
+                shutil.copy(log, args.logs / log.name)
         shutil.rmtree(folder, ignore_errors=True)
 
 
