@@ -85,3 +85,53 @@ def test_calibrated_sweep_shares_its_calibration_with_the_parts(api, worker, sha
     local = _assert_fanned_out_equals_local(job)
     assert local["calibration"]["fit_steps"] == [0] and local["uncertainty"] == "mc"
     assert all(r["step_s"]["p10"] is not None for r in local["ranking"])
+
+
+@pytest.mark.parametrize("backend_env", ["sqlite"], indirect=True)
+def test_a_worker_killed_mid_sweep_leaves_the_result_unchanged(api, env, monkeypatch, tmp_path):
+    """SIGKILL one of two workers while the parts of a sweep run: a part it held is lost
+    with it (the embedded queue), so the job's fan-out lease runs out and the survivor's
+    sweeper sends the job again, which plans the same parts again (or, killed between
+    two parts, the survivor takes the rest); either way the sweep ends, equal to the
+    unsplit one."""
+    import os
+    import signal
+    import time
+
+    from backend.store.db import reset_caches
+    from backend.store.models import Job
+    from tests.conftest import start_worker, stop_worker
+
+    short = {
+        "RLVR_JOB_LEASE_S": "4",
+        "RLVR_JOB_SWEEP_S": "1",
+        "RLVR_JOB_REQUEUE_S": "6",
+        "RLVR_QUEUE_NAME": f"advice-kill-{os.getpid()}-{time.monotonic_ns()}",
+    }
+    for key, value in short.items():
+        monkeypatch.setenv(key, value)
+    reset_caches()
+    folder = write_packed_dir(tmp_path / "run", synthetic_rows(steps=4, groups=128, n=8))
+    trace = _upload(api, zip_folder(folder))
+    workers = [start_worker({**env, **short}, tmp_path / f"{i}.log", concurrency=1) for i in range(2)]
+    try:
+        r = api.post(URL, json={"trace_id": trace["id"], "gpu": "h100", "n_gpus": 8, "model": "qwen2.5-7b"})
+        assert r.status_code == 202, r.text
+        job_id = r.json()["id"]
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            with new_session() as session:
+                job = session.get_one(Job, job_id)
+                started = job.parts_total > 1 and 1 <= job.parts_done < job.parts_total - 2
+            if started:
+                break
+            time.sleep(0.05)
+        assert started, "the sweep never ran in parts"
+        os.killpg(workers[0].pid, signal.SIGKILL)  # the whole worker: main process and pool
+        workers[0].wait()
+        job = wait_for_job(api, job_id, timeout=300)
+    finally:
+        for w in workers:
+            stop_worker(w)
+    assert job["status"] == "succeeded", job
+    _assert_fanned_out_equals_local(job)
