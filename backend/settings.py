@@ -46,6 +46,10 @@ class Settings(BaseSettings):
     queue_name: str = "rlvr"
     # Analyses of traces with more samples than this run in step-range parts in parallel.
     analysis_part_samples: int = 4_000_000
+    # An advisor sweep with several rollout layouts runs as a Celery group, one task per
+    # layout, over every worker process; off: in the one task that plans it (on
+    # RLVR_ADVICE_WORKERS processes of its own where it may fork).
+    advice_fanout: bool = True
     # `rlvr-explorer ingest` of a GPU trace with at most this many GPU events runs its
     # analyses in its own process instead of leaving them to a worker (a second
     # interpreter and its imports cost more than they do).

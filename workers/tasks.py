@@ -153,13 +153,28 @@ def run_engine_replay(job_id: int) -> None:
 
 @celery_app.task(name=TASK_NAMES[ADVICE_KIND], **RETRY)
 def run_advice(job_id: int) -> None:
-    """The configuration advisor's sweep over one trace."""
+    """The configuration advisor's sweep over one trace; fans out into `advice_part` tasks."""
+    from celery import group
+
     from workers.runners.advice import run_advice_job
+
+    def send_parts(job: int, n_parts: int, shared: dict) -> None:
+        group(advice_part.s(job, i, shared) for i in range(n_parts)).apply_async()
 
     job_id = job_id[0] if isinstance(job_id, list) else job_id
     with leases.running([job_id]) as claimed:
         if claimed:
-            run_advice_job(job_id)
+            run_advice_job(job_id, send_parts)
+            # A sweep fanned out into parts stays running while the parts wait in the queue.
+            leases.extend(get_engine(), claimed, fanout_lease_s())
+
+
+@celery_app.task(name=TASK_NAMES["advice_part"], **RETRY)
+def advice_part(job_id: int, idx: int, shared: dict) -> None:
+    from workers.runners.advice import run_advice_part
+
+    with leases.sharing([job_id]):
+        run_advice_part(job_id, idx, shared)
 
 
 @celery_app.task(name=TASK_NAMES[TEXT_INDEX_KIND], **RETRY)

@@ -32,6 +32,7 @@ TASK_NAMES = {
     SIMULATION_KIND: "workers.tasks.run_simulation",
     WORKLOAD_KIND: "workers.tasks.run_workload",
     ADVICE_KIND: "workers.tasks.run_advice",
+    "advice_part": "workers.tasks.advice_part",
     TEXT_INDEX_KIND: "workers.tasks.index_texts",
     ENGINE_REPLAY_KIND: "workers.tasks.run_engine_replay",
 }

@@ -14,6 +14,10 @@ winners and step ranges (with their `verdict`, the cause of each winner's gain a
 range in words, `said`), `n_swept_settings`, `reference`, `why_best`, plus
 `calibration` (None when not calibrated), `calibration_note` (why not, naming the measured
 timings the trace has), `uncertainty` ("mc" or None) and `workload`.
+
+In pieces, for a sweep spread over a fleet (workers/runners/advice.py): `calibrated`
+once, `sweep_of` (the parts; planned again by each part from `Sweep.shared()` with
+`sweep_from_shared`), `advisor.run_part` per part, `advice_result` over every part's rows.
 """
 
 from __future__ import annotations
@@ -23,8 +27,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from core.jsonable import json_safe
-from core.simulator.advisor import advise, default_grid
-from core.simulator.calibration import calibrate
+from core.simulator.advisor import default_grid, finish, plan, run_part, run_parts
+from core.simulator.calibration import Calibration, calibrate
 from core.simulator.config import ClusterConfig, EngineLimits, GpuSpec, ModelConfig, to_dict
 from core.simulator.evaluation import noise_for
 from core.simulator.feasibility import min_training_gpus
@@ -32,6 +36,7 @@ from core.simulator.measured import uncalibrated_note
 from core.simulator.replay import fit_steps_for
 from core.simulator.replay_mc import DEFAULT_RUNS
 from core.simulator.request import Calibrate, calibrate_from_json, calibrate_to_json
+from core.simulator.uncertainty import NoiseModel
 from core.simulator.workload import StepWorkload
 
 
@@ -110,40 +115,83 @@ class AdviceRequest:
         raise ValueError("policies: no configuration fits the GPU budget")
 
 
-def advice_of(
-    steps: list[StepWorkload],
-    request: AdviceRequest,
-    progress: Callable[[float, str], None] | None = None,
-    workers: int = 1,
-) -> dict:
-    """Calibrate (as asked, or when measured), then rank the request's grid (see the module doc)."""
-    report = progress or (lambda f, m: None)
-    gpu, model, n = request.gpu, request.model, request.n_gpus
-    cal = noise = None
+@dataclass(frozen=True)
+class Sweep:
+    """An advice request planned on its steps: the calibration and noise model it
+    replays with (None: roofline, no interval) and the advisor's `state` and `parts`
+    (`core.simulator.advisor.plan`)."""
+
+    calibration: Calibration | None
+    noise: NoiseModel | None
+    state: dict
+    parts: list[tuple]
+
+    @property
+    def n_configurations(self) -> int:
+        return sum(len(configs) for _, configs in self.parts)
+
+    def run(self, lo: int = 0, hi: int | None = None) -> list[dict]:
+        """The rows of parts [lo, hi), in order, replayed in this process (`run_part`)."""
+        return [row for part in self.parts[lo:hi] for row in run_part(self.state, part)]
+
+    def shared(self) -> dict:
+        """What a part run elsewhere needs besides the steps and the request (JSON)."""
+        return {
+            "calibration": self.calibration.to_dict() if self.calibration is not None else None,
+            "noise": self.noise.to_dict() if self.noise is not None else None,
+        }
+
+
+def calibrated(
+    steps: list[StepWorkload], request: AdviceRequest, progress: Callable[[float, str], None] | None = None
+) -> tuple[Calibration | None, NoiseModel | None]:
+    """The engine calibration and residual noise the sweep replays with: fitted as asked,
+    or when the trace has measured timings; (None, None) otherwise."""
     fit_ids = fit_steps_for(steps, request.calibrate)
-    if fit_ids is not None:
-        report(0.05, f"calibrating on step(s) {', '.join(map(str, fit_ids))}")
-        cal = calibrate(steps, ClusterConfig(gpu=gpu, n_gpus=n), model, EngineLimits(), fit_steps=fit_ids)
-        noise = noise_for(steps, cal, model)
-    grid = request.grid()
-    report(0.3, f"sweeping {len(grid)} configurations")
-    out = advise(
+    if fit_ids is None:
+        return None, None
+    if progress is not None:
+        progress(0.05, f"calibrating on step(s) {', '.join(map(str, fit_ids))}")
+    gpu, model = request.gpu, request.model
+    cal = calibrate(steps, ClusterConfig(gpu=gpu, n_gpus=request.n_gpus), model, EngineLimits(), fit_steps=fit_ids)
+    return cal, noise_for(steps, cal, model)
+
+
+def sweep_of(
+    steps: list[StepWorkload], request: AdviceRequest, calibration: Calibration | None, noise: NoiseModel | None
+) -> Sweep:
+    """The request's sweep in parts (deterministic: every worker planning it again from
+    the same steps, calibration and noise gets the same parts)."""
+    state, parts = plan(
         steps,
-        gpu,
-        n,
-        model,
-        calibration=cal,
+        request.gpu,
+        request.n_gpus,
+        request.model,
+        calibration=calibration,
         noise=noise,
-        grid=grid,
-        workers=workers,
+        grid=request.grid(),
         n_runs=request.runs,
         policy_runs=request.policy_runs,
         seed=request.seed,
-        progress=lambda f, m: report(0.3 + 0.68 * f, m),
     )
+    return Sweep(calibration, noise, state, parts)
+
+
+def sweep_from_shared(steps: list[StepWorkload], request: AdviceRequest, shared: Mapping[str, Any]) -> Sweep:
+    """`sweep_of` with the calibration and noise model of `Sweep.shared()`."""
+    cal = Calibration.from_dict(shared["calibration"]) if shared.get("calibration") else None
+    noise = NoiseModel.from_dict(shared["noise"]) if shared.get("noise") else None
+    return sweep_of(steps, request, cal, noise)
+
+
+def advice_result(parts: list[list[dict]], steps: list[StepWorkload], request: AdviceRequest, sweep: Sweep) -> dict:
+    """Every part's rows (a list per part or group of parts, in the parts' order) ranked
+    (`finish`), with what the sweep ran on."""
+    out = finish([row for rows in parts for row in rows], steps)
+    cal = sweep.calibration
     out["calibration"] = cal.to_dict() if cal is not None else None
     out["calibration_note"] = None if cal is not None else uncalibrated_note(steps, request.calibrate)
-    out["uncertainty"] = "mc" if noise is not None else None
+    out["uncertainty"] = "mc" if sweep.noise is not None else None
     out["workload"] = {
         "steps": len(steps),
         "first_step": steps[0].step,
@@ -153,4 +201,20 @@ def advice_of(
     return json_safe(out)
 
 
-__all__ = ["AdviceRequest", "advice_of"]
+def advice_of(
+    steps: list[StepWorkload],
+    request: AdviceRequest,
+    progress: Callable[[float, str], None] | None = None,
+    workers: int = 1,
+) -> dict:
+    """Calibrate (as asked, or when measured), then rank the request's grid on `workers`
+    local processes (see the module doc)."""
+    report = progress or (lambda f, m: None)
+    cal, noise = calibrated(steps, request, report)
+    sweep = sweep_of(steps, request, cal, noise)
+    report(0.3, f"sweeping {sweep.n_configurations} configurations")
+    rows = run_parts(sweep.state, sweep.parts, workers, lambda f, m: report(0.3 + 0.68 * f, m))
+    return advice_result([rows], steps, request, sweep)
+
+
+__all__ = ["AdviceRequest", "Sweep", "advice_of", "advice_result", "calibrated", "sweep_from_shared", "sweep_of"]

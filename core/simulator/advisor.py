@@ -41,8 +41,10 @@ Why: every configuration's gain over the reference — the best `sync` configura
 slowest one without sync in the grid) — is split by cause with `explain` (GPU-seconds per
 idle cause, overhead and work), and the cause that moves the most is named.
 
-Work is split by rollout layout across processes; within one, every policy and
-balancing mode reuses the same batch rollouts (`simulate(..., rollout_cache=...)`).
+Work is split by rollout layout into parts (`plan`), each replayed on its own
+(`run_part`: within one, every policy and balancing mode reuses the same batch rollouts,
+`simulate(..., rollout_cache=...)`), then ranked together (`finish`); `advise` runs the
+parts on local processes, a worker fleet as a Celery group (workers/runners/advice.py).
 """
 
 from __future__ import annotations
@@ -259,27 +261,20 @@ def transfer_coefficients(
     return EngineCoefficients(*vals)
 
 
-# --------------------------------------------------------------------------- worker side
-
-_STATE: dict = {}
+# --------------------------------------------------------------------------- one part
 
 
-def _init(state: dict) -> None:
-    _STATE.clear()
-    _STATE.update(state)
-
-
-def _run_layout(task: tuple) -> list[dict]:
-    """Every configuration of one rollout layout (replicas, TP, concurrency)."""
-    (replicas, tp, conc), configs = task
-    st = _STATE
-    steps: list[StepWorkload] = st["steps"]
-    model: ModelConfig = st["model"]
-    base: ClusterConfig = st["cluster"]
-    limits = effective_limits({"max_running_seqs": conc}, st["limits"])
+def run_part(state: dict, part: tuple) -> list[dict]:
+    """Every configuration of one rollout layout (replicas, TP, concurrency): a part of
+    `plan`, replayed with the sweep's `state`; its rows in the order `finish` ranks."""
+    (replicas, tp, conc), configs = part
+    steps: list[StepWorkload] = state["steps"]
+    model: ModelConfig = state["model"]
+    base: ClusterConfig = state["cluster"]
+    limits = effective_limits({"max_running_seqs": conc}, state["limits"])
     probe = dataclasses.replace(base, rollout_replicas=replicas, rollout_tp=tp)
-    coeffs = transfer_coefficients(st["coefficients"], st["cal_cluster"], probe, model)
-    batch_mc = _batch_monte_carlo(probe, limits, coeffs)
+    coeffs = transfer_coefficients(state["coefficients"], state["cal_cluster"], probe, model)
+    batch_mc = _batch_monte_carlo(state, probe, limits, coeffs)
     cache: dict = {}
     out = []
     for c in configs:
@@ -296,35 +291,34 @@ def _run_layout(task: tuple) -> list[dict]:
             rollout_cache=cache if spec.batch_rollouts else None,
         )
         replayed = None
-        if st["noise"] is not None and not _shifted_everywhere(spec, r, batch_mc):
+        if state["noise"] is not None and not _shifted_everywhere(spec, r, batch_mc):
             replayed = monte_carlo_replay(
                 steps,
                 cluster,
                 model,
                 limits,
                 policy,
-                st["noise"],
+                state["noise"],
                 coefficients=coeffs,
-                n_runs=st["policy_runs"],
-                seed=st["seed"],
+                n_runs=state["policy_runs"],
+                seed=state["seed"],
             )["steps"]
         rows = [_step_row(spec, s, batch_mc, replayed) for s in r.steps]
         out.append({**c, "steps": rows, "unused_gpus": r.unused_gpus, "digest": digest(r)})
     return out
 
 
-def _batch_monte_carlo(probe: ClusterConfig, limits: EngineLimits, coeffs: EngineCoefficients) -> dict:
+def _batch_monte_carlo(state: dict, probe: ClusterConfig, limits: EngineLimits, coeffs: EngineCoefficients) -> dict:
     """{step: (deterministic batch rollout seconds, its Monte-Carlo runs)} on this layout
     ({} without a noise model)."""
-    st = _STATE
-    noise: NoiseModel | None = st["noise"]
+    noise: NoiseModel | None = state["noise"]
     if noise is None:
         return {}
-    env = Env(probe, st["model"], limits, Policy(), coeffs, limits.kv_capacity(probe, st["model"]))
+    env = Env(probe, state["model"], limits, Policy(), coeffs, limits.kv_capacity(probe, state["model"]))
     out = {}
-    for w in st["steps"]:
+    for w in state["steps"]:
         lat, gap, owner, duration = request_latencies(env, w)
-        runs = monte_carlo(lat, gap, owner, w.n_samples, noise, n_runs=st["n_runs"], seed=st["seed"])["runs"]
+        runs = monte_carlo(lat, gap, owner, w.n_samples, noise, n_runs=state["n_runs"], seed=state["seed"])["runs"]
         out[w.step] = (duration, runs)
     return out
 
@@ -359,6 +353,53 @@ def _step_row(spec: PolicySpec, s: StepResult, batch_mc: dict, replayed: dict | 
 # --------------------------------------------------------------------------- the sweep
 
 
+def plan(
+    steps: list[StepWorkload],
+    gpu: GpuSpec | str,
+    n_gpus: int,
+    model: ModelConfig,
+    *,
+    calibration: Calibration | None = None,
+    noise: NoiseModel | None = None,
+    limits: EngineLimits | None = None,
+    grid: list[dict] | None = None,
+    n_runs: int = 200,
+    policy_runs: int = DEFAULT_RUNS,
+    seed: int = 0,
+) -> tuple[dict, list[tuple]]:
+    """The sweep split into parts: (the state every part replays with, the parts), one
+    part per rollout layout `((replicas, tp, concurrency), configurations)`, the largest
+    first. Deterministic: the same arguments give the same parts in the same order, so
+    a part run elsewhere (a worker of the fleet) can plan again and take its own."""
+    gpu_spec = GPU_PRESETS[gpu] if isinstance(gpu, str) else gpu
+    base = ClusterConfig(gpu=gpu_spec, n_gpus=n_gpus)
+    if calibration is not None and calibration.cluster.train_mfu:
+        base = dataclasses.replace(base, train_mfu=calibration.cluster.train_mfu)
+    lim = calibration.limits if calibration is not None else (limits or EngineLimits())
+    configs = collapse(grid if grid is not None else default_grid(n_gpus, model, gpu_spec), lim)
+    by_layout: dict[tuple, list[dict]] = {}
+    for c in configs:
+        by_layout.setdefault((c["rollout_replicas"], c["rollout_tp"], c["max_running_seqs"]), []).append(c)
+    state = {
+        "steps": steps,
+        "model": model,
+        "cluster": base,
+        "limits": lim,
+        "noise": noise,
+        "coefficients": calibration.coefficients if calibration is not None else None,
+        "cal_cluster": calibration.cluster if calibration is not None else None,
+        "n_runs": n_runs,
+        "policy_runs": policy_runs,
+        "seed": seed,
+    }
+    return state, sorted(by_layout.items(), key=lambda kv: -len(kv[1]))
+
+
+def finish(results: list[dict], steps: list[StepWorkload]) -> dict:
+    """The ranking (`rank`) of every part's rows, concatenated in the parts' order."""
+    return rank(merge_unbound(results), partial_steps(steps))
+
+
 def advise(
     steps: list[StepWorkload],
     gpu: GpuSpec | str,
@@ -378,46 +419,57 @@ def advise(
     """Rank the `grid` (default `default_grid`) by mean predicted step time over the
     steps (`rank`); per-step winners grouped into step ranges; each configuration's
     gain over the reference explained by cause. `n_runs`: Monte-Carlo runs of a batch
-    rollout; `policy_runs`: replays of a configuration that is not one batch rollout."""
+    rollout; `policy_runs`: replays of a configuration that is not one batch rollout.
+    `plan`, every part on `workers` local processes (`run_parts`), `finish`."""
+    state, parts = plan(
+        steps,
+        gpu,
+        n_gpus,
+        model,
+        calibration=calibration,
+        noise=noise,
+        limits=limits,
+        grid=grid,
+        n_runs=n_runs,
+        policy_runs=policy_runs,
+        seed=seed,
+    )
+    return finish(run_parts(state, parts, workers, progress), steps)
+
+
+_STATE: dict = {}  # a forked pool worker's copy of the sweep's state
+
+
+def _init(state: dict) -> None:
+    _STATE.clear()
+    _STATE.update(state)
+
+
+def _run_in_pool(part: tuple) -> list[dict]:
+    return run_part(_STATE, part)
+
+
+def run_parts(
+    state: dict, parts: list[tuple], workers: int = 1, progress: Callable[[float, str], None] | None = None
+) -> list[dict]:
+    """Every part's rows in the parts' order, on `workers` processes forked here (where
+    no fleet shares the work: the CLI, tests)."""
     report = progress or (lambda f, m: None)
-    gpu_spec = GPU_PRESETS[gpu] if isinstance(gpu, str) else gpu
-    base = ClusterConfig(gpu=gpu_spec, n_gpus=n_gpus)
-    if calibration is not None and calibration.cluster.train_mfu:
-        base = dataclasses.replace(base, train_mfu=calibration.cluster.train_mfu)
-    lim = calibration.limits if calibration is not None else (limits or EngineLimits())
-    grid = collapse(grid if grid is not None else default_grid(n_gpus, model, gpu_spec), lim)
-    by_layout: dict[tuple, list[dict]] = {}
-    for c in grid:
-        by_layout.setdefault((c["rollout_replicas"], c["rollout_tp"], c["max_running_seqs"]), []).append(c)
-    state = {
-        "steps": steps,
-        "model": model,
-        "cluster": base,
-        "limits": lim,
-        "noise": noise,
-        "coefficients": calibration.coefficients if calibration is not None else None,
-        "cal_cluster": calibration.cluster if calibration is not None else None,
-        "n_runs": n_runs,
-        "policy_runs": policy_runs,
-        "seed": seed,
-    }
-    tasks = sorted(by_layout.items(), key=lambda kv: -len(kv[1]))
+    total = sum(len(configs) for _, configs in parts)
     results: list[dict] = []
     import multiprocessing as mp
 
     # a daemonic process (e.g. a Celery prefork child) cannot have children: run here
-    parallel = workers > 1 and len(tasks) > 1 and not mp.current_process().daemon
-    if parallel:
+    if workers > 1 and len(parts) > 1 and not mp.current_process().daemon:
         with forked_pool(workers, _init, (state,)) as ex:  # they stop when this process dies
-            for i, part in enumerate(ex.map(_run_layout, tasks)):
-                results += part
-                report((i + 1) / len(tasks), f"{len(results)} of {len(grid)} configurations")
+            for i, rows in enumerate(ex.map(_run_in_pool, parts)):
+                results += rows
+                report((i + 1) / len(parts), f"{len(results)} of {total} configurations")
     else:
-        _init(state)
-        for i, t in enumerate(tasks):
-            results += _run_layout(t)
-            report((i + 1) / len(tasks), f"{len(results)} of {len(grid)} configurations")
-    return rank(merge_unbound(results), partial_steps(steps))
+        for i, part in enumerate(parts):
+            results += run_part(state, part)
+            report((i + 1) / len(parts), f"{len(results)} of {total} configurations")
+    return results
 
 
 def rank(results: list[dict], partial: set[int]) -> dict:

@@ -3,7 +3,7 @@
 A trace with more samples than `analysis_part_samples` is split into step ranges that
 run as a Celery group, one task per range; each part stores its partial results in
 `job_parts`, and the part that completes the count reduces them into the job result
-(no result backend needed, and a redelivered part never counts twice). Each part
+(backend/jobs/parts.py: no result backend needed, and a redelivered part never counts twice). Each part
 records the host name of the worker that ran it; the reduced result lists them
 (`part_workers`, by part index) so a deployment can see how the parts spread.
 """
@@ -12,15 +12,15 @@ from __future__ import annotations
 
 import logging
 import math
-import socket
 from concurrent.futures import ThreadPoolExecutor
 
-from sqlalchemy import delete, func, select, update
+from sqlalchemy import func, select
 
+from backend.jobs.parts import complete_part, open_parts, part_span
 from backend.jobs.state import mark_failed, mark_succeeded, set_progress
 from backend.settings import get_settings
 from backend.store.db import get_engine, new_session
-from backend.store.models import Base, Job, JobPart, JobStatus, Step, Trace, TraceStatus
+from backend.store.models import Base, Job, JobStatus, Step, Trace, TraceStatus
 from backend.store.trace_tables import load_trace_data
 from core.analysis.registry import ANALYSES, reduce_results, run_analysis
 from core.analysis.tables import TraceData, step_ranges
@@ -75,14 +75,7 @@ def plan_and_run(job_ids: list[int], send_part) -> None:
         _run_here(step_jobs, trace, steps, shared)
         return
     ranges = step_ranges(steps, n_parts)
-    with new_session() as session:
-        for job in step_jobs:
-            session.execute(delete(JobPart).where(JobPart.job_id == job.id))
-            session.add_all(
-                JobPart(job_id=job.id, idx=i, step_lo=lo, step_hi=hi, done=False) for i, (lo, hi) in enumerate(ranges)
-            )
-            session.execute(update(Job).where(Job.id == job.id).values(parts_total=len(ranges), parts_done=0))
-        session.commit()
+    open_parts([j.id for j in step_jobs], ranges)
     send_part([j.id for j in step_jobs], len(ranges), shared)
 
 
@@ -159,9 +152,7 @@ def run_part(job_ids: list[int], idx: int, shared: dict) -> None:
     jobs, trace = _jobs_and_trace(job_ids)
     if not jobs or trace is None:
         return
-    with new_session() as session:
-        part = session.get_one(JobPart, (jobs[0].id, idx))
-        step_range = (part.step_lo, part.step_hi)
+    step_range = part_span(jobs[0].id, idx)
     with engine.connect() as conn:
         data = load_trace_data(conn, trace, union_tables([j.kind for j in jobs]), step_range)
     for job in jobs:
@@ -176,38 +167,17 @@ def run_part(job_ids: list[int], idx: int, shared: dict) -> None:
 
 def _complete_part(job: Job, idx: int, partial: dict, params: dict) -> None:
     engine = get_engine()
-    with engine.begin() as conn:
-        first_time = conn.execute(
-            update(JobPart)
-            .where(JobPart.job_id == job.id, JobPart.idx == idx, JobPart.done.is_(False))
-            .values(done=True, result=partial, worker=socket.gethostname())
-        ).rowcount
-        if not first_time:
-            return
-        done, total = conn.execute(
-            update(Job)
-            .where(Job.id == job.id)
-            .values(parts_done=Job.parts_done + 1, progress=(Job.parts_done + 1) * 1.0 / Job.parts_total)
-            .returning(Job.parts_done, Job.parts_total)
-        ).one()
-    if done < total:
-        return
-    with new_session() as session:
-        rows = session.execute(
-            select(JobPart.result, JobPart.worker).where(JobPart.job_id == job.id).order_by(JobPart.idx)
-        ).all()
-        partials = [r.result for r in rows]
-        status = session.scalar(select(Job.status).where(Job.id == job.id))
-    if status == JobStatus.FAILED:
+    done = complete_part(job.id, idx, partial)
+    if done is None:
         return
     try:
-        result = json_safe(reduce_results(job.kind, partials, params))
+        result = json_safe(reduce_results(job.kind, done.results, params))
     except Exception as exc:
         mark_failed(engine, job.id, f"{job.kind} failed while merging parts: {type(exc).__name__}: {exc}")
         return
-    result["parts"] = total
-    result["part_workers"] = [r.worker for r in rows]
-    mark_succeeded(engine, job.id, result, f"done in {total} parts")
+    result["parts"] = len(done.results)
+    result["part_workers"] = done.workers
+    mark_succeeded(engine, job.id, result, f"done in {len(done.results)} parts")
 
 
 def _run_whole(job: Job, trace: Trace) -> None:
