@@ -205,9 +205,12 @@ def imbalance_page(result: dict, load: str = "tokens") -> dict:
     drawn = [s for s in steps if isinstance(s.get(load), dict)]
     recorded = [s[load].get("recorded") or [] for s in drawn]
     ranks = max((len(r) for r in recorded), default=0)
-    loads = np.full((ranks, len(drawn)), np.nan)
-    for j, rec in enumerate(recorded):
-        loads[: len(rec), j] = [math.nan if v is None else v for v in rec]
+    if all(len(r) == ranks for r in recorded):  # every step has every rank: one conversion (None: NaN)
+        loads = np.array(recorded, dtype=np.float64).reshape(len(drawn), ranks).T
+    else:
+        loads = np.full((ranks, len(drawn)), np.nan)
+        for j, rec in enumerate(recorded):
+            loads[: len(rec), j] = np.array(rec, dtype=np.float64)
     r0, c0 = heatmap_windows(*loads.shape)
     cells = block_means(loads, r0, c0)
     means = np.array([[math.nan if s[load].get("mean") is None else s[load]["mean"] for s in drawn]])

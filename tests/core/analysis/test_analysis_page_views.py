@@ -206,3 +206,17 @@ def test_other_kinds_and_missing_results_pass_through():
     result = {"steps": [{"step": 0, "p50": 1.0}]}
     assert page_view("lengths", result) is result
     assert page_view("imbalance", None) is None
+
+
+def test_imbalance_heatmap_of_steps_with_fewer_ranks():
+    result = {
+        "steps": [
+            {"step": 0, "tokens": {"recorded": [5, 7], "mean": 6.0}},
+            {"step": 1, "tokens": {"recorded": [9], "mean": 9.0}},
+            {"step": 2},
+        ]
+    }
+    heat = page_view("imbalance", result)["load_heatmap"]
+    assert heat["steps"] == [0, 1] and heat["ranks"] == [0, 1] and heat["mean"] == [6.0, 9.0]
+    cells = f4(heat["recorded"])
+    assert cells[:, 0].tolist() == [5.0, 7.0] and cells[0, 1] == 9.0 and np.isnan(cells[1, 1])
