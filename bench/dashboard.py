@@ -50,6 +50,7 @@ ROOT = HERE.parent
 # This file is bench/dashboard.py: its folder must not shadow the `dashboard` package.
 sys.path[:] = [str(ROOT)] + [p for p in sys.path if Path(p or ".").resolve() != HERE]
 
+from core.analysis.page_views import page_view  # noqa: E402
 from core.analysis.stats import LOG_BIN_EDGES, distribution_stats, log_histogram  # noqa: E402
 from dashboard.figures.distributions import (  # noqa: E402
     cdf_figure,
@@ -224,8 +225,9 @@ def simulation_result(steps: int, lanes: int, rng) -> dict:
 def bench_figures(repeat: int) -> list[tuple[str, str, float, int, int]]:
     rng = np.random.default_rng(0)
     summary = summaries_payload(500, 2048, rng)
-    imb = imbalance_result(500, 256, rng)
-    lt = longtail_result(500, 256, rng)
+    # what the pages draw: the page views, their heatmaps capped whatever the trace's size
+    imb = page_view("imbalance", imbalance_result(1000, 256, rng))
+    lt = page_view("longtail", longtail_result(1000, 256, rng))
     steps = [
         {"step": s, **{f"t_{st}": float(rng.uniform(5, 50)) for st in STAGES}, "t_step": 400.0} for s in range(500)
     ]
@@ -240,11 +242,11 @@ def bench_figures(repeat: int) -> list[tuple[str, str, float, int, int]]:
         ("CDFs", "4 of 500 steps", lambda: cdf_figure(summary, [0, 166, 333, 499])),
         ("stage time bars", "500 steps x 6 stages", lambda: stage_time_figure(steps)),
         ("stage Gantt", "256 ranks", lambda: stage_gantt_figure(steps[0], timings, step_no=0)),
-        ("DP load heatmap", "256 ranks x 500 steps", lambda: load_heatmap_figure(imb)),
-        ("imbalance ratios", "500 steps x 3 policies", lambda: imbalance_ratio_figure(imb)),
-        ("balancing saving", "500 steps", lambda: saving_figure(imb)),
-        ("long-tail idle", "500 steps", lambda: longtail_idle_figure(lt)),
-        ("engine idle heatmap", "256 engines x 500 steps", lambda: longtail_engine_figure(lt)),
+        ("DP load heatmap", "256 ranks x 1,000 steps", lambda: load_heatmap_figure(imb)),
+        ("imbalance ratios", "1,000 steps x 3 policies", lambda: imbalance_ratio_figure(imb)),
+        ("balancing saving", "1,000 steps", lambda: saving_figure(imb)),
+        ("long-tail idle", "1,000 steps", lambda: longtail_idle_figure(lt)),
+        ("engine idle heatmap", "256 engines x 1,000 steps", lambda: longtail_engine_figure(lt)),
         ("kernel Gantt", "10,000 events, 4 ranks", lambda: kernel_gantt_figure(events)),
         ("replay pred/measured", "500 steps", lambda: predicted_vs_measured_figure(sim)),
         ("replay speedup", "500 steps", lambda: speedup_figure(sim)),

@@ -13,7 +13,7 @@ from backend.jobs.analyses import applicable_analyses
 from backend.jobs.contracts import INGEST_KIND
 from backend.store.models import Job, Team, Trace
 from backend.store.queries import jobs as job_queries
-from core.analysis.page_views import page_view
+from core.analysis.page_views import STEPS_PAGE_MAX, page_view, steps_page
 
 _SUMMARY_FIELDS = tuple(f for f in JobOut.model_fields if f != "result")
 
@@ -48,12 +48,17 @@ def job_list(jobs: Iterable[Job], include_result: bool) -> JobList:
     return JobList(items=[JobOut(**{f: getattr(j, f) for f in _SUMMARY_FIELDS}, result=None) for j in jobs])
 
 
-def job_view(job: Job, view: str = "full", load: str = "tokens") -> Job | JobOut:
-    """One job as `GET /jobs/{id}?view&load` answers it: as stored, or with the page view
-    of its result (core.analysis.page_views; the stored result is left as it is)."""
-    if view != "page":
+def job_view(
+    job: Job, view: str = "full", load: str = "tokens", step_offset: int = 0, step_limit: int = STEPS_PAGE_MAX
+) -> Job | JobOut:
+    """One job as `GET /jobs/{id}?view&load&step_offset&step_limit` answers it: as stored,
+    with the page view of its result, or with one page of its step entries
+    (core.analysis.page_views; the stored result is left as it is)."""
+    if view == "full":
         return job
     fields = {f: getattr(job, f) for f in _SUMMARY_FIELDS}
+    if view == "steps":
+        return JobOut(**fields, result=steps_page(job.result, step_offset, step_limit))
     return JobOut(**fields, result=page_view(job.kind, job.result, load=load))
 
 

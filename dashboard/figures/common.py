@@ -253,3 +253,12 @@ def step_gaps(fig: go.Figure) -> go.Figure:  # noqa: C901 -- axis breaks for mis
         if len(new_x) != len(xs):
             tr.update(x=new_x, connectgaps=False, **new_cols)
     return fig
+
+
+def binned_note(block: dict, rows_key: str, what: str) -> str:
+    """What a cell of a binned page-view heatmap holds ('' when one step of one row)."""
+    steps, rows = int(block.get("steps_per_cell") or 1), int(block.get(rows_key) or 1)
+    if steps <= 1 and rows <= 1:
+        return ""
+    parts = [f"{steps} steps"] + ([f"{rows} {what}"] if rows > 1 else [])
+    return f"each cell: the mean over {' x '.join(parts)}"

@@ -12,6 +12,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from dashboard.figures.common import (
+    binned_note,
     empty_figure,
     integer_ticks,
     many_steps,
@@ -55,37 +56,34 @@ def _steps(result: dict, load: str) -> list[dict]:
 
 def load_heatmap_figure(result: dict, load: str = "tokens") -> go.Figure:
     """Step x DP rank, colour = the rank's load relative to the step mean (1 = fair
-    share); hover gives the absolute load."""
-    steps = _steps(result, load)
+    share); hover gives the absolute load. From a page view binned to fewer cells than
+    steps x ranks (core.analysis.page_views), a cell is a block of steps and ranks: its
+    mean load relative to the steps' mean."""
     title = f"Load per DP rank relative to the step mean ({LOAD_LABELS.get(load, load)})"
-    if not steps:
+    grid = load_grid(result, load)
+    if grid is None:
         return empty_figure(
             "No per-rank loads: the samples have no dp_rank; upload PolyTrace packed_lengths_step_N.jsonl files "
             "(they carry it) or native samples with a dp_rank column (docs/formats.md)",
             title,
         )
-    loads = [recorded_loads(s[load].get("recorded")) for s in steps]
-    n_ranks = max(len(rec) for rec in loads)
-    # float32, what the heatmap draws: the full result and the page view (float32 bytes)
-    # give the same cells
-    raw = np.full((n_ranks, len(steps)), np.nan, dtype=np.float32)
-    for j, rec in enumerate(loads):
-        raw[: len(rec), j] = rec
-    mean = np.array([num(s[load].get("mean")) or np.nan for s in steps])
+    x, y, raw, mean, binned = grid
     with np.errstate(invalid="ignore", divide="ignore"):
         z = raw.astype(np.float64) / mean[None, :]
+    n_rows = raw.shape[0]
     fig = styled_figure(
-        title,
+        title + (f" <br><sup>{binned}</sup>" if binned else ""),
         x_title=UNITS["step"],
         y_title=UNITS["dp_rank"],
-        height=rows_height(n_ranks, per_row=16 if n_ranks <= 64 else 3, minimum=320, maximum=900),
+        height=rows_height(n_rows, per_row=16 if n_rows <= 64 else 3, minimum=320, maximum=900),
     )
     zmax = float(np.nanmax(z)) if np.isfinite(z).any() else 2.0
+    where = "steps from %{x}, DP ranks from %{y}" if binned else "step %{x}, DP rank %{y}"
     fig.add_trace(
         go.Heatmap(
-            # float32 typed arrays: 256 ranks x 500 steps is ~0.7 MB each instead of ~2.5 MB of JSON text
-            x=np.array([s["step"] for s in steps], dtype=np.int32),
-            y=np.arange(n_ranks, dtype=np.int32),
+            # float32 typed arrays: a capped page view is ~0.35 MB each instead of megabytes of JSON text
+            x=x,
+            y=y,
             z=z.astype(np.float32),
             customdata=raw,
             colorscale="RdBu_r",
@@ -93,20 +91,55 @@ def load_heatmap_figure(result: dict, load: str = "tokens") -> go.Figure:
             zmin=max(0.0, 2.0 - zmax),
             zmax=zmax,
             colorbar=dict(title=dict(text="load / mean"), thickness=12),
-            hovertemplate="step %{x}, DP rank %{y}<br>%{customdata:,.0f} (%{z:.2f}x mean)<extra></extra>",
+            hovertemplate=where + "<br>%{customdata:,.0f} (%{z:.2f}x mean)<extra></extra>",
         )
     )
     fig.update_yaxes(autorange="reversed")
     return integer_ticks(integer_ticks(fig), "y")
 
 
+def load_grid(result: dict, load: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, str] | None:
+    """(first step per column, first rank per row, ranks x columns load as float32, mean
+    load per column, a note when cells are blocks of several steps or ranks) or None
+    without per-rank loads: from a page view's `load_heatmap`, or the full result's
+    per-step `recorded` lists (one column per step)."""
+    block = result.get("load_heatmap")
+    if isinstance(block, dict):  # the page view
+        if not block.get("steps") or not block.get("ranks"):
+            return None
+        raw = f4_matrix(block["recorded"])
+        mean = np.array([num(v) or np.nan for v in block.get("mean") or []])
+        return (
+            np.array(block["steps"], dtype=np.int32),
+            np.array(block["ranks"], dtype=np.int32),
+            raw,
+            mean,
+            binned_note(block, "ranks_per_cell", "DP ranks"),
+        )
+    steps = _steps(result, load)
+    if not steps:
+        return None
+    loads = [recorded_loads(s[load].get("recorded")) for s in steps]
+    n_ranks = max(len(rec) for rec in loads)
+    # float32, what the heatmap draws: the full result and an unbinned page view give the same cells
+    raw = np.full((n_ranks, len(steps)), np.nan, dtype=np.float32)
+    for j, rec in enumerate(loads):
+        raw[: len(rec), j] = rec
+    mean = np.array([num(s[load].get("mean")) or np.nan for s in steps])
+    return np.array([s["step"] for s in steps], dtype=np.int32), np.arange(n_ranks, dtype=np.int32), raw, mean, ""
+
+
+def f4_matrix(encoded: dict) -> np.ndarray:
+    """A matrix sent as float32 bytes {"dtype": "f4", "shape", "bdata": base64} (the page
+    view, core.analysis.page_views)."""
+    if encoded.get("dtype") != "f4":
+        raise ValueError(f"a matrix in an unknown encoding {encoded.get('dtype')!r}")
+    flat = np.frombuffer(base64.b64decode(encoded.get("bdata") or ""), dtype="<f4")
+    return flat.reshape(encoded.get("shape") or (0, 0))
+
+
 def recorded_loads(recorded) -> np.ndarray:
-    """A step's load per rank as float32: a list of numbers (the full result; None: NaN)
-    or float32 bytes {"dtype": "f4", "bdata": base64} (the page view, core.analysis.page_views)."""
-    if isinstance(recorded, dict):
-        if recorded.get("dtype") != "f4":
-            raise ValueError(f"recorded loads in an unknown encoding {recorded.get('dtype')!r}")
-        return np.frombuffer(base64.b64decode(recorded.get("bdata") or ""), dtype="<f4")
+    """A step's load per rank (a list of numbers, None: NaN) as float32."""
     return np.array([np.nan if num(v) is None else num(v) for v in recorded or []], dtype=np.float32)
 
 

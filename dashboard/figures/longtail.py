@@ -12,6 +12,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from dashboard.figures.common import (
+    binned_note,
     empty_figure,
     integer_ticks,
     num,
@@ -132,46 +133,50 @@ def longtail_finish_figure(result: dict) -> go.Figure:
 
 
 def longtail_engine_figure(result: dict) -> go.Figure:
-    """Step x engine heatmap of each engine's idle fraction 1 - sum(len)/(n x max len)."""
+    """Step x engine heatmap of each engine's idle fraction 1 - sum(len)/(n x max len)
+    (from a page view binned to fewer cells than steps x engines, a cell's mean over its
+    block of steps and engines: core.analysis.page_views)."""
     key = result.get("engine_key") or "engine"
     title = f"Idle share per engine ({key})"
-    steps, engines, z = engine_idle_matrix(result)
-    if not steps:
+    x, engines, z, binned = engine_idle_matrix(result)
+    if not len(x):
         return empty_figure("No per-engine figures", title)
     fig = styled_figure(
-        title,
+        title + (f" <br><sup>{binned}</sup>" if binned else ""),
         x_title=UNITS["step"],
         y_title=key.replace("_", " "),
         height=rows_height(len(engines), per_row=16 if len(engines) <= 64 else 3, minimum=320, maximum=900),
     )
+    where = "steps from %{x}, engines from %{y}" if binned else "step %{x}, engine %{y}"
     # whole percents: 256 engines x 500 steps gzip to a third of the size of exact floats
     fig.add_trace(
         go.Heatmap(
-            x=np.array([s["step"] for s in steps], dtype=np.int32),
+            x=x,
             y=[str(e) for e in engines],
             z=z,
             colorscale="Oranges",
             zmin=0,
             colorbar=dict(title=dict(text="idle %"), thickness=12),
-            hovertemplate="step %{x}, engine %{y}<br>%{z:.0f}% idle<extra></extra>",
+            hovertemplate=where + "<br>%{z:.0f}% idle<extra></extra>",
         )
     )
     fig.update_yaxes(autorange="reversed", type="category")
     return integer_ticks(fig)
 
 
-def engine_idle_matrix(result: dict) -> tuple[list[dict], list, np.ndarray]:
-    """(steps with per-engine figures, engines sorted, engines x steps idle % rounded to
-    whole percents as float32): from the full result's per-engine column dicts, or from
-    the page view's `engines` and per-step `engine_idle_pct` (whole percents already,
-    by the same rounding: core.analysis.page_views)."""
-    if "engines" in result:  # the page view
-        steps = [s for s in _steps(result) if isinstance(s.get("engine_idle_pct"), list)]
-        engines = list(result["engines"])
-        z = np.full((len(engines), len(steps)), np.nan, dtype=np.float32)
-        for j, s in enumerate(steps):
-            z[:, j] = [np.nan if v is None else v for v in s["engine_idle_pct"]]
-        return steps, engines, z
+def engine_idle_matrix(result: dict) -> tuple[np.ndarray, list, np.ndarray, str]:
+    """(first step per column, first engine per row, rows x columns idle % rounded to
+    whole percents as float32, a note when cells are blocks of several steps or engines):
+    from the page view's `engine_heatmap` (whole percents already, by the same rounding:
+    core.analysis.page_views), or the full result's per-engine column dicts (one column
+    per step, one row per engine)."""
+    block = result.get("engine_heatmap")
+    if isinstance(block, dict):  # the page view
+        z = np.array(block.get("idle_pct") or [], dtype=np.float32).reshape(
+            len(block.get("engines") or []), len(block.get("steps") or [])
+        )
+        x = np.array(block.get("steps") or [], dtype=np.int32)
+        return x, list(block.get("engines") or []), z, binned_note(block, "engines_per_cell", "engines")
     steps = [s for s in _steps(result) if isinstance(s.get("engine"), dict)]
     engines = sorted({e for s in steps for e in s["engine"].get("engine", [])})
     pos = {e: i for i, e in enumerate(engines)}
@@ -181,4 +186,4 @@ def engine_idle_matrix(result: dict) -> tuple[list[dict], list, np.ndarray]:
             p = pct(v)
             if p is not None:
                 z[pos[e], j] = p
-    return steps, engines, np.round(z)
+    return np.array([s["step"] for s in steps], dtype=np.int32), engines, np.round(z), ""

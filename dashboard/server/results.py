@@ -7,9 +7,9 @@ by (API root, team key, job id, view) serves page reloads and filter changes wit
 asking the API again; the key is part of the cache key, so a team only ever reads its own.
 
 Views: the long-tail and imbalance results are megabytes per 1,000 steps of 256 ranks
-(19 and 5 MB); their pages, the overview and Compare many ask for their page view
-(`GET /jobs/{id}?view=page`, `page_query`), which carries exactly what they draw in
-under 2 MB.
+(15 and 5 MB) and grow with steps x ranks; their pages, the overview and Compare many ask
+for their page view (`GET /jobs/{id}?view=page`, `page_query`): what they draw, with the
+step x rank heatmap capped (core.analysis.page_views), a few hundred KB whatever the trace.
 """
 
 from __future__ import annotations

@@ -21,6 +21,7 @@ from dashboard.api import session
 from dashboard.figures.compare_many import imbalance_figure, longtail_figure
 from dashboard.figures.headlines import imbalance_headline, rollout_idle_share
 from dashboard.figures.imbalance import (
+    f4_matrix,
     imbalance_ratio_figure,
     load_heatmap_figure,
     recorded_loads,
@@ -109,12 +110,66 @@ def test_heatmap_draws_the_recorded_loads_at_float32():
     assert np.allclose(ratio, want / mean[None, :], rtol=1e-6)
 
 
-def test_recorded_loads_reads_both_forms():
+def test_recorded_loads_and_the_view_matrix():
     assert recorded_loads([1, None, 3]).tolist()[::2] == [1.0, 3.0] and np.isnan(recorded_loads([None])[0])
-    encoded = page_view("imbalance", {"steps": [{"step": 0, "tokens": {"recorded": [5, 7]}}]})["steps"][0]
-    assert recorded_loads(encoded["tokens"]["recorded"]).tolist() == [5.0, 7.0]
+    heat = page_view("imbalance", {"steps": [{"step": s, "tokens": {"recorded": [5, 7], "mean": 6}} for s in (0, 1)]})
+    assert f4_matrix(heat["load_heatmap"]["recorded"]).tolist() == [[5.0, 5.0], [7.0, 7.0]]
     with pytest.raises(ValueError, match="unknown encoding"):
-        recorded_loads({"dtype": "f8", "bdata": ""})
+        f4_matrix({"dtype": "f8", "bdata": ""})
+
+
+def big_results(steps: int = 1000, ranks: int = 256) -> dict:
+    """Results of the size the pages must stay small on, written directly (the figures
+    read only these fields)."""
+    rng = np.random.default_rng(3)
+    rec = rng.integers(1_000, 100_000, (steps, ranks))
+    idle = rng.uniform(0, 1, (steps, ranks))
+    tokens = {"max_over_mean": 1.2, "max_over_min": 1.5, "kk_max_over_mean": 1.01, "saving": 0.1}
+    return {
+        "imbalance": {
+            "dp_size": ranks,
+            "steps": [
+                {"step": s, "tokens": {"recorded": r, "mean": sum(r) / ranks, **tokens}}
+                for s, r in enumerate(rec.tolist())
+            ],
+        },
+        "longtail": {
+            "engine_key": "dp_rank",
+            "steps": [
+                {
+                    "step": s,
+                    "engine_time": 10.0,
+                    "idle_waiting": 2.0,
+                    "engine": {"engine": list(range(ranks)), "idle_fraction": r},
+                }
+                for s, r in enumerate(idle.tolist())
+            ],
+        },
+    }
+
+
+def test_binned_heatmaps_stay_small_and_draw_the_view():
+    """1,000 steps x 256 ranks: the full-resolution heatmaps are megabytes of figure JSON,
+    the page view's are binned to 4 steps a cell, and say so."""
+    full = big_results()
+    imb = _json(page_view("imbalance", full["imbalance"]))
+    lt = _json(page_view("longtail", full["longtail"]))
+    heat_full, heat = load_heatmap_figure(full["imbalance"]), load_heatmap_figure(imb)
+    eng_full, eng = longtail_engine_figure(full["longtail"]), longtail_engine_figure(lt)
+    for small, whole in ((heat, heat_full), (eng, eng_full)):
+        size = len(pio.to_json(small, validate=False))
+        assert size < 1_000_000 and len(pio.to_json(whole, validate=False)) > 2 * size
+        assert "each cell: the mean over 4 steps" in small.layout.title.text
+    z = np.asarray(heat.data[0].z)
+    assert z.shape == (256, 250)
+    rec = np.array([s["tokens"]["recorded"] for s in full["imbalance"]["steps"]], dtype=np.float64).T
+    means = np.array([s["tokens"]["mean"] for s in full["imbalance"]["steps"]])
+    want = rec.reshape(256, 250, 4).mean(axis=2) / means.reshape(250, 4).mean(axis=1)[None, :]
+    assert np.allclose(z, want, rtol=1e-6) and list(heat.data[0].x[:2]) == [0, 4]
+    assert np.asarray(eng.data[0].z).shape == (256, 250)
+    # the line charts still draw every step, as from the full result
+    assert same(imbalance_ratio_figure(imb), imbalance_ratio_figure(full["imbalance"]))
+    assert same(longtail_idle_figure(lt), longtail_idle_figure(full["longtail"]))
 
 
 def test_longtail_figures_from_the_view_equal_the_full_ones():

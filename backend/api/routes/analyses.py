@@ -6,13 +6,14 @@ from fastapi import APIRouter, HTTPException, Response, status
 
 from backend.api.deps import SessionDep, TraceDep, require_ready
 from backend.api.errors import ERROR_RESPONSES
-from backend.api.params import IncludeResult, ResultView, ViewLoad
+from backend.api.params import IncludeResult, ResultView, StepLimit, StepOffset, ViewLoad
 from backend.api.schemas import AnalysisRequest, JobList, JobOut
 from backend.api.views import job_list, job_view
 from backend.jobs.analyses import NotApplicable, request_analysis
 from backend.jobs.state import params_key
 from backend.store.models import JobStatus
 from backend.store.queries import jobs as job_queries
+from core.analysis.page_views import STEPS_PAGE_MAX
 from core.analysis.registry import ANALYSES, resolve_params
 
 router = APIRouter(prefix="/traces/{trace_id}/analyses", tags=["analyses"], responses=ERROR_RESPONSES)
@@ -53,10 +54,17 @@ def list_analyses(session: SessionDep, trace: TraceDep, include_result: IncludeR
 
 @router.get("/{kind}", response_model=JobOut)
 def latest_analysis(
-    kind: str, session: SessionDep, trace: TraceDep, view: ResultView = "full", load: ViewLoad = "tokens"
+    kind: str,
+    session: SessionDep,
+    trace: TraceDep,
+    view: ResultView = "full",
+    load: ViewLoad = "tokens",
+    step_offset: StepOffset = 0,
+    step_limit: StepLimit = STEPS_PAGE_MAX,
 ):
     """The newest job of this kind with default parameters (else any parameters),
-    preferring a finished one (`view=page`: its result as the dashboard pages draw it)."""
+    preferring a finished one (`view=page`: its result as the dashboard pages draw it;
+    `view=steps`: a page of its step entries)."""
     if kind not in ANALYSES:
         raise HTTPException(status.HTTP_404_NOT_FOUND, detail={"message": f"unknown analysis '{kind}'"})
     # results deferred: only the chosen job's result is read
@@ -65,4 +73,4 @@ def latest_analysis(
         raise HTTPException(status.HTTP_404_NOT_FOUND, detail={"message": f"no '{kind}' analysis for trace {trace.id}"})
     default_key = params_key(kind, resolve_params(kind, {}))
     jobs.sort(key=lambda j: (j.params_key != default_key, j.status != JobStatus.SUCCEEDED))
-    return job_view(jobs[0], view, load)
+    return job_view(jobs[0], view, load, step_offset, step_limit)

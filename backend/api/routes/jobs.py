@@ -13,12 +13,13 @@ from fastapi import APIRouter, HTTPException, Query, Response, status
 
 from backend.api.deps import CurrentTeam, JobIdPath, OptionalTraceQuery, SessionDep, job_of_team
 from backend.api.errors import ERROR_RESPONSES
-from backend.api.params import IncludeResult, ResultView, ViewLoad
+from backend.api.params import IncludeResult, ResultView, StepLimit, StepOffset, ViewLoad
 from backend.api.schemas import NO_NUL, AnalysisKindOut, JobKindsOut, JobList, JobOut
 from backend.api.views import job_list, job_view
 from backend.jobs.contracts import job_kinds, remove_artefacts
 from backend.store.models import JobStatus
 from backend.store.queries import jobs as job_queries
+from core.analysis.page_views import STEPS_PAGE_MAX
 from core.analysis.registry import ANALYSES
 
 router = APIRouter(prefix="/jobs", tags=["jobs"], responses=ERROR_RESPONSES)
@@ -70,11 +71,17 @@ def list_job_kinds(team: CurrentTeam) -> JobKindsOut:
 
 @router.get("/{job_id}", response_model=JobOut)
 def get_job(
-    job_id: JobIdPath, session: SessionDep, team: CurrentTeam, view: ResultView = "full", load: ViewLoad = "tokens"
+    job_id: JobIdPath,
+    session: SessionDep,
+    team: CurrentTeam,
+    view: ResultView = "full",
+    load: ViewLoad = "tokens",
+    step_offset: StepOffset = 0,
+    step_limit: StepLimit = STEPS_PAGE_MAX,
 ):
     """One job with its result (`view=page`: a longtail or imbalance result as the
-    dashboard pages draw it, a fraction of its size)."""
-    return job_view(job_of_team(session, team, job_id), view, load)
+    dashboard pages draw it, bounded in size; `view=steps`: a page of its step entries)."""
+    return job_view(job_of_team(session, team, job_id), view, load, step_offset, step_limit)
 
 
 @router.delete("/{job_id}", status_code=status.HTTP_204_NO_CONTENT, responses={409: {"description": "Not finished."}})

@@ -1,6 +1,7 @@
 """`view=page` (and `load`) on GET /jobs/{id} and GET /traces/{id}/analyses/{kind}: a
 long-tail or imbalance result as the dashboard pages draw it (core.analysis.page_views),
-the stored result unchanged without the parameter."""
+`view=steps` (and `step_offset`, `step_limit`): a page of its full-resolution step
+entries, the stored result unchanged without the parameter."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from backend.store.db import session_scope
 from backend.store.models import JobStatus
 from core.analysis.imbalance import analyze_imbalance
 from core.analysis.longtail import analyze_longtail
-from core.analysis.page_views import page_view
+from core.analysis.page_views import STEPS_PAGE_MAX, page_view, steps_page
 from core.analysis.registry import resolve_params
 from core.analysis.tables import TraceData
 from tests.helpers import jsonl, synthetic_rows, synthetic_trace_tables
@@ -62,7 +63,7 @@ def test_page_view_of_a_job(api, team_key):
     body = lt.json()
     assert body["result"] == page_view("longtail", results["longtail"])
     assert body["id"] == ids["longtail"] and body["status"] == "succeeded" and body["kind"] == "longtail"
-    assert "engines" in body["result"] and all("engine" not in s for s in body["result"]["steps"])
+    assert "engine_heatmap" in body["result"] and all("engine" not in s for s in body["result"]["steps"])
 
     for load in ("tokens", "cost"):
         got = api.get(f"/api/v1/jobs/{ids['imbalance']}", params={"view": "page", "load": load}).json()["result"]
@@ -86,6 +87,33 @@ def test_page_view_of_the_latest_analysis(api, team_key):
 
 def test_unknown_view_or_load_is_refused(api, team_key):
     job_id = _succeeded(team_key, _trace(api), "imbalance", _results()["imbalance"])
-    for params in ({"view": "summary"}, {"view": "page", "load": "flops"}):
+    for params in (
+        {"view": "summary"},
+        {"view": "page", "load": "flops"},
+        {"view": "steps", "step_limit": STEPS_PAGE_MAX + 1},
+        {"view": "steps", "step_limit": 0},
+        {"view": "steps", "step_offset": -1},
+    ):
         r = api.get(f"/api/v1/jobs/{job_id}", params=params)
         assert r.status_code == 422, params
+
+
+def test_steps_view_pages_the_stored_entries(api, team_key):
+    trace_id = _trace(api)
+    results = _results()
+    job_id = _succeeded(team_key, trace_id, "longtail", results["longtail"])
+    stored = results["longtail"]["steps"]
+    assert len(stored) > 2
+    got = []
+    for offset in range(0, len(stored), 2):
+        r = api.get(f"/api/v1/jobs/{job_id}", params={"view": "steps", "step_offset": offset, "step_limit": 2})
+        assert r.status_code == 200, r.text
+        body = r.json()["result"]
+        assert body == steps_page(results["longtail"], offset, 2)
+        assert body["view"]["total"] == len(stored) and body["summary"] == results["longtail"]["summary"]
+        got += body["steps"]
+    assert got == stored  # every entry once, as stored (per-engine columns included)
+    latest = api.get(
+        f"/api/v1/traces/{trace_id}/analyses/longtail", params={"view": "steps", "step_offset": 1, "step_limit": 1}
+    )
+    assert latest.json()["result"]["steps"] == stored[1:2]
