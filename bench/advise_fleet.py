@@ -1,18 +1,18 @@
 """The advisor sweep over the fleet: one worker process against two.
 
-Generates a packed-lengths run (default 12 steps x 256 groups x 8 = 24,576 samples),
+Generates a packed-lengths run (default 6 steps x 256 groups x 8 = 12,288 samples),
 ingests it into a throwaway embedded deployment (SQLite and the filesystem queue in a
-temporary folder, nothing shared with anything else on the machine) and starts two
-real workers on it (`rlvr-explorer worker`), each on a queue of its own: one with
-`--concurrency 1`, one with `--concurrency 2`. An advice job over the whole trace (8
-H100s, Qwen2.5-7B, every policy, DP balancing none / kk, at most 128 and 512 running
-sequences: 228 configurations in 20 rollout layouts, so 20 `advice_part` tasks) is sent
-to each in turn: a first pair warms the workers up (imports, compiled code), then
-`--pairs` alternating pairs are timed, from dispatch to the job's success. Prints each
-wall time, the ratio per pair (1 process / 2 processes; target >= 1.7) and their median,
-the results compared (the two must rank identically), and the machine's load before
-and after (`os.getloadavg`: it is shared, and the ratio is only as good as the
-second core is free).
+temporary folder, nothing shared with anything else on the machine) and starts real
+workers on it (`rlvr-explorer worker`), each setup on a queue of its own: one worker of
+one process, two workers of one process, one worker of two processes. An advice job
+over the whole trace (8 H100s, Qwen2.5-7B, every policy, DP balancing none / kk, at
+most 128 and 512 running sequences: 228 configurations in 20 rollout layouts, so 20
+`advice_part` tasks) is sent to each in turn: a first round warms the workers up
+(imports, compiled code), then `--pairs` alternating rounds are timed, from dispatch to
+the job's success. Prints each wall time, the speed-up per round over one process and
+their mean (target >= 1.7), the results compared (each must equal one process's), and
+the machine's load before and after (`os.getloadavg`: it is shared, and the speed-up is
+only as good as the second core is free).
 
 Bounded: every job has `--timeout` seconds; the workers are stopped (SIGTERM, then
 SIGKILL of their process group) and the folder removed whatever happens.
@@ -20,7 +20,7 @@ SIGKILL of their process group) and the folder removed whatever happens.
 Each sweep's CPU seconds over the worker's processes are printed beside its wall time
 (what the machine's other load cannot inflate as much).
 
-    python bench/advise_fleet.py [--steps 12 --groups 256 --n 8 --pairs 3 --timeout 600] [--logs DIR]
+    python bench/advise_fleet.py [--steps 6 --groups 256 --n 8 --pairs 3 --timeout 600] [--logs DIR]
 """
 
 from __future__ import annotations
@@ -195,9 +195,9 @@ def main() -> None:
             }
             print(
                 f"advisor sweep of {results[one]['n_swept_settings']} configurations in {results[one]['parts']} "
-                f"parts: {one} {statistics.median(walls[one]):.1f} s, {name} {statistics.median(walls[name]):.1f} s "
-                f"(medians); speed-up per round {', '.join(f'{r:.2f}' for r in ratios)}, median "
-                f"{statistics.median(ratios):.2f} (target >= {TARGET}); results identical to one process: {same}"
+                f"parts: {one} {statistics.mean(walls[one]):.1f} s, {name} {statistics.mean(walls[name]):.1f} s "
+                f"(means); speed-up per round {', '.join(f'{r:.2f}' for r in ratios)}, mean "
+                f"{statistics.mean(ratios):.2f} (target >= {TARGET}); results identical to one process: {same}"
             )
         load_after = os.getloadavg()
         print(f"load average (1 min): {load_before[0]:.2f} before, {load_after[0]:.2f} after")
