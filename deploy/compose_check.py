@@ -5,7 +5,7 @@ Standard library only; talks to the deployment through docker-compose and the pu
 API port on 127.0.0.1. Steps: build, up, health, teams, uploads (inline 201 and
 worker-ingested 202), analyses and a replay on a worker, the dashboard in headless
 Chromium, scale-out to three workers with step-range parts on two or more of them and
-results equal to a one-worker run, a worker killed mid-job, a Postgres restart, backup
+results (analyses, an advisor sweep in parts) equal to a one-worker run, a worker killed mid-job, a Postgres restart, backup
 and restore into a fresh deployment, down -v. Any failure exits non-zero.
 
 Environment: CHECK_PROJECT and CHECK_PORT (the deployment), CHECK_PROJECT_B and
@@ -184,6 +184,17 @@ def latest_analysis(key: str, trace_id: int, kind: str, port: int = PORT) -> dic
         time.sleep(0.5)
 
 
+def advise(key: str, trace_id: int) -> dict:
+    """The advisor's sweep of the trace (8 H100s, two running-sequence limits: 20 rollout
+    layouts, so 20 parts), finished, and run in parts."""
+    body = {"trace_id": trace_id, "gpu": "h100", "n_gpus": 8, "model": "qwen2.5-7b", "concurrency": [128, 512]}
+    status, job = http("POST", "/api/v1/advice", key, body=body)
+    check(status == 202, f"POST /advice: {status} {job}")
+    job = wait_job(key, job["id"])
+    check(job["result"].get("parts", 0) >= 2, f"the advice sweep was not split: {job['result'].get('parts')}")
+    return job
+
+
 def upload(key: str, name: str, content: bytes, expect: int) -> dict:
     status, body = http("POST", "/api/v1/traces", key, files=[(name, content)])
     check(status == expect, f"upload {name} ({len(content)} bytes): expected {expect}, got {status}: {body}")
@@ -325,6 +336,8 @@ def main() -> None:
         status, chrome = http("GET", f"/api/v1/simulations/{sim['id']}/chrome-trace", key_a, raw=True)
         check(status == 200 and len(chrome) > 100, f"chrome trace: {status}")
         log(f"analyses {sorted(analyses)}; replay job {sim['id']} succeeded")
+        advice_one = advise(key_a, medium_id)
+        log(f"advice job {advice_one['id']}: {advice_one['result']['parts']} parts on one worker")
     with step("dashboard rendered in headless Chromium through the published port"):
         dom = chromium_dom(f"http://127.0.0.1:{PORT}/")
         check("Sign in" in dom and "API key" in dom, f"no sign-in content in the page:\n{dom[:2000]}")
@@ -365,7 +378,7 @@ def main() -> None:
         job = wait_job(key_a, job_id, timeout=180)
         check(job["attempts"] >= 2, f"the job was not redelivered: attempts {job['attempts']}")
         log(f"job {job_id} finished on attempt {job['attempts']}; workers now {len(worker_containers())}")
-    with step("parts spread over workers; results equal the one-worker run"):
+    with step("parts spread over workers; results (analyses, an advice sweep) equal the one-worker run"):
         spread = {}
         for kind, one in single.items():
             job = latest_analysis(key_a, big_id, kind)
@@ -386,6 +399,14 @@ def main() -> None:
             )
         hosts = set().union(*spread.values())
         check(len(hosts) >= 2, f"all parts ran on one worker: {spread}")
+        # an identical request reuses its job: the one-worker sweep goes, then the same again
+        check(http("DELETE", f"/api/v1/jobs/{advice_one['id']}", key_a)[0] == 204, "the advice job was not deleted")
+        advice_three = advise(key_a, medium_id)
+        workers = advice_three["result"]["part_workers"]
+        diff = close(strip_run_details(advice_three["result"]), strip_run_details(advice_one["result"]))
+        check(diff is None, f"advice: the sweep over three workers differs from one worker's at {diff}")
+        hosts_of = {w: workers.count(w) for w in sorted(set(workers))}
+        log(f"advice: {len(workers)} parts on {hosts_of}; equal to one worker")
     with step("Postgres restart: data intact, workers and API carry on"):
         status, listed = http("GET", "/api/v1/traces", key_a)
         dc("restart", "postgres")
