@@ -155,6 +155,21 @@ def _bounds(keys: list, starts: np.ndarray) -> tuple[list, list]:
     return [keys[i] for i in starts.tolist()], [keys[i] for i in ends.tolist()]
 
 
+def _axes(step_ids: list, c0: np.ndarray, row_keys: list, r0: np.ndarray, row: str) -> dict:
+    """A heatmap's axes: each column's first and last step, each row's first and last
+    `row` key (engine, rank), and how many of each a cell spans."""
+    first, last = _bounds(step_ids, c0)
+    r_first, r_last = _bounds(row_keys, r0)
+    return {
+        "steps": first,
+        "step_last": last,
+        f"{row}s": r_first,
+        f"{row}_last": r_last,
+        "steps_per_cell": _width(c0, len(step_ids)),
+        f"{row}s_per_cell": _width(r0, len(row_keys)),
+    }
+
+
 def longtail_page(result: dict) -> dict:
     out = {k: v for k, v in result.items() if k != "steps"}
     steps = sorted(result.get("steps") or [], key=lambda s: s["step"])
@@ -168,19 +183,11 @@ def longtail_page(result: dict) -> dict:
             idle[pos[e], j] = math.nan if v is None else v
     r0, c0 = heatmap_windows(*idle.shape)
     cells = block_means(idle, r0, c0)
-    step_ids = [s["step"] for s in with_engines]
-    first, last = _bounds(step_ids, c0)
-    e_first, e_last = _bounds(engines, r0)
     out.update(
         view={"name": PAGE_VIEW},
         steps=[{k: s[k] for k in LONGTAIL_STEP_FIELDS if k in s} for s in steps],
         engine_heatmap={
-            "steps": first,
-            "step_last": last,
-            "engines": e_first,
-            "engine_last": e_last,
-            "steps_per_cell": _width(c0, len(step_ids)),
-            "engines_per_cell": _width(r0, len(engines)),
+            **_axes([s["step"] for s in with_engines], c0, engines, r0, "engine"),
             "idle_pct": [whole_percents(row) for row in cells.tolist()],
         },
     )
@@ -215,18 +222,11 @@ def imbalance_page(result: dict, load: str = "tokens") -> dict:
     cells = block_means(loads, r0, c0)
     means = np.array([[math.nan if s[load].get("mean") is None else s[load]["mean"] for s in drawn]])
     mean = block_means(means.reshape(1, len(drawn)), np.zeros(1, dtype=np.int64), c0)[0]
-    first, last = _bounds([s["step"] for s in drawn], c0)
-    r_first, r_last = _bounds(list(range(ranks)), r0)
     out.update(
         view={"name": PAGE_VIEW, "load": load},
         steps=page,
         load_heatmap={
-            "steps": first,
-            "step_last": last,
-            "ranks": r_first,
-            "rank_last": r_last,
-            "steps_per_cell": _width(c0, len(drawn)),
-            "ranks_per_cell": _width(r0, ranks),
+            **_axes([s["step"] for s in drawn], c0, list(range(ranks)), r0, "rank"),
             "mean": [v if math.isfinite(v) else None for v in mean.tolist()],
             "recorded": f4_bytes(cells),
         },
