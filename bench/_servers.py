@@ -1,12 +1,15 @@
 """Private servers on their own loopback ports, stopped and started at will: a
 redis-server without persistence and a Postgres cluster in a temporary folder (initdb,
 trust auth). The fault tests (tests/backend/jobs/test_faults.py) and the chaos run (bench/chaos.py)
-use them; the shared servers on the standard ports are never touched."""
+use them; the shared servers on the standard ports are never touched. Also how the
+benches stop the product's own processes (`stop_process`)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -22,6 +25,20 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def stop_process(proc: subprocess.Popen | None, sig: int = signal.SIGTERM, timeout: float = 20) -> None:
+    """Ask a process started in a session of its own (`start_new_session`) to stop with
+    `sig`; past `timeout` seconds, SIGKILL its whole process group (a worker's pool)."""
+    if proc is None or proc.poll() is not None:
+        return
+    proc.send_signal(sig)
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
 
 
 def wait_port(port: int, timeout: float = 20) -> None:

@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -42,6 +41,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench._pg import cli_ingest  # noqa: E402
+from bench._servers import stop_process  # noqa: E402
 from core.workload.synthetic import packed_length_rows  # noqa: E402
 
 TARGET = 1.7
@@ -69,20 +69,10 @@ def start_worker(env: dict[str, str], log: Path, concurrency: int) -> subprocess
     deadline = time.monotonic() + 120
     while b"ready." not in log.read_bytes():
         if proc.poll() is not None or time.monotonic() > deadline:
-            stop_worker(proc)
+            stop_process(proc)
             raise RuntimeError(f"worker did not start:\n{log.read_text()[-2000:]}")
         time.sleep(0.2)
     return proc
-
-
-def stop_worker(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
 
 
 def group_cpu_s(pgid: int) -> float:
@@ -203,7 +193,7 @@ def main() -> None:
         print(f"load average (1 min): {load_before[0]:.2f} before, {load_after[0]:.2f} after")
     finally:
         for proc in workers:
-            stop_worker(proc)
+            stop_process(proc)
         if args.logs is not None:
             args.logs.mkdir(parents=True, exist_ok=True)
             for log in folder.glob("*.log"):

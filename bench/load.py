@@ -26,7 +26,6 @@ import argparse
 import asyncio
 import contextlib
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -46,6 +45,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench._pg import DEFAULT_ADMIN_URL, throwaway_database  # noqa: E402
+from bench._servers import stop_process  # noqa: E402
 from core.workload.synthetic import packed_length_rows  # noqa: E402
 
 CLI = [sys.executable, "-m", "rlvr_explorer"]
@@ -189,18 +189,6 @@ def wait_for(predicate, what: str, timeout: float):
     raise SystemExit(f"timed out waiting for {what}")
 
 
-def stop(proc: subprocess.Popen | None) -> None:
-    if proc is None or proc.poll() is not None:
-        return
-    proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(20)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(5)
-
-
 def row(name: str, tally: Tally, seconds: float) -> str:
     lat = np.array(tally.latencies) * 1000 if tally.latencies else np.zeros(1)
     return (
@@ -309,7 +297,7 @@ def main() -> int:
             t2, s2 = read_phase(base, key, trace_id, args.readers, until_uploads_done)
         finally:
             for p in reversed(procs):
-                stop(p)
+                stop_process(p)
             with contextlib.suppress(Exception):
                 import redis
 
